@@ -1,0 +1,29 @@
+//! Adaptive input embedding (Baevski & Auli): the vocabulary is split into clusters at the
+//! cutoffs; cluster `i` has a table of width `d_embed / div_val^i` projected up to `d_model`.
+//! With `div_val = 1` there is one table (projected only when `d_embed != d_model`).
+//! The result is scaled by `sqrt(d_model)`.
+
+use crate::kernels;
+use crate::model::Model;
+
+/// `embedding(token) * sqrt(d_model) -> out (d_model)`. `token < n_token` (checked by the caller).
+pub fn embed(model: &Model<'_>, token: u32, out: &mut [f32]) {
+    let config = model.config();
+    let cluster = config.cluster_of(token);
+    let table = config.emb_table_of_cluster(cluster);
+    let first_token = if config.div_val == 1 {
+        0
+    } else {
+        config.cluster_range(cluster).0
+    };
+    let width = config.emb_dim(table) as usize;
+    let row_start = (token - first_token) as usize * width;
+    let row = &model.emb_layer(table)[row_start..row_start + width];
+    if config.has_emb_proj() {
+        // emb_projs[i] (d_model, width) @ row (width) -> out (d_model)
+        kernels::matvec(model.emb_proj(table), row, out);
+    } else {
+        out.copy_from_slice(row);
+    }
+    kernels::scale(out, libm::sqrt(config.d_model as f64) as f32);
+}

@@ -1,0 +1,173 @@
+//! Typed errors. Nothing in this crate panics on bad input: every check returns one of these.
+
+use core::fmt;
+
+use crate::tensors::TensorName;
+
+/// A config field that makes no sense, or that this crate cannot run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ConfigError {
+    /// A size (n_token, d_model, n_head, ..., div_val, tgt_len) is zero.
+    ZeroDimension,
+    /// `d_model` must be even (the sinusoid embedding is `[sin | cos]`).
+    OddModelWidth,
+    /// More cutoffs than [`crate::config::MAX_CUTOFFS`].
+    TooManyCutoffs,
+    /// Cutoffs must be strictly increasing and inside `1..n_token`.
+    BadCutoffs,
+    /// `tie_projs` names a cluster that does not exist.
+    BadTieProjs,
+    /// `d_embed / div_val^i` is zero for some cluster.
+    EmbeddingTooNarrow,
+    /// The LayerNorm epsilon must be positive and finite.
+    BadLayerNormEpsilon,
+    /// The sizes overflow what this crate can address.
+    TooLarge,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConfigError::ZeroDimension => "a model dimension is zero",
+            ConfigError::OddModelWidth => "d_model must be even",
+            ConfigError::TooManyCutoffs => "too many adaptive cutoffs (at most 8)",
+            ConfigError::BadCutoffs => "cutoffs must be strictly increasing and below n_token",
+            ConfigError::BadTieProjs => "tie_projs names a cluster that does not exist",
+            ConfigError::EmbeddingTooNarrow => "d_embed / div_val^i is zero for some cluster",
+            ConfigError::BadLayerNormEpsilon => "layer_norm_epsilon must be positive and finite",
+            ConfigError::TooLarge => "the model's sizes overflow the addressable range",
+        })
+    }
+}
+
+/// Everything that can go wrong when reading an image or running a session.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Error {
+    /// The image is shorter than its header or than the length it declares.
+    Truncated {
+        /// Bytes the image needs.
+        needed: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// The image does not start with `TXLMODEL`.
+    BadMagic,
+    /// The image's format version is not one this crate reads.
+    UnsupportedVersion(u32),
+    /// The CRC-32 at the end of the image does not match its contents.
+    BadChecksum {
+        /// CRC stored in the image.
+        stored: u32,
+        /// CRC computed over the image.
+        computed: u32,
+    },
+    /// A reserved field or flag bit is set, or the header's sizes disagree.
+    BadHeader,
+    /// The config in the header is invalid.
+    BadConfig(ConfigError),
+    /// The directory holds a different number of tensors than the config needs.
+    TensorCount {
+        /// Tensors the config needs.
+        expected: usize,
+        /// Tensors in the directory.
+        found: usize,
+    },
+    /// Directory entry `index` is not the tensor the config needs there.
+    TensorName {
+        /// Directory index.
+        index: usize,
+        /// The tensor expected at that index.
+        expected: TensorName,
+    },
+    /// A tensor's shape does not match the config.
+    TensorShape(TensorName),
+    /// A tensor's data type is unknown, or not supported for this tensor.
+    TensorDtype(TensorName),
+    /// A tensor's payload lies outside the image, overlaps another, or is misaligned.
+    TensorBounds(TensorName),
+    /// The image does not start on a 16-byte boundary, so its payloads cannot be read in place.
+    ImageMisaligned,
+    /// The arena is smaller than [`crate::Session::arena_bytes`].
+    ArenaTooSmall {
+        /// Bytes the session needs.
+        needed: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// The arena does not start on a 16-byte boundary.
+    ArenaMisaligned,
+    /// Session options that cannot work (a zero `tgt_len`).
+    BadOptions,
+    /// A token id is not below `n_token`.
+    TokenOutOfRange {
+        /// The token id.
+        token: u32,
+        /// The vocabulary size.
+        n_token: u32,
+    },
+    /// A segment is empty or longer than the session's `tgt_len`.
+    SegmentLength {
+        /// Tokens given.
+        len: usize,
+        /// The session's `tgt_len`.
+        max: usize,
+    },
+}
+
+impl From<ConfigError> for Error {
+    fn from(error: ConfigError) -> Self {
+        Error::BadConfig(error)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Truncated { needed, got } => {
+                write!(f, "image truncated: needs {needed} bytes, got {got}")
+            }
+            Error::BadMagic => f.write_str("not a txl model image (bad magic)"),
+            Error::UnsupportedVersion(v) => write!(f, "unsupported image format version {v}"),
+            Error::BadChecksum { stored, computed } => write!(
+                f,
+                "image checksum mismatch: stored {stored:#010x}, computed {computed:#010x} (corrupt image)"
+            ),
+            Error::BadHeader => f.write_str("malformed image header"),
+            Error::BadConfig(e) => write!(f, "invalid model config: {e}"),
+            Error::TensorCount { expected, found } => {
+                write!(f, "image holds {found} tensors, the config needs {expected}")
+            }
+            Error::TensorName { index, expected } => {
+                write!(f, "tensor {index} of the image should be `{expected}`")
+            }
+            Error::TensorShape(name) => write!(f, "tensor `{name}` has the wrong shape"),
+            Error::TensorDtype(name) => write!(f, "tensor `{name}` has an unsupported data type"),
+            Error::TensorBounds(name) => {
+                write!(f, "tensor `{name}` lies outside the image or is misaligned")
+            }
+            Error::ImageMisaligned => f.write_str("the image must start on a 16-byte boundary"),
+            Error::ArenaTooSmall { needed, got } => {
+                write!(f, "arena too small: needs {needed} bytes, got {got}")
+            }
+            Error::ArenaMisaligned => f.write_str("the arena must start on a 16-byte boundary"),
+            Error::BadOptions => f.write_str("invalid session options (tgt_len must be at least 1)"),
+            Error::TokenOutOfRange { token, n_token } => {
+                write!(f, "token id {token} out of range (vocabulary has {n_token})")
+            }
+            Error::SegmentLength { len, max } => {
+                write!(f, "segment of {len} tokens; must be 1..={max}")
+            }
+        }
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Error {
+    fn format(&self, f: defmt::Formatter) {
+        defmt::write!(f, "{}", defmt::Display2Format(self))
+    }
+}
+
+impl core::error::Error for Error {}
+impl core::error::Error for ConfigError {}

@@ -1,0 +1,432 @@
+//! The model image: a checked view over bytes (`Image::parse`) and, with the `alloc` feature,
+//! the writer (`write_image`). The byte layout is documented in `core/FORMAT.md`.
+//!
+//! `Image::parse` checks everything once: magic, version, length, CRC, config, and that the
+//! directory holds exactly the tensors the config needs, in order, with the right shapes, each
+//! payload inside the image, 16-byte aligned and not overlapping the previous one. After that,
+//! reading a tensor is a few loads and no further checks can fail.
+
+use crate::config::{Config, MAX_CUTOFFS};
+use crate::crc32::crc32;
+use crate::error::Error;
+use crate::tensors::{for_each_tensor, Shape, TensorLayout, TensorName};
+
+/// The first eight bytes of every image.
+pub const MAGIC: [u8; 8] = *b"TXLMODEL";
+/// The format version this crate reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// Bytes of the fixed header (magic, sizes, config).
+pub const HEADER_BYTES: usize = 128;
+/// Bytes of one directory entry.
+pub const ENTRY_BYTES: usize = 80;
+/// Bytes of a directory entry's name field (zero-padded ASCII).
+pub const NAME_BYTES: usize = 48;
+/// Payload alignment, relative to the start of the image.
+pub const PAYLOAD_ALIGN: usize = 16;
+/// Bytes of the trailing CRC-32.
+pub const CRC_BYTES: usize = 4;
+
+const FLAG_TIE_WEIGHT: u32 = 1 << 0;
+const FLAG_PRE_LNORM: u32 = 1 << 1;
+const FLAG_UNTIE_R: u32 = 1 << 2;
+const FLAG_SAME_LENGTH: u32 = 1 << 3;
+const KNOWN_FLAGS: u32 = FLAG_TIE_WEIGHT | FLAG_PRE_LNORM | FLAG_UNTIE_R | FLAG_SAME_LENGTH;
+
+/// How a tensor's elements are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(u8)]
+pub enum Dtype {
+    /// IEEE 754 binary32, little-endian.
+    F32 = 0,
+    /// IEEE 754 binary16, little-endian (reserved: not yet computed with).
+    F16 = 1,
+    /// Symmetric int8 with one f32 scale per row (reserved: not yet computed with).
+    Int8RowScaled = 2,
+}
+
+impl Dtype {
+    fn from_u8(value: u8) -> Option<Dtype> {
+        match value {
+            0 => Some(Dtype::F32),
+            1 => Some(Dtype::F16),
+            2 => Some(Dtype::Int8RowScaled),
+            _ => None,
+        }
+    }
+}
+
+/// One validated directory entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Element type.
+    pub dtype: Dtype,
+    /// Shape.
+    pub shape: Shape,
+    /// Payload offset from the image start.
+    pub offset: usize,
+    /// Payload length in bytes.
+    pub bytes: usize,
+}
+
+/// A validated model image, borrowed in place (from flash on a device).
+#[derive(Clone, Copy, Debug)]
+pub struct Image<'a> {
+    bytes: &'a [u8],
+    config: Config,
+    layout: TensorLayout,
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0u8; 4];
+    if let Some(src) = bytes.get(at..at + 4) {
+        word.copy_from_slice(src);
+    }
+    u32::from_le_bytes(word)
+}
+
+fn decode_config(header: &[u8]) -> Result<Config, Error> {
+    let field = |at: usize| read_u32(header, at);
+    let n_cutoffs = field(56);
+    let mut cutoffs = [0u32; MAX_CUTOFFS];
+    for (i, cutoff) in cutoffs.iter_mut().enumerate() {
+        *cutoff = field(60 + 4 * i);
+    }
+    let flags = field(92);
+    if flags & !KNOWN_FLAGS != 0 || header[116..HEADER_BYTES].iter().any(|&b| b != 0) {
+        return Err(Error::BadHeader);
+    }
+    let config = Config {
+        n_token: field(24),
+        d_model: field(28),
+        d_embed: field(32),
+        n_head: field(36),
+        d_head: field(40),
+        d_inner: field(44),
+        n_layer: field(48),
+        div_val: field(52),
+        n_cutoffs,
+        cutoffs,
+        tie_weight: flags & FLAG_TIE_WEIGHT != 0,
+        pre_lnorm: flags & FLAG_PRE_LNORM != 0,
+        untie_r: flags & FLAG_UNTIE_R != 0,
+        same_length: flags & FLAG_SAME_LENGTH != 0,
+        tie_projs: field(96),
+        layer_norm_epsilon: f32::from_bits(field(100)),
+        tgt_len: field(104),
+        mem_len: field(108),
+        clamp_len: field(112),
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+#[cfg(feature = "alloc")]
+/// Writes the 128-byte header for `config` (image length and tensor count included).
+fn encode_header(config: &Config, image_bytes: u32, tensor_count: u32) -> [u8; HEADER_BYTES] {
+    let mut header = [0u8; HEADER_BYTES];
+    let mut put = |at: usize, value: u32| header[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    put(8, FORMAT_VERSION);
+    put(12, image_bytes);
+    put(16, tensor_count);
+    put(20, HEADER_BYTES as u32);
+    put(24, config.n_token);
+    put(28, config.d_model);
+    put(32, config.d_embed);
+    put(36, config.n_head);
+    put(40, config.d_head);
+    put(44, config.d_inner);
+    put(48, config.n_layer);
+    put(52, config.div_val);
+    put(56, config.n_cutoffs);
+    for (i, &cutoff) in config.cutoffs.iter().enumerate() {
+        put(60 + 4 * i, cutoff);
+    }
+    let flags = [
+        (config.tie_weight, FLAG_TIE_WEIGHT),
+        (config.pre_lnorm, FLAG_PRE_LNORM),
+        (config.untie_r, FLAG_UNTIE_R),
+        (config.same_length, FLAG_SAME_LENGTH),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .fold(0, |acc, (_, bit)| acc | bit);
+    put(92, flags);
+    put(96, config.tie_projs);
+    put(100, config.layer_norm_epsilon.to_bits());
+    put(104, config.tgt_len);
+    put(108, config.mem_len);
+    put(112, config.clamp_len);
+    header[..8].copy_from_slice(&MAGIC);
+    header
+}
+
+/// Whether the zero-padded name field equals `name`'s text.
+fn name_matches(field: &[u8], name: TensorName) -> bool {
+    struct Compare<'f> {
+        field: &'f [u8],
+        at: usize,
+        equal: bool,
+    }
+    impl core::fmt::Write for Compare<'_> {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let end = self.at + s.len();
+            self.equal &= self.field.get(self.at..end) == Some(s.as_bytes());
+            self.at = end;
+            Ok(())
+        }
+    }
+    let mut compare = Compare {
+        field,
+        at: 0,
+        equal: true,
+    };
+    let _ = core::fmt::write(&mut compare, format_args!("{name}"));
+    compare.equal && compare.at < field.len() && field[compare.at..].iter().all(|&b| b == 0)
+}
+
+impl<'a> Image<'a> {
+    /// Validates `bytes` as a model image. `bytes` must start on a 16-byte boundary.
+    pub fn parse(bytes: &'a [u8]) -> Result<Image<'a>, Error> {
+        let minimum = HEADER_BYTES + CRC_BYTES;
+        if bytes.len() < 12 {
+            return Err(Error::Truncated {
+                needed: minimum,
+                got: bytes.len(),
+            });
+        }
+        if bytes[..8] != MAGIC {
+            return Err(Error::BadMagic);
+        }
+        let version = read_u32(bytes, 8);
+        if version != FORMAT_VERSION {
+            return Err(Error::UnsupportedVersion(version));
+        }
+        if bytes.len() < minimum {
+            return Err(Error::Truncated {
+                needed: minimum,
+                got: bytes.len(),
+            });
+        }
+        let declared = read_u32(bytes, 12) as usize;
+        if declared > bytes.len() {
+            return Err(Error::Truncated {
+                needed: declared,
+                got: bytes.len(),
+            });
+        }
+        if declared < minimum || declared != bytes.len() {
+            return Err(Error::BadHeader);
+        }
+        let crc_at = declared - CRC_BYTES;
+        let stored = read_u32(bytes, crc_at);
+        let computed = crc32(&bytes[..crc_at]);
+        if stored != computed {
+            return Err(Error::BadChecksum { stored, computed });
+        }
+        if bytes.as_ptr() as usize % PAYLOAD_ALIGN != 0 {
+            return Err(Error::ImageMisaligned);
+        }
+        if read_u32(bytes, 20) as usize != HEADER_BYTES {
+            return Err(Error::BadHeader);
+        }
+        let config = decode_config(&bytes[..HEADER_BYTES])?;
+        let layout = TensorLayout::new(&config);
+        let count = read_u32(bytes, 16) as usize;
+        if count != layout.count() {
+            return Err(Error::TensorCount {
+                expected: layout.count(),
+                found: count,
+            });
+        }
+        let directory_end = count
+            .checked_mul(ENTRY_BYTES)
+            .and_then(|n| n.checked_add(HEADER_BYTES))
+            .filter(|&end| end <= crc_at)
+            .ok_or(Error::Truncated {
+                needed: usize::MAX,
+                got: bytes.len(),
+            })?;
+
+        let image = Image {
+            bytes,
+            config,
+            layout,
+        };
+        let mut index = 0;
+        let mut payload_floor = directory_end;
+        let mut result = Ok(());
+        for_each_tensor(&config, |name, shape| {
+            if result.is_err() {
+                return;
+            }
+            result = image.check_entry(index, name, shape, &mut payload_floor, crc_at);
+            index += 1;
+        });
+        result.map(|()| image)
+    }
+
+    fn check_entry(
+        &self,
+        index: usize,
+        name: TensorName,
+        shape: Shape,
+        payload_floor: &mut usize,
+        payload_end: usize,
+    ) -> Result<(), Error> {
+        let at = HEADER_BYTES + index * ENTRY_BYTES;
+        let raw = &self.bytes[at..at + ENTRY_BYTES];
+        if !name_matches(&raw[..NAME_BYTES], name) {
+            return Err(Error::TensorName {
+                index,
+                expected: name,
+            });
+        }
+        let dtype = Dtype::from_u8(raw[48]).ok_or(Error::TensorDtype(name))?;
+        // This version computes in f32 only; f16 and int8 are reserved in the format.
+        if dtype != Dtype::F32 {
+            return Err(Error::TensorDtype(name));
+        }
+        let (dims, ndim) = shape.dims();
+        let reserved_clear = raw[50..52] == [0, 0] && raw[68..80].iter().all(|&b| b == 0);
+        if raw[49] as usize != ndim
+            || read_u32(raw, 52) != dims[0]
+            || read_u32(raw, 56) != dims[1]
+            || !reserved_clear
+        {
+            return Err(Error::TensorShape(name));
+        }
+        let offset = read_u32(raw, 60) as usize;
+        let length = read_u32(raw, 64) as usize;
+        let in_bounds = offset >= *payload_floor
+            && offset % PAYLOAD_ALIGN == 0
+            && length == shape.len() * 4
+            && offset.checked_add(length).is_some_and(|end| end <= payload_end);
+        if !in_bounds {
+            return Err(Error::TensorBounds(name));
+        }
+        *payload_floor = offset + length;
+        Ok(())
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Where each tensor sits in the directory.
+    pub fn layout(&self) -> &TensorLayout {
+        &self.layout
+    }
+
+    /// The whole image.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Directory entry `index` (`index < layout().count()`, validated by `parse`).
+    pub fn entry(&self, index: usize) -> Entry {
+        let at = HEADER_BYTES + index * ENTRY_BYTES;
+        let raw = &self.bytes[at..at + ENTRY_BYTES];
+        let shape = match raw[49] {
+            1 => Shape::Vector(read_u32(raw, 52)),
+            _ => Shape::Matrix(read_u32(raw, 52), read_u32(raw, 56)),
+        };
+        Entry {
+            dtype: Dtype::from_u8(raw[48]).unwrap_or(Dtype::F32),
+            shape,
+            offset: read_u32(raw, 60) as usize,
+            bytes: read_u32(raw, 64) as usize,
+        }
+    }
+
+    /// The f32 elements of tensor `index`, in place.
+    pub fn f32_tensor(&self, index: usize) -> &'a [f32] {
+        let entry = self.entry(index);
+        let payload = &self.bytes[entry.offset..entry.offset + entry.bytes];
+        // `parse` checked alignment and length, so this cast cannot fail.
+        bytemuck::try_cast_slice(payload).unwrap_or(&[])
+    }
+}
+
+/// A tensor's elements handed to the writer.
+#[cfg(feature = "alloc")]
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'d> {
+    /// f32 elements, row-major.
+    F32(&'d [f32]),
+}
+
+/// Builds an image from `config` and its tensors, given in canonical order
+/// ([`for_each_tensor`]). Fails with the first tensor that is missing, misplaced or misshapen.
+#[cfg(feature = "alloc")]
+pub fn write_image<'d>(
+    config: &Config,
+    tensors: &[(TensorName, Payload<'d>)],
+) -> Result<alloc::vec::Vec<u8>, Error> {
+    use alloc::vec::Vec;
+
+    config.validate()?;
+    let layout = TensorLayout::new(config);
+    if tensors.len() != layout.count() {
+        return Err(Error::TensorCount {
+            expected: layout.count(),
+            found: tensors.len(),
+        });
+    }
+    let mut expected = Vec::with_capacity(tensors.len());
+    for_each_tensor(config, |name, shape| expected.push((name, shape)));
+
+    let align = |n: usize| n.div_ceil(PAYLOAD_ALIGN) * PAYLOAD_ALIGN;
+    let mut entries = Vec::with_capacity(tensors.len() * ENTRY_BYTES);
+    let mut offset = align(HEADER_BYTES + tensors.len() * ENTRY_BYTES);
+    for (index, ((name, payload), (expected_name, shape))) in tensors.iter().zip(&expected).enumerate() {
+        if name != expected_name {
+            return Err(Error::TensorName {
+                index,
+                expected: *expected_name,
+            });
+        }
+        let Payload::F32(data) = payload;
+        if data.len() != shape.len() {
+            return Err(Error::TensorShape(*name));
+        }
+        let mut entry = [0u8; ENTRY_BYTES];
+        let text = alloc::format!("{name}");
+        if text.len() >= NAME_BYTES {
+            return Err(Error::TensorName {
+                index,
+                expected: *name,
+            });
+        }
+        entry[..text.len()].copy_from_slice(text.as_bytes());
+        let (dims, ndim) = shape.dims();
+        entry[48] = Dtype::F32 as u8;
+        entry[49] = ndim as u8;
+        entry[52..56].copy_from_slice(&dims[0].to_le_bytes());
+        entry[56..60].copy_from_slice(&dims[1].to_le_bytes());
+        let bytes = data.len() * 4;
+        entry[60..64].copy_from_slice(&(offset as u32).to_le_bytes());
+        entry[64..68].copy_from_slice(&(bytes as u32).to_le_bytes());
+        entries.extend_from_slice(&entry);
+        offset = align(offset + bytes);
+    }
+    let image_bytes = offset + CRC_BYTES;
+    if image_bytes > u32::MAX as usize {
+        return Err(Error::BadConfig(crate::error::ConfigError::TooLarge));
+    }
+    let mut image = Vec::with_capacity(image_bytes);
+    image.extend_from_slice(&encode_header(config, image_bytes as u32, tensors.len() as u32));
+    image.extend_from_slice(&entries);
+    for (_, payload) in tensors {
+        image.resize(align(image.len()), 0);
+        let Payload::F32(data) = payload;
+        for value in data.iter() {
+            image.extend_from_slice(&value.to_le_bytes());
+        }
+    }
+    image.resize(image_bytes - CRC_BYTES, 0);
+    let crc = crc32(&image);
+    image.extend_from_slice(&crc.to_le_bytes());
+    Ok(image)
+}

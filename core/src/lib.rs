@@ -1,0 +1,76 @@
+//! # txl-core: Transformer-XL inference for microcontrollers
+//!
+//! This crate runs a trained Transformer-XL language model (Dai et al., 2019; the `attn_type = 0`
+//! model of the original code) on anything from a Cortex-M4 to a server, with no operating
+//! system, no heap and no panics on input.
+//!
+//! ## What it does
+//! - Reads a model image in place ([`Model::parse`] over a `&[u8]`, e.g. a `&'static [u8]` in
+//!   flash): every bound, shape and the CRC are checked once, so the forward pass reads
+//!   weights with no further checks. The format is documented in `core/FORMAT.md`.
+//! - Runs the forward pass of the paper: adaptive input embedding, relative multi-head
+//!   attention with the content bias `u` (`r_w_bias`) and position bias `v` (`r_r_bias`)
+//!   computed directly per (query, key distance) pair, causal and `same_length` masks,
+//!   `clamp_len`, post- or pre-LayerNorm, the ReLU feed-forward, and the full or adaptive
+//!   log-softmax. See [`Session::forward`]; the code in `session.rs` reads top to bottom like
+//!   the paper.
+//! - Keeps the recurrence memory as a ring buffer of each layer's cached keys and values, so
+//!   no position's projections are ever computed twice.
+//!
+//! ## How memory works
+//! Everything a session needs lives in one caller-provided arena. [`Session::arena_bytes`]
+//! says exactly how many bytes before anything runs; [`Session::new`] carves the arena into
+//! the memory ring buffers, the activations and the scratch rows, and fails with
+//! [`Error::ArenaTooSmall`] if it is short. The forward pass never allocates.
+//!
+//! ## What it refuses to do
+//! - Allocate: there is no `alloc` in the inference path (the optional `alloc` feature only
+//!   adds the image writer for host tools).
+//! - Panic on input: a truncated or corrupt image, a short arena, an out-of-range token id or
+//!   a too-long segment come back as an [`Error`]. A panic on input is a bug.
+//! - Approximate silently: the math is exact f32 (`libm`'s `expf`, `sqrtf`, `sinf`, `cosf`).
+//!
+//! ## Example
+//! ```
+//! # fn demo(image_bytes: &[u8]) -> Result<(), txl_core::Error> {
+//! use txl_core::{Model, Session, SessionOptions};
+//!
+//! let model = Model::parse(image_bytes)?;
+//! let options = SessionOptions::from_config(model.config());
+//! let mut arena = vec![0u128; Session::arena_bytes(&model, &options)? / 16];
+//! let mut session = Session::new(&model, bytemuck::cast_slice_mut(&mut arena), options)?;
+//! session.forward(&[72, 101, 108], |position, log_probs| {
+//!     let _ = (position, log_probs); // ln p(next token | tokens so far), one row per position
+//! })?;
+//! # Ok(()) }
+//! ```
+#![no_std]
+#![deny(missing_docs)]
+
+#[cfg(target_endian = "big")]
+compile_error!("txl-core reads little-endian model images in place; big-endian targets are not supported");
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+pub mod arena;
+pub mod attention;
+pub mod config;
+mod crc32;
+pub mod embedding;
+pub mod error;
+pub mod image;
+pub mod kernels;
+pub mod memory;
+pub mod model;
+pub mod output;
+pub mod sampling;
+pub mod session;
+pub mod tensors;
+
+pub use config::Config;
+pub use crc32::crc32;
+pub use error::{ConfigError, Error};
+pub use image::Image;
+pub use model::Model;
+pub use session::{MemInit, Session, SessionOptions};

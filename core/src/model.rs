@@ -1,0 +1,167 @@
+//! A validated image bound to typed weight views: ties resolved, one lookup per tensor.
+
+use crate::config::{Config, MAX_CLUSTERS};
+use crate::error::Error;
+use crate::image::Image;
+use crate::tensors::{for_each_tensor, LayerTensor, TensorName};
+
+/// One decoder layer's weights, borrowed from the image.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerWeights<'a> {
+    /// `(n_head, d_head)` content bias `u`.
+    pub r_w_bias: &'a [f32],
+    /// `(n_head, d_head)` position bias `v`.
+    pub r_r_bias: &'a [f32],
+    /// `(3 * n_head * d_head, d_model)`: queries, keys, values.
+    pub qkv: &'a [f32],
+    /// `(n_head * d_head, d_model)`: position embedding to position keys.
+    pub r_net: &'a [f32],
+    /// `(d_model, n_head * d_head)`: attention output.
+    pub o_net: &'a [f32],
+    /// `(d_model)` attention LayerNorm gain.
+    pub attn_norm_weight: &'a [f32],
+    /// `(d_model)` attention LayerNorm bias.
+    pub attn_norm_bias: &'a [f32],
+    /// `(d_inner, d_model)`.
+    pub ff1_weight: &'a [f32],
+    /// `(d_inner)`.
+    pub ff1_bias: &'a [f32],
+    /// `(d_model, d_inner)`.
+    pub ff2_weight: &'a [f32],
+    /// `(d_model)`.
+    pub ff2_bias: &'a [f32],
+    /// `(d_model)` feed-forward LayerNorm gain.
+    pub ff_norm_weight: &'a [f32],
+    /// `(d_model)` feed-forward LayerNorm bias.
+    pub ff_norm_bias: &'a [f32],
+}
+
+/// Directory indices of the tensors outside the layer blocks, with ties resolved.
+#[derive(Clone, Copy, Debug, Default)]
+struct GlobalIndices {
+    emb_layer: [usize; MAX_CLUSTERS],
+    emb_proj: [usize; MAX_CLUSTERS],
+    shared_r_w_bias: usize,
+    shared_r_r_bias: usize,
+    out_weight: [usize; MAX_CLUSTERS],
+    out_bias: [usize; MAX_CLUSTERS],
+    out_proj: [usize; MAX_CLUSTERS],
+    cluster_weight: usize,
+    cluster_bias: usize,
+}
+
+/// A parsed model: the image plus where each weight is.
+#[derive(Clone, Copy, Debug)]
+pub struct Model<'a> {
+    image: Image<'a>,
+    globals: GlobalIndices,
+}
+
+impl<'a> Model<'a> {
+    /// Validates `bytes` (see [`Image::parse`]) and resolves the tensors. `bytes` must start
+    /// on a 16-byte boundary.
+    pub fn parse(bytes: &'a [u8]) -> Result<Model<'a>, Error> {
+        let image = Image::parse(bytes)?;
+        let config = *image.config();
+        let mut g = GlobalIndices::default();
+        let mut index = 0;
+        for_each_tensor(&config, |name, _| {
+            match name {
+                TensorName::EmbLayer(i) => g.emb_layer[i as usize] = index,
+                TensorName::EmbProj(i) => g.emb_proj[i as usize] = index,
+                TensorName::SharedRWBias => g.shared_r_w_bias = index,
+                TensorName::SharedRRBias => g.shared_r_r_bias = index,
+                TensorName::OutWeight(i) => g.out_weight[i as usize] = index,
+                TensorName::OutBias(i) => g.out_bias[i as usize] = index,
+                TensorName::OutProj(i) => g.out_proj[i as usize] = index,
+                TensorName::ClusterWeight => g.cluster_weight = index,
+                TensorName::ClusterBias => g.cluster_bias = index,
+                TensorName::Layer(..) => {}
+            }
+            index += 1;
+        });
+        if config.tie_weight {
+            g.out_weight = g.emb_layer;
+        }
+        for cluster in 0..=config.n_clusters() {
+            if config.out_proj_tied(cluster) {
+                g.out_proj[cluster] = g.emb_proj[config.emb_table_of_cluster(cluster)];
+            }
+        }
+        Ok(Model { image, globals: g })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &Config {
+        self.image.config()
+    }
+
+    /// The underlying image.
+    pub fn image(&self) -> &Image<'a> {
+        &self.image
+    }
+
+    /// `(tokens of table i, emb_dim(i))` embedding table `i`.
+    pub fn emb_layer(&self, table: usize) -> &'a [f32] {
+        self.image.f32_tensor(self.globals.emb_layer[table])
+    }
+
+    /// `(d_model, emb_dim(i))` embedding projection `i` (only when `has_emb_proj`).
+    pub fn emb_proj(&self, table: usize) -> &'a [f32] {
+        self.image.f32_tensor(self.globals.emb_proj[table])
+    }
+
+    /// `(tokens of layer i, emb_dim(i))` output weight `i` (the embedding table when tied).
+    pub fn out_weight(&self, table: usize) -> &'a [f32] {
+        self.image.f32_tensor(self.globals.out_weight[table])
+    }
+
+    /// `(tokens of layer i)` output bias `i`.
+    pub fn out_bias(&self, table: usize) -> &'a [f32] {
+        self.image.f32_tensor(self.globals.out_bias[table])
+    }
+
+    /// `(d_model, width)` output projection of cluster `i` (only when `has_out_proj`).
+    pub fn out_proj(&self, cluster: usize) -> &'a [f32] {
+        self.image.f32_tensor(self.globals.out_proj[cluster])
+    }
+
+    /// `(n_clusters, d_embed)` head logits of the tail clusters.
+    pub fn cluster_weight(&self) -> &'a [f32] {
+        self.image.f32_tensor(self.globals.cluster_weight)
+    }
+
+    /// `(n_clusters)`.
+    pub fn cluster_bias(&self) -> &'a [f32] {
+        self.image.f32_tensor(self.globals.cluster_bias)
+    }
+
+    /// Layer `layer`'s weights (`layer < n_layer`).
+    pub fn layer(&self, layer: usize) -> LayerWeights<'a> {
+        let layout = self.image.layout();
+        let tensor = |t: LayerTensor| self.image.f32_tensor(layout.layer_index(layer, t));
+        let (r_w_bias, r_r_bias) = if self.config().untie_r {
+            (tensor(LayerTensor::RWBias), tensor(LayerTensor::RRBias))
+        } else {
+            (
+                self.image.f32_tensor(self.globals.shared_r_w_bias),
+                self.image.f32_tensor(self.globals.shared_r_r_bias),
+            )
+        };
+        LayerWeights {
+            r_w_bias,
+            r_r_bias,
+            qkv: tensor(LayerTensor::QkvWeight),
+            r_net: tensor(LayerTensor::RWeight),
+            o_net: tensor(LayerTensor::OWeight),
+            attn_norm_weight: tensor(LayerTensor::AttnNormWeight),
+            attn_norm_bias: tensor(LayerTensor::AttnNormBias),
+            ff1_weight: tensor(LayerTensor::Ff1Weight),
+            ff1_bias: tensor(LayerTensor::Ff1Bias),
+            ff2_weight: tensor(LayerTensor::Ff2Weight),
+            ff2_bias: tensor(LayerTensor::Ff2Bias),
+            ff_norm_weight: tensor(LayerTensor::FfNormWeight),
+            ff_norm_bias: tensor(LayerTensor::FfNormBias),
+        }
+    }
+}
