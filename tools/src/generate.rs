@@ -1,0 +1,34 @@
+//! Text generation with the core: feed a prompt, then one token at a time.
+
+use txl_core::sampling::{Sampler, Sampling};
+use txl_core::{Model, Session, SessionOptions};
+
+use crate::model_file::Arena;
+
+/// Continues `prompt` by `count` tokens; returns the new tokens.
+pub fn generate(
+    model: &Model<'_>,
+    options: SessionOptions,
+    prompt: &[u32],
+    count: usize,
+    sampling: Sampling,
+) -> Result<Vec<u32>, txl_core::Error> {
+    let mut arena = Arena::new(Session::arena_bytes(model, &options)?);
+    let mut session = Session::new(model, arena.bytes_mut(), options)?;
+    let mut sampler = Sampler::new(sampling);
+    let mut generated = Vec::with_capacity(count);
+    let mut next = None;
+    for segment in prompt.chunks(options.tgt_len as usize) {
+        session.forward_last(segment, |_, row| next = Some(sampler.pick(row)))?;
+    }
+    while generated.len() < count {
+        // An empty prompt starts from token 0.
+        let token = next.unwrap_or(0);
+        generated.push(token);
+        if generated.len() == count {
+            break;
+        }
+        session.forward_last(&[token], |_, row| next = Some(sampler.pick(row)))?;
+    }
+    Ok(generated)
+}
