@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Regenerate tests/fixtures: create a virtual environment (once), install the
+# pinned requirements, run make_fixtures.py.  Extra arguments are passed on to
+# make_fixtures.py (e.g. --reuse-demo to skip retraining the demo model).
+#
+#   VENV=/path/to/venv tools/reference/regenerate.sh
+#
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="${VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/txl-reference-venv}"
+python="${PYTHON:-python3}"
+
+if ! command -v bible >/dev/null 2>&1 && [[ " $* " != *" --corpus "* ]]; then
+    echo "error: the 'bible' program (Debian package bible-kjv) provides the training text:" >&2
+    echo "       sudo apt-get install bible-kjv" >&2
+    exit 1
+fi
+
+if [[ ! -x "$venv/bin/python" ]]; then
+    echo "creating virtual environment in $venv"
+    "$python" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet -r "$here/requirements.txt"
+
+exec "$venv/bin/python" "$here/make_fixtures.py" "$@"
