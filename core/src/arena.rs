@@ -10,39 +10,44 @@ use crate::session::SessionOptions;
 /// Alignment of the arena and of every buffer in it.
 pub const ARENA_ALIGN: usize = 16;
 
-fn round_up(bytes: usize) -> usize {
-    bytes.div_ceil(ARENA_ALIGN) * ARENA_ALIGN
+fn round_up(bytes: usize) -> Option<usize> {
+    Some(bytes.checked_add(ARENA_ALIGN - 1)? / ARENA_ALIGN * ARENA_ALIGN)
 }
 
-/// Sizes in f32 elements of every buffer a session uses.
+/// Every buffer a session uses: the caches in bytes, the others in elements. Each buffer
+/// takes a whole number of 16-byte blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArenaLayout {
-    /// `(n_layer, mem_len + tgt_len, n_head * d_head)` cached keys.
+    /// Bytes of the `(n_layer, mem_len + tgt_len, n_head * d_head)` cached keys, in the memory dtype.
     pub keys: usize,
-    /// `(n_layer, mem_len + tgt_len, n_head * d_head)` cached values.
+    /// Bytes of the `(n_layer, mem_len + tgt_len, n_head * d_head)` cached values.
     pub values: usize,
-    /// `(n_layer, distances, n_head * d_head)` position keys `W_r · pos_emb(d)`, computed once.
+    /// f32 `(n_layer, distances, n_head * d_head)` position keys `W_r · pos_emb(d)`, computed once.
     pub position_keys: usize,
-    /// `(tgt_len, d_model)` the residual stream.
+    /// f32 `(tgt_len, d_model)` the residual stream.
     pub hidden: usize,
-    /// `(tgt_len, d_model)` LayerNorm output (pre-LN) / sub-layer output.
+    /// f32 `(tgt_len, d_model)` LayerNorm output (pre-LN) / sub-layer output.
     pub normed: usize,
-    /// `(tgt_len, n_head * d_head)` queries plus the content bias `u`.
+    /// f32 `(tgt_len, n_head * d_head)` queries plus the content bias `u`.
     pub queries: usize,
-    /// `(tgt_len, n_head * d_head)` attention output before `o_net`.
+    /// f32 `(tgt_len, n_head * d_head)` attention output before `o_net`.
     pub attn_vec: usize,
-    /// `(n_head * d_head)` one query plus the position bias `v`.
+    /// f32 `(n_head * d_head)` one query plus the position bias `v`.
     pub query_pos: usize,
-    /// `(mem_len + tgt_len)` one row of attention scores.
+    /// f32 `(2, n_head * d_head)` one position's key and value before they are stored.
+    pub key_value: usize,
+    /// f32 `(mem_len + tgt_len)` one row of attention scores.
     pub scores: usize,
-    /// `(d_inner)` one feed-forward hidden row.
+    /// f32 `(d_inner)` one feed-forward hidden row.
     pub ff_inner: usize,
-    /// `(d_model)` one sinusoid position embedding, or one sub-layer output row.
+    /// f32 `(d_model)` one sinusoid position embedding, or one sub-layer output row.
     pub row: usize,
-    /// `(d_embed)` the hidden state projected for one output cluster.
-    pub out_proj: usize,
-    /// `(n_token)` one row of log-probabilities.
+    /// f32 `(d_embed)` an embedding row, or the hidden state projected for one output cluster.
+    pub embed_row: usize,
+    /// f32 `(n_token)` one row of log-probabilities.
     pub log_probs: usize,
+    /// i8 `(max(d_model, d_inner, n_head * d_head, d_embed))` one quantized activation row.
+    pub quantized: usize,
 }
 
 impl ArenaLayout {
@@ -60,58 +65,64 @@ impl ArenaLayout {
         let qkv = config.qkv_width() as usize;
         let d_model = config.d_model as usize;
         let layers = config.n_layer as usize;
-        let cache = layers
-            .checked_mul(capacity)
-            .and_then(|n| n.checked_mul(qkv))
+        let floats = |rows: usize, width: usize| rows.checked_mul(width).ok_or(overflow);
+        let cache = options
+            .mem_dtype
+            .bytes(
+                layers.checked_mul(capacity).ok_or(overflow)?,
+                qkv,
+                config.d_head as usize,
+            )
+            .and_then(round_up)
             .ok_or(overflow)?;
-        let position_keys = layers
-            .checked_mul(options.distances())
-            .and_then(|n| n.checked_mul(qkv))
-            .ok_or(overflow)?;
-        let rows = |width: usize| tgt.checked_mul(width).ok_or(overflow);
+        let widest_input = [d_model, config.d_inner as usize, qkv, config.d_embed as usize];
         let layout = ArenaLayout {
             keys: cache,
             values: cache,
-            position_keys,
-            hidden: rows(d_model)?,
-            normed: rows(d_model)?,
-            queries: rows(qkv)?,
-            attn_vec: rows(qkv)?,
-            query_pos: qkv,
-            scores: capacity,
-            ff_inner: config.d_inner as usize,
-            row: d_model,
-            out_proj: config.max_emb_dim() as usize,
-            log_probs: config.n_token as usize,
+            position_keys: floats(layers.checked_mul(options.distances()).ok_or(overflow)?, qkv)?,
+            hidden: floats(tgt, d_model)?,
+            normed: floats(tgt, d_model)?,
+            queries: floats(tgt, qkv)?,
+            attn_vec: floats(tgt, qkv)?,
+            query_pos: floats(1, qkv)?,
+            key_value: floats(2, qkv)?,
+            scores: floats(1, capacity)?,
+            ff_inner: floats(1, config.d_inner as usize)?,
+            row: floats(1, d_model)?,
+            embed_row: floats(1, config.max_emb_dim() as usize)?,
+            log_probs: floats(1, config.n_token as usize)?,
+            quantized: widest_input.into_iter().max().unwrap_or(0),
         };
-        // Reject sizes whose byte count would overflow.
         layout.checked_total().ok_or(overflow)?;
         Ok(layout)
     }
 
-    fn sizes(&self) -> [usize; 13] {
-        [
+    /// Bytes of each buffer, in arena order.
+    fn sizes(&self) -> Option<[usize; 15]> {
+        let f32s = |n: usize| n.checked_mul(4).and_then(round_up);
+        Some([
             self.keys,
             self.values,
-            self.position_keys,
-            self.hidden,
-            self.normed,
-            self.queries,
-            self.attn_vec,
-            self.query_pos,
-            self.scores,
-            self.ff_inner,
-            self.row,
-            self.out_proj,
-            self.log_probs,
-        ]
+            f32s(self.position_keys)?,
+            f32s(self.hidden)?,
+            f32s(self.normed)?,
+            f32s(self.queries)?,
+            f32s(self.attn_vec)?,
+            f32s(self.query_pos)?,
+            f32s(self.key_value)?,
+            f32s(self.scores)?,
+            f32s(self.ff_inner)?,
+            f32s(self.row)?,
+            f32s(self.embed_row)?,
+            f32s(self.log_probs)?,
+            round_up(self.quantized)?,
+        ])
     }
 
     fn checked_total(&self) -> Option<usize> {
-        self.sizes().iter().try_fold(0usize, |acc, &n| {
-            let bytes = n.checked_mul(4)?.checked_add(ARENA_ALIGN)?;
-            acc.checked_add(round_up(bytes - ARENA_ALIGN))
-        })
+        self.sizes()?
+            .iter()
+            .try_fold(0usize, |acc, &n| acc.checked_add(n))
     }
 
     /// Exact arena bytes.
@@ -121,20 +132,17 @@ impl ArenaLayout {
 
     /// Bytes of the recurrence memory (cached keys and values).
     pub fn memory_bytes(&self) -> usize {
-        round_up(self.keys * 4) + round_up(self.values * 4)
+        self.keys + self.values
     }
 
     /// Bytes of the position keys computed once per session.
     pub fn position_key_bytes(&self) -> usize {
-        round_up(self.position_keys * 4)
+        self.sizes().map_or(usize::MAX, |s| s[2])
     }
 
     /// Bytes of the per-segment activations (`tgt_len` rows).
     pub fn activation_bytes(&self) -> usize {
-        [self.hidden, self.normed, self.queries, self.attn_vec]
-            .iter()
-            .map(|&n| round_up(n * 4))
-            .sum()
+        self.sizes().map_or(usize::MAX, |s| s[3..7].iter().sum())
     }
 
     /// Bytes of the one-row scratch buffers.
@@ -143,14 +151,14 @@ impl ArenaLayout {
     }
 }
 
-/// Hands out consecutive f32 buffers from an aligned arena.
+/// Hands out consecutive buffers from an aligned arena.
 #[derive(Debug)]
 pub(crate) struct Carver<'a> {
     rest: &'a mut [u8],
 }
 
 impl<'a> Carver<'a> {
-    /// `arena` must be 16-byte aligned and at least the layout's total (checked by the caller).
+    /// `arena` must be 16-byte aligned; its length is checked by the caller.
     pub(crate) fn new(arena: &'a mut [u8]) -> Result<Carver<'a>, Error> {
         if arena.as_ptr() as usize % ARENA_ALIGN != 0 {
             return Err(Error::ArenaMisaligned);
@@ -158,18 +166,22 @@ impl<'a> Carver<'a> {
         Ok(Carver { rest: arena })
     }
 
-    /// The next `len` floats (zeroed), or `None` if the arena is exhausted.
-    pub(crate) fn take(&mut self, len: usize) -> Option<&'a mut [f32]> {
-        let bytes = round_up(len * 4);
+    /// The next `bytes` bytes (a multiple of 16), zeroed, or `None` if the arena is exhausted.
+    pub(crate) fn take_bytes(&mut self, bytes: usize) -> Option<&'a mut [u8]> {
         if bytes > self.rest.len() {
             return None;
         }
         let rest = core::mem::take(&mut self.rest);
         let (head, tail) = rest.split_at_mut(bytes);
         self.rest = tail;
-        let floats: &mut [f32] = bytemuck::try_cast_slice_mut(head).ok()?;
-        let floats = &mut floats[..len];
-        floats.fill(0.0);
-        Some(floats)
+        head.fill(0);
+        Some(head)
+    }
+
+    /// The next `len` elements of `T`, zeroed, taking a whole number of 16-byte blocks.
+    pub(crate) fn take<T: bytemuck::Pod>(&mut self, len: usize) -> Option<&'a mut [T]> {
+        let bytes = round_up(len.checked_mul(core::mem::size_of::<T>())?)?;
+        let block: &mut [T] = bytemuck::try_cast_slice_mut(self.take_bytes(bytes)?).ok()?;
+        block.get_mut(..len)
     }
 }

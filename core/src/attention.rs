@@ -83,9 +83,7 @@ pub fn attend_one(
                 // so its softmax is uniform over all `klen` keys. Reproduce that.
                 let weight = 1.0 / klen as f32;
                 for j in 0..klen {
-                    for (o, v) in out[h.clone()].iter_mut().zip(&memory.value(layer, j)[h.clone()]) {
-                        *o += weight * v;
-                    }
+                    memory.add_value(layer, j, head, weight, &mut out[h.clone()]);
                 }
                 continue;
             }
@@ -94,15 +92,13 @@ pub fn attend_one(
         for (score, j) in scores.iter_mut().zip(lo..=hi) {
             let distance = (shape.mlen + i - j).min(shape.max_distance);
             let position_key = &position_keys[distance * width..(distance + 1) * width];
-            let content = kernels::dot(&query[h.clone()], &memory.key(layer, j)[h.clone()]);
+            let content = memory.key_dot(layer, j, head, &query[h.clone()]);
             let position = kernels::dot(&query_pos[h.clone()], &position_key[h.clone()]);
             *score = (content + position) * scale;
         }
         kernels::softmax(scores);
         for (&p, j) in scores.iter().zip(lo..=hi) {
-            for (o, v) in out[h.clone()].iter_mut().zip(&memory.value(layer, j)[h.clone()]) {
-                *o += p * v;
-            }
+            memory.add_value(layer, j, head, p, &mut out[h.clone()]);
         }
     }
 }

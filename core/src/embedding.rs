@@ -6,8 +6,9 @@
 use crate::kernels;
 use crate::model::Model;
 
-/// `embedding(token) * sqrt(d_model) -> out (d_model)`. `token < n_token` (checked by the caller).
-pub fn embed(model: &Model<'_>, token: u32, out: &mut [f32]) {
+/// `embedding(token) * sqrt(d_model) -> out (d_model)`. `token < n_token` (checked by the caller);
+/// `row` (at least `d_embed`) and `scratch` (at least `d_embed`) are scratch.
+pub fn embed(model: &Model<'_>, token: u32, row: &mut [f32], scratch: &mut [i8], out: &mut [f32]) {
     let config = model.config();
     let cluster = config.cluster_of(token);
     let table = config.emb_table_of_cluster(cluster);
@@ -17,11 +18,13 @@ pub fn embed(model: &Model<'_>, token: u32, out: &mut [f32]) {
         config.cluster_range(cluster).0
     };
     let width = config.emb_dim(table) as usize;
-    let row_start = (token - first_token) as usize * width;
-    let row = &model.emb_layer(table)[row_start..row_start + width];
+    let row = &mut row[..width];
+    model
+        .emb_layer(table)
+        .row_to_f32((token - first_token) as usize, row);
     if config.has_emb_proj() {
         // emb_projs[i] (d_model, width) @ row (width) -> out (d_model)
-        kernels::matvec(model.emb_proj(table), row, out);
+        kernels::matvec(&model.emb_proj(table), row, out, scratch);
     } else {
         out.copy_from_slice(row);
     }

@@ -10,6 +10,7 @@ use crate::config::{Config, MAX_CUTOFFS};
 use crate::crc32::crc32;
 use crate::error::Error;
 use crate::tensors::{for_each_tensor, Shape, TensorLayout, TensorName};
+use crate::weights::{Matrix, MatrixData};
 
 /// The first eight bytes of every image.
 pub const MAGIC: [u8; 8] = *b"TXLMODEL";
@@ -39,13 +40,22 @@ const KNOWN_FLAGS: u32 = FLAG_TIE_WEIGHT | FLAG_PRE_LNORM | FLAG_UNTIE_R | FLAG_
 pub enum Dtype {
     /// IEEE 754 binary32, little-endian.
     F32 = 0,
-    /// IEEE 754 binary16, little-endian (reserved: not yet computed with).
+    /// IEEE 754 binary16, little-endian.
     F16 = 1,
-    /// Symmetric int8 with one f32 scale per row (reserved: not yet computed with).
+    /// Symmetric int8 with one f32 scale per row (and optionally one per column).
     Int8RowScaled = 2,
 }
 
 impl Dtype {
+    /// Bytes of one element's value (scales not included).
+    pub fn element_bytes(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::F16 => 2,
+            Dtype::Int8RowScaled => 1,
+        }
+    }
+
     fn from_u8(value: u8) -> Option<Dtype> {
         match value {
             0 => Some(Dtype::F32),
@@ -67,6 +77,10 @@ pub struct Entry {
     pub offset: usize,
     /// Payload length in bytes.
     pub bytes: usize,
+    /// Int8: offset of the `rows` f32 row scales.
+    pub row_scales_offset: usize,
+    /// Int8: offset of the `cols` f32 activation scales, or 0 when there are none.
+    pub act_scales_offset: usize,
 }
 
 /// A validated model image, borrowed in place (from flash on a device).
@@ -283,12 +297,11 @@ impl<'a> Image<'a> {
             });
         }
         let dtype = Dtype::from_u8(raw[48]).ok_or(Error::TensorDtype(name))?;
-        // This version computes in f32 only; f16 and int8 are reserved in the format.
-        if dtype != Dtype::F32 {
+        let (dims, ndim) = shape.dims();
+        if dtype != Dtype::F32 && !(name.is_matrix() && ndim == 2) {
             return Err(Error::TensorDtype(name));
         }
-        let (dims, ndim) = shape.dims();
-        let reserved_clear = raw[50..52] == [0, 0] && raw[68..80].iter().all(|&b| b == 0);
+        let reserved_clear = raw[50..52] == [0, 0] && raw[76..80].iter().all(|&b| b == 0);
         if raw[49] as usize != ndim
             || read_u32(raw, 52) != dims[0]
             || read_u32(raw, 56) != dims[1]
@@ -296,16 +309,34 @@ impl<'a> Image<'a> {
         {
             return Err(Error::TensorShape(name));
         }
+        let bounds = Error::TensorBounds(name);
+        // Each region must start aligned, after the previous one, and end before the CRC.
+        let mut region = |offset: usize, length: usize| -> Result<(), Error> {
+            let fits = offset >= *payload_floor
+                && offset % PAYLOAD_ALIGN == 0
+                && offset.checked_add(length).is_some_and(|end| end <= payload_end);
+            if !fits {
+                return Err(bounds);
+            }
+            *payload_floor = offset + length;
+            Ok(())
+        };
         let offset = read_u32(raw, 60) as usize;
         let length = read_u32(raw, 64) as usize;
-        let in_bounds = offset >= *payload_floor
-            && offset % PAYLOAD_ALIGN == 0
-            && length == shape.len() * 4
-            && offset.checked_add(length).is_some_and(|end| end <= payload_end);
-        if !in_bounds {
-            return Err(Error::TensorBounds(name));
+        if length != shape.len() * dtype.element_bytes() {
+            return Err(bounds);
         }
-        *payload_floor = offset + length;
+        region(offset, length)?;
+        let row_scales = read_u32(raw, 68) as usize;
+        let act_scales = read_u32(raw, 72) as usize;
+        if dtype == Dtype::Int8RowScaled {
+            region(row_scales, dims[0] as usize * 4)?;
+            if act_scales != 0 {
+                region(act_scales, dims[1] as usize * 4)?;
+            }
+        } else if row_scales != 0 || act_scales != 0 {
+            return Err(Error::TensorShape(name));
+        }
         Ok(())
     }
 
@@ -337,15 +368,42 @@ impl<'a> Image<'a> {
             shape,
             offset: read_u32(raw, 60) as usize,
             bytes: read_u32(raw, 64) as usize,
+            row_scales_offset: read_u32(raw, 68) as usize,
+            act_scales_offset: read_u32(raw, 72) as usize,
         }
     }
 
-    /// The f32 elements of tensor `index`, in place.
+    /// The f32 elements of vector tensor `index`, in place (`parse` checked vectors are f32).
     pub fn f32_tensor(&self, index: usize) -> &'a [f32] {
         let entry = self.entry(index);
+        self.f32_region(entry.offset, entry.bytes / 4)
+    }
+
+    /// Matrix tensor `index`, in place, in whatever dtype it is stored.
+    pub fn matrix(&self, index: usize) -> Matrix<'a> {
+        let entry = self.entry(index);
+        let (rows, cols) = match entry.shape {
+            Shape::Matrix(r, c) => (r as usize, c as usize),
+            Shape::Vector(n) => (1, n as usize),
+        };
         let payload = &self.bytes[entry.offset..entry.offset + entry.bytes];
-        // `parse` checked alignment and length, so this cast cannot fail.
-        bytemuck::try_cast_slice(payload).unwrap_or(&[])
+        // `parse` checked alignment and lengths, so these casts cannot fail.
+        let data = match entry.dtype {
+            Dtype::F32 => MatrixData::F32(bytemuck::try_cast_slice(payload).unwrap_or(&[])),
+            Dtype::F16 => MatrixData::F16(bytemuck::try_cast_slice(payload).unwrap_or(&[])),
+            Dtype::Int8RowScaled => MatrixData::Int8 {
+                values: bytemuck::try_cast_slice(payload).unwrap_or(&[]),
+                row_scales: self.f32_region(entry.row_scales_offset, rows),
+                act_scales: (entry.act_scales_offset != 0)
+                    .then(|| self.f32_region(entry.act_scales_offset, cols)),
+            },
+        };
+        Matrix { rows, cols, data }
+    }
+
+    fn f32_region(&self, offset: usize, len: usize) -> &'a [f32] {
+        let bytes = &self.bytes[offset..offset + len * 4];
+        bytemuck::try_cast_slice(bytes).unwrap_or(&[])
     }
 }
 
@@ -355,14 +413,68 @@ impl<'a> Image<'a> {
 pub enum Payload<'d> {
     /// f32 elements, row-major.
     F32(&'d [f32]),
+    /// f16 elements, row-major (matrices only).
+    F16(&'d [half::f16]),
+    /// int8 values with their scales (matrices only): `W[r][c] = values[r][c] * row_scales[r] *
+    /// act_scales[c]`.
+    Int8 {
+        /// `(rows, cols)` values.
+        values: &'d [i8],
+        /// `(rows)` scales.
+        row_scales: &'d [f32],
+        /// `(cols)` activation scales, if any.
+        act_scales: Option<&'d [f32]>,
+    },
+}
+
+#[cfg(feature = "alloc")]
+impl Payload<'_> {
+    fn dtype(&self) -> Dtype {
+        match self {
+            Payload::F32(_) => Dtype::F32,
+            Payload::F16(_) => Dtype::F16,
+            Payload::Int8 { .. } => Dtype::Int8RowScaled,
+        }
+    }
+
+    fn elements(&self) -> usize {
+        match self {
+            Payload::F32(d) => d.len(),
+            Payload::F16(d) => d.len(),
+            Payload::Int8 { values, .. } => values.len(),
+        }
+    }
+
+    /// The regions this payload occupies, in order: values, then any scales.
+    fn regions(&self) -> [Option<alloc::vec::Vec<u8>>; 3] {
+        let floats = |d: &[f32]| d.iter().flat_map(|v| v.to_le_bytes()).collect();
+        match self {
+            Payload::F32(d) => [Some(floats(d)), None, None],
+            Payload::F16(d) => [
+                Some(d.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect()),
+                None,
+                None,
+            ],
+            Payload::Int8 {
+                values,
+                row_scales,
+                act_scales,
+            } => [
+                Some(values.iter().map(|&v| v as u8).collect()),
+                Some(floats(row_scales)),
+                act_scales.map(floats),
+            ],
+        }
+    }
 }
 
 /// Builds an image from `config` and its tensors, given in canonical order
-/// ([`for_each_tensor`]). Fails with the first tensor that is missing, misplaced or misshapen.
+/// ([`for_each_tensor`]). Fails with the first tensor that is missing, misplaced, misshapen,
+/// or in a dtype its kind cannot have (vectors are f32).
 #[cfg(feature = "alloc")]
-pub fn write_image<'d>(
+pub fn write_image(
     config: &Config,
-    tensors: &[(TensorName, Payload<'d>)],
+    tensors: &[(TensorName, Payload<'_>)],
 ) -> Result<alloc::vec::Vec<u8>, Error> {
     use alloc::vec::Vec;
 
@@ -379,6 +491,7 @@ pub fn write_image<'d>(
 
     let align = |n: usize| n.div_ceil(PAYLOAD_ALIGN) * PAYLOAD_ALIGN;
     let mut entries = Vec::with_capacity(tensors.len() * ENTRY_BYTES);
+    let mut payloads: Vec<(usize, Vec<u8>)> = Vec::new();
     let mut offset = align(HEADER_BYTES + tensors.len() * ENTRY_BYTES);
     for (index, ((name, payload), (expected_name, shape))) in tensors.iter().zip(&expected).enumerate() {
         if name != expected_name {
@@ -387,9 +500,23 @@ pub fn write_image<'d>(
                 expected: *expected_name,
             });
         }
-        let Payload::F32(data) = payload;
-        if data.len() != shape.len() {
+        let (dims, ndim) = shape.dims();
+        if payload.elements() != shape.len() {
             return Err(Error::TensorShape(*name));
+        }
+        if payload.dtype() != Dtype::F32 && !(name.is_matrix() && ndim == 2) {
+            return Err(Error::TensorDtype(*name));
+        }
+        if let Payload::Int8 {
+            row_scales,
+            act_scales,
+            ..
+        } = payload
+        {
+            let cols_ok = act_scales.is_none_or(|a| a.len() == dims[1] as usize);
+            if row_scales.len() != dims[0] as usize || !cols_ok {
+                return Err(Error::TensorShape(*name));
+            }
         }
         let mut entry = [0u8; ENTRY_BYTES];
         let text = alloc::format!("{name}");
@@ -400,16 +527,24 @@ pub fn write_image<'d>(
             });
         }
         entry[..text.len()].copy_from_slice(text.as_bytes());
-        let (dims, ndim) = shape.dims();
-        entry[48] = Dtype::F32 as u8;
+        entry[48] = payload.dtype() as u8;
         entry[49] = ndim as u8;
         entry[52..56].copy_from_slice(&dims[0].to_le_bytes());
         entry[56..60].copy_from_slice(&dims[1].to_le_bytes());
-        let bytes = data.len() * 4;
-        entry[60..64].copy_from_slice(&(offset as u32).to_le_bytes());
-        entry[64..68].copy_from_slice(&(bytes as u32).to_le_bytes());
+        let regions = payload.regions();
+        // values at 60/64; row scales at 68; activation scales at 72.
+        for (slot, region) in regions.into_iter().enumerate() {
+            let Some(bytes) = region else { continue };
+            let at = [60, 68, 72][slot];
+            entry[at..at + 4].copy_from_slice(&(offset as u32).to_le_bytes());
+            if slot == 0 {
+                entry[64..68].copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+            }
+            let next = align(offset + bytes.len());
+            payloads.push((offset, bytes));
+            offset = next;
+        }
         entries.extend_from_slice(&entry);
-        offset = align(offset + bytes);
     }
     let image_bytes = offset + CRC_BYTES;
     if image_bytes > u32::MAX as usize {
@@ -418,12 +553,9 @@ pub fn write_image<'d>(
     let mut image = Vec::with_capacity(image_bytes);
     image.extend_from_slice(&encode_header(config, image_bytes as u32, tensors.len() as u32));
     image.extend_from_slice(&entries);
-    for (_, payload) in tensors {
-        image.resize(align(image.len()), 0);
-        let Payload::F32(data) = payload;
-        for value in data.iter() {
-            image.extend_from_slice(&value.to_le_bytes());
-        }
+    for (at, bytes) in payloads {
+        image.resize(at, 0);
+        image.extend_from_slice(&bytes);
     }
     image.resize(image_bytes - CRC_BYTES, 0);
     let crc = crc32(&image);

@@ -15,7 +15,12 @@
 //!   log-softmax. See [`Session::forward`]; the code in `session.rs` reads top to bottom like
 //!   the paper.
 //! - Keeps the recurrence memory as a ring buffer of each layer's cached keys and values, so
-//!   no position's projections are ever computed twice.
+//!   no position's projections are ever computed twice; the cache is f32, f16, or int8 with a
+//!   scale per position and head ([`MemDtype`]).
+//! - Computes with each weight matrix in the precision the image stores it: f32, f16 (widened,
+//!   f32 accumulation) or int8 with per-row scales as W8A8 (activations quantized per token,
+//!   i32 accumulation); see [`weights`]. LayerNorm, softmax and residuals stay f32. The scalar
+//!   kernels in [`kernels`] are the reference any faster kernel must match.
 //!
 //! ## How memory works
 //! Everything a session needs lives in one caller-provided arena. [`Session::arena_bytes`]
@@ -28,7 +33,8 @@
 //!   adds the image writer for host tools).
 //! - Panic on input: a truncated or corrupt image, a short arena, an out-of-range token id or
 //!   a too-long segment come back as an [`Error`]. A panic on input is a bug.
-//! - Approximate silently: the math is exact f32 (`libm`'s `expf`, `sqrtf`, `sinf`, `cosf`).
+//! - Approximate silently: the f32 math is exact (`libm`'s `expf`, `sqrtf`, `sin`, `cos`), and the
+//!   only approximations are the ones the image or the options ask for (f16 / int8).
 //!
 //! ## Example
 //! ```
@@ -67,10 +73,12 @@ pub mod output;
 pub mod sampling;
 pub mod session;
 pub mod tensors;
+pub mod weights;
 
 pub use config::Config;
 pub use crc32::crc32;
 pub use error::{ConfigError, Error};
 pub use image::Image;
+pub use memory::MemDtype;
 pub use model::Model;
-pub use session::{MemInit, Session, SessionOptions};
+pub use session::{Linear, MemInit, Probe, Session, SessionOptions};

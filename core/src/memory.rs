@@ -5,15 +5,132 @@
 //! positions after the `len` remembered ones (logical positions `len..len + qlen`), attends
 //! over all of them, then [`Memory::commit`] keeps the last `mem_len`: the original code's
 //! `_update_mems` with `ext_len = 0`, without moving any data.
+//!
+//! Keys and values are stored in f32, f16, or int8 with one scale per (position, head)
+//! ([`MemDtype`]); attention reads them only through [`Memory::key_dot`] and
+//! [`Memory::add_value`], so it does not care which.
 
-/// Cached keys and values of every layer.
+use half::f16;
+
+/// How the cached keys and values are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum MemDtype {
+    /// f32: exact.
+    #[default]
+    F32,
+    /// f16: half the bytes.
+    F16,
+    /// Symmetric int8 with one f32 scale per position and head: about a quarter of the bytes.
+    Int8,
+}
+
+impl MemDtype {
+    /// Bytes to store `rows` rows of `width` elements split into heads of `d_head`.
+    pub fn bytes(self, rows: usize, width: usize, d_head: usize) -> Option<usize> {
+        let elements = rows.checked_mul(width)?;
+        match self {
+            MemDtype::F32 => elements.checked_mul(4),
+            MemDtype::F16 => elements.checked_mul(2),
+            // values, padded to 16 bytes, then one f32 scale per head
+            MemDtype::Int8 => {
+                int8_values_bytes(elements)?.checked_add((elements / d_head.max(1)).checked_mul(4)?)
+            }
+        }
+    }
+}
+
+/// Bytes of the int8 values of `elements`, padded so the scales after them are aligned.
+pub(crate) fn int8_values_bytes(elements: usize) -> Option<usize> {
+    Some(elements.checked_add(15)? / 16 * 16)
+}
+
+/// One of the two caches (keys or values) in its storage type.
+#[derive(Debug)]
+pub(crate) enum Store<'a> {
+    F32(&'a mut [f32]),
+    F16(&'a mut [f16]),
+    Int8 {
+        values: &'a mut [i8],
+        scales: &'a mut [f32],
+    },
+}
+
+impl Store<'_> {
+    /// Writes `row` (`width` elements at row offset `at`, split into heads of `d_head`).
+    fn write(&mut self, at: usize, d_head: usize, row: &[f32]) {
+        match self {
+            Store::F32(s) => s[at..at + row.len()].copy_from_slice(row),
+            Store::F16(s) => {
+                for (o, &v) in s[at..at + row.len()].iter_mut().zip(row) {
+                    *o = f16::from_f32(v);
+                }
+            }
+            Store::Int8 { values, scales } => {
+                for (head, chunk) in row.chunks_exact(d_head).enumerate() {
+                    let start = at + head * d_head;
+                    let max_abs = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    let scale = if max_abs > 0.0 && max_abs.is_finite() {
+                        max_abs / 127.0
+                    } else {
+                        0.0
+                    };
+                    let inverse = if scale > 0.0 { 127.0 / max_abs } else { 0.0 };
+                    for (o, &v) in values[start..start + d_head].iter_mut().zip(chunk) {
+                        *o = libm::roundf(v * inverse).clamp(-127.0, 127.0) as i8;
+                    }
+                    scales[start / d_head] = scale;
+                }
+            }
+        }
+    }
+
+    /// `x · stored[at..at + x.len()]` (one head: `at` is a multiple of `d_head`).
+    fn dot(&self, at: usize, d_head: usize, x: &[f32]) -> f32 {
+        match self {
+            Store::F32(s) => crate::kernels::dot(x, &s[at..at + x.len()]),
+            Store::F16(s) => crate::kernels::dot_f16(&s[at..at + x.len()], x),
+            Store::Int8 { values, scales } => {
+                let mut acc = 0.0f32;
+                for (&q, &v) in values[at..at + x.len()].iter().zip(x) {
+                    acc += q as f32 * v;
+                }
+                acc * scales[at / d_head]
+            }
+        }
+    }
+
+    /// `out += p * stored[at..at + out.len()]` (one head).
+    fn axpy(&self, at: usize, d_head: usize, p: f32, out: &mut [f32]) {
+        let end = at + out.len();
+        match self {
+            Store::F32(s) => {
+                for (o, &v) in out.iter_mut().zip(&s[at..end]) {
+                    *o += p * v;
+                }
+            }
+            Store::F16(s) => {
+                for (o, v) in out.iter_mut().zip(&s[at..end]) {
+                    *o += p * v.to_f32();
+                }
+            }
+            Store::Int8 { values, scales } => {
+                let weight = p * scales[at / d_head];
+                for (o, &q) in out.iter_mut().zip(&values[at..end]) {
+                    *o += weight * q as f32;
+                }
+            }
+        }
+    }
+}
+
+/// Cached keys and values of every layer: `(n_layer, capacity, width)` each.
 #[derive(Debug)]
 pub struct Memory<'a> {
-    /// `(n_layer, capacity, width)`.
-    keys: &'a mut [f32],
-    /// `(n_layer, capacity, width)`.
-    values: &'a mut [f32],
+    keys: Store<'a>,
+    values: Store<'a>,
     width: usize,
+    d_head: usize,
     capacity: usize,
     mem_len: usize,
     /// Ring slot of logical position 0.
@@ -23,11 +140,10 @@ pub struct Memory<'a> {
 }
 
 impl<'a> Memory<'a> {
-    /// A memory over the given buffers, each `n_layer * capacity * width` long.
-    pub fn new(
-        keys: &'a mut [f32],
-        values: &'a mut [f32],
-        width: usize,
+    pub(crate) fn new(
+        keys: Store<'a>,
+        values: Store<'a>,
+        (width, d_head): (usize, usize),
         capacity: usize,
         mem_len: usize,
     ) -> Self {
@@ -35,6 +151,7 @@ impl<'a> Memory<'a> {
             keys,
             values,
             width,
+            d_head,
             capacity,
             mem_len,
             start: 0,
@@ -63,25 +180,23 @@ impl<'a> Memory<'a> {
         (layer * self.capacity + slot) * self.width
     }
 
-    /// The key and value rows of logical `position` (`< capacity`) of `layer`, to write.
-    pub fn slot_mut(&mut self, layer: usize, position: usize) -> (&mut [f32], &mut [f32]) {
+    /// Stores the key and value rows (`width` each) of logical `position` (`< capacity`).
+    pub fn write(&mut self, layer: usize, position: usize, key: &[f32], value: &[f32]) {
         let at = self.offset(layer, position);
-        (
-            &mut self.keys[at..at + self.width],
-            &mut self.values[at..at + self.width],
-        )
+        self.keys.write(at, self.d_head, key);
+        self.values.write(at, self.d_head, value);
     }
 
-    /// The key row of logical `position` of `layer`.
-    pub fn key(&self, layer: usize, position: usize) -> &[f32] {
-        let at = self.offset(layer, position);
-        &self.keys[at..at + self.width]
+    /// `query_head · key[layer][position][head]`.
+    pub fn key_dot(&self, layer: usize, position: usize, head: usize, query_head: &[f32]) -> f32 {
+        let at = self.offset(layer, position) + head * self.d_head;
+        self.keys.dot(at, self.d_head, query_head)
     }
 
-    /// The value row of logical `position` of `layer`.
-    pub fn value(&self, layer: usize, position: usize) -> &[f32] {
-        let at = self.offset(layer, position);
-        &self.values[at..at + self.width]
+    /// `out_head += p * value[layer][position][head]`.
+    pub fn add_value(&self, layer: usize, position: usize, head: usize, p: f32, out_head: &mut [f32]) {
+        let at = self.offset(layer, position) + head * self.d_head;
+        self.values.axpy(at, self.d_head, p, out_head);
     }
 
     /// After a segment of `qlen` positions: keep the last `mem_len` of `len + qlen`.

@@ -4,6 +4,7 @@ use crate::config::{Config, MAX_CLUSTERS};
 use crate::error::Error;
 use crate::image::Image;
 use crate::tensors::{for_each_tensor, LayerTensor, TensorName};
+use crate::weights::Matrix;
 
 /// One decoder layer's weights, borrowed from the image.
 #[derive(Clone, Copy, Debug)]
@@ -13,21 +14,21 @@ pub struct LayerWeights<'a> {
     /// `(n_head, d_head)` position bias `v`.
     pub r_r_bias: &'a [f32],
     /// `(3 * n_head * d_head, d_model)`: queries, keys, values.
-    pub qkv: &'a [f32],
+    pub qkv: Matrix<'a>,
     /// `(n_head * d_head, d_model)`: position embedding to position keys.
-    pub r_net: &'a [f32],
+    pub r_net: Matrix<'a>,
     /// `(d_model, n_head * d_head)`: attention output.
-    pub o_net: &'a [f32],
+    pub o_net: Matrix<'a>,
     /// `(d_model)` attention LayerNorm gain.
     pub attn_norm_weight: &'a [f32],
     /// `(d_model)` attention LayerNorm bias.
     pub attn_norm_bias: &'a [f32],
     /// `(d_inner, d_model)`.
-    pub ff1_weight: &'a [f32],
+    pub ff1_weight: Matrix<'a>,
     /// `(d_inner)`.
     pub ff1_bias: &'a [f32],
     /// `(d_model, d_inner)`.
-    pub ff2_weight: &'a [f32],
+    pub ff2_weight: Matrix<'a>,
     /// `(d_model)`.
     pub ff2_bias: &'a [f32],
     /// `(d_model)` feed-forward LayerNorm gain.
@@ -102,18 +103,18 @@ impl<'a> Model<'a> {
     }
 
     /// `(tokens of table i, emb_dim(i))` embedding table `i`.
-    pub fn emb_layer(&self, table: usize) -> &'a [f32] {
-        self.image.f32_tensor(self.globals.emb_layer[table])
+    pub fn emb_layer(&self, table: usize) -> Matrix<'a> {
+        self.image.matrix(self.globals.emb_layer[table])
     }
 
     /// `(d_model, emb_dim(i))` embedding projection `i` (only when `has_emb_proj`).
-    pub fn emb_proj(&self, table: usize) -> &'a [f32] {
-        self.image.f32_tensor(self.globals.emb_proj[table])
+    pub fn emb_proj(&self, table: usize) -> Matrix<'a> {
+        self.image.matrix(self.globals.emb_proj[table])
     }
 
     /// `(tokens of layer i, emb_dim(i))` output weight `i` (the embedding table when tied).
-    pub fn out_weight(&self, table: usize) -> &'a [f32] {
-        self.image.f32_tensor(self.globals.out_weight[table])
+    pub fn out_weight(&self, table: usize) -> Matrix<'a> {
+        self.image.matrix(self.globals.out_weight[table])
     }
 
     /// `(tokens of layer i)` output bias `i`.
@@ -122,13 +123,13 @@ impl<'a> Model<'a> {
     }
 
     /// `(d_model, width)` output projection of cluster `i` (only when `has_out_proj`).
-    pub fn out_proj(&self, cluster: usize) -> &'a [f32] {
-        self.image.f32_tensor(self.globals.out_proj[cluster])
+    pub fn out_proj(&self, cluster: usize) -> Matrix<'a> {
+        self.image.matrix(self.globals.out_proj[cluster])
     }
 
     /// `(n_clusters, d_embed)` head logits of the tail clusters.
-    pub fn cluster_weight(&self) -> &'a [f32] {
-        self.image.f32_tensor(self.globals.cluster_weight)
+    pub fn cluster_weight(&self) -> Matrix<'a> {
+        self.image.matrix(self.globals.cluster_weight)
     }
 
     /// `(n_clusters)`.
@@ -140,6 +141,7 @@ impl<'a> Model<'a> {
     pub fn layer(&self, layer: usize) -> LayerWeights<'a> {
         let layout = self.image.layout();
         let tensor = |t: LayerTensor| self.image.f32_tensor(layout.layer_index(layer, t));
+        let matrix = |t: LayerTensor| self.image.matrix(layout.layer_index(layer, t));
         let (r_w_bias, r_r_bias) = if self.config().untie_r {
             (tensor(LayerTensor::RWBias), tensor(LayerTensor::RRBias))
         } else {
@@ -151,14 +153,14 @@ impl<'a> Model<'a> {
         LayerWeights {
             r_w_bias,
             r_r_bias,
-            qkv: tensor(LayerTensor::QkvWeight),
-            r_net: tensor(LayerTensor::RWeight),
-            o_net: tensor(LayerTensor::OWeight),
+            qkv: matrix(LayerTensor::QkvWeight),
+            r_net: matrix(LayerTensor::RWeight),
+            o_net: matrix(LayerTensor::OWeight),
             attn_norm_weight: tensor(LayerTensor::AttnNormWeight),
             attn_norm_bias: tensor(LayerTensor::AttnNormBias),
-            ff1_weight: tensor(LayerTensor::Ff1Weight),
+            ff1_weight: matrix(LayerTensor::Ff1Weight),
             ff1_bias: tensor(LayerTensor::Ff1Bias),
-            ff2_weight: tensor(LayerTensor::Ff2Weight),
+            ff2_weight: matrix(LayerTensor::Ff2Weight),
             ff2_bias: tensor(LayerTensor::Ff2Bias),
             ff_norm_weight: tensor(LayerTensor::FfNormWeight),
             ff_norm_bias: tensor(LayerTensor::FfNormBias),

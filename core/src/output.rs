@@ -9,30 +9,34 @@ use crate::config::MAX_CUTOFFS;
 use crate::kernels;
 use crate::model::Model;
 
-/// `ln p(token | hidden) -> log_probs (n_token)` for every token. `projected` is scratch of at
-/// least `d_embed` floats.
-pub fn log_probs(model: &Model<'_>, hidden: &[f32], projected: &mut [f32], log_probs: &mut [f32]) {
+/// `ln p(token | hidden) -> log_probs (n_token)` for every token. `projected` (at least
+/// `d_embed` floats) and `scratch` (at least `max(d_model, d_embed)`) are scratch.
+pub fn log_probs(
+    model: &Model<'_>,
+    hidden: &[f32],
+    projected: &mut [f32],
+    scratch: &mut [i8],
+    log_probs: &mut [f32],
+) {
     let config = model.config();
     let n_clusters = config.n_clusters();
 
     // The head: shortlist logits, then the tail clusters' logits.
     let (head_start, head_end) = config.cluster_range(0);
-    let head_hidden = project(model, 0, hidden, projected);
-    cluster_logits(
-        model,
-        0,
-        head_hidden,
-        &mut log_probs[head_start as usize..head_end as usize],
-    );
+    let head_hidden = project(model, 0, hidden, projected, scratch);
+    let shortlist = &mut log_probs[head_start as usize..head_end as usize];
+    cluster_logits(model, 0, head_hidden, scratch, shortlist);
     let mut tail_logits = [0.0f32; MAX_CUTOFFS];
     let tail_logits = &mut tail_logits[..n_clusters];
     if n_clusters > 0 {
         // cluster_weight (n_clusters, d_embed) @ head_hidden (d_embed) + cluster_bias -> (n_clusters)
+        let cluster_weight = model.cluster_weight();
         kernels::matvec_bias(
-            model.cluster_weight(),
+            &cluster_weight,
             model.cluster_bias(),
             head_hidden,
             tail_logits,
+            scratch,
         );
     }
     let shortlist = &mut log_probs[..head_end as usize];
@@ -50,9 +54,9 @@ pub fn log_probs(model: &Model<'_>, hidden: &[f32], projected: &mut [f32], log_p
     // Each tail: ln p(cluster) + ln p(token | cluster).
     for cluster in 1..=n_clusters {
         let (start, end) = config.cluster_range(cluster);
-        let tail_hidden = project(model, cluster, hidden, projected);
+        let tail_hidden = project(model, cluster, hidden, projected, scratch);
         let tail = &mut log_probs[start as usize..end as usize];
-        cluster_logits(model, cluster, tail_hidden, tail);
+        cluster_logits(model, cluster, tail_hidden, scratch, tail);
         kernels::log_softmax(tail);
         for v in tail.iter_mut() {
             *v += tail_logits[cluster - 1];
@@ -61,22 +65,27 @@ pub fn log_probs(model: &Model<'_>, hidden: &[f32], projected: &mut [f32], log_p
 }
 
 /// `hidden (d_model) @ out_projs[cluster] (d_model, width) -> (width)`, or `hidden` itself.
-fn project<'p>(model: &Model<'_>, cluster: usize, hidden: &'p [f32], projected: &'p mut [f32]) -> &'p [f32] {
+fn project<'p>(
+    model: &Model<'_>,
+    cluster: usize,
+    hidden: &'p [f32],
+    projected: &'p mut [f32],
+    scratch: &mut [i8],
+) -> &'p [f32] {
     let config = model.config();
     if !config.has_out_proj() {
         return hidden;
     }
     let width = config.emb_dim(config.emb_table_of_cluster(cluster)) as usize;
     let out = &mut projected[..width];
-    kernels::vecmat(hidden, model.out_proj(cluster), out);
+    kernels::vecmat(hidden, &model.out_proj(cluster), out, scratch);
     out
 }
 
 /// Logits of cluster `cluster`'s own tokens: `W_i (n_i, width) @ x (width) + b_i -> out (n_i)`.
-fn cluster_logits(model: &Model<'_>, cluster: usize, x: &[f32], out: &mut [f32]) {
+fn cluster_logits(model: &Model<'_>, cluster: usize, x: &[f32], scratch: &mut [i8], out: &mut [f32]) {
     let config = model.config();
     let table = config.emb_table_of_cluster(cluster);
-    let width = x.len();
     // With div_val = 1 one table covers every cluster: take the cluster's rows.
     let first_row = if config.div_val == 1 {
         config.cluster_range(cluster).0 as usize
@@ -84,7 +93,7 @@ fn cluster_logits(model: &Model<'_>, cluster: usize, x: &[f32], out: &mut [f32])
         0
     };
     let rows = out.len();
-    let weight = &model.out_weight(table)[first_row * width..(first_row + rows) * width];
+    let weight = model.out_weight(table).row_range(first_row, first_row + rows);
     let bias = &model.out_bias(table)[first_row..first_row + rows];
-    kernels::matvec_bias(weight, bias, x, out);
+    kernels::matvec_bias(&weight, bias, x, out, scratch);
 }

@@ -7,9 +7,38 @@ use crate::config::Config;
 use crate::embedding;
 use crate::error::Error;
 use crate::kernels;
-use crate::memory::Memory;
+use crate::memory::{int8_values_bytes, MemDtype, Memory, Store};
 use crate::model::Model;
 use crate::output;
+
+/// A linear layer of a decoder layer, as [`Probe`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Linear {
+    /// `qkv_net`: input is the (normalized) layer input.
+    Qkv,
+    /// `o_net`: input is the attention output.
+    ONet,
+    /// The first feed-forward layer: input is the (normalized) attention sub-layer output.
+    Ff1,
+    /// The second feed-forward layer: input is the ReLU output.
+    Ff2,
+}
+
+/// Sees what the forward pass computes, for calibration and error reports. Every method has
+/// an empty default; `()` implements it and observes nothing.
+pub trait Probe {
+    /// The input row `x` of `layer`'s linear layer `linear`, for one position.
+    fn linear_input(&mut self, layer: usize, linear: Linear, x: &[f32]) {
+        let _ = (layer, linear, x);
+    }
+
+    /// `layer`'s output hidden state at `position` of the segment.
+    fn layer_output(&mut self, layer: usize, position: usize, hidden: &[f32]) {
+        let _ = (layer, position, hidden);
+    }
+}
+
+impl Probe for () {}
 
 /// How the recurrence memory starts (and restarts after [`Session::reset`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -36,6 +65,8 @@ pub struct SessionOptions {
     pub same_length: bool,
     /// How the memory starts.
     pub mem_init: MemInit,
+    /// How the cached keys and values are stored.
+    pub mem_dtype: MemDtype,
 }
 
 impl SessionOptions {
@@ -47,6 +78,7 @@ impl SessionOptions {
             clamp_len: config.clamp_len,
             same_length: config.same_length,
             mem_init: MemInit::Empty,
+            mem_dtype: MemDtype::F32,
         }
     }
 
@@ -70,11 +102,35 @@ struct Buffers<'a> {
     queries: &'a mut [f32],
     attn_vec: &'a mut [f32],
     query_pos: &'a mut [f32],
+    key_value: &'a mut [f32],
     scores: &'a mut [f32],
     ff_inner: &'a mut [f32],
     row: &'a mut [f32],
-    out_proj: &'a mut [f32],
+    embed_row: &'a mut [f32],
     log_probs: &'a mut [f32],
+    quantized: &'a mut [i8],
+}
+
+/// Carves one cache (keys or values) of `bytes` bytes holding `elements` in `dtype`.
+fn take_store<'a>(
+    carver: &mut Carver<'a>,
+    bytes: usize,
+    dtype: MemDtype,
+    elements: usize,
+) -> Option<Store<'a>> {
+    Some(match dtype {
+        MemDtype::F32 => Store::F32(bytemuck::try_cast_slice_mut(carver.take_bytes(bytes)?).ok()?),
+        MemDtype::F16 => Store::F16(bytemuck::try_cast_slice_mut(carver.take_bytes(bytes)?).ok()?),
+        MemDtype::Int8 => {
+            // the values (padded to 16 bytes), then one f32 scale per (position, head)
+            let whole = carver.take_bytes(bytes)?;
+            let (values, scales) = whole.split_at_mut(int8_values_bytes(elements)?);
+            Store::Int8 {
+                values: bytemuck::try_cast_slice_mut(values).ok()?,
+                scales: bytemuck::try_cast_slice_mut(scales).ok()?,
+            }
+        }
+    })
 }
 
 /// A model plus its arena: memory, activations and scratch.
@@ -104,27 +160,47 @@ impl<'m, 'a> Session<'m, 'a> {
             });
         }
         let mut carver = Carver::new(arena)?;
-        let mut take = |len| carver.take(len).ok_or(Error::ArenaTooSmall { needed, got: 0 });
-        let keys = take(layout.keys)?;
-        let values = take(layout.values)?;
-        let buffers = Buffers {
-            position_keys: take(layout.position_keys)?,
-            hidden: take(layout.hidden)?,
-            normed: take(layout.normed)?,
-            queries: take(layout.queries)?,
-            attn_vec: take(layout.attn_vec)?,
-            query_pos: take(layout.query_pos)?,
-            scores: take(layout.scores)?,
-            ff_inner: take(layout.ff_inner)?,
-            row: take(layout.row)?,
-            out_proj: take(layout.out_proj)?,
-            log_probs: take(layout.log_probs)?,
-        };
+        let short = Error::ArenaTooSmall { needed, got: 0 };
         let capacity = options.mem_len as usize + options.tgt_len as usize;
+        let width = config.qkv_width() as usize;
+        let cache_elements = config.n_layer as usize * capacity * width;
+        let mut cache =
+            |bytes| take_store(&mut carver, bytes, options.mem_dtype, cache_elements).ok_or(short);
+        let keys = cache(layout.keys)?;
+        let values = cache(layout.values)?;
+        let mut take = |len| carver.take::<f32>(len).ok_or(short);
+        let position_keys = take(layout.position_keys)?;
+        let hidden = take(layout.hidden)?;
+        let normed = take(layout.normed)?;
+        let queries = take(layout.queries)?;
+        let attn_vec = take(layout.attn_vec)?;
+        let query_pos = take(layout.query_pos)?;
+        let key_value = take(layout.key_value)?;
+        let scores = take(layout.scores)?;
+        let ff_inner = take(layout.ff_inner)?;
+        let row = take(layout.row)?;
+        let embed_row = take(layout.embed_row)?;
+        let log_probs = take(layout.log_probs)?;
+        let quantized = carver.take::<i8>(layout.quantized).ok_or(short)?;
+        let buffers = Buffers {
+            position_keys,
+            hidden,
+            normed,
+            queries,
+            attn_vec,
+            query_pos,
+            key_value,
+            scores,
+            ff_inner,
+            row,
+            embed_row,
+            log_probs,
+            quantized,
+        };
         let memory = Memory::new(
             keys,
             values,
-            config.qkv_width() as usize,
+            (width, config.d_head as usize),
             capacity,
             options.mem_len as usize,
         );
@@ -166,13 +242,24 @@ impl<'m, 'a> Session<'m, 'a> {
     /// position `i`, where `log_probs[t] = ln p(token t follows tokens[..=i] | memory)`.
     /// Afterwards the memory holds the last `mem_len` positions.
     pub fn forward(&mut self, tokens: &[u32], on_row: impl FnMut(usize, &[f32])) -> Result<(), Error> {
-        self.forward_from(tokens, 0, on_row)
+        self.forward_from(tokens, 0, on_row, &mut ())
+    }
+
+    /// Like [`Session::forward`], and shows `probe` the inputs of every linear layer and every
+    /// layer's output (for calibration and error reports; `()` observes nothing, at no cost).
+    pub fn forward_probed(
+        &mut self,
+        tokens: &[u32],
+        on_row: impl FnMut(usize, &[f32]),
+        probe: &mut impl Probe,
+    ) -> Result<(), Error> {
+        self.forward_from(tokens, 0, on_row, probe)
     }
 
     /// Like [`Session::forward`], but computes the output row of the last position only (for
     /// generation).
     pub fn forward_last(&mut self, tokens: &[u32], on_row: impl FnMut(usize, &[f32])) -> Result<(), Error> {
-        self.forward_from(tokens, tokens.len().saturating_sub(1), on_row)
+        self.forward_from(tokens, tokens.len().saturating_sub(1), on_row, &mut ())
     }
 
     fn check_segment(&self, tokens: &[u32]) -> Result<(), Error> {
@@ -196,6 +283,7 @@ impl<'m, 'a> Session<'m, 'a> {
         tokens: &[u32],
         first_output: usize,
         mut on_row: impl FnMut(usize, &[f32]),
+        probe: &mut impl Probe,
     ) -> Result<(), Error> {
         self.check_segment(tokens)?;
         let config = *self.model.config();
@@ -209,7 +297,7 @@ impl<'m, 'a> Session<'m, 'a> {
 
         // Word embedding, scaled by sqrt(d_model): hidden (qlen, d_model)
         for (token, h) in tokens.iter().zip(b.hidden.chunks_exact_mut(d_model)) {
-            embedding::embed(&self.model, *token, h);
+            embedding::embed(&self.model, *token, b.embed_row, b.quantized, h);
         }
 
         let shape = AttentionShape {
@@ -237,15 +325,16 @@ impl<'m, 'a> Session<'m, 'a> {
                 }
             }
 
-            // q, k, v = W_qkv (3 * width, d_model) @ x (d_model); k and v go to the memory ring
-            // at positions mlen..mlen + qlen, q to queries (qlen, width).
-            let (w_q, w_kv) = w.qkv.split_at(width * d_model);
-            let (w_k, w_v) = w_kv.split_at(width * d_model);
+            // q, k, v = W_qkv (3 * width, d_model) @ x (d_model): q to queries (qlen, width), k and v
+            // to the memory ring at positions mlen..mlen + qlen.
+            let w_q = w.qkv.row_range(0, width);
+            let w_kv = w.qkv.row_range(width, 3 * width);
             for (i, x) in normed.chunks_exact(d_model).enumerate() {
-                kernels::matvec(w_q, x, &mut b.queries[i * width..(i + 1) * width]);
-                let (k, v) = self.memory.slot_mut(layer, mlen + i);
-                kernels::matvec(w_k, x, k);
-                kernels::matvec(w_v, x, v);
+                probe.linear_input(layer, Linear::Qkv, x);
+                kernels::matvec(&w_q, x, &mut b.queries[i * width..(i + 1) * width], b.quantized);
+                kernels::matvec(&w_kv, x, b.key_value, b.quantized);
+                let (key, value) = b.key_value.split_at(width);
+                self.memory.write(layer, mlen + i, key, value);
             }
 
             // Relative attention per query: attn_vec (qlen, width)
@@ -275,7 +364,8 @@ impl<'m, 'a> Session<'m, 'a> {
                 .chunks_exact_mut(d_model)
                 .zip(b.attn_vec.chunks_exact(width))
             {
-                kernels::matvec(w.o_net, a, b.row);
+                probe.linear_input(layer, Linear::ONet, a);
+                kernels::matvec(&w.o_net, a, b.row, b.quantized);
                 kernels::add_assign(h, b.row);
                 if !config.pre_lnorm {
                     kernels::layer_norm_in_place(h, w.attn_norm_weight, w.attn_norm_bias, eps);
@@ -291,14 +381,19 @@ impl<'m, 'a> Session<'m, 'a> {
                     h
                 };
                 let inner = &mut b.ff_inner[..d_inner];
-                kernels::matvec_bias(w.ff1_weight, w.ff1_bias, x, inner);
+                probe.linear_input(layer, Linear::Ff1, x);
+                kernels::matvec_bias(&w.ff1_weight, w.ff1_bias, x, inner, b.quantized);
                 kernels::relu(inner);
+                probe.linear_input(layer, Linear::Ff2, inner);
                 let ff_out = &mut b.normed[..d_model];
-                kernels::matvec_bias(w.ff2_weight, w.ff2_bias, inner, ff_out);
+                kernels::matvec_bias(&w.ff2_weight, w.ff2_bias, inner, ff_out, b.quantized);
                 kernels::add_assign(h, ff_out);
                 if !config.pre_lnorm {
                     kernels::layer_norm_in_place(h, w.ff_norm_weight, w.ff_norm_bias, eps);
                 }
+            }
+            for (i, h) in hidden.chunks_exact(d_model).enumerate() {
+                probe.layer_output(layer, i, h);
             }
         }
 
@@ -310,7 +405,7 @@ impl<'m, 'a> Session<'m, 'a> {
             .take(qlen)
             .skip(first_output)
         {
-            output::log_probs(&self.model, h, b.out_proj, b.log_probs);
+            output::log_probs(&self.model, h, b.embed_row, b.quantized, b.log_probs);
             on_row(i, b.log_probs);
         }
 
@@ -332,19 +427,17 @@ impl<'m, 'a> Session<'m, 'a> {
         for d in 0..distances {
             let (sin, cos) = b.row.split_at_mut(half);
             for k in 0..half {
-                // inv_freq as the reference stores it (f32), the angle and sinusoid in f64.
-                let inv_freq = (1.0 / libm::pow(10000.0, (2 * k) as f64 / d_model as f64)) as f32;
+                // inv_freq as PyTorch computes and stores it (f32); the angle and sinusoid in f64.
+                let exponent = (2 * k) as f32 / d_model as f32;
+                let inv_freq = 1.0 / (libm::pow(10000.0, exponent as f64) as f32);
                 let angle = d as f64 * inv_freq as f64;
                 sin[k] = libm::sin(angle) as f32;
                 cos[k] = libm::cos(angle) as f32;
             }
             for layer in 0..config.n_layer as usize {
                 let at = (layer * distances + d) * width;
-                kernels::matvec(
-                    self.model.layer(layer).r_net,
-                    b.row,
-                    &mut b.position_keys[at..at + width],
-                );
+                let r_net = self.model.layer(layer).r_net;
+                kernels::matvec(&r_net, b.row, &mut b.position_keys[at..at + width], b.quantized);
             }
         }
     }
@@ -372,12 +465,10 @@ impl<'m, 'a> Session<'m, 'a> {
             } else {
                 x.fill(0.0);
             }
-            let (_, w_kv) = w.qkv.split_at(width * d_model);
-            let (w_k, w_v) = w_kv.split_at(width * d_model);
+            kernels::matvec(&w.qkv.row_range(width, 3 * width), x, b.key_value, b.quantized);
+            let (key, value) = b.key_value.split_at(width);
             for position in 0..mem_len {
-                let (k, v) = self.memory.slot_mut(layer, position);
-                kernels::matvec(w_k, x, k);
-                kernels::matvec(w_v, x, v);
+                self.memory.write(layer, position, key, value);
             }
         }
         self.memory.set_len(mem_len);

@@ -105,6 +105,29 @@ pub enum TensorName {
     ClusterBias,
 }
 
+impl TensorName {
+    /// Whether this is a weight matrix, which may be stored in f16 or int8 (biases, gains and
+    /// `r_w_bias` / `r_r_bias` are always f32).
+    pub fn is_matrix(self) -> bool {
+        matches!(
+            self,
+            TensorName::EmbLayer(_)
+                | TensorName::EmbProj(_)
+                | TensorName::OutWeight(_)
+                | TensorName::OutProj(_)
+                | TensorName::ClusterWeight
+                | TensorName::Layer(
+                    _,
+                    LayerTensor::QkvWeight
+                        | LayerTensor::RWeight
+                        | LayerTensor::OWeight
+                        | LayerTensor::Ff1Weight
+                        | LayerTensor::Ff2Weight
+                )
+        )
+    }
+}
+
 impl fmt::Display for TensorName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -1,4 +1,8 @@
-//! Portable f32 kernels with exact math (`libm`).
+//! Portable kernels with exact math (`libm`): the reference every faster kernel must match.
+
+use half::f16;
+
+use crate::weights::{Matrix, MatrixData};
 
 /// Sum of `a[i] * b[i]` over the shorter of the two, in four interleaved f32 accumulators.
 #[inline]
@@ -20,31 +24,148 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }
 
-/// `W (rows, cols) @ x (cols) -> y (rows)`, `rows = y.len()`, `cols = x.len()`.
-pub fn matvec(weight: &[f32], x: &[f32], y: &mut [f32]) {
+/// `W (rows, cols) @ x (cols) -> y (rows)` for f32 weights, `rows = y.len()`, `cols = x.len()`.
+pub fn matvec_f32(weight: &[f32], x: &[f32], y: &mut [f32]) {
     let cols = x.len();
     for (out, row) in y.iter_mut().zip(weight.chunks_exact(cols)) {
         *out = dot(row, x);
     }
 }
 
+/// `W (rows, cols) @ x (cols) -> y (rows)` in the matrix's dtype.
+///
+/// f16 weights are widened and accumulated in f32. int8 weights are W8A8: `x` (times the
+/// activation scales) is quantized per call to symmetric int8 in `scratch` (at least `cols`
+/// long), products accumulate in i32, and `y[r] = acc * (row_scale[r] * x_scale)`.
+pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [i8]) {
+    let cols = weight.cols;
+    match weight.data {
+        MatrixData::F32(w) => matvec_f32(w, x, y),
+        MatrixData::F16(w) => {
+            for (out, row) in y.iter_mut().zip(w.chunks_exact(cols)) {
+                *out = dot_f16(row, x);
+            }
+        }
+        MatrixData::Int8 {
+            values,
+            row_scales,
+            act_scales,
+        } => {
+            let xq = &mut scratch[..cols];
+            let x_scale = quantize_activations(x, act_scales, xq);
+            for ((out, row), &scale) in y.iter_mut().zip(values.chunks_exact(cols)).zip(row_scales) {
+                *out = dot_i8(row, xq) as f32 * (scale * x_scale);
+            }
+        }
+    }
+}
+
 /// `W (rows, cols) @ x (cols) + b (rows) -> y (rows)`.
-pub fn matvec_bias(weight: &[f32], bias: &[f32], x: &[f32], y: &mut [f32]) {
-    matvec(weight, x, y);
+pub fn matvec_bias(weight: &Matrix<'_>, bias: &[f32], x: &[f32], y: &mut [f32], scratch: &mut [i8]) {
+    matvec(weight, x, y, scratch);
     for (out, b) in y.iter_mut().zip(bias) {
         *out += b;
     }
 }
 
-/// `W^T`: `x (rows) @ W (rows, cols) -> y (cols)`, `rows = x.len()`, `cols = y.len()`.
-pub fn vecmat(x: &[f32], weight: &[f32], y: &mut [f32]) {
-    let cols = y.len();
-    y.fill(0.0);
-    for (&xr, row) in x.iter().zip(weight.chunks_exact(cols)) {
-        for (out, w) in y.iter_mut().zip(row) {
-            *out += xr * w;
+/// `x (rows) @ W (rows, cols) -> y (cols)`: the transposed product, in the matrix's dtype.
+///
+/// For int8 the row scales fold into the input, `x'[r] = x[r] * row_scale[r]`, which is
+/// quantized per call in `scratch` (at least `rows` long); `y[c] = acc[c] * x_scale * act_scale[c]`.
+pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [i8]) {
+    let cols = weight.cols;
+    match weight.data {
+        MatrixData::F32(w) => {
+            y.fill(0.0);
+            for (&xr, row) in x.iter().zip(w.chunks_exact(cols)) {
+                for (out, w) in y.iter_mut().zip(row) {
+                    *out += xr * w;
+                }
+            }
+        }
+        MatrixData::F16(w) => {
+            y.fill(0.0);
+            for (&xr, row) in x.iter().zip(w.chunks_exact(cols)) {
+                for (out, w) in y.iter_mut().zip(row) {
+                    *out += xr * w.to_f32();
+                }
+            }
+        }
+        MatrixData::Int8 {
+            values,
+            row_scales,
+            act_scales,
+        } => {
+            let xq = &mut scratch[..weight.rows];
+            let max_abs = x
+                .iter()
+                .zip(row_scales)
+                .fold(0.0f32, |m, (v, s)| m.max((v * s).abs()));
+            let x_scale = quantize_with(xq, max_abs, x.iter().zip(row_scales).map(|(v, s)| v * s));
+            for (c, out) in y.iter_mut().enumerate() {
+                let acc: i32 = xq
+                    .iter()
+                    .zip(values[c..].iter().step_by(cols))
+                    .map(|(&a, &w)| a as i32 * w as i32)
+                    .sum();
+                *out = acc as f32 * x_scale * act_scales.map_or(1.0, |a| a[c]);
+            }
         }
     }
+}
+
+/// `sum a[i] * b[i]` with f16 weights widened to f32.
+#[inline]
+pub fn dot_f16(a: &[f16], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 4];
+    let mut chunks_a = a.chunks_exact(4);
+    let mut chunks_b = b.chunks_exact(4);
+    for (ca, cb) in (&mut chunks_a).zip(&mut chunks_b) {
+        for k in 0..4 {
+            acc[k] += ca[k].to_f32() * cb[k];
+        }
+    }
+    let mut tail = 0.0;
+    for (x, y) in chunks_a.remainder().iter().zip(chunks_b.remainder()) {
+        tail += x.to_f32() * y;
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
+}
+
+/// `sum a[i] * b[i]` in i32 (exact: `Config::validate` bounds the widths).
+#[inline]
+pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum()
+}
+
+/// Quantizes `x * act_scales` to symmetric int8 in `out`; returns the scale (`max |x| / 127`).
+pub fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    match act_scales {
+        None => {
+            let max_abs = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            quantize_with(out, max_abs, x.iter().copied())
+        }
+        Some(scales) => {
+            let max_abs = x
+                .iter()
+                .zip(scales)
+                .fold(0.0f32, |m, (v, s)| m.max((v * s).abs()));
+            quantize_with(out, max_abs, x.iter().zip(scales).map(|(v, s)| v * s))
+        }
+    }
+}
+
+/// Rounds `values / (max_abs / 127)` into `out`; a zero or non-finite range gives zeros.
+fn quantize_with(out: &mut [i8], max_abs: f32, values: impl Iterator<Item = f32>) -> f32 {
+    if !(max_abs > 0.0 && max_abs.is_finite()) {
+        out.fill(0);
+        return 0.0;
+    }
+    let inverse = 127.0 / max_abs;
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = libm::roundf(v * inverse).clamp(-127.0, 127.0) as i8;
+    }
+    max_abs / 127.0
 }
 
 /// `y += x`.
@@ -133,11 +254,56 @@ mod tests {
         // W = [[1, 2, 3], [4, 5, 6]]
         let w = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
         let mut y = [0.0; 2];
-        matvec(&w, &[1.0, 0.5, -1.0], &mut y);
+        let m = Matrix::f32(2, 3, &w);
+        matvec(&m, &[1.0, 0.5, -1.0], &mut y, &mut []);
         assert_eq!(y, [1.0 + 1.0 - 3.0, 4.0 + 2.5 - 6.0]);
         let mut z = [0.0; 3];
-        vecmat(&[1.0, -1.0], &w, &mut z);
+        vecmat(&[1.0, -1.0], &m, &mut z, &mut []);
         assert_eq!(z, [-3.0, -3.0, -3.0]);
+    }
+
+    #[test]
+    fn int8_matvec_and_vecmat_match_their_dequantized_matrix() {
+        // W = q * row_scale * act_scale
+        let q = [10i8, -20, 30, 127, 0, -127];
+        let row_scales = [0.5, 0.25];
+        let act = [1.0, 2.0, 0.5];
+        let m = Matrix {
+            rows: 2,
+            cols: 3,
+            data: MatrixData::Int8 {
+                values: &q,
+                row_scales: &row_scales,
+                act_scales: Some(&act),
+            },
+        };
+        let mut dense = [0.0f32; 6];
+        for r in 0..2 {
+            m.row_to_f32(r, &mut dense[r * 3..(r + 1) * 3]);
+        }
+        let x = [0.3, -1.2, 0.9];
+        let (mut exact, mut quant) = ([0.0; 2], [0.0; 2]);
+        matvec_f32(&dense, &x, &mut exact);
+        matvec(&m, &x, &mut quant, &mut [0; 3]);
+        for (a, b) in exact.iter().zip(&quant) {
+            assert!((a - b).abs() < 0.02 * a.abs().max(1.0), "{exact:?} vs {quant:?}");
+        }
+        let d = Matrix::f32(2, 3, &dense);
+        let (mut exact, mut quant) = ([0.0; 3], [0.0; 3]);
+        vecmat(&[0.7, -0.4], &d, &mut exact, &mut []);
+        vecmat(&[0.7, -0.4], &m, &mut quant, &mut [0; 2]);
+        for (a, b) in exact.iter().zip(&quant) {
+            assert!((a - b).abs() < 0.02 * a.abs().max(1.0), "{exact:?} vs {quant:?}");
+        }
+    }
+
+    #[test]
+    fn activations_quantize_symmetrically() {
+        let mut q = [0i8; 4];
+        let scale = quantize_activations(&[1.0, -0.5, 0.25, 0.0], None, &mut q);
+        assert_eq!(q, [127, -64, 32, 0]);
+        assert_eq!(scale, 1.0 / 127.0);
+        assert_eq!(quantize_activations(&[0.0; 4], None, &mut q), 0.0);
     }
 
     #[test]
