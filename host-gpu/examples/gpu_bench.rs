@@ -1,0 +1,295 @@
+//! The GPU benchmark `scripts/gpu-check.sh` runs: how closely the CUDA f32 backend follows the
+//! CPU f64 reference on the same models, and how many tokens per second it scores on a
+//! WT103-shaped model (18 layers, d_model 1024, 16 heads of 64, d_inner 4096, adaptive softmax
+//! over 267,735 tokens, mem_len 1600, tgt_len 128), generated in memory with random weights.
+//!
+//! ```text
+//! cargo run --release -p txl-host-gpu --example gpu_bench -- [--backend cuda|cpu32]
+//!     [--out FILE] [--wt103-layers N] [--wt103-streams B] [--wt103-tokens T] [--compare-tokens T]
+//! ```
+//! `--backend cpu32` runs the same measurements with the CPU f32 backend in place of CUDA (to
+//! try the benchmark on a machine without a GPU, with fewer layers and tokens).
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use txl_core::config::MAX_CUTOFFS;
+use txl_core::{Config, MemInit, Model, SessionOptions};
+use txl_host_gpu::{cuda_available, eval, random_image, Backend, RandomInit, Reference};
+use txl_tools::model_file::AlignedBytes;
+
+struct Args {
+    backend: Backend,
+    out: Option<String>,
+    wt103_layers: u32,
+    wt103_streams: usize,
+    wt103_tokens: usize,
+    compare_tokens: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        backend: Backend::Cuda,
+        out: None,
+        wt103_layers: 18,
+        wt103_streams: 16,
+        wt103_tokens: 2048,
+        compare_tokens: 256,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--backend" => {
+                args.backend = match value()?.as_str() {
+                    "cuda" => Backend::Cuda,
+                    "cpu32" => Backend::Cpu32,
+                    other => return Err(format!("unknown backend {other}")),
+                }
+            }
+            "--out" => args.out = Some(value()?),
+            "--wt103-layers" => args.wt103_layers = number(value()?)? as u32,
+            "--wt103-streams" => args.wt103_streams = number(value()?)?,
+            "--wt103-tokens" => args.wt103_tokens = number(value()?)?,
+            "--compare-tokens" => args.compare_tokens = number(value()?)?,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(args)
+}
+
+/// Prints each line and keeps it for the results file.
+#[derive(Default)]
+struct Report(String);
+
+impl Report {
+    fn line(&mut self, text: impl AsRef<str>) {
+        println!("{}", text.as_ref());
+        let _ = writeln!(self.0, "{}", text.as_ref());
+    }
+}
+
+fn cutoffs(list: &[u32]) -> [u32; MAX_CUTOFFS] {
+    let mut c = [0; MAX_CUTOFFS];
+    c[..list.len()].copy_from_slice(list);
+    c
+}
+
+/// The Transformer-XL WT103 model's shape (Dai et al., 2019), with `n_layer` layers.
+fn wt103_config(n_layer: u32) -> Config {
+    Config {
+        n_token: 267_735,
+        d_model: 1024,
+        d_embed: 1024,
+        n_head: 16,
+        d_head: 64,
+        d_inner: 4096,
+        n_layer,
+        cutoffs: cutoffs(&[20_000, 40_000, 200_000]),
+        n_cutoffs: 3,
+        div_val: 4,
+        tie_weight: true,
+        tie_projs: 0b1110,
+        pre_lnorm: false,
+        untie_r: true,
+        layer_norm_epsilon: 1e-5,
+        tgt_len: 128,
+        mem_len: 1600,
+        clamp_len: 1000,
+        same_length: true,
+    }
+}
+
+/// A mid-sized model for the agreement check.
+fn medium_config() -> Config {
+    Config {
+        n_token: 5000,
+        d_model: 256,
+        d_embed: 256,
+        n_head: 8,
+        d_head: 32,
+        d_inner: 1024,
+        n_layer: 4,
+        cutoffs: cutoffs(&[1000, 3000]),
+        n_cutoffs: 2,
+        div_val: 2,
+        tie_weight: true,
+        tie_projs: 0b110,
+        pre_lnorm: false,
+        untie_r: true,
+        layer_norm_epsilon: 1e-5,
+        tgt_len: 64,
+        mem_len: 160,
+        clamp_len: 100,
+        same_length: true,
+    }
+}
+
+/// Deterministic pseudo-random tokens; small ids more frequent, as in text.
+fn text(n: usize, n_token: u32, seed: u64) -> Vec<u32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+            ((n_token as f64).powf(unit) - 1.0) as u32 % n_token
+        })
+        .collect()
+}
+
+fn build(config: &Config, seed: u64, report: &mut Report) -> Result<AlignedBytes, String> {
+    let started = Instant::now();
+    let image = random_image(config, seed, RandomInit::for_config(config)).map_err(|e| e.to_string())?;
+    let aligned = AlignedBytes::new(&image);
+    report.line(format!(
+        "  random model: {:.2} GB image in {:.1} s",
+        image.len() as f64 / 1e9,
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(aligned)
+}
+
+/// The fast backend against the CPU f64 reference on `streams` of one model.
+fn compare(
+    model: &Model<'_>,
+    backend: Backend,
+    streams: &[Vec<u32>],
+    options: &SessionOptions,
+    report: &mut Report,
+) -> Result<(), String> {
+    let views: Vec<&[u32]> = streams.iter().map(|s| s.as_slice()).collect();
+    let total: usize = streams.iter().map(|s| s.len()).sum();
+    let mut results = Vec::new();
+    for b in [backend, Backend::Cpu64] {
+        let started = Instant::now();
+        let mut reference = Reference::new(model, b).map_err(|e| e.to_string())?;
+        let loaded = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let scores = reference
+            .score_batch(&views, options, 1, |_| {})
+            .map_err(|e| e.to_string())?;
+        let seconds = started.elapsed().as_secs_f64();
+        report.line(format!(
+            "  {:<6} load {loaded:6.1} s, {total} tokens in {seconds:7.2} s: {:9.0} tokens/s",
+            b.name(),
+            total as f64 / seconds
+        ));
+        results.push(scores);
+    }
+    let (fast, golden) = (&results[0], &results[1]);
+    let mut worst: f64 = 0.0;
+    let mut nll = [0.0f64; 2];
+    let mut count = 0usize;
+    for (a, b) in fast.iter().zip(golden) {
+        for (x, y) in a.logp.iter().chain(&a.rows).zip(b.logp.iter().chain(&b.rows)) {
+            let d = (x - y).abs();
+            worst = worst.max(if d.is_nan() { f64::INFINITY } else { d });
+        }
+        nll[0] -= a.logp.iter().sum::<f64>();
+        nll[1] -= b.logp.iter().sum::<f64>();
+        count += a.logp.len();
+    }
+    let count = count.max(1) as f64;
+    report.line(format!(
+        "  {} vs cpu64: max |Δ ln p| = {worst:.3e} (mean nll {:.6} vs {:.6} nats)",
+        backend.name(),
+        nll[0] / count,
+        nll[1] / count
+    ));
+    Ok(())
+}
+
+fn run(args: &Args, report: &mut Report) -> Result<(), String> {
+    report.line(format!("txl-host-gpu benchmark, backend {}", args.backend.name()));
+    if args.backend == Backend::Cuda {
+        let gpu = cuda_available().map_err(|e| e.to_string())?;
+        report.line(format!("GPU: {} ({} device(s))", gpu.name, gpu.devices));
+    }
+
+    let config = medium_config();
+    report.line(format!(
+        "\n[1] agreement, medium model: {} layers, d_model {}, n_token {}, 4 streams",
+        config.n_layer, config.d_model, config.n_token
+    ));
+    let image = build(&config, 7, report)?;
+    let model = Model::parse(image.bytes()).map_err(|e| e.to_string())?;
+    let streams: Vec<Vec<u32>> = (0..4).map(|s| text(1000, config.n_token, s + 1)).collect();
+    for mem_init in [MemInit::Empty, MemInit::Zeros] {
+        let options = SessionOptions {
+            mem_init,
+            ..SessionOptions::from_config(&config)
+        };
+        report.line(format!("  mem_init {mem_init:?}:"));
+        compare(&model, args.backend, &streams, &options, report)?;
+    }
+    drop(image);
+
+    let config = wt103_config(args.wt103_layers);
+    report.line(format!(
+        "\n[2] WT103-shaped model: {} layers, d_model 1024, n_token 267735, mem_len 1600, \
+         tgt_len 128, clamp_len 1000, same_length",
+        config.n_layer
+    ));
+    let image = build(&config, 103, report)?;
+    let model = Model::parse(image.bytes()).map_err(|e| e.to_string())?;
+    let options = SessionOptions {
+        mem_init: MemInit::Zeros,
+        ..SessionOptions::from_config(&config)
+    };
+    report.line(format!(
+        "  agreement on {} tokens, one stream:",
+        args.compare_tokens
+    ));
+    let streams = vec![text(args.compare_tokens, config.n_token, 11)];
+    compare(&model, args.backend, &streams, &options, report)?;
+
+    let started = Instant::now();
+    let mut reference = Reference::new(&model, args.backend).map_err(|e| e.to_string())?;
+    report.line(format!(
+        "  {} load: {:.1} s",
+        args.backend.name(),
+        started.elapsed().as_secs_f64()
+    ));
+    // Warm up (kernel loading, first allocations), then measure.
+    reference
+        .score(&text(128, config.n_token, 1), &options, 0, |_| {})
+        .map_err(|e| e.to_string())?;
+    let tokens = text(args.wt103_streams * args.wt103_tokens, config.n_token, 5);
+    let result =
+        eval(&mut reference, &tokens, &options, args.wt103_streams, |_, _| {}).map_err(|e| e.to_string())?;
+    report.line(format!(
+        "  throughput: {} streams x {} tokens in {:.2} s: {:.0} tokens/s (nll {:.3})",
+        result.streams, args.wt103_tokens, result.seconds, result.tokens_per_second, result.nll
+    ));
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("gpu_bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut report = Report::default();
+    let result = run(&args, &mut report);
+    if let Err(e) = &result {
+        report.line(format!("FAILED: {e}"));
+    }
+    if let Some(path) = &args.out {
+        if let Err(e) = std::fs::write(path, &report.0) {
+            eprintln!("gpu_bench: writing {path}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

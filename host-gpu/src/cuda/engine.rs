@@ -1,0 +1,657 @@
+//! The forward pass on the GPU, f32, the same steps as the CPU backend: every product a
+//! cuBLAS GEMM (per stream, the attention's three products batched over heads), everything
+//! else a kernel from `kernels.cu`. The weights, the streams' memories and the activations
+//! stay on the device; only token ids go up and only the asked-for log-probabilities come down.
+
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+
+use super::ops::{add_bias, gemm, per_element, per_row, residual, Batch, BLOCK, SINGLE};
+use super::vocab::{embed, log_probs};
+use super::{compile_kernels, cuda_available, KERNEL_NAMES};
+use crate::cpu::matmul::Rhs;
+use crate::engine::{Segment, Settings, StepOutput, Wanted};
+use crate::error::Error;
+use crate::weights::{position_embeddings, HostWeights};
+
+/// Log-probabilities computed at once: bounds the logits buffer to 1 GiB.
+const OUTPUT_ELEMENTS: usize = 1 << 28;
+
+/// The compiled kernels.
+pub(super) struct Kernels {
+    pub(super) gather_rows: CudaFunction,
+    pub(super) add_position_biases: CudaFunction,
+    pub(super) store_kv: CudaFunction,
+    pub(super) fill_kv: CudaFunction,
+    pub(super) attention_probs: CudaFunction,
+    pub(super) layer_norm: CudaFunction,
+    pub(super) residual: CudaFunction,
+    pub(super) add_bias: CudaFunction,
+    pub(super) adaptive_log_softmax: CudaFunction,
+    pub(super) gather_targets: CudaFunction,
+}
+
+/// One decoder layer on the device (shapes as in [`crate::weights::LayerParams`]).
+pub(super) struct DeviceLayer {
+    pub(super) r_w_bias: CudaSlice<f32>,
+    pub(super) r_r_bias: CudaSlice<f32>,
+    pub(super) qkv: CudaSlice<f32>,
+    pub(super) r_net: CudaSlice<f32>,
+    pub(super) o_net: CudaSlice<f32>,
+    pub(super) attn_norm_weight: CudaSlice<f32>,
+    pub(super) attn_norm_bias: CudaSlice<f32>,
+    pub(super) ff1_weight: CudaSlice<f32>,
+    pub(super) ff1_bias: CudaSlice<f32>,
+    pub(super) ff2_weight: CudaSlice<f32>,
+    pub(super) ff2_bias: CudaSlice<f32>,
+    pub(super) ff_norm_weight: CudaSlice<f32>,
+    pub(super) ff_norm_bias: CudaSlice<f32>,
+    pub(super) zero_key: CudaSlice<f32>,
+    pub(super) zero_value: CudaSlice<f32>,
+}
+
+/// Every weight on the device.
+pub(super) struct DeviceWeights {
+    pub(super) emb_layers: Vec<CudaSlice<f32>>,
+    pub(super) emb_projs: Vec<CudaSlice<f32>>,
+    pub(super) layers: Vec<DeviceLayer>,
+    pub(super) out_weights: Vec<CudaSlice<f32>>,
+    pub(super) out_biases: Vec<CudaSlice<f32>>,
+    pub(super) out_projs: Vec<CudaSlice<f32>>,
+    /// `(n_clusters, d_embed)` and `(n_clusters)`, when there are tail clusters.
+    pub(super) cluster: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
+    /// `(n_clusters + 2)`: cluster `c` covers tokens `bounds[c]..bounds[c + 1]`.
+    pub(super) bounds: CudaSlice<i32>,
+}
+
+/// One stream's memory: per layer, `(capacity, W)` keys and values, rows `0..len` in use.
+struct StreamMemory {
+    len: usize,
+    keys: Vec<CudaSlice<f32>>,
+    values: Vec<CudaSlice<f32>>,
+}
+
+/// Activations and scratch, sized for `max_rows` rows per step.
+pub(super) struct Buffers {
+    pub(super) hidden: CudaSlice<f32>,      // (max_rows, d_model)
+    pub(super) normed: CudaSlice<f32>,      // (max_rows, d_model)
+    pub(super) delta: CudaSlice<f32>,       // (max_rows, d_model)
+    pub(super) qkv: CudaSlice<f32>,         // (max_rows, 3W)
+    pub(super) content_q: CudaSlice<f32>,   // (max_rows, W)
+    pub(super) position_q: CudaSlice<f32>,  // (max_rows, W)
+    pub(super) attn: CudaSlice<f32>,        // (max_rows, W)
+    pub(super) inner: CudaSlice<f32>,       // (max_rows, d_inner)
+    pub(super) content: CudaSlice<f32>,     // (n_head, tgt_len, capacity)
+    pub(super) position: CudaSlice<f32>,    // (n_head, tgt_len, max_distance + 1)
+    pub(super) probs: CudaSlice<f32>,       // (n_head, tgt_len, capacity)
+    pub(super) gathered: CudaSlice<f32>,    // (max_rows, d_embed)
+    pub(super) projected: CudaSlice<f32>,   // (max(max_rows, chunk), max(d_model, d_embed))
+    pub(super) indices: CudaSlice<i32>,     // (2 * max_rows)
+    pub(super) identity: CudaSlice<i32>,    // (max_rows): 0, 1, 2, ...
+    pub(super) logits: CudaSlice<f32>,      // (chunk, n_token)
+    pub(super) tail: CudaSlice<f32>,        // (chunk, max(n_clusters, 1))
+    pub(super) targets: CudaSlice<i32>,     // (chunk)
+    pub(super) target_logp: CudaSlice<f32>, // (chunk)
+}
+
+/// What one `score` call sets up.
+struct Run {
+    settings: Settings,
+    /// Per layer `(max_distance + 1, W)`.
+    position_keys: Vec<CudaSlice<f32>>,
+    streams: Vec<StreamMemory>,
+    /// `(capacity, W)`: where a memory is compacted to before the two swap.
+    spare: CudaSlice<f32>,
+    max_rows: usize,
+    chunk: usize,
+    b: Buffers,
+}
+
+/// The CUDA forward pass.
+pub(crate) struct CudaEngine {
+    _ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    k: Kernels,
+    config: txl_core::Config,
+    eps: f32,
+    w: DeviceWeights,
+    run: Option<Run>,
+}
+
+impl std::fmt::Debug for CudaEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaEngine")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The PTX architecture of a compute capability NVRTC 13 can target, if it is one we name.
+fn arch_of(capability: (i32, i32)) -> Option<&'static str> {
+    Some(match capability {
+        (7, 5) => "compute_75",
+        (8, 0) => "compute_80",
+        (8, 6) => "compute_86",
+        (8, 7) => "compute_87",
+        (8, 9) => "compute_89",
+        (9, 0) => "compute_90",
+        (10, 0) => "compute_100",
+        (12, 0) => "compute_120",
+        _ => return None,
+    })
+}
+
+impl CudaEngine {
+    /// Checks for a GPU, compiles the kernels and uploads the weights.
+    pub fn new(w: HostWeights<f32>) -> Result<Self, Error> {
+        cuda_available()?;
+        // cudarc panics where a library lacks a symbol it expects; report that as an error too.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::create(w))).unwrap_or_else(|panic| {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a CUDA library failed to load".into());
+            Err(Error::NoGpu(why))
+        })
+    }
+
+    fn create(w: HostWeights<f32>) -> Result<Self, Error> {
+        let ctx = CudaContext::new(0)?;
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone())?;
+        // Plain f32 products: no TF32 tensor cores.
+        // SAFETY: the handle is valid for the life of `blas`.
+        unsafe {
+            cudarc::cublas::sys::cublasSetMathMode(
+                *blas.handle(),
+                cudarc::cublas::sys::cublasMath_t::CUBLAS_DEFAULT_MATH,
+            )
+            .result()?
+        };
+        let arch = arch_of(ctx.compute_capability()?);
+        let module = ctx.load_module(compile_kernels(arch)?.into_ptx())?;
+        let f = |name: &str| module.load_function(name);
+        debug_assert_eq!(KERNEL_NAMES.len(), 10);
+        let k = Kernels {
+            gather_rows: f("gather_rows")?,
+            add_position_biases: f("add_position_biases")?,
+            store_kv: f("store_kv")?,
+            fill_kv: f("fill_kv")?,
+            attention_probs: f("attention_probs")?,
+            layer_norm: f("layer_norm")?,
+            residual: f("residual")?,
+            add_bias: f("add_bias")?,
+            adaptive_log_softmax: f("adaptive_log_softmax")?,
+            gather_targets: f("gather_targets")?,
+        };
+        let up = |v: &Vec<f32>| stream.clone_htod(v.as_slice());
+        let all = |v: &Vec<Vec<f32>>| v.iter().map(up).collect::<Result<Vec<_>, _>>();
+        let layers = w
+            .layers
+            .iter()
+            .map(|l| -> Result<DeviceLayer, Error> {
+                Ok(DeviceLayer {
+                    r_w_bias: up(&l.r_w_bias)?,
+                    r_r_bias: up(&l.r_r_bias)?,
+                    qkv: up(&l.qkv)?,
+                    r_net: up(&l.r_net)?,
+                    o_net: up(&l.o_net)?,
+                    attn_norm_weight: up(&l.attn_norm_weight)?,
+                    attn_norm_bias: up(&l.attn_norm_bias)?,
+                    ff1_weight: up(&l.ff1_weight)?,
+                    ff1_bias: up(&l.ff1_bias)?,
+                    ff2_weight: up(&l.ff2_weight)?,
+                    ff2_bias: up(&l.ff2_bias)?,
+                    ff_norm_weight: up(&l.ff_norm_weight)?,
+                    ff_norm_bias: up(&l.ff_norm_bias)?,
+                    zero_key: up(&l.zero_key)?,
+                    zero_value: up(&l.zero_value)?,
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let c = w.config;
+        let bounds: Vec<i32> = (0..=c.n_clusters())
+            .map(|cluster| c.cluster_range(cluster).0 as i32)
+            .chain([c.n_token as i32])
+            .collect();
+        let cluster = if c.n_clusters() > 0 {
+            Some((up(&w.cluster_weight)?, up(&w.cluster_bias)?))
+        } else {
+            None
+        };
+        let weights = DeviceWeights {
+            emb_layers: all(&w.emb_layers)?,
+            emb_projs: all(&w.emb_projs)?,
+            layers,
+            out_weights: all(&w.out_weights)?,
+            out_biases: all(&w.out_biases)?,
+            out_projs: all(&w.out_projs)?,
+            cluster,
+            bounds: stream.clone_htod(bounds.as_slice())?,
+        };
+        stream.synchronize()?;
+        Ok(CudaEngine {
+            eps: w.layer_norm_epsilon() as f32,
+            config: c,
+            _ctx: ctx,
+            stream,
+            blas,
+            k,
+            w: weights,
+            run: None,
+        })
+    }
+
+    fn zeros<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>, Error> {
+        Ok(self.stream.alloc_zeros::<T>(len.max(1))?)
+    }
+
+    /// Forgets every stream and starts `n_streams` new ones under `settings`: position keys,
+    /// memories (zero states if asked) and buffers for `n_streams * tgt_len` rows.
+    pub fn start(&mut self, n_streams: usize, settings: Settings) -> Result<(), Error> {
+        self.run = None; // free the previous run's memory first
+        let c = self.config;
+        let d_model = c.d_model as usize;
+        let width = c.qkv_width() as usize;
+        let n_head = c.n_head as usize;
+        let distances = settings.max_distance + 1;
+        let capacity = settings.mem_len + settings.tgt_len;
+        let max_rows = n_streams.max(1) * settings.tgt_len;
+        let n_token = c.n_token as usize;
+        let chunk = (OUTPUT_ELEMENTS / n_token).clamp(1, max_rows);
+        let d_embed = c.d_embed as usize;
+
+        // R (distances, W) = pos_emb (distances, d_model) @ W_r^T, per layer.
+        let pos_emb: Vec<f32> = position_embeddings(distances, d_model)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
+        let pos_emb = self.stream.clone_htod(pos_emb.as_slice())?;
+        let mut position_keys = Vec::new();
+        for layer in &self.w.layers {
+            let mut r = self.zeros::<f32>(distances * width)?;
+            gemm(
+                &self.blas,
+                (distances, width, d_model),
+                &pos_emb.slice(..),
+                d_model,
+                &layer.r_net.slice(..),
+                Rhs::Transposed { ld: d_model },
+                &mut r.slice_mut(..),
+                width,
+                SINGLE,
+            )?;
+            position_keys.push(r);
+        }
+
+        let memory_len = if settings.zero_memory { settings.mem_len } else { 0 };
+        let mut streams = Vec::with_capacity(n_streams);
+        for _ in 0..n_streams {
+            let mut memory = StreamMemory {
+                len: memory_len,
+                keys: Vec::new(),
+                values: Vec::new(),
+            };
+            for layer in &self.w.layers {
+                let mut keys = self.zeros::<f32>(capacity * width)?;
+                let mut values = self.zeros::<f32>(capacity * width)?;
+                if memory_len > 0 {
+                    let (n, w) = (memory_len as i32, width as i32);
+                    let mut launch = self.stream.launch_builder(&self.k.fill_kv);
+                    launch.arg(&layer.zero_key).arg(&layer.zero_value);
+                    launch.arg(&mut keys).arg(&mut values).arg(&n).arg(&w);
+                    // SAFETY: fill_kv(const float*, const float*, float*, float*, int, int) writes
+                    // n * width elements of keys and values (capacity * width long) and reads
+                    // width elements of the zero rows.
+                    unsafe { launch.launch(per_element(memory_len * width)) }?;
+                }
+                memory.keys.push(keys);
+                memory.values.push(values);
+            }
+            streams.push(memory);
+        }
+
+        let d_wide = d_model.max(d_embed);
+        let b = Buffers {
+            hidden: self.zeros(max_rows * d_model)?,
+            normed: self.zeros(max_rows * d_model)?,
+            delta: self.zeros(max_rows * d_model)?,
+            qkv: self.zeros(max_rows * 3 * width)?,
+            content_q: self.zeros(max_rows * width)?,
+            position_q: self.zeros(max_rows * width)?,
+            attn: self.zeros(max_rows * width)?,
+            inner: self.zeros(max_rows * c.d_inner as usize)?,
+            content: self.zeros(n_head * settings.tgt_len * capacity)?,
+            position: self.zeros(n_head * settings.tgt_len * distances)?,
+            probs: self.zeros(n_head * settings.tgt_len * capacity)?,
+            gathered: self.zeros(max_rows * d_embed)?,
+            projected: self.zeros(max_rows.max(chunk) * d_wide)?,
+            indices: self.zeros(2 * max_rows)?,
+            identity: self
+                .stream
+                .clone_htod((0..max_rows as i32).collect::<Vec<i32>>().as_slice())?,
+            logits: self.zeros(chunk * n_token)?,
+            tail: self.zeros(chunk * c.n_clusters().max(1))?,
+            targets: self.zeros(chunk)?,
+            target_logp: self.zeros(chunk)?,
+        };
+        self.run = Some(Run {
+            settings,
+            position_keys,
+            streams,
+            spare: self.zeros(capacity * width)?,
+            max_rows,
+            chunk,
+            b,
+        });
+        Ok(())
+    }
+
+    /// Runs one segment of each stream in `segments` and collects what `wanted` asks for.
+    pub fn step(&mut self, segments: &[Segment<'_>], wanted: &Wanted<'_>) -> Result<StepOutput, Error> {
+        let (stream, blas, k, w) = (&self.stream, &self.blas, &self.k, &self.w);
+        let (c, eps) = (self.config, self.eps);
+        let run = self
+            .run
+            .as_mut()
+            .ok_or(Error::BadOptions("no run started".into()))?;
+        let (d_model, d_inner) = (c.d_model as usize, c.d_inner as usize);
+        let (n_head, d_head) = (c.n_head as usize, c.d_head as usize);
+        let width = n_head * d_head;
+        let (dm, di, wd) = (d_model as i32, d_inner as i32, width as i32);
+        let rows: usize = segments.iter().map(|s| s.tokens.len()).sum();
+        if rows > run.max_rows || segments.iter().any(|s| s.tokens.len() > run.settings.tgt_len) {
+            return Err(Error::BadOptions(
+                "a step larger than the run was set up for".into(),
+            ));
+        }
+        let settings = run.settings;
+        let b = &mut run.b;
+        let not_pre = (!c.pre_lnorm) as i32;
+
+        // hidden (rows, d_model) = embeddings * sqrt(d_model)
+        let tokens: Vec<u32> = segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        embed(stream, blas, k, w, &c, b, &tokens)?;
+
+        for (l, lw) in w.layers.iter().enumerate() {
+            // [q k v] (rows, 3W) = LN?(h) @ W_qkv^T
+            if c.pre_lnorm {
+                let mut launch = stream.launch_builder(&k.layer_norm);
+                launch.arg(&b.hidden).arg(&mut b.normed);
+                launch
+                    .arg(&lw.attn_norm_weight)
+                    .arg(&lw.attn_norm_bias)
+                    .arg(&eps)
+                    .arg(&dm);
+                // SAFETY: layer_norm(const float*, float*, const float*, const float*, float, int)
+                // reads and writes `rows` rows of d_model inside hidden and normed.
+                unsafe { launch.launch(per_row(rows)) }?;
+            }
+            let x = if c.pre_lnorm { &b.normed } else { &b.hidden };
+            gemm(
+                blas,
+                (rows, 3 * width, d_model),
+                &x.slice(..),
+                d_model,
+                &lw.qkv.slice(..),
+                Rhs::Transposed { ld: d_model },
+                &mut b.qkv.slice_mut(..),
+                3 * width,
+                SINGLE,
+            )?;
+            let mut launch = stream.launch_builder(&k.add_position_biases);
+            launch.arg(&b.qkv).arg(&lw.r_w_bias).arg(&lw.r_r_bias);
+            let rows_i = rows as i32;
+            launch
+                .arg(&mut b.content_q)
+                .arg(&mut b.position_q)
+                .arg(&rows_i)
+                .arg(&wd);
+            // SAFETY: add_position_biases(const float*, const float*, const float*, float*, float*,
+            // int, int) touches `rows` rows inside each buffer.
+            unsafe { launch.launch(per_element(rows * width)) }?;
+
+            // Each stream attends over its memory plus its segment.
+            let mut r0 = 0;
+            for segment in segments {
+                let memory = &mut run.streams[segment.stream];
+                let (qlen, mlen) = (segment.tokens.len(), memory.len);
+                let klen = mlen + qlen;
+                let distances = klen.min(settings.max_distance + 1);
+                let (keys, values) = (&mut memory.keys[l], &mut memory.values[l]);
+                let mut launch = stream.launch_builder(&k.store_kv);
+                let (row0, n, at) = (r0 as i32, qlen as i32, mlen as i32);
+                launch
+                    .arg(&b.qkv)
+                    .arg(&row0)
+                    .arg(&n)
+                    .arg(&wd)
+                    .arg(&mut *keys)
+                    .arg(&mut *values)
+                    .arg(&at);
+                // SAFETY: store_kv(const float*, int, int, int, float*, float*, int) reads qkv rows
+                // r0..r0 + qlen (< rows) and writes memory rows mlen..klen (<= capacity).
+                unsafe { launch.launch(per_element(qlen * width)) }?;
+
+                // AC_h (qlen, klen) = (Q + u)_h (qlen, d_head) @ K_h^T, for every head h.
+                gemm(
+                    blas,
+                    (qlen, klen, d_head),
+                    &b.content_q.slice(r0 * width..),
+                    width,
+                    &keys.slice(..),
+                    Rhs::Transposed { ld: width },
+                    &mut b.content.slice_mut(..),
+                    klen,
+                    Batch {
+                        count: n_head,
+                        stride_a: d_head,
+                        stride_b: d_head,
+                        stride_c: qlen * klen,
+                    },
+                )?;
+                // BD_h (qlen, distances) = (Q + v)_h (qlen, d_head) @ R_h^T
+                gemm(
+                    blas,
+                    (qlen, distances, d_head),
+                    &b.position_q.slice(r0 * width..),
+                    width,
+                    &run.position_keys[l].slice(..),
+                    Rhs::Transposed { ld: width },
+                    &mut b.position.slice_mut(..),
+                    distances,
+                    Batch {
+                        count: n_head,
+                        stride_a: d_head,
+                        stride_b: d_head,
+                        stride_c: qlen * distances,
+                    },
+                )?;
+                let mut launch = stream.launch_builder(&k.attention_probs);
+                let scale = (1.0 / (d_head as f64).sqrt()) as f32;
+                let ints = [
+                    qlen as i32,
+                    klen as i32,
+                    distances as i32,
+                    mlen as i32,
+                    settings.mem_len as i32,
+                    settings.same_length as i32,
+                    settings.max_distance as i32,
+                ];
+                launch.arg(&b.content).arg(&b.position).arg(&mut b.probs);
+                for v in &ints {
+                    launch.arg(v);
+                }
+                launch.arg(&scale);
+                let grid = LaunchConfig {
+                    grid_dim: (qlen as u32, n_head as u32, 1),
+                    block_dim: (BLOCK, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: attention_probs(const float*, const float*, float*, int x 7, float) reads
+                // (n_head, qlen, klen) and (n_head, qlen, distances) and writes (n_head, qlen,
+                // klen); the buffers hold n_head * tgt_len * capacity and n_head * tgt_len *
+                // (max_distance + 1) elements.
+                unsafe { launch.launch(grid) }?;
+                // out_h (qlen, d_head) = P_h (qlen, klen) @ V_h (klen, d_head), into attn's rows.
+                gemm(
+                    blas,
+                    (qlen, d_head, klen),
+                    &b.probs.slice(..),
+                    klen,
+                    &values.slice(..),
+                    Rhs::Plain { ld: width },
+                    &mut b.attn.slice_mut(r0 * width..),
+                    width,
+                    Batch {
+                        count: n_head,
+                        stride_a: qlen * klen,
+                        stride_b: d_head,
+                        stride_c: d_head,
+                    },
+                )?;
+                r0 += qlen;
+            }
+
+            // h = LN?(h + attn @ W_o^T)
+            gemm(
+                blas,
+                (rows, d_model, width),
+                &b.attn.slice(..),
+                width,
+                &lw.o_net.slice(..),
+                Rhs::Transposed { ld: width },
+                &mut b.delta.slice_mut(..),
+                d_model,
+                SINGLE,
+            )?;
+            residual(
+                stream,
+                k,
+                b,
+                (&lw.attn_norm_weight, &lw.attn_norm_bias),
+                eps,
+                dm,
+                not_pre,
+                rows,
+            )?;
+
+            // h = LN?(h + ReLU(LN?(h) @ W_1^T + b_1) @ W_2^T + b_2)
+            if c.pre_lnorm {
+                let mut launch = stream.launch_builder(&k.layer_norm);
+                launch.arg(&b.hidden).arg(&mut b.normed);
+                launch
+                    .arg(&lw.ff_norm_weight)
+                    .arg(&lw.ff_norm_bias)
+                    .arg(&eps)
+                    .arg(&dm);
+                // SAFETY: as for the attention's LayerNorm.
+                unsafe { launch.launch(per_row(rows)) }?;
+            }
+            let x = if c.pre_lnorm { &b.normed } else { &b.hidden };
+            gemm(
+                blas,
+                (rows, d_inner, d_model),
+                &x.slice(..),
+                d_model,
+                &lw.ff1_weight.slice(..),
+                Rhs::Transposed { ld: d_model },
+                &mut b.inner.slice_mut(..),
+                d_inner,
+                SINGLE,
+            )?;
+            add_bias(stream, k, &mut b.inner, di, &lw.ff1_bias, rows, d_inner, true)?;
+            gemm(
+                blas,
+                (rows, d_model, d_inner),
+                &b.inner.slice(..),
+                d_inner,
+                &lw.ff2_weight.slice(..),
+                Rhs::Transposed { ld: d_inner },
+                &mut b.delta.slice_mut(..),
+                d_model,
+                SINGLE,
+            )?;
+            add_bias(stream, k, &mut b.delta, dm, &lw.ff2_bias, rows, d_model, false)?;
+            residual(
+                stream,
+                k,
+                b,
+                (&lw.ff_norm_weight, &lw.ff_norm_bias),
+                eps,
+                dm,
+                not_pre,
+                rows,
+            )?;
+        }
+
+        // Keep the last mem_len positions of each stream: copy them to the front of the spare
+        // buffer, then swap the two.
+        for segment in segments {
+            let memory = &mut run.streams[segment.stream];
+            let total = memory.len + segment.tokens.len();
+            let keep = total.min(settings.mem_len);
+            let dropped = total - keep;
+            if dropped > 0 && keep > 0 {
+                for buffer in memory.keys.iter_mut().chain(memory.values.iter_mut()) {
+                    let kept = buffer.slice(dropped * width..total * width);
+                    stream.memcpy_dtod(&kept, &mut run.spare.slice_mut(..keep * width))?;
+                    std::mem::swap(buffer, &mut run.spare);
+                }
+            }
+            memory.len = keep;
+        }
+
+        // The output layer, a chunk of rows at a time.
+        let mut out = StepOutput::default();
+        let n_token = c.n_token as usize;
+        for first in (0..rows).step_by(run.chunk) {
+            let n = run.chunk.min(rows - first);
+            log_probs(stream, blas, k, w, &c, b, first, n)?;
+            let targets: Vec<i32> = wanted.targets[first..first + n]
+                .iter()
+                .map(|t| t.map_or(-1, |t| t as i32))
+                .collect();
+            stream.memcpy_htod(targets.as_slice(), &mut b.targets.slice_mut(..n))?;
+            let mut launch = stream.launch_builder(&k.gather_targets);
+            let (ni, nt) = (n as i32, n_token as i32);
+            launch
+                .arg(&b.logits)
+                .arg(&b.targets)
+                .arg(&mut b.target_logp)
+                .arg(&ni)
+                .arg(&nt);
+            // SAFETY: gather_targets(const float*, const int*, float*, int, int) reads n rows of
+            // logits at target columns below n_token and writes n outputs.
+            unsafe { launch.launch(per_element(n)) }?;
+            let target_logp = stream.clone_dtoh(&b.target_logp.slice(..n))?;
+            // Bring back only the full rows asked for.
+            let mut full = Vec::new();
+            let wanted_here: Vec<usize> = wanted
+                .full_rows
+                .iter()
+                .copied()
+                .filter(|r| (first..first + n).contains(r))
+                .collect();
+            for &r in &wanted_here {
+                let at = (r - first) * n_token;
+                full.extend(stream.clone_dtoh(&b.logits.slice(at..at + n_token))?);
+            }
+            for (i, lp) in target_logp.iter().enumerate() {
+                out.target_logp.push(match wanted.targets[first + i] {
+                    Some(_) => *lp as f64,
+                    None => f64::NAN,
+                });
+            }
+            out.full_rows.extend(full.iter().map(|&v| v as f64));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,99 @@
+//! Random-weight models of any shape, built in memory: for the property tests and the
+//! benchmarks. The scale follows `tools/reference/make_fixtures.py` so the output distributions
+//! are far from uniform (unlike a standard `init_std = 0.02` model, whose every prediction is
+//! nearly `1 / n_token`): weight matrices have standard deviation `gain / sqrt(fan_in)`,
+//! embeddings `emb_std`, LayerNorm gains `1 ± 0.2`.
+
+use txl_core::image::{write_image, Payload};
+use txl_core::tensors::{for_each_tensor, LayerTensor, Shape, TensorName};
+use txl_core::Config;
+
+/// The scale of a random model's weights.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RandomInit {
+    /// Weight matrices: standard deviation `gain / sqrt(fan_in)`.
+    pub gain: f32,
+    /// Embedding tables and the tail clusters' head weights: standard deviation.
+    pub emb_std: f32,
+}
+
+impl Default for RandomInit {
+    /// `gain` 1, `emb_std` 0.5: the reference fixtures' scale, for models with d_embed near 16.
+    fn default() -> Self {
+        RandomInit {
+            gain: 1.0,
+            emb_std: 0.5,
+        }
+    }
+}
+
+impl RandomInit {
+    /// The default scale carried to any width: `emb_std = 2 / sqrt(d_embed)` keeps the output
+    /// logits' spread (a LayerNorm-ed hidden state dotted with embedding rows) the same for a
+    /// wide model as for a d_embed 16 one.
+    pub fn for_config(config: &Config) -> Self {
+        RandomInit {
+            emb_std: 2.0 / (config.d_embed as f32).sqrt(),
+            ..RandomInit::default()
+        }
+    }
+}
+
+/// splitmix64.
+#[derive(Clone, Debug)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform with mean `mean` and standard deviation `std`.
+    fn uniform(&mut self, mean: f32, std: f32) -> f32 {
+        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0; // [-1, 1)
+        mean + std * 3f32.sqrt() * unit
+    }
+}
+
+/// An image of `config` with random weights drawn from `seed` at the scale `init` says.
+pub fn random_image(config: &Config, seed: u64, init: RandomInit) -> Result<Vec<u8>, txl_core::Error> {
+    config.validate()?;
+    let mut rng = SplitMix(seed);
+    let mut tensors: Vec<(TensorName, Vec<f32>)> = Vec::new();
+    for_each_tensor(config, |name, shape| {
+        let (rows, cols) = match shape {
+            Shape::Matrix(rows, cols) => (rows as f32, cols as f32),
+            Shape::Vector(n) => (n as f32, 1.0),
+        };
+        // (mean, std) of this tensor's elements
+        let (mean, std) = match name {
+            TensorName::Layer(_, LayerTensor::AttnNormWeight | LayerTensor::FfNormWeight) => (1.0, 0.2),
+            TensorName::Layer(_, LayerTensor::RWBias | LayerTensor::RRBias)
+            | TensorName::SharedRWBias
+            | TensorName::SharedRRBias => (0.0, 0.3),
+            TensorName::EmbLayer(_) | TensorName::ClusterWeight => (0.0, init.emb_std),
+            TensorName::ClusterBias => (0.0, 0.5),
+            // used as hidden @ out_proj: the fan-in is the first dimension
+            TensorName::OutBias(_)
+            | TensorName::Layer(
+                _,
+                LayerTensor::AttnNormBias
+                | LayerTensor::FfNormBias
+                | LayerTensor::Ff1Bias
+                | LayerTensor::Ff2Bias,
+            ) => (0.0, 0.2),
+            TensorName::OutProj(_) => (0.0, init.gain / rows.sqrt()),
+            _ => (0.0, init.gain / cols.sqrt()),
+        };
+        tensors.push((name, (0..shape.len()).map(|_| rng.uniform(mean, std)).collect()));
+    });
+    let payloads: Vec<(TensorName, Payload<'_>)> = tensors
+        .iter()
+        .map(|(name, data)| (*name, Payload::F32(data)))
+        .collect();
+    write_image(config, &payloads)
+}

@@ -1,0 +1,208 @@
+//! [`Reference`]: a model on a backend, scoring batches of independent token streams.
+
+use txl_core::{Config, Model, SessionOptions};
+
+use crate::cpu::CpuEngine;
+use crate::cuda::CudaEngine;
+use crate::engine::{Segment, Settings, StepOutput, Wanted};
+use crate::error::Error;
+use crate::weights::HostWeights;
+
+/// Where and in which precision the forward pass runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// CPU, f64: the golden reference.
+    Cpu64,
+    /// CPU, f32.
+    Cpu32,
+    /// NVIDIA GPU through CUDA (cuBLAS and NVRTC-compiled kernels), f32.
+    Cuda,
+}
+
+impl Backend {
+    /// `cpu64`, `cpu32` or `cuda`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu64 => "cpu64",
+            Backend::Cpu32 => "cpu32",
+            Backend::Cuda => "cuda",
+        }
+    }
+}
+
+/// What scoring one stream gave.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamScores {
+    /// `logp[i] = ln p(t[i+1] | t[..=i])`, length `N - 1` (0 for an empty stream).
+    pub logp: Vec<f64>,
+    /// The full log-probability rows of positions `0..rows_kept`, `(rows_kept, n_token)`.
+    pub rows: Vec<f64>,
+    /// How many rows `rows` holds.
+    pub rows_kept: usize,
+}
+
+impl StreamScores {
+    /// Mean negative log-likelihood in nats (0 when nothing was predicted).
+    pub fn nll(&self) -> f64 {
+        if self.logp.is_empty() {
+            return 0.0;
+        }
+        -self.logp.iter().sum::<f64>() / self.logp.len() as f64
+    }
+
+    /// Mean bits per token.
+    pub fn bits_per_token(&self) -> f64 {
+        self.nll() / std::f64::consts::LN_2
+    }
+}
+
+#[derive(Debug)]
+enum Engine {
+    Cpu64(CpuEngine<f64>),
+    Cpu32(CpuEngine<f32>),
+    Cuda(Box<CudaEngine>),
+}
+
+/// A model loaded onto a backend: the weights are copied (to f64, f32, or to the GPU), so the
+/// image may be dropped afterwards.
+#[derive(Debug)]
+pub struct Reference {
+    config: Config,
+    backend: Backend,
+    engine: Engine,
+}
+
+impl Reference {
+    /// Copies `model`'s weights for `backend`. For [`Backend::Cuda`] this fails with
+    /// [`Error::NoGpu`] where there is no usable GPU, and with [`Error::NoNvrtc`] or
+    /// [`Error::KernelCompile`] when the kernels cannot be compiled.
+    pub fn new(model: &Model<'_>, backend: Backend) -> Result<Self, Error> {
+        let engine = match backend {
+            Backend::Cpu64 => Engine::Cpu64(CpuEngine::new(HostWeights::new(model))),
+            Backend::Cpu32 => Engine::Cpu32(CpuEngine::new(HostWeights::new(model))),
+            Backend::Cuda => Engine::Cuda(Box::new(CudaEngine::new(HostWeights::new(model))?)),
+        };
+        Ok(Reference {
+            config: *model.config(),
+            backend,
+            engine,
+        })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Scores one token sequence, like the core's scorer: consecutive segments of
+    /// `options.tgt_len` with the memory carried, keeping the first `keep_rows` full rows.
+    pub fn score(
+        &mut self,
+        tokens: &[u32],
+        options: &SessionOptions,
+        keep_rows: usize,
+        progress: impl FnMut(usize),
+    ) -> Result<StreamScores, Error> {
+        let mut scores = self.score_batch(&[tokens], options, keep_rows, progress)?;
+        Ok(scores.remove(0))
+    }
+
+    /// Scores independent `streams`, each with its own memory, in lockstep: step `k` runs
+    /// segment `k` (tokens `k * tgt_len..`) of every stream that has one. Each stream gets the
+    /// same result as scoring it alone. `progress(done)` is called after each step with the
+    /// number of tokens processed over all streams.
+    pub fn score_batch(
+        &mut self,
+        streams: &[&[u32]],
+        options: &SessionOptions,
+        keep_rows: usize,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Vec<StreamScores>, Error> {
+        let settings = Settings::new(options)?;
+        let n_token = self.config.n_token;
+        for (stream, tokens) in streams.iter().enumerate() {
+            if let Some((position, &token)) = tokens.iter().enumerate().find(|(_, &t)| t >= n_token) {
+                return Err(Error::TokenOutOfRange {
+                    stream,
+                    position,
+                    token,
+                    n_token,
+                });
+            }
+        }
+        let mut scores: Vec<StreamScores> = streams
+            .iter()
+            .map(|tokens| StreamScores {
+                logp: Vec::with_capacity(tokens.len().saturating_sub(1)),
+                rows: Vec::new(),
+                rows_kept: keep_rows.min(tokens.len()),
+            })
+            .collect();
+        match &mut self.engine {
+            Engine::Cpu64(e) => e.start(streams.len(), settings),
+            Engine::Cpu32(e) => e.start(streams.len(), settings),
+            Engine::Cuda(e) => e.start(streams.len(), settings)?,
+        }
+        let tgt_len = settings.tgt_len;
+        let steps = streams
+            .iter()
+            .map(|s| s.len().div_ceil(tgt_len))
+            .max()
+            .unwrap_or(0);
+        let mut done = 0;
+        for step in 0..steps {
+            let start = step * tgt_len;
+            let mut segments = Vec::new();
+            let mut targets = Vec::new();
+            let mut full_rows = Vec::new();
+            for (stream, tokens) in streams.iter().enumerate() {
+                if start >= tokens.len() {
+                    continue;
+                }
+                let end = (start + tgt_len).min(tokens.len());
+                segments.push(Segment {
+                    stream,
+                    tokens: &tokens[start..end],
+                });
+                for position in start..end {
+                    if position < scores[stream].rows_kept {
+                        full_rows.push(targets.len());
+                    }
+                    targets.push(tokens.get(position + 1).copied());
+                }
+            }
+            let wanted = Wanted {
+                targets: &targets,
+                full_rows: &full_rows,
+            };
+            let out: StepOutput = match &mut self.engine {
+                Engine::Cpu64(e) => e.step(&segments, &wanted)?,
+                Engine::Cpu32(e) => e.step(&segments, &wanted)?,
+                Engine::Cuda(e) => e.step(&segments, &wanted)?,
+            };
+            // Hand each row's results to its stream.
+            let mut row = 0;
+            let mut full = out.full_rows.chunks_exact(n_token as usize);
+            for segment in &segments {
+                let s = &mut scores[segment.stream];
+                for position in start..start + segment.tokens.len() {
+                    if targets[row].is_some() {
+                        s.logp.push(out.target_logp[row]);
+                    }
+                    if position < s.rows_kept {
+                        s.rows.extend_from_slice(full.next().unwrap_or_default());
+                    }
+                    row += 1;
+                }
+                done += segment.tokens.len();
+            }
+            progress(done);
+        }
+        Ok(scores)
+    }
+}

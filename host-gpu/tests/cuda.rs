@@ -1,0 +1,163 @@
+//! The CUDA backend. On a machine without NVIDIA's libraries:
+//! - `cuda_backend_reports_a_missing_gpu_as_an_error` checks that asking for CUDA gives
+//!   `Error::NoGpu` (no panic) and prints that the GPU tests are skipped;
+//! - the NVRTC compilation test is ignored unless NVRTC is installed: `scripts/test.sh`
+//!   installs it (the `nvidia-cuda-nvrtc` wheel) and runs it with `--ignored`;
+//! - the GPU tests are ignored: `scripts/gpu-check.sh` runs them on a GPU machine.
+
+mod common;
+
+use common::{case_options, max_delta, random_model, small_config, tokens, Manifest};
+use txl_core::{MemInit, Model, SessionOptions};
+use txl_host_gpu::{compile_kernels, cuda_available, Backend, Error, Reference, KERNEL_NAMES};
+use txl_tools::npy;
+
+#[test]
+fn cuda_backend_reports_a_missing_gpu_as_an_error() {
+    let image = random_model(&small_config(), 1);
+    let model = Model::parse(image.bytes()).unwrap();
+    match cuda_available() {
+        Err(Error::NoGpu(why)) => {
+            eprintln!("\n*** GPU tests SKIPPED: no GPU here ({why}). Run scripts/gpu-check.sh on a GPU machine. ***\n");
+            match Reference::new(&model, Backend::Cuda) {
+                Err(Error::NoGpu(_)) => {}
+                other => panic!("expected Error::NoGpu, got {other:?}"),
+            }
+        }
+        Err(other) => panic!("cuda_available failed with {other:?}"),
+        Ok(gpu) => {
+            eprintln!("GPU present: {gpu:?}");
+            Reference::new(&model, Backend::Cuda).unwrap();
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs libnvrtc (pip nvidia-cuda-nvrtc==13.0.88): scripts/test.sh installs it and runs this"]
+fn nvrtc_compiles_every_kernel() {
+    for arch in [None, Some("compute_80"), Some("compute_90")] {
+        let kernels = compile_kernels(arch).unwrap_or_else(|e| panic!("{arch:?}: {e}"));
+        let ptx = kernels.ptx_source();
+        for name in KERNEL_NAMES {
+            assert!(
+                ptx.contains(&format!(".entry {name}(")),
+                "{arch:?}: kernel {name} missing from the PTX"
+            );
+        }
+        let target = ptx
+            .lines()
+            .find(|l| l.starts_with(".target"))
+            .unwrap_or("no .target");
+        if let Some(arch) = arch {
+            assert_eq!(target, format!(".target {}", arch.replace("compute_", "sm_")));
+        }
+        println!(
+            "{arch:?}: {} kernels, {} bytes of PTX, {target}",
+            KERNEL_NAMES.len(),
+            ptx.len()
+        );
+    }
+}
+
+/// CUDA against the Hugging Face float64 fixtures and against the CPU f64 reference.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
+fn cuda_matches_hugging_face_and_cpu_f64_on_every_fixture() {
+    let manifest = Manifest::load();
+    let mut worst: f64 = 0.0;
+    for fixture in &manifest.models {
+        let image = fixture.image();
+        let model = Model::parse(image.bytes()).unwrap();
+        let mut cuda = Reference::new(&model, Backend::Cuda).unwrap();
+        let mut cpu = Reference::new(&model, Backend::Cpu64).unwrap();
+        let tokens = fixture.tokens();
+        for case in &fixture.cases {
+            let tokens = &tokens[..case.n_tokens];
+            let options = case_options(&model, case);
+            let ours = cuda.score(tokens, &options, case.rows_k, |_| {}).unwrap();
+            let golden = cpu.score(tokens, &options, case.rows_k, |_| {}).unwrap();
+            let logp = npy::read(&fixture.path().join(&case.logp)).unwrap();
+            let rows = npy::read(&fixture.path().join(&case.rows)).unwrap();
+            let vs_hf = max_delta(
+                ours.logp.iter().chain(&ours.rows).copied(),
+                logp.data.iter().chain(&rows.data).copied(),
+            );
+            let vs_cpu = max_delta(
+                ours.logp.iter().chain(&ours.rows).copied(),
+                golden.logp.iter().chain(&golden.rows).copied(),
+            );
+            println!(
+                "cuda {:<28} {:<22} vs HF {vs_hf:.3e}  vs cpu64 {vs_cpu:.3e}",
+                fixture.name, case.name
+            );
+            assert_eq!(ours.logp.len(), logp.data.len());
+            assert_eq!(ours.rows.len(), rows.data.len());
+            assert!(vs_hf <= 1e-4 && vs_cpu <= 1e-4, "{} {}", fixture.name, case.name);
+            worst = worst.max(vs_hf).max(vs_cpu);
+        }
+    }
+    println!("cuda: worst |Δ ln p| over the fixtures {worst:.3e}");
+}
+
+/// Batches of streams of different lengths on random models covering the options: CUDA
+/// against CPU f64.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
+fn cuda_batches_match_cpu_f64_on_random_models() {
+    let mut configs = vec![small_config()];
+    let mut c = small_config();
+    c.pre_lnorm = true;
+    c.div_val = 1;
+    c.d_embed = 12;
+    c.tie_projs = 0b010;
+    c.untie_r = false;
+    configs.push(c);
+    c.n_cutoffs = 0;
+    c.cutoffs = [0; 8];
+    c.tie_weight = false;
+    c.d_embed = c.d_model;
+    c.d_head = 7; // odd widths
+    configs.push(c);
+    let mut worst: f64 = 0.0;
+    for (i, config) in configs.iter().enumerate() {
+        let image = random_model(config, 10 + i as u64);
+        let model = Model::parse(image.bytes()).unwrap();
+        let mut cuda = Reference::new(&model, Backend::Cuda).unwrap();
+        let mut cpu = Reference::new(&model, Backend::Cpu64).unwrap();
+        let streams: Vec<Vec<u32>> = [61, 7, 0, 33, 1, 40]
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| tokens(n, config.n_token, s as u64 + 5))
+            .collect();
+        let views: Vec<&[u32]> = streams.iter().map(|s| s.as_slice()).collect();
+        for (tgt_len, mem_len, clamp_len, same_length, mem_init) in [
+            (6, 9, 0, false, MemInit::Empty),
+            (4, 5, 3, true, MemInit::Zeros),
+            (1, 3, 0, true, MemInit::Empty),
+            (7, 0, 0, false, MemInit::Zeros),
+            (16, 48, 20, true, MemInit::Zeros),
+        ] {
+            let options = SessionOptions {
+                tgt_len,
+                mem_len,
+                clamp_len,
+                same_length,
+                mem_init,
+                ..SessionOptions::from_config(model.config())
+            };
+            let ours = cuda.score_batch(&views, &options, 3, |_| {}).unwrap();
+            let golden = cpu.score_batch(&views, &options, 3, |_| {}).unwrap();
+            for (a, b) in ours.iter().zip(&golden) {
+                assert_eq!(a.logp.len(), b.logp.len());
+                assert_eq!(a.rows.len(), b.rows.len());
+                let delta = max_delta(
+                    a.logp.iter().chain(&a.rows).copied(),
+                    b.logp.iter().chain(&b.rows).copied(),
+                );
+                assert!(delta <= 1e-4, "config {i} {options:?}: {delta:e}");
+                worst = worst.max(delta);
+            }
+        }
+    }
+    println!("cuda vs cpu64 on random batches: worst |Δ ln p| {worst:.3e}");
+}
