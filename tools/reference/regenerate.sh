@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regenerate tests/fixtures: create a virtual environment (once), install the
-# pinned requirements, run make_fixtures.py.  Extra arguments are passed on to
-# make_fixtures.py (e.g. --reuse-demo to skip retraining the demo model).
+# pinned requirements, run make_fixtures.py, then pytorch_quantization.py
+# (PyTorch's quantization baseline on the demo model).  Extra arguments are
+# passed on to make_fixtures.py (e.g. --reuse-demo to skip retraining the demo
+# model).
 #
 #   VENV=/path/to/venv tools/reference/regenerate.sh
 #
@@ -24,4 +26,5 @@ fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet -r "$here/requirements.txt"
 
-exec "$venv/bin/python" "$here/make_fixtures.py" "$@"
+"$venv/bin/python" "$here/make_fixtures.py" "$@"
+exec "$venv/bin/python" "$here/pytorch_quantization.py"

@@ -2,7 +2,9 @@
 //! The `txl` binary is a thin command-line face over these modules.
 
 pub mod checkpoint;
+pub mod compare;
 pub mod generate;
 pub mod model_file;
 pub mod npy;
+pub mod quantize;
 pub mod scoring;

@@ -9,10 +9,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use txl_core::arena::ArenaLayout;
 use txl_core::sampling::Sampling;
-use txl_core::{MemInit, Model, SessionOptions};
+use txl_core::{MemDtype, MemInit, Model, SessionOptions};
+use txl_host_gpu::{Backend, Reference};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::model_file::AlignedBytes;
-use txl_tools::{generate, npy, scoring};
+use txl_tools::quantize::{self, QuantizeOptions, Smoothing, Target};
+use txl_tools::{compare, generate, npy, scoring};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -48,14 +50,59 @@ enum Command {
         #[arg(short, long, value_name = "OUT.txl")]
         out: PathBuf,
         /// Which weights file to read when the directory has both.
-        #[arg(long, value_enum, default_value_t = FormatArg::Auto)]
-        format: FormatArg,
+        #[arg(long, value_enum, default_value_t = CheckpointFormat::Auto)]
+        format: CheckpointFormat,
+        /// Weight precision of the image (f16 and int8 as `txl quantize` makes them).
+        #[arg(long, value_enum, default_value_t = DtypeArg::F32)]
+        dtype: DtypeArg,
+        #[command(flatten)]
+        quantize: QuantizeArgs,
+    },
+    /// Quantize a model image to f16 or int8 (W8A8) weights, with a report of the cost.
+    ///
+    /// int8 is per-row symmetric with the clipping range searched per row. With calibration
+    /// text (never the text you evaluate on), activation smoothing is tried and kept where it
+    /// lowers the measured bits per token, and the report measures each precision.
+    Quantize {
+        /// The f32 image.
+        input: PathBuf,
+        /// Output image path.
+        #[arg(short, long, value_name = "OUT.txl")]
+        out: PathBuf,
+        /// Weight precision.
+        #[arg(long, value_enum, default_value_t = DtypeArg::Int8)]
+        dtype: DtypeArg,
+        #[command(flatten)]
+        quantize: QuantizeArgs,
+    },
+    /// Compare a candidate image (e.g. quantized) with a reference on the same tokens.
+    ///
+    /// Prints bits per token of each, the relative change, mean KL(ref || cand) per token, top-1
+    /// agreement and the largest change of ln p of the scored tokens. --mem-dtype applies to the
+    /// candidate; the reference keeps f32 memory.
+    Compare {
+        /// Reference image.
+        reference: PathBuf,
+        /// Candidate image.
+        candidate: PathBuf,
+        #[command(flatten)]
+        source: TokenSource,
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Print one JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Score a token sequence: log-probability of every next token, bits per token.
     ///
     /// Tokens are processed in consecutive segments of --tgt-len (the last may be shorter) with
     /// the memory carried between segments; --tgt-len 1 is token-by-token streaming.
     Score(ScoreArgs),
+    /// Bits per token and perplexity over a long text, with the full-precision reference.
+    ///
+    /// The text is split into --batch contiguous streams scored side by side (each with its own
+    /// memory, every token after the first predicted once), in segments of tgt_len.
+    Eval(EvalArgs),
     /// Continue a prompt with the model.
     Generate(GenerateArgs),
     /// Print a model image's config, tensors and the arena a session needs.
@@ -65,7 +112,7 @@ enum Command {
         #[command(flatten)]
         session: SessionArgs,
     },
-    /// Convert the bundled demo model, score held-out text and generate a sample.
+    /// Convert the bundled demo model, score held-out text, generate a sample, quantize to int8.
     Demo {
         /// Where to write the converted image.
         #[arg(long, default_value = "target/demo")]
@@ -76,14 +123,40 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum FormatArg {
-    /// model.safetensors if present, else pytorch_model.bin.
-    Auto,
-    /// model.safetensors.
-    Safetensors,
-    /// pytorch_model.bin (zip + pickle; read without executing anything).
-    Bin,
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DtypeArg {
+    /// f32 weights (exact).
+    F32,
+    /// f16 weights.
+    F16,
+    /// int8 weights with per-row scales; activations quantized per token (W8A8).
+    Int8,
+}
+
+/// Quantizer settings shared by `convert --dtype` and `quantize`.
+#[derive(Args, Debug)]
+struct QuantizeArgs {
+    /// Calibration text, one token per byte.
+    #[arg(long, value_name = "FILE", conflicts_with = "calib_tokens")]
+    calib_bytes: Option<PathBuf>,
+    /// Calibration text as whitespace-separated token ids.
+    #[arg(long, value_name = "FILE")]
+    calib_tokens: Option<PathBuf>,
+    /// Use at most this many calibration tokens.
+    #[arg(long, default_value_t = 16384)]
+    calib_limit: usize,
+    /// Activation smoothing: auto (try strengths, keep the best), off, or a strength in [0, 1].
+    #[arg(long, default_value = "auto")]
+    smooth: String,
+    /// Keep tensors matching this pattern in f16 (`*` matches anything; repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    keep_f16: Vec<String>,
+    /// Also keep the K tensors whose int8 quantization costs most (measured on calibration text).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    auto_keep_f16: usize,
+    /// Write the full report as JSON.
+    #[arg(long, value_name = "FILE.json")]
+    report: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -112,6 +185,29 @@ struct SessionArgs {
     /// How the memory starts.
     #[arg(long, value_enum, default_value_t = MemInitArg::Empty)]
     mem_init: MemInitArg,
+    /// How the cached keys and values are stored.
+    #[arg(long, value_enum, default_value_t = MemDtypeArg::F32)]
+    mem_dtype: MemDtypeArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum MemDtypeArg {
+    /// f32 (exact).
+    F32,
+    /// f16.
+    F16,
+    /// int8 with one scale per position and head.
+    Int8,
+}
+
+impl From<MemDtypeArg> for MemDtype {
+    fn from(arg: MemDtypeArg) -> MemDtype {
+        match arg {
+            MemDtypeArg::F32 => MemDtype::F32,
+            MemDtypeArg::F16 => MemDtype::F16,
+            MemDtypeArg::Int8 => MemDtype::Int8,
+        }
+    }
 }
 
 impl SessionArgs {
@@ -125,6 +221,7 @@ impl SessionArgs {
             MemInitArg::Empty => MemInit::Empty,
             MemInitArg::Zeros => MemInit::Zeros,
         };
+        options.mem_dtype = self.mem_dtype.into();
         options
     }
 }
@@ -159,6 +256,9 @@ struct ScoreArgs {
     source: TokenSource,
     #[command(flatten)]
     session: SessionArgs,
+    /// Which forward pass: the core (the device engine) or the full-precision reference.
+    #[arg(long, value_enum, default_value_t = BackendArg::Core)]
+    backend: BackendArg,
     /// Write ln p(t[i+1] | t[..=i]) for every i as a <f4 .npy of shape (N-1,).
     #[arg(long, value_name = "LOGP.npy")]
     out: Option<PathBuf>,
@@ -168,6 +268,62 @@ struct ScoreArgs {
     /// Where to write those rows: <f4 .npy of shape (K, n_token).
     #[arg(long, value_name = "ROWS.npy", requires = "rows")]
     rows_out: Option<PathBuf>,
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Which forward pass computes the scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BackendArg {
+    /// The txl-core engine (what runs on the device), in the image's precision.
+    Core,
+    /// The independent reference on the CPU in f64 (the golden oracle).
+    Cpu,
+    /// The independent reference on the CPU in f32.
+    Cpu32,
+    /// The independent reference on an NVIDIA GPU in f32 (CUDA).
+    Cuda,
+    /// cuda when a GPU is present, else cpu32.
+    Auto,
+}
+
+impl BackendArg {
+    fn reference(self) -> Result<Option<Backend>> {
+        Ok(match self {
+            BackendArg::Core => None,
+            BackendArg::Cpu => Some(Backend::Cpu64),
+            BackendArg::Cpu32 => Some(Backend::Cpu32),
+            BackendArg::Cuda => Some(Backend::Cuda),
+            BackendArg::Auto => match txl_host_gpu::cuda_available() {
+                Ok(gpu) => {
+                    eprintln!("using {} (CUDA)", gpu.name);
+                    Some(Backend::Cuda)
+                }
+                Err(_) => Some(Backend::Cpu32),
+            },
+        })
+    }
+}
+
+#[derive(Args, Debug)]
+struct EvalArgs {
+    /// Model image.
+    model: PathBuf,
+    /// The text: whitespace-separated token ids, or bytes with --bytes.
+    #[arg(long, value_name = "FILE")]
+    text: PathBuf,
+    /// Every byte of the text is one token id (byte-level models).
+    #[arg(long)]
+    bytes: bool,
+    /// Streams scored side by side.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Which forward pass.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
+    #[command(flatten)]
+    session: SessionArgs,
     /// Print one JSON object on stdout instead of text.
     #[arg(long)]
     json: bool,
@@ -208,28 +364,55 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Convert { src, out, format } => convert(&src, &out, format).map(|_| ()),
+        Command::Convert {
+            src,
+            out,
+            format,
+            dtype,
+            quantize,
+        } => convert(&src, &out, format, dtype, &quantize).map(|_| ()),
+        Command::Quantize {
+            input,
+            out,
+            dtype,
+            quantize,
+        } => {
+            let bytes = load(&input)?;
+            let model = parse_model(&bytes, &input)?;
+            let image = quantize_image(&model, dtype, &quantize)?;
+            write_file(&out, &image)
+        }
+        Command::Compare {
+            reference,
+            candidate,
+            source,
+            session,
+            json,
+        } => compare_images(&reference, &candidate, &source, &session, json),
         Command::Score(args) => score(&args),
+        Command::Eval(args) => eval(&args),
         Command::Generate(args) => generate_text(&args),
         Command::Inspect { model, session } => inspect(&model, &session),
         Command::Demo { out_dir, limit } => demo(&out_dir, limit),
     }
 }
 
-fn convert(src: &Path, out: &Path, format: FormatArg) -> Result<usize> {
-    let format = match format {
-        FormatArg::Auto => CheckpointFormat::Auto,
-        FormatArg::Safetensors => CheckpointFormat::Safetensors,
-        FormatArg::Bin => CheckpointFormat::PytorchBin,
-    };
+fn convert(
+    src: &Path,
+    out: &Path,
+    format: CheckpointFormat,
+    dtype: DtypeArg,
+    quantize: &QuantizeArgs,
+) -> Result<usize> {
     let checkpoint = load_hf_checkpoint(src, format, std::io::stderr().is_terminal())?;
-    let image = checkpoint.to_image()?;
+    let mut image = checkpoint.to_image()?;
+    let aligned = AlignedBytes::new(&image);
     // Check what we wrote reads back before anyone flashes it.
-    Model::parse(AlignedBytes::new(&image).bytes()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    let model = parse_model(&aligned, out)?;
+    if dtype != DtypeArg::F32 {
+        image = quantize_image(&model, dtype, quantize)?;
     }
-    std::fs::write(out, &image).with_context(|| format!("writing {}", out.display()))?;
+    write_file(out, &image)?;
     eprintln!(
         "wrote {} ({} bytes, {} tensors)",
         out.display(),
@@ -237,6 +420,142 @@ fn convert(src: &Path, out: &Path, format: FormatArg) -> Result<usize> {
         checkpoint.tensors.len()
     );
     Ok(image.len())
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -> Result<Vec<u8>> {
+    let target = match dtype {
+        DtypeArg::F32 => bail!("the quantizer makes f16 or int8 images; f32 is what convert writes"),
+        DtypeArg::F16 => Target::F16,
+        DtypeArg::Int8 => Target::Int8,
+    };
+    let smoothing = match args.smooth.as_str() {
+        "auto" => Smoothing::Auto,
+        "off" => Smoothing::Off,
+        alpha => match alpha.parse::<f32>() {
+            Ok(a) if (0.0..=1.0).contains(&a) => Smoothing::Alpha(a),
+            _ => bail!("--smooth takes auto, off or a strength in [0, 1], not {alpha:?}"),
+        },
+    };
+    let mut calibration = match (&args.calib_bytes, &args.calib_tokens) {
+        (Some(path), _) => Some(scoring::read_byte_tokens(path)?),
+        (_, Some(path)) => Some(scoring::read_token_ids(path)?),
+        _ => None,
+    };
+    if let Some(tokens) = &mut calibration {
+        tokens.truncate(args.calib_limit);
+    }
+    // Without calibration text, smoothing cannot be measured: quantize the weights alone.
+    let smoothing = if calibration.is_none() && smoothing == Smoothing::Auto {
+        Smoothing::Off
+    } else {
+        smoothing
+    };
+    let options = QuantizeOptions {
+        target,
+        smoothing,
+        keep_f16: args.keep_f16.clone(),
+        auto_keep_f16: args.auto_keep_f16,
+        session: SessionOptions::from_config(model.config()),
+    };
+    let spinner = if std::io::stderr().is_terminal() {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::hidden()
+    };
+    spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+    let quantized = quantize::quantize(model, &options, calibration.as_deref(), |step| {
+        spinner.set_message(step.to_string())
+    })?;
+    spinner.finish_and_clear();
+    print_report(&quantized.report);
+    if let Some(path) = &args.report {
+        let json = serde_json::to_string_pretty(&quantized.report)?;
+        write_file(path, json.as_bytes())?;
+    }
+    Ok(quantized.image)
+}
+
+fn print_report(report: &quantize::Report) {
+    eprintln!(
+        "{:<40} {:>6} {:>9} {:>12}",
+        "tensor", "dtype", "SQNR dB", "solo Δ bits"
+    );
+    for t in &report.tensors {
+        if t.dtype == "f32" {
+            continue;
+        }
+        let solo = t.solo_delta_bits.map_or(String::new(), |d| format!("{d:+.5}"));
+        eprintln!("{:<40} {:>6} {:>9.2} {:>12}", t.name, t.dtype, t.sqnr_db, solo);
+    }
+    if let Some(alpha) = report.smoothing_alpha {
+        eprintln!("activation smoothing: alpha {alpha}");
+    }
+    for (layer, error) in report.layer_errors.iter().enumerate() {
+        eprintln!("layer {layer} output: relative RMS error {error:.5}");
+    }
+    if let Some((_, reference)) = report.bits_per_token.first() {
+        eprintln!("calibration text ({} tokens):", report.calibration_tokens);
+        for (label, bits) in &report.bits_per_token {
+            eprintln!(
+                "  {label:<20} {bits:.5} bits/token ({:+.3}%)",
+                100.0 * (bits - reference) / reference
+            );
+        }
+    }
+    eprintln!(
+        "image {} bytes for {} parameters",
+        report.image_bytes, report.parameters
+    );
+}
+
+fn compare_images(
+    reference: &Path,
+    candidate: &Path,
+    source: &TokenSource,
+    session: &SessionArgs,
+    json: bool,
+) -> Result<()> {
+    let ref_bytes = load(reference)?;
+    let cand_bytes = load(candidate)?;
+    let ref_model = parse_model(&ref_bytes, reference)?;
+    let cand_model = parse_model(&cand_bytes, candidate)?;
+    let tokens = source.read()?;
+    if tokens.len() < 2 {
+        bail!("need at least 2 tokens to compare, got {}", tokens.len());
+    }
+    let cand_options = session.options(&ref_model);
+    let ref_options = SessionOptions {
+        mem_dtype: MemDtype::F32,
+        ..cand_options
+    };
+    let bar = progress_bar(tokens.len());
+    let result = compare::compare(
+        (&ref_model, ref_options),
+        (&cand_model, cand_options),
+        &tokens,
+        |done| bar.set_position(done as u64),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    bar.finish_and_clear();
+    if json {
+        println!("{}", serde_json::to_string(&result)?);
+    } else {
+        println!("tokens                {}", result.tokens);
+        println!("reference bits/token  {:.6}", result.reference_bits_per_token);
+        println!("candidate bits/token  {:.6}", result.candidate_bits_per_token);
+        println!("relative change       {:+.4}%", 100.0 * result.relative_delta);
+        println!("mean KL(ref || cand)  {:.3e} nats/token", result.mean_kl);
+        println!("top-1 agreement       {:.4}%", 100.0 * result.top1_agreement);
+        println!("max |Δ ln p|          {:.3e}", result.max_abs_delta_logp);
+    }
+    Ok(())
 }
 
 fn load(path: &Path) -> Result<AlignedBytes> {
@@ -311,6 +630,57 @@ fn score(args: &ScoreArgs) -> Result<()> {
             nll.exp(),
             scores.digest(),
             tokens.len() as f64 / seconds.max(1e-9)
+        );
+    }
+    Ok(())
+}
+
+fn eval(args: &EvalArgs) -> Result<()> {
+    let bytes = load(&args.model)?;
+    let model = parse_model(&bytes, &args.model)?;
+    let tokens = if args.bytes {
+        scoring::read_byte_tokens(&args.text)?
+    } else {
+        scoring::read_token_ids(&args.text)?
+    };
+    if tokens.len() < 2 {
+        bail!("need at least 2 tokens to evaluate, got {}", tokens.len());
+    }
+    let options = args.session.options(&model);
+    let bar = progress_bar(tokens.len());
+    let report = match args.backend.reference()? {
+        Some(backend) => {
+            let mut reference = Reference::new(&model, backend)?;
+            txl_host_gpu::eval(&mut reference, &tokens, &options, args.batch.max(1), |done, _| {
+                bar.set_position(done as u64)
+            })?
+        }
+        None => bail!("eval runs the full-precision reference; use `txl score --backend core` for the core"),
+    };
+    bar.finish_and_clear();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "tokens": report.tokens,
+                "predicted": report.predicted,
+                "streams": report.streams,
+                "nll": report.nll,
+                "bits_per_token": report.bits_per_token,
+                "ppl": report.ppl,
+                "seconds": report.seconds,
+                "tokens_per_second": report.tokens_per_second,
+            })
+        );
+    } else {
+        println!(
+            "tokens {}  streams {}  nll {:.6} nats  bits/token {:.6}  ppl {:.4}  {:.0} tokens/s",
+            report.tokens,
+            report.streams,
+            report.nll,
+            report.bits_per_token,
+            report.ppl,
+            report.tokens_per_second
         );
     }
     Ok(())
@@ -414,11 +784,29 @@ fn inspect(path: &Path, session: &SessionArgs) -> Result<()> {
     Ok(())
 }
 
+fn no_quantizer() -> QuantizeArgs {
+    QuantizeArgs {
+        calib_bytes: None,
+        calib_tokens: None,
+        calib_limit: 0,
+        smooth: "off".into(),
+        keep_f16: Vec::new(),
+        auto_keep_f16: 0,
+        report: None,
+    }
+}
+
 fn demo(out_dir: &Path, limit: usize) -> Result<()> {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/demo");
     let image_path = out_dir.join("demo.txl");
     println!("1. convert the bundled checkpoint ({})", fixtures.display());
-    let image_bytes = convert(&fixtures, &image_path, FormatArg::Auto)?;
+    let image_bytes = convert(
+        &fixtures,
+        &image_path,
+        CheckpointFormat::Auto,
+        DtypeArg::F32,
+        &no_quantizer(),
+    )?;
     println!("   -> {} ({image_bytes} bytes)", image_path.display());
 
     let bytes = load(&image_path)?;
@@ -458,5 +846,48 @@ fn demo(out_dir: &Path, limit: usize) -> Result<()> {
     let generated = generate::generate(&model, options, &prompt_tokens, 240, sampling)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     println!("---\n{prompt}{}\n---", bytes_as_text(&generated));
+
+    println!("4. quantize to int8 (W8A8, calibrated on 4096 bytes of training text) and compare");
+    let mut calibration = scoring::read_byte_tokens(&fixtures.join("calib.txt"))?;
+    calibration.truncate(4096);
+    let quantize_options = QuantizeOptions {
+        target: Target::Int8,
+        smoothing: Smoothing::Auto,
+        keep_f16: Vec::new(),
+        auto_keep_f16: 0,
+        session: options,
+    };
+    let int8 = quantize::quantize(&model, &quantize_options, Some(&calibration), |_| {})?;
+    let int8_path = out_dir.join("demo-int8.txl");
+    write_file(&int8_path, &int8.image)?;
+    let int8_bytes = AlignedBytes::new(&int8.image);
+    let int8_model = parse_model(&int8_bytes, &int8_path)?;
+    for mem_dtype in [MemDtype::F32, MemDtype::Int8] {
+        let candidate = SessionOptions { mem_dtype, ..options };
+        let c = compare::compare((&model, options), (&int8_model, candidate), &tokens, |_| {})
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!(
+            "   int8 weights, {:<4} memory: {:.4} bits per byte ({:+.3}%), top-1 agreement {:.2}%",
+            format!("{mem_dtype:?}").to_lowercase(),
+            c.candidate_bits_per_token,
+            100.0 * c.relative_delta,
+            100.0 * c.top1_agreement
+        );
+    }
+    let arena_int8 = txl_core::Session::arena_bytes(
+        &int8_model,
+        &SessionOptions {
+            mem_dtype: MemDtype::Int8,
+            ..options
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "   -> {} ({} bytes, {:.1}x smaller; arena with int8 memory {} bytes)",
+        int8_path.display(),
+        int8.image.len(),
+        image_bytes as f64 / int8.image.len() as f64,
+        arena_int8
+    );
     Ok(())
 }
