@@ -1,0 +1,351 @@
+//! Build script: chooses the model image and the token file, sizes the arena with the core's own
+//! `Session::arena_bytes`, checks that both fit the board, and writes the linker's memory map.
+//!
+//! Everything is decided here, at build time, from these variables:
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `TXL_MODEL` | a txl model image (`txl convert` output) | the bundled demo model, converted |
+//! | `TXL_DTYPE` | precision of the converted demo model (`f32`, `f16`, `int8`) | [`DEFAULT_DTYPE`] |
+//! | `TXL_TOKENS` | the token file `score` reads: every byte is one token id | 256 bytes of held-out text |
+//! | `TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN` | session options | the model's config |
+//! | `TXL_SAME_LENGTH` (`true`/`false`), `TXL_MEM_INIT` (`empty`/`zeros`) | session options | config / `empty` |
+//!
+//! Relative paths are relative to this folder (`firmware/`). An image or arena that does not fit
+//! the board stops the build here, with a message that says by how many bytes.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use txl_core::arena::ArenaLayout;
+use txl_core::{MemInit, Model, Session, SessionOptions};
+use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
+use txl_tools::model_file::AlignedBytes;
+use txl_tools::quantize::{quantize, QuantizeOptions, Smoothing, Target};
+
+#[allow(dead_code)]
+mod board {
+    include!("src/board.rs");
+}
+
+/// Precision of the bundled demo model when `TXL_MODEL` is unset.
+const DEFAULT_DTYPE: &str = "int8";
+
+/// The bundled checkpoint, relative to this folder.
+const DEMO_CHECKPOINT: &str = "../tests/fixtures/demo";
+
+/// Tokens `score` reads when `TXL_TOKENS` is unset: the first bytes of the held-out text.
+const DEFAULT_TOKENS: usize = 256;
+
+const ENV_VARS: [&str; 8] = [
+    "TXL_MODEL",
+    "TXL_DTYPE",
+    "TXL_TOKENS",
+    "TXL_TGT_LEN",
+    "TXL_MEM_LEN",
+    "TXL_CLAMP_LEN",
+    "TXL_SAME_LENGTH",
+    "TXL_MEM_INIT",
+];
+
+fn main() {
+    if let Err(message) = run() {
+        // Cargo shows a failing build script's stderr; one clear line, no backtrace.
+        eprintln!("error: {message}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let out_dir = PathBuf::from(env("OUT_DIR").ok_or("OUT_DIR is not set")?);
+    for var in ENV_VARS {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    println!("cargo:rerun-if-changed=src/board.rs");
+
+    // The model image, copied to OUT_DIR/model.txl for `include_bytes!`.
+    let (image, model_source) = model_image()?;
+    let aligned = AlignedBytes::new(&image);
+    let model =
+        Model::parse(aligned.bytes()).map_err(|e| format!("{model_source}: not a usable txl image: {e}"))?;
+    let options = session_options(&model)?;
+    let arena_bytes = Session::arena_bytes(&model, &options).map_err(|e| format!("sizing the arena: {e}"))?;
+    let layout = ArenaLayout::new(model.config(), &options).map_err(|e| format!("sizing the arena: {e}"))?;
+
+    // The token file.
+    let (tokens, tokens_source) = token_file(&model)?;
+
+    check_fit(image.len(), tokens.len(), &layout, &model_source, &options)?;
+
+    // Only now, with every check passed, replace the outputs of the last successful run: a
+    // failed build leaves them as they were.
+    let write = |name: &str, bytes: &[u8]| {
+        std::fs::write(out_dir.join(name), bytes).map_err(|e| format!("writing {name}: {e}"))
+    };
+    write("model.txl", &image)?;
+    write("tokens.bin", &tokens)?;
+    // The memory map, and the linker scripts of cortex-m-rt and defmt.
+    write("memory.x", memory_x().as_bytes())?;
+    if env("TARGET").is_some_and(|t| t.starts_with("thumb")) {
+        println!("cargo:rustc-link-search={}", out_dir.display());
+        println!("cargo:rustc-link-arg=-Tlink.x");
+        println!("cargo:rustc-link-arg=-Tdefmt.x");
+    }
+
+    let mut config = String::new();
+    let mut line = |name: &str, ty: &str, value: String, doc: &str| {
+        let _ = writeln!(config, "/// {doc}\npub const {name}: {ty} = {value};");
+    };
+    line(
+        "MODEL_SOURCE",
+        "&str",
+        format!("{model_source:?}"),
+        "Where the model image came from.",
+    );
+    line(
+        "IMAGE_BYTES",
+        "usize",
+        image.len().to_string(),
+        "Bytes of the model image.",
+    );
+    line(
+        "TOKENS_SOURCE",
+        "&str",
+        format!("{tokens_source:?}"),
+        "Where the tokens came from.",
+    );
+    line(
+        "ARENA_BYTES",
+        "usize",
+        arena_bytes.to_string(),
+        "`Session::arena_bytes` for the build-time options.",
+    );
+    line(
+        "ARENA_MEMORY_BYTES",
+        "usize",
+        layout.memory_bytes().to_string(),
+        "The memory ring buffers (keys and values).",
+    );
+    line(
+        "ARENA_POSITION_KEY_BYTES",
+        "usize",
+        layout.position_key_bytes().to_string(),
+        "The position keys.",
+    );
+    line(
+        "ARENA_ACTIVATION_BYTES",
+        "usize",
+        layout.activation_bytes().to_string(),
+        "The activations (`tgt_len` rows).",
+    );
+    line(
+        "ARENA_SCRATCH_BYTES",
+        "usize",
+        layout.scratch_bytes().to_string(),
+        "The one-row scratch buffers.",
+    );
+    line(
+        "TGT_LEN",
+        "u32",
+        options.tgt_len.to_string(),
+        "Build-time `tgt_len`.",
+    );
+    line(
+        "MEM_LEN",
+        "u32",
+        options.mem_len.to_string(),
+        "Build-time `mem_len`.",
+    );
+    line(
+        "CLAMP_LEN",
+        "u32",
+        options.clamp_len.to_string(),
+        "Build-time `clamp_len`.",
+    );
+    line(
+        "SAME_LENGTH",
+        "bool",
+        options.same_length.to_string(),
+        "Build-time `same_length`.",
+    );
+    let zeros = (options.mem_init == MemInit::Zeros).to_string();
+    line(
+        "MEM_INIT_ZEROS",
+        "bool",
+        zeros,
+        "Build-time `mem_init` is `zeros`.",
+    );
+    write("build_config.rs", config.as_bytes())?;
+    Ok(())
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// `TXL_MODEL`, or the bundled checkpoint converted at `TXL_DTYPE`.
+fn model_image() -> Result<(Vec<u8>, String), String> {
+    if let Some(path) = env("TXL_MODEL") {
+        println!("cargo:rerun-if-changed={path}");
+        let image = std::fs::read(&path).map_err(|e| format!("TXL_MODEL={path}: {e}"))?;
+        return Ok((image, path));
+    }
+    let dtype = env("TXL_DTYPE").unwrap_or_else(|| DEFAULT_DTYPE.to_string());
+    let dir = Path::new(DEMO_CHECKPOINT);
+    for file in ["config.json", "model.safetensors"] {
+        println!("cargo:rerun-if-changed={}", dir.join(file).display());
+    }
+    let target = match dtype.as_str() {
+        "f32" => None,
+        "f16" => Some(Target::F16),
+        "int8" => Some(Target::Int8),
+        other => return Err(format!("TXL_DTYPE={other}: expected f32, f16 or int8")),
+    };
+    let image = load_hf_checkpoint(dir, CheckpointFormat::Auto, false)
+        .and_then(|checkpoint| checkpoint.to_image())
+        .map_err(|e| format!("converting {DEMO_CHECKPOINT}: {e:#}"))?;
+    let image = match target {
+        None => image,
+        Some(target) => demo_quantized(&image, target)?,
+    };
+    Ok((image, format!("{DEMO_CHECKPOINT} ({dtype})")))
+}
+
+/// The f32 demo image quantized as `txl convert --dtype` does without calibration text
+/// (per-row clip search, no smoothing), so the host can make the same image.
+fn demo_quantized(f32_image: &[u8], target: Target) -> Result<Vec<u8>, String> {
+    let bytes = AlignedBytes::new(f32_image);
+    let model = Model::parse(bytes.bytes()).map_err(|e| format!("the converted demo model: {e}"))?;
+    let options = QuantizeOptions {
+        target,
+        smoothing: Smoothing::Off,
+        keep_f16: Vec::new(),
+        auto_keep_f16: 0,
+        session: SessionOptions::from_config(model.config()),
+    };
+    quantize(&model, &options, None, |_| {})
+        .map(|quantized| quantized.image)
+        .map_err(|e| format!("quantizing the demo model: {e:#}"))
+}
+
+fn session_options(model: &Model<'_>) -> Result<SessionOptions, String> {
+    let mut options = SessionOptions::from_config(model.config());
+    let number = |name: &str, default: u32| -> Result<u32, String> {
+        match env(name) {
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("{name}={v}: expected a whole number")),
+            None => Ok(default),
+        }
+    };
+    options.tgt_len = number("TXL_TGT_LEN", options.tgt_len)?;
+    options.mem_len = number("TXL_MEM_LEN", options.mem_len)?;
+    options.clamp_len = number("TXL_CLAMP_LEN", options.clamp_len)?;
+    options.same_length = match env("TXL_SAME_LENGTH").as_deref() {
+        None => options.same_length,
+        Some("true") => true,
+        Some("false") => false,
+        Some(v) => return Err(format!("TXL_SAME_LENGTH={v}: expected true or false")),
+    };
+    options.mem_init = match env("TXL_MEM_INIT").as_deref() {
+        None | Some("empty") => MemInit::Empty,
+        Some("zeros") => MemInit::Zeros,
+        Some(v) => return Err(format!("TXL_MEM_INIT={v}: expected empty or zeros")),
+    };
+    if options.tgt_len == 0 {
+        return Err("TXL_TGT_LEN must be at least 1".into());
+    }
+    Ok(options)
+}
+
+/// `TXL_TOKENS` (every byte one token id), or the first bytes of the held-out text.
+fn token_file(model: &Model<'_>) -> Result<(Vec<u8>, String), String> {
+    let (tokens, source) = match env("TXL_TOKENS") {
+        Some(path) => {
+            println!("cargo:rerun-if-changed={path}");
+            let tokens = std::fs::read(&path).map_err(|e| format!("TXL_TOKENS={path}: {e}"))?;
+            (tokens, path)
+        }
+        None => {
+            let path = Path::new(DEMO_CHECKPOINT).join("heldout.txt");
+            println!("cargo:rerun-if-changed={}", path.display());
+            let mut tokens = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            tokens.truncate(DEFAULT_TOKENS);
+            let source = format!("{} (first {} bytes)", path.display(), tokens.len());
+            (tokens, source)
+        }
+    };
+    if tokens.len() < 2 {
+        return Err(format!(
+            "{source}: need at least 2 tokens to score, got {}",
+            tokens.len()
+        ));
+    }
+    let n_token = model.config().n_token;
+    if let Some(at) = tokens.iter().position(|&t| u32::from(t) >= n_token) {
+        return Err(format!(
+            "{source}: byte {at} is token {}, but the model has {n_token} tokens",
+            tokens[at]
+        ));
+    }
+    Ok((tokens, source))
+}
+
+/// Fails when the image does not fit the flash or the arena does not fit the RAM, saying by how
+/// many bytes.
+fn check_fit(
+    image_bytes: usize,
+    token_bytes: usize,
+    layout: &ArenaLayout,
+    model_source: &str,
+    options: &SessionOptions,
+) -> Result<(), String> {
+    let flash = image_bytes + token_bytes + board::CODE_BYTES;
+    if flash > board::FLASH_BYTES {
+        return Err(format!(
+            "the model image does not fit the board's flash: image {image_bytes} bytes ({model_source}) \
+             + tokens {token_bytes} + code {} = {flash} bytes > {} bytes of flash (mps2-an386), \
+             {} bytes too many",
+            board::CODE_BYTES,
+            board::FLASH_BYTES,
+            flash - board::FLASH_BYTES
+        ));
+    }
+    let arena = layout.total_bytes();
+    let ram = arena + board::STACK_BYTES + board::STATIC_BYTES;
+    if ram > board::RAM_BYTES {
+        return Err(format!(
+            "the arena does not fit the board's RAM: arena {arena} bytes (memory {}, position keys {}, \
+             activations {}, scratch {}; tgt_len {}, mem_len {}) + stack {} + statics {} = {ram} bytes \
+             > {} bytes of RAM (mps2-an386), {} bytes too many",
+            layout.memory_bytes(),
+            layout.position_key_bytes(),
+            layout.activation_bytes(),
+            layout.scratch_bytes(),
+            options.tgt_len,
+            options.mem_len,
+            board::STACK_BYTES,
+            board::STATIC_BYTES,
+            board::RAM_BYTES,
+            ram - board::RAM_BYTES
+        ));
+    }
+    Ok(())
+}
+
+/// The memory map for cortex-m-rt's `link.x`: the stack takes the top `STACK_BYTES` of RAM
+/// (`_stack_end` is its lowest address), the heap the RAM between the statics and the stack.
+fn memory_x() -> String {
+    format!(
+        "/* Written by build.rs from src/board.rs: Arm MPS2 AN386 as QEMU's mps2-an386 models it. */\n\
+         MEMORY\n{{\n  FLASH : ORIGIN = {:#010x}, LENGTH = {}\n  RAM : ORIGIN = {:#010x}, LENGTH = {}\n}}\n\
+         _stack_end = ORIGIN(RAM) + LENGTH(RAM) - {};\n\
+         ASSERT(__sheap <= _stack_end,\n  \
+         \"txl-firmware: the statics (arena included) overlap the stack reserve at the top of RAM\");\n",
+        board::FLASH_ORIGIN,
+        board::FLASH_BYTES,
+        board::RAM_ORIGIN,
+        board::RAM_BYTES,
+        board::STACK_BYTES
+    )
+}

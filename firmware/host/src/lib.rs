@@ -1,0 +1,286 @@
+//! The host side of txl-firmware: runs a firmware ELF in QEMU's `mps2-an386` (Cortex-M4 with
+//! FPU) and decodes its `defmt` log.
+//!
+//! QEMU runs with `-icount shift=6` (every instruction advances the virtual clock by 64 ns, which
+//! the firmware's timer turns into an instruction count), semihosting for the log, the arguments
+//! and the exit code, and no display, serial port or monitor, so it runs with a closed stdin (CI).
+//! The `txl-qemu` binary is cargo's runner for the firmware; the tests call [`run`].
+//!
+//! ```no_run
+//! # fn main() -> anyhow::Result<()> {
+//! use std::path::Path;
+//! use std::time::Duration;
+//!
+//! let elf = Path::new("firmware/target/thumbv7em-none-eabihf/release/txl-firmware");
+//! let outcome = txl_firmware_host::run(elf, &["score"], Some(Duration::from_secs(300)), |line| {
+//!     println!("{line}")
+//! })?;
+//! let score = outcome.lines.iter().rev().find_map(|l| txl_firmware_host::ScoreLine::parse(l));
+//! # let _ = score; Ok(()) }
+//! ```
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use defmt_decoder::{DecodeError, Table};
+
+#[allow(dead_code)]
+mod board {
+    include!("../../src/board.rs");
+}
+
+/// The emulator.
+pub const QEMU: &str = "qemu-system-arm";
+
+/// The board QEMU models: Arm MPS2 with the AN386 image (Cortex-M4 with FPU).
+pub const MACHINE: &str = "mps2-an386";
+
+/// `-icount shift`: one guest instruction is `2^ICOUNT_SHIFT` ns of virtual time. The firmware
+/// assumes this value (`firmware/src/board.rs`).
+pub const ICOUNT_SHIFT: u32 = board::ICOUNT_SHIFT;
+
+/// What a run printed and how it ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The decoded log, one message a line (`WARN ` / `ERROR ` before those levels).
+    pub lines: Vec<String>,
+    /// QEMU's exit status: the firmware's semihosting exit code. `None` when it timed out.
+    pub status: Option<ExitStatus>,
+    /// QEMU's own error output.
+    pub stderr: String,
+}
+
+impl Outcome {
+    /// The firmware exited with code 0.
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    /// The decoded log and QEMU's errors as one text, for failure messages.
+    pub fn transcript(&self) -> String {
+        let mut text = self.lines.join("\n");
+        if !self.stderr.is_empty() {
+            text.push_str("\n[qemu stderr]\n");
+            text.push_str(&self.stderr);
+        }
+        match self.status {
+            Some(status) => text.push_str(&format!("\n[{status}]")),
+            None => text.push_str("\n[timed out]"),
+        }
+        text
+    }
+}
+
+/// The QEMU command line that runs `elf` with semihosting arguments `args` (argument 0 is the
+/// program name).
+pub fn qemu_command(elf: &Path, args: &[&str]) -> Result<Command> {
+    let mut semihosting = String::from("enable=on,target=native,arg=txl-firmware");
+    for arg in args {
+        semihosting.push_str(",arg=");
+        // QEMU joins the arguments with spaces; the firmware splits them again, honouring quotes.
+        let quoted = if !arg.is_empty() && !arg.contains([' ', '\t']) {
+            arg.to_string()
+        } else if !arg.contains('"') {
+            format!("\"{arg}\"")
+        } else if !arg.contains('\'') {
+            format!("'{arg}'")
+        } else {
+            bail!("argument {arg:?} has blanks and both kinds of quotes: it cannot be passed");
+        };
+        // A comma inside a QEMU option value is written twice.
+        semihosting.push_str(&quoted.replace(',', ",,"));
+    }
+    let mut command = Command::new(QEMU);
+    command
+        .args(["-machine", MACHINE, "-cpu", "cortex-m4"])
+        .args(["-display", "none", "-serial", "none", "-monitor", "none"])
+        .args(["-icount", &format!("shift={ICOUNT_SHIFT}")])
+        .args(["-semihosting-config", &semihosting])
+        .arg("-kernel")
+        .arg(elf);
+    Ok(command)
+}
+
+/// Checks that `qemu-system-arm` runs; the error says how to install it.
+pub fn check_qemu() -> Result<()> {
+    let output = Command::new(QEMU).arg("--version").output();
+    match output {
+        Ok(output) if output.status.success() => Ok(()),
+        _ => bail!(
+            "{QEMU} is not installed: run scripts/test.sh, which installs it \
+             (apt-get install qemu-system-arm)"
+        ),
+    }
+}
+
+/// Runs `elf` in QEMU with semihosting arguments `args`, decoding its defmt log as it comes
+/// (`on_line` sees each message). QEMU is killed after `timeout`.
+pub fn run(
+    elf: &Path,
+    args: &[&str],
+    timeout: Option<Duration>,
+    mut on_line: impl FnMut(&str),
+) -> Result<Outcome> {
+    let elf_bytes = std::fs::read(elf).with_context(|| format!("reading {}", elf.display()))?;
+    let table = Table::parse(&elf_bytes)
+        .map_err(|e| anyhow!("{}: reading the defmt table: {e}", elf.display()))?
+        .ok_or_else(|| anyhow!("{}: no defmt data (built without defmt.x?)", elf.display()))?;
+    let mut decoder = table.new_stream_decoder();
+
+    check_qemu()?;
+    let mut child = qemu_command(elf, args)?
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {QEMU}"))?;
+    let (sender, receiver) = mpsc::channel::<Vec<u8>>();
+    let mut stdout = child.stdout.take().context("QEMU's stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(n @ 1..) = stdout.read(&mut buffer) {
+            if sender.send(buffer[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut stderr_pipe = child.stderr.take().context("QEMU's stderr")?;
+    let stderr_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr_pipe.read_to_string(&mut text);
+        text
+    });
+
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut lines = Vec::new();
+    let mut timed_out = false;
+    let mut stdout_open = true;
+    let status = loop {
+        if stdout_open {
+            match receiver.recv_timeout(Duration::from_millis(20)) {
+                Ok(bytes) => {
+                    decoder.received(&bytes);
+                    loop {
+                        match decoder.decode() {
+                            Ok(frame) => {
+                                let message = frame.display_message().to_string();
+                                let line = match frame.level().map(|l| l.as_str()) {
+                                    Some("warn") => format!("WARN {message}"),
+                                    Some("error") => format!("ERROR {message}"),
+                                    _ => message,
+                                };
+                                on_line(&line);
+                                lines.push(line);
+                            }
+                            Err(DecodeError::UnexpectedEof) => break,
+                            Err(DecodeError::Malformed) => {
+                                let _ = child.kill();
+                                let _ = child.wait();
+                                bail!("malformed defmt frame after {:?}", lines.last());
+                            }
+                        }
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => stdout_open = false,
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(status) = child.try_wait().context("waiting for QEMU")? {
+            if !stdout_open {
+                break Some(status);
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            let _ = child.kill();
+            let _ = child.wait();
+            timed_out = true;
+            break None;
+        }
+    };
+    let _ = reader.join();
+    let stderr = stderr_reader.join().unwrap_or_default();
+    debug_assert!(timed_out == status.is_none());
+    Ok(Outcome {
+        lines,
+        status,
+        stderr,
+    })
+}
+
+/// The last line of `score`:
+/// `score tokens=N bits_per_token=X digest=0xHHHHHHHH instructions_per_token=Y`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScoreLine {
+    /// Tokens scored (`N`; `N - 1` are predicted).
+    pub tokens: usize,
+    /// Mean bits per predicted token, as the host computes it (f64).
+    pub bits_per_token: f64,
+    /// FNV-1a over the bits of every log-probability (`txl score --json`'s `digest`).
+    pub digest: u32,
+    /// Instructions executed per token in the forward passes.
+    pub instructions_per_token: u64,
+}
+
+impl ScoreLine {
+    /// Parses a `score tokens=...` line.
+    pub fn parse(line: &str) -> Option<ScoreLine> {
+        let rest = line.strip_prefix("score tokens=")?;
+        let line = format!("tokens={rest}");
+        Some(ScoreLine {
+            tokens: field(&line, "tokens")?.parse().ok()?,
+            bits_per_token: field(&line, "bits_per_token")?.parse().ok()?,
+            digest: u32::from_str_radix(field(&line, "digest")?.strip_prefix("0x")?, 16).ok()?,
+            instructions_per_token: field(&line, "instructions_per_token")?.parse().ok()?,
+        })
+    }
+}
+
+/// The value of `key=value` in a line of space-separated fields.
+pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix(key)?.strip_prefix('='))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_score_line() {
+        let line = "score tokens=256 bits_per_token=2.0625 digest=0x0badf00d instructions_per_token=123";
+        assert_eq!(
+            ScoreLine::parse(line),
+            Some(ScoreLine {
+                tokens: 256,
+                bits_per_token: 2.0625,
+                digest: 0x0bad_f00d,
+                instructions_per_token: 123,
+            })
+        );
+        assert_eq!(ScoreLine::parse("score: 256 tokens"), None);
+    }
+
+    #[test]
+    fn quotes_arguments_with_blanks_and_doubles_commas() {
+        let command = qemu_command(
+            Path::new("fw.elf"),
+            &["demo", "--prompt", "In the beginning, God"],
+        )
+        .unwrap();
+        let args: Vec<String> = command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let config = &args[args.iter().position(|a| a == "-semihosting-config").unwrap() + 1];
+        assert_eq!(
+            config,
+            "enable=on,target=native,arg=txl-firmware,arg=demo,arg=--prompt,arg=\"In the beginning,, God\""
+        );
+    }
+}

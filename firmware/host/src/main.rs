@@ -1,0 +1,44 @@
+//! `txl-qemu ELF [ARGS...]`: runs a txl-firmware ELF in QEMU (`mps2-an386`) with `ARGS` as its
+//! semihosting command line, prints the decoded defmt log as it comes, and exits with the
+//! firmware's exit code (124 after `TXL_QEMU_TIMEOUT` seconds, if set). Cargo's runner for the
+//! firmware: `cargo run --release -- demo --prompt "And God said"` inside `firmware/`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let Some(elf) = args.next().map(PathBuf::from) else {
+        eprintln!("usage: txl-qemu ELF [ARGS...]");
+        std::process::exit(2);
+    };
+    let args: Vec<String> = args.collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let timeout = std::env::var("TXL_QEMU_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .map(Duration::from_secs_f64);
+    let stdout = std::io::stdout();
+    let outcome = txl_firmware_host::run(&elf, &args, timeout, |line| {
+        let mut out = stdout.lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    });
+    match outcome {
+        Ok(outcome) => {
+            eprint!("{}", outcome.stderr);
+            match outcome.status {
+                Some(status) => std::process::exit(status.code().unwrap_or(1)),
+                None => {
+                    eprintln!("txl-qemu: timed out after {timeout:?}");
+                    std::process::exit(124)
+                }
+            }
+        }
+        Err(error) => {
+            eprintln!("txl-qemu: {error:#}");
+            std::process::exit(1)
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Multiply-accumulates of the forward pass, counted from the config (for instructions per MAC).
+//!
+//! With `H = n_head * d_head`, per layer and position:
+//!
+//! ```text
+//! q, k, v          3 * H * d_model
+//! attention        3 * H * K      (K keys the mask lets the position see: (q + u) . k_j,
+//!                                  (q + v) . R_d and the weighted sum of values, per key)
+//! o_net            d_model * H
+//! feed-forward     2 * d_model * d_inner
+//! ```
+//!
+//! and per position the output layer: each cluster's projection `d_model * w_i` (when the model
+//! has projections) and logits `tokens_i * w_i`, plus `n_clusters * d_embed` for the tail
+//! clusters' logits in the head. LayerNorm, softmax, biases and the embedding are not counted,
+//! nor the position keys `R_d`, which a session computes once.
+
+use txl_core::attention::AttentionShape;
+use txl_core::{Config, MemInit, SessionOptions};
+
+/// MACs of scoring `tokens` tokens in segments of `tgt_len`, the memory carried as the session
+/// carries it.
+pub fn score_macs(config: &Config, options: &SessionOptions, tokens: usize) -> u64 {
+    let tgt_len = options.tgt_len.max(1) as usize;
+    let mem_len = options.mem_len as usize;
+    let mut mlen = if options.mem_init == MemInit::Zeros {
+        mem_len
+    } else {
+        0
+    };
+    let mut total = 0;
+    let mut done = 0;
+    while done < tokens {
+        let qlen = tgt_len.min(tokens - done);
+        total += segment_macs(config, options, mlen, qlen);
+        mlen = (mlen + qlen).min(mem_len);
+        done += qlen;
+    }
+    total
+}
+
+/// MACs of one segment of `qlen` positions after `mlen` remembered ones, every output row.
+pub fn segment_macs(config: &Config, options: &SessionOptions, mlen: usize, qlen: usize) -> u64 {
+    let d_model = config.d_model as u64;
+    let width = config.qkv_width() as u64;
+    let shape = AttentionShape {
+        qlen,
+        mlen,
+        mem_len: options.mem_len as usize,
+        same_length: options.same_length,
+        max_distance: options.distances().saturating_sub(1),
+        n_head: config.n_head as usize,
+        d_head: config.d_head as usize,
+    };
+    let dense = 3 * width * d_model + d_model * width + 2 * d_model * config.d_inner as u64;
+    let mut total = 0;
+    for i in 0..qlen {
+        let attention = match shape.visible_keys(i) {
+            Some((lo, hi)) => 3 * width * (hi - lo + 1) as u64,
+            // Every key masked: a uniform average of all values.
+            None => width * (mlen + qlen) as u64,
+        };
+        total += config.n_layer as u64 * (dense + attention) + output_macs(config);
+    }
+    total
+}
+
+/// MACs of one row of log-probabilities.
+pub fn output_macs(config: &Config) -> u64 {
+    let d_model = config.d_model as u64;
+    let mut total = config.n_clusters() as u64 * config.d_embed as u64;
+    for cluster in 0..=config.n_clusters() {
+        let width = config.emb_dim(config.emb_table_of_cluster(cluster)) as u64;
+        let (start, end) = config.cluster_range(cluster);
+        if config.has_out_proj() {
+            total += d_model * width;
+        }
+        total += (end - start) as u64 * width;
+    }
+    total
+}

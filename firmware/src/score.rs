@@ -1,0 +1,84 @@
+//! `score`: the log-probability of every next token of the build-time token file, as
+//! `txl score` computes it on the host, plus the instructions it took.
+//!
+//! The last line is `score tokens=N bits_per_token=X digest=0xHHHHHHHH instructions_per_token=Y`:
+//! `digest` is FNV-1a (32-bit) over the little-endian bits of every `ln p(t[i+1] | t[..=i])`,
+//! `i < N - 1`, exactly as `txl score --json` prints it, so equal digests mean bit-identical
+//! log-probabilities; `bits_per_token` is computed in f64 in the same order as on the host.
+
+use defmt::info;
+use heapless::Vec;
+use txl_core::Session;
+
+use crate::counter::{self, InstructionCounter};
+use crate::{macs, Failure};
+
+/// Longest segment this mode feeds (`tgt_len` above it is refused).
+pub const MAX_SEGMENT: usize = 1024;
+
+const FNV_OFFSET: u32 = 0x811c_9dc5;
+const FNV_PRIME: u32 = 0x0100_0193;
+
+/// Scores `tokens` (one token id per byte) in segments of `tgt_len`.
+pub fn run(mut session: Session<'_, '_>, tokens: &[u8], counter: &InstructionCounter) -> Result<(), Failure> {
+    let options = *session.options();
+    let tgt_len = options.tgt_len as usize;
+    if tgt_len > MAX_SEGMENT {
+        return Err(Failure::Args("score feeds segments of at most 1024 tokens"));
+    }
+    info!(
+        "score: {=usize} tokens in segments of {=usize}",
+        tokens.len(),
+        tgt_len
+    );
+    let mut digest = FNV_OFFSET;
+    let mut sum = 0.0f64; // sum of ln p, in order, as the host sums it
+    let mut predicted = 0usize;
+    let mut ticks = 0u64;
+    let mut segment: Vec<u32, MAX_SEGMENT> = Vec::new();
+    for (index, chunk) in tokens.chunks(tgt_len).enumerate() {
+        segment.clear();
+        segment.extend(chunk.iter().map(|&t| u32::from(t)));
+        let base = index * tgt_len;
+        let start = counter.ticks();
+        session.forward(&segment, |i, log_probs| {
+            if let Some(&next) = tokens.get(base + i + 1) {
+                let log_prob = log_probs[usize::from(next)];
+                for byte in log_prob.to_bits().to_le_bytes() {
+                    digest = (digest ^ u32::from(byte)).wrapping_mul(FNV_PRIME);
+                }
+                sum += f64::from(log_prob);
+                predicted += 1;
+            }
+        })?;
+        ticks += counter.ticks_since(start);
+    }
+    let nll = -sum / predicted as f64;
+    let bits_per_token = nll / core::f64::consts::LN_2;
+
+    let instructions = counter::instructions(ticks);
+    let macs = macs::score_macs(session.model().config(), &options, tokens.len());
+    let per_token = instructions / tokens.len() as u64;
+    // Instructions per MAC with two decimals, rounded.
+    let per_mac_x100 = (instructions * 100 + macs / 2) / macs.max(1);
+    info!(
+        "score: {=u64} instructions in the forward passes, {=u64} multiply-accumulates ({=u64} per token)",
+        instructions,
+        macs,
+        macs / tokens.len() as u64
+    );
+    info!(
+        "score macs_per_token={=u64} instructions_per_mac={=u64}.{=u64:02}",
+        macs / tokens.len() as u64,
+        per_mac_x100 / 100,
+        per_mac_x100 % 100
+    );
+    info!(
+        "score tokens={=usize} bits_per_token={=f64} digest=0x{=u32:08x} instructions_per_token={=u64}",
+        tokens.len(),
+        bits_per_token,
+        digest,
+        per_token
+    );
+    Ok(())
+}

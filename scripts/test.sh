@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs every test on a fresh machine: installs what the tests need, then checks
+# formatting, lints, docs, the Cortex-M build of the core, and `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== setup: Rust targets"
+if ! rustup target list --installed | grep -qx thumbv7em-none-eabihf; then
+  rustup target add thumbv7em-none-eabihf
+fi
+rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+
+echo "== setup: QEMU for the firmware tests"
+if ! command -v qemu-system-arm >/dev/null 2>&1; then
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq --no-install-recommends qemu-system-arm
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+
+echo "== txl-core for thumbv7em-none-eabihf (no_std, no alloc)"
+cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked
+
+echo "== firmware: fmt, clippy (thumbv7em-none-eabihf), the QEMU runner's tests"
+(cd firmware && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)
+(cd firmware/host && cargo clippy --all-targets --locked -- -D warnings && cargo test --locked)
+
+echo "== cargo test"
+cargo test --workspace --locked
+
+echo "== NVRTC for the CUDA kernels' compile test (a PyPI wheel; needs no GPU and no CUDA)"
+nvrtc_lib=target/nvrtc/nvidia/cu13/lib
+if [ ! -e "$nvrtc_lib/libnvrtc.so.13" ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --upgrade --target target/nvrtc nvidia-cuda-nvrtc==13.0.88
+fi
+
+echo "== txl-host-gpu: the CUDA kernels compile with NVRTC"
+LD_LIBRARY_PATH="$PWD/$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  cargo test -p txl-host-gpu --locked --test cuda -- --ignored nvrtc_compiles_every_kernel

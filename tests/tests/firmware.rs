@@ -1,0 +1,462 @@
+//! The firmware (`firmware/`) runs the unmodified core on a Cortex-M4F in QEMU (`mps2-an386`)
+//! and gives the host core's results bit for bit; images that do not fit the board fail the build.
+//!
+//! Needs the `thumbv7em-none-eabihf` target and `qemu-system-arm`, which `scripts/test.sh`
+//! installs. Builds go to `target/firmware-test` (this test run holds no lock on it).
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use txl_core::arena::ArenaLayout;
+use txl_core::sampling::Sampling;
+use txl_core::{Config, Model, Session, SessionOptions};
+use txl_firmware_host::{field, Outcome, ScoreLine};
+use txl_tests::random_image;
+use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
+use txl_tools::model_file::AlignedBytes;
+use txl_tools::quantize::{quantize, QuantizeOptions, Smoothing, Target};
+use txl_tools::{generate, scoring};
+
+/// The board's memory map and reserves, as the firmware's build script reads them.
+#[allow(dead_code)]
+mod board {
+    include!("../../firmware/src/board.rs");
+}
+
+const TARGET: &str = "thumbv7em-none-eabihf";
+
+/// Each QEMU run takes seconds; this only stops a hung one.
+const QEMU_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The build variables of the firmware; every build sets them explicitly.
+const BUILD_VARS: [&str; 8] = [
+    "TXL_MODEL",
+    "TXL_DTYPE",
+    "TXL_TOKENS",
+    "TXL_TGT_LEN",
+    "TXL_MEM_LEN",
+    "TXL_CLAMP_LEN",
+    "TXL_SAME_LENGTH",
+    "TXL_MEM_INIT",
+];
+
+/// Tokens scored: the first bytes of the held-out text (four segments of the demo's tgt_len).
+const SCORE_TOKENS: usize = 256;
+
+/// Firmware builds share one target directory: one at a time.
+static BUILDS: Mutex<()> = Mutex::new(());
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn work_dir() -> PathBuf {
+    let dir = workspace().join("target/firmware-test");
+    std::fs::create_dir_all(&dir).expect("creating target/firmware-test");
+    dir
+}
+
+fn cargo() -> Command {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    // A RUSTFLAGS variable would replace the firmware's flags; the linker scripts come from its
+    // build script, and nothing of this test run's configuration should leak in.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "DEFMT_LOG",
+    ]
+    .into_iter()
+    .chain(BUILD_VARS)
+    {
+        command.env_remove(var);
+    }
+    command
+}
+
+/// Fails (never skips) when the Cortex-M target is missing.
+fn require_target() {
+    let sysroot = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .args(["--print", "sysroot"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let target_lib = Path::new(&sysroot).join("lib/rustlib").join(TARGET);
+    assert!(
+        target_lib.is_dir(),
+        "the Rust target {TARGET} is not installed (no {}): run scripts/test.sh, which installs it",
+        target_lib.display()
+    );
+}
+
+/// Fails (never skips) when the Cortex-M target or QEMU is missing.
+fn require_target_and_qemu() {
+    require_target();
+    if let Err(error) = txl_firmware_host::check_qemu() {
+        panic!("{error}");
+    }
+}
+
+/// Builds the firmware with `vars`; the ELF is copied to `target/firmware-test/NAME.elf`.
+/// `Err` holds cargo's error output.
+fn build_firmware(name: &str, vars: &[(&str, &OsStr)]) -> Result<PathBuf, String> {
+    let _build = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+    let target_dir = work_dir().join("firmware");
+    let output = cargo()
+        .current_dir(workspace().join("firmware"))
+        .envs(vars.iter().copied())
+        .args(["build", "--release", "--locked", "--target-dir"])
+        .arg(&target_dir)
+        .output()
+        .expect("cargo runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        !stderr.contains("--locked"),
+        "firmware/Cargo.lock is out of date (a dependency of txl-core or txl-tools changed?): \
+         run `cargo build --release` in firmware/ once to update it\n{stderr}"
+    );
+    if !output.status.success() {
+        return Err(stderr);
+    }
+    let built = target_dir.join(TARGET).join("release/txl-firmware");
+    let elf = work_dir().join(format!("{name}.elf"));
+    std::fs::copy(&built, &elf).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
+    Ok(elf)
+}
+
+fn run_firmware(elf: &Path, args: &[&str]) -> Outcome {
+    let outcome = txl_firmware_host::run(elf, args, Some(QEMU_TIMEOUT), |_| {})
+        .unwrap_or_else(|e| panic!("running {} {args:?} in QEMU: {e:#}", elf.display()));
+    assert!(
+        outcome.success(),
+        "the firmware {args:?} failed in QEMU:\n{}",
+        outcome.transcript()
+    );
+    outcome
+}
+
+/// The number after `label` on the first line that has it.
+fn number_after(lines: &[String], label: &str) -> usize {
+    lines
+        .iter()
+        .find_map(|line| {
+            let rest = &line[line.find(label)? + label.len()..];
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no {label:?} in\n{}", lines.join("\n")))
+}
+
+/// `txl inspect`: the command-line tool, built like the tests (`cargo test --workspace` has
+/// built it already for the tools' own tests; then this build is a no-op).
+fn txl_inspect(image: &Path, options: &[&str]) -> Vec<String> {
+    // This test is TARGET_DIR/debug/deps/firmware-HASH.
+    let exe = std::env::current_exe().expect("the test's path");
+    let target_dir = exe
+        .ancestors()
+        .nth(3)
+        .expect("the test runs from a target directory");
+    let status = {
+        let _build = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+        // The test run's own environment (RUSTFLAGS included), so the build shares its artifacts.
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(workspace())
+            .args([
+                "build",
+                "--quiet",
+                "--locked",
+                "--profile",
+                "test",
+                "-p",
+                "txl-tools",
+                "--bin",
+                "txl",
+            ])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .status()
+            .expect("cargo runs")
+    };
+    assert!(status.success(), "building txl failed");
+    let output = Command::new(target_dir.join("debug/txl"))
+        .arg("inspect")
+        .arg(image)
+        .args(options)
+        .output()
+        .expect("txl runs");
+    assert!(
+        output.status.success(),
+        "txl inspect failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The firmware's arena figures equal `txl inspect`'s for the same image and options.
+fn assert_arena_matches_inspect(firmware: &[String], inspect: &[String]) {
+    let inspect_number = |label: &str| -> usize {
+        inspect
+            .iter()
+            .find(|line| line.trim_start().starts_with(label))
+            .and_then(|line| line.split_whitespace().last()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {label:?} in txl inspect's output:\n{}", inspect.join("\n")))
+    };
+    assert_eq!(
+        number_after(firmware, "arena bytes"),
+        inspect_number("arena bytes")
+    );
+    assert_eq!(number_after(firmware, "image"), inspect_number("image bytes"));
+    for (firmware_label, inspect_label) in [
+        ("breakdown: memory", "memory"),
+        ("position keys", "position keys"),
+        ("activations", "activations"),
+        ("scratch", "scratch"),
+    ] {
+        assert_eq!(
+            number_after(firmware, firmware_label),
+            inspect_number(inspect_label),
+            "{inspect_label} bytes"
+        );
+    }
+}
+
+fn score_line(outcome: &Outcome) -> ScoreLine {
+    let last = outcome.lines.last().map(String::as_str).unwrap_or("");
+    ScoreLine::parse(last)
+        .unwrap_or_else(|| panic!("the last line is not a score line:\n{}", outcome.transcript()))
+}
+
+/// The demo checkpoint converted in f32, as the firmware's build script converts it.
+fn demo_image_f32() -> Vec<u8> {
+    let dir = workspace().join("tests/fixtures/demo");
+    load_hf_checkpoint(&dir, CheckpointFormat::Auto, false)
+        .and_then(|checkpoint| checkpoint.to_image())
+        .expect("the demo checkpoint converts")
+}
+
+/// The tokens, and a file of them for `TXL_TOKENS` (one per test: the tests run in parallel).
+fn score_tokens(file: &str) -> (Vec<u32>, PathBuf) {
+    let heldout =
+        std::fs::read(workspace().join("tests/fixtures/demo/heldout.txt")).expect("reading heldout.txt");
+    let bytes = &heldout[..SCORE_TOKENS];
+    let path = work_dir().join(file);
+    std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    (bytes.iter().map(|&b| u32::from(b)).collect(), path)
+}
+
+fn options_with(model: &Model<'_>, tgt_len: u32, mem_len: u32) -> SessionOptions {
+    let mut options = SessionOptions::from_config(model.config());
+    options.tgt_len = tgt_len;
+    options.mem_len = mem_len;
+    options
+}
+
+/// The demo checkpoint in int8, as the firmware's build script quantizes it (no calibration text).
+fn demo_image_int8() -> Vec<u8> {
+    let f32_image = AlignedBytes::new(&demo_image_f32());
+    let model = Model::parse(f32_image.bytes()).expect("the image parses");
+    let options = QuantizeOptions {
+        target: Target::Int8,
+        smoothing: Smoothing::Off,
+        keep_f16: Vec::new(),
+        auto_keep_f16: 0,
+        session: SessionOptions::from_config(model.config()),
+    };
+    quantize(&model, &options, None, |_| {})
+        .expect("the demo model quantizes")
+        .image
+}
+
+#[test]
+fn f32_firmware_is_bit_exact_with_the_host() {
+    check_bit_exact("f32", demo_image_f32());
+}
+
+#[test]
+fn int8_firmware_is_bit_exact_with_the_host() {
+    check_bit_exact("int8", demo_image_int8());
+}
+
+/// Builds the firmware with the bundled model in `dtype` (the build script converts it; `image`
+/// is the same conversion on the host), then checks score and demo against the host core.
+fn check_bit_exact(dtype: &str, image: Vec<u8>) {
+    require_target_and_qemu();
+    let image_path = work_dir().join(format!("demo-{dtype}.txl"));
+    std::fs::write(&image_path, &image).expect("writing the image");
+    let aligned = AlignedBytes::new(&image);
+    let model = Model::parse(aligned.bytes()).expect("the image parses");
+    let (tokens, tokens_path) = score_tokens(&format!("tokens-{dtype}.bin"));
+
+    // The bundled model converted by the build script (TXL_MODEL unset).
+    let elf = build_firmware(
+        &format!("demo-{dtype}"),
+        &[
+            ("TXL_DTYPE", OsStr::new(dtype)),
+            ("TXL_TOKENS", tokens_path.as_os_str()),
+        ],
+    )
+    .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+
+    // 1. Static arena, build-time (the model's) options.
+    let options = SessionOptions::from_config(model.config());
+    let run = run_firmware(&elf, &["score"]);
+    let firmware = score_line(&run);
+    let host = scoring::score(&model, &tokens, options, 0, |_| {}).expect("the host scores");
+    assert_eq!(firmware.tokens, tokens.len());
+    assert_eq!(
+        (firmware.digest, firmware.bits_per_token),
+        (host.digest(), host.bits_per_token()),
+        "firmware digest {:#010x} / {} bits, host {:#010x} / {} bits:\n{}",
+        firmware.digest,
+        firmware.bits_per_token,
+        host.digest(),
+        host.bits_per_token(),
+        run.transcript()
+    );
+    assert!(firmware.instructions_per_token > 0);
+    assert_eq!(
+        number_after(&run.lines, "arena bytes"),
+        Session::arena_bytes(&model, &options).unwrap()
+    );
+    assert_arena_matches_inspect(&run.lines, &txl_inspect(&image_path, &[]));
+
+    // 2. The same firmware with other options and its arena sized at boot, from the heap.
+    let run = run_firmware(
+        &elf,
+        &["score", "--arena", "heap", "--tgt-len", "16", "--mem-len", "32"],
+    );
+    let firmware = score_line(&run);
+    let host =
+        scoring::score(&model, &tokens, options_with(&model, 16, 32), 0, |_| {}).expect("the host scores");
+    assert_eq!(
+        (firmware.digest, firmware.bits_per_token),
+        (host.digest(), host.bits_per_token()),
+        "with tgt_len 16, mem_len 32:\n{}",
+        run.transcript()
+    );
+    assert_arena_matches_inspect(
+        &run.lines,
+        &txl_inspect(&image_path, &["--tgt-len", "16", "--mem-len", "32"]),
+    );
+
+    // 3. The demo generates what `txl generate` generates.
+    let prompt = "And God said";
+    let run = run_firmware(
+        &elf,
+        &[
+            "demo",
+            "--prompt",
+            prompt,
+            "--length",
+            "40",
+            "--temperature",
+            "0.8",
+            "--seed",
+            "7",
+        ],
+    );
+    let sampling = Sampling::Temperature {
+        temperature: 0.8,
+        seed: 7,
+    };
+    let prompt_tokens: Vec<u32> = prompt.bytes().map(u32::from).collect();
+    let generated =
+        generate::generate(&model, options, &prompt_tokens, 40, sampling).expect("the host generates");
+    let digest = scoring::fnv1a(generated.iter().flat_map(|t| t.to_le_bytes()));
+    let last = run.lines.last().cloned().unwrap_or_default();
+    assert_eq!(
+        field(&last, "digest"),
+        Some(format!("{digest:#010x}").as_str()),
+        "the firmware's demo differs from the host's:\n{}",
+        run.transcript()
+    );
+}
+
+/// A model whose f32 image (about 5 MB) is larger than the board's 4 MiB flash.
+fn too_large_config() -> Config {
+    Config {
+        n_token: 256,
+        d_model: 256,
+        d_embed: 256,
+        n_head: 4,
+        d_head: 64,
+        d_inner: 512,
+        n_layer: 2,
+        cutoffs: [0; txl_core::config::MAX_CUTOFFS],
+        n_cutoffs: 0,
+        div_val: 1,
+        tie_weight: true,
+        tie_projs: 0,
+        pre_lnorm: false,
+        untie_r: true,
+        layer_norm_epsilon: 1e-5,
+        tgt_len: 8,
+        mem_len: 8,
+        clamp_len: 0,
+        same_length: false,
+    }
+}
+
+#[test]
+fn images_that_do_not_fit_the_board_fail_the_build() {
+    require_target();
+    let (tokens, tokens_path) = score_tokens("tokens-too-large.bin");
+
+    // An image larger than the flash.
+    let image = random_image(&too_large_config(), 3);
+    let image_path = work_dir().join("too-large.txl");
+    std::fs::write(&image_path, &image).expect("writing the image");
+    let stderr = build_firmware(
+        "too-large",
+        &[
+            ("TXL_MODEL", image_path.as_os_str()),
+            ("TXL_TOKENS", tokens_path.as_os_str()),
+        ],
+    )
+    .expect_err("a 5 MB image built for a 4 MiB flash");
+    let over = image.len() + tokens.len() + board::CODE_BYTES - board::FLASH_BYTES;
+    let expected = format!("{over} bytes too many");
+    assert!(
+        stderr.contains("does not fit the board's flash") && stderr.contains(&expected),
+        "expected \"does not fit the board's flash ... {expected}\" in:\n{stderr}"
+    );
+
+    // The demo image with a memory whose arena is larger than the RAM.
+    let image = demo_image_f32();
+    let image_path = work_dir().join("demo-f32-long-memory.txl");
+    std::fs::write(&image_path, &image).expect("writing the image");
+    let aligned = AlignedBytes::new(&image);
+    let model = Model::parse(aligned.bytes()).expect("the image parses");
+    let mem_len = 2000;
+    let arena = ArenaLayout::new(
+        model.config(),
+        &options_with(&model, model.config().tgt_len, mem_len),
+    )
+    .unwrap()
+    .total_bytes();
+    let stderr = build_firmware(
+        "long-memory",
+        &[
+            ("TXL_MODEL", image_path.as_os_str()),
+            ("TXL_TOKENS", tokens_path.as_os_str()),
+            ("TXL_MEM_LEN", OsStr::new(&mem_len.to_string())),
+        ],
+    )
+    .expect_err("an arena larger than the RAM");
+    let over = arena + board::STACK_BYTES + board::STATIC_BYTES - board::RAM_BYTES;
+    let expected = format!("arena {arena} bytes");
+    let too_many = format!("{over} bytes too many");
+    assert!(
+        stderr.contains("does not fit the board's RAM")
+            && stderr.contains(&expected)
+            && stderr.contains(&too_many),
+        "expected \"does not fit the board's RAM: {expected} ... {too_many}\" in:\n{stderr}"
+    );
+}

@@ -1,0 +1,121 @@
+//! The core in f32 against float64 log-probabilities from Hugging Face `transformers`
+//! (`tools/reference/make_fixtures.py`), for every fixture model, both checkpoint formats,
+//! segment and streaming evaluation, and both memory starts.
+
+use txl_core::Model;
+use txl_tests::{FixtureModel, Manifest};
+use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
+use txl_tools::model_file::AlignedBytes;
+use txl_tools::{npy, scoring};
+
+/// Largest |Δ ln p| allowed between the core (f32) and the float64 reference.
+const TOLERANCE: f64 = 1e-4;
+
+fn formats(model: &FixtureModel) -> Vec<CheckpointFormat> {
+    model
+        .formats
+        .iter()
+        .map(|f| match f.as_str() {
+            "safetensors" => CheckpointFormat::Safetensors,
+            "bin" => CheckpointFormat::PytorchBin,
+            other => panic!("unknown format {other} in the manifest"),
+        })
+        .collect()
+}
+
+/// Scores every case of `model` from `format`; returns (case, worst |Δ|) pairs.
+fn check_model(model: &FixtureModel, format: CheckpointFormat) -> Vec<(String, f64)> {
+    let checkpoint = load_hf_checkpoint(&model.path(), format, false)
+        .unwrap_or_else(|e| panic!("{} ({format:?}): {e:#}", model.name));
+    let image = AlignedBytes::new(&checkpoint.to_image().unwrap());
+    let core_model = Model::parse(image.bytes()).unwrap();
+    let n_token = core_model.config().n_token as usize;
+    let tokens = model.tokens().unwrap();
+    let mut results = Vec::new();
+    for case in &model.cases {
+        let tokens = &tokens[..case.n_tokens];
+        let scores = scoring::score(&core_model, tokens, case.options(), case.rows_k, |_| {})
+            .unwrap_or_else(|e| panic!("{} {}: {e}", model.name, case.name));
+        let reference = npy::read(&model.path().join(&case.logp)).unwrap();
+        assert_eq!(
+            reference.shape,
+            vec![tokens.len() - 1],
+            "{} {}",
+            model.name,
+            case.name
+        );
+        let rows = npy::read(&model.path().join(&case.rows)).unwrap();
+        assert_eq!(
+            rows.shape,
+            vec![case.rows_k, n_token],
+            "{} {}",
+            model.name,
+            case.name
+        );
+        let worst = scores
+            .logp
+            .iter()
+            .zip(&reference.data)
+            .chain(scores.rows.iter().zip(&rows.data))
+            .map(|(&ours, &theirs)| (ours as f64 - theirs).abs())
+            // A NaN must count as a failure, not vanish in the max.
+            .map(|delta| if delta.is_nan() { f64::INFINITY } else { delta })
+            .fold(0.0, f64::max);
+        assert_eq!(scores.logp.len(), reference.data.len());
+        assert_eq!(scores.rows.len(), rows.data.len());
+        results.push((format!("{} {:?} {}", model.name, format, case.name), worst));
+    }
+    results
+}
+
+#[test]
+fn core_f32_matches_hugging_face_float64_on_every_fixture() {
+    let manifest = Manifest::load().unwrap();
+    assert!(manifest.models.len() >= 5, "the manifest lists too few models");
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for model in &manifest.models {
+        for format in formats(model) {
+            for (case, worst) in check_model(model, format) {
+                println!("{case:<60} max |Δ ln p| = {worst:.3e}");
+                checked += 1;
+                if worst > TOLERANCE {
+                    failures.push(format!("{case}: {worst:.3e}"));
+                }
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} cases checked");
+    assert!(
+        failures.is_empty(),
+        "over tolerance {TOLERANCE:e}:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn fixtures_cover_what_the_core_must_get_right() {
+    // The comparison above only means something if the fixtures exercise these.
+    let manifest = Manifest::load().unwrap();
+    let mut long_stream = false;
+    let (mut both_formats, mut zeros, mut streaming, mut same_length, mut clamped) = (0, 0, 0, 0, 0);
+    for model in &manifest.models {
+        let config = load_hf_checkpoint(&model.path(), CheckpointFormat::Auto, false)
+            .unwrap()
+            .config;
+        if model.formats.len() == 2 {
+            both_formats += 1;
+        }
+        for case in &model.cases {
+            zeros += (case.mem_init == "zeros") as usize;
+            streaming += (case.tgt_len == 1) as usize;
+            same_length += case.same_length as usize;
+            clamped += (case.clamp_len > 0 && (case.clamp_len as usize) < case.n_tokens) as usize;
+            long_stream |=
+                case.tgt_len == 1 && case.mem_len > 0 && case.n_tokens >= 20 * case.mem_len as usize;
+        }
+        let _ = config;
+    }
+    assert!(long_stream, "no streaming case of at least 20 x mem_len tokens");
+    assert!(both_formats >= 3 && zeros >= 3 && streaming >= 3 && same_length >= 1 && clamped >= 1);
+}
