@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{max_delta, random_model, small_config, tokens, Manifest};
+use common::{max_delta, random_model, small_config, tokens, FixtureImage, Manifest};
 use txl_core::{MemInit, Model, SessionOptions};
 use txl_host_gpu::{Backend, Reference};
 
@@ -43,7 +43,7 @@ fn batched_equals_unbatched_on_the_cpu() {
     pre.d_embed = 12;
     pre.tie_projs = 0b010;
     models.push(random_model(&pre, 4));
-    let manifest = Manifest::load();
+    let manifest = Manifest::load().unwrap();
     models.extend(
         manifest
             .models

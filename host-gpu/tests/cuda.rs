@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{case_options, max_delta, random_model, small_config, tokens, Manifest};
+use common::{case_options, max_delta, random_model, small_config, tokens, FixtureImage, Manifest};
 use txl_core::{MemInit, Model, SessionOptions};
 use txl_host_gpu::{compile_kernels, cuda_available, Backend, Error, Reference, KERNEL_NAMES};
 use txl_tools::npy;
@@ -63,14 +63,14 @@ fn nvrtc_compiles_every_kernel() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn cuda_matches_hugging_face_and_cpu_f64_on_every_fixture() {
-    let manifest = Manifest::load();
+    let manifest = Manifest::load().unwrap();
     let mut worst: f64 = 0.0;
     for fixture in &manifest.models {
         let image = fixture.image();
         let model = Model::parse(image.bytes()).unwrap();
         let mut cuda = Reference::new(&model, Backend::Cuda).unwrap();
         let mut cpu = Reference::new(&model, Backend::Cpu64).unwrap();
-        let tokens = fixture.tokens();
+        let tokens = fixture.tokens().unwrap();
         for case in &fixture.cases {
             let tokens = &tokens[..case.n_tokens];
             let options = case_options(&model, case);

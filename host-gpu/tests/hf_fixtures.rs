@@ -4,13 +4,13 @@
 
 mod common;
 
-use common::{case_options, max_delta, Manifest};
+use common::{case_options, max_delta, FixtureImage, Manifest};
 use txl_core::Model;
 use txl_host_gpu::{Backend, Reference};
 use txl_tools::npy;
 
 fn check_backend(backend: Backend, tolerance: f64) {
-    let manifest = Manifest::load();
+    let manifest = Manifest::load().unwrap();
     let mut failures = Vec::new();
     let mut checked = 0;
     let mut worst_overall: f64 = 0.0;
@@ -19,7 +19,7 @@ fn check_backend(backend: Backend, tolerance: f64) {
         let image = fixture.image();
         let model = Model::parse(image.bytes()).unwrap();
         let mut reference = Reference::new(&model, backend).unwrap();
-        let tokens = fixture.tokens();
+        let tokens = fixture.tokens().unwrap();
         for case in &fixture.cases {
             let tokens = &tokens[..case.n_tokens];
             let options = case_options(&model, case);

@@ -9,9 +9,13 @@ use txl_core::image::{write_image, Payload};
 use txl_core::tensors::{for_each_tensor, LayerTensor, TensorName};
 use txl_core::{Config, MemInit, SessionOptions};
 
-/// `tests/fixtures`.
+/// `tests/fixtures`, or `$TXL_FIXTURES` (for test binaries run on another machine, as
+/// `scripts/gpu-check.sh run` does).
 pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+    match std::env::var_os("TXL_FIXTURES") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures"),
+    }
 }
 
 /// `tests/fixtures/manifest.json`.

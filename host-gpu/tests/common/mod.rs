@@ -3,101 +3,30 @@
 
 #![allow(dead_code)] // each test file uses part of this
 
-use std::path::{Path, PathBuf};
-
-use serde::Deserialize;
-use txl_core::{MemInit, Model, SessionOptions};
+use txl_core::{Model, SessionOptions};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::model_file::AlignedBytes;
 
-/// `tests/fixtures` of the workspace, or `$TXL_FIXTURES` (for test binaries built on another
-/// machine, as `scripts/gpu-check.sh run` uses them).
-pub fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("TXL_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures"),
-    }
-}
+#[allow(unused_imports)] // each test file uses part of this
+pub use txl_tests::{FixtureCase, FixtureModel, Manifest};
 
-#[derive(Debug, Deserialize)]
-pub struct Manifest {
-    pub models: Vec<FixtureModel>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct FixtureModel {
-    pub name: String,
-    pub dir: String,
-    pub tokens: TokenFile,
-    pub cases: Vec<FixtureCase>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum TokenFile {
-    Ids(String),
-    Bytes { bytes: String },
-}
-
-/// One Hugging Face float64 evaluation.
-#[derive(Debug, Deserialize)]
-pub struct FixtureCase {
-    pub name: String,
-    pub tgt_len: u32,
-    pub mem_len: u32,
-    pub clamp_len: i64,
-    pub same_length: bool,
-    pub mem_init: String,
-    pub n_tokens: usize,
-    pub logp: String,
-    pub rows: String,
-    pub rows_k: usize,
-}
-
-impl Manifest {
-    pub fn load() -> Manifest {
-        let path = fixtures_dir().join("manifest.json");
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-    }
-}
-
-impl FixtureModel {
-    pub fn path(&self) -> PathBuf {
-        fixtures_dir().join(&self.dir)
-    }
-
-    pub fn tokens(&self) -> Vec<u32> {
-        match &self.tokens {
-            TokenFile::Ids(file) => txl_tools::scoring::read_token_ids(&self.path().join(file)).unwrap(),
-            TokenFile::Bytes { bytes } => {
-                txl_tools::scoring::read_byte_tokens(&self.path().join(bytes)).unwrap()
-            }
-        }
-    }
-
+/// Loading a fixture model from its `model.safetensors`.
+pub trait FixtureImage {
     /// The model image converted from `model.safetensors`.
-    pub fn image(&self) -> AlignedBytes {
+    fn image(&self) -> AlignedBytes;
+}
+
+impl FixtureImage for FixtureModel {
+    fn image(&self) -> AlignedBytes {
         let checkpoint = load_hf_checkpoint(&self.path(), CheckpointFormat::Safetensors, false)
             .unwrap_or_else(|e| panic!("{}: {e:#}", self.name));
         AlignedBytes::new(&checkpoint.to_image().unwrap())
     }
 }
 
-/// `options` with the evaluation settings of a case (other fields as the model's defaults).
-pub fn case_options(model: &Model<'_>, case: &FixtureCase) -> SessionOptions {
-    SessionOptions {
-        tgt_len: case.tgt_len,
-        mem_len: case.mem_len,
-        clamp_len: case.clamp_len.max(0) as u32,
-        same_length: case.same_length,
-        mem_init: if case.mem_init == "zeros" {
-            MemInit::Zeros
-        } else {
-            MemInit::Empty
-        },
-        ..SessionOptions::from_config(model.config())
-    }
+/// The evaluation settings of a case.
+pub fn case_options(_model: &Model<'_>, case: &FixtureCase) -> SessionOptions {
+    case.options()
 }
 
 /// Largest |a - b|, a NaN counting as infinitely far.
