@@ -56,6 +56,9 @@
 #[cfg(target_endian = "big")]
 compile_error!("txl-core reads little-endian model images in place; big-endian targets are not supported");
 
+#[cfg(all(feature = "cortex-m-dsp", not(target_arch = "arm")))]
+compile_error!("the `cortex-m-dsp` feature is for Arm Cortex-M targets with the DSP extension");
+
 #[cfg(feature = "alloc")]
 extern crate alloc;
 

@@ -5,4 +5,17 @@
 
 pub mod scalar;
 
+#[cfg(feature = "cortex-m-dsp")]
+pub mod cortex_m;
+
 pub use scalar::*;
+
+/// `sum a[i] * b[i]` in i32: the Cortex-M DSP kernel with the `cortex-m-dsp` feature, else the
+/// scalar one. Both give the same bits.
+#[inline]
+pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    #[cfg(feature = "cortex-m-dsp")]
+    return cortex_m::dot_i8(a, b);
+    #[cfg(not(feature = "cortex-m-dsp"))]
+    return scalar::dot_i8(a, b);
+}

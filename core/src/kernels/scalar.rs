@@ -54,7 +54,7 @@ pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [i8])
             let xq = &mut scratch[..cols];
             let x_scale = quantize_activations(x, act_scales, xq);
             for ((out, row), &scale) in y.iter_mut().zip(values.chunks_exact(cols)).zip(row_scales) {
-                *out = dot_i8(row, xq) as f32 * (scale * x_scale);
+                *out = super::dot_i8(row, xq) as f32 * (scale * x_scale);
             }
         }
     }
