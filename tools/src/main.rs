@@ -103,6 +103,20 @@ enum Command {
     /// The text is split into --batch contiguous streams scored side by side (each with its own
     /// memory, every token after the first predicted once), in segments of tgt_len.
     Eval(EvalArgs),
+    /// Measure speed on this machine: tokens per second of the core per precision, as ratios
+    /// against the f32 model in the same run, plus the full-precision reference.
+    Bench {
+        /// Model image (f32; the f16 and int8 variants are quantized from it in memory).
+        model: PathBuf,
+        /// Tokens per measurement (pseudo-random ids).
+        #[arg(long, default_value_t = 1024)]
+        tokens: usize,
+        #[command(flatten)]
+        session: SessionArgs,
+        /// Print one JSON object on stdout instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Continue a prompt with the model.
     Generate(GenerateArgs),
     /// Print a model image's config, tensors and the arena a session needs.
@@ -391,6 +405,12 @@ fn run(cli: Cli) -> Result<()> {
         } => compare_images(&reference, &candidate, &source, &session, json),
         Command::Score(args) => score(&args),
         Command::Eval(args) => eval(&args),
+        Command::Bench {
+            model,
+            tokens,
+            session,
+            json,
+        } => bench(&model, tokens, &session, json),
         Command::Generate(args) => generate_text(&args),
         Command::Inspect { model, session } => inspect(&model, &session),
         Command::Demo { out_dir, limit } => demo(&out_dir, limit),
@@ -682,6 +702,114 @@ fn eval(args: &EvalArgs) -> Result<()> {
             report.ppl,
             report.tokens_per_second
         );
+    }
+    Ok(())
+}
+
+fn bench(path: &Path, count: usize, session: &SessionArgs, json: bool) -> Result<()> {
+    let bytes = load(path)?;
+    let model = parse_model(&bytes, path)?;
+    let options = session.options(&model);
+    let n_token = model.config().n_token;
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let tokens: Vec<u32> = (0..count.max(2))
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n_token as u64) as u32
+        })
+        .collect();
+    let quantized = |target| -> Result<Vec<u8>> {
+        let quantize_options = QuantizeOptions {
+            target,
+            smoothing: Smoothing::Off,
+            keep_f16: Vec::new(),
+            auto_keep_f16: 0,
+            session: options,
+        };
+        Ok(quantize::quantize(&model, &quantize_options, None, |_| {})?.image)
+    };
+    let variants = [
+        (
+            "f32 weights, f32 memory",
+            model.image().bytes().to_vec(),
+            MemDtype::F32,
+        ),
+        ("f16 weights, f16 memory", quantized(Target::F16)?, MemDtype::F16),
+        (
+            "int8 weights, f32 memory",
+            quantized(Target::Int8)?,
+            MemDtype::F32,
+        ),
+        (
+            "int8 weights, int8 memory",
+            quantized(Target::Int8)?,
+            MemDtype::Int8,
+        ),
+    ];
+    let mut rows = Vec::new();
+    for (label, image, mem_dtype) in &variants {
+        let aligned = AlignedBytes::new(image);
+        let variant = parse_model(&aligned, path)?;
+        let started = Instant::now();
+        scoring::score(
+            &variant,
+            &tokens,
+            SessionOptions {
+                mem_dtype: *mem_dtype,
+                ..options
+            },
+            0,
+            |_| {},
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        rows.push((
+            label.to_string(),
+            image.len(),
+            tokens.len() as f64 / started.elapsed().as_secs_f64(),
+        ));
+    }
+    let mut reference = Reference::new(&model, Backend::Cpu32)?;
+    let started = Instant::now();
+    reference.score(&tokens, &options, 0, |_| {})?;
+    rows.push((
+        "reference cpu32 (f32 weights)".to_string(),
+        model.image().bytes().len(),
+        tokens.len() as f64 / started.elapsed().as_secs_f64(),
+    ));
+    let baseline = rows[0].2;
+    if json {
+        let items: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(label, image_bytes, rate)| {
+                serde_json::json!({
+                    "variant": label, "image_bytes": image_bytes,
+                    "tokens_per_second": rate, "ratio_to_f32": rate / baseline,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "tokens": tokens.len(), "tgt_len": options.tgt_len, "mem_len": options.mem_len, "results": items })
+        );
+    } else {
+        println!(
+            "{} tokens, tgt_len {}, mem_len {}, one thread:",
+            tokens.len(),
+            options.tgt_len,
+            options.mem_len
+        );
+        println!(
+            "{:<32} {:>12} {:>12} {:>10}",
+            "variant", "image bytes", "tokens/s", "vs f32"
+        );
+        for (label, image_bytes, rate) in &rows {
+            println!(
+                "{label:<32} {image_bytes:>12} {rate:>12.0} {:>9.2}x",
+                rate / baseline
+            );
+        }
     }
     Ok(())
 }

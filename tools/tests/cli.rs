@@ -245,3 +245,28 @@ fn the_reference_backends_follow_the_score_contract_and_eval_runs() {
     assert_eq!(summary["predicted"], n - 1);
     assert_eq!(summary["streams"], 3);
 }
+
+#[test]
+fn bench_reports_every_precision_against_f32() {
+    let dir = scratch_dir("bench");
+    let image = dir.join("model.txl");
+    let out = txl(&[
+        "convert",
+        fixture("adaptive_div2").to_str().unwrap(),
+        "-o",
+        image.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = txl(&["bench", image.to_str().unwrap(), "--tokens", "64", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 5);
+    assert_eq!(results[0]["ratio_to_f32"], 1.0);
+    for r in results {
+        assert!(r["tokens_per_second"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // The int8 image is about a quarter of the f32 one.
+    let f32_bytes = results[0]["image_bytes"].as_f64().unwrap();
+    assert!(results[2]["image_bytes"].as_f64().unwrap() < 0.4 * f32_bytes);
+}
