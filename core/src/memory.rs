@@ -111,7 +111,7 @@ impl Store<'_> {
             }
             Store::F16(s) => {
                 for (o, v) in out.iter_mut().zip(&s[at..end]) {
-                    *o += p * v.to_f32();
+                    *o += p * crate::kernels::f16_to_f32(*v);
                 }
             }
             Store::Int8 { values, scales } => {

@@ -79,7 +79,7 @@ impl<'a> Matrix<'a> {
             MatrixData::F32(d) => out.copy_from_slice(&d[range]),
             MatrixData::F16(d) => {
                 for (o, v) in out.iter_mut().zip(&d[range]) {
-                    *o = v.to_f32();
+                    *o = crate::kernels::f16_to_f32(*v);
                 }
             }
             MatrixData::Int8 {

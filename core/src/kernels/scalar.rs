@@ -87,7 +87,7 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [i8])
             y.fill(0.0);
             for (&xr, row) in x.iter().zip(w.chunks_exact(cols)) {
                 for (out, w) in y.iter_mut().zip(row) {
-                    *out += xr * w.to_f32();
+                    *out += xr * f16_to_f32(*w);
                 }
             }
         }
@@ -114,6 +114,25 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [i8])
     }
 }
 
+/// Widens an f16 to f32 exactly (normals, subnormals, infinities and NaNs), with integer and one
+/// float operation instead of the branches of a general conversion.
+#[inline]
+pub fn f16_to_f32(half: f16) -> f32 {
+    const SHIFTED_EXPONENT: u32 = 0x7c00 << 13; // f16 exponent mask, moved to f32's position
+    let bits = half.to_bits() as u32;
+    let mut out = (bits & 0x7fff) << 13; // exponent and mantissa
+    let exponent = out & SHIFTED_EXPONENT;
+    out += (127 - 15) << 23; // rebias the exponent
+    if exponent == SHIFTED_EXPONENT {
+        out += (128 - 16) << 23; // infinity or NaN: exponent all ones
+    } else if exponent == 0 {
+        // subnormal: renormalise with one float subtraction (exact)
+        out += 1 << 23;
+        out = (f32::from_bits(out) - f32::from_bits(113 << 23)).to_bits();
+    }
+    f32::from_bits(out | (bits & 0x8000) << 16)
+}
+
 /// `sum a[i] * b[i]` with f16 weights widened to f32.
 #[inline]
 pub fn dot_f16(a: &[f16], b: &[f32]) -> f32 {
@@ -122,12 +141,12 @@ pub fn dot_f16(a: &[f16], b: &[f32]) -> f32 {
     let mut chunks_b = b.chunks_exact(4);
     for (ca, cb) in (&mut chunks_a).zip(&mut chunks_b) {
         for k in 0..4 {
-            acc[k] += ca[k].to_f32() * cb[k];
+            acc[k] += f16_to_f32(ca[k]) * cb[k];
         }
     }
     let mut tail = 0.0;
     for (x, y) in chunks_a.remainder().iter().zip(chunks_b.remainder()) {
-        tail += x.to_f32() * y;
+        tail += f16_to_f32(*x) * y;
     }
     (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }
@@ -294,6 +313,18 @@ mod tests {
         vecmat(&[0.7, -0.4], &m, &mut quant, &mut [0; 2]);
         for (a, b) in exact.iter().zip(&quant) {
             assert!((a - b).abs() < 0.02 * a.abs().max(1.0), "{exact:?} vs {quant:?}");
+        }
+    }
+
+    #[test]
+    fn f16_widening_is_exact_for_every_value() {
+        for bits in 0..=u16::MAX {
+            let half = f16::from_bits(bits);
+            let (ours, theirs) = (f16_to_f32(half), half.to_f32());
+            assert!(
+                ours.to_bits() == theirs.to_bits() || (ours.is_nan() && theirs.is_nan()),
+                "{bits:#06x}: {ours} vs {theirs}"
+            );
         }
     }
 
