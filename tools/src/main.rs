@@ -30,7 +30,11 @@ use txl_tools::{compare, generate, npy, scoring};
         txl inspect model.txl\n  \
         txl score model.txl --bytes heldout.txt --json\n  \
         txl score model.txl --tokens ids.txt --tgt-len 1 --mem-init zeros --out logp.npy\n  \
-        txl generate model.txl --prompt \"In the beginning\" --length 200"
+        txl generate model.txl --prompt \"In the beginning\" --length 200\n  \
+        txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --report report.json\n  \
+        txl compare model.txl model-int8.txl --bytes heldout.txt --mem-dtype int8\n  \
+        txl eval model.txl --text heldout.txt --bytes --batch 8\n  \
+        txl bench model.txl"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -103,8 +107,10 @@ enum Command {
     /// The text is split into --batch contiguous streams scored side by side (each with its own
     /// memory, every token after the first predicted once), in segments of tgt_len.
     Eval(EvalArgs),
-    /// Measure speed on this machine: tokens per second of the core per precision, as ratios
-    /// against the f32 model in the same run, plus the full-precision reference.
+    /// Measure speed: tokens per second per precision, as ratios against f32 in the same run.
+    ///
+    /// Scores the same pseudo-random tokens with the core for the f32 image and its f16 and int8
+    /// variants (quantized in memory), and with the full-precision reference (cpu32).
     Bench {
         /// Model image (f32; the f16 and int8 variants are quantized from it in memory).
         model: PathBuf,
