@@ -50,7 +50,7 @@
 //! })?;
 //! # Ok(()) }
 //! ```
-#![no_std]
+#![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 
 #[cfg(target_endian = "big")]
