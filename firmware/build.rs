@@ -10,6 +10,7 @@
 //! | `TXL_TOKENS` | the token file `score` reads: every byte is one token id | 256 bytes of held-out text |
 //! | `TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN` | session options | the model's config |
 //! | `TXL_SAME_LENGTH` (`true`/`false`), `TXL_MEM_INIT` (`empty`/`zeros`) | session options | config / `empty` |
+//! | `TXL_MEM_DTYPE` (`f32`/`f16`/`int8`), `TXL_POSITION_KEYS` (`session`/`segment`) | memory precision, position keys kept or recomputed | `f32` / `session` |
 //!
 //! Relative paths are relative to this folder (`firmware/`). An image or arena that does not fit
 //! the board stops the build here, with a message that says by how many bytes.
@@ -18,7 +19,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use txl_core::arena::ArenaLayout;
-use txl_core::{MemInit, Model, Session, SessionOptions};
+use txl_core::{MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::model_file::AlignedBytes;
 use txl_tools::quantize::{quantize, QuantizeOptions, Smoothing, Target};
@@ -37,7 +38,7 @@ const DEMO_CHECKPOINT: &str = "../tests/fixtures/demo";
 /// Tokens `score` reads when `TXL_TOKENS` is unset: the first bytes of the held-out text.
 const DEFAULT_TOKENS: usize = 256;
 
-const ENV_VARS: [&str; 8] = [
+const ENV_VARS: [&str; 10] = [
     "TXL_MODEL",
     "TXL_DTYPE",
     "TXL_TOKENS",
@@ -46,6 +47,8 @@ const ENV_VARS: [&str; 8] = [
     "TXL_CLAMP_LEN",
     "TXL_SAME_LENGTH",
     "TXL_MEM_INIT",
+    "TXL_MEM_DTYPE",
+    "TXL_POSITION_KEYS",
 ];
 
 fn main() {
@@ -175,6 +178,24 @@ fn run() -> Result<(), String> {
         zeros,
         "Build-time `mem_init` is `zeros`.",
     );
+    let mem_dtype = match options.mem_dtype {
+        MemDtype::F32 => "0",
+        MemDtype::F16 => "1",
+        MemDtype::Int8 => "2",
+    };
+    line(
+        "MEM_DTYPE",
+        "u8",
+        mem_dtype.to_string(),
+        "Build-time `mem_dtype`: 0 f32, 1 f16, 2 int8.",
+    );
+    let per_segment = (options.position_keys == PositionKeys::PerSegment).to_string();
+    line(
+        "POSITION_KEYS_PER_SEGMENT",
+        "bool",
+        per_segment,
+        "Build-time `position_keys` is `PerSegment`.",
+    );
     write("build_config.rs", config.as_bytes())?;
     Ok(())
 }
@@ -251,6 +272,17 @@ fn session_options(model: &Model<'_>) -> Result<SessionOptions, String> {
         None | Some("empty") => MemInit::Empty,
         Some("zeros") => MemInit::Zeros,
         Some(v) => return Err(format!("TXL_MEM_INIT={v}: expected empty or zeros")),
+    };
+    options.mem_dtype = match env("TXL_MEM_DTYPE").as_deref() {
+        None | Some("f32") => MemDtype::F32,
+        Some("f16") => MemDtype::F16,
+        Some("int8") => MemDtype::Int8,
+        Some(v) => return Err(format!("TXL_MEM_DTYPE={v}: expected f32, f16 or int8")),
+    };
+    options.position_keys = match env("TXL_POSITION_KEYS").as_deref() {
+        None | Some("session") => PositionKeys::PerSession,
+        Some("segment") => PositionKeys::PerSegment,
+        Some(v) => return Err(format!("TXL_POSITION_KEYS={v}: expected session or segment")),
     };
     if options.tgt_len == 0 {
         return Err("TXL_TGT_LEN must be at least 1".into());

@@ -5,7 +5,7 @@
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::session::SessionOptions;
+use crate::session::{PositionKeys, SessionOptions};
 
 /// Alignment of the arena and of every buffer in it.
 pub const ARENA_ALIGN: usize = 16;
@@ -22,8 +22,12 @@ pub struct ArenaLayout {
     pub keys: usize,
     /// Bytes of the `(n_layer, mem_len + tgt_len, n_head * d_head)` cached values.
     pub values: usize,
-    /// f32 `(n_layer, distances, n_head * d_head)` position keys `W_r · pos_emb(d)`, computed once.
+    /// f32 `(n_layer, distances, n_head * d_head)` position keys `W_r · pos_emb(d)`, computed
+    /// once; `(1, distances, n_head * d_head)` when recomputed per segment.
     pub position_keys: usize,
+    /// f32 `(distances, d_model)` sinusoid position embeddings, kept only when the position keys
+    /// are recomputed per segment (else 0).
+    pub position_embeddings: usize,
     /// f32 `(tgt_len, d_model)` the residual stream.
     pub hidden: usize,
     /// f32 `(tgt_len, d_model)` LayerNorm output (pre-LN) / sub-layer output.
@@ -75,11 +79,19 @@ impl ArenaLayout {
             )
             .and_then(round_up)
             .ok_or(overflow)?;
+        let key_tables = match options.position_keys {
+            PositionKeys::PerSession => layers,
+            PositionKeys::PerSegment => 1,
+        };
         let widest_input = [d_model, config.d_inner as usize, qkv, config.d_embed as usize];
         let layout = ArenaLayout {
             keys: cache,
             values: cache,
-            position_keys: floats(layers.checked_mul(options.distances()).ok_or(overflow)?, qkv)?,
+            position_keys: floats(key_tables.checked_mul(options.distances()).ok_or(overflow)?, qkv)?,
+            position_embeddings: match options.position_keys {
+                PositionKeys::PerSession => 0,
+                PositionKeys::PerSegment => floats(options.distances(), d_model)?,
+            },
             hidden: floats(tgt, d_model)?,
             normed: floats(tgt, d_model)?,
             queries: floats(tgt, qkv)?,
@@ -98,12 +110,13 @@ impl ArenaLayout {
     }
 
     /// Bytes of each buffer, in arena order.
-    fn sizes(&self) -> Option<[usize; 15]> {
+    fn sizes(&self) -> Option<[usize; 16]> {
         let f32s = |n: usize| n.checked_mul(4).and_then(round_up);
         Some([
             self.keys,
             self.values,
             f32s(self.position_keys)?,
+            f32s(self.position_embeddings)?,
             f32s(self.hidden)?,
             f32s(self.normed)?,
             f32s(self.queries)?,
@@ -135,14 +148,14 @@ impl ArenaLayout {
         self.keys + self.values
     }
 
-    /// Bytes of the position keys computed once per session.
+    /// Bytes of the position keys (and, when they are recomputed, the position embeddings).
     pub fn position_key_bytes(&self) -> usize {
-        self.sizes().map_or(usize::MAX, |s| s[2])
+        self.sizes().map_or(usize::MAX, |s| s[2] + s[3])
     }
 
     /// Bytes of the per-segment activations (`tgt_len` rows).
     pub fn activation_bytes(&self) -> usize {
-        self.sizes().map_or(usize::MAX, |s| s[3..7].iter().sum())
+        self.sizes().map_or(usize::MAX, |s| s[4..8].iter().sum())
     }
 
     /// Bytes of the one-row scratch buffers.

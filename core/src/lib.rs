@@ -84,4 +84,4 @@ pub use error::{ConfigError, Error};
 pub use image::Image;
 pub use memory::MemDtype;
 pub use model::Model;
-pub use session::{Linear, MemInit, Probe, Session, SessionOptions};
+pub use session::{Linear, MemInit, PositionKeys, Probe, Session, SessionOptions};

@@ -51,6 +51,19 @@ pub enum MemInit {
     Zeros,
 }
 
+/// Where the position keys `R_d = W_r · pos_emb(d)` come from: they depend only on the distance
+/// and the layer, so they can be kept or recomputed (same bits either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PositionKeys {
+    /// Computed once per session for every layer: the fastest, `n_layer` tables of RAM.
+    #[default]
+    PerSession,
+    /// Recomputed for each layer of each segment from a kept table of `pos_emb`: two tables of
+    /// RAM instead of `n_layer`, at `klen × d_model × n_head·d_head` MACs per layer and segment.
+    PerSegment,
+}
+
 /// Evaluation settings; [`SessionOptions::from_config`] takes the model's defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -67,6 +80,8 @@ pub struct SessionOptions {
     pub mem_init: MemInit,
     /// How the cached keys and values are stored.
     pub mem_dtype: MemDtype,
+    /// Whether the position keys are kept for the session or recomputed per segment.
+    pub position_keys: PositionKeys,
 }
 
 impl SessionOptions {
@@ -79,6 +94,7 @@ impl SessionOptions {
             same_length: config.same_length,
             mem_init: MemInit::Empty,
             mem_dtype: MemDtype::F32,
+            position_keys: PositionKeys::PerSession,
         }
     }
 
@@ -97,6 +113,7 @@ impl SessionOptions {
 #[derive(Debug)]
 struct Buffers<'a> {
     position_keys: &'a mut [f32],
+    position_embeddings: &'a mut [f32],
     hidden: &'a mut [f32],
     normed: &'a mut [f32],
     queries: &'a mut [f32],
@@ -170,6 +187,7 @@ impl<'m, 'a> Session<'m, 'a> {
         let values = cache(layout.values)?;
         let mut take = |len| carver.take::<f32>(len).ok_or(short);
         let position_keys = take(layout.position_keys)?;
+        let position_embeddings = take(layout.position_embeddings)?;
         let hidden = take(layout.hidden)?;
         let normed = take(layout.normed)?;
         let queries = take(layout.queries)?;
@@ -184,6 +202,7 @@ impl<'m, 'a> Session<'m, 'a> {
         let quantized = carver.take::<i8>(layout.quantized).ok_or(short)?;
         let buffers = Buffers {
             position_keys,
+            position_embeddings,
             hidden,
             normed,
             queries,
@@ -338,7 +357,20 @@ impl<'m, 'a> Session<'m, 'a> {
             }
 
             // Relative attention per query: attn_vec (qlen, width)
-            let position_keys = &b.position_keys[layer * distances * width..(layer + 1) * distances * width];
+            // Position keys R_d (distances, width): this layer's table, or recomputed now for the
+            // distances this segment can see.
+            let table = match self.options.position_keys {
+                PositionKeys::PerSession => layer,
+                PositionKeys::PerSegment => {
+                    for d in 0..(mlen + qlen).min(distances) {
+                        let pos_emb = &b.position_embeddings[d * d_model..(d + 1) * d_model];
+                        let key = &mut b.position_keys[d * width..(d + 1) * width];
+                        kernels::matvec(&w.r_net, pos_emb, key, b.quantized);
+                    }
+                    0
+                }
+            };
+            let position_keys = &b.position_keys[table * distances * width..(table + 1) * distances * width];
             for i in 0..qlen {
                 // content query q + u (in place), position query q + v
                 let query = &mut b.queries[i * width..(i + 1) * width];
@@ -414,7 +446,8 @@ impl<'m, 'a> Session<'m, 'a> {
     }
 
     /// Position keys `R_d = W_r (width, d_model) @ pos_emb(d)` for every layer and distance
-    /// `d < distances`, computed once: they do not depend on the tokens.
+    /// `d < distances`, computed once: they do not depend on the tokens. With
+    /// [`PositionKeys::PerSegment`], only the table of `pos_emb(d)` is kept.
     ///
     /// `pos_emb(d) = [sin(d * f_k) | cos(d * f_k)]`, `f_k = 1 / 10000^(2k / d_model)`.
     fn compute_position_keys(&mut self) {
@@ -434,10 +467,17 @@ impl<'m, 'a> Session<'m, 'a> {
                 sin[k] = libm::sin(angle) as f32;
                 cos[k] = libm::cos(angle) as f32;
             }
-            for layer in 0..config.n_layer as usize {
-                let at = (layer * distances + d) * width;
-                let r_net = self.model.layer(layer).r_net;
-                kernels::matvec(&r_net, b.row, &mut b.position_keys[at..at + width], b.quantized);
+            match self.options.position_keys {
+                PositionKeys::PerSession => {
+                    for layer in 0..config.n_layer as usize {
+                        let at = (layer * distances + d) * width;
+                        let r_net = self.model.layer(layer).r_net;
+                        kernels::matvec(&r_net, b.row, &mut b.position_keys[at..at + width], b.quantized);
+                    }
+                }
+                PositionKeys::PerSegment => {
+                    b.position_embeddings[d * d_model..(d + 1) * d_model].copy_from_slice(b.row);
+                }
             }
         }
     }

@@ -12,7 +12,7 @@
 //! defaults match `txl generate`: 200 tokens, temperature 0.8 (0: greedy), seed 1.
 
 use heapless::Vec;
-use txl_core::{Config, MemInit, SessionOptions};
+use txl_core::{Config, MemDtype, MemInit, PositionKeys, SessionOptions};
 
 use crate::{build, Failure};
 
@@ -83,6 +83,16 @@ impl Cli {
         } else {
             MemInit::Empty
         });
+        options.mem_dtype = match build::MEM_DTYPE {
+            1 => MemDtype::F16,
+            2 => MemDtype::Int8,
+            _ => MemDtype::F32,
+        };
+        options.position_keys = if build::POSITION_KEYS_PER_SEGMENT {
+            PositionKeys::PerSegment
+        } else {
+            PositionKeys::PerSession
+        };
         options
     }
 }

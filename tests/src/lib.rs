@@ -92,6 +92,7 @@ impl FixtureCase {
                 MemInit::Empty
             },
             mem_dtype: txl_core::MemDtype::F32,
+            position_keys: txl_core::PositionKeys::PerSession,
         }
     }
 }

@@ -284,6 +284,43 @@ fn int8_firmware_is_bit_exact_with_the_host() {
     check_bit_exact("int8", demo_image_int8());
 }
 
+#[test]
+fn int8_firmware_with_int8_memory_and_recomputed_position_keys_is_bit_exact() {
+    require_target_and_qemu();
+    let image = demo_image_int8();
+    let aligned = AlignedBytes::new(&image);
+    let model = Model::parse(aligned.bytes()).expect("the image parses");
+    let (tokens, tokens_path) = score_tokens("tokens-int8-small.bin");
+    let elf = build_firmware(
+        "demo-int8-small",
+        &[
+            ("TXL_DTYPE", OsStr::new("int8")),
+            ("TXL_MEM_DTYPE", OsStr::new("int8")),
+            ("TXL_POSITION_KEYS", OsStr::new("segment")),
+            ("TXL_TOKENS", tokens_path.as_os_str()),
+        ],
+    )
+    .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+    let options = SessionOptions {
+        mem_dtype: txl_core::MemDtype::Int8,
+        position_keys: txl_core::PositionKeys::PerSegment,
+        ..SessionOptions::from_config(model.config())
+    };
+    let run = run_firmware(&elf, &["score"]);
+    let firmware = score_line(&run);
+    let host = scoring::score(&model, &tokens, options, 0, |_| {}).expect("the host scores");
+    assert_eq!(
+        (firmware.digest, firmware.bits_per_token),
+        (host.digest(), host.bits_per_token()),
+        "{}",
+        run.transcript()
+    );
+    let smaller = Session::arena_bytes(&model, &options).unwrap();
+    assert_eq!(number_after(&run.lines, "arena bytes"), smaller);
+    let default = Session::arena_bytes(&model, &SessionOptions::from_config(model.config())).unwrap();
+    assert!(smaller < default, "{smaller} >= {default}");
+}
+
 /// Builds the firmware with the bundled model in `dtype` (the build script converts it; `image`
 /// is the same conversion on the host), then checks score and demo against the host core.
 fn check_bit_exact(dtype: &str, image: Vec<u8>) {

@@ -115,3 +115,38 @@ fn fixtures_cover_what_the_core_must_get_right() {
     assert!(long_stream, "no streaming case of at least 20 x mem_len tokens");
     assert!(both_formats >= 3 && zeros >= 3 && streaming >= 3 && same_length >= 1 && clamped >= 1);
 }
+
+#[test]
+fn position_keys_recomputed_per_segment_give_the_same_bits_in_less_memory() {
+    use txl_core::{PositionKeys, Session};
+    let manifest = Manifest::load().unwrap();
+    for model in &manifest.models {
+        let checkpoint = load_hf_checkpoint(&model.path(), CheckpointFormat::Auto, false).unwrap();
+        let image = AlignedBytes::new(&checkpoint.to_image().unwrap());
+        let core_model = Model::parse(image.bytes()).unwrap();
+        let tokens = model.tokens().unwrap();
+        for case in &model.cases {
+            let tokens = &tokens[..case.n_tokens];
+            let kept = case.options();
+            let recomputed = txl_core::SessionOptions {
+                position_keys: PositionKeys::PerSegment,
+                ..kept
+            };
+            let a = scoring::score(&core_model, tokens, kept, 0, |_| {}).unwrap();
+            let b = scoring::score(&core_model, tokens, recomputed, 0, |_| {}).unwrap();
+            assert_eq!(a.digest(), b.digest(), "{} {}", model.name, case.name);
+            let layers = core_model.config().n_layer;
+            let (kept_bytes, recomputed_bytes) = (
+                Session::arena_bytes(&core_model, &kept).unwrap(),
+                Session::arena_bytes(&core_model, &recomputed).unwrap(),
+            );
+            if layers > 2 {
+                assert!(
+                    recomputed_bytes < kept_bytes,
+                    "{}: {recomputed_bytes} >= {kept_bytes}",
+                    model.name
+                );
+            }
+        }
+    }
+}

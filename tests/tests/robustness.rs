@@ -308,10 +308,14 @@ fn random_damage_behind_a_valid_checksum_never_panics() {
         let crc = txl_core::crc32(&damaged[..end]);
         damaged[end..].copy_from_slice(&crc.to_le_bytes());
         let bytes = AlignedBytes::new(&damaged);
-        let Ok(model) = Model::parse(bytes.bytes()) else { continue };
+        let Ok(model) = Model::parse(bytes.bytes()) else {
+            continue;
+        };
         parsed += 1;
         let options = SessionOptions::from_config(model.config());
-        let Ok(needed) = Session::arena_bytes(&model, &options) else { continue };
+        let Ok(needed) = Session::arena_bytes(&model, &options) else {
+            continue;
+        };
         if needed > 1 << 24 {
             continue;
         }

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use txl_core::arena::ArenaLayout;
 use txl_core::sampling::Sampling;
-use txl_core::{MemDtype, MemInit, Model, SessionOptions};
+use txl_core::{MemDtype, MemInit, Model, PositionKeys, SessionOptions};
 use txl_host_gpu::{Backend, Reference};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::model_file::AlignedBytes;
@@ -208,6 +208,17 @@ struct SessionArgs {
     /// How the cached keys and values are stored.
     #[arg(long, value_enum, default_value_t = MemDtypeArg::F32)]
     mem_dtype: MemDtypeArg,
+    /// Keep the position keys for the session, or recompute them per segment (less RAM, same bits).
+    #[arg(long, value_enum, default_value_t = PositionKeysArg::Session)]
+    position_keys: PositionKeysArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PositionKeysArg {
+    /// One table per layer, computed once (fastest).
+    Session,
+    /// One table, recomputed for each layer of each segment (two tables of RAM instead of n_layer).
+    Segment,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -242,6 +253,10 @@ impl SessionArgs {
             MemInitArg::Zeros => MemInit::Zeros,
         };
         options.mem_dtype = self.mem_dtype.into();
+        options.position_keys = match self.position_keys {
+            PositionKeysArg::Session => PositionKeys::PerSession,
+            PositionKeysArg::Segment => PositionKeys::PerSegment,
+        };
         options
     }
 }
