@@ -31,8 +31,9 @@ const TARGET: &str = "thumbv7em-none-eabihf";
 /// Each QEMU run takes seconds; this only stops a hung one.
 const QEMU_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The build variables of the firmware; every build sets them explicitly.
-const BUILD_VARS: [&str; 8] = [
+/// The build variables of the firmware (`ENV_VARS` in firmware/build.rs); every build sets them
+/// explicitly.
+const BUILD_VARS: [&str; 10] = [
     "TXL_MODEL",
     "TXL_DTYPE",
     "TXL_TOKENS",
@@ -41,6 +42,8 @@ const BUILD_VARS: [&str; 8] = [
     "TXL_CLAMP_LEN",
     "TXL_SAME_LENGTH",
     "TXL_MEM_INIT",
+    "TXL_MEM_DTYPE",
+    "TXL_POSITION_KEYS",
 ];
 
 /// Tokens scored: the first bytes of the held-out text (four segments of the demo's tgt_len).

@@ -38,31 +38,18 @@ pub fn max_delta(a: impl IntoIterator<Item = f64>, b: impl IntoIterator<Item = f
         .fold(0.0, f64::max)
 }
 
-/// A small model config for tests; adjust fields as needed.
+/// A small model config for tests: `txl_tests::small_config` with wider heads and vocabulary.
 pub fn small_config() -> txl_core::Config {
     let mut cutoffs = [0; 8];
-    cutoffs[0] = 10;
-    cutoffs[1] = 30;
+    cutoffs[..2].copy_from_slice(&[10, 30]);
     txl_core::Config {
         n_token: 60,
-        d_model: 16,
-        d_embed: 16,
-        n_head: 2,
         d_head: 8,
         d_inner: 32,
-        n_layer: 2,
         cutoffs,
-        n_cutoffs: 2,
-        div_val: 2,
-        tie_weight: true,
-        tie_projs: 0b110,
-        pre_lnorm: false,
-        untie_r: true,
-        layer_norm_epsilon: 1e-5,
         tgt_len: 5,
         mem_len: 7,
-        clamp_len: 0,
-        same_length: false,
+        ..txl_tests::small_config()
     }
 }
 
