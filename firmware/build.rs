@@ -22,7 +22,7 @@ use txl_core::arena::ArenaLayout;
 use txl_core::{MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::model_file::AlignedBytes;
-use txl_tools::quantize::{quantize, QuantizeOptions, Smoothing, Target};
+use txl_tools::quantize::{quantize_weights, Target};
 
 #[allow(dead_code)]
 mod board {
@@ -38,18 +38,7 @@ const DEMO_CHECKPOINT: &str = "../tests/fixtures/demo";
 /// Tokens `score` reads when `TXL_TOKENS` is unset: the first bytes of the held-out text.
 const DEFAULT_TOKENS: usize = 256;
 
-const ENV_VARS: [&str; 10] = [
-    "TXL_MODEL",
-    "TXL_DTYPE",
-    "TXL_TOKENS",
-    "TXL_TGT_LEN",
-    "TXL_MEM_LEN",
-    "TXL_CLAMP_LEN",
-    "TXL_SAME_LENGTH",
-    "TXL_MEM_INIT",
-    "TXL_MEM_DTYPE",
-    "TXL_POSITION_KEYS",
-];
+include!("build_vars.rs");
 
 fn main() {
     if let Err(message) = run() {
@@ -61,7 +50,7 @@ fn main() {
 
 fn run() -> Result<(), String> {
     let out_dir = PathBuf::from(env("OUT_DIR").ok_or("OUT_DIR is not set")?);
-    for var in ENV_VARS {
+    for var in BUILD_VARS {
         println!("cargo:rerun-if-env-changed={var}");
     }
     println!("cargo:rerun-if-changed=src/board.rs");
@@ -237,16 +226,7 @@ fn model_image() -> Result<(Vec<u8>, String), String> {
 fn demo_quantized(f32_image: &[u8], target: Target) -> Result<Vec<u8>, String> {
     let bytes = AlignedBytes::new(f32_image);
     let model = Model::parse(bytes.bytes()).map_err(|e| format!("the converted demo model: {e}"))?;
-    let options = QuantizeOptions {
-        target,
-        smoothing: Smoothing::Off,
-        keep_f16: Vec::new(),
-        auto_keep_f16: 0,
-        session: SessionOptions::from_config(model.config()),
-    };
-    quantize(&model, &options, None, |_| {})
-        .map(|quantized| quantized.image)
-        .map_err(|e| format!("quantizing the demo model: {e:#}"))
+    quantize_weights(&model, target).map_err(|e| format!("quantizing the demo model: {e:#}"))
 }
 
 fn session_options(model: &Model<'_>) -> Result<SessionOptions, String> {

@@ -22,9 +22,8 @@ pub fn log_probs(
     let n_clusters = config.n_clusters();
 
     // The head: shortlist logits, then the tail clusters' logits.
-    let (head_start, head_end) = config.cluster_range(0);
+    let shortlist = &mut log_probs[..config.cluster_range(0).1 as usize];
     let head_hidden = project(model, 0, hidden, projected, scratch);
-    let shortlist = &mut log_probs[head_start as usize..head_end as usize];
     cluster_logits(model, 0, head_hidden, scratch, shortlist);
     let mut tail_logits = [0.0f32; MAX_CUTOFFS];
     let tail_logits = &mut tail_logits[..n_clusters];
@@ -39,7 +38,6 @@ pub fn log_probs(
             scratch,
         );
     }
-    let shortlist = &mut log_probs[..head_end as usize];
     let head_max = kernels::max(shortlist).max(kernels::max(tail_logits));
     let head_sum: f32 = shortlist
         .iter()

@@ -47,14 +47,7 @@ impl Sampler {
 
     /// The next token given `log_probs` (one per token id).
     pub fn pick(&mut self, log_probs: &[f32]) -> u32 {
-        let argmax = log_probs
-            .iter()
-            .enumerate()
-            .fold(
-                (0, f32::NEG_INFINITY),
-                |best, (i, &v)| if v > best.1 { (i, v) } else { best },
-            )
-            .0;
+        let argmax = crate::kernels::argmax(log_probs);
         let temperature = match self.sampling {
             Sampling::Greedy => return argmax as u32,
             Sampling::Temperature { temperature, .. } if temperature > 0.0 => temperature,

@@ -224,9 +224,9 @@ impl TensorLayout {
 
     /// Directory index of layer `layer`'s tensor `tensor` (whose presence the caller knows).
     pub fn layer_index(&self, layer: usize, tensor: LayerTensor) -> usize {
-        let position = LayerTensor::ALL.iter().position(|&t| t == tensor).unwrap_or(0);
-        let skipped = 13 - self.per_layer;
-        self.n_global + layer * self.per_layer + position - skipped
+        // `ALL` lists the variants in declaration order, so the discriminant is the position.
+        let skipped = LayerTensor::ALL.len() - self.per_layer;
+        self.n_global + layer * self.per_layer + tensor as usize - skipped
     }
 }
 

@@ -208,15 +208,12 @@ pub fn random_image(config: &Config, seed: u64) -> Vec<u8> {
 
 /// `random_image` quantized to `target` (no calibration, no smoothing), some tensors kept in f16.
 pub fn quantized_image(config: &Config, seed: u64, target: txl_tools::quantize::Target) -> Vec<u8> {
-    use txl_tools::quantize::{quantize, QuantizeOptions, Smoothing};
+    use txl_tools::quantize::{quantize, QuantizeOptions};
     let image = txl_tools::model_file::AlignedBytes::new(&random_image(config, seed));
     let model = txl_core::Model::parse(image.bytes()).expect("a random image parses");
     let options = QuantizeOptions {
-        target,
-        smoothing: Smoothing::Off,
         keep_f16: vec!["layers.0.pos_ff.*".into()],
-        auto_keep_f16: 0,
-        session: SessionOptions::from_config(config),
+        ..QuantizeOptions::weights_only(target, SessionOptions::from_config(config))
     };
     quantize(&model, &options, None, |_| {}).expect("quantizes").image
 }

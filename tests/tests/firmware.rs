@@ -17,7 +17,7 @@ use txl_firmware_host::{field, Outcome, ScoreLine};
 use txl_tests::random_image;
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::model_file::AlignedBytes;
-use txl_tools::quantize::{quantize, QuantizeOptions, Smoothing, Target};
+use txl_tools::quantize::{quantize_weights, Target};
 use txl_tools::{generate, scoring};
 
 /// The board's memory map and reserves, as the firmware's build script reads them.
@@ -31,20 +31,8 @@ const TARGET: &str = "thumbv7em-none-eabihf";
 /// Each QEMU run takes seconds; this only stops a hung one.
 const QEMU_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The build variables of the firmware (`ENV_VARS` in firmware/build.rs); every build sets them
-/// explicitly.
-const BUILD_VARS: [&str; 10] = [
-    "TXL_MODEL",
-    "TXL_DTYPE",
-    "TXL_TOKENS",
-    "TXL_TGT_LEN",
-    "TXL_MEM_LEN",
-    "TXL_CLAMP_LEN",
-    "TXL_SAME_LENGTH",
-    "TXL_MEM_INIT",
-    "TXL_MEM_DTYPE",
-    "TXL_POSITION_KEYS",
-];
+// `BUILD_VARS`: every build of the firmware sets each explicitly.
+include!("../../firmware/build_vars.rs");
 
 /// Tokens scored: the first bytes of the held-out text (four segments of the demo's tgt_len).
 const SCORE_TOKENS: usize = 256;
@@ -265,16 +253,7 @@ fn options_with(model: &Model<'_>, tgt_len: u32, mem_len: u32) -> SessionOptions
 fn demo_image_int8() -> Vec<u8> {
     let f32_image = AlignedBytes::new(&demo_image_f32());
     let model = Model::parse(f32_image.bytes()).expect("the image parses");
-    let options = QuantizeOptions {
-        target: Target::Int8,
-        smoothing: Smoothing::Off,
-        keep_f16: Vec::new(),
-        auto_keep_f16: 0,
-        session: SessionOptions::from_config(model.config()),
-    };
-    quantize(&model, &options, None, |_| {})
-        .expect("the demo model quantizes")
-        .image
+    quantize_weights(&model, Target::Int8).expect("the demo model quantizes")
 }
 
 #[test]

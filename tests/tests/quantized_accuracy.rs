@@ -78,11 +78,8 @@ fn measure(f: &Fixture, candidate: &[u8], mem_dtype: MemDtype) -> Comparison {
 fn quantized(f: &Fixture, target: Target) -> txl_tools::quantize::Quantized {
     let model = Model::parse(f.f32_image.bytes()).unwrap();
     let options = QuantizeOptions {
-        target,
         smoothing: Smoothing::Auto,
-        keep_f16: Vec::new(),
-        auto_keep_f16: 0,
-        session: SessionOptions::from_config(model.config()),
+        ..QuantizeOptions::weights_only(target, SessionOptions::from_config(model.config()))
     };
     let calibration = (target == Target::Int8).then_some(f.calibration.as_slice());
     quantize(&model, &options, calibration, |_| {}).unwrap()

@@ -2,7 +2,7 @@
 //! per token of each, KL divergence, top-1 agreement and the largest log-probability change.
 
 use serde::Serialize;
-use txl_core::{Model, Session, SessionOptions};
+use txl_core::{kernels, Model, Session, SessionOptions};
 
 use crate::model_file::Arena;
 
@@ -70,7 +70,7 @@ pub fn compare(
                 .zip(cand)
                 .map(|(&p, &q)| (p as f64).exp() * (p as f64 - q as f64))
                 .sum::<f64>();
-            agree += (argmax(reference) == argmax(cand)) as usize;
+            agree += (kernels::argmax(reference) == kernels::argmax(cand)) as usize;
             predictions += 1;
         })?;
         start += segment.len();
@@ -94,15 +94,4 @@ pub fn compare(
         top1_agreement: agree as f64 / n,
         max_abs_delta_logp: max_delta,
     })
-}
-
-/// Index of the largest element (the first one on ties).
-pub fn argmax(row: &[f32]) -> usize {
-    row.iter()
-        .enumerate()
-        .fold(
-            (0, f32::NEG_INFINITY),
-            |best, (i, &v)| if v > best.1 { (i, v) } else { best },
-        )
-        .0
 }

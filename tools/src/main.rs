@@ -741,16 +741,7 @@ fn bench(path: &Path, count: usize, session: &SessionArgs, json: bool) -> Result
             (state % n_token as u64) as u32
         })
         .collect();
-    let quantized = |target| -> Result<Vec<u8>> {
-        let quantize_options = QuantizeOptions {
-            target,
-            smoothing: Smoothing::Off,
-            keep_f16: Vec::new(),
-            auto_keep_f16: 0,
-            session: options,
-        };
-        Ok(quantize::quantize(&model, &quantize_options, None, |_| {})?.image)
-    };
+    let quantized = |target| quantize::quantize_weights(&model, target);
     let variants = [
         (
             "f32 weights, f32 memory",
@@ -1000,11 +991,8 @@ fn demo(out_dir: &Path, limit: usize) -> Result<()> {
     let mut calibration = scoring::read_byte_tokens(&fixtures.join("calib.txt"))?;
     calibration.truncate(4096);
     let quantize_options = QuantizeOptions {
-        target: Target::Int8,
         smoothing: Smoothing::Auto,
-        keep_f16: Vec::new(),
-        auto_keep_f16: 0,
-        session: options,
+        ..QuantizeOptions::weights_only(Target::Int8, options)
     };
     let int8 = quantize::quantize(&model, &quantize_options, Some(&calibration), |_| {})?;
     let int8_path = out_dir.join("demo-int8.txl");

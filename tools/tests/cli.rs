@@ -25,6 +25,19 @@ fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// Converts fixture `name` into `dir/model.txl`, which it returns.
+fn convert_fixture(name: &str, dir: &Path) -> PathBuf {
+    let image = dir.join("model.txl");
+    let out = txl(&[
+        "convert",
+        fixture(name).to_str().unwrap(),
+        "-o",
+        image.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "convert {name}: {}", stderr(&out));
+    image
+}
+
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
@@ -32,10 +45,8 @@ fn stderr(output: &Output) -> String {
 #[test]
 fn convert_then_score_follows_the_contract() {
     let dir = scratch_dir("contract");
-    let image = dir.join("model.txl");
     let src = fixture("adaptive_div2");
-    let out = txl(&["convert", src.to_str().unwrap(), "-o", image.to_str().unwrap()]);
-    assert!(out.status.success(), "convert failed: {}", stderr(&out));
+    let image = convert_fixture("adaptive_div2", &dir);
 
     let logp = dir.join("logp.npy");
     let rows = dir.join("rows.npy");
@@ -114,14 +125,7 @@ fn both_checkpoint_formats_give_the_same_image() {
 #[test]
 fn bad_input_gets_a_clear_error() {
     let dir = scratch_dir("errors");
-    let image = dir.join("model.txl");
-    let out = txl(&[
-        "convert",
-        fixture("no_mem").to_str().unwrap(),
-        "-o",
-        image.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let image = convert_fixture("no_mem", &dir);
 
     // A token id out of range.
     let tokens = dir.join("tokens.txt");
@@ -164,14 +168,7 @@ fn bad_input_gets_a_clear_error() {
 #[test]
 fn inspect_reports_the_arena_the_core_computes() {
     let dir = scratch_dir("inspect");
-    let image = dir.join("model.txl");
-    let out = txl(&[
-        "convert",
-        fixture("full_softmax_long").to_str().unwrap(),
-        "-o",
-        image.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let image = convert_fixture("full_softmax_long", &dir);
     let out = txl(&[
         "inspect",
         image.to_str().unwrap(),
@@ -197,10 +194,8 @@ fn inspect_reports_the_arena_the_core_computes() {
 #[test]
 fn the_reference_backends_follow_the_score_contract_and_eval_runs() {
     let dir = scratch_dir("backends");
-    let image = dir.join("model.txl");
     let src = fixture("div1_proj_prelnorm");
-    let out = txl(&["convert", src.to_str().unwrap(), "-o", image.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let image = convert_fixture("div1_proj_prelnorm", &dir);
     let tokens = src.join("tokens.txt");
     let reference = npy::read(&src.join("stream_zeros.logp.npy")).unwrap();
     for backend in ["cpu", "cpu32", "core"] {
@@ -249,14 +244,7 @@ fn the_reference_backends_follow_the_score_contract_and_eval_runs() {
 #[test]
 fn bench_reports_every_precision_against_f32() {
     let dir = scratch_dir("bench");
-    let image = dir.join("model.txl");
-    let out = txl(&[
-        "convert",
-        fixture("adaptive_div2").to_str().unwrap(),
-        "-o",
-        image.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let image = convert_fixture("adaptive_div2", &dir);
     let out = txl(&["bench", image.to_str().unwrap(), "--tokens", "64", "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -235,6 +235,17 @@ pub fn max(x: &[f32]) -> f32 {
     x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
 }
 
+/// Index of the largest element (the first on ties; 0 for an empty slice).
+pub fn argmax(x: &[f32]) -> usize {
+    x.iter()
+        .enumerate()
+        .fold(
+            (0, f32::NEG_INFINITY),
+            |best, (i, &v)| if v > best.1 { (i, v) } else { best },
+        )
+        .0
+}
+
 /// `ln sum exp(x)`, stable.
 pub fn log_sum_exp(x: &[f32]) -> f32 {
     let m = max(x);

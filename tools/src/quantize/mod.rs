@@ -56,6 +56,19 @@ pub struct QuantizeOptions {
     pub session: SessionOptions,
 }
 
+impl QuantizeOptions {
+    /// Weights alone: no smoothing, nothing kept in f16 (what needs no calibration text).
+    pub fn weights_only(target: Target, session: SessionOptions) -> QuantizeOptions {
+        QuantizeOptions {
+            target,
+            smoothing: Smoothing::Off,
+            keep_f16: Vec::new(),
+            auto_keep_f16: 0,
+            session,
+        }
+    }
+}
+
 /// One tensor in the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct TensorReport {
@@ -403,6 +416,14 @@ pub fn quantize(
         parameters: source.parameters(),
     };
     Ok(Quantized { image, report })
+}
+
+/// `model` with its weights quantized to `target` and nothing measured: what `txl convert
+/// --dtype` and `txl quantize` make without calibration text, and what the firmware's build
+/// script embeds.
+pub fn quantize_weights(model: &Model<'_>, target: Target) -> Result<Vec<u8>> {
+    let options = QuantizeOptions::weights_only(target, SessionOptions::from_config(model.config()));
+    Ok(quantize(model, &options, None, |_| {})?.image)
 }
 
 /// Records every layer's output for one segment, or compares against a recording.
