@@ -5,7 +5,7 @@
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::session::{PositionKeys, SessionOptions};
+use crate::options::{PositionKeys, SessionOptions};
 
 /// Alignment of the arena and of every buffer in it.
 pub const ARENA_ALIGN: usize = 16;

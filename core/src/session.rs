@@ -3,12 +3,12 @@
 
 use crate::arena::{ArenaLayout, Carver};
 use crate::attention::{self, AttentionShape};
-use crate::config::Config;
 use crate::embedding;
 use crate::error::Error;
 use crate::kernels;
 use crate::memory::{int8_values_bytes, MemDtype, Memory, Store};
 use crate::model::Model;
+use crate::options::{MemInit, PositionKeys, SessionOptions};
 use crate::output;
 
 /// A linear layer of a decoder layer, as [`Probe`] names it.
@@ -39,75 +39,6 @@ pub trait Probe {
 }
 
 impl Probe for () {}
-
-/// How the recurrence memory starts (and restarts after [`Session::reset`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum MemInit {
-    /// No memory: the first segment sees only itself (the original PyTorch code).
-    #[default]
-    Empty,
-    /// `mem_len` all-zero hidden states (Hugging Face and the original TensorFlow code).
-    Zeros,
-}
-
-/// Where the position keys `R_d = W_r · pos_emb(d)` come from: they depend only on the distance
-/// and the layer, so they can be kept or recomputed (same bits either way).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum PositionKeys {
-    /// Computed once per session for every layer: the fastest, `n_layer` tables of RAM.
-    #[default]
-    PerSession,
-    /// Recomputed for each layer of each segment from a kept table of `pos_emb`: two tables of
-    /// RAM instead of `n_layer`, at `klen × d_model × n_head·d_head` MACs per layer and segment.
-    PerSegment,
-}
-
-/// Evaluation settings; [`SessionOptions::from_config`] takes the model's defaults.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct SessionOptions {
-    /// Longest segment [`Session::forward`] accepts (sizes the activations).
-    pub tgt_len: u32,
-    /// Positions remembered between segments.
-    pub mem_len: u32,
-    /// Largest relative distance with its own position embedding; 0 means no clamping.
-    pub clamp_len: u32,
-    /// Every query attends to the same number of keys.
-    pub same_length: bool,
-    /// How the memory starts.
-    pub mem_init: MemInit,
-    /// How the cached keys and values are stored.
-    pub mem_dtype: MemDtype,
-    /// Whether the position keys are kept for the session or recomputed per segment.
-    pub position_keys: PositionKeys,
-}
-
-impl SessionOptions {
-    /// The model's default evaluation settings, with an empty memory start.
-    pub fn from_config(config: &Config) -> SessionOptions {
-        SessionOptions {
-            tgt_len: config.tgt_len,
-            mem_len: config.mem_len,
-            clamp_len: config.clamp_len,
-            same_length: config.same_length,
-            mem_init: MemInit::Empty,
-            mem_dtype: MemDtype::F32,
-            position_keys: PositionKeys::PerSession,
-        }
-    }
-
-    /// Number of distinct position keys: distances `0..mem_len + tgt_len`, clamped.
-    pub fn distances(&self) -> usize {
-        let longest = self.mem_len as usize + self.tgt_len as usize;
-        if self.clamp_len > 0 {
-            longest.min(self.clamp_len as usize + 1)
-        } else {
-            longest
-        }
-    }
-}
 
 /// The arena's buffers, each exactly the size [`ArenaLayout`] says.
 #[derive(Debug)]

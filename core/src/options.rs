@@ -1,0 +1,158 @@
+//! The settings of a session, and the words that name them.
+//!
+//! The same words are used on the command line, in the firmware's build variables and in its
+//! arguments: `empty|zeros` ([`MemInit`]), `f32|f16|int8` ([`MemDtype`]) and
+//! `session|segment` ([`PositionKeys`]). Each type parses them with [`FromStr`] and prints them
+//! with [`Display`](fmt::Display), so every tool reads and writes one spelling.
+//!
+//! ```
+//! use txl_core::{MemDtype, MemInit, PositionKeys};
+//!
+//! assert_eq!("zeros".parse::<MemInit>(), Ok(MemInit::Zeros));
+//! assert_eq!("int8".parse::<MemDtype>(), Ok(MemDtype::Int8));
+//! assert_eq!(PositionKeys::PerSegment.to_string(), "segment");
+//! assert!("bf16".parse::<MemDtype>().is_err());
+//! ```
+
+use core::fmt;
+use core::str::FromStr;
+
+use crate::config::Config;
+use crate::memory::MemDtype;
+
+/// How the recurrence memory starts (and restarts after [`Session::reset`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum MemInit {
+    /// No memory: the first segment sees only itself (the original PyTorch code).
+    #[default]
+    Empty,
+    /// `mem_len` all-zero hidden states (Hugging Face and the original TensorFlow code).
+    Zeros,
+}
+
+/// Where the position keys `R_d = W_r · pos_emb(d)` come from: they depend only on the distance
+/// and the layer, so they can be kept or recomputed (same bits either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PositionKeys {
+    /// Computed once per session for every layer: the fastest, `n_layer` tables of RAM.
+    #[default]
+    PerSession,
+    /// Recomputed for each layer of each segment from a kept table of `pos_emb`: two tables of
+    /// RAM instead of `n_layer`, at `klen × d_model × n_head·d_head` MACs per layer and segment.
+    PerSegment,
+}
+
+/// Evaluation settings; [`SessionOptions::from_config`] takes the model's defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct SessionOptions {
+    /// Longest segment [`Session::forward`] accepts (sizes the activations).
+    pub tgt_len: u32,
+    /// Positions remembered between segments.
+    pub mem_len: u32,
+    /// Largest relative distance with its own position embedding; 0 means no clamping.
+    pub clamp_len: u32,
+    /// Every query attends to the same number of keys.
+    pub same_length: bool,
+    /// How the memory starts.
+    pub mem_init: MemInit,
+    /// How the cached keys and values are stored.
+    pub mem_dtype: MemDtype,
+    /// Whether the position keys are kept for the session or recomputed per segment.
+    pub position_keys: PositionKeys,
+}
+
+impl SessionOptions {
+    /// The model's default evaluation settings, with an empty memory start.
+    pub fn from_config(config: &Config) -> SessionOptions {
+        SessionOptions {
+            tgt_len: config.tgt_len,
+            mem_len: config.mem_len,
+            clamp_len: config.clamp_len,
+            same_length: config.same_length,
+            mem_init: MemInit::Empty,
+            mem_dtype: MemDtype::F32,
+            position_keys: PositionKeys::PerSession,
+        }
+    }
+
+    /// Number of distinct position keys: distances `0..mem_len + tgt_len`, clamped.
+    pub fn distances(&self) -> usize {
+        let longest = self.mem_len as usize + self.tgt_len as usize;
+        if self.clamp_len > 0 {
+            longest.min(self.clamp_len as usize + 1)
+        } else {
+            longest
+        }
+    }
+}
+
+/// A word that names none of an option's values; its [`Display`](fmt::Display) lists the
+/// accepted words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct UnknownWord {
+    /// What the option is (`"memory start"`, ...).
+    pub option: &'static str,
+    /// The accepted words.
+    pub expected: &'static [&'static str],
+}
+
+impl fmt::Display for UnknownWord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown {}: expected one of ", self.option)?;
+        for (i, word) in self.expected.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(word)?;
+        }
+        Ok(())
+    }
+}
+
+impl core::error::Error for UnknownWord {}
+
+/// One spelling per value: `words!(Type, "option", [Value => "word", ...])` implements
+/// [`FromStr`], [`Display`](fmt::Display) and `WORDS` for an option enum.
+macro_rules! words {
+    ($ty:ident, $option:literal, [$($value:ident => $word:literal),+ $(,)?]) => {
+        impl $ty {
+            /// Every value's word, in declaration order.
+            pub const WORDS: &'static [&'static str] = &[$($word),+];
+
+            /// Every value, in the order of [`Self::WORDS`].
+            pub const ALL: &'static [$ty] = &[$($ty::$value),+];
+
+            /// The word for this value.
+            pub const fn word(self) -> &'static str {
+                match self {
+                    $($ty::$value => $word),+
+                }
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = UnknownWord;
+
+            fn from_str(word: &str) -> Result<Self, UnknownWord> {
+                match word {
+                    $($word => Ok($ty::$value),)+
+                    _ => Err(UnknownWord { option: $option, expected: $ty::WORDS }),
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.word())
+            }
+        }
+    };
+}
+
+words!(MemInit, "memory start", [Empty => "empty", Zeros => "zeros"]);
+words!(MemDtype, "memory dtype", [F32 => "f32", F16 => "f16", Int8 => "int8"]);
+words!(PositionKeys, "position-key mode", [PerSession => "session", PerSegment => "segment"]);
