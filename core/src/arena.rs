@@ -60,10 +60,7 @@ impl ArenaLayout {
         if options.tgt_len == 0 {
             return Err(Error::BadOptions);
         }
-        let overflow = Error::ArenaTooSmall {
-            needed: usize::MAX,
-            got: 0,
-        };
+        let overflow = Error::SizeOverflow;
         let tgt = options.tgt_len as usize;
         let capacity = (options.mem_len as usize).checked_add(tgt).ok_or(overflow)?;
         let qkv = config.qkv_width() as usize;

@@ -7,6 +7,7 @@ use crate::tensors::TensorName;
 /// A config field that makes no sense, or that this crate cannot run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A size (n_token, d_model, n_head, ..., div_val, tgt_len) is zero.
     ZeroDimension,
@@ -43,6 +44,7 @@ impl fmt::Display for ConfigError {
 
 /// Everything that can go wrong when reading an image or running a session.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Error {
     /// The image is shorter than its header or than the length it declares.
     Truncated {
@@ -97,6 +99,14 @@ pub enum Error {
     },
     /// The arena does not start on a 16-byte boundary.
     ArenaMisaligned,
+    /// The session's buffers (or the image's directory) need more bytes than the address space
+    /// holds: `tgt_len`, `mem_len` or a model size far too large.
+    SizeOverflow,
+    /// A host buffer of this many bytes could not be allocated (feature `alloc`).
+    AllocationFailed {
+        /// Bytes asked for.
+        bytes: usize,
+    },
     /// Session options that cannot work (a zero `tgt_len`).
     BadOptions,
     /// A token id is not below `n_token`.
@@ -151,6 +161,12 @@ impl fmt::Display for Error {
                 write!(f, "arena too small: needs {needed} bytes, got {got}")
             }
             Error::ArenaMisaligned => f.write_str("the arena must start on a 16-byte boundary"),
+            Error::SizeOverflow => f.write_str(
+                "the sizes overflow the address space (tgt_len, mem_len or the model far too large)",
+            ),
+            Error::AllocationFailed { bytes } => {
+                write!(f, "cannot allocate {bytes} bytes")
+            }
             Error::BadOptions => f.write_str("invalid session options (tgt_len must be at least 1)"),
             Error::TokenOutOfRange { token, n_token } => {
                 write!(f, "token id {token} out of range (vocabulary has {n_token})")

@@ -256,11 +256,13 @@ impl<'a> Image<'a> {
         let directory_end = count
             .checked_mul(ENTRY_BYTES)
             .and_then(|n| n.checked_add(HEADER_BYTES))
-            .filter(|&end| end <= crc_at)
-            .ok_or(Error::Truncated {
-                needed: usize::MAX,
+            .ok_or(Error::SizeOverflow)?;
+        if directory_end > crc_at {
+            return Err(Error::Truncated {
+                needed: directory_end.saturating_add(CRC_BYTES),
                 got: bytes.len(),
-            })?;
+            });
+        }
 
         let image = Image {
             bytes,

@@ -29,8 +29,9 @@
 //! [`Error::ArenaTooSmall`] if it is short. The forward pass never allocates.
 //!
 //! ## What it refuses to do
-//! - Allocate: there is no `alloc` in the inference path (the optional `alloc` feature only
-//!   adds the image writer for host tools).
+//! - Allocate: there is no `alloc` in the inference path. The optional `alloc` feature adds
+//!   what host tools need around it: the image writer, an owned aligned buffer
+//!   ([`AlignedBytes`], allocated fallibly) and whole-text [`scoring`].
 //! - Panic on input: a truncated or corrupt image, a short arena, an out-of-range token id or
 //!   a too-long segment come back as an [`Error`]. A panic on input is a bug.
 //! - Approximate silently: the f32 math is exact (`libm`'s `expf`, `sqrtf`, `sin`, `cos`), and the
@@ -52,6 +53,8 @@
 //! ```
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
+// `unsafe` lives only in the kernels (SIMD intrinsics and Cortex-M instructions).
+#![deny(unsafe_code)]
 
 #[cfg(target_endian = "big")]
 compile_error!("txl-core reads little-endian model images in place; big-endian targets are not supported");
@@ -62,23 +65,32 @@ compile_error!("the `cortex-m-dsp` feature is for Arm Cortex-M targets with the 
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+#[cfg(feature = "alloc")]
+mod aligned;
 pub mod arena;
 pub mod attention;
 pub mod config;
+pub mod digest;
 mod crc32;
 pub mod embedding;
 pub mod error;
 pub mod image;
+#[allow(unsafe_code)]
 pub mod kernels;
 pub mod memory;
 pub mod model;
 pub mod options;
 pub mod output;
+pub mod rng;
 pub mod sampling;
+#[cfg(feature = "alloc")]
+pub mod scoring;
 pub mod session;
 pub mod tensors;
 pub mod weights;
 
+#[cfg(feature = "alloc")]
+pub use aligned::AlignedBytes;
 pub use config::Config;
 pub use crc32::crc32;
 pub use error::{ConfigError, Error};

@@ -80,7 +80,7 @@ impl SessionOptions {
 
     /// Number of distinct position keys: distances `0..mem_len + tgt_len`, clamped.
     pub fn distances(&self) -> usize {
-        let longest = self.mem_len as usize + self.tgt_len as usize;
+        let longest = (self.mem_len as usize).saturating_add(self.tgt_len as usize);
         if self.clamp_len > 0 {
             longest.min(self.clamp_len as usize + 1)
         } else {

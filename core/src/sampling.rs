@@ -1,5 +1,7 @@
 //! Choosing the next token from a row of log-probabilities: greedy, or seeded sampling with a
-//! temperature. Deterministic on every target (a 64-bit xorshift generator).
+//! temperature. Deterministic on every target ([`Rng`]).
+
+use crate::rng::Rng;
 
 /// How to pick the next token.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -20,7 +22,7 @@ pub enum Sampling {
 #[derive(Clone, Debug)]
 pub struct Sampler {
     sampling: Sampling,
-    state: u64,
+    rng: Rng,
 }
 
 impl Sampler {
@@ -32,17 +34,8 @@ impl Sampler {
         };
         Sampler {
             sampling,
-            state: if seed == 0 { 0x9E37_79B9_7F4A_7C15 } else { seed },
+            rng: Rng::new(seed),
         }
-    }
-
-    fn next_unit(&mut self) -> f32 {
-        // xorshift64*
-        self.state ^= self.state >> 12;
-        self.state ^= self.state << 25;
-        self.state ^= self.state >> 27;
-        let bits = self.state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40; // 24 random bits
-        bits as f32 / (1u32 << 24) as f32
     }
 
     /// The next token given `log_probs` (one per token id).
@@ -56,7 +49,7 @@ impl Sampler {
         let top = log_probs[argmax];
         let weight = |v: f32| libm::expf((v - top) / temperature);
         let total: f32 = log_probs.iter().map(|&v| weight(v)).sum();
-        let mut target = self.next_unit() * total;
+        let mut target = self.rng.unit_f32() * total;
         for (i, &v) in log_probs.iter().enumerate() {
             target -= weight(v);
             if target < 0.0 {

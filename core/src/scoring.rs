@@ -1,0 +1,105 @@
+//! Scoring a whole token sequence on a host (feature `alloc`): consecutive segments of
+//! `tgt_len` with the memory carried between them, every next token's log-probability kept.
+//! This is what `txl score` and the quantizer measure with; the firmware runs the same loop
+//! over its own buffers.
+//!
+//! ```no_run
+//! # fn demo(model: &txl_core::Model<'_>) -> Result<(), txl_core::Error> {
+//! use txl_core::{scoring, SessionOptions};
+//!
+//! let options = SessionOptions::from_config(model.config());
+//! let scores = scoring::score(model, &[1, 2, 3, 4], options, 0, |_done| {})?;
+//! println!("{:.4} bits per token, digest {:#010x}", scores.bits_per_token(), scores.digest());
+//! # Ok(()) }
+//! ```
+
+use alloc::vec::Vec;
+
+use crate::aligned::AlignedBytes;
+use crate::digest::Digest;
+use crate::error::Error;
+use crate::model::Model;
+use crate::options::SessionOptions;
+use crate::session::Session;
+
+/// What [`score`] computed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scores {
+    /// `logp[i] = ln p(t[i+1] | t[..=i])`, length `N - 1`.
+    pub logp: Vec<f32>,
+    /// Full log-probability rows of the first `rows_kept` positions, `(rows_kept, n_token)`.
+    pub rows: Vec<f32>,
+    /// How many rows `rows` holds.
+    pub rows_kept: usize,
+}
+
+impl Scores {
+    /// Mean negative log-likelihood in nats (0 when nothing was predicted).
+    pub fn nll(&self) -> f64 {
+        if self.logp.is_empty() {
+            return 0.0;
+        }
+        -self.logp.iter().map(|&v| f64::from(v)).sum::<f64>() / self.logp.len() as f64
+    }
+
+    /// Mean bits per token.
+    pub fn bits_per_token(&self) -> f64 {
+        self.nll() / core::f64::consts::LN_2
+    }
+
+    /// The [`Digest`] of every log-probability: equal digests mean bit-identical results.
+    pub fn digest(&self) -> u32 {
+        Digest::of(&self.logp)
+    }
+}
+
+/// A zeroed arena of exactly [`Session::arena_bytes`] for `model` under `options`.
+pub fn arena_for(model: &Model<'_>, options: &SessionOptions) -> Result<AlignedBytes, Error> {
+    AlignedBytes::zeroed(Session::arena_bytes(model, options)?)
+}
+
+/// Scores `tokens` in segments of `options.tgt_len`, keeping the first `keep_rows` full rows.
+/// `progress(done)` is called after each segment with the number of tokens processed.
+pub fn score(
+    model: &Model<'_>,
+    tokens: &[u32],
+    options: SessionOptions,
+    keep_rows: usize,
+    mut progress: impl FnMut(usize),
+) -> Result<Scores, Error> {
+    let mut arena = arena_for(model, &options)?;
+    let mut session = Session::new(model, arena.bytes_mut(), options)?;
+    let n_token = model.config().n_token as usize;
+    let rows_kept = keep_rows.min(tokens.len());
+    let mut scores = Scores {
+        logp: reserve(tokens.len().saturating_sub(1))?,
+        rows: reserve(rows_kept.checked_mul(n_token).ok_or(Error::SizeOverflow)?)?,
+        rows_kept,
+    };
+    let mut start = 0;
+    for segment in tokens.chunks(options.tgt_len as usize) {
+        session.forward(segment, |i, row| {
+            let position = start + i;
+            if let Some(&next) = tokens.get(position + 1) {
+                scores.logp.push(row[next as usize]);
+            }
+            if position < rows_kept {
+                scores.rows.extend_from_slice(row);
+            }
+        })?;
+        start += segment.len();
+        progress(start);
+    }
+    Ok(scores)
+}
+
+/// An empty vector with room for `capacity` values, or the error that says it cannot have it.
+fn reserve(capacity: usize) -> Result<Vec<f32>, Error> {
+    let mut values = Vec::new();
+    values
+        .try_reserve_exact(capacity)
+        .map_err(|_| Error::AllocationFailed {
+            bytes: capacity.saturating_mul(4),
+        })?;
+    Ok(values)
+}
