@@ -18,11 +18,12 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use std::str::FromStr;
+
 use txl_core::arena::ArenaLayout;
-use txl_core::{MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
+use txl_core::{AlignedBytes, MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
+use txl_host_gpu::quantize::{quantize_weights, Target};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
-use txl_tools::model_file::AlignedBytes;
-use txl_tools::quantize::{quantize_weights, Target};
 
 #[allow(dead_code)]
 mod board {
@@ -57,7 +58,7 @@ fn run() -> Result<(), String> {
 
     // The model image, copied to OUT_DIR/model.txl for `include_bytes!`.
     let (image, model_source) = model_image()?;
-    let aligned = AlignedBytes::new(&image);
+    let aligned = AlignedBytes::copy_from(&image).map_err(|e| format!("{model_source}: {e}"))?;
     let model =
         Model::parse(aligned.bytes()).map_err(|e| format!("{model_source}: not a usable txl image: {e}"))?;
     let options = session_options(&model)?;
@@ -137,53 +138,21 @@ fn run() -> Result<(), String> {
         "The one-row scratch buffers.",
     );
     line(
-        "TGT_LEN",
-        "u32",
-        options.tgt_len.to_string(),
-        "Build-time `tgt_len`.",
-    );
-    line(
-        "MEM_LEN",
-        "u32",
-        options.mem_len.to_string(),
-        "Build-time `mem_len`.",
-    );
-    line(
-        "CLAMP_LEN",
-        "u32",
-        options.clamp_len.to_string(),
-        "Build-time `clamp_len`.",
-    );
-    line(
-        "SAME_LENGTH",
-        "bool",
-        options.same_length.to_string(),
-        "Build-time `same_length`.",
-    );
-    let zeros = (options.mem_init == MemInit::Zeros).to_string();
-    line(
-        "MEM_INIT_ZEROS",
-        "bool",
-        zeros,
-        "Build-time `mem_init` is `zeros`.",
-    );
-    let mem_dtype = match options.mem_dtype {
-        MemDtype::F32 => "0",
-        MemDtype::F16 => "1",
-        MemDtype::Int8 => "2",
-    };
-    line(
-        "MEM_DTYPE",
-        "u8",
-        mem_dtype.to_string(),
-        "Build-time `mem_dtype`: 0 f32, 1 f16, 2 int8.",
-    );
-    let per_segment = (options.position_keys == PositionKeys::PerSegment).to_string();
-    line(
-        "POSITION_KEYS_PER_SEGMENT",
-        "bool",
-        per_segment,
-        "Build-time `position_keys` is `PerSegment`.",
+        "OPTIONS",
+        "txl_core::SessionOptions",
+        format!(
+            "txl_core::SessionOptions {{ tgt_len: {}, mem_len: {}, clamp_len: {}, same_length: {}, \
+             mem_init: txl_core::MemInit::{:?}, mem_dtype: txl_core::MemDtype::{:?}, \
+             position_keys: txl_core::PositionKeys::{:?} }}",
+            options.tgt_len,
+            options.mem_len,
+            options.clamp_len,
+            options.same_length,
+            options.mem_init,
+            options.mem_dtype,
+            options.position_keys
+        ),
+        "The build-time session options.",
     );
     write("build_config.rs", config.as_bytes())?;
     Ok(())
@@ -207,9 +176,7 @@ fn model_image() -> Result<(Vec<u8>, String), String> {
     }
     let target = match dtype.as_str() {
         "f32" => None,
-        "f16" => Some(Target::F16),
-        "int8" => Some(Target::Int8),
-        other => return Err(format!("TXL_DTYPE={other}: expected f32, f16 or int8")),
+        other => Some(Target::from_str(other).map_err(|e| format!("TXL_DTYPE={other}: {e}, or f32"))?),
     };
     let image = load_hf_checkpoint(dir, CheckpointFormat::Auto, false)
         .and_then(|checkpoint| checkpoint.to_image())
@@ -224,7 +191,7 @@ fn model_image() -> Result<(Vec<u8>, String), String> {
 /// The f32 demo image quantized as `txl convert --dtype` does without calibration text
 /// (per-row clip search, no smoothing), so the host can make the same image.
 fn demo_quantized(f32_image: &[u8], target: Target) -> Result<Vec<u8>, String> {
-    let bytes = AlignedBytes::new(f32_image);
+    let bytes = AlignedBytes::copy_from(f32_image).map_err(|e| format!("the converted demo model: {e}"))?;
     let model = Model::parse(bytes.bytes()).map_err(|e| format!("the converted demo model: {e}"))?;
     quantize_weights(&model, target).map_err(|e| format!("quantizing the demo model: {e:#}"))
 }
@@ -242,32 +209,26 @@ fn session_options(model: &Model<'_>) -> Result<SessionOptions, String> {
     options.tgt_len = number("TXL_TGT_LEN", options.tgt_len)?;
     options.mem_len = number("TXL_MEM_LEN", options.mem_len)?;
     options.clamp_len = number("TXL_CLAMP_LEN", options.clamp_len)?;
-    options.same_length = match env("TXL_SAME_LENGTH").as_deref() {
-        None => options.same_length,
-        Some("true") => true,
-        Some("false") => false,
-        Some(v) => return Err(format!("TXL_SAME_LENGTH={v}: expected true or false")),
-    };
-    options.mem_init = match env("TXL_MEM_INIT").as_deref() {
-        None | Some("empty") => MemInit::Empty,
-        Some("zeros") => MemInit::Zeros,
-        Some(v) => return Err(format!("TXL_MEM_INIT={v}: expected empty or zeros")),
-    };
-    options.mem_dtype = match env("TXL_MEM_DTYPE").as_deref() {
-        None | Some("f32") => MemDtype::F32,
-        Some("f16") => MemDtype::F16,
-        Some("int8") => MemDtype::Int8,
-        Some(v) => return Err(format!("TXL_MEM_DTYPE={v}: expected f32, f16 or int8")),
-    };
-    options.position_keys = match env("TXL_POSITION_KEYS").as_deref() {
-        None | Some("session") => PositionKeys::PerSession,
-        Some("segment") => PositionKeys::PerSegment,
-        Some(v) => return Err(format!("TXL_POSITION_KEYS={v}: expected session or segment")),
-    };
+    options.same_length = word("TXL_SAME_LENGTH", options.same_length)?;
+    options.mem_init = word("TXL_MEM_INIT", MemInit::Empty)?;
+    options.mem_dtype = word("TXL_MEM_DTYPE", MemDtype::F32)?;
+    options.position_keys = word("TXL_POSITION_KEYS", PositionKeys::PerSession)?;
     if options.tgt_len == 0 {
         return Err("TXL_TGT_LEN must be at least 1".into());
     }
     Ok(options)
+}
+
+/// The variable `name` read with `T`'s own spelling (`true|false`, `empty|zeros`, ...), or
+/// `default` when it is unset.
+fn word<T: FromStr>(name: &str, default: T) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    match env(name) {
+        Some(v) => v.parse().map_err(|e| format!("{name}={v}: {e}")),
+        None => Ok(default),
+    }
 }
 
 /// `TXL_TOKENS` (every byte one token id), or the first bytes of the held-out text.

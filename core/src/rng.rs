@@ -90,7 +90,10 @@ mod tests {
             counts[rng.index(10)] += 1;
         }
         // Each bin expects 10,000 with a standard deviation of 95: 6 sigma either way.
-        assert!(counts.iter().all(|&c| (9_430..=10_570).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (9_430..=10_570).contains(&c)),
+            "{counts:?}"
+        );
         let mean = (0..100_000).map(|_| rng.unit_f64()).sum::<f64>() / 100_000.0;
         assert!((mean - 0.5).abs() < 0.006, "mean {mean}");
         assert!((0..10_000).all(|_| (-1.0..1.0).contains(&rng.symmetric_f32())));

@@ -12,7 +12,7 @@
 //! defaults match `txl generate`: 200 tokens, temperature 0.8 (0: greedy), seed 1.
 
 use heapless::Vec;
-use txl_core::{Config, MemDtype, MemInit, PositionKeys, SessionOptions};
+use txl_core::{MemInit, SessionOptions};
 
 use crate::{build, Failure};
 
@@ -70,30 +70,17 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The build-time session options with the command line's changes (fields the build does
-    /// not set keep `SessionOptions::from_config`'s defaults).
-    pub fn options(&self, config: &Config) -> SessionOptions {
-        let mut options = SessionOptions::from_config(config);
-        options.tgt_len = self.tgt_len.unwrap_or(build::TGT_LEN);
-        options.mem_len = self.mem_len.unwrap_or(build::MEM_LEN);
-        options.clamp_len = self.clamp_len.unwrap_or(build::CLAMP_LEN);
-        options.same_length = self.same_length.unwrap_or(build::SAME_LENGTH);
-        options.mem_init = self.mem_init.unwrap_or(if build::MEM_INIT_ZEROS {
-            MemInit::Zeros
-        } else {
-            MemInit::Empty
-        });
-        options.mem_dtype = match build::MEM_DTYPE {
-            1 => MemDtype::F16,
-            2 => MemDtype::Int8,
-            _ => MemDtype::F32,
-        };
-        options.position_keys = if build::POSITION_KEYS_PER_SEGMENT {
-            PositionKeys::PerSegment
-        } else {
-            PositionKeys::PerSession
-        };
-        options
+    /// The build-time session options with the command line's changes.
+    pub fn options(&self) -> SessionOptions {
+        let build = build::OPTIONS;
+        SessionOptions {
+            tgt_len: self.tgt_len.unwrap_or(build.tgt_len),
+            mem_len: self.mem_len.unwrap_or(build.mem_len),
+            clamp_len: self.clamp_len.unwrap_or(build.clamp_len),
+            same_length: self.same_length.unwrap_or(build.same_length),
+            mem_init: self.mem_init.unwrap_or(build.mem_init),
+            ..build
+        }
     }
 }
 
@@ -157,11 +144,11 @@ pub fn parse() -> Result<Cli, Failure> {
                 })
             }
             "--mem-init" => {
-                cli.mem_init = Some(match value()? {
-                    "empty" => MemInit::Empty,
-                    "zeros" => MemInit::Zeros,
-                    _ => return Err(Failure::Args("--mem-init takes empty or zeros")),
-                })
+                cli.mem_init = Some(
+                    value()?
+                        .parse()
+                        .map_err(|_| Failure::Args("--mem-init takes empty or zeros"))?,
+                )
             }
             "--prompt" => {
                 cli.demo.prompt.clear();

@@ -8,6 +8,7 @@
 
 use defmt::info;
 use heapless::{String, Vec};
+use txl_core::digest::Fnv1a;
 use txl_core::sampling::{Sampler, Sampling};
 use txl_core::Session;
 
@@ -56,13 +57,11 @@ pub fn run(
     for segment in prompt.chunks(tgt_len) {
         session.forward_last(segment, |_, row| next = Some(sampler.pick(row)))?;
     }
-    let mut digest = 0x811c_9dc5u32;
+    let mut digest = Fnv1a::new();
     let mut generated = 0;
     while generated < args.length {
         let token = next.unwrap_or(0);
-        for byte in token.to_le_bytes() {
-            digest = (digest ^ u32::from(byte)).wrapping_mul(0x0100_0193);
-        }
+        digest.write(&token.to_le_bytes());
         text.push(token.min(255) as u8);
         generated += 1;
         if generated == args.length {
@@ -76,7 +75,7 @@ pub fn run(
     info!(
         "demo tokens={=usize} digest=0x{=u32:08x} instructions_per_token={=u64}",
         generated,
-        digest,
+        digest.value(),
         instructions / fed
     );
     Ok(())

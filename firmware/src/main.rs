@@ -38,7 +38,7 @@ use cortex_m_rt::{entry, exception, ExceptionFrame};
 use defmt::{error, info};
 use embedded_alloc::LlffHeap;
 use txl_core::arena::ArenaLayout;
-use txl_core::{Model, Session, SessionOptions};
+use txl_core::{Model, PositionKeys, Session, SessionOptions};
 
 use crate::args::{ArenaSource, Mode};
 
@@ -151,18 +151,29 @@ fn run() -> Result<(), Failure> {
         "model: n_layer {=u32} d_model {=u32} n_head {=u32} d_head {=u32} d_inner {=u32} n_token {=u32}",
         config.n_layer, config.d_model, config.n_head, config.d_head, config.d_inner, config.n_token
     );
-    let options = cli.options(config);
+    let options = cli.options();
     info!(
-        "session: tgt_len {=u32} mem_len {=u32} clamp_len {=u32} same_length {=bool} mem_init {}",
-        options.tgt_len, options.mem_len, options.clamp_len, options.same_length, options.mem_init
+        "session: tgt_len {=u32} mem_len {=u32} clamp_len {=u32} same_length {=bool} mem_init {=str} mem_dtype {=str} position_keys {=str}",
+        options.tgt_len,
+        options.mem_len,
+        options.clamp_len,
+        options.same_length,
+        options.mem_init.word(),
+        options.mem_dtype.word(),
+        options.position_keys.word()
     );
 
     let arena = arena(&model, &options, cli.arena)?;
     let start = counter.ticks();
     let session = Session::new(&model, arena, options)?;
+    let position_keys = match options.position_keys {
+        PositionKeys::PerSession => "position keys for every distance and layer, computed once",
+        PositionKeys::PerSegment => "position embeddings for every distance; keys recomputed per segment",
+    };
     info!(
-        "session ready: {=u64} instructions (position keys for every distance, computed once)",
-        counter::instructions(counter.ticks_since(start))
+        "session ready: {=u64} instructions ({=str})",
+        counter::instructions(counter.ticks_since(start)),
+        position_keys
     );
     match cli.mode {
         Mode::Score => score::run(session, TOKENS, &counter),
@@ -183,8 +194,8 @@ fn arena(
             info!(
                 "arena bytes {=usize} (static, computed at build time for tgt_len {=u32} mem_len {=u32})",
                 build::ARENA_BYTES,
-                build::TGT_LEN,
-                build::MEM_LEN
+                build::OPTIONS.tgt_len,
+                build::OPTIONS.mem_len
             );
             info!(
                 "arena breakdown: memory {=usize} position keys {=usize} activations {=usize} scratch {=usize}",

@@ -2,12 +2,13 @@
 //! `txl score` computes it on the host, plus the instructions it took.
 //!
 //! The last line is `score tokens=N bits_per_token=X digest=0xHHHHHHHH instructions_per_token=Y`:
-//! `digest` is FNV-1a (32-bit) over the little-endian bits of every `ln p(t[i+1] | t[..=i])`,
+//! `digest` is `txl_core::digest::Digest` over every `ln p(t[i+1] | t[..=i])`,
 //! `i < N - 1`, exactly as `txl score --json` prints it, so equal digests mean bit-identical
 //! log-probabilities; `bits_per_token` is computed in f64 in the same order as on the host.
 
 use defmt::info;
 use heapless::Vec;
+use txl_core::digest::Digest;
 use txl_core::Session;
 
 use crate::counter::{self, InstructionCounter};
@@ -15,9 +16,6 @@ use crate::{macs, Failure};
 
 /// Longest segment this mode feeds (`tgt_len` above it is refused).
 pub const MAX_SEGMENT: usize = 1024;
-
-const FNV_OFFSET: u32 = 0x811c_9dc5;
-const FNV_PRIME: u32 = 0x0100_0193;
 
 /// Scores `tokens` (one token id per byte) in segments of `tgt_len`.
 pub fn run(mut session: Session<'_, '_>, tokens: &[u8], counter: &InstructionCounter) -> Result<(), Failure> {
@@ -31,7 +29,7 @@ pub fn run(mut session: Session<'_, '_>, tokens: &[u8], counter: &InstructionCou
         tokens.len(),
         tgt_len
     );
-    let mut digest = FNV_OFFSET;
+    let mut digest = Digest::new();
     let mut sum = 0.0f64; // sum of ln p, in order, as the host sums it
     let mut predicted = 0usize;
     let mut ticks = 0u64;
@@ -44,9 +42,7 @@ pub fn run(mut session: Session<'_, '_>, tokens: &[u8], counter: &InstructionCou
         session.forward(&segment, |i, log_probs| {
             if let Some(&next) = tokens.get(base + i + 1) {
                 let log_prob = log_probs[usize::from(next)];
-                for byte in log_prob.to_bits().to_le_bytes() {
-                    digest = (digest ^ u32::from(byte)).wrapping_mul(FNV_PRIME);
-                }
+                digest.push(log_prob);
                 sum += f64::from(log_prob);
                 predicted += 1;
             }
@@ -77,7 +73,7 @@ pub fn run(mut session: Session<'_, '_>, tokens: &[u8], counter: &InstructionCou
         "score tokens={=usize} bits_per_token={=f64} digest=0x{=u32:08x} instructions_per_token={=u64}",
         tokens.len(),
         bits_per_token,
-        digest,
+        digest.value(),
         per_token
     );
     Ok(())

@@ -15,9 +15,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use txl_core::config::MAX_CUTOFFS;
+use txl_core::AlignedBytes;
 use txl_core::{Config, MemInit, Model, SessionOptions};
 use txl_host_gpu::{cuda_available, eval, random_image, Backend, RandomInit, Reference};
-use txl_tools::model_file::AlignedBytes;
 
 struct Args {
     backend: Backend,
@@ -144,7 +144,7 @@ fn text(n: usize, n_token: u32, seed: u64) -> Vec<u32> {
 fn build(config: &Config, seed: u64, report: &mut Report) -> Result<AlignedBytes, String> {
     let started = Instant::now();
     let image = random_image(config, seed, RandomInit::for_config(config)).map_err(|e| e.to_string())?;
-    let aligned = AlignedBytes::new(&image);
+    let aligned = AlignedBytes::copy_from(&image).map_err(|e| e.to_string())?;
     report.line(format!(
         "  random model: {:.2} GB image in {:.1} s",
         image.len() as f64 / 1e9,

@@ -20,9 +20,11 @@ pub enum Error {
         log: String,
     },
     /// A CUDA driver call failed.
+    #[cfg(feature = "reference")]
     #[error("CUDA driver: {0}")]
     Driver(#[from] cudarc::driver::DriverError),
     /// A cuBLAS call failed.
+    #[cfg(feature = "reference")]
     #[error("cuBLAS: {0}")]
     Cublas(#[from] cudarc::cublas::result::CublasError),
     /// The model image is invalid.

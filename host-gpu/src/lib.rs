@@ -1,4 +1,4 @@
-//! # txl-host-gpu: an independent full-precision Transformer-XL reference
+//! # txl-host-gpu: an independent full-precision Transformer-XL reference, and the quantizer
 //!
 //! Every quantized or device result of txl is checked against a forward pass that is
 //! trustworthy and fast enough for a real checkpoint (WT103: 18 layers, d_model 1024,
@@ -40,7 +40,7 @@
 //!     tgt_len: 4, mem_len: 6, clamp_len: 0, same_length: false,
 //! };
 //! let image = random_image(&config, 1, RandomInit::default())?;
-//! let aligned = txl_tools::model_file::AlignedBytes::new(&image); // Model::parse wants 16-byte alignment
+//! let aligned = txl_core::AlignedBytes::copy_from(&image)?; // Model::parse wants 16-byte alignment
 //! let model = Model::parse(aligned.bytes())?;
 //! let mut reference = Reference::new(&model, Backend::Cpu64)?;
 //! let options = SessionOptions::from_config(model.config());
@@ -51,21 +51,33 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "reference")]
 mod cpu;
+#[cfg(feature = "reference")]
 mod cuda;
+#[cfg(feature = "reference")]
 mod engine;
 mod error;
+#[cfg(feature = "reference")]
 mod eval;
+pub mod quantize;
 mod random;
+#[cfg(feature = "reference")]
 mod real;
+#[cfg(feature = "reference")]
 mod reference;
+#[cfg(feature = "reference")]
 mod weights;
 
+#[cfg(feature = "reference")]
 pub use cuda::{
     compile_kernels, cuda_available, nvrtc_available, CompiledKernels, GpuInfo, KERNEL_NAMES, KERNEL_SOURCE,
 };
 pub use error::Error;
+#[cfg(feature = "reference")]
 pub use eval::{eval, split_streams, EvalReport};
-pub use random::{random_image, RandomInit};
+pub use random::{random_image, small_config, RandomInit};
+#[cfg(feature = "reference")]
 pub use reference::{Backend, Reference, StreamScores};
+#[cfg(feature = "reference")]
 pub use weights::{inv_freq, position_embeddings};

@@ -5,6 +5,7 @@
 //! embeddings `emb_std`, LayerNorm gains `1 ± 0.2`.
 
 use txl_core::image::{write_image, Payload};
+use txl_core::rng::Rng;
 use txl_core::tensors::{for_each_tensor, LayerTensor, Shape, TensorName};
 use txl_core::Config;
 
@@ -39,30 +40,15 @@ impl RandomInit {
     }
 }
 
-/// splitmix64.
-#[derive(Clone, Debug)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform with mean `mean` and standard deviation `std`.
-    fn uniform(&mut self, mean: f32, std: f32) -> f32 {
-        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0; // [-1, 1)
-        mean + std * 3f32.sqrt() * unit
-    }
+/// Uniform with mean `mean` and standard deviation `std`.
+fn uniform(rng: &mut Rng, mean: f32, std: f32) -> f32 {
+    mean + std * 3f32.sqrt() * rng.symmetric_f32()
 }
 
 /// An image of `config` with random weights drawn from `seed` at the scale `init` says.
 pub fn random_image(config: &Config, seed: u64, init: RandomInit) -> Result<Vec<u8>, txl_core::Error> {
     config.validate()?;
-    let mut rng = SplitMix(seed);
+    let mut rng = Rng::new(seed);
     let mut tensors: Vec<(TensorName, Vec<f32>)> = Vec::new();
     for_each_tensor(config, |name, shape| {
         let (rows, cols) = match shape {
@@ -89,11 +75,43 @@ pub fn random_image(config: &Config, seed: u64, init: RandomInit) -> Result<Vec<
             TensorName::OutProj(_) => (0.0, init.gain / rows.sqrt()),
             _ => (0.0, init.gain / cols.sqrt()),
         };
-        tensors.push((name, (0..shape.len()).map(|_| rng.uniform(mean, std)).collect()));
+        tensors.push((
+            name,
+            (0..shape.len()).map(|_| uniform(&mut rng, mean, std)).collect(),
+        ));
     });
     let payloads: Vec<(TensorName, Payload<'_>)> = tensors
         .iter()
         .map(|(name, data)| (*name, Payload::F32(data)))
         .collect();
     write_image(config, &payloads)
+}
+
+/// A small config that exercises the adaptive embedding and softmax (two tail clusters,
+/// div_val 2, one tied projection): what tests and examples start from.
+pub fn small_config() -> Config {
+    let mut cutoffs = [0; txl_core::config::MAX_CUTOFFS];
+    cutoffs[0] = 10;
+    cutoffs[1] = 20;
+    Config {
+        n_token: 40,
+        d_model: 16,
+        d_embed: 16,
+        n_head: 2,
+        d_head: 4,
+        d_inner: 24,
+        n_layer: 2,
+        cutoffs,
+        n_cutoffs: 2,
+        div_val: 2,
+        tie_weight: true,
+        tie_projs: 0b110,
+        pre_lnorm: false,
+        untie_r: true,
+        layer_norm_epsilon: 1e-5,
+        tgt_len: 4,
+        mem_len: 6,
+        clamp_len: 0,
+        same_length: false,
+    }
 }

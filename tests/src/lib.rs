@@ -5,9 +5,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
-use txl_core::image::{write_image, Payload};
-use txl_core::tensors::{for_each_tensor, LayerTensor, TensorName};
-use txl_core::{Config, MemInit, SessionOptions};
+use txl_core::rng::Rng;
+use txl_core::{AlignedBytes, Config, SessionOptions};
+use txl_host_gpu::quantize::{quantize, QuantizeOptions, Target};
+pub use txl_host_gpu::small_config;
+use txl_host_gpu::RandomInit;
+use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 
 /// `tests/fixtures`, or `$TXL_FIXTURES` (for test binaries run on another machine, as
 /// `scripts/gpu-check.sh run` does).
@@ -86,11 +89,7 @@ impl FixtureCase {
             mem_len: self.mem_len,
             clamp_len: self.clamp_len.max(0) as u32,
             same_length: self.same_length,
-            mem_init: if self.mem_init == "zeros" {
-                MemInit::Zeros
-            } else {
-                MemInit::Empty
-            },
+            mem_init: self.mem_init.parse().expect("the manifest says empty or zeros"),
             mem_dtype: txl_core::MemDtype::F32,
             position_keys: txl_core::PositionKeys::PerSession,
         }
@@ -115,101 +114,69 @@ impl FixtureModel {
     /// All of the model's tokens.
     pub fn tokens(&self) -> Result<Vec<u32>> {
         match &self.tokens {
-            TokenFile::Ids(file) => txl_tools::scoring::read_token_ids(&self.path().join(file)),
-            TokenFile::Bytes { bytes } => txl_tools::scoring::read_byte_tokens(&self.path().join(bytes)),
+            TokenFile::Ids(file) => txl_tools::tokens::read_token_ids(&self.path().join(file)),
+            TokenFile::Bytes { bytes } => txl_tools::tokens::read_byte_tokens(&self.path().join(bytes)),
         }
     }
 }
 
-/// splitmix64: a small deterministic generator for test data.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[-1, 1)`.
-    pub fn symmetric(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u32) -> u32 {
-        (self.next_u64() % n as u64) as u32
+/// Loads `model.safetensors` of a fixture model as an aligned model image.
+impl FixtureModel {
+    /// The model image converted from the fixture's `model.safetensors`.
+    pub fn image(&self) -> Result<AlignedBytes> {
+        let checkpoint = load_hf_checkpoint(&self.path(), CheckpointFormat::Safetensors, false)
+            .with_context(|| format!("fixture {}", self.name))?;
+        Ok(AlignedBytes::copy_from(&checkpoint.to_image()?)?)
     }
 }
 
-/// A small config with adaptive embedding and softmax, for robustness tests.
-pub fn small_config() -> Config {
+/// Largest |a - b| over pairs of equal index, a NaN counting as infinitely far. Panics when
+/// the two have different lengths: a backend that returns fewer values must not pass.
+pub fn max_delta(a: impl IntoIterator<Item = f64>, b: impl IntoIterator<Item = f64>) -> f64 {
+    let (a, b): (Vec<f64>, Vec<f64>) = (a.into_iter().collect(), b.into_iter().collect());
+    assert_eq!(a.len(), b.len(), "compared sequences differ in length");
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .map(|d| if d.is_nan() { f64::INFINITY } else { d })
+        .fold(0.0, f64::max)
+}
+
+/// The reference tests' model: [`small_config`] with wider heads and vocabulary.
+pub fn reference_config() -> Config {
     let mut cutoffs = [0; txl_core::config::MAX_CUTOFFS];
-    cutoffs[0] = 10;
-    cutoffs[1] = 20;
+    cutoffs[..2].copy_from_slice(&[10, 30]);
     Config {
-        n_token: 40,
-        d_model: 16,
-        d_embed: 16,
-        n_head: 2,
-        d_head: 4,
-        d_inner: 24,
-        n_layer: 2,
+        n_token: 60,
+        d_head: 8,
+        d_inner: 32,
         cutoffs,
-        n_cutoffs: 2,
-        div_val: 2,
-        tie_weight: true,
-        tie_projs: 0b110,
-        pre_lnorm: false,
-        untie_r: true,
-        layer_norm_epsilon: 1e-5,
-        tgt_len: 4,
-        mem_len: 6,
-        clamp_len: 0,
-        same_length: false,
+        tgt_len: 5,
+        mem_len: 7,
+        ..small_config()
     }
 }
 
-/// An image of `config` with random weights (LayerNorm gains near 1).
-pub fn random_image(config: &Config, seed: u64) -> Vec<u8> {
+/// Deterministic pseudo-random tokens below `n_token`.
+pub fn tokens(n: usize, n_token: u32, seed: u64) -> Vec<u32> {
     let mut rng = Rng::new(seed);
-    let mut tensors: Vec<(TensorName, Vec<f32>)> = Vec::new();
-    for_each_tensor(config, |name, shape| {
-        let gain = matches!(
-            name,
-            TensorName::Layer(_, LayerTensor::AttnNormWeight | LayerTensor::FfNormWeight)
-        );
-        let data = (0..shape.len())
-            .map(|_| {
-                if gain {
-                    1.0 + 0.2 * rng.symmetric()
-                } else {
-                    0.5 * rng.symmetric()
-                }
-            })
-            .collect();
-        tensors.push((name, data));
-    });
-    let payloads: Vec<(TensorName, Payload<'_>)> = tensors
-        .iter()
-        .map(|(name, data)| (*name, Payload::F32(data)))
-        .collect();
-    write_image(config, &payloads).expect("a valid config gives a valid image")
+    (0..n).map(|_| rng.below(u64::from(n_token)) as u32).collect()
+}
+
+/// A model of `config` with random weights at the reference fixtures' scale, as aligned bytes.
+pub fn random_model(config: &Config, seed: u64) -> AlignedBytes {
+    AlignedBytes::copy_from(&random_image(config, seed)).expect("allocates")
+}
+
+/// An image of `config` with random weights at the reference fixtures' scale.
+pub fn random_image(config: &Config, seed: u64) -> Vec<u8> {
+    txl_host_gpu::random_image(config, seed, RandomInit::default())
+        .expect("a valid config gives a valid image")
 }
 
 /// `random_image` quantized to `target` (no calibration, no smoothing), some tensors kept in f16.
-pub fn quantized_image(config: &Config, seed: u64, target: txl_tools::quantize::Target) -> Vec<u8> {
-    use txl_tools::quantize::{quantize, QuantizeOptions};
-    let image = txl_tools::model_file::AlignedBytes::new(&random_image(config, seed));
+pub fn quantized_image(config: &Config, seed: u64, target: Target) -> Vec<u8> {
+    let image = random_model(config, seed);
     let model = txl_core::Model::parse(image.bytes()).expect("a random image parses");
     let options = QuantizeOptions {
         keep_f16: vec!["layers.0.pos_ff.*".into()],

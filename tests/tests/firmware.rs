@@ -11,14 +11,16 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use txl_core::arena::ArenaLayout;
+use txl_core::digest::Fnv1a;
 use txl_core::sampling::Sampling;
+use txl_core::scoring;
+use txl_core::AlignedBytes;
 use txl_core::{Config, Model, Session, SessionOptions};
 use txl_firmware_host::{field, Outcome, ScoreLine};
+use txl_host_gpu::quantize::{quantize_weights, Target};
 use txl_tests::random_image;
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
-use txl_tools::model_file::AlignedBytes;
-use txl_tools::quantize::{quantize_weights, Target};
-use txl_tools::{generate, scoring};
+use txl_tools::generate;
 
 /// The board's memory map and reserves, as the firmware's build script reads them.
 #[allow(dead_code)]
@@ -251,7 +253,7 @@ fn options_with(model: &Model<'_>, tgt_len: u32, mem_len: u32) -> SessionOptions
 
 /// The demo checkpoint in int8, as the firmware's build script quantizes it (no calibration text).
 fn demo_image_int8() -> Vec<u8> {
-    let f32_image = AlignedBytes::new(&demo_image_f32());
+    let f32_image = AlignedBytes::copy_from(&demo_image_f32()).unwrap();
     let model = Model::parse(f32_image.bytes()).expect("the image parses");
     quantize_weights(&model, Target::Int8).expect("the demo model quantizes")
 }
@@ -270,7 +272,7 @@ fn int8_firmware_is_bit_exact_with_the_host() {
 fn int8_firmware_with_int8_memory_and_recomputed_position_keys_is_bit_exact() {
     require_target_and_qemu();
     let image = demo_image_int8();
-    let aligned = AlignedBytes::new(&image);
+    let aligned = AlignedBytes::copy_from(&image).unwrap();
     let model = Model::parse(aligned.bytes()).expect("the image parses");
     let (tokens, tokens_path) = score_tokens("tokens-int8-small.bin");
     let elf = build_firmware(
@@ -309,7 +311,7 @@ fn check_bit_exact(dtype: &str, image: Vec<u8>) {
     require_target_and_qemu();
     let image_path = work_dir().join(format!("demo-{dtype}.txl"));
     std::fs::write(&image_path, &image).expect("writing the image");
-    let aligned = AlignedBytes::new(&image);
+    let aligned = AlignedBytes::copy_from(&image).unwrap();
     let model = Model::parse(aligned.bytes()).expect("the image parses");
     let (tokens, tokens_path) = score_tokens(&format!("tokens-{dtype}.bin"));
 
@@ -388,7 +390,11 @@ fn check_bit_exact(dtype: &str, image: Vec<u8>) {
     let prompt_tokens: Vec<u32> = prompt.bytes().map(u32::from).collect();
     let generated =
         generate::generate(&model, options, &prompt_tokens, 40, sampling).expect("the host generates");
-    let digest = scoring::fnv1a(generated.iter().flat_map(|t| t.to_le_bytes()));
+    let digest = {
+        let mut hash = Fnv1a::new();
+        generated.iter().for_each(|t| hash.write(&t.to_le_bytes()));
+        hash.value()
+    };
     let last = run.lines.last().cloned().unwrap_or_default();
     assert_eq!(
         field(&last, "digest"),
@@ -451,7 +457,7 @@ fn images_that_do_not_fit_the_board_fail_the_build() {
     let image = demo_image_f32();
     let image_path = work_dir().join("demo-f32-long-memory.txl");
     std::fs::write(&image_path, &image).expect("writing the image");
-    let aligned = AlignedBytes::new(&image);
+    let aligned = AlignedBytes::copy_from(&image).unwrap();
     let model = Model::parse(aligned.bytes()).expect("the image parses");
     let mem_len = 2000;
     let arena = ArenaLayout::new(

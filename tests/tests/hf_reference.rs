@@ -2,11 +2,12 @@
 //! (`tools/reference/make_fixtures.py`), for every fixture model, both checkpoint formats,
 //! segment and streaming evaluation, and both memory starts.
 
+use txl_core::scoring;
+use txl_core::AlignedBytes;
 use txl_core::Model;
 use txl_tests::{FixtureModel, Manifest};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
-use txl_tools::model_file::AlignedBytes;
-use txl_tools::{npy, scoring};
+use txl_tools::npy;
 
 /// Largest |Δ ln p| allowed between the core (f32) and the float64 reference.
 const TOLERANCE: f64 = 1e-4;
@@ -27,7 +28,7 @@ fn formats(model: &FixtureModel) -> Vec<CheckpointFormat> {
 fn check_model(model: &FixtureModel, format: CheckpointFormat) -> Vec<(String, f64)> {
     let checkpoint = load_hf_checkpoint(&model.path(), format, false)
         .unwrap_or_else(|e| panic!("{} ({format:?}): {e:#}", model.name));
-    let image = AlignedBytes::new(&checkpoint.to_image().unwrap());
+    let image = AlignedBytes::copy_from(&checkpoint.to_image().unwrap()).unwrap();
     let core_model = Model::parse(image.bytes()).unwrap();
     let n_token = core_model.config().n_token as usize;
     let tokens = model.tokens().unwrap();
@@ -122,7 +123,7 @@ fn position_keys_recomputed_per_segment_give_the_same_bits_in_less_memory() {
     let manifest = Manifest::load().unwrap();
     for model in &manifest.models {
         let checkpoint = load_hf_checkpoint(&model.path(), CheckpointFormat::Auto, false).unwrap();
-        let image = AlignedBytes::new(&checkpoint.to_image().unwrap());
+        let image = AlignedBytes::copy_from(&checkpoint.to_image().unwrap()).unwrap();
         let core_model = Model::parse(image.bytes()).unwrap();
         let tokens = model.tokens().unwrap();
         for case in &model.cases {

@@ -3,13 +3,13 @@
 
 use std::sync::OnceLock;
 
+use txl_core::AlignedBytes;
 use txl_core::{MemDtype, Model, SessionOptions};
+use txl_host_gpu::quantize::{quantize, QuantizeOptions, Smoothing, Target};
 use txl_tests::fixtures_dir;
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::compare::{compare, Comparison};
-use txl_tools::model_file::AlignedBytes;
-use txl_tools::quantize::{quantize, QuantizeOptions, Smoothing, Target};
-use txl_tools::scoring::read_byte_tokens;
+use txl_tools::tokens::read_byte_tokens;
 
 /// Held-out tokens scored.
 const HELDOUT_TOKENS: usize = 8192;
@@ -36,8 +36,8 @@ fn fixture() -> &'static Fixture {
 }
 
 /// The int8 image, quantized once.
-fn int8() -> &'static txl_tools::quantize::Quantized {
-    static INT8: OnceLock<txl_tools::quantize::Quantized> = OnceLock::new();
+fn int8() -> &'static txl_host_gpu::quantize::Quantized {
+    static INT8: OnceLock<txl_host_gpu::quantize::Quantized> = OnceLock::new();
     INT8.get_or_init(|| quantized(fixture(), Target::Int8))
 }
 
@@ -53,7 +53,7 @@ fn load_fixture() -> Fixture {
     let mut calibration = read_byte_tokens(&demo.join("calib.txt")).unwrap();
     calibration.truncate(CALIBRATION_TOKENS);
     Fixture {
-        f32_image: AlignedBytes::new(&checkpoint.to_image().unwrap()),
+        f32_image: AlignedBytes::copy_from(&checkpoint.to_image().unwrap()).unwrap(),
         heldout,
         calibration,
     }
@@ -61,7 +61,7 @@ fn load_fixture() -> Fixture {
 
 fn measure(f: &Fixture, candidate: &[u8], mem_dtype: MemDtype) -> Comparison {
     let reference = Model::parse(f.f32_image.bytes()).unwrap();
-    let candidate = AlignedBytes::new(candidate);
+    let candidate = AlignedBytes::copy_from(candidate).unwrap();
     let candidate = Model::parse(candidate.bytes()).unwrap();
     let options = SessionOptions::from_config(reference.config());
     let result = compare(
@@ -75,7 +75,7 @@ fn measure(f: &Fixture, candidate: &[u8], mem_dtype: MemDtype) -> Comparison {
     result
 }
 
-fn quantized(f: &Fixture, target: Target) -> txl_tools::quantize::Quantized {
+fn quantized(f: &Fixture, target: Target) -> txl_host_gpu::quantize::Quantized {
     let model = Model::parse(f.f32_image.bytes()).unwrap();
     let options = QuantizeOptions {
         smoothing: Smoothing::Auto,
@@ -163,7 +163,7 @@ fn pytorch_dynamic_int8_relative_delta() -> f64 {
 #[test]
 fn int8_image_is_as_small_as_its_contents() {
     let q = int8();
-    let image = AlignedBytes::new(&q.image);
+    let image = AlignedBytes::copy_from(&q.image).unwrap();
     let model = Model::parse(image.bytes()).unwrap();
     // Values and scales as stored: 1 byte per int8 weight, 4 per f32 element and per scale.
     let mut contents = 0usize;

@@ -1,10 +1,11 @@
 //! The quantizer's choices: patterns and the sensitivity pass keep tensors in f16, smoothing is
 //! searched only with calibration text, and the report matches the image.
 
+use txl_core::rng::Rng;
+use txl_core::AlignedBytes;
 use txl_core::{Model, SessionOptions};
-use txl_tests::{random_image, small_config, Rng};
-use txl_tools::model_file::AlignedBytes;
-use txl_tools::quantize::{quantize, QuantizeOptions, Smoothing, Target};
+use txl_host_gpu::quantize::{quantize, QuantizeOptions, Smoothing, Target};
+use txl_tests::{random_image, small_config};
 
 fn options(smoothing: Smoothing, keep_f16: &[&str], auto_keep_f16: usize) -> QuantizeOptions {
     QuantizeOptions {
@@ -18,12 +19,14 @@ fn options(smoothing: Smoothing, keep_f16: &[&str], auto_keep_f16: usize) -> Qua
 
 fn calibration() -> Vec<u32> {
     let mut rng = Rng::new(3);
-    (0..64).map(|_| rng.below(small_config().n_token)).collect()
+    (0..64)
+        .map(|_| rng.below(u64::from(small_config().n_token)) as u32)
+        .collect()
 }
 
 #[test]
 fn patterns_and_the_sensitivity_pass_keep_tensors_in_f16() {
-    let image = AlignedBytes::new(&random_image(&small_config(), 1));
+    let image = AlignedBytes::copy_from(&random_image(&small_config(), 1)).unwrap();
     let model = Model::parse(image.bytes()).unwrap();
     let calibration = calibration();
     let q = quantize(
@@ -59,7 +62,7 @@ fn patterns_and_the_sensitivity_pass_keep_tensors_in_f16() {
     assert!(measured.len() >= 10, "every int8 candidate was measured");
 
     // The image holds what the report says.
-    let out = AlignedBytes::new(&q.image);
+    let out = AlignedBytes::copy_from(&q.image).unwrap();
     let quantized = Model::parse(out.bytes()).unwrap();
     assert_eq!(q.report.image_bytes, q.image.len());
     assert_eq!(q.report.layer_errors.len(), quantized.config().n_layer as usize);
@@ -70,7 +73,7 @@ fn patterns_and_the_sensitivity_pass_keep_tensors_in_f16() {
 
 #[test]
 fn smoothing_is_searched_with_calibration_and_refused_without() {
-    let image = AlignedBytes::new(&random_image(&small_config(), 2));
+    let image = AlignedBytes::copy_from(&random_image(&small_config(), 2)).unwrap();
     let model = Model::parse(image.bytes()).unwrap();
     assert!(quantize(&model, &options(Smoothing::Auto, &[], 0), None, |_| {}).is_err());
 

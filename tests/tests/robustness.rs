@@ -2,11 +2,11 @@
 
 use txl_core::image::{write_image, Payload};
 use txl_core::tensors::{for_each_tensor, TensorName};
+use txl_core::AlignedBytes;
 use txl_core::MemDtype;
 use txl_core::{Error, Model, Session, SessionOptions};
+use txl_host_gpu::quantize::Target;
 use txl_tests::{quantized_image, random_image, small_config};
-use txl_tools::model_file::{AlignedBytes, Arena};
-use txl_tools::quantize::Target;
 
 fn options() -> SessionOptions {
     SessionOptions::from_config(&small_config())
@@ -14,9 +14,9 @@ fn options() -> SessionOptions {
 
 #[test]
 fn a_fresh_image_parses_and_runs() {
-    let image = AlignedBytes::new(&random_image(&small_config(), 1));
+    let image = AlignedBytes::copy_from(&random_image(&small_config(), 1)).unwrap();
     let model = Model::parse(image.bytes()).expect("parses");
-    let mut arena = Arena::new(Session::arena_bytes(&model, &options()).unwrap());
+    let mut arena = AlignedBytes::zeroed(Session::arena_bytes(&model, &options()).unwrap()).unwrap();
     let mut session = Session::new(&model, arena.bytes_mut(), options()).unwrap();
     let mut rows = 0;
     session
@@ -33,7 +33,7 @@ fn a_fresh_image_parses_and_runs() {
 fn every_truncation_is_an_error() {
     let image = random_image(&small_config(), 2);
     for len in 0..image.len() {
-        let truncated = AlignedBytes::new(&image[..len]);
+        let truncated = AlignedBytes::copy_from(&image[..len]).unwrap();
         assert!(
             Model::parse(truncated.bytes()).is_err(),
             "truncated to {len} bytes parsed"
@@ -48,7 +48,7 @@ fn every_single_byte_flip_is_an_error() {
     for at in 0..image.len() {
         for flip in [0x01u8, 0x80, 0xFF] {
             corrupt[at] ^= flip;
-            let bytes = AlignedBytes::new(&corrupt);
+            let bytes = AlignedBytes::copy_from(&corrupt).unwrap();
             assert!(
                 Model::parse(bytes.bytes()).is_err(),
                 "flip {flip:#x} at byte {at} parsed"
@@ -72,13 +72,13 @@ fn header_damage_behind_a_valid_checksum_is_still_caught() {
         let mut corrupt = image.clone();
         corrupt[at] = corrupt[at].wrapping_add(0x41);
         reseal(&mut corrupt);
-        let bytes = AlignedBytes::new(&corrupt);
+        let bytes = AlignedBytes::copy_from(&corrupt).unwrap();
         if let Ok(model) = Model::parse(bytes.bytes()) {
             // A change that still parses must describe a runnable model: run it.
             let options = SessionOptions::from_config(model.config());
             if let Ok(needed) = Session::arena_bytes(&model, &options) {
                 if needed < 1 << 24 {
-                    let mut arena = Arena::new(needed);
+                    let mut arena = AlignedBytes::zeroed(needed).unwrap();
                     let mut session = Session::new(&model, arena.bytes_mut(), options).unwrap();
                     session.forward(&[1], |_, _| {}).unwrap();
                 }
@@ -89,7 +89,7 @@ fn header_damage_behind_a_valid_checksum_is_still_caught() {
 
 #[test]
 fn the_arena_size_is_exact() {
-    let image = AlignedBytes::new(&random_image(&small_config(), 5));
+    let image = AlignedBytes::copy_from(&random_image(&small_config(), 5)).unwrap();
     let model = Model::parse(image.bytes()).unwrap();
     for mem_len in [0, 1, 6, 13] {
         for tgt_len in [1, 3, 4] {
@@ -99,7 +99,7 @@ fn the_arena_size_is_exact() {
                 ..options()
             };
             let needed = Session::arena_bytes(&model, &options).unwrap();
-            let mut arena = Arena::new(needed);
+            let mut arena = AlignedBytes::zeroed(needed).unwrap();
             let bytes = arena.bytes_mut();
             match Session::new(&model, &mut bytes[..needed - 1], options) {
                 Err(Error::ArenaTooSmall { needed: n, got }) => {
@@ -115,19 +115,19 @@ fn the_arena_size_is_exact() {
 
 #[test]
 fn a_misaligned_arena_is_refused() {
-    let image = AlignedBytes::new(&random_image(&small_config(), 6));
+    let image = AlignedBytes::copy_from(&random_image(&small_config(), 6)).unwrap();
     let model = Model::parse(image.bytes()).unwrap();
     let needed = Session::arena_bytes(&model, &options()).unwrap();
-    let mut arena = Arena::new(needed + 16);
+    let mut arena = AlignedBytes::zeroed(needed + 16).unwrap();
     let err = Session::new(&model, &mut arena.bytes_mut()[4..], options()).unwrap_err();
     assert_eq!(err, Error::ArenaMisaligned);
 }
 
 #[test]
 fn bad_tokens_and_segments_are_errors() {
-    let image = AlignedBytes::new(&random_image(&small_config(), 7));
+    let image = AlignedBytes::copy_from(&random_image(&small_config(), 7)).unwrap();
     let model = Model::parse(image.bytes()).unwrap();
-    let mut arena = Arena::new(Session::arena_bytes(&model, &options()).unwrap());
+    let mut arena = AlignedBytes::zeroed(Session::arena_bytes(&model, &options()).unwrap()).unwrap();
     let mut session = Session::new(&model, arena.bytes_mut(), options()).unwrap();
     assert_eq!(
         session.forward(&[1, 40], |_, _| {}),
@@ -163,7 +163,7 @@ fn a_misaligned_image_is_refused() {
     let image = random_image(&small_config(), 8);
     let mut shifted = vec![0u8; 4];
     shifted.extend_from_slice(&image);
-    let aligned = AlignedBytes::new(&shifted);
+    let aligned = AlignedBytes::copy_from(&shifted).unwrap();
     assert_eq!(
         Model::parse(&aligned.bytes()[4..]).unwrap_err(),
         Error::ImageMisaligned
@@ -174,9 +174,9 @@ fn a_misaligned_image_is_refused() {
 fn every_truncation_and_flip_of_quantized_images_is_an_error() {
     for target in [Target::F16, Target::Int8] {
         let image = quantized_image(&small_config(), 9, target);
-        assert!(Model::parse(AlignedBytes::new(&image).bytes()).is_ok());
+        assert!(Model::parse(AlignedBytes::copy_from(&image).unwrap().bytes()).is_ok());
         for len in 0..image.len() {
-            let truncated = AlignedBytes::new(&image[..len]);
+            let truncated = AlignedBytes::copy_from(&image[..len]).unwrap();
             assert!(
                 Model::parse(truncated.bytes()).is_err(),
                 "{target:?} truncated to {len} parsed"
@@ -186,7 +186,7 @@ fn every_truncation_and_flip_of_quantized_images_is_an_error() {
         for at in 0..image.len() {
             corrupt[at] ^= 0x10;
             assert!(
-                Model::parse(AlignedBytes::new(&corrupt).bytes()).is_err(),
+                Model::parse(AlignedBytes::copy_from(&corrupt).unwrap().bytes()).is_err(),
                 "{target:?} flip at {at}"
             );
             corrupt[at] ^= 0x10;
@@ -197,7 +197,7 @@ fn every_truncation_and_flip_of_quantized_images_is_an_error() {
 #[test]
 fn quantized_models_run_with_every_memory_dtype() {
     for target in [Target::F16, Target::Int8] {
-        let image = AlignedBytes::new(&quantized_image(&small_config(), 10, target));
+        let image = AlignedBytes::copy_from(&quantized_image(&small_config(), 10, target)).unwrap();
         let model = Model::parse(image.bytes()).unwrap();
         for mem_dtype in [MemDtype::F32, MemDtype::F16, MemDtype::Int8] {
             let options = SessionOptions {
@@ -205,7 +205,7 @@ fn quantized_models_run_with_every_memory_dtype() {
                 ..options()
             };
             let needed = Session::arena_bytes(&model, &options).unwrap();
-            let mut arena = Arena::new(needed);
+            let mut arena = AlignedBytes::zeroed(needed).unwrap();
             assert!(matches!(
                 Session::new(&model, &mut arena.bytes_mut()[..needed - 1], options),
                 Err(Error::ArenaTooSmall { .. })
@@ -269,10 +269,10 @@ fn sizes_that_are_not_multiples_of_four_give_exact_rows() {
     config.d_inner = 7;
     config.n_head = 3;
     config.d_head = 3;
-    let image = AlignedBytes::new(&random_image(&config, 11));
+    let image = AlignedBytes::copy_from(&random_image(&config, 11)).unwrap();
     let model = Model::parse(image.bytes()).unwrap();
     let options = SessionOptions::from_config(&config);
-    let mut arena = Arena::new(Session::arena_bytes(&model, &options).unwrap());
+    let mut arena = AlignedBytes::zeroed(Session::arena_bytes(&model, &options).unwrap()).unwrap();
     let mut session = Session::new(&model, arena.bytes_mut(), options).unwrap();
     let mut rows = 0;
     session
@@ -290,7 +290,7 @@ fn sizes_that_are_not_multiples_of_four_give_exact_rows() {
 fn random_damage_behind_a_valid_checksum_never_panics() {
     // Several random bytes changed anywhere, the CRC rewritten so the structural checks and the
     // forward pass see the damage: every outcome must be a value (Ok or Err), never a panic.
-    use txl_tests::Rng;
+    use txl_core::rng::Rng;
     let images = [
         random_image(&small_config(), 12),
         quantized_image(&small_config(), 13, Target::Int8),
@@ -302,12 +302,12 @@ fn random_damage_behind_a_valid_checksum_never_panics() {
         let mut damaged = images[trial % images.len()].clone();
         let end = damaged.len() - 4;
         for _ in 0..1 + rng.below(4) {
-            let at = rng.below(end as u32) as usize;
+            let at = rng.index(end);
             damaged[at] = rng.next_u64() as u8;
         }
         let crc = txl_core::crc32(&damaged[..end]);
         damaged[end..].copy_from_slice(&crc.to_le_bytes());
-        let bytes = AlignedBytes::new(&damaged);
+        let bytes = AlignedBytes::copy_from(&damaged).unwrap();
         let Ok(model) = Model::parse(bytes.bytes()) else {
             continue;
         };
@@ -319,7 +319,7 @@ fn random_damage_behind_a_valid_checksum_never_panics() {
         if needed > 1 << 24 {
             continue;
         }
-        let mut arena = Arena::new(needed);
+        let mut arena = AlignedBytes::zeroed(needed).unwrap();
         let mut session = Session::new(&model, arena.bytes_mut(), options).unwrap();
         let n_token = model.config().n_token;
         let tokens: Vec<u32> = (0..options.tgt_len.min(4)).map(|i| i * 7 % n_token).collect();

@@ -4,8 +4,6 @@
 use serde::Serialize;
 use txl_core::{kernels, Model, Session, SessionOptions};
 
-use crate::model_file::Arena;
-
 /// What [`compare`] measured.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Comparison {
@@ -40,8 +38,8 @@ pub fn compare(
     {
         return Err(txl_core::Error::BadOptions);
     }
-    let mut ref_arena = Arena::new(Session::arena_bytes(ref_model, &ref_options)?);
-    let mut cand_arena = Arena::new(Session::arena_bytes(cand_model, &cand_options)?);
+    let mut ref_arena = txl_core::scoring::arena_for(ref_model, &ref_options)?;
+    let mut cand_arena = txl_core::scoring::arena_for(cand_model, &cand_options)?;
     let mut ref_session = Session::new(ref_model, ref_arena.bytes_mut(), ref_options)?;
     let mut cand_session = Session::new(cand_model, cand_arena.bytes_mut(), cand_options)?;
 

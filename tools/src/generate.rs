@@ -3,8 +3,6 @@
 use txl_core::sampling::{Sampler, Sampling};
 use txl_core::{Model, Session, SessionOptions};
 
-use crate::model_file::Arena;
-
 /// Continues `prompt` by `count` tokens; returns the new tokens.
 pub fn generate(
     model: &Model<'_>,
@@ -13,7 +11,7 @@ pub fn generate(
     count: usize,
     sampling: Sampling,
 ) -> Result<Vec<u32>, txl_core::Error> {
-    let mut arena = Arena::new(Session::arena_bytes(model, &options)?);
+    let mut arena = txl_core::scoring::arena_for(model, &options)?;
     let mut session = Session::new(model, arena.bytes_mut(), options)?;
     let mut sampler = Sampler::new(sampling);
     let mut generated = Vec::with_capacity(count);

@@ -1,10 +1,9 @@
-//! Host-side tools for txl: checkpoint conversion, scoring, generation, inspection.
+//! Host-side tools for txl: checkpoint conversion, comparison, generation, token files.
 //! The `txl` binary is a thin command-line face over these modules.
 
 pub mod checkpoint;
 pub mod compare;
 pub mod generate;
-pub mod model_file;
+pub mod image_file;
 pub mod npy;
-pub mod quantize;
-pub mod scoring;
+pub mod tokens;

@@ -9,12 +9,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use txl_core::arena::ArenaLayout;
 use txl_core::sampling::Sampling;
+use txl_core::scoring;
+use txl_core::AlignedBytes;
 use txl_core::{MemDtype, MemInit, Model, PositionKeys, SessionOptions};
+use txl_host_gpu::quantize::{self, QuantizeOptions, Smoothing, Target};
 use txl_host_gpu::{Backend, Reference};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
-use txl_tools::model_file::AlignedBytes;
-use txl_tools::quantize::{self, QuantizeOptions, Smoothing, Target};
-use txl_tools::{compare, generate, npy, scoring};
+use txl_tools::{compare, generate, npy, tokens};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -276,8 +277,8 @@ struct TokenSource {
 impl TokenSource {
     fn read(&self) -> Result<Vec<u32>> {
         match (&self.tokens, &self.bytes) {
-            (Some(path), _) => scoring::read_token_ids(path),
-            (_, Some(path)) => scoring::read_byte_tokens(path),
+            (Some(path), _) => tokens::read_token_ids(path),
+            (_, Some(path)) => tokens::read_byte_tokens(path),
             _ => bail!("give --tokens FILE or --bytes FILE"),
         }
     }
@@ -447,7 +448,7 @@ fn convert(
 ) -> Result<usize> {
     let checkpoint = load_hf_checkpoint(src, format, std::io::stderr().is_terminal())?;
     let mut image = checkpoint.to_image()?;
-    let aligned = AlignedBytes::new(&image);
+    let aligned = AlignedBytes::copy_from(&image)?;
     // Check what we wrote reads back before anyone flashes it.
     let model = parse_model(&aligned, out)?;
     if dtype != DtypeArg::F32 {
@@ -485,8 +486,8 @@ fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -> Re
         },
     };
     let mut calibration = match (&args.calib_bytes, &args.calib_tokens) {
-        (Some(path), _) => Some(scoring::read_byte_tokens(path)?),
-        (_, Some(path)) => Some(scoring::read_token_ids(path)?),
+        (Some(path), _) => Some(tokens::read_byte_tokens(path)?),
+        (_, Some(path)) => Some(tokens::read_token_ids(path)?),
         _ => None,
     };
     if let Some(tokens) = &mut calibration {
@@ -600,7 +601,7 @@ fn compare_images(
 }
 
 fn load(path: &Path) -> Result<AlignedBytes> {
-    AlignedBytes::read(path)
+    txl_tools::image_file::read_image(path)
 }
 
 fn parse_model<'a>(bytes: &'a AlignedBytes, path: &Path) -> Result<Model<'a>> {
@@ -680,9 +681,9 @@ fn eval(args: &EvalArgs) -> Result<()> {
     let bytes = load(&args.model)?;
     let model = parse_model(&bytes, &args.model)?;
     let tokens = if args.bytes {
-        scoring::read_byte_tokens(&args.text)?
+        tokens::read_byte_tokens(&args.text)?
     } else {
-        scoring::read_token_ids(&args.text)?
+        tokens::read_token_ids(&args.text)?
     };
     if tokens.len() < 2 {
         bail!("need at least 2 tokens to evaluate, got {}", tokens.len());
@@ -762,7 +763,7 @@ fn bench(path: &Path, count: usize, session: &SessionArgs, json: bool) -> Result
     ];
     let mut rows = Vec::new();
     for (label, image, mem_dtype) in &variants {
-        let aligned = AlignedBytes::new(image);
+        let aligned = AlignedBytes::copy_from(image)?;
         let variant = parse_model(&aligned, path)?;
         let started = Instant::now();
         scoring::score(
@@ -959,7 +960,7 @@ fn demo(out_dir: &Path, limit: usize) -> Result<()> {
     );
 
     let heldout = fixtures.join("heldout.txt");
-    let mut tokens = scoring::read_byte_tokens(&heldout)?;
+    let mut tokens = tokens::read_byte_tokens(&heldout)?;
     tokens.truncate(limit);
     println!(
         "2. score {} bytes of held-out text ({})",
@@ -988,7 +989,7 @@ fn demo(out_dir: &Path, limit: usize) -> Result<()> {
     println!("---\n{prompt}{}\n---", bytes_as_text(&generated));
 
     println!("4. quantize to int8 (W8A8, calibrated on 4096 bytes of training text) and compare");
-    let mut calibration = scoring::read_byte_tokens(&fixtures.join("calib.txt"))?;
+    let mut calibration = tokens::read_byte_tokens(&fixtures.join("calib.txt"))?;
     calibration.truncate(4096);
     let quantize_options = QuantizeOptions {
         smoothing: Smoothing::Auto,
@@ -997,7 +998,7 @@ fn demo(out_dir: &Path, limit: usize) -> Result<()> {
     let int8 = quantize::quantize(&model, &quantize_options, Some(&calibration), |_| {})?;
     let int8_path = out_dir.join("demo-int8.txl");
     write_file(&int8_path, &int8.image)?;
-    let int8_bytes = AlignedBytes::new(&int8.image);
+    let int8_bytes = AlignedBytes::copy_from(&int8.image)?;
     let int8_model = parse_model(&int8_bytes, &int8_path)?;
     for mem_dtype in [MemDtype::F32, MemDtype::Int8] {
         let candidate = SessionOptions { mem_dtype, ..options };

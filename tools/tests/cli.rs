@@ -180,7 +180,7 @@ fn inspect_reports_the_arena_the_core_computes() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
 
-    let bytes = txl_tools::model_file::AlignedBytes::read(&image).unwrap();
+    let bytes = txl_tools::image_file::read_image(&image).unwrap();
     let model = txl_core::Model::parse(bytes.bytes()).unwrap();
     let options = txl_core::SessionOptions {
         mem_len: 16,

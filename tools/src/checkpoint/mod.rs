@@ -73,7 +73,8 @@ pub const PYTORCH_BIN_FILE: &str = "pytorch_model.bin";
 pub const CONFIG_FILE: &str = "config.json";
 
 /// Which weights file to read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum CheckpointFormat {
     /// `model.safetensors` when the directory has it, else `pytorch_model.bin`; a file given
     /// directly is recognised by its first bytes.
@@ -82,7 +83,7 @@ pub enum CheckpointFormat {
     /// `model.safetensors`.
     Safetensors,
     /// `pytorch_model.bin` (what `torch.save` writes).
-    #[value(alias = "bin", alias = "pytorch")]
+    #[cfg_attr(feature = "cli", value(alias = "bin", alias = "pytorch"))]
     PytorchBin,
 }
 

@@ -2,11 +2,9 @@
 //! comparison between implementations tests something: a near-uniform model (every
 //! `ln p ≈ -ln n_token`) would agree with almost any implementation.
 
-mod common;
-
-use common::{random_model, small_config, tokens};
 use txl_core::{Model, SessionOptions};
 use txl_host_gpu::{Backend, Reference};
+use txl_tests::{random_model, reference_config, tokens};
 
 /// Mean entropy of the predicted distributions over `ln n_token`, the uniform distribution's.
 fn mean_relative_entropy(config: &txl_core::Config, seed: u64) -> f64 {
@@ -27,8 +25,8 @@ fn mean_relative_entropy(config: &txl_core::Config, seed: u64) -> f64 {
 
 #[test]
 fn random_models_predict_far_from_uniform() {
-    let mut configs = vec![small_config()];
-    let mut c = small_config();
+    let mut configs = vec![reference_config()];
+    let mut c = reference_config();
     c.n_cutoffs = 0;
     c.cutoffs = [0; 8];
     c.div_val = 1;

@@ -1,10 +1,8 @@
 //! Scoring streams side by side gives each stream what scoring it alone gives.
 
-mod common;
-
-use common::{max_delta, random_model, small_config, tokens, FixtureImage, Manifest};
 use txl_core::{MemInit, Model, SessionOptions};
 use txl_host_gpu::{Backend, Reference};
+use txl_tests::{max_delta, random_model, reference_config, tokens, Manifest};
 
 fn check(model: &Model<'_>, options: &SessionOptions, backend: Backend, tolerance: f64) -> f64 {
     let n_token = model.config().n_token;
@@ -36,8 +34,8 @@ fn check(model: &Model<'_>, options: &SessionOptions, backend: Backend, toleranc
 #[test]
 fn batched_equals_unbatched_on_the_cpu() {
     let mut worst: [f64; 2] = [0.0; 2];
-    let mut models = vec![random_model(&small_config(), 3)];
-    let mut pre = small_config();
+    let mut models = vec![random_model(&reference_config(), 3)];
+    let mut pre = reference_config();
     pre.pre_lnorm = true;
     pre.div_val = 1;
     pre.d_embed = 12;
@@ -49,7 +47,7 @@ fn batched_equals_unbatched_on_the_cpu() {
             .models
             .iter()
             .filter(|m| m.name == "demo")
-            .map(|m| m.image()),
+            .map(|m| m.image().unwrap()),
     );
     for image in &models {
         let model = Model::parse(image.bytes()).unwrap();

@@ -5,8 +5,6 @@ use txl_core::kernels;
 use txl_core::weights::Matrix;
 use txl_core::{Linear, Model, Probe, Session, SessionOptions};
 
-use crate::model_file::Arena;
-
 /// Largest `|x[c]|` of each input channel, per consumer.
 #[derive(Clone, Debug, Default)]
 pub struct ChannelRanges {
@@ -75,7 +73,7 @@ pub fn channel_ranges(
         cluster_head: Vec::new(),
         emb_proj: vec![Vec::new(); config.n_emb_tables()],
     };
-    let mut arena = Arena::new(Session::arena_bytes(model, &options)?);
+    let mut arena = txl_core::scoring::arena_for(model, &options)?;
     let mut session = Session::new(model, arena.bytes_mut(), options)?;
     let mut projected = vec![0.0f32; config.d_embed as usize];
     let mut row = vec![0.0f32; config.d_embed as usize];

@@ -2,11 +2,9 @@
 //! for every fixture model and case (`tools/reference/make_fixtures.py`): f64 must agree to
 //! 1e-9 (float64 against float64), f32 to 1e-4.
 
-mod common;
-
-use common::{case_options, max_delta, FixtureImage, Manifest};
 use txl_core::Model;
 use txl_host_gpu::{Backend, Reference};
+use txl_tests::{max_delta, Manifest};
 use txl_tools::npy;
 
 fn check_backend(backend: Backend, tolerance: f64) {
@@ -16,13 +14,13 @@ fn check_backend(backend: Backend, tolerance: f64) {
     let mut worst_overall: f64 = 0.0;
     let mut report = Vec::new();
     for fixture in &manifest.models {
-        let image = fixture.image();
+        let image = fixture.image().unwrap();
         let model = Model::parse(image.bytes()).unwrap();
         let mut reference = Reference::new(&model, backend).unwrap();
         let tokens = fixture.tokens().unwrap();
         for case in &fixture.cases {
             let tokens = &tokens[..case.n_tokens];
-            let options = case_options(&model, case);
+            let options = case.options();
             let scores = reference.score(tokens, &options, case.rows_k, |_| {}).unwrap();
             let logp = npy::read(&fixture.path().join(&case.logp)).unwrap();
             let rows = npy::read(&fixture.path().join(&case.rows)).unwrap();

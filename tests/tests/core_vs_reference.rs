@@ -3,18 +3,16 @@
 //! log-probability. proptest shrinks a failure to the smallest config and text that still
 //! fail.
 
-mod common;
-
-use common::max_delta;
 use std::cell::Cell;
+use txl_tests::max_delta;
 
 use proptest::prelude::*;
 use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
 use txl_core::config::MAX_CUTOFFS;
+use txl_core::scoring;
+use txl_core::AlignedBytes;
 use txl_core::{Config, MemInit, Model, SessionOptions};
 use txl_host_gpu::{random_image, Backend, RandomInit, Reference};
-use txl_tools::model_file::AlignedBytes;
-use txl_tools::scoring;
 
 /// Largest |Δ ln p| allowed between the core (f32) and the reference (f64).
 const TOLERANCE: f64 = 1e-4;
@@ -105,7 +103,9 @@ fn case() -> impl Strategy<Value = Case> {
 /// Worst |Δ ln p| between the core and the reference over every log-probability and the
 /// first two full rows.
 fn worst_delta(case: &Case) -> f64 {
-    let image = AlignedBytes::new(&random_image(&case.config, case.seed, RandomInit::default()).unwrap());
+    let image =
+        AlignedBytes::copy_from(&random_image(&case.config, case.seed, RandomInit::default()).unwrap())
+            .unwrap();
     let model = Model::parse(image.bytes()).unwrap();
     let options = SessionOptions {
         tgt_len: case.tgt_len,

@@ -5,16 +5,14 @@
 //!   installs it (the `nvidia-cuda-nvrtc` wheel) and runs it with `--ignored`;
 //! - the GPU tests are ignored: `scripts/gpu-check.sh` runs them on a GPU machine.
 
-mod common;
-
-use common::{case_options, max_delta, random_model, small_config, tokens, FixtureImage, Manifest};
 use txl_core::{MemInit, Model, SessionOptions};
 use txl_host_gpu::{compile_kernels, cuda_available, Backend, Error, Reference, KERNEL_NAMES};
+use txl_tests::{max_delta, random_model, reference_config, tokens, Manifest};
 use txl_tools::npy;
 
 #[test]
 fn cuda_backend_reports_a_missing_gpu_as_an_error() {
-    let image = random_model(&small_config(), 1);
+    let image = random_model(&reference_config(), 1);
     let model = Model::parse(image.bytes()).unwrap();
     match cuda_available() {
         Err(Error::NoGpu(why)) => {
@@ -66,14 +64,14 @@ fn cuda_matches_hugging_face_and_cpu_f64_on_every_fixture() {
     let manifest = Manifest::load().unwrap();
     let mut worst: f64 = 0.0;
     for fixture in &manifest.models {
-        let image = fixture.image();
+        let image = fixture.image().unwrap();
         let model = Model::parse(image.bytes()).unwrap();
         let mut cuda = Reference::new(&model, Backend::Cuda).unwrap();
         let mut cpu = Reference::new(&model, Backend::Cpu64).unwrap();
         let tokens = fixture.tokens().unwrap();
         for case in &fixture.cases {
             let tokens = &tokens[..case.n_tokens];
-            let options = case_options(&model, case);
+            let options = case.options();
             let ours = cuda.score(tokens, &options, case.rows_k, |_| {}).unwrap();
             let golden = cpu.score(tokens, &options, case.rows_k, |_| {}).unwrap();
             let logp = npy::read(&fixture.path().join(&case.logp)).unwrap();
@@ -104,8 +102,8 @@ fn cuda_matches_hugging_face_and_cpu_f64_on_every_fixture() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn cuda_batches_match_cpu_f64_on_random_models() {
-    let mut configs = vec![small_config()];
-    let mut c = small_config();
+    let mut configs = vec![reference_config()];
+    let mut c = reference_config();
     c.pre_lnorm = true;
     c.div_val = 1;
     c.d_embed = 12;

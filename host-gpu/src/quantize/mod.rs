@@ -1,0 +1,293 @@
+//! The quantizer: f32 image in, f16 or int8 image out, with a report of what it cost.
+//!
+//! int8 is per-row symmetric with the clipping range searched per row ([`int8`]), computed on
+//! the device as W8A8 (activations quantized per token). With calibration text, activation
+//! smoothing (SmoothQuant: migrate per-channel activation range into the weights, strength
+//! `alpha`) is tried and kept only where it lowers the measured bits per token, and a
+//! sensitivity pass can keep the tensors whose quantization costs most in f16.
+
+#[cfg(feature = "reference")]
+pub mod calibrate;
+
+pub mod int8;
+
+#[cfg(feature = "reference")]
+mod search;
+
+use half::f16;
+use serde::Serialize;
+use txl_core::image::{write_image, Payload};
+use txl_core::tensors::{for_each_tensor, Shape, TensorName};
+use txl_core::{Config, Model, SessionOptions};
+
+use crate::error::Error;
+#[cfg(feature = "reference")]
+pub use search::quantize;
+
+/// The weight precision to produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Target {
+    /// Every matrix in f16.
+    F16,
+    /// Every matrix in int8 (W8A8), except those kept in f16.
+    Int8,
+}
+
+impl Target {
+    /// The words that name the precisions.
+    pub const WORDS: &'static [&'static str] = &["f16", "int8"];
+}
+
+impl std::str::FromStr for Target {
+    type Err = txl_core::UnknownWord;
+
+    fn from_str(word: &str) -> Result<Target, Self::Err> {
+        match word {
+            "f16" => Ok(Target::F16),
+            "int8" => Ok(Target::Int8),
+            _ => Err(txl_core::UnknownWord {
+                option: "weight precision",
+                expected: Target::WORDS,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Target::F16 => "f16",
+            Target::Int8 => "int8",
+        })
+    }
+}
+
+/// Activation smoothing for int8.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Smoothing {
+    /// No smoothing.
+    Off,
+    /// Smoothing with this migration strength (0 = none, 1 = all of the range to the weights).
+    Alpha(f32),
+    /// Try several strengths and none on the calibration text; keep the best.
+    Auto,
+}
+
+/// What to do.
+#[derive(Clone, Debug)]
+pub struct QuantizeOptions {
+    /// The precision.
+    pub target: Target,
+    /// Activation smoothing (int8 with calibration only).
+    pub smoothing: Smoothing,
+    /// Tensors (glob patterns over names, `*` matches anything) kept in f16.
+    pub keep_f16: Vec<String>,
+    /// Also keep the `k` tensors whose int8 quantization alone costs most on the calibration text.
+    pub auto_keep_f16: usize,
+    /// Session settings used to evaluate on the calibration text.
+    pub session: SessionOptions,
+}
+
+impl QuantizeOptions {
+    /// Weights alone: no smoothing, nothing kept in f16 (what needs no calibration text).
+    pub fn weights_only(target: Target, session: SessionOptions) -> QuantizeOptions {
+        QuantizeOptions {
+            target,
+            smoothing: Smoothing::Off,
+            keep_f16: Vec::new(),
+            auto_keep_f16: 0,
+            session,
+        }
+    }
+}
+
+/// One tensor in the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct TensorReport {
+    /// Canonical name.
+    pub name: String,
+    /// `f32`, `f16` or `int8`.
+    pub dtype: &'static str,
+    /// Dimensions.
+    pub shape: Vec<u32>,
+    /// Signal-to-quantization-noise ratio in dB (infinite when stored exactly).
+    pub sqnr_db: f64,
+    /// Bits per token lost when only this tensor is int8 (sensitivity pass only).
+    pub solo_delta_bits: Option<f64>,
+}
+
+/// What the quantizer did and measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The precision produced.
+    pub target: Target,
+    /// The smoothing strength used (`None`: no smoothing).
+    pub smoothing_alpha: Option<f32>,
+    /// Calibration bits per token for each smoothing strength tried.
+    pub smoothing_search: Vec<(Option<f32>, f64)>,
+    /// Every tensor.
+    pub tensors: Vec<TensorReport>,
+    /// Relative RMS error of each layer's output against the f32 model, on the calibration text.
+    pub layer_errors: Vec<f64>,
+    /// Calibration bits per token of each precision (`f32`, `f16`, this image, this image with
+    /// int8 memory).
+    pub bits_per_token: Vec<(String, f64)>,
+    /// Calibration tokens used (0 without calibration).
+    pub calibration_tokens: usize,
+    /// Bytes of the image written.
+    pub image_bytes: usize,
+    /// Parameters of the model.
+    pub parameters: usize,
+}
+
+/// The quantized image and its report.
+#[derive(Clone, Debug)]
+pub struct Quantized {
+    /// The new image.
+    pub image: Vec<u8>,
+    /// What it cost.
+    pub report: Report,
+}
+
+/// How one tensor is stored.
+#[derive(Clone, Debug)]
+enum Plan {
+    F32,
+    F16,
+    Int8(Option<Vec<f32>>),
+}
+
+/// The source model's tensors, in f32.
+struct Source {
+    config: Config,
+    tensors: Vec<(TensorName, Shape, Vec<f32>)>,
+}
+
+impl Source {
+    fn read(model: &Model<'_>) -> Source {
+        let config = *model.config();
+        let image = model.image();
+        let mut tensors = Vec::new();
+        let mut index = 0;
+        for_each_tensor(&config, |name, shape| {
+            let data = if name.is_matrix() {
+                let matrix = image.matrix(index);
+                let mut dense = vec![0.0f32; matrix.rows * matrix.cols];
+                for (r, row) in dense.chunks_exact_mut(matrix.cols).enumerate() {
+                    matrix.row_to_f32(r, row);
+                }
+                dense
+            } else {
+                image.f32_tensor(index).to_vec()
+            };
+            tensors.push((name, shape, data));
+            index += 1;
+        });
+        Source { config, tensors }
+    }
+
+    /// Builds an image storing tensor `i` as `plans[i]`; returns it and each tensor's SQNR.
+    fn build(&self, plans: &[Plan]) -> Result<(Vec<u8>, Vec<f64>), Error> {
+        enum Stored {
+            F32,
+            F16(Vec<f16>),
+            Int8(int8::Int8Matrix),
+        }
+        let mut stored = Vec::with_capacity(plans.len());
+        let mut sqnr = Vec::with_capacity(plans.len());
+        for ((_, shape, data), plan) in self.tensors.iter().zip(plans) {
+            let cols = match shape {
+                Shape::Matrix(_, c) => *c as usize,
+                Shape::Vector(n) => *n as usize,
+            };
+            let (item, approximation) = match plan {
+                Plan::F32 => (Stored::F32, None),
+                Plan::F16 => {
+                    let halves: Vec<f16> = data.iter().map(|&v| f16::from_f32(v)).collect();
+                    let back = halves.iter().map(|v| v.to_f32()).collect();
+                    (Stored::F16(halves), Some(back))
+                }
+                Plan::Int8(smooth) => {
+                    let q = int8::quantize(data, cols, smooth.as_deref());
+                    let back = q.dequantize(cols);
+                    (Stored::Int8(q), Some(back))
+                }
+            };
+            sqnr.push(approximation.map_or(f64::INFINITY, |a| int8::sqnr_db(data, &a)));
+            stored.push(item);
+        }
+        let payloads: Vec<(TensorName, Payload<'_>)> = self
+            .tensors
+            .iter()
+            .zip(&stored)
+            .map(|((name, _, data), item)| {
+                let payload = match item {
+                    Stored::F32 => Payload::F32(data),
+                    Stored::F16(h) => Payload::F16(h),
+                    Stored::Int8(q) => Payload::Int8 {
+                        values: &q.values,
+                        row_scales: &q.row_scales,
+                        act_scales: q.act_scales.as_deref(),
+                    },
+                };
+                (*name, payload)
+            })
+            .collect();
+        let image = write_image(&self.config, &payloads)?;
+        Ok((image, sqnr))
+    }
+
+    #[cfg(feature = "reference")]
+    fn parameters(&self) -> usize {
+        self.tensors.iter().map(|(_, shape, _)| shape.len()).sum()
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any run of characters.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((prefix, rest)) => {
+            name.starts_with(prefix)
+                && (0..=name.len() - prefix.len()).any(|skip| glob_match(rest, &name[prefix.len() + skip..]))
+        }
+    }
+}
+
+/// `model` with its weights quantized to `target` and nothing measured: what `txl convert
+/// --dtype` and `txl quantize` make without calibration text, and what the firmware's build
+/// script embeds.
+pub fn quantize_weights(model: &Model<'_>, target: Target) -> Result<Vec<u8>, Error> {
+    let source = Source::read(model);
+    let plans: Vec<Plan> = source
+        .tensors
+        .iter()
+        .map(|(name, _, _)| match (name.is_matrix(), target) {
+            (false, _) => Plan::F32,
+            (true, Target::F16) => Plan::F16,
+            (true, Target::Int8) => Plan::Int8(None),
+        })
+        .collect();
+    Ok(source.build(&plans)?.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs_match_names() {
+        assert!(glob_match(
+            "layers.*.pos_ff.*",
+            "layers.3.pos_ff.CoreNet.0.weight"
+        ));
+        assert!(glob_match("crit.*", "crit.out_layers.0.weight"));
+        assert!(glob_match(
+            "word_emb.emb_layers.0.weight",
+            "word_emb.emb_layers.0.weight"
+        ));
+        assert!(!glob_match("layers.1.*", "layers.10.dec_attn.qkv_net.weight"));
+        assert!(!glob_match("crit.*", "layers.0.dec_attn.qkv_net.weight"));
+    }
+}
