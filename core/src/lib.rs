@@ -12,8 +12,8 @@
 //!   attention with the content bias `u` (`r_w_bias`) and position bias `v` (`r_r_bias`)
 //!   computed directly per (query, key distance) pair, causal and `same_length` masks,
 //!   `clamp_len`, post- or pre-LayerNorm, the ReLU feed-forward, and the full or adaptive
-//!   log-softmax. See [`Session::forward`]; the code in `session.rs` reads top to bottom like
-//!   the paper.
+//!   log-softmax. See [`Session::forward`]; the code in `session/forward.rs` reads top to
+//!   bottom like the paper.
 //! - Keeps the recurrence memory as a ring buffer of each layer's cached keys and values, so
 //!   no position's projections are ever computed twice; the cache is f32, f16, or int8 with a
 //!   scale per position and head ([`MemDtype`]).

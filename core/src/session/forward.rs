@@ -1,0 +1,313 @@
+//! The forward pass of Transformer-XL (Dai et al., 2019), one function per sub-layer. For
+//! layer `n`, with the memory `m` of the previous segment (the keys and values it left in the
+//! ring) and the paper's notation:
+//! ```text
+//! q, k, v = h W_q, [m ∘ h] W_k, [m ∘ h] W_v             project_qkv
+//! A_ij    = (q_i + u) · k_j + (q_i + v) · R_{i-j}        relative_attention
+//! a       = Masked-Softmax(A / sqrt(d_head)) v
+//! o       = LayerNorm(h + o_net(a))                      attention_output
+//! h       = LayerNorm(o + FF(o))                         feed_forward
+//! ```
+//! `u` is `r_w_bias`, `v` is `r_r_bias`, `R_d = W_r pos_emb(d)` are the position keys. With
+//! `pre_lnorm` the LayerNorm moves to each sub-layer's input instead.
+
+use super::{Linear, Probe, Session};
+use crate::attention::{self, AttentionShape};
+use crate::embedding;
+use crate::error::Error;
+use crate::kernels;
+use crate::options::PositionKeys;
+use crate::output;
+
+impl Session<'_, '_> {
+    /// The forward pass over one segment; output rows from position `first_output` on.
+    pub(super) fn forward_from(
+        &mut self,
+        tokens: &[u32],
+        first_output: usize,
+        on_row: impl FnMut(usize, &[f32]),
+        probe: &mut impl Probe,
+    ) -> Result<(), Error> {
+        self.check_segment(tokens)?;
+        let shape = self.attention_shape(tokens.len());
+        let d_model = self.model.config().d_model as usize;
+        self.embed(tokens);
+        for layer in 0..self.model.config().n_layer as usize {
+            self.attention(layer, &shape, probe);
+            self.feed_forward(layer, shape.qlen, probe);
+            // h is now the layer's output
+            let hidden = &self.state.hidden[..shape.qlen * d_model];
+            for (i, h) in hidden.chunks_exact(d_model).enumerate() {
+                probe.layer_output(layer, i, h);
+            }
+        }
+        self.output(shape.qlen, first_output, on_row);
+        self.memory.commit(shape.qlen);
+        Ok(())
+    }
+
+    /// The shape of a segment of `qlen` positions after the `mlen` remembered ones.
+    fn attention_shape(&self, qlen: usize) -> AttentionShape {
+        let config = self.model.config();
+        AttentionShape {
+            qlen,
+            mlen: self.memory.len(),
+            mem_len: self.options.mem_len as usize,
+            same_length: self.options.same_length,
+            max_distance: self.options.distances() - 1,
+            n_head: config.n_head as usize,
+            d_head: config.d_head as usize,
+        }
+    }
+
+    /// Embedding: `h_i = embedding(token_i) * sqrt(d_model)` (adaptive input) into `hidden`.
+    fn embed(&mut self, tokens: &[u32]) {
+        let d_model = self.model.config().d_model as usize;
+        let s = &mut self.state;
+        for (token, h) in tokens.iter().zip(s.hidden.chunks_exact_mut(d_model)) {
+            embedding::embed(&self.model, *token, s.embed_row, s.quantized_input, h);
+        }
+    }
+
+    /// The attention sub-layer of `layer`: `h = LayerNorm(h + o_net(RelAttn(h, m)))`, or with
+    /// pre-LN `h = h + o_net(RelAttn(LayerNorm(h), m))`. Its keys and values join the memory.
+    fn attention(&mut self, layer: usize, shape: &AttentionShape, probe: &mut impl Probe) {
+        self.attention_input(layer, shape.qlen);
+        self.project_qkv(layer, shape, probe);
+        let table = self.layer_position_keys(layer, shape.mlen + shape.qlen);
+        self.relative_attention(layer, shape, table);
+        self.attention_output(layer, shape.qlen, probe);
+    }
+
+    /// The attention input `x = LayerNorm(h)` (pre-LN) or `x = h`, into `attn_input`.
+    fn attention_input(&mut self, layer: usize, qlen: usize) {
+        let config = self.model.config();
+        let d_model = config.d_model as usize;
+        let w = self.model.layer(layer);
+        let s = &mut self.state;
+        let hidden = &s.hidden[..qlen * d_model];
+        let attn_input = &mut s.attn_input[..qlen * d_model];
+        for (h, x) in hidden
+            .chunks_exact(d_model)
+            .zip(attn_input.chunks_exact_mut(d_model))
+        {
+            if config.pre_lnorm {
+                let eps = config.layer_norm_epsilon;
+                kernels::layer_norm(h, w.attn_norm_weight, w.attn_norm_bias, eps, x);
+            } else {
+                x.copy_from_slice(h);
+            }
+        }
+    }
+
+    /// `q, k, v = W_qkv x` for each position `i`: `q` into `queries`, `k` and `v` into the
+    /// memory ring at position `mlen + i`, after the remembered ones.
+    fn project_qkv(&mut self, layer: usize, shape: &AttentionShape, probe: &mut impl Probe) {
+        let d_model = self.model.config().d_model as usize;
+        let width = self.model.config().qkv_width() as usize; // n_head * d_head
+        let qkv = self.model.layer(layer).qkv;
+        let (w_q, w_kv) = (qkv.row_range(0, width), qkv.row_range(width, 3 * width));
+        let s = &mut self.state;
+        let attn_input = &s.attn_input[..shape.qlen * d_model];
+        for (i, x) in attn_input.chunks_exact(d_model).enumerate() {
+            probe.linear_input(layer, Linear::Qkv, x);
+            let query = &mut s.queries[i * width..(i + 1) * width];
+            // W_q (n_head * d_head, d_model) @ x (d_model) -> q (n_head * d_head)
+            kernels::matvec(&w_q, x, query, s.quantized_input);
+            // W_kv (2 * n_head * d_head, d_model) @ x (d_model) -> [k | v] (2 * n_head * d_head)
+            kernels::matvec(&w_kv, x, s.key_value, s.quantized_input);
+            let (key, value) = s.key_value.split_at(width);
+            self.memory.write(layer, shape.mlen + i, key, value);
+        }
+    }
+
+    /// The position keys `R_d = W_r pos_emb(d)` `layer` reads, as the index of their table in
+    /// `position_keys`: its own, computed at the start, or the one table, computed now for the
+    /// distances `d < klen` this segment can see.
+    fn layer_position_keys(&mut self, layer: usize, klen: usize) -> usize {
+        if self.options.position_keys == PositionKeys::PerSession {
+            return layer;
+        }
+        let d_model = self.model.config().d_model as usize;
+        let width = self.model.config().qkv_width() as usize;
+        let r_net = self.model.layer(layer).r_net;
+        let s = &mut self.state;
+        for d in 0..klen.min(self.options.distances()) {
+            let pos_emb = &s.position_embeddings[d * d_model..(d + 1) * d_model];
+            let key = &mut s.position_keys[d * width..(d + 1) * width];
+            // W_r (n_head * d_head, d_model) @ pos_emb(d) (d_model) -> R_d (n_head * d_head)
+            kernels::matvec(&r_net, pos_emb, key, s.quantized_input);
+        }
+        0
+    }
+
+    /// Relative attention for each query `i` over the keys `j` the mask lets it see:
+    /// `a_i = sum_j softmax_j(((q_i + u) · k_j + (q_i + v) · R_{mlen+i-j}) / sqrt(d_head)) v_j`,
+    /// per head, into `attn_vec`. The position keys are table `table` of `position_keys`.
+    fn relative_attention(&mut self, layer: usize, shape: &AttentionShape, table: usize) {
+        let width = self.model.config().qkv_width() as usize;
+        let distances = self.options.distances();
+        let w = self.model.layer(layer);
+        let s = &mut self.state;
+        let position_keys = &s.position_keys[table * distances * width..(table + 1) * distances * width];
+        for i in 0..shape.qlen {
+            // content query q + u (in place), position query q + v
+            let query = &mut s.queries[i * width..(i + 1) * width];
+            s.position_query.copy_from_slice(query);
+            kernels::add_assign(s.position_query, w.r_r_bias);
+            kernels::add_assign(query, w.r_w_bias);
+            let out = &mut s.attn_vec[i * width..(i + 1) * width];
+            attention::attend_one(
+                shape,
+                i,
+                query,
+                s.position_query,
+                position_keys,
+                &self.memory,
+                layer,
+                s.scores,
+                out,
+            );
+        }
+    }
+
+    /// `h = h + o_net(a)` for each position, then `h = LayerNorm(h)` (post-LN).
+    fn attention_output(&mut self, layer: usize, qlen: usize, probe: &mut impl Probe) {
+        let config = self.model.config();
+        let d_model = config.d_model as usize;
+        let width = config.qkv_width() as usize;
+        let w = self.model.layer(layer);
+        let s = &mut self.state;
+        let hidden = &mut s.hidden[..qlen * d_model];
+        for (h, a) in hidden
+            .chunks_exact_mut(d_model)
+            .zip(s.attn_vec.chunks_exact(width))
+        {
+            probe.linear_input(layer, Linear::ONet, a);
+            // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model)
+            kernels::matvec(&w.o_net, a, s.branch, s.quantized_input);
+            kernels::add_assign(h, s.branch);
+            if !config.pre_lnorm {
+                let eps = config.layer_norm_epsilon;
+                kernels::layer_norm_in_place(h, w.attn_norm_weight, w.attn_norm_bias, eps);
+            }
+        }
+    }
+
+    /// The position-wise feed-forward sub-layer of `layer`, for each position:
+    /// `h = LayerNorm(h + W_2 ReLU(W_1 h + b_1) + b_2)`, or with pre-LN
+    /// `h = h + W_2 ReLU(W_1 LayerNorm(h) + b_1) + b_2`.
+    fn feed_forward(&mut self, layer: usize, qlen: usize, probe: &mut impl Probe) {
+        let config = self.model.config();
+        let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
+        let eps = config.layer_norm_epsilon;
+        let w = self.model.layer(layer);
+        let s = &mut self.state;
+        for h in s.hidden[..qlen * d_model].chunks_exact_mut(d_model) {
+            let x: &[f32] = if config.pre_lnorm {
+                kernels::layer_norm(h, w.ff_norm_weight, w.ff_norm_bias, eps, s.branch);
+                s.branch
+            } else {
+                h
+            };
+            let inner = &mut s.ff_inner[..d_inner];
+            probe.linear_input(layer, Linear::Ff1, x);
+            // W_1 (d_inner, d_model) @ x (d_model) + b_1 -> inner (d_inner)
+            kernels::matvec_bias(&w.ff1_weight, w.ff1_bias, x, inner, s.quantized_input);
+            kernels::relu(inner);
+            probe.linear_input(layer, Linear::Ff2, inner);
+            // the attention input is spent: its first row takes the output
+            let ff_out = &mut s.attn_input[..d_model];
+            // W_2 (d_model, d_inner) @ inner (d_inner) + b_2 -> ff_out (d_model)
+            kernels::matvec_bias(&w.ff2_weight, w.ff2_bias, inner, ff_out, s.quantized_input);
+            kernels::add_assign(h, ff_out);
+            if !config.pre_lnorm {
+                kernels::layer_norm_in_place(h, w.ff_norm_weight, w.ff_norm_bias, eps);
+            }
+        }
+    }
+
+    /// The output: `log_probs = ln softmax(W_out h_i + b_out)` (full or adaptive) for each
+    /// position `i` from `first_output` on, handed to `on_row(i, log_probs)`.
+    fn output(&mut self, qlen: usize, first_output: usize, mut on_row: impl FnMut(usize, &[f32])) {
+        let d_model = self.model.config().d_model as usize;
+        let s = &mut self.state;
+        let hidden = &s.hidden[..qlen * d_model];
+        for (i, h) in hidden.chunks_exact(d_model).enumerate().skip(first_output) {
+            output::log_probs(&self.model, h, s.embed_row, s.quantized_input, s.log_probs);
+            on_row(i, s.log_probs);
+        }
+    }
+
+    /// Position keys `R_d = W_r pos_emb(d)` for every layer and distance `d < distances`,
+    /// computed once: they do not depend on the tokens. With [`PositionKeys::PerSegment`], only
+    /// the table of `pos_emb(d)` is kept.
+    pub(super) fn compute_position_keys(&mut self) {
+        let config = *self.model.config();
+        let d_model = config.d_model as usize;
+        let width = config.qkv_width() as usize;
+        let distances = self.options.distances();
+        let s = &mut self.state;
+        for d in 0..distances {
+            let pos_emb = &mut *s.branch; // (d_model)
+            position_embedding(d, pos_emb);
+            if self.options.position_keys == PositionKeys::PerSegment {
+                s.position_embeddings[d * d_model..(d + 1) * d_model].copy_from_slice(pos_emb);
+                continue;
+            }
+            for layer in 0..config.n_layer as usize {
+                let at = (layer * distances + d) * width;
+                let r_net = self.model.layer(layer).r_net;
+                let key = &mut s.position_keys[at..at + width];
+                // W_r (n_head * d_head, d_model) @ pos_emb(d) (d_model) -> R_d (n_head * d_head)
+                kernels::matvec(&r_net, pos_emb, key, s.quantized_input);
+            }
+        }
+    }
+
+    /// Fills the memory with the keys and values of `mem_len` all-zero hidden states:
+    /// `[k | v] = W_kv x` with `x = LayerNorm(0)` (pre-LN) or `x = 0`, for every layer.
+    pub(super) fn fill_zero_memory(&mut self) {
+        let config = *self.model.config();
+        let d_model = config.d_model as usize;
+        let width = config.qkv_width() as usize;
+        let mem_len = self.options.mem_len as usize;
+        let s = &mut self.state;
+        for layer in 0..config.n_layer as usize {
+            let w = self.model.layer(layer);
+            let zero = &mut s.branch[..d_model];
+            zero.fill(0.0);
+            let x = &mut s.attn_input[..d_model];
+            if config.pre_lnorm {
+                let eps = config.layer_norm_epsilon;
+                kernels::layer_norm(zero, w.attn_norm_weight, w.attn_norm_bias, eps, x);
+            } else {
+                x.fill(0.0);
+            }
+            let w_kv = w.qkv.row_range(width, 3 * width);
+            // W_kv (2 * n_head * d_head, d_model) @ x (d_model) -> [k | v] (2 * n_head * d_head)
+            kernels::matvec(&w_kv, x, s.key_value, s.quantized_input);
+            let (key, value) = s.key_value.split_at(width);
+            for position in 0..mem_len {
+                self.memory.write(layer, position, key, value);
+            }
+        }
+        self.memory.set_len(mem_len);
+    }
+}
+
+/// The sinusoid `pos_emb(d) = [sin(d * f_k) | cos(d * f_k)]`, `f_k = 1 / 10000^(2k / d_model)`,
+/// into `pos_emb (d_model)`.
+fn position_embedding(d: usize, pos_emb: &mut [f32]) {
+    let d_model = pos_emb.len();
+    let half = d_model / 2;
+    let (sin, cos) = pos_emb.split_at_mut(half);
+    for k in 0..half {
+        // inv_freq as PyTorch computes and stores it (f32); the angle and sinusoid in f64.
+        let exponent = (2 * k) as f32 / d_model as f32;
+        let inv_freq = 1.0 / (libm::pow(10000.0, exponent as f64) as f32);
+        let angle = d as f64 * inv_freq as f64;
+        sin[k] = libm::sin(angle) as f32;
+        cos[k] = libm::cos(angle) as f32;
+    }
+}
