@@ -179,6 +179,19 @@ impl Config {
         }
     }
 
+    /// Where `token`'s embedding is: `(table, row)` of `emb_layers[table]`. With `div_val` 1
+    /// every token is in table 0 at its own id; otherwise each cluster has its own table,
+    /// indexed from the cluster's first token.
+    pub fn embedding_row(&self, token: u32) -> (usize, usize) {
+        let cluster = self.cluster_of(token);
+        let first_token = if self.div_val == 1 {
+            0
+        } else {
+            self.cluster_range(cluster).0
+        };
+        (self.emb_table_of_cluster(cluster), (token - first_token) as usize)
+    }
+
     /// Whether embedding table `i` is followed by a projection to `d_model`.
     pub fn has_emb_proj(&self) -> bool {
         self.div_val != 1 || self.d_embed != self.d_model

@@ -10,18 +10,10 @@ use crate::model::Model;
 /// `row` (at least `d_embed`) and `scratch` (at least `d_embed`) are scratch.
 pub fn embed(model: &Model<'_>, token: u32, row: &mut [f32], scratch: &mut [i8], out: &mut [f32]) {
     let config = model.config();
-    let cluster = config.cluster_of(token);
-    let table = config.emb_table_of_cluster(cluster);
-    let first_token = if config.div_val == 1 {
-        0
-    } else {
-        config.cluster_range(cluster).0
-    };
+    let (table, index) = config.embedding_row(token);
     let width = config.emb_dim(table) as usize;
     let row = &mut row[..width];
-    model
-        .emb_layer(table)
-        .row_to_f32((token - first_token) as usize, row);
+    model.emb_layer(table).row_to_f32(index, row);
     if config.has_emb_proj() {
         // emb_projs[i] (d_model, width) @ row (width) -> out (d_model)
         kernels::matvec(&model.emb_proj(table), row, out, scratch);

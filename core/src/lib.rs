@@ -31,7 +31,7 @@
 //! ## What it refuses to do
 //! - Allocate: there is no `alloc` in the inference path. The optional `alloc` feature adds
 //!   what host tools need around it: the image writer, an owned aligned buffer
-//!   ([`AlignedBytes`], allocated fallibly) and whole-text [`scoring`].
+//!   (`AlignedBytes`, allocated fallibly) and whole-text `scoring`.
 //! - Panic on input: a truncated or corrupt image, a short arena, an out-of-range token id or
 //!   a too-long segment come back as an [`Error`]. A panic on input is a bug.
 //! - Approximate silently: the f32 math is exact (`libm`'s `expf`, `sqrtf`, `sin`, `cos`), and the
@@ -68,19 +68,19 @@ extern crate alloc;
 #[cfg(feature = "alloc")]
 mod aligned;
 pub mod arena;
-pub mod attention;
+pub(crate) mod attention;
 pub mod config;
 mod crc32;
 pub mod digest;
-pub mod embedding;
+pub(crate) mod embedding;
 pub mod error;
 pub mod image;
 #[allow(unsafe_code)]
 pub mod kernels;
-pub mod memory;
+pub(crate) mod memory;
 pub mod model;
 pub mod options;
-pub mod output;
+pub(crate) mod output;
 pub mod rng;
 pub mod sampling;
 #[cfg(feature = "alloc")]
@@ -91,6 +91,7 @@ pub mod weights;
 
 #[cfg(feature = "alloc")]
 pub use aligned::AlignedBytes;
+pub use attention::AttentionShape;
 pub use config::Config;
 pub use crc32::crc32;
 pub use error::{ConfigError, Error};

@@ -164,11 +164,6 @@ impl<'a> Memory<'a> {
         self.len
     }
 
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Forgets everything.
     pub fn clear(&mut self) {
         self.start = 0;

@@ -20,7 +20,7 @@ use core::str::FromStr;
 use crate::config::Config;
 use crate::memory::MemDtype;
 
-/// How the recurrence memory starts (and restarts after [`Session::reset`]).
+/// How the recurrence memory starts (and restarts after [`Session::reset`](crate::Session::reset)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum MemInit {
@@ -48,7 +48,7 @@ pub enum PositionKeys {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct SessionOptions {
-    /// Longest segment [`Session::forward`] accepts (sizes the activations).
+    /// Longest segment [`Session::forward`](crate::Session::forward) accepts (sizes the activations).
     pub tgt_len: u32,
     /// Positions remembered between segments.
     pub mem_len: u32,

@@ -18,6 +18,18 @@ pub enum Sampling {
     },
 }
 
+impl Sampling {
+    /// Sampling at `temperature` with `seed`, or [`Sampling::Greedy`] when the temperature is
+    /// not above 0 (how the command line and the firmware read `--temperature`).
+    pub fn from_temperature(temperature: f32, seed: u64) -> Sampling {
+        if temperature > 0.0 {
+            Sampling::Temperature { temperature, seed }
+        } else {
+            Sampling::Greedy
+        }
+    }
+}
+
 /// Picks tokens from log-probability rows.
 #[derive(Clone, Debug)]
 pub struct Sampler {

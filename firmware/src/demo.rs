@@ -34,14 +34,7 @@ pub fn run(
     if prompt.iter().any(|&t| t >= n_token) {
         return Err(Failure::Args("a prompt byte is not a token of this model"));
     }
-    let sampling = if args.temperature > 0.0 {
-        Sampling::Temperature {
-            temperature: args.temperature,
-            seed: args.seed,
-        }
-    } else {
-        Sampling::Greedy
-    };
+    let sampling = Sampling::from_temperature(args.temperature, args.seed);
     info!(
         "demo: {=usize} tokens after \"{=str}\", {}",
         args.length,

@@ -15,8 +15,7 @@
 //! clusters' logits in the head. LayerNorm, softmax, biases and the embedding are not counted,
 //! nor the position keys `R_d`, which a session computes once.
 
-use txl_core::attention::AttentionShape;
-use txl_core::{Config, MemInit, SessionOptions};
+use txl_core::{AttentionShape, Config, MemInit, SessionOptions};
 
 /// MACs of scoring `tokens` tokens in segments of `tgt_len`, the memory carried as the session
 /// carries it.
