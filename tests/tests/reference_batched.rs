@@ -15,6 +15,7 @@ fn check(model: &Model<'_>, options: &SessionOptions, backend: Backend, toleranc
     let views: Vec<&[u32]> = streams.iter().map(|s| s.as_slice()).collect();
     let mut reference = Reference::new(model, backend).unwrap();
     let batched = reference.score_batch(&views, options, 3, |_| {}).unwrap();
+    assert_eq!(batched.len(), views.len(), "one result per stream");
     let mut worst: f64 = 0.0;
     for (stream, together) in views.iter().zip(&batched) {
         let alone = reference.score(stream, options, 3, |_| {}).unwrap();

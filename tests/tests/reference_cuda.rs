@@ -145,6 +145,8 @@ fn cuda_batches_match_cpu_f64_on_random_models() {
             };
             let ours = cuda.score_batch(&views, &options, 3, |_| {}).unwrap();
             let golden = cpu.score_batch(&views, &options, 3, |_| {}).unwrap();
+            assert_eq!(ours.len(), views.len(), "one result per stream");
+            assert_eq!(golden.len(), views.len(), "one result per stream");
             for (a, b) in ours.iter().zip(&golden) {
                 assert_eq!(a.logp.len(), b.logp.len());
                 assert_eq!(a.rows.len(), b.rows.len());
