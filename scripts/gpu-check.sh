@@ -2,10 +2,12 @@
 # The CUDA checks of txl-host-gpu, on a machine with an NVIDIA GPU (under 5 minutes on an H200,
 # most of it the build). Results go to target/gpu-check/results.txt:
 #   - the CUDA tests, the ignored ones included: the kernels compile with NVRTC, CUDA f32 matches
-#     the Hugging Face float64 fixtures and the CPU f64 reference (<= 1e-4), batches included;
+#     the Hugging Face float64 fixtures and the CPU f64 reference (<= 1e-4), batches included,
+#     also with blocks and output chunks shrunk so that every chunked path runs;
 #   - the CPU backends against the fixtures (f64 <= 1e-9, f32 <= 1e-4);
 #   - the benchmark (host-gpu/examples/gpu_bench.rs): CUDA f32 vs CPU f64 on the same models
-#     (max |Δ ln p|) and tokens per second on a WT103-shaped random model.
+#     (max |Δ ln p|, which fails the check above its bound) and tokens per second on a
+#     WT103-shaped random model.
 #
 #   scripts/gpu-check.sh          build, then run (needs cargo and the crates already fetched:
 #                                 it builds --offline; run `cargo fetch` where there is a network)
@@ -29,11 +31,11 @@ build() {
   cargo build --release --offline --locked -p txl-host-gpu --example gpu_bench
   cp target/release/examples/gpu_bench "$bin/"
   local listing path
-  listing=$(cargo test --release --offline --locked -p txl-host-gpu --no-run 2>&1) || {
+  listing=$(cargo test --release --offline --locked -p txl-host-gpu -p txl-tests --no-run 2>&1) || {
     printf '%s\n' "$listing"
     exit 1
   }
-  for name in cuda hf_fixtures; do
+  for name in reference_cuda reference_hf cuda_limits; do
     path=$(printf '%s\n' "$listing" | sed -n "s|.*Executable tests/$name.rs (\(.*\))|\1|p")
     if [ -z "$path" ]; then
       echo "no test binary for tests/$name.rs in the cargo output"
@@ -80,12 +82,16 @@ run() {
     echo "# LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   } | tee "$results"
 
-  section "CUDA tests, ignored ones included (tests/cuda.rs)"
-  if ! timeout 180 "$bin/cuda" --include-ignored --nocapture --test-threads 1 2>&1 | tee -a "$results"; then
+  section "CUDA tests, ignored ones included (tests/tests/reference_cuda.rs)"
+  if ! timeout 180 "$bin/reference_cuda" --include-ignored --nocapture --test-threads 1 2>&1 | tee -a "$results"; then
     status=1
   fi
-  section "CPU backends vs Hugging Face (tests/hf_fixtures.rs)"
-  if ! timeout 60 "$bin/hf_fixtures" --nocapture 2>&1 | grep -v 'max |Δ ln p| =' | tee -a "$results"; then
+  section "CUDA with small blocks and output chunks vs CPU f64 (host-gpu/tests/cuda_limits.rs)"
+  if ! timeout 120 "$bin/cuda_limits" --include-ignored --nocapture --test-threads 1 2>&1 | tee -a "$results"; then
+    status=1
+  fi
+  section "CPU backends vs Hugging Face (tests/tests/reference_hf.rs)"
+  if ! timeout 60 "$bin/reference_hf" --nocapture 2>&1 | grep -v 'max |Δ ln p| =' | tee -a "$results"; then
     status=1
   fi
   section "benchmark (examples/gpu_bench.rs)"

@@ -45,4 +45,4 @@ fi
 
 echo "== txl-host-gpu: the CUDA kernels compile with NVRTC"
 LD_LIBRARY_PATH="$PWD/$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  cargo test -p txl-host-gpu --locked --test cuda -- --ignored nvrtc_compiles_every_kernel
+  cargo test -p txl-tests --locked --test reference_cuda -- --ignored nvrtc_compiles_every_kernel
