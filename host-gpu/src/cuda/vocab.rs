@@ -1,12 +1,9 @@
 //! The two ends of the forward pass on the GPU: the adaptive input embedding (tokens to
 //! hidden states) and the adaptive log-softmax (hidden states to log-probabilities).
 
-use std::sync::Arc;
+use cudarc::driver::PushKernelArg;
 
-use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaStream, PushKernelArg};
-
-use super::engine::{Buffers, DeviceWeights, Kernels};
+use super::engine::{Buffers, Gpu};
 use super::ops::{add_bias, add_bias_view, gemm, per_row, SINGLE};
 use crate::cpu::matmul::Rhs;
 use crate::error::Error;
@@ -14,15 +11,15 @@ use crate::error::Error;
 /// Embeds the step's tokens into `hidden`: per embedding table, gather the tokens' rows,
 /// project them to d_model (when the model has projections) and scatter them, scaled by
 /// sqrt(d_model), to their rows.
-pub(super) fn embed(
-    stream: &Arc<CudaStream>,
-    blas: &CudaBlas,
-    k: &Kernels,
-    w: &DeviceWeights,
-    c: &txl_core::Config,
-    b: &mut Buffers,
-    tokens: &[u32],
-) -> Result<(), Error> {
+pub(super) fn embed(g: &Gpu<'_>, b: &mut Buffers, tokens: &[u32]) -> Result<(), Error> {
+    let Gpu {
+        stream,
+        blas,
+        k,
+        w,
+        c,
+        ..
+    } = *g;
     let d_model = c.d_model as usize;
     let scale = (d_model as f64).sqrt() as f32;
     // indices: per table, the rows in the table, then the rows in hidden.
@@ -104,17 +101,15 @@ pub(super) fn embed(
 }
 
 /// `logits (n, n_token)` = log-probabilities of hidden rows `first..first + n`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn log_probs(
-    stream: &Arc<CudaStream>,
-    blas: &CudaBlas,
-    k: &Kernels,
-    w: &DeviceWeights,
-    c: &txl_core::Config,
-    b: &mut Buffers,
-    first: usize,
-    n: usize,
-) -> Result<(), Error> {
+pub(super) fn log_probs(g: &Gpu<'_>, b: &mut Buffers, first: usize, n: usize) -> Result<(), Error> {
+    let Gpu {
+        stream,
+        blas,
+        k,
+        w,
+        c,
+        ..
+    } = *g;
     let d_model = c.d_model as usize;
     let n_token = c.n_token as usize;
     let n_clusters = c.n_clusters();
