@@ -62,6 +62,8 @@ mod real;
 mod reference;
 mod weights;
 
+#[doc(hidden)]
+pub use cuda::CudaLimits;
 pub use cuda::{
     compile_kernels, cuda_available, nvrtc_available, CompiledKernels, GpuInfo, KERNEL_NAMES, KERNEL_SOURCE,
     MIN_DRIVER_VERSION,

@@ -15,19 +15,21 @@ use std::sync::Arc;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::ops::{add_bias, gemm, per_element, per_row, residual, Batch, BLOCK, SINGLE};
+use super::ops::{add_bias, gemm, residual, Batch, SINGLE};
 use super::vocab::{embed, log_probs};
-use super::{compile_kernels, cuda_available, KERNEL_NAMES};
+use super::{compile_kernels, cuda_available, CudaLimits, KERNEL_NAMES};
 use crate::cpu::matmul::Rhs;
 use crate::engine::{Segment, Settings, StepOutput, Wanted};
 use crate::error::Error;
 use crate::weights::{position_embeddings, HostWeights};
 
-/// Log-probabilities computed at once: bounds the logits buffer to 1 GiB.
-const OUTPUT_ELEMENTS: usize = 1 << 28;
+/// Log-probabilities computed at once by default: bounds the logits buffer to 1 GiB.
+pub(super) const OUTPUT_ELEMENTS: usize = 1 << 28;
 
-/// The compiled kernels.
+/// The compiled kernels, and the block width they are launched with.
 pub(super) struct Kernels {
+    /// Threads per block ([`CudaLimits::block`]).
+    pub(super) block: u32,
     pub(super) gather_rows: CudaFunction,
     pub(super) add_position_biases: CudaFunction,
     pub(super) store_kv: CudaFunction,
@@ -122,6 +124,8 @@ pub(crate) struct CudaEngine {
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     k: Kernels,
+    /// Largest output chunk, in log-probabilities ([`CudaLimits::output_elements`]).
+    output_elements: usize,
     config: txl_core::Config,
     eps: f32,
     w: DeviceWeights,
@@ -152,11 +156,12 @@ fn arch_of(capability: (i32, i32)) -> Option<&'static str> {
 }
 
 impl CudaEngine {
-    /// Checks for a GPU, compiles the kernels and uploads the weights.
-    pub fn new(w: HostWeights<f32>) -> Result<Self, Error> {
+    /// Checks `limits` and for a GPU, compiles the kernels and uploads the weights.
+    pub fn new(w: HostWeights<f32>, limits: CudaLimits) -> Result<Self, Error> {
+        limits.check()?;
         cuda_available()?;
         // cudarc panics where a library lacks a symbol it expects; report that as an error too.
-        let create = std::panic::AssertUnwindSafe(|| Self::create(w));
+        let create = std::panic::AssertUnwindSafe(|| Self::create(w, limits));
         std::panic::catch_unwind(create).unwrap_or_else(|panic| {
             let why = panic
                 .downcast_ref::<String>()
@@ -167,7 +172,7 @@ impl CudaEngine {
         })
     }
 
-    fn create(w: HostWeights<f32>) -> Result<Self, Error> {
+    fn create(w: HostWeights<f32>, limits: CudaLimits) -> Result<Self, Error> {
         let ctx = CudaContext::new(0)?;
         let stream = ctx.default_stream();
         let blas = CudaBlas::new(stream.clone())?;
@@ -185,6 +190,7 @@ impl CudaEngine {
         let f = |name: &str| module.load_function(name);
         debug_assert_eq!(KERNEL_NAMES.len(), 10);
         let k = Kernels {
+            block: limits.block,
             gather_rows: f("gather_rows")?,
             add_position_biases: f("add_position_biases")?,
             store_kv: f("store_kv")?,
@@ -249,6 +255,7 @@ impl CudaEngine {
             stream,
             blas,
             k,
+            output_elements: limits.output_elements,
             w: weights,
             run: None,
         })
@@ -273,7 +280,7 @@ impl CudaEngine {
         let capacity = settings.mem_len + settings.tgt_len;
         let max_rows = n_streams.max(1) * settings.tgt_len;
         let n_token = c.n_token as usize;
-        let chunk = (OUTPUT_ELEMENTS / n_token).clamp(1, max_rows);
+        let chunk = (self.output_elements / n_token).clamp(1, max_rows);
         let d_embed = c.d_embed as usize;
 
         // R (distances, W) = pos_emb (distances, d_model) @ W_r^T, per layer.
@@ -318,7 +325,7 @@ impl CudaEngine {
                     // SAFETY: fill_kv(const float*, const float*, float*, float*, int, int) writes
                     // n * width elements of keys and values (capacity * width long) and reads
                     // width elements of the zero rows.
-                    unsafe { launch.launch(per_element(memory_len * width)) }?;
+                    unsafe { launch.launch(self.k.per_element(memory_len * width)) }?;
                 }
                 memory.keys.push(keys);
                 memory.values.push(values);
@@ -456,7 +463,7 @@ impl Gpu<'_> {
         launch.arg(gain).arg(bias).arg(&self.eps).arg(&dm);
         // SAFETY: layer_norm(const float*, float*, const float*, const float*, float, int)
         // reads and writes `rows` rows of d_model inside hidden and normed.
-        unsafe { launch.launch(per_row(rows)) }?;
+        unsafe { launch.launch(self.k.per_row(rows)) }?;
         Ok(())
     }
 
@@ -515,7 +522,7 @@ impl Gpu<'_> {
             .arg(&wd);
         // SAFETY: add_position_biases(const float*, const float*, const float*, float*, float*,
         // int, int) touches `rows` rows inside each buffer.
-        unsafe { launch.launch(per_element(rows * width)) }?;
+        unsafe { launch.launch(self.k.per_element(rows * width)) }?;
         Ok(())
     }
 
@@ -542,7 +549,7 @@ impl Gpu<'_> {
             .arg(&at);
         // SAFETY: store_kv(const float*, int, int, int, float*, float*, int) reads qkv rows
         // r0..r0 + qlen (< rows) and writes memory rows mlen..klen (<= capacity).
-        unsafe { launch.launch(per_element(s.qlen * width)) }?;
+        unsafe { launch.launch(self.k.per_element(s.qlen * width)) }?;
         Ok(())
     }
 
@@ -619,7 +626,7 @@ impl Gpu<'_> {
         launch.arg(&scale);
         let grid = LaunchConfig {
             grid_dim: (s.qlen as u32, n_head as u32, 1),
-            block_dim: (BLOCK, 1, 1),
+            block_dim: (self.k.block, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: attention_probs(const float*, const float*, float*, int x 7, float) reads
@@ -783,7 +790,7 @@ impl Gpu<'_> {
             .arg(&nt);
         // SAFETY: gather_targets(const float*, const int*, float*, int, int) reads n rows of
         // logits at target columns below n_token and writes n outputs.
-        unsafe { launch.launch(per_element(n)) }?;
+        unsafe { launch.launch(k.per_element(n)) }?;
         let target_logp = stream.clone_dtoh(&b.target_logp.slice(..n))?;
         // Bring back only the full rows asked for.
         let mut full = Vec::new();

@@ -4,7 +4,7 @@
 use cudarc::driver::PushKernelArg;
 
 use super::engine::{Buffers, Gpu};
-use super::ops::{add_bias, add_bias_view, gemm, per_row, SINGLE};
+use super::ops::{add_bias, add_bias_view, gemm, SINGLE};
 use crate::cpu::matmul::Rhs;
 use crate::error::Error;
 
@@ -61,7 +61,7 @@ pub(super) fn embed(g: &Gpu<'_>, b: &mut Buffers, tokens: &[u32]) -> Result<(), 
             // SAFETY: gather_rows(const float*, const int*, float*, const int*, int, int, float)
             // reads table rows below the table's token count (ids were checked against n_token)
             // and writes rows 0..n of gathered (max_rows * d_embed long).
-            unsafe { launch.launch(per_row(n)) }?;
+            unsafe { launch.launch(k.per_row(n)) }?;
             // projected (n, d_model) = gathered @ emb_projs[table]^T, emb_projs (d_model, width)
             gemm(
                 blas,
@@ -83,7 +83,7 @@ pub(super) fn embed(g: &Gpu<'_>, b: &mut Buffers, tokens: &[u32]) -> Result<(), 
                 .arg(&dst_rows);
             launch.arg(&ni).arg(&dm).arg(&scale);
             // SAFETY: as above; destination rows are below the step's row count.
-            unsafe { launch.launch(per_row(n)) }?;
+            unsafe { launch.launch(k.per_row(n)) }?;
         } else {
             let mut launch = stream.launch_builder(&k.gather_rows);
             let dm = d_model as i32;
@@ -94,7 +94,7 @@ pub(super) fn embed(g: &Gpu<'_>, b: &mut Buffers, tokens: &[u32]) -> Result<(), 
                 .arg(&dst_rows);
             launch.arg(&ni).arg(&dm).arg(&scale);
             // SAFETY: as above, with the table's width equal to d_model.
-            unsafe { launch.launch(per_row(n)) }?;
+            unsafe { launch.launch(k.per_row(n)) }?;
         }
     }
     Ok(())
@@ -194,6 +194,6 @@ pub(super) fn log_probs(g: &Gpu<'_>, b: &mut Buffers, first: usize, n: usize) ->
         .arg(&nt);
     // SAFETY: adaptive_log_softmax(float*, const float*, const int*, int, int) works on n rows
     // of n_token logits and n_clusters tail logits, inside the buffers' chunk rows.
-    unsafe { launch.launch(per_row(n)) }?;
+    unsafe { launch.launch(k.per_row(n)) }?;
     Ok(())
 }
