@@ -3,7 +3,8 @@
 /// Errors of the reference implementation.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The CUDA backend cannot run here: no driver library, no device, or no cuBLAS.
+    /// The CUDA backend cannot run here: no driver library, a driver older than CUDA 13, no
+    /// device, or no cuBLAS.
     #[error("no GPU: {0}")]
     NoGpu(String),
     /// NVRTC (`libnvrtc.so`) cannot be loaded, so the CUDA kernels cannot be compiled.

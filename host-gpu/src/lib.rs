@@ -23,10 +23,11 @@
 //!
 //! ## CUDA without CUDA
 //! The CUDA libraries are loaded at run time, so the crate builds and its CPU backends run on
-//! machines with no CUDA at all. [`cuda_available`] checks for the driver, a device and cuBLAS
-//! before anything touches them and reports their absence as [`Error::NoGpu`]. The kernels
-//! (`src/cuda/kernels.cu`) are compiled by NVRTC at run time; [`compile_kernels`] needs only
-//! `libnvrtc`, not a GPU, so CI compiles them on machines without one.
+//! machines with no CUDA at all. [`cuda_available`] checks for the driver (one for CUDA 13 or
+//! newer), a device and cuBLAS before anything touches them and reports their absence as
+//! [`Error::NoGpu`]. The kernels (`src/cuda/kernels.cu`) are compiled by NVRTC at run time;
+//! [`compile_kernels`] needs only `libnvrtc`, not a GPU, so CI compiles them on machines
+//! without one.
 //!
 //! ## Example
 //! ```
@@ -70,8 +71,12 @@ mod reference;
 mod weights;
 
 #[cfg(feature = "reference")]
+#[doc(hidden)]
+pub use cuda::CudaLimits;
+#[cfg(feature = "reference")]
 pub use cuda::{
     compile_kernels, cuda_available, nvrtc_available, CompiledKernels, GpuInfo, KERNEL_NAMES, KERNEL_SOURCE,
+    MIN_DRIVER_VERSION,
 };
 pub use error::Error;
 #[cfg(feature = "reference")]

@@ -3,7 +3,7 @@
 use txl_core::{Config, Model, SessionOptions};
 
 use crate::cpu::CpuEngine;
-use crate::cuda::CudaEngine;
+use crate::cuda::{CudaEngine, CudaLimits};
 use crate::engine::{Segment, Settings, StepOutput, Wanted};
 use crate::error::Error;
 use crate::weights::HostWeights;
@@ -80,12 +80,29 @@ impl Reference {
         let engine = match backend {
             Backend::Cpu64 => Engine::Cpu64(CpuEngine::new(HostWeights::new(model))),
             Backend::Cpu32 => Engine::Cpu32(CpuEngine::new(HostWeights::new(model))),
-            Backend::Cuda => Engine::Cuda(Box::new(CudaEngine::new(HostWeights::new(model))?)),
+            Backend::Cuda => Engine::Cuda(Box::new(CudaEngine::new(
+                HostWeights::new(model),
+                CudaLimits::default(),
+            )?)),
         };
         Ok(Reference {
             config: *model.config(),
             backend,
             engine,
+        })
+    }
+
+    /// Test-only: [`Backend::Cuda`] with smaller launch and output-chunk sizes than
+    /// [`Reference::new`] uses (which are [`CudaLimits::default`]). `Error::BadOptions` when the
+    /// kernels do not support `limits` (checked before looking for a GPU), then the errors of
+    /// [`Reference::new`].
+    #[doc(hidden)]
+    pub fn with_cuda_limits(model: &Model<'_>, limits: CudaLimits) -> Result<Self, Error> {
+        let engine = CudaEngine::new(HostWeights::new(model), limits)?;
+        Ok(Reference {
+            config: *model.config(),
+            backend: Backend::Cuda,
+            engine: Engine::Cuda(Box::new(engine)),
         })
     }
 

@@ -2,25 +2,34 @@
 //! cuBLAS GEMM (per stream, the attention's three products batched over heads), everything
 //! else a kernel from `kernels.cu`. The weights, the streams' memories and the activations
 //! stay on the device; only token ids go up and only the asked-for log-probabilities come down.
+//!
+//! Read [`CudaEngine::step`] top to bottom, as the CPU backend's: [`embed`], then per layer
+//! [`Gpu::attention_sublayer`] (`[q k v] = LN?(h) W_qkv^T`, the keys and values stored in the
+//! stream's memory, the content and position scores, the masked softmax, `P V`, then
+//! `h = LN?(h + attn W_o^T)`) and [`Gpu::feed_forward_sublayer`], then
+//! [`Run::keep_last_positions`] and [`Gpu::output`] (the adaptive log-softmax, [`log_probs`],
+//! in chunks of rows).
 
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::ops::{add_bias, gemm, per_element, per_row, residual, Batch, BLOCK, SINGLE};
+use super::ops::{add_bias, gemm, residual, Batch, SINGLE};
 use super::vocab::{embed, log_probs};
-use super::{compile_kernels, cuda_available, KERNEL_NAMES};
+use super::{compile_kernels, cuda_available, CudaLimits, KERNEL_NAMES};
 use crate::cpu::matmul::Rhs;
 use crate::engine::{Segment, Settings, StepOutput, Wanted};
 use crate::error::Error;
 use crate::weights::{position_embeddings, HostWeights};
 
-/// Log-probabilities computed at once: bounds the logits buffer to 1 GiB.
-const OUTPUT_ELEMENTS: usize = 1 << 28;
+/// Log-probabilities computed at once by default: bounds the logits buffer to 1 GiB.
+pub(super) const OUTPUT_ELEMENTS: usize = 1 << 28;
 
-/// The compiled kernels.
+/// The compiled kernels, and the block width they are launched with.
 pub(super) struct Kernels {
+    /// Threads per block ([`CudaLimits::block`]).
+    pub(super) block: u32,
     pub(super) gather_rows: CudaFunction,
     pub(super) add_position_biases: CudaFunction,
     pub(super) store_kv: CudaFunction,
@@ -115,6 +124,8 @@ pub(crate) struct CudaEngine {
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     k: Kernels,
+    /// Largest output chunk, in log-probabilities ([`CudaLimits::output_elements`]).
+    output_elements: usize,
     config: txl_core::Config,
     eps: f32,
     w: DeviceWeights,
@@ -145,11 +156,13 @@ fn arch_of(capability: (i32, i32)) -> Option<&'static str> {
 }
 
 impl CudaEngine {
-    /// Checks for a GPU, compiles the kernels and uploads the weights.
-    pub fn new(w: HostWeights<f32>) -> Result<Self, Error> {
+    /// Checks `limits` and for a GPU, compiles the kernels and uploads the weights.
+    pub fn new(w: HostWeights<f32>, limits: CudaLimits) -> Result<Self, Error> {
+        limits.check()?;
         cuda_available()?;
         // cudarc panics where a library lacks a symbol it expects; report that as an error too.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Self::create(w))).unwrap_or_else(|panic| {
+        let create = std::panic::AssertUnwindSafe(|| Self::create(w, limits));
+        std::panic::catch_unwind(create).unwrap_or_else(|panic| {
             let why = panic
                 .downcast_ref::<String>()
                 .cloned()
@@ -159,7 +172,7 @@ impl CudaEngine {
         })
     }
 
-    fn create(w: HostWeights<f32>) -> Result<Self, Error> {
+    fn create(w: HostWeights<f32>, limits: CudaLimits) -> Result<Self, Error> {
         let ctx = CudaContext::new(0)?;
         let stream = ctx.default_stream();
         let blas = CudaBlas::new(stream.clone())?;
@@ -177,6 +190,7 @@ impl CudaEngine {
         let f = |name: &str| module.load_function(name);
         debug_assert_eq!(KERNEL_NAMES.len(), 10);
         let k = Kernels {
+            block: limits.block,
             gather_rows: f("gather_rows")?,
             add_position_biases: f("add_position_biases")?,
             store_kv: f("store_kv")?,
@@ -241,6 +255,7 @@ impl CudaEngine {
             stream,
             blas,
             k,
+            output_elements: limits.output_elements,
             w: weights,
             run: None,
         })
@@ -265,7 +280,7 @@ impl CudaEngine {
         let capacity = settings.mem_len + settings.tgt_len;
         let max_rows = n_streams.max(1) * settings.tgt_len;
         let n_token = c.n_token as usize;
-        let chunk = (OUTPUT_ELEMENTS / n_token).clamp(1, max_rows);
+        let chunk = (self.output_elements / n_token).clamp(1, max_rows);
         let d_embed = c.d_embed as usize;
 
         // R (distances, W) = pos_emb (distances, d_model) @ W_r^T, per layer.
@@ -310,7 +325,7 @@ impl CudaEngine {
                     // SAFETY: fill_kv(const float*, const float*, float*, float*, int, int) writes
                     // n * width elements of keys and values (capacity * width long) and reads
                     // width elements of the zero rows.
-                    unsafe { launch.launch(per_element(memory_len * width)) }?;
+                    unsafe { launch.launch(self.k.per_element(memory_len * width)) }?;
                 }
                 memory.keys.push(keys);
                 memory.values.push(values);
@@ -354,304 +369,476 @@ impl CudaEngine {
         Ok(())
     }
 
-    /// Runs one segment of each stream in `segments` and collects what `wanted` asks for.
+    /// Runs one segment of each stream in `segments` and collects what `wanted` asks for:
+    /// embed, then per layer the attention and feed-forward sub-layers, then keep the last
+    /// `mem_len` positions of each stream and compute the output log-probabilities.
     pub fn step(&mut self, segments: &[Segment<'_>], wanted: &Wanted<'_>) -> Result<StepOutput, Error> {
-        let (stream, blas, k, w) = (&self.stream, &self.blas, &self.k, &self.w);
-        let (c, eps) = (self.config, self.eps);
+        let gpu = Gpu {
+            stream: &self.stream,
+            blas: &self.blas,
+            k: &self.k,
+            w: &self.w,
+            c: self.config,
+            eps: self.eps,
+        };
         let run = self
             .run
             .as_mut()
             .ok_or(Error::BadOptions("no run started".into()))?;
-        let (d_model, d_inner) = (c.d_model as usize, c.d_inner as usize);
-        let (n_head, d_head) = (c.n_head as usize, c.d_head as usize);
-        let width = n_head * d_head;
-        let (dm, di, wd) = (d_model as i32, d_inner as i32, width as i32);
         let rows: usize = segments.iter().map(|s| s.tokens.len()).sum();
         if rows > run.max_rows || segments.iter().any(|s| s.tokens.len() > run.settings.tgt_len) {
             return Err(Error::BadOptions(
                 "a step larger than the run was set up for".into(),
             ));
         }
-        let settings = run.settings;
-        let b = &mut run.b;
-        let not_pre = (!c.pre_lnorm) as i32;
 
         // hidden (rows, d_model) = embeddings * sqrt(d_model)
         let tokens: Vec<u32> = segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
-        embed(stream, blas, k, w, &c, b, &tokens)?;
+        embed(&gpu, &mut run.b, &tokens)?;
 
-        for (l, lw) in w.layers.iter().enumerate() {
-            // [q k v] (rows, 3W) = LN?(h) @ W_qkv^T
-            if c.pre_lnorm {
-                let mut launch = stream.launch_builder(&k.layer_norm);
-                launch.arg(&b.hidden).arg(&mut b.normed);
-                launch
-                    .arg(&lw.attn_norm_weight)
-                    .arg(&lw.attn_norm_bias)
-                    .arg(&eps)
-                    .arg(&dm);
-                // SAFETY: layer_norm(const float*, float*, const float*, const float*, float, int)
-                // reads and writes `rows` rows of d_model inside hidden and normed.
-                unsafe { launch.launch(per_row(rows)) }?;
-            }
-            let x = if c.pre_lnorm { &b.normed } else { &b.hidden };
-            gemm(
-                blas,
-                (rows, 3 * width, d_model),
-                &x.slice(..),
-                d_model,
-                &lw.qkv.slice(..),
-                Rhs::Transposed { ld: d_model },
-                &mut b.qkv.slice_mut(..),
-                3 * width,
-                SINGLE,
-            )?;
-            let mut launch = stream.launch_builder(&k.add_position_biases);
-            launch.arg(&b.qkv).arg(&lw.r_w_bias).arg(&lw.r_r_bias);
-            let rows_i = rows as i32;
-            launch
-                .arg(&mut b.content_q)
-                .arg(&mut b.position_q)
-                .arg(&rows_i)
-                .arg(&wd);
-            // SAFETY: add_position_biases(const float*, const float*, const float*, float*, float*,
-            // int, int) touches `rows` rows inside each buffer.
-            unsafe { launch.launch(per_element(rows * width)) }?;
-
-            // Each stream attends over its memory plus its segment.
-            let mut r0 = 0;
-            for segment in segments {
-                let memory = &mut run.streams[segment.stream];
-                let (qlen, mlen) = (segment.tokens.len(), memory.len);
-                let klen = mlen + qlen;
-                let distances = klen.min(settings.max_distance + 1);
-                let (keys, values) = (&mut memory.keys[l], &mut memory.values[l]);
-                let mut launch = stream.launch_builder(&k.store_kv);
-                let (row0, n, at) = (r0 as i32, qlen as i32, mlen as i32);
-                launch
-                    .arg(&b.qkv)
-                    .arg(&row0)
-                    .arg(&n)
-                    .arg(&wd)
-                    .arg(&mut *keys)
-                    .arg(&mut *values)
-                    .arg(&at);
-                // SAFETY: store_kv(const float*, int, int, int, float*, float*, int) reads qkv rows
-                // r0..r0 + qlen (< rows) and writes memory rows mlen..klen (<= capacity).
-                unsafe { launch.launch(per_element(qlen * width)) }?;
-
-                // AC_h (qlen, klen) = (Q + u)_h (qlen, d_head) @ K_h^T, for every head h.
-                gemm(
-                    blas,
-                    (qlen, klen, d_head),
-                    &b.content_q.slice(r0 * width..),
-                    width,
-                    &keys.slice(..),
-                    Rhs::Transposed { ld: width },
-                    &mut b.content.slice_mut(..),
-                    klen,
-                    Batch {
-                        count: n_head,
-                        stride_a: d_head,
-                        stride_b: d_head,
-                        stride_c: qlen * klen,
-                    },
-                )?;
-                // BD_h (qlen, distances) = (Q + v)_h (qlen, d_head) @ R_h^T
-                gemm(
-                    blas,
-                    (qlen, distances, d_head),
-                    &b.position_q.slice(r0 * width..),
-                    width,
-                    &run.position_keys[l].slice(..),
-                    Rhs::Transposed { ld: width },
-                    &mut b.position.slice_mut(..),
-                    distances,
-                    Batch {
-                        count: n_head,
-                        stride_a: d_head,
-                        stride_b: d_head,
-                        stride_c: qlen * distances,
-                    },
-                )?;
-                let mut launch = stream.launch_builder(&k.attention_probs);
-                let scale = (1.0 / (d_head as f64).sqrt()) as f32;
-                let ints = [
-                    qlen as i32,
-                    klen as i32,
-                    distances as i32,
-                    mlen as i32,
-                    settings.mem_len as i32,
-                    settings.same_length as i32,
-                    settings.max_distance as i32,
-                ];
-                launch.arg(&b.content).arg(&b.position).arg(&mut b.probs);
-                for v in &ints {
-                    launch.arg(v);
-                }
-                launch.arg(&scale);
-                let grid = LaunchConfig {
-                    grid_dim: (qlen as u32, n_head as u32, 1),
-                    block_dim: (BLOCK, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // SAFETY: attention_probs(const float*, const float*, float*, int x 7, float) reads
-                // (n_head, qlen, klen) and (n_head, qlen, distances) and writes (n_head, qlen,
-                // klen); the buffers hold n_head * tgt_len * capacity and n_head * tgt_len *
-                // (max_distance + 1) elements.
-                unsafe { launch.launch(grid) }?;
-                // out_h (qlen, d_head) = P_h (qlen, klen) @ V_h (klen, d_head), into attn's rows.
-                gemm(
-                    blas,
-                    (qlen, d_head, klen),
-                    &b.probs.slice(..),
-                    klen,
-                    &values.slice(..),
-                    Rhs::Plain { ld: width },
-                    &mut b.attn.slice_mut(r0 * width..),
-                    width,
-                    Batch {
-                        count: n_head,
-                        stride_a: qlen * klen,
-                        stride_b: d_head,
-                        stride_c: d_head,
-                    },
-                )?;
-                r0 += qlen;
-            }
-
-            // h = LN?(h + attn @ W_o^T)
-            gemm(
-                blas,
-                (rows, d_model, width),
-                &b.attn.slice(..),
-                width,
-                &lw.o_net.slice(..),
-                Rhs::Transposed { ld: width },
-                &mut b.delta.slice_mut(..),
-                d_model,
-                SINGLE,
-            )?;
-            residual(
-                stream,
-                k,
-                b,
-                (&lw.attn_norm_weight, &lw.attn_norm_bias),
-                eps,
-                dm,
-                not_pre,
-                rows,
-            )?;
-
-            // h = LN?(h + ReLU(LN?(h) @ W_1^T + b_1) @ W_2^T + b_2)
-            if c.pre_lnorm {
-                let mut launch = stream.launch_builder(&k.layer_norm);
-                launch.arg(&b.hidden).arg(&mut b.normed);
-                launch
-                    .arg(&lw.ff_norm_weight)
-                    .arg(&lw.ff_norm_bias)
-                    .arg(&eps)
-                    .arg(&dm);
-                // SAFETY: as for the attention's LayerNorm.
-                unsafe { launch.launch(per_row(rows)) }?;
-            }
-            let x = if c.pre_lnorm { &b.normed } else { &b.hidden };
-            gemm(
-                blas,
-                (rows, d_inner, d_model),
-                &x.slice(..),
-                d_model,
-                &lw.ff1_weight.slice(..),
-                Rhs::Transposed { ld: d_model },
-                &mut b.inner.slice_mut(..),
-                d_inner,
-                SINGLE,
-            )?;
-            add_bias(stream, k, &mut b.inner, di, &lw.ff1_bias, rows, d_inner, true)?;
-            gemm(
-                blas,
-                (rows, d_model, d_inner),
-                &b.inner.slice(..),
-                d_inner,
-                &lw.ff2_weight.slice(..),
-                Rhs::Transposed { ld: d_inner },
-                &mut b.delta.slice_mut(..),
-                d_model,
-                SINGLE,
-            )?;
-            add_bias(stream, k, &mut b.delta, dm, &lw.ff2_bias, rows, d_model, false)?;
-            residual(
-                stream,
-                k,
-                b,
-                (&lw.ff_norm_weight, &lw.ff_norm_bias),
-                eps,
-                dm,
-                not_pre,
-                rows,
-            )?;
+        for (l, lw) in gpu.w.layers.iter().enumerate() {
+            gpu.attention_sublayer(l, lw, run, segments, rows)?;
+            gpu.feed_forward_sublayer(lw, &mut run.b, rows)?;
         }
 
-        // Keep the last mem_len positions of each stream: copy them to the front of the spare
-        // buffer, then swap the two.
+        run.keep_last_positions(gpu.stream, segments, gpu.c.qkv_width() as usize)?;
+        gpu.output(&mut run.b, run.chunk, rows, wanted)
+    }
+}
+
+/// What every launch of a step needs: the stream, cuBLAS, the kernels, the weights, the
+/// hyper-parameters. Borrowed from the [`CudaEngine`] for one step, beside its [`Run`].
+#[derive(Clone, Copy)]
+pub(super) struct Gpu<'a> {
+    pub(super) stream: &'a Arc<CudaStream>,
+    pub(super) blas: &'a CudaBlas,
+    pub(super) k: &'a Kernels,
+    pub(super) w: &'a DeviceWeights,
+    pub(super) c: txl_core::Config,
+    pub(super) eps: f32,
+}
+
+/// Where one stream's segment sits in a step: its rows `r0..r0 + qlen` of the step's buffers,
+/// after `mlen` positions of memory; it attends over `klen = mlen + qlen` keys, with position
+/// keys for the `distances` nearest distances.
+#[derive(Clone, Copy, Debug)]
+struct SegmentShape {
+    r0: usize,
+    qlen: usize,
+    mlen: usize,
+    klen: usize,
+    distances: usize,
+}
+
+impl SegmentShape {
+    fn new(r0: usize, qlen: usize, mlen: usize, settings: &Settings) -> Self {
+        let klen = mlen + qlen;
+        SegmentShape {
+            r0,
+            qlen,
+            mlen,
+            klen,
+            distances: klen.min(settings.max_distance + 1),
+        }
+    }
+}
+
+impl Gpu<'_> {
+    /// `W`: the width of all heads' queries, keys or values together.
+    fn width(&self) -> usize {
+        self.c.qkv_width() as usize
+    }
+
+    /// `normed (rows, d_model) = LN(hidden)` with `(gain, bias)`: the pre-LN models' input
+    /// LayerNorm of a sub-layer.
+    fn layer_norm(
+        &self,
+        b: &mut Buffers,
+        (gain, bias): (&CudaSlice<f32>, &CudaSlice<f32>),
+        rows: usize,
+    ) -> Result<(), Error> {
+        let dm = self.c.d_model as i32;
+        let mut launch = self.stream.launch_builder(&self.k.layer_norm);
+        launch.arg(&b.hidden).arg(&mut b.normed);
+        launch.arg(gain).arg(bias).arg(&self.eps).arg(&dm);
+        // SAFETY: layer_norm(const float*, float*, const float*, const float*, float, int)
+        // reads and writes `rows` rows of d_model inside hidden and normed.
+        unsafe { launch.launch(self.k.per_row(rows)) }?;
+        Ok(())
+    }
+
+    /// The attention sub-layer of layer `l`: `h = LN?(h + Attn(LN?(h)) @ W_o^T)`, each stream
+    /// attending over its memory plus its segment (Dai et al., 2019, section 3.3).
+    fn attention_sublayer(
+        &self,
+        l: usize,
+        lw: &DeviceLayer,
+        run: &mut Run,
+        segments: &[Segment<'_>],
+        rows: usize,
+    ) -> Result<(), Error> {
+        let b = &mut run.b;
+        self.queries(lw, b, rows)?;
+        let mut r0 = 0;
         for segment in segments {
             let memory = &mut run.streams[segment.stream];
+            let s = SegmentShape::new(r0, segment.tokens.len(), memory.len, &run.settings);
+            let (keys, values) = (&mut memory.keys[l], &mut memory.values[l]);
+            self.store_kv(b, s, keys, values)?;
+            self.attention_scores(b, s, keys, &run.position_keys[l])?;
+            self.attention_probs(b, s, &run.settings)?;
+            self.attention_values(b, s, values)?;
+            r0 += s.qlen;
+        }
+        self.attention_output(lw, b, rows)
+    }
+
+    /// `[q k v] (rows, 3W) = LN?(h) @ W_qkv^T`, then `content_q = q + u` and
+    /// `position_q = q + v`, each `(rows, W)`.
+    fn queries(&self, lw: &DeviceLayer, b: &mut Buffers, rows: usize) -> Result<(), Error> {
+        let (d_model, width) = (self.c.d_model as usize, self.width());
+        if self.c.pre_lnorm {
+            self.layer_norm(b, (&lw.attn_norm_weight, &lw.attn_norm_bias), rows)?;
+        }
+        let x = if self.c.pre_lnorm { &b.normed } else { &b.hidden };
+        gemm(
+            self.blas,
+            (rows, 3 * width, d_model),
+            &x.slice(..),
+            d_model,
+            &lw.qkv.slice(..),
+            Rhs::Transposed { ld: d_model },
+            &mut b.qkv.slice_mut(..),
+            3 * width,
+            SINGLE,
+        )?;
+        let mut launch = self.stream.launch_builder(&self.k.add_position_biases);
+        launch.arg(&b.qkv).arg(&lw.r_w_bias).arg(&lw.r_r_bias);
+        let (rows_i, wd) = (rows as i32, width as i32);
+        launch
+            .arg(&mut b.content_q)
+            .arg(&mut b.position_q)
+            .arg(&rows_i)
+            .arg(&wd);
+        // SAFETY: add_position_biases(const float*, const float*, const float*, float*, float*,
+        // int, int) touches `rows` rows inside each buffer.
+        unsafe { launch.launch(self.k.per_element(rows * width)) }?;
+        Ok(())
+    }
+
+    /// Appends the segment's keys and values (qkv rows `r0..r0 + qlen`) to the stream's
+    /// memory, `(capacity, W)` each, at rows `mlen..klen`.
+    fn store_kv(
+        &self,
+        b: &Buffers,
+        s: SegmentShape,
+        keys: &mut CudaSlice<f32>,
+        values: &mut CudaSlice<f32>,
+    ) -> Result<(), Error> {
+        let width = self.width();
+        let wd = width as i32;
+        let mut launch = self.stream.launch_builder(&self.k.store_kv);
+        let (row0, n, at) = (s.r0 as i32, s.qlen as i32, s.mlen as i32);
+        launch
+            .arg(&b.qkv)
+            .arg(&row0)
+            .arg(&n)
+            .arg(&wd)
+            .arg(&mut *keys)
+            .arg(&mut *values)
+            .arg(&at);
+        // SAFETY: store_kv(const float*, int, int, int, float*, float*, int) reads qkv rows
+        // r0..r0 + qlen (< rows) and writes memory rows mlen..klen (<= capacity).
+        unsafe { launch.launch(self.k.per_element(s.qlen * width)) }?;
+        Ok(())
+    }
+
+    /// The two score products, batched over the heads `h`:
+    /// `content (n_head, qlen, klen)`: `AC_h = (Q + u)_h (qlen, d_head) @ K_h^T`, and
+    /// `position (n_head, qlen, distances)`: `BD_h = (Q + v)_h (qlen, d_head) @ R_h^T` with the
+    /// layer's position keys `R (max_distance + 1, W)`.
+    fn attention_scores(
+        &self,
+        b: &mut Buffers,
+        s: SegmentShape,
+        keys: &CudaSlice<f32>,
+        position_keys: &CudaSlice<f32>,
+    ) -> Result<(), Error> {
+        let (n_head, d_head) = (self.c.n_head as usize, self.c.d_head as usize);
+        let width = self.width();
+        let (r0, qlen, klen, distances) = (s.r0, s.qlen, s.klen, s.distances);
+        // AC_h (qlen, klen) = (Q + u)_h (qlen, d_head) @ K_h^T, for every head h.
+        gemm(
+            self.blas,
+            (qlen, klen, d_head),
+            &b.content_q.slice(r0 * width..),
+            width,
+            &keys.slice(..),
+            Rhs::Transposed { ld: width },
+            &mut b.content.slice_mut(..),
+            klen,
+            Batch {
+                count: n_head,
+                stride_a: d_head,
+                stride_b: d_head,
+                stride_c: qlen * klen,
+            },
+        )?;
+        // BD_h (qlen, distances) = (Q + v)_h (qlen, d_head) @ R_h^T
+        gemm(
+            self.blas,
+            (qlen, distances, d_head),
+            &b.position_q.slice(r0 * width..),
+            width,
+            &position_keys.slice(..),
+            Rhs::Transposed { ld: width },
+            &mut b.position.slice_mut(..),
+            distances,
+            Batch {
+                count: n_head,
+                stride_a: d_head,
+                stride_b: d_head,
+                stride_c: qlen * distances,
+            },
+        )?;
+        Ok(())
+    }
+
+    /// `probs (n_head, qlen, klen)`: the masked softmax of `(AC + BD shifted) / sqrt(d_head)`,
+    /// one block per (query, head).
+    fn attention_probs(&self, b: &mut Buffers, s: SegmentShape, settings: &Settings) -> Result<(), Error> {
+        let (n_head, d_head) = (self.c.n_head as usize, self.c.d_head as usize);
+        let mut launch = self.stream.launch_builder(&self.k.attention_probs);
+        let scale = (1.0 / (d_head as f64).sqrt()) as f32;
+        let ints = [
+            s.qlen as i32,
+            s.klen as i32,
+            s.distances as i32,
+            s.mlen as i32,
+            settings.mem_len as i32,
+            settings.same_length as i32,
+            settings.max_distance as i32,
+        ];
+        launch.arg(&b.content).arg(&b.position).arg(&mut b.probs);
+        for v in &ints {
+            launch.arg(v);
+        }
+        launch.arg(&scale);
+        let grid = LaunchConfig {
+            grid_dim: (s.qlen as u32, n_head as u32, 1),
+            block_dim: (self.k.block, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: attention_probs(const float*, const float*, float*, int x 7, float) reads
+        // (n_head, qlen, klen) and (n_head, qlen, distances) and writes (n_head, qlen, klen);
+        // the buffers hold n_head * tgt_len * capacity and n_head * tgt_len *
+        // (max_distance + 1) elements.
+        unsafe { launch.launch(grid) }?;
+        Ok(())
+    }
+
+    /// `attn` rows `r0..r0 + qlen`, `(qlen, W)`: per head `out_h (qlen, d_head) = P_h (qlen,
+    /// klen) @ V_h (klen, d_head)`, batched over the heads.
+    fn attention_values(
+        &self,
+        b: &mut Buffers,
+        s: SegmentShape,
+        values: &CudaSlice<f32>,
+    ) -> Result<(), Error> {
+        let (n_head, d_head) = (self.c.n_head as usize, self.c.d_head as usize);
+        let width = self.width();
+        let (r0, qlen, klen) = (s.r0, s.qlen, s.klen);
+        // out_h (qlen, d_head) = P_h (qlen, klen) @ V_h (klen, d_head), into attn's rows.
+        gemm(
+            self.blas,
+            (qlen, d_head, klen),
+            &b.probs.slice(..),
+            klen,
+            &values.slice(..),
+            Rhs::Plain { ld: width },
+            &mut b.attn.slice_mut(r0 * width..),
+            width,
+            Batch {
+                count: n_head,
+                stride_a: qlen * klen,
+                stride_b: d_head,
+                stride_c: d_head,
+            },
+        )?;
+        Ok(())
+    }
+
+    /// `h = LN?(h + attn @ W_o^T)`: `delta (rows, d_model) = attn (rows, W) @ W_o^T`, then the
+    /// residual (with the post-LN models' LayerNorm).
+    fn attention_output(&self, lw: &DeviceLayer, b: &mut Buffers, rows: usize) -> Result<(), Error> {
+        let (d_model, width) = (self.c.d_model as usize, self.width());
+        let not_pre = (!self.c.pre_lnorm) as i32;
+        gemm(
+            self.blas,
+            (rows, d_model, width),
+            &b.attn.slice(..),
+            width,
+            &lw.o_net.slice(..),
+            Rhs::Transposed { ld: width },
+            &mut b.delta.slice_mut(..),
+            d_model,
+            SINGLE,
+        )?;
+        residual(
+            self.stream,
+            self.k,
+            b,
+            (&lw.attn_norm_weight, &lw.attn_norm_bias),
+            self.eps,
+            d_model as i32,
+            not_pre,
+            rows,
+        )
+    }
+
+    /// The feed-forward sub-layer: `h = LN?(h + ReLU(LN?(h) @ W_1^T + b_1) @ W_2^T + b_2)`,
+    /// through `inner (rows, d_inner)` and `delta (rows, d_model)`.
+    fn feed_forward_sublayer(&self, lw: &DeviceLayer, b: &mut Buffers, rows: usize) -> Result<(), Error> {
+        let (d_model, d_inner) = (self.c.d_model as usize, self.c.d_inner as usize);
+        let (dm, di) = (d_model as i32, d_inner as i32);
+        let not_pre = (!self.c.pre_lnorm) as i32;
+        let (stream, k) = (self.stream, self.k);
+        if self.c.pre_lnorm {
+            self.layer_norm(b, (&lw.ff_norm_weight, &lw.ff_norm_bias), rows)?;
+        }
+        let x = if self.c.pre_lnorm { &b.normed } else { &b.hidden };
+        gemm(
+            self.blas,
+            (rows, d_inner, d_model),
+            &x.slice(..),
+            d_model,
+            &lw.ff1_weight.slice(..),
+            Rhs::Transposed { ld: d_model },
+            &mut b.inner.slice_mut(..),
+            d_inner,
+            SINGLE,
+        )?;
+        add_bias(stream, k, &mut b.inner, di, &lw.ff1_bias, rows, d_inner, true)?;
+        gemm(
+            self.blas,
+            (rows, d_model, d_inner),
+            &b.inner.slice(..),
+            d_inner,
+            &lw.ff2_weight.slice(..),
+            Rhs::Transposed { ld: d_inner },
+            &mut b.delta.slice_mut(..),
+            d_model,
+            SINGLE,
+        )?;
+        add_bias(stream, k, &mut b.delta, dm, &lw.ff2_bias, rows, d_model, false)?;
+        residual(
+            stream,
+            k,
+            b,
+            (&lw.ff_norm_weight, &lw.ff_norm_bias),
+            self.eps,
+            dm,
+            not_pre,
+            rows,
+        )
+    }
+
+    /// The output layer, `chunk` rows at a time: per row `ln p(target)` (NaN where the row has
+    /// none) and the full rows `wanted` asks for.
+    fn output(
+        &self,
+        b: &mut Buffers,
+        chunk: usize,
+        rows: usize,
+        wanted: &Wanted<'_>,
+    ) -> Result<StepOutput, Error> {
+        let mut out = StepOutput::default();
+        for first in (0..rows).step_by(chunk) {
+            let n = chunk.min(rows - first);
+            // logits (n, n_token) = log-probabilities of hidden rows first..first + n
+            log_probs(self, b, first, n)?;
+            self.collect_chunk(b, first, n, wanted, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Brings back what `wanted` asks of the chunk `logits (n, n_token)` (step rows
+    /// `first..first + n`): the targets' log-probabilities, gathered on the device, and the
+    /// full rows asked for.
+    fn collect_chunk(
+        &self,
+        b: &mut Buffers,
+        first: usize,
+        n: usize,
+        wanted: &Wanted<'_>,
+        out: &mut StepOutput,
+    ) -> Result<(), Error> {
+        let (stream, k) = (self.stream, self.k);
+        let n_token = self.c.n_token as usize;
+        let targets: Vec<i32> = wanted.targets[first..first + n]
+            .iter()
+            .map(|t| t.map_or(-1, |t| t as i32))
+            .collect();
+        stream.memcpy_htod(targets.as_slice(), &mut b.targets.slice_mut(..n))?;
+        let mut launch = stream.launch_builder(&k.gather_targets);
+        let (ni, nt) = (n as i32, n_token as i32);
+        launch
+            .arg(&b.logits)
+            .arg(&b.targets)
+            .arg(&mut b.target_logp)
+            .arg(&ni)
+            .arg(&nt);
+        // SAFETY: gather_targets(const float*, const int*, float*, int, int) reads n rows of
+        // logits at target columns below n_token and writes n outputs.
+        unsafe { launch.launch(k.per_element(n)) }?;
+        let target_logp = stream.clone_dtoh(&b.target_logp.slice(..n))?;
+        // Bring back only the full rows asked for.
+        let mut full = Vec::new();
+        let wanted_here: Vec<usize> = wanted
+            .full_rows
+            .iter()
+            .copied()
+            .filter(|r| (first..first + n).contains(r))
+            .collect();
+        for &r in &wanted_here {
+            let at = (r - first) * n_token;
+            full.extend(stream.clone_dtoh(&b.logits.slice(at..at + n_token))?);
+        }
+        for (i, lp) in target_logp.iter().enumerate() {
+            out.target_logp.push(match wanted.targets[first + i] {
+                Some(_) => *lp as f64,
+                None => f64::NAN,
+            });
+        }
+        out.full_rows.extend(full.iter().map(|&v| v as f64));
+        Ok(())
+    }
+}
+
+impl Run {
+    /// Keeps the last `mem_len` positions of each stream in `segments` (`(capacity, W)` keys
+    /// and values per layer, `width` = W): copies them to the front of the spare buffer, then
+    /// swaps the two.
+    fn keep_last_positions(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        segments: &[Segment<'_>],
+        width: usize,
+    ) -> Result<(), Error> {
+        for segment in segments {
+            let memory = &mut self.streams[segment.stream];
             let total = memory.len + segment.tokens.len();
-            let keep = total.min(settings.mem_len);
+            let keep = total.min(self.settings.mem_len);
             let dropped = total - keep;
             if dropped > 0 && keep > 0 {
                 for buffer in memory.keys.iter_mut().chain(memory.values.iter_mut()) {
                     let kept = buffer.slice(dropped * width..total * width);
-                    stream.memcpy_dtod(&kept, &mut run.spare.slice_mut(..keep * width))?;
-                    std::mem::swap(buffer, &mut run.spare);
+                    stream.memcpy_dtod(&kept, &mut self.spare.slice_mut(..keep * width))?;
+                    std::mem::swap(buffer, &mut self.spare);
                 }
             }
             memory.len = keep;
         }
-
-        // The output layer, a chunk of rows at a time.
-        let mut out = StepOutput::default();
-        let n_token = c.n_token as usize;
-        for first in (0..rows).step_by(run.chunk) {
-            let n = run.chunk.min(rows - first);
-            log_probs(stream, blas, k, w, &c, b, first, n)?;
-            let targets: Vec<i32> = wanted.targets[first..first + n]
-                .iter()
-                .map(|t| t.map_or(-1, |t| t as i32))
-                .collect();
-            stream.memcpy_htod(targets.as_slice(), &mut b.targets.slice_mut(..n))?;
-            let mut launch = stream.launch_builder(&k.gather_targets);
-            let (ni, nt) = (n as i32, n_token as i32);
-            launch
-                .arg(&b.logits)
-                .arg(&b.targets)
-                .arg(&mut b.target_logp)
-                .arg(&ni)
-                .arg(&nt);
-            // SAFETY: gather_targets(const float*, const int*, float*, int, int) reads n rows of
-            // logits at target columns below n_token and writes n outputs.
-            unsafe { launch.launch(per_element(n)) }?;
-            let target_logp = stream.clone_dtoh(&b.target_logp.slice(..n))?;
-            // Bring back only the full rows asked for.
-            let mut full = Vec::new();
-            let wanted_here: Vec<usize> = wanted
-                .full_rows
-                .iter()
-                .copied()
-                .filter(|r| (first..first + n).contains(r))
-                .collect();
-            for &r in &wanted_here {
-                let at = (r - first) * n_token;
-                full.extend(stream.clone_dtoh(&b.logits.slice(at..at + n_token))?);
-            }
-            for (i, lp) in target_logp.iter().enumerate() {
-                out.target_logp.push(match wanted.targets[first + i] {
-                    Some(_) => *lp as f64,
-                    None => f64::NAN,
-                });
-            }
-            out.full_rows.extend(full.iter().map(|&v| v as f64));
-        }
-        Ok(out)
+        Ok(())
     }
 }

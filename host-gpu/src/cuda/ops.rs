@@ -11,25 +11,29 @@ use super::engine::{Buffers, Kernels};
 use crate::cpu::matmul::Rhs;
 use crate::error::Error;
 
-/// Threads per block, as `BLOCK` in `kernels.cu`.
+/// Threads per block by default (`BLOCK` in `kernels.cu` says the same; the kernels themselves
+/// read `blockDim.x`, so [`super::CudaLimits`] may choose another power of two).
 pub(super) const BLOCK: u32 = 256;
 
-/// One block per row.
-pub(super) fn per_row(rows: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (rows as u32, 1, 1),
-        block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
+/// Launch shapes, with the engine's block width.
+impl Kernels {
+    /// One block per row.
+    pub(super) fn per_row(&self, rows: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (self.block, 1, 1),
+            shared_mem_bytes: 0,
+        }
     }
-}
 
-/// Enough blocks for `elements` in a grid-stride loop.
-pub(super) fn per_element(elements: usize) -> LaunchConfig {
-    let blocks = elements.div_ceil(BLOCK as usize).clamp(1, 1 << 16);
-    LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
+    /// Enough blocks for `elements` in a grid-stride loop.
+    pub(super) fn per_element(&self, elements: usize) -> LaunchConfig {
+        let blocks = elements.div_ceil(self.block as usize).clamp(1, 1 << 16);
+        LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (self.block, 1, 1),
+            shared_mem_bytes: 0,
+        }
     }
 }
 
@@ -140,7 +144,7 @@ pub(super) fn residual(
     launch.arg(&eps).arg(&d_model).arg(&normalize);
     // SAFETY: residual(float*, const float*, const float*, const float*, float, int, int) reads
     // and writes `rows` rows of d_model inside hidden and delta.
-    unsafe { launch.launch(per_row(rows)) }?;
+    unsafe { launch.launch(k.per_row(rows)) }?;
     Ok(())
 }
 
@@ -188,6 +192,6 @@ pub(super) fn add_bias_view(
     launch.arg(x).arg(&ld).arg(bias).arg(&r).arg(&w).arg(&relu);
     // SAFETY: add_bias(float*, int, const float*, int, int, int) touches the (rows, width) block
     // with row stride ld, which the assert keeps inside x, and width bias elements.
-    unsafe { launch.launch(per_element(rows * width)) }?;
+    unsafe { launch.launch(k.per_element(rows * width)) }?;
     Ok(())
 }

@@ -1,28 +1,25 @@
 //! The two ends of the forward pass on the GPU: the adaptive input embedding (tokens to
 //! hidden states) and the adaptive log-softmax (hidden states to log-probabilities).
 
-use std::sync::Arc;
+use cudarc::driver::PushKernelArg;
 
-use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaStream, PushKernelArg};
-
-use super::engine::{Buffers, DeviceWeights, Kernels};
-use super::ops::{add_bias, add_bias_view, gemm, per_row, SINGLE};
+use super::engine::{Buffers, Gpu};
+use super::ops::{add_bias, add_bias_view, gemm, SINGLE};
 use crate::cpu::matmul::Rhs;
 use crate::error::Error;
 
 /// Embeds the step's tokens into `hidden`: per embedding table, gather the tokens' rows,
 /// project them to d_model (when the model has projections) and scatter them, scaled by
 /// sqrt(d_model), to their rows.
-pub(super) fn embed(
-    stream: &Arc<CudaStream>,
-    blas: &CudaBlas,
-    k: &Kernels,
-    w: &DeviceWeights,
-    c: &txl_core::Config,
-    b: &mut Buffers,
-    tokens: &[u32],
-) -> Result<(), Error> {
+pub(super) fn embed(g: &Gpu<'_>, b: &mut Buffers, tokens: &[u32]) -> Result<(), Error> {
+    let Gpu {
+        stream,
+        blas,
+        k,
+        w,
+        c,
+        ..
+    } = *g;
     let d_model = c.d_model as usize;
     let scale = (d_model as f64).sqrt() as f32;
     // indices: per table, the rows in the table, then the rows in hidden.
@@ -64,7 +61,7 @@ pub(super) fn embed(
             // SAFETY: gather_rows(const float*, const int*, float*, const int*, int, int, float)
             // reads table rows below the table's token count (ids were checked against n_token)
             // and writes rows 0..n of gathered (max_rows * d_embed long).
-            unsafe { launch.launch(per_row(n)) }?;
+            unsafe { launch.launch(k.per_row(n)) }?;
             // projected (n, d_model) = gathered @ emb_projs[table]^T, emb_projs (d_model, width)
             gemm(
                 blas,
@@ -86,7 +83,7 @@ pub(super) fn embed(
                 .arg(&dst_rows);
             launch.arg(&ni).arg(&dm).arg(&scale);
             // SAFETY: as above; destination rows are below the step's row count.
-            unsafe { launch.launch(per_row(n)) }?;
+            unsafe { launch.launch(k.per_row(n)) }?;
         } else {
             let mut launch = stream.launch_builder(&k.gather_rows);
             let dm = d_model as i32;
@@ -97,24 +94,22 @@ pub(super) fn embed(
                 .arg(&dst_rows);
             launch.arg(&ni).arg(&dm).arg(&scale);
             // SAFETY: as above, with the table's width equal to d_model.
-            unsafe { launch.launch(per_row(n)) }?;
+            unsafe { launch.launch(k.per_row(n)) }?;
         }
     }
     Ok(())
 }
 
 /// `logits (n, n_token)` = log-probabilities of hidden rows `first..first + n`.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn log_probs(
-    stream: &Arc<CudaStream>,
-    blas: &CudaBlas,
-    k: &Kernels,
-    w: &DeviceWeights,
-    c: &txl_core::Config,
-    b: &mut Buffers,
-    first: usize,
-    n: usize,
-) -> Result<(), Error> {
+pub(super) fn log_probs(g: &Gpu<'_>, b: &mut Buffers, first: usize, n: usize) -> Result<(), Error> {
+    let Gpu {
+        stream,
+        blas,
+        k,
+        w,
+        c,
+        ..
+    } = *g;
     let d_model = c.d_model as usize;
     let n_token = c.n_token as usize;
     let n_clusters = c.n_clusters();
@@ -199,6 +194,6 @@ pub(super) fn log_probs(
         .arg(&nt);
     // SAFETY: adaptive_log_softmax(float*, const float*, const int*, int, int) works on n rows
     // of n_token logits and n_clusters tail logits, inside the buffers' chunk rows.
-    unsafe { launch.launch(per_row(n)) }?;
+    unsafe { launch.launch(k.per_row(n)) }?;
     Ok(())
 }
