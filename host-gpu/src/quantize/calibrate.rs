@@ -107,17 +107,9 @@ pub fn channel_ranges(
         // The embedding projections' inputs: the rows looked up.
         if config.has_emb_proj() {
             for &token in segment {
-                let cluster = config.cluster_of(token);
-                let table = config.emb_table_of_cluster(cluster);
-                let first = if config.div_val == 1 {
-                    0
-                } else {
-                    config.cluster_range(cluster).0
-                };
+                let (table, index) = config.embedding_row(token);
                 let width = config.emb_dim(table) as usize;
-                model
-                    .emb_layer(table)
-                    .row_to_f32((token - first) as usize, &mut row[..width]);
+                model.emb_layer(table).row_to_f32(index, &mut row[..width]);
                 widen(&mut ranges.emb_proj[table], &row[..width]);
             }
         }
