@@ -68,6 +68,8 @@ mod real;
 #[cfg(feature = "reference")]
 mod reference;
 #[cfg(feature = "reference")]
+mod statistics;
+#[cfg(feature = "reference")]
 mod weights;
 
 #[cfg(feature = "reference")]

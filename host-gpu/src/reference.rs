@@ -57,7 +57,7 @@ impl StreamScores {
 }
 
 #[derive(Debug)]
-enum Engine {
+pub(crate) enum Engine {
     Cpu64(CpuEngine<f64>),
     Cpu32(CpuEngine<f32>),
     Cuda(Box<CudaEngine>),
@@ -69,7 +69,7 @@ enum Engine {
 pub struct Reference {
     config: Config,
     backend: Backend,
-    engine: Engine,
+    pub(crate) engine: Engine,
 }
 
 impl Reference {

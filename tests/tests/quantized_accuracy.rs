@@ -178,7 +178,8 @@ fn pytorch_dynamic_int8_relative_delta() -> f64 {
 fn pytorch_variant(name: &str) -> serde_json::Value {
     let demo = fixtures_dir().join("demo");
     let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(demo.join("pytorch_quantization.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(demo.join("pytorch_quantization.json")).unwrap())
+            .unwrap();
     let weights = std::fs::read(demo.join("model.safetensors")).unwrap();
     assert_eq!(
         json["model_sha256"].as_str().unwrap(),
@@ -231,11 +232,16 @@ fn fp16_weights_lose_what_pytorchs_fp16_loses() {
     let f = fixture();
     let q = quantized(f, Target::F16);
     let ours = measure(f, &q.image, MemDtype::F32).relative_delta;
-    let theirs = pytorch_variant("fp16_weights")["relative_delta"].as_f64().unwrap();
+    let theirs = pytorch_variant("fp16_weights")["relative_delta"]
+        .as_f64()
+        .unwrap();
     println!("fp16 weights: txl {ours:.3e}, PyTorch {theirs:.3e}");
     // Measured: txl +4.79e-6, PyTorch +5e-6 (the JSON rounds to 1e-6, so up to 5e-7 of the
     // difference is rounding).
-    assert!((ours - theirs).abs() <= 1.5e-6, "txl {ours:.3e} vs PyTorch {theirs:.3e}");
+    assert!(
+        (ours - theirs).abs() <= 1.5e-6,
+        "txl {ours:.3e} vs PyTorch {theirs:.3e}"
+    );
 }
 
 #[test]
@@ -257,8 +263,14 @@ fn f32_weights_with_a_smaller_memory_lose_little() {
         "int8 memory: relative Δ {:.3e}",
         int8_memory.relative_delta
     );
-    assert!(f16_memory.mean_kl <= F16_MEMORY_MAX_MEAN_KL, "f16 memory: {f16_memory:?}");
-    assert!(int8_memory.mean_kl <= INT8_MEMORY_MAX_MEAN_KL, "int8 memory: {int8_memory:?}");
+    assert!(
+        f16_memory.mean_kl <= F16_MEMORY_MAX_MEAN_KL,
+        "f16 memory: {f16_memory:?}"
+    );
+    assert!(
+        int8_memory.mean_kl <= INT8_MEMORY_MAX_MEAN_KL,
+        "int8 memory: {int8_memory:?}"
+    );
     // A memory in another dtype must change something: an ignored option would pass the limits.
     assert!(f16_memory.max_abs_delta_logp > 0.0 && int8_memory.max_abs_delta_logp > 0.0);
 }
@@ -266,7 +278,10 @@ fn f32_weights_with_a_smaller_memory_lose_little() {
 /// Tokens sampled from `model` at temperature 1 (the model's own distribution), from `seed`.
 fn sampled_text(model: &Model<'_>, length: usize, seed: u64) -> Vec<u32> {
     let options = SessionOptions::from_config(model.config());
-    let sampling = txl_core::sampling::Sampling::Temperature { temperature: 1.0, seed };
+    let sampling = txl_core::sampling::Sampling::Temperature {
+        temperature: 1.0,
+        seed,
+    };
     txl_tools::generate::generate(model, options, &[1], length, sampling).unwrap()
 }
 
@@ -296,7 +311,13 @@ fn an_adaptive_div_val_2_model_quantizes_as_well() {
         println!("adaptive_div2, {mem_dtype:?} memory: {result:?}");
         result
     };
-    let f16 = quantize(&model, &QuantizeOptions::weights_only(Target::F16, options), None, |_| {}).unwrap();
+    let f16 = quantize(
+        &model,
+        &QuantizeOptions::weights_only(Target::F16, options),
+        None,
+        |_| {},
+    )
+    .unwrap();
     let int8_options = QuantizeOptions {
         smoothing: Smoothing::Auto,
         ..QuantizeOptions::weights_only(Target::Int8, options)
@@ -305,8 +326,14 @@ fn an_adaptive_div_val_2_model_quantizes_as_well() {
     let f16_result = measure(&f16.image, MemDtype::F16);
     let int8_result = measure(&int8.image, MemDtype::F32);
     let int8_memory_result = measure(&int8.image, MemDtype::Int8);
-    assert!(f16_result.relative_delta.abs() <= ADAPTIVE_F16_MAX_RELATIVE_DELTA, "{f16_result:?}");
-    assert!(int8_result.relative_delta.abs() <= ADAPTIVE_INT8_MAX_RELATIVE_DELTA, "{int8_result:?}");
+    assert!(
+        f16_result.relative_delta.abs() <= ADAPTIVE_F16_MAX_RELATIVE_DELTA,
+        "{f16_result:?}"
+    );
+    assert!(
+        int8_result.relative_delta.abs() <= ADAPTIVE_INT8_MAX_RELATIVE_DELTA,
+        "{int8_result:?}"
+    );
     assert!(
         int8_memory_result.relative_delta.abs() <= ADAPTIVE_INT8_INT8_MEMORY_MAX_RELATIVE_DELTA,
         "{int8_memory_result:?}"

@@ -5,7 +5,8 @@
 //! `[q k v] = x W_qkv^T`, the relative attention per stream ([`attention::attend`]),
 //! `h = LN?(h + attn W_o^T)`, `h = LN?(h + ReLU(LN?(h) W_1^T + b_1) W_2^T + b_2)`, then the
 //! output layer. Each stream keeps the keys and values of its last `mem_len` positions per
-//! layer, oldest first.
+//! layer, oldest first. [`CpuEngine::step_observed`] lets a [`ChannelStats`] see the input
+//! rows of every linear layer on the way, for the quantizer's calibration.
 
 pub(crate) mod attention;
 pub(crate) mod matmul;
@@ -14,6 +15,7 @@ pub(crate) mod output;
 use crate::engine::{collect_rows, Segment, Settings, StepOutput, Wanted};
 use crate::error::Error;
 use crate::real::Real;
+use crate::statistics::{ChannelStats, LayerInput};
 use crate::weights::{position_embeddings, HostWeights};
 use attention::Window;
 use matmul::linear;
@@ -123,9 +125,24 @@ impl<T: Real> CpuEngine<T> {
 
     /// Runs one segment of each stream in `segments` and collects what `wanted` asks for.
     pub fn step(&mut self, segments: &[Segment<'_>], wanted: &Wanted<'_>) -> Result<StepOutput, Error> {
+        self.step_observed(segments, wanted, None)
+    }
+
+    /// [`CpuEngine::step`], with `stats` (if any) seeing the tokens embedded, the input rows of
+    /// every layer's linear layers and the final hidden rows. When no row's output is wanted
+    /// the output layer is skipped.
+    pub fn step_observed(
+        &mut self,
+        segments: &[Segment<'_>],
+        wanted: &Wanted<'_>,
+        mut stats: Option<&mut ChannelStats>,
+    ) -> Result<StepOutput, Error> {
         let tokens: Vec<u32> = segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         // hidden (rows, d_model): the embedded tokens, scaled by sqrt(d_model)
         let mut hidden = self.embed(&tokens);
+        if let Some(stats) = stats.as_deref_mut() {
+            stats.embedded(&self.w, &tokens);
+        }
         let run = self
             .run
             .as_mut()
@@ -159,6 +176,9 @@ impl<T: Real> CpuEngine<T> {
             } else {
                 &hidden
             };
+            if let Some(stats) = stats.as_deref_mut() {
+                stats.linear_input(l, LayerInput::Qkv, x, d_model);
+            }
             linear(x, d_model, &lw.qkv, None, &mut qkv);
             for (r, row) in qkv.chunks_exact(3 * width).enumerate() {
                 let q = &row[..width];
@@ -206,6 +226,9 @@ impl<T: Real> CpuEngine<T> {
             }
 
             // h = LN?(h + attn @ W_o^T)
+            if let Some(stats) = stats.as_deref_mut() {
+                stats.linear_input(l, LayerInput::ONet, &attn, width);
+            }
             linear(&attn, width, &lw.o_net, None, &mut delta);
             residual(
                 &mut hidden,
@@ -221,14 +244,23 @@ impl<T: Real> CpuEngine<T> {
             } else {
                 &hidden
             };
+            if let Some(stats) = stats.as_deref_mut() {
+                stats.linear_input(l, LayerInput::Ff1, x, d_model);
+            }
             linear(x, d_model, &lw.ff1_weight, Some(&lw.ff1_bias), &mut inner);
             for v in inner.iter_mut() {
                 if *v < T::ZERO {
                     *v = T::ZERO;
                 }
             }
+            if let Some(stats) = stats.as_deref_mut() {
+                stats.linear_input(l, LayerInput::Ff2, &inner, d_inner);
+            }
             linear(&inner, d_inner, &lw.ff2_weight, Some(&lw.ff2_bias), &mut delta);
             residual(&mut hidden, &delta, (!pre_lnorm).then_some(ff_norm), &mut scratch);
+        }
+        if let Some(stats) = stats {
+            stats.final_hidden(w, &hidden);
         }
 
         // Keep the last mem_len positions of each stream.
@@ -240,6 +272,12 @@ impl<T: Real> CpuEngine<T> {
                 v.drain(..(total - keep) * width);
             }
             memory.len = keep;
+        }
+        if wanted.full_rows.is_empty() && wanted.targets.iter().all(Option::is_none) {
+            return Ok(StepOutput {
+                target_logp: vec![f64::NAN; rows],
+                full_rows: Vec::new(),
+            });
         }
 
         // The output layer, a chunk of rows at a time.
