@@ -2,7 +2,7 @@
 //! contract (`--out`, `--rows-out`, `--json`), and refuse bad input with a clear message.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use txl_tools::npy;
 
@@ -257,4 +257,290 @@ fn bench_reports_every_precision_against_f32() {
     // The int8 image is about a quarter of the f32 one.
     let f32_bytes = results[0]["image_bytes"].as_f64().unwrap();
     assert!(results[2]["image_bytes"].as_f64().unwrap() < 0.4 * f32_bytes);
+}
+
+/// The settings of case `case` of fixture model `model` in `manifest.json`, as `txl score`
+/// arguments, after checking the case scores the whole token file.
+fn case_args(model: &str, case: &str) -> Vec<String> {
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("manifest.json")).unwrap()).unwrap();
+    let entry = manifest["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == model)
+        .unwrap();
+    let settings = entry["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == case)
+        .unwrap();
+    let tokens = std::fs::read_to_string(fixture(model).join(entry["tokens"].as_str().unwrap())).unwrap();
+    assert_eq!(settings["n_tokens"], tokens.split_whitespace().count());
+    let mut args = Vec::new();
+    for (flag, key) in [
+        ("--tgt-len", "tgt_len"),
+        ("--mem-len", "mem_len"),
+        ("--clamp-len", "clamp_len"),
+        ("--same-length", "same_length"),
+        ("--mem-init", "mem_init"),
+    ] {
+        let value = &settings[key];
+        args.push(flag.to_string());
+        args.push(value.as_str().map_or_else(|| value.to_string(), str::to_string));
+    }
+    args
+}
+
+fn json(output: &Output) -> serde_json::Value {
+    assert!(output.status.success(), "{}", stderr(output));
+    serde_json::from_slice(&output.stdout).expect("one JSON object")
+}
+
+#[test]
+fn score_backend_chooses_the_forward_pass() {
+    let dir = scratch_dir("score-backend");
+    let (name, case) = ("div1_proj_prelnorm", "seg_zeros");
+    let image = convert_fixture(name, &dir);
+    let tokens = fixture(name).join("tokens.txt");
+    let reference = npy::read(&fixture(name).join(format!("{case}.logp.npy"))).unwrap();
+    let settings = case_args(name, case);
+
+    let mut digests = Vec::new();
+    for backend in ["core", "cpu", "cpu32"] {
+        let logp = dir.join(format!("{backend}.npy"));
+        let mut args = vec![
+            "score",
+            image.to_str().unwrap(),
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--backend",
+            backend,
+            "--out",
+            logp.to_str().unwrap(),
+            "--json",
+        ];
+        args.extend(settings.iter().map(String::as_str));
+        let summary = json(&txl(&args));
+        assert_eq!(summary["backend"], backend);
+        assert_eq!(summary["precision"], "f32");
+        assert_eq!(summary["position_keys"], "session");
+        let mem_dtype = if backend == "cpu" { "f64" } else { "f32" };
+        assert_eq!(summary["mem_dtype"], mem_dtype);
+
+        let ours = npy::read(&logp).unwrap();
+        let values: Vec<f32> = ours.data.iter().map(|&v| v as f32).collect();
+        let digest = format!("{:#010x}", txl_core::digest::Digest::of(&values));
+        assert_eq!(
+            summary["digest"], digest,
+            "{backend}: the digest is of the --out values"
+        );
+        digests.push(digest);
+
+        if backend == "cpu" {
+            // The f64 reference, rounded to f32 for the file.
+            assert_eq!(ours.shape, reference.shape);
+            let worst = reference
+                .data
+                .iter()
+                .zip(&ours.data)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max);
+            assert!(worst < 1e-6, "cpu differs from float64 Hugging Face by {worst}");
+        }
+    }
+    assert_ne!(digests[1], digests[0], "--backend cpu ran the core");
+    assert_ne!(digests[2], digests[0], "--backend cpu32 ran the core");
+    assert_ne!(digests[2], digests[1], "--backend cpu32 ran in f64");
+
+    // The core's memory options mean nothing to the reference.
+    for flag in [["--mem-dtype", "int8"], ["--position-keys", "segment"]] {
+        let mut args = vec![
+            "score",
+            image.to_str().unwrap(),
+            "--tokens",
+            tokens.to_str().unwrap(),
+            "--backend",
+            "cpu",
+        ];
+        args.extend(flag);
+        let out = txl(&args);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(stderr(&out).contains("core only"), "{}", stderr(&out));
+    }
+
+    // eval on one stream is the same float64 computation.
+    let mut args = vec![
+        "eval",
+        image.to_str().unwrap(),
+        "--text",
+        tokens.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--batch",
+        "1",
+        "--json",
+    ];
+    args.extend(settings.iter().map(String::as_str));
+    let summary = json(&txl(&args));
+    let nll = -reference.data.iter().sum::<f64>() / reference.data.len() as f64;
+    let got = summary["nll"].as_f64().unwrap();
+    assert!(
+        (got - nll).abs() < 1e-9,
+        "eval nll {got}, float64 reference {nll}"
+    );
+}
+
+#[test]
+fn a_session_too_large_is_an_error_not_an_abort() {
+    // The demo model: 4 layers of d_model 128, so mem_len 40M needs about 246 GB of arena.
+    let dir = scratch_dir("huge");
+    let image = convert_fixture("demo", &dir);
+    let tokens = dir.join("tokens.txt");
+    std::fs::write(&tokens, "72 101 108 108 111 44 32 119 111 114 108 100").unwrap();
+    let (image, tokens) = (image.to_str().unwrap(), tokens.to_str().unwrap());
+    for mem_len in ["40000000", "4000000000"] {
+        #[rustfmt::skip]
+        let commands: [&[&str]; 6] = [
+            &["score", image, "--tokens", tokens],
+            &["score", image, "--tokens", tokens, "--backend", "cpu"],
+            &["eval", image, "--text", tokens, "--backend", "cpu", "--batch", "2"],
+            &["compare", image, image, "--tokens", tokens],
+            &["generate", image, "--prompt-tokens", "1 2 3", "--length", "4"],
+            &["bench", image, "--tokens", "8"],
+        ];
+        for command in commands {
+            let mut args = command.to_vec();
+            args.extend(["--mem-len", mem_len]);
+            let out = txl(&args);
+            let text = stderr(&out);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {text}");
+            assert!(text.starts_with("error: "), "{args:?}: {text}");
+            assert!(!text.contains("panicked"), "{args:?}: {text}");
+            assert!(
+                text.contains("bytes") || text.contains("overflow"),
+                "{args:?}: {text}"
+            );
+            assert!(text.contains(&format!("mem_len {mem_len}")), "{args:?}: {text}");
+        }
+    }
+}
+
+/// Runs `txl args` with stdout a pipe that has no reader left, so that every write fails with
+/// `BrokenPipe`. The reader was `txl --version`'s stdin, which it never reads before it exits.
+fn txl_into_closed_pipe(args: &[&str]) -> Output {
+    let mut reader = Command::new(env!("CARGO_BIN_EXE_txl"))
+        .arg("--version")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("txl runs");
+    let writer = reader.stdin.take().unwrap();
+    assert!(reader.wait().unwrap().success());
+    Command::new(env!("CARGO_BIN_EXE_txl"))
+        .args(args)
+        .stdout(Stdio::from(writer))
+        .output()
+        .expect("txl runs")
+}
+
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let dir = scratch_dir("pipe");
+    let image = convert_fixture("adaptive_div2", &dir);
+    let tokens = fixture("adaptive_div2").join("tokens.txt");
+    let image = image.to_str().unwrap();
+    for args in [
+        vec!["inspect", image],
+        vec!["score", image, "--tokens", tokens.to_str().unwrap(), "--json"],
+    ] {
+        let out = txl_into_closed_pipe(&args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(out.stderr.is_empty(), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// `line` split into words as a shell would, for the double quotes the examples use.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quoted = false;
+    for c in line.chars() {
+        if c == '"' {
+            quoted = !quoted;
+            word.get_or_insert_with(String::new);
+        } else if c.is_whitespace() && !quoted {
+            words.extend(word.take());
+        } else {
+            word.get_or_insert_with(String::new).push(c);
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// The examples of `txl --help`, of every subcommand's `--help` and of the README's section on
+/// the command all name subcommands and flags that exist, with values they accept.
+#[test]
+fn every_example_in_the_help_and_the_readme_parses() {
+    use clap::Parser;
+    use txl_tools::cli::Cli;
+
+    let help = |args: &[&str]| String::from_utf8(txl(args).stdout).unwrap();
+    let examples_in = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("  txl "))
+            .map(str::to_string)
+            .collect()
+    };
+    let top = help(&["--help"]);
+    let mut examples = examples_in(&top);
+    // The "Commands:" list: "  score     Score a token sequence: ...", up to a blank line.
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|&name| name != "help")
+        .collect();
+    assert_eq!(commands.len(), 9, "{top}");
+    for name in commands {
+        let sub = examples_in(&help(&[name, "--help"]));
+        assert!(!sub.is_empty(), "`txl {name} --help` has no examples");
+        examples.extend(sub);
+    }
+
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let section = readme
+        .split("## The `txl` command")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap();
+    let before = examples.len();
+    let mut in_sh = false;
+    for line in section.lines() {
+        match line.trim() {
+            "```sh" => in_sh = true,
+            "```" => in_sh = false,
+            command if in_sh => {
+                let command = command.split(" #").next().unwrap();
+                examples.push(command.strip_prefix("txl ").expect("a txl command").to_string());
+            }
+            _ => {}
+        }
+    }
+
+    assert!(
+        examples.len() >= before + 8,
+        "the README's examples were not found"
+    );
+
+    for example in &examples {
+        let words = std::iter::once("txl".to_string()).chain(shell_words(example));
+        if let Err(e) = Cli::try_parse_from(words) {
+            panic!("`txl {example}` does not parse:\n{e}");
+        }
+    }
 }

@@ -163,7 +163,7 @@ pub fn parse_hf_config(json: &str) -> Result<Config> {
     };
     config
         .validate()
-        .map_err(|e| anyhow!("config.json describes a model that cannot be converted: {e}"))?;
+        .context("config.json describes a model that cannot be converted")?;
     Ok(config)
 }
 

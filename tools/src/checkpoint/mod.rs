@@ -54,7 +54,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use txl_core::image::{write_image, Payload};
 use txl_core::tensors::TensorName;
 use txl_core::Config;
@@ -105,7 +105,7 @@ impl Checkpoint {
             .iter()
             .map(|(name, data)| (*name, Payload::F32(data)))
             .collect();
-        write_image(&self.config, &payloads).map_err(|e| anyhow!("cannot build the model image: {e}"))
+        write_image(&self.config, &payloads).context("cannot build the model image")
     }
 
     /// The elements of tensor `name`, if the checkpoint stores it.

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 /// Element type of a stored tensor, as far as the converter cares.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,7 +90,7 @@ pub(crate) trait TensorSource {
             );
         }
         to_f32(&meta.dtype, &bytes, order)
-            .map_err(|e| anyhow::anyhow!("tensor `{key}` in {}: {e}", self.path().display()))
+            .with_context(|| format!("tensor `{key}` in {}", self.path().display()))
     }
 }
 

@@ -1,0 +1,317 @@
+//! The argument groups several subcommands share: session options, where the tokens come from,
+//! which forward pass runs, and the quantizer's settings.
+//!
+//! The session's option words (`empty|zeros`, `f32|f16|int8`, `session|segment`) are the
+//! core's: clap offers [`MemInit::WORDS`] and the others, and parses through their `FromStr`,
+//! so each word is spelt in one place.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use anyhow::{bail, Result};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::ValueEnum;
+use txl_core::{MemDtype, MemInit, Model, PositionKeys, SessionOptions, UnknownWord};
+use txl_host_gpu::quantize::Smoothing;
+use txl_host_gpu::Backend;
+
+use crate::tokens;
+
+/// A session option the core names with words; the help says what each value does.
+trait OptionWord: Copy + FromStr<Err = UnknownWord> + Send + Sync + 'static {
+    /// Every value, in the order of the core's `WORDS`.
+    const ALL: &'static [Self];
+    /// The value's word.
+    fn word(self) -> &'static str;
+    /// One line of help.
+    fn help(self) -> &'static str;
+}
+
+impl OptionWord for MemInit {
+    const ALL: &'static [Self] = MemInit::ALL;
+    fn word(self) -> &'static str {
+        MemInit::word(self)
+    }
+    fn help(self) -> &'static str {
+        match self {
+            MemInit::Empty => "No memory at the start (the original PyTorch code)",
+            MemInit::Zeros => "mem_len all-zero hidden states (Hugging Face, the original TensorFlow code)",
+        }
+    }
+}
+
+impl OptionWord for MemDtype {
+    const ALL: &'static [Self] = MemDtype::ALL;
+    fn word(self) -> &'static str {
+        MemDtype::word(self)
+    }
+    fn help(self) -> &'static str {
+        match self {
+            MemDtype::F32 => "f32 (exact)",
+            MemDtype::F16 => "f16",
+            MemDtype::Int8 => "int8 with one scale per position and head",
+        }
+    }
+}
+
+impl OptionWord for PositionKeys {
+    const ALL: &'static [Self] = PositionKeys::ALL;
+    fn word(self) -> &'static str {
+        PositionKeys::word(self)
+    }
+    fn help(self) -> &'static str {
+        match self {
+            PositionKeys::PerSession => "One table per layer, computed once (fastest)",
+            PositionKeys::PerSegment => {
+                "One table, recomputed for each layer of each segment (two tables of RAM instead of n_layer)"
+            }
+        }
+    }
+}
+
+/// Parses one of `T`'s words with the core's `FromStr`; `--help` lists the words with their help.
+fn words<T: OptionWord>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(
+        T::ALL
+            .iter()
+            .map(|&value| PossibleValue::new(value.word()).help(value.help())),
+    )
+    .try_map(|word| word.parse::<T>())
+}
+
+/// Session settings; each defaults to the model's config.
+#[derive(clap::Args, Debug)]
+pub struct SessionArgs {
+    /// Segment length [default: the model's tgt_len].
+    #[arg(long)]
+    pub tgt_len: Option<u32>,
+    /// Remembered positions [default: the model's mem_len].
+    #[arg(long)]
+    pub mem_len: Option<u32>,
+    /// Largest relative distance, 0 for none [default: the model's clamp_len].
+    #[arg(long)]
+    pub clamp_len: Option<u32>,
+    /// Every query sees the same number of keys [default: the model's same_length].
+    #[arg(long, value_name = "true|false")]
+    pub same_length: Option<bool>,
+    /// How the memory starts.
+    #[arg(long, value_parser = words::<MemInit>(), default_value_t = MemInit::Empty)]
+    pub mem_init: MemInit,
+    /// How the cached keys and values are stored (the core only).
+    #[arg(long, value_parser = words::<MemDtype>(), default_value_t = MemDtype::F32)]
+    pub mem_dtype: MemDtype,
+    /// Keep the position keys for the session, or recompute them per segment (less RAM, same
+    /// bits; the core only).
+    #[arg(long, value_parser = words::<PositionKeys>(), default_value_t = PositionKeys::PerSession)]
+    pub position_keys: PositionKeys,
+}
+
+impl SessionArgs {
+    /// The options for `model`: its config's, with what was given on the command line.
+    pub fn options(&self, model: &Model<'_>) -> SessionOptions {
+        let config = SessionOptions::from_config(model.config());
+        SessionOptions {
+            tgt_len: self.tgt_len.unwrap_or(config.tgt_len),
+            mem_len: self.mem_len.unwrap_or(config.mem_len),
+            clamp_len: self.clamp_len.unwrap_or(config.clamp_len),
+            same_length: self.same_length.unwrap_or(config.same_length),
+            mem_init: self.mem_init,
+            mem_dtype: self.mem_dtype,
+            position_keys: self.position_keys,
+        }
+    }
+
+    /// Refuses the options only the core has (`--mem-dtype`, `--position-keys`) when `engine`
+    /// is the reference, which keeps its memory in its own precision and its keys per session.
+    pub fn check_engine(&self, engine: Engine) -> Result<()> {
+        if engine == Engine::Core {
+            return Ok(());
+        }
+        if self.mem_dtype != MemDtype::F32 {
+            bail!(
+                "--mem-dtype {} applies to the core only, not to --backend {}",
+                self.mem_dtype,
+                engine.word()
+            );
+        }
+        if self.position_keys != PositionKeys::PerSession {
+            bail!(
+                "--position-keys {} applies to the core only, not to --backend {}",
+                self.position_keys,
+                engine.word()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Where the tokens come from.
+#[derive(clap::Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct TokenSource {
+    /// Whitespace-separated decimal token ids.
+    #[arg(long, value_name = "FILE")]
+    pub tokens: Option<PathBuf>,
+    /// Every byte of the file is one token id (byte-level models).
+    #[arg(long, value_name = "FILE")]
+    pub bytes: Option<PathBuf>,
+}
+
+impl TokenSource {
+    /// Reads the tokens.
+    pub fn read(&self) -> Result<Vec<u32>> {
+        match (&self.tokens, &self.bytes) {
+            (Some(path), _) => tokens::read_token_ids(path),
+            (_, Some(path)) => tokens::read_byte_tokens(path),
+            _ => bail!("give --tokens FILE or --bytes FILE"),
+        }
+    }
+}
+
+/// Which forward pass computes the scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// The txl-core engine (what runs on the device), in the image's precision.
+    Core,
+    /// The independent reference on the CPU in f64 (the golden oracle).
+    Cpu,
+    /// The independent reference on the CPU in f32.
+    Cpu32,
+    /// The independent reference on an NVIDIA GPU in f32 (CUDA).
+    Cuda,
+    /// cuda when a GPU is present, else cpu32.
+    Auto,
+}
+
+/// The forward pass a [`BackendArg`] chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// The core.
+    Core,
+    /// The full-precision reference on this backend.
+    Reference(Backend),
+}
+
+impl BackendArg {
+    /// The engine: `auto` looks for a GPU, and says on stderr when it found one.
+    pub fn engine(self) -> Engine {
+        match self {
+            BackendArg::Core => Engine::Core,
+            BackendArg::Cpu => Engine::Reference(Backend::Cpu64),
+            BackendArg::Cpu32 => Engine::Reference(Backend::Cpu32),
+            BackendArg::Cuda => Engine::Reference(Backend::Cuda),
+            BackendArg::Auto => match txl_host_gpu::cuda_available() {
+                Ok(gpu) => {
+                    eprintln!("using {} (CUDA)", gpu.name);
+                    Engine::Reference(Backend::Cuda)
+                }
+                Err(_) => Engine::Reference(Backend::Cpu32),
+            },
+        }
+    }
+}
+
+impl Engine {
+    /// The `--backend` word for this engine (`auto` resolved).
+    pub fn word(self) -> &'static str {
+        match self {
+            Engine::Core => "core",
+            Engine::Reference(Backend::Cpu64) => "cpu",
+            Engine::Reference(Backend::Cpu32) => "cpu32",
+            Engine::Reference(Backend::Cuda) => "cuda",
+        }
+    }
+}
+
+/// Weight precision of an image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DtypeArg {
+    /// f32 weights (exact).
+    F32,
+    /// f16 weights.
+    F16,
+    /// int8 weights with per-row scales; activations quantized per token (W8A8).
+    Int8,
+}
+
+/// Quantizer settings shared by `convert --dtype` and `quantize`.
+#[derive(clap::Args, Debug)]
+pub struct QuantizeArgs {
+    /// Calibration text, one token per byte.
+    #[arg(long, value_name = "FILE", conflicts_with = "calib_tokens")]
+    pub calib_bytes: Option<PathBuf>,
+    /// Calibration text as whitespace-separated token ids.
+    #[arg(long, value_name = "FILE")]
+    pub calib_tokens: Option<PathBuf>,
+    /// Use at most this many calibration tokens.
+    #[arg(long, default_value_t = 16384)]
+    pub calib_limit: usize,
+    /// Activation smoothing: auto (try strengths, keep the best), off, or a strength in [0, 1].
+    #[arg(long, value_name = "auto|off|ALPHA", value_parser = smoothing, default_value = "auto")]
+    pub smooth: Smoothing,
+    /// Keep tensors matching this pattern in f16 (`*` matches anything; repeatable).
+    #[arg(long, value_name = "PATTERN")]
+    pub keep_f16: Vec<String>,
+    /// Also keep the K tensors whose int8 quantization costs most (measured on calibration text).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub auto_keep_f16: usize,
+    /// Write the full report as JSON.
+    #[arg(long, value_name = "FILE.json")]
+    pub report: Option<PathBuf>,
+}
+
+impl QuantizeArgs {
+    /// Reads the calibration text, if any was given, cut to `--calib-limit` tokens.
+    pub fn calibration(&self) -> Result<Option<Vec<u32>>> {
+        let mut calibration = match (&self.calib_bytes, &self.calib_tokens) {
+            (Some(path), _) => tokens::read_byte_tokens(path)?,
+            (_, Some(path)) => tokens::read_token_ids(path)?,
+            _ => return Ok(None),
+        };
+        calibration.truncate(self.calib_limit);
+        Ok(Some(calibration))
+    }
+}
+
+/// `--smooth`: `auto`, `off`, or a strength in [0, 1].
+fn smoothing(word: &str) -> Result<Smoothing, String> {
+    match word {
+        "auto" => Ok(Smoothing::Auto),
+        "off" => Ok(Smoothing::Off),
+        alpha => match alpha.parse::<f32>() {
+            Ok(a) if (0.0..=1.0).contains(&a) => Ok(Smoothing::Alpha(a)),
+            _ => Err("expected auto, off or a strength in [0, 1]".into()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smoothing_takes_auto_off_or_a_strength() {
+        assert_eq!(smoothing("auto"), Ok(Smoothing::Auto));
+        assert_eq!(smoothing("off"), Ok(Smoothing::Off));
+        assert_eq!(smoothing("0.5"), Ok(Smoothing::Alpha(0.5)));
+        assert_eq!(smoothing("1"), Ok(Smoothing::Alpha(1.0)));
+        for bad in ["1.5", "-0.1", "NaN", "strong", ""] {
+            assert!(smoothing(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_option_words_are_the_cores() {
+        fn check<T: OptionWord + std::fmt::Display>(words: &[&str]) {
+            let offered: Vec<&str> = T::ALL.iter().map(|v| v.word()).collect();
+            assert_eq!(offered, words);
+            for v in T::ALL {
+                assert_eq!(v.to_string(), v.word());
+                assert!(!v.help().is_empty());
+            }
+        }
+        check::<MemInit>(MemInit::WORDS);
+        check::<MemDtype>(MemDtype::WORDS);
+        check::<PositionKeys>(PositionKeys::WORDS);
+    }
+}

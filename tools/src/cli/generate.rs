@@ -1,0 +1,88 @@
+//! `txl generate`: continue a prompt with the core.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use txl_core::sampling::Sampling;
+
+use super::arena;
+use super::args::SessionArgs;
+use super::files::{parse_model, read_image};
+
+pub const EXAMPLES: &str = "Examples:\n  \
+    txl generate model.txl --prompt \"In the beginning\" --length 200\n  \
+    txl generate model.txl --prompt \"And God said\" --temperature 0.8 --seed 7\n  \
+    txl generate model.txl --prompt-tokens \"17 4 291\" --temperature 0 --ids";
+
+/// Arguments of `txl generate`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Model image.
+    pub model: PathBuf,
+    /// Prompt text, one token per byte (byte-level models).
+    #[arg(long, conflicts_with = "prompt_tokens")]
+    pub prompt: Option<String>,
+    /// Prompt as whitespace-separated token ids.
+    #[arg(long, value_name = "IDS")]
+    pub prompt_tokens: Option<String>,
+    /// Tokens to generate.
+    #[arg(long, default_value_t = 200)]
+    pub length: usize,
+    /// Sampling temperature; 0 picks the most likely token every time.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print token ids instead of bytes as text.
+    #[arg(long)]
+    pub ids: bool,
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+impl Args {
+    /// Generates; prints the prompt and its continuation (or the new token ids) on `out`.
+    pub fn run(self, out: &mut dyn Write) -> Result<()> {
+        let bytes = read_image(&self.model)?;
+        let model = parse_model(&bytes, &self.model)?;
+        let prompt: Vec<u32> = match (&self.prompt, &self.prompt_tokens) {
+            (Some(text), _) => text.bytes().map(u32::from).collect(),
+            (_, Some(ids)) => ids
+                .split_whitespace()
+                .map(|w| w.parse().with_context(|| format!("bad token id {w:?}")))
+                .collect::<Result<_>>()?,
+            _ => bail!("give --prompt TEXT or --prompt-tokens IDS"),
+        };
+        if prompt.is_empty() {
+            bail!("the prompt is empty");
+        }
+        let sampling = if self.temperature > 0.0 {
+            Sampling::Temperature {
+                temperature: self.temperature,
+                seed: self.seed,
+            }
+        } else {
+            Sampling::Greedy
+        };
+        let options = self.session.options(&model);
+        arena::check_core(&[(&model, options)])?;
+        let tokens = crate::generate::generate(&model, options, &prompt, self.length, sampling)
+            .map_err(arena::explain(&options))?;
+        if self.ids {
+            let ids: Vec<String> = tokens.iter().map(u32::to_string).collect();
+            writeln!(out, "{}", ids.join(" "))?;
+        } else {
+            write!(out, "{}", self.prompt.as_deref().unwrap_or(""))?;
+            writeln!(out, "{}", bytes_as_text(&tokens))?;
+        }
+        Ok(())
+    }
+}
+
+/// Byte tokens as text (ids above 255 as 255), invalid UTF-8 replaced.
+pub fn bytes_as_text(tokens: &[u32]) -> String {
+    let bytes: Vec<u8> = tokens.iter().map(|&t| t.min(255) as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}

@@ -1,0 +1,135 @@
+//! The `txl` command: its arguments, and one module per subcommand.
+//!
+//! Each subcommand is an `Args` struct with `run(self, out)`: what it prints as its result goes
+//! to `out` (the binary passes stdout), while progress bars, notes and the quantizer's report go
+//! to stderr. A reader that closes stdout early (`txl inspect model.txl | head`) ends the run
+//! quietly: [`is_broken_pipe`] tells the binary so.
+//!
+//! - `args`: the argument groups several subcommands share (session options, token source,
+//!   backend, quantizer settings).
+//! - `arena`: what a run's sessions need, found by arithmetic before anything is allocated.
+//! - `files`: reading model images and writing outputs; `progress`: the bars on stderr.
+#![deny(clippy::print_stdout)]
+
+use std::io::Write;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod arena;
+mod args;
+mod bench;
+mod compare;
+mod convert;
+mod demo;
+mod eval;
+mod files;
+mod generate;
+mod inspect;
+mod progress;
+mod quantize;
+mod score;
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "txl",
+    version,
+    about = "Transformer-XL for microcontrollers: convert checkpoints, score and generate text",
+    long_about = "Transformer-XL for microcontrollers.\n\n\
+        Convert a Hugging Face TransfoXL checkpoint to a txl model image, then score or \
+        generate text with the same no_std engine that runs on the device.",
+    after_help = "Examples:\n  \
+        txl demo\n  \
+        txl convert path/to/hf-checkpoint -o model.txl\n  \
+        txl inspect model.txl\n  \
+        txl score model.txl --bytes heldout.txt --json\n  \
+        txl score model.txl --tokens ids.txt --tgt-len 1 --mem-init zeros --out logp.npy\n  \
+        txl generate model.txl --prompt \"In the beginning\" --length 200\n  \
+        txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --report report.json\n  \
+        txl compare model.txl model-int8.txl --bytes heldout.txt --mem-dtype int8\n  \
+        txl eval model.txl --text heldout.txt --bytes --batch 8\n  \
+        txl bench model.txl"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Convert a Hugging Face TransfoXL checkpoint to a txl model image.
+    ///
+    /// SRC is a directory with config.json and model.safetensors or pytorch_model.bin
+    /// (or one of those files, with config.json beside it). Tied tensors are stored once.
+    #[command(after_help = convert::EXAMPLES)]
+    Convert(convert::Args),
+    /// Quantize a model image to f16 or int8 (W8A8) weights, with a report of the cost.
+    ///
+    /// int8 is per-row symmetric with the clipping range searched per row. With calibration
+    /// text (never the text you evaluate on), activation smoothing is tried and kept where it
+    /// lowers the measured bits per token, and the report measures each precision.
+    #[command(after_help = quantize::EXAMPLES)]
+    Quantize(quantize::Args),
+    /// Compare a candidate image (e.g. quantized) with a reference on the same tokens.
+    ///
+    /// Prints bits per token of each, the relative change, mean KL(ref || cand) per token, top-1
+    /// agreement and the largest change of ln p of the scored tokens. --mem-dtype applies to the
+    /// candidate; the reference keeps f32 memory.
+    #[command(after_help = compare::EXAMPLES)]
+    Compare(compare::Args),
+    /// Score a token sequence: log-probability of every next token, bits per token.
+    ///
+    /// Tokens are processed in consecutive segments of --tgt-len (the last may be shorter) with
+    /// the memory carried between segments; --tgt-len 1 is token-by-token streaming.
+    #[command(after_help = score::EXAMPLES)]
+    Score(score::Args),
+    /// Bits per token and perplexity over a long text, with the full-precision reference.
+    ///
+    /// The text is split into --batch contiguous streams scored side by side (each with its own
+    /// memory, every token after the first predicted once), in segments of tgt_len.
+    #[command(after_help = eval::EXAMPLES)]
+    Eval(eval::Args),
+    /// Measure speed: tokens per second per precision, as ratios against f32 in the same run.
+    ///
+    /// Scores the same pseudo-random tokens with the core for the f32 image and its f16 and int8
+    /// variants (quantized in memory), and with the full-precision reference (cpu32).
+    #[command(after_help = bench::EXAMPLES)]
+    Bench(bench::Args),
+    /// Continue a prompt with the model.
+    #[command(after_help = generate::EXAMPLES)]
+    Generate(generate::Args),
+    /// Print a model image's config, tensors and the arena a session needs.
+    #[command(after_help = inspect::EXAMPLES)]
+    Inspect(inspect::Args),
+    /// Convert the bundled demo model, score held-out text, generate a sample, quantize to int8.
+    #[command(after_help = demo::EXAMPLES)]
+    Demo(demo::Args),
+}
+
+impl Cli {
+    /// Runs the subcommand, printing its result on `out`.
+    pub fn run(self, out: &mut dyn Write) -> Result<()> {
+        match self.command {
+            Command::Convert(args) => args.run(out),
+            Command::Quantize(args) => args.run(out),
+            Command::Compare(args) => args.run(out),
+            Command::Score(args) => args.run(out),
+            Command::Eval(args) => args.run(out),
+            Command::Bench(args) => args.run(out),
+            Command::Generate(args) => args.run(out),
+            Command::Inspect(args) => args.run(out),
+            Command::Demo(args) => args.run(out),
+        }
+    }
+}
+
+/// Whether `error` comes from writing to a pipe whose reader has gone (`txl ... | head`): not a
+/// failure of the command, which should then end quietly.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,116 @@
+//! `txl quantize`: an f32 image to f16 or int8 weights, with a report of the cost on stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use txl_core::{Model, SessionOptions};
+use txl_host_gpu::quantize::{self, QuantizeOptions, Smoothing, Target};
+
+use super::args::{DtypeArg, QuantizeArgs};
+use super::files::{parse_model, read_image, write_file};
+use super::{arena, progress};
+
+pub const EXAMPLES: &str = "Examples:\n  \
+    txl quantize model.txl -o model-int8.txl\n  \
+    txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --report report.json\n  \
+    txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --auto-keep-f16 2\n  \
+    txl quantize model.txl -o model-f16.txl --dtype f16";
+
+/// Arguments of `txl quantize`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The f32 image.
+    pub input: PathBuf,
+    /// Output image path.
+    #[arg(short, long, value_name = "OUT.txl")]
+    pub out: PathBuf,
+    /// Weight precision.
+    #[arg(long, value_enum, default_value_t = DtypeArg::Int8)]
+    pub dtype: DtypeArg,
+    #[command(flatten)]
+    pub quantize: QuantizeArgs,
+}
+
+impl Args {
+    /// Quantizes; prints nothing on `out` (the report goes to stderr and `--report`).
+    pub fn run(self, _out: &mut dyn Write) -> Result<()> {
+        let bytes = read_image(&self.input)?;
+        let model = parse_model(&bytes, &self.input)?;
+        let image = quantize_image(&model, self.dtype, &self.quantize)?;
+        write_file(&self.out, &image)
+    }
+}
+
+/// Quantizes `model` to `dtype` as `args` say; prints the report on stderr and writes it to
+/// `--report`. Returns the new image.
+pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -> Result<Vec<u8>> {
+    let target = match dtype {
+        DtypeArg::F32 => bail!("the quantizer makes f16 or int8 images; f32 is what convert writes"),
+        DtypeArg::F16 => Target::F16,
+        DtypeArg::Int8 => Target::Int8,
+    };
+    let calibration = args.calibration()?;
+    let session = SessionOptions::from_config(model.config());
+    // Without calibration text, smoothing cannot be measured: quantize the weights alone.
+    let smoothing = match (&calibration, args.smooth) {
+        (None, Smoothing::Auto) => Smoothing::Off,
+        (_, smoothing) => smoothing,
+    };
+    if calibration.is_some() {
+        // The search runs the f32 model and a candidate side by side.
+        arena::check_core(&[(model, session), (model, session)])?;
+    }
+    let options = QuantizeOptions {
+        target,
+        smoothing,
+        keep_f16: args.keep_f16.clone(),
+        auto_keep_f16: args.auto_keep_f16,
+        session,
+    };
+    let spinner = progress::spinner();
+    let quantized = quantize::quantize(model, &options, calibration.as_deref(), |step| {
+        spinner.set_message(step.to_string())
+    })?;
+    spinner.finish_and_clear();
+    print_report(&quantized.report);
+    if let Some(path) = &args.report {
+        let json = serde_json::to_string_pretty(&quantized.report)?;
+        write_file(path, json.as_bytes())?;
+    }
+    Ok(quantized.image)
+}
+
+/// The report as a table on stderr.
+fn print_report(report: &quantize::Report) {
+    eprintln!(
+        "{:<40} {:>6} {:>9} {:>12}",
+        "tensor", "dtype", "SQNR dB", "solo Δ bits"
+    );
+    for t in &report.tensors {
+        if t.dtype == "f32" {
+            continue;
+        }
+        let solo = t.solo_delta_bits.map_or(String::new(), |d| format!("{d:+.5}"));
+        eprintln!("{:<40} {:>6} {:>9.2} {:>12}", t.name, t.dtype, t.sqnr_db, solo);
+    }
+    if let Some(alpha) = report.smoothing_alpha {
+        eprintln!("activation smoothing: alpha {alpha}");
+    }
+    for (layer, error) in report.layer_errors.iter().enumerate() {
+        eprintln!("layer {layer} output: relative RMS error {error:.5}");
+    }
+    if let Some((_, reference)) = report.bits_per_token.first() {
+        eprintln!("calibration text ({} tokens):", report.calibration_tokens);
+        for (label, bits) in &report.bits_per_token {
+            eprintln!(
+                "  {label:<20} {bits:.5} bits/token ({:+.3}%)",
+                100.0 * (bits - reference) / reference
+            );
+        }
+    }
+    eprintln!(
+        "image {} bytes for {} parameters",
+        report.image_bytes, report.parameters
+    );
+}

@@ -1,0 +1,207 @@
+//! `txl score`: the log-probability of every next token, by the core or by the reference.
+//!
+//! This is the contract the README documents: `--out` and `--rows-out` hold `<f4` values, and
+//! the digest is the [`Digest`] of the `--out` values, whichever backend computed them (the
+//! reference's f64 values are rounded to f32 first).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use txl_core::digest::Digest;
+use txl_core::image::Dtype;
+use txl_core::tensors::for_each_tensor;
+use txl_core::{scoring, Model};
+use txl_host_gpu::{Backend, Reference};
+
+use super::args::{BackendArg, Engine, SessionArgs, TokenSource};
+use super::files::{parse_model, read_image};
+use super::{arena, progress};
+use crate::npy;
+
+pub const EXAMPLES: &str = "Examples:\n  \
+    txl score model.txl --bytes heldout.txt --json\n  \
+    txl score model.txl --tokens ids.txt --tgt-len 1 --mem-init zeros --out logp.npy\n  \
+    txl score model.txl --bytes heldout.txt --rows 4 --rows-out rows.npy\n  \
+    txl score model.txl --bytes heldout.txt --mem-dtype int8 --position-keys segment\n  \
+    txl score model.txl --bytes heldout.txt --backend cpu --out logp-reference.npy";
+
+/// Arguments of `txl score`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Model image.
+    pub model: PathBuf,
+    #[command(flatten)]
+    pub source: TokenSource,
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// Which forward pass: the core (the device engine) or the full-precision reference.
+    #[arg(long, value_enum, default_value_t = BackendArg::Core)]
+    pub backend: BackendArg,
+    /// Write ln p(t[i+1] | t[..=i]) for every i as a <f4 .npy of shape (N-1,).
+    #[arg(long, value_name = "LOGP.npy")]
+    pub out: Option<PathBuf>,
+    /// Keep the full log-probability rows of the first K positions (with --rows-out).
+    #[arg(long, value_name = "K", requires = "rows_out")]
+    pub rows: Option<usize>,
+    /// Where to write those rows: <f4 .npy of shape (K, n_token).
+    #[arg(long, value_name = "ROWS.npy", requires = "rows")]
+    pub rows_out: Option<PathBuf>,
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `txl score --json` prints.
+#[derive(Debug, Serialize)]
+struct Report {
+    /// Tokens read (`N`).
+    tokens: usize,
+    /// Tokens predicted (`N - 1`).
+    predicted: usize,
+    /// Mean negative log-likelihood, nats (a reference's: over its values before they are
+    /// rounded to f32).
+    nll: f64,
+    /// `nll / ln 2`.
+    bits_per_token: f64,
+    /// `e^nll`.
+    ppl: f64,
+    /// The [`Digest`] of the `--out` values, `0x` and 8 hex digits.
+    digest: String,
+    tgt_len: u32,
+    mem_len: u32,
+    clamp_len: u32,
+    same_length: bool,
+    mem_init: &'static str,
+    /// The memory's precision: the core's `--mem-dtype`, or the reference's (`f64` on `cpu`).
+    mem_dtype: &'static str,
+    position_keys: &'static str,
+    /// `core`, `cpu`, `cpu32` or `cuda` (what `auto` chose).
+    backend: &'static str,
+    /// The image's weight precision: `f32`, `f16`, `int8` or `mixed`.
+    precision: &'static str,
+    tokens_per_second: f64,
+}
+
+/// Scores in f32, whichever backend computed them.
+struct Scored {
+    logp: Vec<f32>,
+    rows: Vec<f32>,
+    rows_kept: usize,
+    nll: f64,
+}
+
+impl Args {
+    /// Scores; prints the summary (text or `--json`) on `out` and writes `--out`, `--rows-out`.
+    pub fn run(self, out: &mut dyn Write) -> Result<()> {
+        let engine = self.backend.engine();
+        self.session.check_engine(engine)?;
+        let bytes = read_image(&self.model)?;
+        let model = parse_model(&bytes, &self.model)?;
+        let tokens = self.source.read()?;
+        if tokens.len() < 2 {
+            bail!("need at least 2 tokens to score, got {}", tokens.len());
+        }
+        let options = self.session.options(&model);
+        let keep_rows = self.rows.unwrap_or(0);
+        let bar = progress::tokens(tokens.len());
+        let progress = |done: usize| bar.set_position(done as u64);
+        let started = Instant::now();
+        let scored = match engine {
+            Engine::Core => {
+                arena::check_core(&[(&model, options)])?;
+                let scores = scoring::score(&model, &tokens, options, keep_rows, progress)
+                    .map_err(arena::explain(&options))?;
+                Scored {
+                    nll: scores.nll(),
+                    logp: scores.logp,
+                    rows: scores.rows,
+                    rows_kept: scores.rows_kept,
+                }
+            }
+            Engine::Reference(backend) => {
+                arena::check_reference(&model, &options, backend, 1)?;
+                let mut reference = Reference::new(&model, backend)?;
+                let scores = reference.score(&tokens, &options, keep_rows, progress)?;
+                let to_f32 = |values: &[f64]| values.iter().map(|&v| v as f32).collect();
+                Scored {
+                    nll: scores.nll(),
+                    logp: to_f32(&scores.logp),
+                    rows: to_f32(&scores.rows),
+                    rows_kept: scores.rows_kept,
+                }
+            }
+        };
+        bar.finish_and_clear();
+        let seconds = started.elapsed().as_secs_f64();
+        if let Some(path) = &self.out {
+            npy::write_f32(path, &[scored.logp.len()], &scored.logp)?;
+        }
+        if let Some(path) = &self.rows_out {
+            let shape = [scored.rows_kept, model.config().n_token as usize];
+            npy::write_f32(path, &shape, &scored.rows)?;
+        }
+        let digest = Digest::of(&scored.logp);
+        let nll = scored.nll;
+        let tokens_per_second = tokens.len() as f64 / seconds.max(1e-9);
+        if self.json {
+            let report = Report {
+                tokens: tokens.len(),
+                predicted: scored.logp.len(),
+                nll,
+                bits_per_token: nll / std::f64::consts::LN_2,
+                ppl: nll.exp(),
+                digest: format!("{digest:#010x}"),
+                tgt_len: options.tgt_len,
+                mem_len: options.mem_len,
+                clamp_len: options.clamp_len,
+                same_length: options.same_length,
+                mem_init: options.mem_init.word(),
+                mem_dtype: match engine {
+                    Engine::Core => options.mem_dtype.word(),
+                    Engine::Reference(Backend::Cpu64) => "f64",
+                    Engine::Reference(_) => "f32",
+                },
+                position_keys: options.position_keys.word(),
+                backend: engine.word(),
+                precision: precision(&model),
+                tokens_per_second,
+            };
+            writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        } else {
+            writeln!(
+                out,
+                "tokens {}  nll {:.6} nats  bits/token {:.6}  ppl {:.4}  digest {digest:#010x}  ({:.0} tokens/s)",
+                tokens.len(),
+                nll,
+                nll / std::f64::consts::LN_2,
+                nll.exp(),
+                tokens_per_second
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The image's weight precision: the dtype of its weight matrices (`f32`, `f16`, `int8`), or
+/// `mixed` when they differ. Biases and gains are always f32 and do not count.
+fn precision(model: &Model<'_>) -> &'static str {
+    let image = model.image();
+    let mut dtypes: Vec<Dtype> = Vec::new();
+    let mut index = 0;
+    for_each_tensor(model.config(), |name, _| {
+        let dtype = image.entry(index).dtype;
+        if name.is_matrix() && !dtypes.contains(&dtype) {
+            dtypes.push(dtype);
+        }
+        index += 1;
+    });
+    match dtypes[..] {
+        [Dtype::F32] => "f32",
+        [Dtype::F16] => "f16",
+        [Dtype::Int8RowScaled] => "int8",
+        _ => "mixed",
+    }
+}
