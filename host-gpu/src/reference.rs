@@ -142,16 +142,7 @@ impl Reference {
     ) -> Result<Vec<StreamScores>, Error> {
         let settings = Settings::new(options)?;
         let n_token = self.config.n_token;
-        for (stream, tokens) in streams.iter().enumerate() {
-            if let Some((position, &token)) = tokens.iter().enumerate().find(|(_, &t)| t >= n_token) {
-                return Err(Error::TokenOutOfRange {
-                    stream,
-                    position,
-                    token,
-                    n_token,
-                });
-            }
-        }
+        check_tokens(streams, n_token)?;
         let mut scores: Vec<StreamScores> = streams
             .iter()
             .map(|tokens| StreamScores {
@@ -222,4 +213,19 @@ impl Reference {
         }
         Ok(scores)
     }
+}
+
+/// Every token of every stream below `n_token`, or the first one that is not.
+pub(crate) fn check_tokens(streams: &[&[u32]], n_token: u32) -> Result<(), Error> {
+    for (stream, tokens) in streams.iter().enumerate() {
+        if let Some((position, &token)) = tokens.iter().enumerate().find(|(_, &t)| t >= n_token) {
+            return Err(Error::TokenOutOfRange {
+                stream,
+                position,
+                token,
+                n_token,
+            });
+        }
+    }
+    Ok(())
 }

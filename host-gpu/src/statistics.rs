@@ -10,13 +10,13 @@
 
 use txl_core::{Config, SessionOptions};
 
-use crate::cpu::matmul::{matmul, Rhs};
+use crate::cpu::output::cluster_input;
 use crate::cpu::CpuEngine;
 use crate::engine::{Segment, Settings, Wanted};
 use crate::error::Error;
 use crate::quantize::calibrate::ChannelRanges;
 use crate::real::Real;
-use crate::reference::{Engine, Reference};
+use crate::reference::{check_tokens, Engine, Reference};
 use crate::weights::HostWeights;
 
 /// A linear layer of a decoder layer, by its index in [`ChannelRanges::layers`].
@@ -110,31 +110,14 @@ impl ChannelStats {
     pub(crate) fn final_hidden<T: Real>(&mut self, w: &HostWeights<T>, hidden: &[T]) {
         let c = &w.config;
         let d_model = c.d_model as usize;
-        let rows = hidden.len() / d_model;
         let mut projected = Vec::new();
         for cluster in 0..=c.n_clusters() {
             let table = c.emb_table_of_cluster(cluster);
-            let (input, width): (&[T], usize) = if c.has_out_proj() {
-                // (rows, width) = hidden (rows, d_model) @ out_projs[cluster] (d_model, width)
-                let width = c.emb_dim(table) as usize;
-                projected.resize(rows * width, T::ZERO);
-                let proj = &w.out_projs[cluster];
-                let plain = Rhs::Plain { ld: width };
-                matmul(
-                    rows,
-                    width,
-                    d_model,
-                    hidden,
-                    d_model,
-                    proj,
-                    plain,
-                    &mut projected,
-                    width,
-                    false,
-                );
-                (&projected, width)
+            let input = cluster_input(w, cluster, hidden, &mut projected);
+            let width = if c.has_out_proj() {
+                c.emb_dim(table) as usize
             } else {
-                (hidden, d_model)
+                d_model
             };
             widen(&mut self.ranges.out_tables[table], input, width);
             if cluster == 0 {
@@ -196,17 +179,7 @@ impl Reference {
         options: &SessionOptions,
     ) -> Result<ChannelRanges, Error> {
         let settings = Settings::new(options)?;
-        let n_token = self.config().n_token;
-        for (stream, tokens) in streams.iter().enumerate() {
-            if let Some((position, &token)) = tokens.iter().enumerate().find(|(_, &t)| t >= n_token) {
-                return Err(Error::TokenOutOfRange {
-                    stream,
-                    position,
-                    token,
-                    n_token,
-                });
-            }
-        }
+        check_tokens(streams, self.config().n_token)?;
         let mut stats = ChannelStats::new(self.config());
         match &mut self.engine {
             Engine::Cpu64(e) => observe(e, streams, settings, &mut stats)?,

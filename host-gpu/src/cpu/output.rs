@@ -25,6 +25,40 @@ fn log_sum_exp<T: Real>(x: impl Iterator<Item = T> + Clone) -> T {
     max + sum.ln()
 }
 
+/// The input of `cluster`'s output layer for `hidden` (rows, d_model): `hidden @
+/// out_projs[cluster]` (rows, width) written to `projected` when the model has output
+/// projections, or `hidden` itself.
+pub(crate) fn cluster_input<'x, T: Real>(
+    w: &HostWeights<T>,
+    cluster: usize,
+    hidden: &'x [T],
+    projected: &'x mut Vec<T>,
+) -> &'x [T] {
+    let config = &w.config;
+    if !config.has_out_proj() {
+        return hidden;
+    }
+    let d_model = config.d_model as usize;
+    let rows = hidden.len() / d_model;
+    let width = config.emb_dim(config.emb_table_of_cluster(cluster)) as usize;
+    projected.resize(rows * width, T::ZERO);
+    // (rows, width) = hidden (rows, d_model) @ out_projs[cluster] (d_model, width)
+    let plain = Rhs::Plain { ld: width };
+    matmul(
+        rows,
+        width,
+        d_model,
+        hidden,
+        d_model,
+        &w.out_projs[cluster],
+        plain,
+        projected,
+        width,
+        false,
+    );
+    projected
+}
+
 /// `hidden (rows, d_model) -> log_probs (rows, n_token)`.
 pub(crate) fn log_probs<T: Real>(
     w: &HostWeights<T>,
@@ -44,27 +78,7 @@ pub(crate) fn log_probs<T: Real>(
         let (start, end) = (start as usize, end as usize);
         let table = config.emb_table_of_cluster(cluster);
         let width = config.emb_dim(table) as usize;
-        // x (rows, width): hidden @ out_projs[cluster] (d_model, width), or hidden itself.
-        let x: &[T] = if config.has_out_proj() {
-            scratch.projected.resize(rows * width, T::ZERO);
-            let proj = &w.out_projs[cluster];
-            let plain = Rhs::Plain { ld: width };
-            matmul(
-                rows,
-                width,
-                d_model,
-                hidden,
-                d_model,
-                proj,
-                plain,
-                &mut scratch.projected,
-                width,
-                false,
-            );
-            &scratch.projected
-        } else {
-            hidden
-        };
+        let x = cluster_input(w, cluster, hidden, &mut scratch.projected);
         // With div_val 1 one output layer covers the vocabulary: take the cluster's rows.
         let first = if config.div_val == 1 { start } else { 0 };
         let weight = &w.out_weights[table][first * width..(first + end - start) * width];

@@ -58,14 +58,7 @@ impl Args {
         if prompt.is_empty() {
             bail!("the prompt is empty");
         }
-        let sampling = if self.temperature > 0.0 {
-            Sampling::Temperature {
-                temperature: self.temperature,
-                seed: self.seed,
-            }
-        } else {
-            Sampling::Greedy
-        };
+        let sampling = Sampling::from_temperature(self.temperature, self.seed);
         let options = self.session.options(&model);
         arena::check_core(&[(&model, options)])?;
         let tokens = crate::generate::generate(&model, options, &prompt, self.length, sampling)
