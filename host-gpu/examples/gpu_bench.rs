@@ -157,13 +157,10 @@ fn medium_config() -> Config {
 
 /// Deterministic pseudo-random tokens; small ids more frequent, as in text.
 fn text(n: usize, n_token: u32, seed: u64) -> Vec<u32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut rng = txl_core::rng::Rng::new(seed);
     (0..n)
         .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+            let unit = rng.unit_f64();
             ((n_token as f64).powf(unit) - 1.0) as u32 % n_token
         })
         .collect()

@@ -89,17 +89,10 @@ fn configs() -> Vec<Config> {
     vec![adaptive, pre_ln, plain]
 }
 
-/// Deterministic pseudo-random tokens below `n_token` (xorshift).
+/// Deterministic pseudo-random tokens below `n_token`.
 fn tokens(n: usize, n_token: u32, seed: u64) -> Vec<u32> {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n_token as u64) as u32
-        })
-        .collect()
+    let mut rng = txl_core::rng::Rng::new(seed);
+    (0..n).map(|_| rng.below(u64::from(n_token)) as u32).collect()
 }
 
 /// Largest |a - b|, a NaN counting as infinitely far.

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
+use txl_core::rng::Rng;
 
 use anyhow::Result;
 use serde::Serialize;
@@ -135,17 +136,10 @@ impl Args {
     }
 }
 
-/// `count` token ids below `n_token` from a fixed xorshift sequence, the same every run.
+/// `count` token ids below `n_token` from a fixed seed, the same every run.
 fn pseudo_random_tokens(count: usize, n_token: u32) -> Vec<u32> {
-    let mut state = 0x2545_F491_4F6C_DD1Du64;
-    (0..count)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % u64::from(n_token)) as u32
-        })
-        .collect()
+    let mut rng = Rng::new(1);
+    (0..count).map(|_| rng.below(u64::from(n_token)) as u32).collect()
 }
 
 /// Tokens per second since `started`.
