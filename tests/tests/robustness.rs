@@ -300,7 +300,7 @@ fn every_field_of_every_directory_entry_is_checked() {
                 offset - 16,                    // overlaps the previous region (or the directory)
                 0,                              // over the header
                 (image.len() as u32 - 4) & !15, // runs past the CRC
-                u32::MAX & !15,                 // far outside
+                !15u32,                         // far outside
             ] {
                 check(&format!("offset {value}"), &set(60, value), out_of_bounds);
             }
@@ -312,11 +312,11 @@ fn every_field_of_every_directory_entry_is_checked() {
             let row_scales = field(&entry, 68);
             let act_scales = field(&entry, 72);
             if dtype == 2 {
-                for value in [row_scales + 4, offset, 0, u32::MAX & !15] {
+                for value in [row_scales + 4, offset, 0, !15u32] {
                     check(&format!("row scales at {value}"), &set(68, value), out_of_bounds);
                 }
                 let after_row_scales = (row_scales + 4 * dims[0]).next_multiple_of(16);
-                let mut act_values = vec![row_scales, after_row_scales + 4, u32::MAX & !15];
+                let mut act_values = vec![row_scales, after_row_scales + 4, !15u32];
                 if act_scales != 0 {
                     act_values.push(act_scales + 4);
                 }
