@@ -98,5 +98,5 @@ pub use error::{ConfigError, Error};
 pub use image::Image;
 pub use memory::MemDtype;
 pub use model::Model;
-pub use options::{MemInit, PositionKeys, SessionOptions, UnknownWord};
+pub use options::{MemInit, OptionWord, PositionKeys, SessionOptions, UnknownWord};
 pub use session::{Linear, Probe, Session};

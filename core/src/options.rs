@@ -6,7 +6,7 @@
 //! with [`Display`](fmt::Display), so every tool reads and writes one spelling.
 //!
 //! ```
-//! use txl_core::{MemDtype, MemInit, PositionKeys};
+//! use txl_core::{MemDtype, MemInit, OptionWord, PositionKeys};
 //!
 //! assert_eq!("zeros".parse::<MemInit>(), Ok(MemInit::Zeros));
 //! assert_eq!("int8".parse::<MemDtype>(), Ok(MemDtype::Int8));
@@ -115,21 +115,37 @@ impl fmt::Display for UnknownWord {
 
 impl core::error::Error for UnknownWord {}
 
-/// One spelling per value: `words!(Type, "option", [Value => "word", ...])` implements
-/// [`FromStr`], [`Display`](fmt::Display) and `WORDS` for an option enum.
+/// An option whose values are named by words: the same words on the command line, in the
+/// firmware's build variables and in its arguments. Implemented for [`MemInit`], [`MemDtype`]
+/// and [`PositionKeys`]; generic tools (a command-line parser, say) take any `OptionWord`.
+pub trait OptionWord: Copy + FromStr<Err = UnknownWord> + fmt::Display + Send + Sync + 'static {
+    /// Every value, in declaration order.
+    const ALL: &'static [Self];
+    /// Every value's word, in the order of [`OptionWord::ALL`].
+    const WORDS: &'static [&'static str];
+    /// The word for this value.
+    fn word(self) -> &'static str;
+    /// One line saying what this value does.
+    fn help(self) -> &'static str;
+}
+
+/// One spelling per value: `words!(Type, "option", [Value => "word": "help", ...])`
+/// implements [`OptionWord`], [`FromStr`] and [`Display`](fmt::Display) for an option enum.
 macro_rules! words {
-    ($ty:ident, $option:literal, [$($value:ident => $word:literal),+ $(,)?]) => {
-        impl $ty {
-            /// Every value's word, in declaration order.
-            pub const WORDS: &'static [&'static str] = &[$($word),+];
+    ($ty:ident, $option:literal, [$($value:ident => $word:literal : $help:literal),+ $(,)?]) => {
+        impl OptionWord for $ty {
+            const ALL: &'static [$ty] = &[$($ty::$value),+];
+            const WORDS: &'static [&'static str] = &[$($word),+];
 
-            /// Every value, in the order of [`Self::WORDS`].
-            pub const ALL: &'static [$ty] = &[$($ty::$value),+];
-
-            /// The word for this value.
-            pub const fn word(self) -> &'static str {
+            fn word(self) -> &'static str {
                 match self {
                     $($ty::$value => $word),+
+                }
+            }
+
+            fn help(self) -> &'static str {
+                match self {
+                    $($ty::$value => $help),+
                 }
             }
         }
@@ -140,7 +156,7 @@ macro_rules! words {
             fn from_str(word: &str) -> Result<Self, UnknownWord> {
                 match word {
                     $($word => Ok($ty::$value),)+
-                    _ => Err(UnknownWord { option: $option, expected: $ty::WORDS }),
+                    _ => Err(UnknownWord { option: $option, expected: <$ty as OptionWord>::WORDS }),
                 }
             }
         }
@@ -153,6 +169,52 @@ macro_rules! words {
     };
 }
 
-words!(MemInit, "memory start", [Empty => "empty", Zeros => "zeros"]);
-words!(MemDtype, "memory dtype", [F32 => "f32", F16 => "f16", Int8 => "int8"]);
-words!(PositionKeys, "position-key mode", [PerSession => "session", PerSegment => "segment"]);
+words!(MemInit, "memory start", [
+    Empty => "empty": "No memory at the start (the original PyTorch code)",
+    Zeros => "zeros": "mem_len all-zero hidden states (Hugging Face, the original TensorFlow code)",
+]);
+words!(MemDtype, "memory dtype", [
+    F32 => "f32": "f32 (exact)",
+    F16 => "f16": "f16",
+    Int8 => "int8": "int8 with one scale per position and head",
+]);
+words!(PositionKeys, "position-key mode", [
+    PerSession => "session": "One table per layer, computed once (fastest)",
+    PerSegment => "segment":
+        "One table, recomputed for each layer of each segment (two tables of RAM instead of n_layer)",
+]);
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::string::ToString;
+
+    use super::*;
+
+    fn round_trip<T: OptionWord + PartialEq + fmt::Debug>() {
+        assert_eq!(T::ALL.len(), T::WORDS.len());
+        for (&value, &word) in T::ALL.iter().zip(T::WORDS) {
+            assert_eq!(value.word(), word);
+            assert_eq!(word.parse::<T>(), Ok(value));
+            assert_eq!(value.to_string(), word);
+            assert!(!value.help().is_empty());
+        }
+        let unknown = "no such word".parse::<T>().unwrap_err();
+        assert_eq!(unknown.expected, T::WORDS);
+    }
+
+    #[test]
+    fn every_word_parses_to_its_value_and_prints_back() {
+        round_trip::<MemInit>();
+        round_trip::<MemDtype>();
+        round_trip::<PositionKeys>();
+    }
+
+    #[test]
+    fn the_words_are_the_documented_ones() {
+        // README, `txl --help` and the firmware's build variables use these spellings.
+        assert_eq!(MemInit::WORDS, ["empty", "zeros"]);
+        assert_eq!(MemDtype::WORDS, ["f32", "f16", "int8"]);
+        assert_eq!(PositionKeys::WORDS, ["session", "segment"]);
+    }
+}

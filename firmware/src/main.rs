@@ -38,7 +38,7 @@ use cortex_m_rt::{entry, exception, ExceptionFrame};
 use defmt::{error, info};
 use embedded_alloc::LlffHeap;
 use txl_core::arena::ArenaLayout;
-use txl_core::{Model, PositionKeys, Session, SessionOptions};
+use txl_core::{Model, OptionWord, PositionKeys, Session, SessionOptions};
 
 use crate::args::{ArenaSource, Mode};
 

@@ -14,6 +14,33 @@ pub(crate) struct Segment<'a> {
     pub tokens: &'a [u32],
 }
 
+/// Runs `streams` in lockstep in segments of `tgt_len`: step `k` holds segment `k` (tokens
+/// `k * tgt_len..`) of every stream that still has one. Yields each step's first position and
+/// its segments, in stream order.
+pub(crate) fn lockstep<'s>(
+    streams: &'s [&'s [u32]],
+    tgt_len: usize,
+) -> impl Iterator<Item = (usize, Vec<Segment<'s>>)> + 's {
+    let steps = streams
+        .iter()
+        .map(|s| s.len().div_ceil(tgt_len))
+        .max()
+        .unwrap_or(0);
+    (0..steps).map(move |step| {
+        let start = step * tgt_len;
+        let segments = streams
+            .iter()
+            .enumerate()
+            .filter(|(_, tokens)| start < tokens.len())
+            .map(|(stream, tokens)| Segment {
+                stream,
+                tokens: &tokens[start..(start + tgt_len).min(tokens.len())],
+            })
+            .collect();
+        (start, segments)
+    })
+}
+
 /// What a step hands back.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct StepOutput {

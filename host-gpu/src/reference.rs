@@ -4,7 +4,7 @@ use txl_core::{Config, Model, SessionOptions};
 
 use crate::cpu::CpuEngine;
 use crate::cuda::{CudaEngine, CudaLimits};
-use crate::engine::{Segment, Settings, StepOutput, Wanted};
+use crate::engine::{lockstep, Settings, StepOutput, Wanted};
 use crate::error::Error;
 use crate::weights::HostWeights;
 
@@ -156,29 +156,14 @@ impl Reference {
             Engine::Cpu32(e) => e.start(streams.len(), settings),
             Engine::Cuda(e) => e.start(streams.len(), settings)?,
         }
-        let tgt_len = settings.tgt_len;
-        let steps = streams
-            .iter()
-            .map(|s| s.len().div_ceil(tgt_len))
-            .max()
-            .unwrap_or(0);
         let mut done = 0;
-        for step in 0..steps {
-            let start = step * tgt_len;
-            let mut segments = Vec::new();
+        for (start, segments) in lockstep(streams, settings.tgt_len) {
             let mut targets = Vec::new();
             let mut full_rows = Vec::new();
-            for (stream, tokens) in streams.iter().enumerate() {
-                if start >= tokens.len() {
-                    continue;
-                }
-                let end = (start + tgt_len).min(tokens.len());
-                segments.push(Segment {
-                    stream,
-                    tokens: &tokens[start..end],
-                });
-                for position in start..end {
-                    if position < scores[stream].rows_kept {
+            for segment in &segments {
+                let tokens = streams[segment.stream];
+                for position in start..start + segment.tokens.len() {
+                    if position < scores[segment.stream].rows_kept {
                         full_rows.push(targets.len());
                     }
                     targets.push(tokens.get(position + 1).copied());

@@ -8,29 +8,16 @@
 //! output layer (each cluster's projection of the final hidden state) follow from those and
 //! the weights.
 
-use txl_core::{Config, SessionOptions};
+use txl_core::{Config, Linear, SessionOptions};
 
 use crate::cpu::output::cluster_input;
 use crate::cpu::CpuEngine;
-use crate::engine::{Segment, Settings, Wanted};
+use crate::engine::{lockstep, Settings, Wanted};
 use crate::error::Error;
 use crate::quantize::calibrate::ChannelRanges;
 use crate::real::Real;
 use crate::reference::{check_tokens, Engine, Reference};
 use crate::weights::HostWeights;
-
-/// A linear layer of a decoder layer, by its index in [`ChannelRanges::layers`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LayerInput {
-    /// `qkv_net`: the (normalized) layer input.
-    Qkv = 0,
-    /// `o_net`: the attention output.
-    ONet = 1,
-    /// The first feed-forward layer: the (normalized) attention sub-layer output.
-    Ff1 = 2,
-    /// The second feed-forward layer: the ReLU output.
-    Ff2 = 3,
-}
 
 /// `range[c] = max(range[c], |x[c]|)` over the `width`-long rows of `rows`; `range` grows to
 /// `width` on first use, so a consumer that saw nothing keeps an empty range.
@@ -76,14 +63,8 @@ impl ChannelStats {
     }
 
     /// `rows` (`(n, width)`) enter `layer`'s linear layer `input`.
-    pub(crate) fn linear_input<T: Real>(
-        &mut self,
-        layer: usize,
-        input: LayerInput,
-        rows: &[T],
-        width: usize,
-    ) {
-        widen(&mut self.ranges.layers[layer][input as usize], rows, width);
+    pub(crate) fn linear_input<T: Real>(&mut self, layer: usize, linear: Linear, rows: &[T], width: usize) {
+        widen(self.ranges.linear_input_mut(layer, linear), rows, width);
     }
 
     /// `tokens` are embedded: with embedding projections, their rows are those projections'
@@ -136,23 +117,7 @@ fn observe<T: Real>(
     stats: &mut ChannelStats,
 ) -> Result<(), Error> {
     engine.start(streams.len(), settings);
-    let tgt_len = settings.tgt_len;
-    let steps = streams
-        .iter()
-        .map(|s| s.len().div_ceil(tgt_len))
-        .max()
-        .unwrap_or(0);
-    for step in 0..steps {
-        let start = step * tgt_len;
-        let segments: Vec<Segment<'_>> = streams
-            .iter()
-            .enumerate()
-            .filter(|(_, tokens)| start < tokens.len())
-            .map(|(stream, tokens)| Segment {
-                stream,
-                tokens: &tokens[start..(start + tgt_len).min(tokens.len())],
-            })
-            .collect();
+    for (_, segments) in lockstep(streams, settings.tgt_len) {
         let rows = segments.iter().map(|s| s.tokens.len()).sum();
         let targets = vec![None; rows];
         let wanted = Wanted {

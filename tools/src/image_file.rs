@@ -1,10 +1,11 @@
-//! Reading a model image from disk into 16-byte-aligned memory, as `txl-core` requires.
+//! Model images on disk: read into 16-byte-aligned memory (as `txl-core` requires) and
+//! parsed with the file named in any error; files written with the folders they need.
 
 use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use txl_core::AlignedBytes;
+use txl_core::{AlignedBytes, Model};
 
 /// Reads the file at `path` into aligned memory. The buffer is sized from the file's length
 /// and allocated fallibly: a file too large for memory is an error, not an abort.
@@ -20,4 +21,17 @@ pub fn read_image(path: &Path) -> Result<AlignedBytes> {
     file.read_exact(bytes.bytes_mut())
         .with_context(|| format!("reading {}", path.display()))?;
     Ok(bytes)
+}
+
+/// Parses an image read from `path`; an error names the file.
+pub fn parse_model<'a>(bytes: &'a AlignedBytes, path: &Path) -> Result<Model<'a>> {
+    Model::parse(bytes.bytes()).with_context(|| path.display().to_string())
+}
+
+/// Writes `bytes` to `path`, creating the directories it needs.
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }

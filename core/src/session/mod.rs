@@ -10,17 +10,18 @@ use crate::memory::{int8_values_bytes, MemDtype, Memory, Store};
 use crate::model::Model;
 use crate::options::{MemInit, SessionOptions};
 
-/// A linear layer of a decoder layer, as [`Probe`] names it.
+/// A linear layer of a decoder layer, as [`Probe`] names it; `linear as usize` is its place
+/// in the layer, in the order the forward pass runs them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Linear {
     /// `qkv_net`: input is the (normalized) layer input.
-    Qkv,
+    Qkv = 0,
     /// `o_net`: input is the attention output.
-    ONet,
+    ONet = 1,
     /// The first feed-forward layer: input is the (normalized) attention sub-layer output.
-    Ff1,
+    Ff1 = 2,
     /// The second feed-forward layer: input is the ReLU output.
-    Ff2,
+    Ff2 = 3,
 }
 
 /// Sees what the forward pass computes, for calibration and error reports. Every method has

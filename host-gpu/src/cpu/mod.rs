@@ -12,10 +12,12 @@ pub(crate) mod attention;
 pub(crate) mod matmul;
 pub(crate) mod output;
 
+use txl_core::Linear;
+
 use crate::engine::{collect_rows, Segment, Settings, StepOutput, Wanted};
 use crate::error::Error;
 use crate::real::Real;
-use crate::statistics::{ChannelStats, LayerInput};
+use crate::statistics::ChannelStats;
 use crate::weights::{position_embeddings, HostWeights};
 use attention::Window;
 use matmul::linear;
@@ -177,7 +179,7 @@ impl<T: Real> CpuEngine<T> {
                 &hidden
             };
             if let Some(stats) = stats.as_deref_mut() {
-                stats.linear_input(l, LayerInput::Qkv, x, d_model);
+                stats.linear_input(l, Linear::Qkv, x, d_model);
             }
             linear(x, d_model, &lw.qkv, None, &mut qkv);
             for (r, row) in qkv.chunks_exact(3 * width).enumerate() {
@@ -227,7 +229,7 @@ impl<T: Real> CpuEngine<T> {
 
             // h = LN?(h + attn @ W_o^T)
             if let Some(stats) = stats.as_deref_mut() {
-                stats.linear_input(l, LayerInput::ONet, &attn, width);
+                stats.linear_input(l, Linear::ONet, &attn, width);
             }
             linear(&attn, width, &lw.o_net, None, &mut delta);
             residual(
@@ -245,7 +247,7 @@ impl<T: Real> CpuEngine<T> {
                 &hidden
             };
             if let Some(stats) = stats.as_deref_mut() {
-                stats.linear_input(l, LayerInput::Ff1, x, d_model);
+                stats.linear_input(l, Linear::Ff1, x, d_model);
             }
             linear(x, d_model, &lw.ff1_weight, Some(&lw.ff1_bias), &mut inner);
             for v in inner.iter_mut() {
@@ -254,7 +256,7 @@ impl<T: Real> CpuEngine<T> {
                 }
             }
             if let Some(stats) = stats.as_deref_mut() {
-                stats.linear_input(l, LayerInput::Ff2, &inner, d_inner);
+                stats.linear_input(l, Linear::Ff2, &inner, d_inner);
             }
             linear(&inner, d_inner, &lw.ff2_weight, Some(&lw.ff2_bias), &mut delta);
             residual(&mut hidden, &delta, (!pre_lnorm).then_some(ff_norm), &mut scratch);

@@ -2,7 +2,7 @@
 //! the SmoothQuant migration factors derived from them.
 
 use txl_core::weights::Matrix;
-use txl_core::{Model, SessionOptions};
+use txl_core::{Linear, Model, SessionOptions};
 
 use crate::error::Error;
 use crate::{Backend, Reference};
@@ -10,7 +10,7 @@ use crate::{Backend, Reference};
 /// Largest `|x[c]|` of each input channel, per consumer.
 #[derive(Clone, Debug, Default)]
 pub struct ChannelRanges {
-    /// `[layer][Qkv, ONet, Ff1, Ff2]`.
+    /// `[layer][Qkv, ONet, Ff1, Ff2]`; see [`ChannelRanges::linear_input`].
     pub layers: Vec<[Vec<f32>; 4]>,
     /// Input of each output table (its cluster's projected hidden state), by table.
     pub out_tables: Vec<Vec<f32>>,
@@ -18,6 +18,18 @@ pub struct ChannelRanges {
     pub cluster_head: Vec<f32>,
     /// Input of each embedding projection: the embedding rows looked up.
     pub emb_proj: Vec<Vec<f32>>,
+}
+
+impl ChannelRanges {
+    /// The range of the input of `layer`'s linear layer `linear`.
+    pub fn linear_input(&self, layer: usize, linear: Linear) -> &[f32] {
+        &self.layers[layer][linear as usize]
+    }
+
+    /// That range, to widen.
+    pub(crate) fn linear_input_mut(&mut self, layer: usize, linear: Linear) -> &mut Vec<f32> {
+        &mut self.layers[layer][linear as usize]
+    }
 }
 
 /// Runs `model` over `tokens` (one stream, in segments of `options.tgt_len`) on the f32 CPU
@@ -89,13 +101,7 @@ mod tests {
 
     impl Probe for RangeProbe<'_> {
         fn linear_input(&mut self, layer: usize, linear: Linear, x: &[f32]) {
-            let index = match linear {
-                Linear::Qkv => 0,
-                Linear::ONet => 1,
-                Linear::Ff1 => 2,
-                Linear::Ff2 => 3,
-            };
-            widen(&mut self.ranges.layers[layer][index], x);
+            widen(self.ranges.linear_input_mut(layer, linear), x);
         }
 
         fn layer_output(&mut self, layer: usize, position: usize, hidden: &[f32]) {

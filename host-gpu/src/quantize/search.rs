@@ -1,8 +1,8 @@
 //! The calibrated quantizer: smoothing search, sensitivity pass and the measured report.
 
 use txl_core::tensors::{LayerTensor, TensorName};
-use txl_core::Config;
 use txl_core::{AlignedBytes, MemDtype, Model, Probe, Session, SessionOptions};
+use txl_core::{Config, Linear};
 
 use super::calibrate::{channel_ranges, smoothing_factors, ChannelRanges};
 use super::{glob_match, Plan, QuantizeOptions, Quantized, Report, Smoothing, Source, Target, TensorReport};
@@ -255,12 +255,12 @@ fn measure_layer_errors(
 
 /// The input range that smoothing a tensor's columns would use, if it has one.
 fn input_range<'r>(config: &Config, name: TensorName, ranges: &'r ChannelRanges) -> Option<&'r [f32]> {
-    let layer_input = |layer: u32, linear: usize| Some(ranges.layers[layer as usize][linear].as_slice());
+    let layer_input = |layer: u32, linear| Some(ranges.linear_input(layer as usize, linear));
     match name {
-        TensorName::Layer(l, LayerTensor::QkvWeight) => layer_input(l, 0),
-        TensorName::Layer(l, LayerTensor::OWeight) => layer_input(l, 1),
-        TensorName::Layer(l, LayerTensor::Ff1Weight) => layer_input(l, 2),
-        TensorName::Layer(l, LayerTensor::Ff2Weight) => layer_input(l, 3),
+        TensorName::Layer(l, LayerTensor::QkvWeight) => layer_input(l, Linear::Qkv),
+        TensorName::Layer(l, LayerTensor::OWeight) => layer_input(l, Linear::ONet),
+        TensorName::Layer(l, LayerTensor::Ff1Weight) => layer_input(l, Linear::Ff1),
+        TensorName::Layer(l, LayerTensor::Ff2Weight) => layer_input(l, Linear::Ff2),
         // A tied embedding table is also the output layer: smooth for that use.
         TensorName::EmbLayer(t) if config.tie_weight => Some(&ranges.out_tables[t as usize]),
         TensorName::OutWeight(t) => Some(&ranges.out_tables[t as usize]),

@@ -2,72 +2,19 @@
 //! which forward pass runs, and the quantizer's settings.
 //!
 //! The session's option words (`empty|zeros`, `f32|f16|int8`, `session|segment`) are the
-//! core's: clap offers [`MemInit::WORDS`] and the others, and parses through their `FromStr`,
-//! so each word is spelt in one place.
+//! core's ([`OptionWord`]): clap offers their words with their help and parses through their
+//! `FromStr`, so each word is spelt in one place.
 
 use std::path::PathBuf;
-use std::str::FromStr;
 
 use anyhow::{bail, Result};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
-use txl_core::{MemDtype, MemInit, Model, PositionKeys, SessionOptions, UnknownWord};
+use txl_core::{MemDtype, MemInit, Model, OptionWord, PositionKeys, SessionOptions};
 use txl_host_gpu::quantize::Smoothing;
 use txl_host_gpu::Backend;
 
 use crate::tokens;
-
-/// A session option the core names with words; the help says what each value does.
-trait OptionWord: Copy + FromStr<Err = UnknownWord> + Send + Sync + 'static {
-    /// Every value, in the order of the core's `WORDS`.
-    const ALL: &'static [Self];
-    /// The value's word.
-    fn word(self) -> &'static str;
-    /// One line of help.
-    fn help(self) -> &'static str;
-}
-
-impl OptionWord for MemInit {
-    const ALL: &'static [Self] = MemInit::ALL;
-    fn word(self) -> &'static str {
-        MemInit::word(self)
-    }
-    fn help(self) -> &'static str {
-        match self {
-            MemInit::Empty => "No memory at the start (the original PyTorch code)",
-            MemInit::Zeros => "mem_len all-zero hidden states (Hugging Face, the original TensorFlow code)",
-        }
-    }
-}
-
-impl OptionWord for MemDtype {
-    const ALL: &'static [Self] = MemDtype::ALL;
-    fn word(self) -> &'static str {
-        MemDtype::word(self)
-    }
-    fn help(self) -> &'static str {
-        match self {
-            MemDtype::F32 => "f32 (exact)",
-            MemDtype::F16 => "f16",
-            MemDtype::Int8 => "int8 with one scale per position and head",
-        }
-    }
-}
-
-impl OptionWord for PositionKeys {
-    const ALL: &'static [Self] = PositionKeys::ALL;
-    fn word(self) -> &'static str {
-        PositionKeys::word(self)
-    }
-    fn help(self) -> &'static str {
-        match self {
-            PositionKeys::PerSession => "One table per layer, computed once (fastest)",
-            PositionKeys::PerSegment => {
-                "One table, recomputed for each layer of each segment (two tables of RAM instead of n_layer)"
-            }
-        }
-    }
-}
 
 /// Parses one of `T`'s words with the core's `FromStr`; `--help` lists the words with their help.
 fn words<T: OptionWord>() -> impl TypedValueParser<Value = T> {
@@ -298,20 +245,5 @@ mod tests {
         for bad in ["1.5", "-0.1", "NaN", "strong", ""] {
             assert!(smoothing(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn the_option_words_are_the_cores() {
-        fn check<T: OptionWord + std::fmt::Display>(words: &[&str]) {
-            let offered: Vec<&str> = T::ALL.iter().map(|v| v.word()).collect();
-            assert_eq!(offered, words);
-            for v in T::ALL {
-                assert_eq!(v.to_string(), v.word());
-                assert!(!v.help().is_empty());
-            }
-        }
-        check::<MemInit>(MemInit::WORDS);
-        check::<MemDtype>(MemDtype::WORDS);
-        check::<PositionKeys>(PositionKeys::WORDS);
     }
 }

@@ -13,7 +13,7 @@ use txl_host_gpu::{Backend, Reference};
 
 use super::arena;
 use super::args::SessionArgs;
-use super::files::{parse_model, read_image};
+use crate::image_file::{parse_model, read_image};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl bench model.txl\n  \
@@ -71,24 +71,13 @@ impl Args {
         arena::check_core(&[(&model, f32_options)])?;
         arena::check_reference(&model, &options, Backend::Cpu32, 1)?;
 
-        let quantized = |target| quantize::quantize_weights(&model, target);
-        let variants = [
-            (
-                "f32 weights, f32 memory",
-                model.image().bytes().to_vec(),
-                MemDtype::F32,
-            ),
-            ("f16 weights, f16 memory", quantized(Target::F16)?, MemDtype::F16),
-            (
-                "int8 weights, f32 memory",
-                quantized(Target::Int8)?,
-                MemDtype::F32,
-            ),
-            (
-                "int8 weights, int8 memory",
-                quantized(Target::Int8)?,
-                MemDtype::Int8,
-            ),
+        let f16 = quantize::quantize_weights(&model, Target::F16)?;
+        let int8 = quantize::quantize_weights(&model, Target::Int8)?;
+        let variants: [(&str, &[u8], MemDtype); 4] = [
+            ("f32 weights, f32 memory", model.image().bytes(), MemDtype::F32),
+            ("f16 weights, f16 memory", &f16, MemDtype::F16),
+            ("int8 weights, f32 memory", &int8, MemDtype::F32),
+            ("int8 weights, int8 memory", &int8, MemDtype::Int8),
         ];
         let mut rows = Vec::new();
         for (label, image, mem_dtype) in &variants {

@@ -7,8 +7,8 @@ use anyhow::{bail, Result};
 use txl_core::{MemDtype, SessionOptions};
 
 use super::args::{SessionArgs, TokenSource};
-use super::files::{parse_model, read_image};
 use super::{arena, progress};
+use crate::image_file::{parse_model, read_image};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl compare model.txl model-int8.txl --bytes heldout.txt\n  \

@@ -7,9 +7,9 @@ use anyhow::Result;
 use txl_core::AlignedBytes;
 
 use super::args::{DtypeArg, QuantizeArgs};
-use super::files::{parse_model, write_file};
 use super::quantize::quantize_image;
 use crate::checkpoint::{load_hf_checkpoint, CheckpointFormat};
+use crate::image_file::{parse_model, write_file};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl convert path/to/hf-checkpoint -o model.txl\n  \
@@ -37,25 +37,26 @@ pub struct Args {
 impl Args {
     /// Converts; prints nothing on `out` (a note on stderr says what was written).
     pub fn run(self, _out: &mut dyn Write) -> Result<()> {
-        convert(&self.src, &self.out, self.format, self.dtype, &self.quantize).map(|_| ())
+        let quantize = (self.dtype != DtypeArg::F32).then_some((self.dtype, &self.quantize));
+        convert(&self.src, &self.out, self.format, quantize).map(|_| ())
     }
 }
 
-/// Converts the checkpoint at `src` to an image at `out`; returns the image's size in bytes.
+/// Converts the checkpoint at `src` to an image at `out`, quantized to the given precision if
+/// one is given; returns the image's size in bytes.
 pub fn convert(
     src: &Path,
     out: &Path,
     format: CheckpointFormat,
-    dtype: DtypeArg,
-    quantize: &QuantizeArgs,
+    quantize: Option<(DtypeArg, &QuantizeArgs)>,
 ) -> Result<usize> {
     let checkpoint = load_hf_checkpoint(src, format, std::io::stderr().is_terminal())?;
     let mut image = checkpoint.to_image()?;
     let aligned = AlignedBytes::copy_from(&image)?;
     // Check what we wrote reads back before anyone flashes it.
     let model = parse_model(&aligned, out)?;
-    if dtype != DtypeArg::F32 {
-        image = quantize_image(&model, dtype, quantize)?;
+    if let Some((dtype, args)) = quantize {
+        image = quantize_image(&model, dtype, args)?;
     }
     write_file(out, &image)?;
     eprintln!(

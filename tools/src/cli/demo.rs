@@ -6,15 +6,14 @@ use std::time::Instant;
 
 use anyhow::Result;
 use txl_core::sampling::Sampling;
-use txl_core::{scoring, AlignedBytes, MemDtype, SessionOptions};
+use txl_core::{scoring, AlignedBytes, MemDtype, OptionWord, SessionOptions};
 use txl_host_gpu::quantize::{self, QuantizeOptions, Smoothing, Target};
 
 use super::arena;
-use super::args::{DtypeArg, QuantizeArgs};
 use super::convert::convert;
-use super::files::{parse_model, read_image, write_file};
 use super::generate::bytes_as_text;
 use crate::checkpoint::CheckpointFormat;
+use crate::image_file::{parse_model, read_image, write_file};
 use crate::{compare, generate, tokens};
 
 pub const EXAMPLES: &str = "Examples:\n  \
@@ -38,22 +37,7 @@ impl Args {
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/demo");
         let image_path = self.out_dir.join("demo.txl");
         writeln!(out, "1. convert the bundled checkpoint ({})", fixtures.display())?;
-        let no_quantizer = QuantizeArgs {
-            calib_bytes: None,
-            calib_tokens: None,
-            calib_limit: 0,
-            smooth: Smoothing::Off,
-            keep_f16: Vec::new(),
-            auto_keep_f16: 0,
-            report: None,
-        };
-        let image_bytes = convert(
-            &fixtures,
-            &image_path,
-            CheckpointFormat::Auto,
-            DtypeArg::F32,
-            &no_quantizer,
-        )?;
+        let image_bytes = convert(&fixtures, &image_path, CheckpointFormat::Auto, None)?;
         writeln!(out, "   -> {} ({image_bytes} bytes)", image_path.display())?;
 
         let bytes = read_image(&image_path)?;

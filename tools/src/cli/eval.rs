@@ -9,8 +9,8 @@ use serde::Serialize;
 use txl_host_gpu::Reference;
 
 use super::args::{BackendArg, Engine, SessionArgs};
-use super::files::{parse_model, read_image};
 use super::{arena, progress};
+use crate::image_file::{parse_model, read_image};
 use crate::tokens;
 
 pub const EXAMPLES: &str = "Examples:\n  \

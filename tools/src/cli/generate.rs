@@ -8,7 +8,7 @@ use txl_core::sampling::Sampling;
 
 use super::arena;
 use super::args::SessionArgs;
-use super::files::{parse_model, read_image};
+use crate::image_file::{parse_model, read_image};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl generate model.txl --prompt \"In the beginning\" --length 200\n  \

@@ -9,7 +9,7 @@ use txl_core::tensors::for_each_tensor;
 
 use super::arena;
 use super::args::SessionArgs;
-use super::files::{parse_model, read_image};
+use crate::image_file::{parse_model, read_image};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl inspect model.txl\n  \

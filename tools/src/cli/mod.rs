@@ -23,7 +23,6 @@ mod compare;
 mod convert;
 mod demo;
 mod eval;
-mod files;
 mod generate;
 mod inspect;
 mod progress;

@@ -8,8 +8,8 @@ use txl_core::{Model, SessionOptions};
 use txl_host_gpu::quantize::{self, QuantizeOptions, Smoothing, Target};
 
 use super::args::{DtypeArg, QuantizeArgs};
-use super::files::{parse_model, read_image, write_file};
 use super::{arena, progress};
+use crate::image_file::{parse_model, read_image, write_file};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl quantize model.txl -o model-int8.txl\n  \

@@ -13,12 +13,12 @@ use serde::Serialize;
 use txl_core::digest::Digest;
 use txl_core::image::Dtype;
 use txl_core::tensors::for_each_tensor;
-use txl_core::{scoring, Model};
+use txl_core::{scoring, Model, OptionWord};
 use txl_host_gpu::{Backend, Reference};
 
 use super::args::{BackendArg, Engine, SessionArgs, TokenSource};
-use super::files::{parse_model, read_image};
 use super::{arena, progress};
+use crate::image_file::{parse_model, read_image};
 use crate::npy;
 
 pub const EXAMPLES: &str = "Examples:\n  \
