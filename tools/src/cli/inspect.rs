@@ -55,8 +55,14 @@ impl Args {
         let options = self.session.options(&model);
         writeln!(
             out,
-            "session       tgt_len {}  mem_len {}  clamp_len {}  same_length {}",
-            options.tgt_len, options.mem_len, options.clamp_len, options.same_length
+            "session       tgt_len {}  mem_len {}  clamp_len {}  same_length {}  mem_init {}  mem_dtype {}  position_keys {}",
+            options.tgt_len,
+            options.mem_len,
+            options.clamp_len,
+            options.same_length,
+            options.mem_init,
+            options.mem_dtype,
+            options.position_keys
         )?;
         arena::arena_bytes(&model, &options)?;
         let layout = ArenaLayout::new(c, &options)?;
