@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 use txl_core::rng::Rng;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use serde::Serialize;
-use txl_core::{scoring, AlignedBytes, MemDtype, SessionOptions};
+use txl_core::{scoring, AlignedBytes, MemDtype, OptionWord, SessionOptions};
 use txl_host_gpu::quantize::{self, Target};
 use txl_host_gpu::{Backend, Reference};
 
@@ -41,6 +41,10 @@ struct Report {
     tokens: usize,
     tgt_len: u32,
     mem_len: u32,
+    clamp_len: u32,
+    same_length: bool,
+    mem_init: &'static str,
+    position_keys: &'static str,
     /// One measurement per variant, f32 first.
     results: Vec<Measurement>,
 }
@@ -60,6 +64,12 @@ struct Measurement {
 impl Args {
     /// Measures; prints the table (or `--json`) on `out`.
     pub fn run(self, out: &mut dyn Write) -> Result<()> {
+        if self.session.mem_dtype != MemDtype::F32 {
+            bail!(
+                "--mem-dtype {} does not apply to bench, which measures f32, f16 and int8 memory in its variants",
+                self.session.mem_dtype
+            );
+        }
         let bytes = read_image(&self.model)?;
         let model = parse_model(&bytes, &self.model)?;
         let options = self.session.options(&model);
@@ -106,6 +116,10 @@ impl Args {
             tokens: tokens.len(),
             tgt_len: options.tgt_len,
             mem_len: options.mem_len,
+            clamp_len: options.clamp_len,
+            same_length: options.same_length,
+            mem_init: options.mem_init.word(),
+            position_keys: options.position_keys.word(),
             results: rows
                 .into_iter()
                 .map(|(variant, image_bytes, tokens_per_second)| Measurement {
