@@ -181,6 +181,9 @@ pub enum DtypeArg {
     Int8,
 }
 
+/// `--calib-limit` when not given.
+const CALIB_LIMIT: usize = 16384;
+
 /// Quantizer settings shared by `convert --dtype` and `quantize`.
 #[derive(clap::Args, Debug)]
 pub struct QuantizeArgs {
@@ -191,7 +194,7 @@ pub struct QuantizeArgs {
     #[arg(long, value_name = "FILE")]
     pub calib_tokens: Option<PathBuf>,
     /// Use at most this many calibration tokens.
-    #[arg(long, default_value_t = 16384)]
+    #[arg(long, default_value_t = CALIB_LIMIT)]
     pub calib_limit: usize,
     /// Activation smoothing: auto (try strengths, keep the best), off, or a strength in [0, 1].
     #[arg(long, value_name = "auto|off|ALPHA", value_parser = smoothing, default_value = "auto")]
@@ -208,6 +211,22 @@ pub struct QuantizeArgs {
 }
 
 impl QuantizeArgs {
+    /// The first of these flags given a value other than its default, if any: `convert` refuses
+    /// them when it does not quantize.
+    pub fn given(&self) -> Option<&'static str> {
+        [
+            (self.calib_bytes.is_some(), "--calib-bytes"),
+            (self.calib_tokens.is_some(), "--calib-tokens"),
+            (self.calib_limit != CALIB_LIMIT, "--calib-limit"),
+            (self.smooth != Smoothing::Auto, "--smooth"),
+            (!self.keep_f16.is_empty(), "--keep-f16"),
+            (self.auto_keep_f16 != 0, "--auto-keep-f16"),
+            (self.report.is_some(), "--report"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
     /// Reads the calibration text, if any was given, cut to `--calib-limit` tokens.
     pub fn calibration(&self) -> Result<Option<Vec<u32>>> {
         let mut calibration = match (&self.calib_bytes, &self.calib_tokens) {

@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use txl_core::AlignedBytes;
 
 use super::args::{DtypeArg, QuantizeArgs};
@@ -37,6 +37,9 @@ pub struct Args {
 impl Args {
     /// Converts; prints nothing on `out` (a note on stderr says what was written).
     pub fn run(self, _out: &mut dyn Write) -> Result<()> {
+        if let Some(flag) = self.quantize.given().filter(|_| self.dtype == DtypeArg::F32) {
+            bail!("{flag} applies to quantization: add --dtype f16 or --dtype int8");
+        }
         let quantize = (self.dtype != DtypeArg::F32).then_some((self.dtype, &self.quantize));
         convert(&self.src, &self.out, self.format, quantize).map(|_| ())
     }
