@@ -24,36 +24,58 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// An empty directory of this test's own.
-fn scratch_dir(name: &str) -> PathBuf {
+/// An empty directory of this test's own, removed when the test passes (kept when it fails,
+/// to look at).
+fn scratch_dir(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("txl-damaged-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
+}
+
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 fn s(path: &Path) -> &str {
     path.to_str().unwrap()
 }
 
-/// Asserts that `txl args` ended as a damaged file should: exit status exactly 1 (not a panic's
-/// 101, not a signal), stderr starting with `error: `, naming each of `words`, no panic.
-fn assert_refused(args: &[&str], words: &[&str], what: &str) {
-    assert_failed(&txl(args), words, &format!("{what}: {args:?}"));
+/// Asserts that `txl args` ended as a damaged `file` should: exit status exactly 1 (not a
+/// panic's 101, not a signal), stderr starting with `error: `, naming the file and, apart from
+/// the file's path, `problem`; no panic.
+fn assert_refused(args: &[&str], file: &Path, problem: &str, what: &str) {
+    assert_failed(&txl(args), file, problem, &format!("{what}: {args:?}"));
 }
 
 /// [`assert_refused`] for a run already made.
-fn assert_failed(out: &Output, words: &[&str], what: &str) {
+fn assert_failed(out: &Output, file: &Path, problem: &str, what: &str) {
     let text = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{what}: {text}");
     assert!(text.starts_with("error: "), "{what}: {text}");
     assert!(!text.contains("panicked"), "{what}: {text}");
-    for word in words {
-        assert!(
-            text.contains(word),
-            "{what}: the message does not name {word:?}: {text}"
-        );
-    }
+    assert!(
+        text.contains(s(file)),
+        "{what}: the message does not name the file: {text}"
+    );
+    assert!(
+        text.replace(s(file), "FILE").contains(problem),
+        "{what}: the message does not name {problem:?}: {text}"
+    );
 }
 
 /// An image of `adaptive_div2` and its tokens.
@@ -70,9 +92,9 @@ fn small_image(dir: &Path) -> (Vec<u8>, PathBuf) {
 fn assert_image_refused(dir: &Path, damaged: &[u8], tokens: &Path, problem: &str, what: &str) {
     let path = dir.join("damaged.txl");
     std::fs::write(&path, damaged).unwrap();
-    let words = [s(&path), problem];
-    assert_refused(&["inspect", s(&path)], &words, what);
-    assert_refused(&["score", s(&path), "--tokens", s(tokens)], &words, what);
+    assert_refused(&["inspect", s(&path)], &path, problem, what);
+    let score = ["score", s(&path), "--tokens", s(tokens)];
+    assert_refused(&score, &path, problem, what);
 }
 
 #[test]
@@ -183,11 +205,11 @@ fn checkpoint(dir: &Path, name: &str, weights: &str) -> PathBuf {
     ckpt
 }
 
-/// `txl convert ckpt` must be refused, naming `words`, and write no image.
-fn assert_convert_refused(ckpt: &Path, words: &[&str], what: &str) {
+/// `txl convert ckpt` must be refused, naming `file` and `problem`, and write no image.
+fn assert_convert_refused(ckpt: &Path, file: &Path, problem: &str, what: &str) {
     let out = ckpt.join("out.txl");
     let _ = std::fs::remove_file(&out);
-    assert_refused(&["convert", s(ckpt), "-o", s(&out)], words, what);
+    assert_refused(&["convert", s(ckpt), "-o", s(&out)], file, problem, what);
     assert!(!out.exists(), "{what}: an image was written");
 }
 
@@ -211,7 +233,7 @@ fn truncated_safetensors_are_refused() {
         len - 1,
     ] {
         std::fs::write(&path, &intact[..cut]).unwrap();
-        assert_convert_refused(&ckpt, &[s(&path)], &format!("safetensors cut to {cut}"));
+        assert_convert_refused(&ckpt, &path, "", &format!("safetensors cut to {cut}"));
     }
 }
 
@@ -309,7 +331,7 @@ fn absurd_safetensors_headers_are_refused() {
 
     for (what, bytes, problem) in cases {
         std::fs::write(&path, bytes).unwrap();
-        assert_convert_refused(&ckpt, &[s(&path), problem], what);
+        assert_convert_refused(&ckpt, &path, problem, what);
     }
 }
 
@@ -330,7 +352,7 @@ fn safetensors_offsets_near_the_address_space_are_refused() {
         );
     }
     std::fs::write(&path, safetensors(&header, &[])).unwrap();
-    assert_convert_refused(&ckpt, &[s(&path)], "offsets near 2^64");
+    assert_convert_refused(&ckpt, &path, "", "offsets near 2^64");
 }
 
 #[test]
@@ -356,7 +378,7 @@ fn truncated_pytorch_checkpoints_are_refused() {
         len - 1,
     ] {
         std::fs::write(&path, &intact[..cut]).unwrap();
-        assert_convert_refused(&ckpt, &[s(&path)], &format!("pytorch_model.bin cut to {cut}"));
+        assert_convert_refused(&ckpt, &path, "", &format!("pytorch_model.bin cut to {cut}"));
     }
 }
 
@@ -435,7 +457,7 @@ fn flipped_pytorch_checkpoints_are_refused() {
             assert!(image == converted, "flipped {what}: another image");
             unread.insert(entry);
         } else {
-            assert_failed(&out, &[s(&path)], &format!("flipped {what}"));
+            assert_failed(&out, &path, "", &format!("flipped {what}"));
             assert!(!image.exists(), "flipped {what}: an image was written");
         }
     }
@@ -473,7 +495,7 @@ fn broken_configs_are_refused_naming_the_field() {
 
     for (what, text, problem) in cases {
         std::fs::write(&path, text).unwrap();
-        assert_convert_refused(&ckpt, &[s(&path), problem], &format!("config.json {what}"));
+        assert_convert_refused(&ckpt, &path, problem, &format!("config.json {what}"));
     }
 }
 
@@ -501,5 +523,5 @@ fn a_missing_tensor_is_named() {
         kept.insert(name.clone(), info);
     }
     std::fs::write(&path, safetensors(&kept, &packed)).unwrap();
-    assert_convert_refused(&ckpt, &[s(&path), missing], "a missing tensor");
+    assert_convert_refused(&ckpt, &path, missing, "a missing tensor");
 }
