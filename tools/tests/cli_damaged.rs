@@ -337,7 +337,6 @@ fn absurd_safetensors_headers_are_refused() {
 
 /// Offsets that add up to nearly 2^64 bytes: the reader adds them to the header's length.
 #[test]
-#[ignore = "panics: `data_start + data_len` overflows in checkpoint/safetensors_source.rs"]
 fn safetensors_offsets_near_the_address_space_are_refused() {
     let dir = scratch_dir("safetensors-overflow");
     let ckpt = checkpoint(&dir, "ckpt", "model.safetensors");

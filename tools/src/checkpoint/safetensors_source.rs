@@ -51,12 +51,12 @@ impl SafetensorsSource {
             .with_context(|| format!("{} has an invalid safetensors header", path.display()))?;
         let data_start = 8 + header_len;
         let data_len = metadata.data_len() as u64;
-        if data_start + data_len != file_len {
+        if data_start.checked_add(data_len) != Some(file_len) {
             bail!(
                 "{} is truncated or corrupt: its header describes {} bytes of tensors, the file holds {}",
                 path.display(),
                 data_len,
-                file_len - data_start
+                file_len.saturating_sub(data_start)
             );
         }
         let tensors = metadata
