@@ -22,11 +22,11 @@ const CALIBRATION_TOKENS: usize = 4096;
 const F16_MAX_RELATIVE_DELTA: f64 = 2.0e-5;
 /// Measured 100%.
 const F16_MIN_TOP1: f64 = 0.9995;
-/// int8 W8A8 + f32 memory: measured +1.07e-4.
-const INT8_MAX_RELATIVE_DELTA: f64 = 3.2e-4;
-/// int8 W8A8 + int8 memory: measured +1.9e-4.
-const INT8_INT8_MEMORY_MAX_RELATIVE_DELTA: f64 = 6.0e-4;
-/// Measured 99.56%: three times the disagreement is 98.7%.
+/// int8 W8A8 + f32 memory: measured +7.7e-5 (activation ranges from the f32 reference).
+const INT8_MAX_RELATIVE_DELTA: f64 = 2.3e-4;
+/// int8 W8A8 + int8 memory: measured +1.8e-4.
+const INT8_INT8_MEMORY_MAX_RELATIVE_DELTA: f64 = 5.4e-4;
+/// Measured 99.50%: three times the disagreement would be 98.5%; 98.7% is kept.
 const INT8_INT8_MEMORY_MIN_TOP1: f64 = 0.987;
 /// Measured 1.007.
 const INT8_MAX_SIZE_OVERHEAD: f64 = 1.021;
@@ -41,10 +41,20 @@ const INT8_MEMORY_MAX_RELATIVE_DELTA: f64 = 1.0e-6;
 const INT8_MEMORY_MAX_MEAN_KL: f64 = 1.7e-5;
 /// `adaptive_div2`, f16 weights + f16 memory: measured +8.3e-7.
 const ADAPTIVE_F16_MAX_RELATIVE_DELTA: f64 = 2.5e-6;
-/// `adaptive_div2`, int8 + f32 memory: measured +1.37e-4.
+/// `adaptive_div2`, int8 + f32 memory: measured +1.36e-4.
 const ADAPTIVE_INT8_MAX_RELATIVE_DELTA: f64 = 4.1e-4;
-/// `adaptive_div2`, int8 + int8 memory: measured +3.09e-4.
-const ADAPTIVE_INT8_INT8_MEMORY_MAX_RELATIVE_DELTA: f64 = 9.3e-4;
+/// `adaptive_div2`, int8 + int8 memory: measured +3.06e-4.
+const ADAPTIVE_INT8_INT8_MEMORY_MAX_RELATIVE_DELTA: f64 = 9.2e-4;
+// The relative Δ is a mean of signed changes, which partly cancel; the mean KL(f32 ‖ int8) per
+// prediction cannot cancel, so each int8 case also bounds it at about 3x what is measured.
+/// int8 + f32 memory, mean KL in nats: measured 8.45e-5.
+const INT8_MAX_MEAN_KL: f64 = 2.5e-4;
+/// int8 + int8 memory, mean KL in nats: measured 8.91e-5.
+const INT8_INT8_MEMORY_MAX_MEAN_KL: f64 = 2.7e-4;
+/// `adaptive_div2`, int8 + f32 memory, mean KL in nats: measured 4.67e-4.
+const ADAPTIVE_INT8_MAX_MEAN_KL: f64 = 1.4e-3;
+/// `adaptive_div2`, int8 + int8 memory, mean KL in nats: measured 4.76e-4.
+const ADAPTIVE_INT8_INT8_MEMORY_MAX_MEAN_KL: f64 = 1.43e-3;
 
 struct Fixture {
     f32_image: AlignedBytes,
@@ -163,6 +173,16 @@ fn int8_everywhere_stays_within_the_stated_loss() {
         with_int8_memory.top1_agreement >= INT8_INT8_MEMORY_MIN_TOP1,
         "int8 + int8 memory: top-1 agreement {}",
         with_int8_memory.top1_agreement
+    );
+    assert!(
+        with_f32_memory.mean_kl <= INT8_MAX_MEAN_KL,
+        "int8 + f32 memory: mean KL {:.3e}",
+        with_f32_memory.mean_kl
+    );
+    assert!(
+        with_int8_memory.mean_kl <= INT8_INT8_MEMORY_MAX_MEAN_KL,
+        "int8 + int8 memory: mean KL {:.3e}",
+        with_int8_memory.mean_kl
     );
 }
 
@@ -336,6 +356,14 @@ fn an_adaptive_div_val_2_model_quantizes_as_well() {
     );
     assert!(
         int8_memory_result.relative_delta.abs() <= ADAPTIVE_INT8_INT8_MEMORY_MAX_RELATIVE_DELTA,
+        "{int8_memory_result:?}"
+    );
+    assert!(
+        int8_result.mean_kl <= ADAPTIVE_INT8_MAX_MEAN_KL,
+        "{int8_result:?}"
+    );
+    assert!(
+        int8_memory_result.mean_kl <= ADAPTIVE_INT8_INT8_MEMORY_MAX_MEAN_KL,
         "{int8_memory_result:?}"
     );
 }
