@@ -6,24 +6,8 @@ use std::process::{Command, Output, Stdio};
 
 use txl_tools::npy;
 
-fn txl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_txl"))
-        .args(args)
-        .output()
-        .expect("txl runs")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(name)
-}
-
-fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("txl-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+mod common;
+use common::{fixture, scratch_dir, stderr, txl};
 
 /// Converts fixture `name` into `dir/model.txl`, which it returns.
 fn convert_fixture(name: &str, dir: &Path) -> PathBuf {
@@ -36,10 +20,6 @@ fn convert_fixture(name: &str, dir: &Path) -> PathBuf {
     ]);
     assert!(out.status.success(), "convert {name}: {}", stderr(&out));
     image
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 #[test]

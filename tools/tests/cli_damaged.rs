@@ -7,53 +7,12 @@
 //! an image; these check the same refusals reach the command line intact.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Map, Value};
 
-fn txl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_txl"))
-        .args(args)
-        .output()
-        .expect("txl runs")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(name)
-}
-
-/// An empty directory of this test's own, removed when the test passes (kept when it fails,
-/// to look at).
-fn scratch_dir(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("txl-damaged-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
-}
-
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+mod common;
+use common::{fixture, s, scratch_dir, txl};
 
 /// Asserts that `txl args` ended as a damaged `file` should: exit status exactly 1 (not a
 /// panic's 101, not a signal), stderr starting with `error: `, naming the file and, apart from

@@ -8,66 +8,15 @@
 //! bits by design (only where the keys live changes), so for it the tests check the arena.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{json, Value};
 use txl_core::digest::Digest;
 use txl_core::{MemDtype, Model, PositionKeys, Session, SessionOptions};
 use txl_tools::npy;
 
-fn txl(args: &[&str]) -> Output {
-    txl_in(Path::new("."), args)
-}
-
-/// Runs `txl args` in the directory `cwd`.
-fn txl_in(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_txl"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("txl runs")
-}
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(name)
-}
-
-/// An empty directory of this test's own, removed when the test passes (kept when it fails,
-/// to look at).
-fn scratch_dir(name: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("txl-flags-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
-}
-
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn s(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+mod common;
+use common::{fixture, s, scratch_dir, stderr, txl, txl_in};
 
 /// The stdout of a run that must succeed.
 fn stdout(output: &Output, what: &str) -> String {
