@@ -5,7 +5,7 @@ use txl_core::{Config, Model, SessionOptions};
 use crate::cpu::CpuEngine;
 use crate::cuda::{CudaEngine, CudaLimits};
 use crate::engine::{lockstep, Settings, StepOutput, Wanted};
-use crate::error::Error;
+use crate::error::{with_room, Error};
 use crate::weights::HostWeights;
 
 /// Where and in which precision the forward pass runs.
@@ -75,13 +75,14 @@ pub struct Reference {
 impl Reference {
     /// Copies `model`'s weights for `backend`. For [`Backend::Cuda`] this fails with
     /// [`Error::NoGpu`] where there is no usable GPU, and with [`Error::NoNvrtc`] or
-    /// [`Error::KernelCompile`] when the kernels cannot be compiled.
+    /// [`Error::KernelCompile`] when the kernels cannot be compiled; on any backend with
+    /// [`Error::AllocationFailed`] when the copy is more than the allocator gives.
     pub fn new(model: &Model<'_>, backend: Backend) -> Result<Self, Error> {
         let engine = match backend {
-            Backend::Cpu64 => Engine::Cpu64(CpuEngine::new(HostWeights::new(model))),
-            Backend::Cpu32 => Engine::Cpu32(CpuEngine::new(HostWeights::new(model))),
+            Backend::Cpu64 => Engine::Cpu64(CpuEngine::new(HostWeights::new(model)?)),
+            Backend::Cpu32 => Engine::Cpu32(CpuEngine::new(HostWeights::new(model)?)),
             Backend::Cuda => Engine::Cuda(Box::new(CudaEngine::new(
-                HostWeights::new(model),
+                HostWeights::new(model)?,
                 CudaLimits::default(),
             )?)),
         };
@@ -98,7 +99,7 @@ impl Reference {
     /// [`Reference::new`].
     #[doc(hidden)]
     pub fn with_cuda_limits(model: &Model<'_>, limits: CudaLimits) -> Result<Self, Error> {
-        let engine = CudaEngine::new(HostWeights::new(model), limits)?;
+        let engine = CudaEngine::new(HostWeights::new(model)?, limits)?;
         Ok(Reference {
             config: *model.config(),
             backend: Backend::Cuda,
@@ -143,17 +144,20 @@ impl Reference {
         let settings = Settings::new(options)?;
         let n_token = self.config.n_token;
         check_tokens(streams, n_token)?;
-        let mut scores: Vec<StreamScores> = streams
-            .iter()
-            .map(|tokens| StreamScores {
-                logp: Vec::with_capacity(tokens.len().saturating_sub(1)),
-                rows: Vec::new(),
-                rows_kept: keep_rows.min(tokens.len()),
-            })
-            .collect();
+        // What is kept is sized by the input and `keep_rows`, so it is asked for up front.
+        let mut scores: Vec<StreamScores> = with_room(streams.len(), "the streams' scores")?;
+        for tokens in streams {
+            let rows_kept = keep_rows.min(tokens.len());
+            let row_values = rows_kept.checked_mul(n_token as usize).unwrap_or(usize::MAX);
+            scores.push(StreamScores {
+                logp: with_room(tokens.len().saturating_sub(1), "the log-probabilities")?,
+                rows: with_room(row_values, "the kept rows")?,
+                rows_kept,
+            });
+        }
         match &mut self.engine {
-            Engine::Cpu64(e) => e.start(streams.len(), settings),
-            Engine::Cpu32(e) => e.start(streams.len(), settings),
+            Engine::Cpu64(e) => e.start(streams.len(), settings)?,
+            Engine::Cpu32(e) => e.start(streams.len(), settings)?,
             Engine::Cuda(e) => e.start(streams.len(), settings)?,
         }
         let mut done = 0;
