@@ -30,6 +30,17 @@ impl TorchSource {
             .len();
         let reader = PytorchReader::new(path)
             .with_context(|| format!("cannot read the PyTorch checkpoint {}", path.display()))?;
+        // A ZIP's storage entries declare their sizes; `pytorch-reader` reads only the bytes
+        // each tensor needs, so entries that claim more than the file holds would otherwise
+        // go unnoticed (and their CRCs unchecked). `torch.save` stores them uncompressed.
+        if let Some(claimed) = reader.metadata().total_data_size {
+            if claimed as u64 > file_len {
+                bail!(
+                    "the storages in {} claim {claimed} bytes, but the file holds {file_len} bytes",
+                    path.display()
+                );
+            }
+        }
         Ok(TorchSource {
             path: path.to_path_buf(),
             file_len,
