@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use pytorch_reader::{DType, PytorchReader, Tensor};
 
 use super::source::{ByteOrder, SourceDtype, TensorMeta, TensorSource};
@@ -28,8 +28,9 @@ impl TorchSource {
         let file_len = std::fs::metadata(path)
             .with_context(|| format!("cannot read {}", path.display()))?
             .len();
+        // `PytorchError`'s message already holds its source's: one of them is enough.
         let reader = PytorchReader::new(path)
-            .with_context(|| format!("cannot read the PyTorch checkpoint {}", path.display()))?;
+            .map_err(|error| anyhow!("cannot read the PyTorch checkpoint {}: {error}", path.display()))?;
         // A ZIP's storage entries declare their sizes; `pytorch-reader` reads only the bytes
         // each tensor needs, so entries that claim more than the file holds would otherwise
         // go unnoticed (and their CRCs unchecked). `torch.save` stores them uncompressed.
