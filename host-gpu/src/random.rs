@@ -139,3 +139,27 @@ pub fn small_config() -> Config {
         same_length: false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_beyond_a_model_image_is_refused_before_drawing() {
+        // Valid (each tensor fits), but 65536 layers of d_model 1024 are 4 TB of weights.
+        let config = Config {
+            d_model: 1024,
+            d_embed: 1024,
+            n_head: 16,
+            d_head: 64,
+            d_inner: 4096,
+            n_layer: 65536,
+            ..small_config()
+        };
+        config.validate().unwrap();
+        assert_eq!(
+            random_image(&config, 1, RandomInit::default()),
+            Err(txl_core::Error::BadConfig(ConfigError::TooLarge))
+        );
+    }
+}

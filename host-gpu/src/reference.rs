@@ -218,3 +218,39 @@ pub(crate) fn check_tokens(streams: &[&[u32]], n_token: u32) -> Result<(), Error
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use txl_core::{AlignedBytes, MemInit, Model, SessionOptions};
+
+    use crate::{random_image, small_config, Backend, Error, RandomInit, Reference};
+
+    #[test]
+    fn sessions_beyond_the_allocator_are_errors_not_aborts() {
+        let image = random_image(&small_config(), 1, RandomInit::default()).unwrap();
+        let bytes = AlignedBytes::copy_from(&image).unwrap();
+        let model = Model::parse(bytes.bytes()).unwrap();
+        for backend in [Backend::Cpu64, Backend::Cpu32] {
+            let mut reference = Reference::new(&model, backend).unwrap();
+            // Position keys for 2^33 distances of d_model 16: a terabyte of f64.
+            let options = SessionOptions {
+                tgt_len: u32::MAX,
+                mem_len: u32::MAX,
+                clamp_len: 0,
+                mem_init: MemInit::Zeros,
+                ..SessionOptions::from_config(model.config())
+            };
+            match reference.score(&[1, 2, 3], &options, 0, |_| {}) {
+                Err(Error::AllocationFailed { what, bytes, .. }) => {
+                    assert!(bytes > 1 << 39, "{what}: {bytes}")
+                }
+                other => panic!("{backend:?}: expected AllocationFailed, got {other:?}"),
+            }
+            // The same reference still scores with sane options afterwards, and keep_rows is
+            // capped by the tokens.
+            let options = SessionOptions::from_config(model.config());
+            let scores = reference.score(&[1, 2, 3], &options, usize::MAX, |_| {}).unwrap();
+            assert_eq!((scores.logp.len(), scores.rows_kept), (2, 3));
+        }
+    }
+}

@@ -136,6 +136,42 @@ fn parse(bytes: &[u8]) -> Result<Array> {
 
 #[cfg(test)]
 mod tests {
+    /// A version 1.0 `.npy` file of `header` text and `payload`.
+    fn npy(header: &str, payload: &[u8]) -> Vec<u8> {
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((header.len() as u16).to_le_bytes());
+        bytes.extend(header.as_bytes());
+        bytes.extend(payload);
+        bytes
+    }
+
+    #[test]
+    fn shapes_beyond_the_payload_are_errors_not_panics() {
+        let header = |shape: &str| format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        for (shape, problem) in [
+            (
+                "(18446744073709551615, 18446744073709551615, 4)",
+                "more than 2^128",
+            ),
+            ("(4611686018427387904,)", "needs 18446744073709551616"),
+            ("(3,)", "needs 12"),
+            (")", "bad shape"),
+            ("(", "bad shape"),
+            ("(2, x)", "bad shape"),
+        ] {
+            let error = super::parse(&npy(&header(shape), &[0; 8])).unwrap_err();
+            assert!(format!("{error:#}").contains(problem), "{shape}: {error:#}");
+        }
+        let two = super::parse(&npy(&header("(2,)"), &[0; 8])).unwrap();
+        assert_eq!(two.data, [0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_shape_that_overflows_is_not_written() {
+        let path = std::env::temp_dir().join(format!("txl-npy-overflow-{}.npy", std::process::id()));
+        assert!(super::write_f32(&path, &[usize::MAX, 2], &[]).is_err());
+        assert!(!path.exists());
+    }
     #[test]
     fn round_trips_a_matrix() {
         let dir = std::env::temp_dir().join(format!("txl-npy-{}", std::process::id()));

@@ -182,12 +182,23 @@ pub fn explain(options: &SessionOptions) -> impl FnOnce(Error) -> anyhow::Error 
 
 #[cfg(test)]
 mod tests {
-    use super::memory_bytes;
+    use super::{check_values, memory_bytes, reserve};
 
     #[test]
     fn this_machine_has_some_memory() {
         if std::path::Path::new("/proc/meminfo").exists() {
             assert!(memory_bytes().is_some_and(|bytes| bytes > 1 << 20));
         }
+    }
+
+    #[test]
+    fn counts_beyond_memory_are_errors_naming_what_sized_them() {
+        let error = check_values::<u64>(usize::MAX / 4, || "--length N".into()).unwrap_err();
+        assert!(format!("{error}").starts_with("--length N: "), "{error}");
+        assert!(format!("{error}").contains("overflow"), "{error}");
+        let error = reserve::<u32>(1 << 60, || "--tokens N".into()).unwrap_err();
+        assert!(format!("{error}").starts_with("--tokens N: "), "{error}");
+        let room = reserve::<u32>(1000, || "--tokens 1000".into()).unwrap();
+        assert!(room.is_empty() && room.capacity() >= 1000);
     }
 }
