@@ -148,7 +148,7 @@ impl Reference {
         let mut scores: Vec<StreamScores> = with_room(streams.len(), "the streams' scores")?;
         for tokens in streams {
             let rows_kept = keep_rows.min(tokens.len());
-            let row_values = rows_kept.checked_mul(n_token as usize).unwrap_or(usize::MAX);
+            let row_values = rows_kept.saturating_mul(n_token as usize);
             scores.push(StreamScores {
                 logp: with_room(tokens.len().saturating_sub(1), "the log-probabilities")?,
                 rows: with_room(row_values, "the kept rows")?,

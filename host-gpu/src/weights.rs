@@ -211,7 +211,7 @@ pub fn inv_freq(d_model: usize) -> Vec<f32> {
 /// the rows are allocated fallibly.
 pub fn position_embeddings(n: usize, d_model: usize) -> Result<Vec<f64>, Error> {
     let inv_freq = inv_freq(d_model);
-    let count = n.checked_mul(d_model).unwrap_or(usize::MAX);
+    let count = n.saturating_mul(d_model);
     let mut out = with_room(count, "the position embeddings")?;
     for d in 0..n {
         let angles = inv_freq.iter().map(|&f| d as f64 * f as f64);

@@ -336,9 +336,9 @@ fn safetensors_claims_beyond_the_file_are_named() {
     }
 }
 
-/// A pickle (protocol 2) of a dict of float32 tensors, as `torch.save(state_dict)` writes
-/// it: `(key, storage, storage elements, shape, stride)` per tensor.
-fn pickle(tensors: &[(&str, &str, u64, &[u64], &[u64])]) -> Vec<u8> {
+/// A pickle (protocol 2) of a dict holding one float32 tensor, as `torch.save(state_dict)`
+/// writes it: `key`, viewing storage `0` (declared `elements` long) with `shape` and `stride`.
+fn pickle(key: &str, elements: u64, shape: &[u64], stride: &[u64]) -> Vec<u8> {
     fn text(out: &mut Vec<u8>, s: &str) {
         out.push(b'X'); // BINUNICODE
         out.extend((s.len() as u32).to_le_bytes());
@@ -358,20 +358,18 @@ fn pickle(tensors: &[(&str, &str, u64, &[u64], &[u64])]) -> Vec<u8> {
         out.push(b't'); // TUPLE
     }
     let mut out = vec![0x80, 2, b'}', b'(']; // PROTO 2, EMPTY_DICT, MARK
-    for &(key, storage, elements, shape, stride) in tensors {
-        text(&mut out, key);
-        out.extend(b"ctorch._utils\n_rebuild_tensor_v2\n(("); // GLOBAL, MARK, MARK
-        text(&mut out, "storage");
-        out.extend(b"ctorch\nFloatStorage\n");
-        text(&mut out, storage);
-        text(&mut out, "cpu");
-        int(&mut out, elements);
-        out.extend(b"tQ"); // TUPLE, BINPERSID
-        int(&mut out, 0);
-        tuple(&mut out, shape);
-        tuple(&mut out, stride);
-        out.extend(b"\x89ccollections\nOrderedDict\n)RtR"); // False, OrderedDict(), the call
-    }
+    text(&mut out, key);
+    out.extend(b"ctorch._utils\n_rebuild_tensor_v2\n(("); // GLOBAL, MARK, MARK
+    text(&mut out, "storage");
+    out.extend(b"ctorch\nFloatStorage\n");
+    text(&mut out, "0");
+    text(&mut out, "cpu");
+    int(&mut out, elements);
+    out.extend(b"tQ"); // TUPLE, BINPERSID
+    int(&mut out, 0);
+    tuple(&mut out, shape);
+    tuple(&mut out, stride);
+    out.extend(b"\x89ccollections\nOrderedDict\n)RtR"); // False, OrderedDict(), the call
     out.extend(b"u."); // SETITEMS, STOP
     out
 }
@@ -500,8 +498,7 @@ fn pytorch_storages_beyond_the_file_are_refused() {
     }
 
     // An embedding of 100000 x 64 floats from one stored float: 25.6 MB from a file of 1 kB.
-    let shape: &[u64] = &[100_000, 64];
-    let pickled = pickle(&[(EMBEDDING, "0", 1, shape, &[0, 0])]);
+    let pickled = pickle(EMBEDDING, 1, &[100_000, 64], &[0, 0]);
     let one_float = 1.5f32.to_le_bytes();
     let ckpt = torch_checkpoint(
         &dir,
@@ -516,12 +513,14 @@ fn pytorch_storages_beyond_the_file_are_refused() {
     assert_convert_refused(&ckpt, &names, "a stride-0 view of 25.6 MB");
 
     // A storage of 10^12 floats, of which the archive holds one.
-    let shape: &[u64] = &[4, 2];
-    let pickled = pickle(&[(EMBEDDING, "0", 1_000_000_000_000, shape, &[2, 1])]);
+    let pickled = pickle(EMBEDDING, 1_000_000_000_000, &[4, 2], &[2, 1]);
     let ckpt = torch_checkpoint(&dir, "storage", tiny_config(4, 2), &pickled, &[("0", &one_float)]);
     let path = ckpt.join("pytorch_model.bin");
     assert_convert_refused(&ckpt, &[s(&path), EMBEDDING], "a storage of 10^12 floats");
 }
+
+/// Fields of a config.json and the values they are given.
+type Edits<'a> = &'a [(&'a str, Value)];
 
 /// Configs whose sizes no model image can hold, next to a small weights file: refused before
 /// a weight is read, naming the sizes and config.json.
@@ -533,7 +532,7 @@ fn configs_beyond_a_model_image_are_refused_before_reading() {
         let path = ckpt.join("config.json");
         let intact: Map<String, Value> = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
         #[rustfmt::skip]
-        let cases: [(&[(&str, Value)], &[&str]); 5] = [
+        let cases: [(Edits, &[&str]); 5] = [
             (&[("vocab_size", json!(1_000_000_000_000u64))], &["`vocab_size`", "1000000000000"]),
             (&[("vocab_size", json!(4_000_000_000u64))], &["n_token 4000000000", "overflow"]),
             (&[("vocab_size", json!(16_000_000)), ("d_embed", json!(1024))],
