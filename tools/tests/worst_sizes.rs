@@ -555,3 +555,25 @@ fn configs_beyond_a_model_image_are_refused_before_reading() {
         }
     }
 }
+
+/// A file longer than any model image (sparse, so it costs no disk) is refused by its length,
+/// before it is read into memory.
+#[cfg(unix)]
+#[test]
+fn a_file_longer_than_any_image_is_refused_unread() {
+    use std::os::unix::fs::MetadataExt;
+
+    let dir = scratch_dir("long");
+    let path = dir.join("long.txl");
+    let len = 5u64 << 30;
+    std::fs::File::create(&path).unwrap().set_len(len).unwrap();
+    if std::fs::metadata(&path).unwrap().blocks() * 512 >= len {
+        eprintln!("skipped: {} does not hold sparse files", dir.display());
+        return;
+    }
+    let tokens = tokens_file(&dir);
+    let names = [s(&path), "5368709120 bytes", "4294967295"];
+    assert_refused(&txl(&["inspect", s(&path)]), &names, "inspect");
+    let args = ["score", s(&path), "--tokens", s(&tokens)];
+    assert_refused(&txl(&args), &names, "score");
+}
