@@ -65,9 +65,14 @@ fn wide_image(dir: &Path, name: &str, tgt_len: u32, mem_len: u32, clamp_len: u32
         clamp_len,
         same_length: false,
     };
-    // Small distinct weights; only the sizes matter here.
+    write_model(dir, name, &config)
+}
+
+/// `config` with small distinct weights (only the sizes matter here), as a model image in
+/// `dir/name`.
+fn write_model(dir: &Path, name: &str, config: &Config) -> PathBuf {
     let mut tensors: Vec<(TensorName, Vec<f32>)> = Vec::new();
-    for_each_tensor(&config, |name, shape| {
+    for_each_tensor(config, |name, shape| {
         let values = (0..shape.len()).map(|i| ((i % 7) as f32 - 3.0) * 0.01).collect();
         tensors.push((name, values));
     });
@@ -76,7 +81,7 @@ fn wide_image(dir: &Path, name: &str, tgt_len: u32, mem_len: u32, clamp_len: u32
         .map(|(name, values)| (*name, Payload::F32(values)))
         .collect();
     let path = dir.join(name);
-    std::fs::write(&path, write_image(&config, &payloads).unwrap()).unwrap();
+    std::fs::write(&path, write_image(config, &payloads).unwrap()).unwrap();
     path
 }
 
@@ -247,6 +252,48 @@ fn huge_counts_are_refused_or_harmless() {
     ]);
     assert_ran(&quantize, "quantize --calib-limit 10^15");
     assert!(quantized.exists());
+}
+
+/// `compare` keeps the reference's log-probability rows of a segment: with a vocabulary of
+/// 2^20 and segments of 10^6 tokens that is 4 TiB, refused before the sessions start (their
+/// arenas are small: one layer two wide, no memory).
+#[test]
+fn compare_rows_beyond_memory_are_refused() {
+    let dir = scratch_dir("compare");
+    let config = Config {
+        n_token: 1 << 20,
+        d_model: 2,
+        d_embed: 2,
+        n_head: 1,
+        d_head: 2,
+        d_inner: 2,
+        n_layer: 1,
+        cutoffs: [0; 8],
+        n_cutoffs: 0,
+        div_val: 1,
+        tie_weight: true,
+        tie_projs: 0,
+        pre_lnorm: false,
+        untie_r: true,
+        layer_norm_epsilon: 1e-5,
+        tgt_len: 4,
+        mem_len: 0,
+        clamp_len: 0,
+        same_length: false,
+    };
+    let image = write_model(&dir, "vocabulary.txl", &config);
+    let tokens = dir.join("tokens.txt");
+    std::fs::write(&tokens, "7 ".repeat(1_000_000)).unwrap();
+    #[rustfmt::skip]
+    let args = ["compare", s(&image), s(&image), "--tokens", s(&tokens),
+        "--tgt-len", "1000000", "--mem-len", "0", "--clamp-len", "1"];
+    let names = [
+        "tgt_len 1000000",
+        "1000000 tokens",
+        "n_token 1048576",
+        "4194304000000 bytes",
+    ];
+    assert_refused(&txl(&args), &names, "compare --tgt-len 10^6");
 }
 
 /// A checkpoint directory `dir/name` with `adaptive_div2`'s `config.json` and `weights`.
