@@ -95,7 +95,9 @@ pub fn take(session: &mut Session<'_, '_>) -> Result<Option<Progress>, Failure> 
     region[..8].fill(0);
     let state = region
         .get(HEADER_BYTES..HEADER_BYTES.saturating_add(state_len))
-        .ok_or(Failure::Args("the saved session state is longer than the surviving RAM"))?;
+        .ok_or(Failure::Args(
+            "the saved session state is longer than the surviving RAM",
+        ))?;
     session.restore_state(state)?;
     Ok(Some(progress))
 }
