@@ -127,6 +127,16 @@ impl Args {
         }
         let options = self.session.options(&model);
         let keep_rows = self.rows.unwrap_or(0);
+        let n_token = model.config().n_token as usize;
+        let kept_values = keep_rows.min(tokens.len()).saturating_mul(n_token);
+        // The reference's rows are f64, then copied to f32.
+        let value_bytes = match engine {
+            Engine::Core => 4,
+            Engine::Reference(_) => 12,
+        };
+        arena::check_values::<u8>(kept_values.saturating_mul(value_bytes), || {
+            format!("--rows {keep_rows} (of {n_token} log-probabilities each)")
+        })?;
         let bar = progress::tokens(tokens.len());
         let progress = |done: usize| bar.set_position(done as u64);
         let started = Instant::now();
