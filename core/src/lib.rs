@@ -17,6 +17,10 @@
 //! - Keeps the recurrence memory as a ring buffer of each layer's cached keys and values, so
 //!   no position's projections are ever computed twice; the cache is f32, f16, or int8 with a
 //!   scale per position and head ([`MemDtype`]).
+//! - Saves and restores that memory, the model's whole state between segments
+//!   ([`Session::save_state`], [`Session::restore_state`], [`Session::state_bytes`]): a device
+//!   keeps it across a reset or deep sleep and continues bit for bit; a state from another model
+//!   or other options, or a damaged one, is refused ([`StateError`]) and changes nothing.
 //! - Computes with each weight matrix in the precision the image stores it: f32, f16 (widened,
 //!   f32 accumulation) or int8 with per-row scales as W8A8 (activations quantized per token,
 //!   i32 accumulation); see [`weights`]. LayerNorm, softmax and residuals stay f32. The scalar

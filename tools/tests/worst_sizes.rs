@@ -294,6 +294,21 @@ fn compare_rows_beyond_memory_are_refused() {
         "4194304000000 bytes",
     ];
     assert_refused(&txl(&args), &names, "compare --tgt-len 10^6");
+
+    // `score --rows` keeps as many rows as there are tokens: 4 TiB again, for each backend.
+    let rows_out = dir.join("rows.npy");
+    for backend in ["core", "cpu32"] {
+        #[rustfmt::skip]
+        let args = ["score", s(&image), "--tokens", s(&tokens), "--backend", backend,
+            "--rows", "1000000000000000", "--rows-out", s(&rows_out)];
+        let names = ["--rows 1000000000000000", "1048576 log-probabilities"];
+        assert_refused(
+            &txl(&args),
+            &names,
+            &format!("score --backend {backend} --rows 10^15"),
+        );
+        assert!(!rows_out.exists(), "score --rows: a rows file was written");
+    }
 }
 
 /// A checkpoint directory `dir/name` with `adaptive_div2`'s `config.json` and `weights`.
