@@ -12,7 +12,7 @@ use std::process::Output;
 use serde_json::{Map, Value};
 
 mod common;
-use common::{fixture, s, scratch_dir, txl};
+use common::{checkpoint, fixture, s, safetensors, scratch_dir, split_safetensors, txl, EMBEDDING};
 
 /// Asserts that `txl args` ended as a damaged `file` should: exit status exactly 1 (not a
 /// panic's 101, not a signal), stderr starting with `error: `, naming the file and, apart from
@@ -153,17 +153,6 @@ fn damage_behind_a_recomputed_crc_is_caught_by_the_structure_checks() {
     }
 }
 
-/// A checkpoint directory in `dir/name` with `adaptive_div2`'s `config.json` and the weights
-/// file `weights`; returns the directory.
-fn checkpoint(dir: &Path, name: &str, weights: &str) -> PathBuf {
-    let ckpt = dir.join(name);
-    std::fs::create_dir_all(&ckpt).unwrap();
-    for file in ["config.json", weights] {
-        std::fs::copy(fixture("adaptive_div2").join(file), ckpt.join(file)).unwrap();
-    }
-    ckpt
-}
-
 /// `txl convert ckpt` must be refused, naming `file` and `problem`, and write no image.
 fn assert_convert_refused(ckpt: &Path, file: &Path, problem: &str, what: &str) {
     let out = ckpt.join("out.txl");
@@ -195,25 +184,6 @@ fn truncated_safetensors_are_refused() {
         assert_convert_refused(&ckpt, &path, "", &format!("safetensors cut to {cut}"));
     }
 }
-
-/// A safetensors file: the JSON header `header` (tensor name → dtype, shape, data_offsets)
-/// and the tensor bytes `data`.
-fn safetensors(header: &Map<String, Value>, data: &[u8]) -> Vec<u8> {
-    let json = serde_json::to_vec(header).unwrap();
-    let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
-    bytes.extend(json);
-    bytes.extend(data);
-    bytes
-}
-
-/// The header and the tensor bytes of a safetensors file.
-fn split_safetensors(bytes: &[u8]) -> (Map<String, Value>, Vec<u8>) {
-    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
-    (header, bytes[8 + len..].to_vec())
-}
-
-const EMBEDDING: &str = "transformer.word_emb.emb_layers.0.weight";
 
 #[test]
 fn absurd_safetensors_headers_are_refused() {

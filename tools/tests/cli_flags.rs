@@ -833,6 +833,25 @@ fn inspect_reports_every_session_flag_and_its_arena() {
             assert_ne!(arena, base_arena, "inspect {flag} {value}: the same arena");
         }
     }
+    // The saved state is the memory: it follows --mem-len and --mem-dtype.
+    for (flags, edit) in [
+        (&[][..], (|_| {}) as fn(&mut SessionOptions)),
+        (&["--mem-len", "4"][..], |o| o.mem_len = 4),
+        (&["--mem-dtype", "f16"][..], |o| o.mem_dtype = MemDtype::F16),
+    ] {
+        let bytes = txl_tools::image_file::read_image(&image).unwrap();
+        let model = Model::parse(bytes.bytes()).unwrap();
+        let mut options = SessionOptions::from_config(model.config());
+        edit(&mut options);
+        let expected = Session::state_bytes_for(&model, &options).unwrap();
+        let mut args = vec!["inspect", s(&image)];
+        args.extend(flags);
+        let text = stdout(&txl(&args), &format!("inspect {flags:?}"));
+        assert!(
+            text.contains(&format!("state bytes   {expected} ")),
+            "inspect {flags:?}: no `state bytes   {expected}` in\n{text}"
+        );
+    }
 }
 
 #[test]

@@ -17,7 +17,7 @@ use txl_core::tensors::{for_each_tensor, TensorName};
 use txl_core::Config;
 
 mod common;
-use common::{fixture, s, scratch_dir, stderr, txl};
+use common::{checkpoint, s, safetensors, scratch_dir, stderr, txl, EMBEDDING};
 
 /// Asserts that a run was refused: exit status exactly 1, stderr one `error: ` message with
 /// every one of `names` in it, and no panic.
@@ -311,16 +311,6 @@ fn compare_rows_beyond_memory_are_refused() {
     }
 }
 
-/// A checkpoint directory `dir/name` with `adaptive_div2`'s `config.json` and `weights`.
-fn checkpoint(dir: &Path, name: &str, weights: &str) -> PathBuf {
-    let ckpt = dir.join(name);
-    std::fs::create_dir_all(&ckpt).unwrap();
-    for file in ["config.json", weights] {
-        std::fs::copy(fixture("adaptive_div2").join(file), ckpt.join(file)).unwrap();
-    }
-    ckpt
-}
-
 /// `txl convert ckpt` is refused naming every one of `names`, and writes no image.
 fn assert_convert_refused(ckpt: &Path, names: &[&str], what: &str) {
     let image = ckpt.join("out.txl");
@@ -329,17 +319,6 @@ fn assert_convert_refused(ckpt: &Path, names: &[&str], what: &str) {
     assert_refused(&out, names, what);
     assert!(!image.exists(), "{what}: an image was written");
 }
-
-/// A safetensors file of the JSON `header` and the tensor bytes `data`.
-fn safetensors(header: &Map<String, Value>, data: &[u8]) -> Vec<u8> {
-    let json = serde_json::to_vec(header).unwrap();
-    let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
-    bytes.extend(json);
-    bytes.extend(data);
-    bytes
-}
-
-const EMBEDDING: &str = "transformer.word_emb.emb_layers.0.weight";
 
 /// Safetensors headers whose header length, shapes or offsets claim more than the file holds:
 /// the message names the tensor (or the header), what it claims and what the file holds.

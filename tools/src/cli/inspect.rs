@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use txl_core::arena::ArenaLayout;
 use txl_core::tensors::for_each_tensor;
+use txl_core::Session;
 
 use super::arena;
 use super::args::SessionArgs;
@@ -71,6 +72,11 @@ impl Args {
         writeln!(out, "  position keys            {}", layout.position_key_bytes())?;
         writeln!(out, "  activations              {}", layout.activation_bytes())?;
         writeln!(out, "  scratch                  {}", layout.scratch_bytes())?;
+        writeln!(
+            out,
+            "state bytes   {} (Session::save_state with a full memory)",
+            Session::state_bytes_for(&model, &options)?
+        )?;
 
         let image = model.image();
         writeln!(out, "tensors       {}", image.layout().count())?;

@@ -30,7 +30,8 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl score model.txl --bytes heldout.txt --mem-dtype int8 --position-keys segment\n  \
     txl score model.txl --bytes heldout.txt --backend cpu --out logp-reference.npy\n  \
     txl score model.txl --bytes part1.txt --state-out memory.state\n  \
-    txl score model.txl --bytes part2.txt --state-in memory.state   (part2 starts with part1's last byte)";
+    txl score model.txl --bytes part2.txt --state-in memory.state\n\
+    (part2 starts with part1's last byte: the two runs predict every byte once)";
 
 /// Arguments of `txl score`.
 #[derive(clap::Args, Debug)]

@@ -1,4 +1,5 @@
-//! What the `txl` command tests share: running the binary, the fixtures, scratch folders.
+//! What the `txl` command tests share: running the binary, the fixtures, scratch folders,
+//! checkpoints to damage.
 
 #![allow(dead_code)] // each test file uses part of this
 
@@ -66,4 +67,35 @@ pub fn s(path: &Path) -> &str {
 /// A run's stderr as text.
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A checkpoint directory `dir/name` with `adaptive_div2`'s `config.json` and the weights file
+/// `weights`; returns the directory.
+pub fn checkpoint(dir: &Path, name: &str, weights: &str) -> PathBuf {
+    let ckpt = dir.join(name);
+    std::fs::create_dir_all(&ckpt).unwrap();
+    for file in ["config.json", weights] {
+        std::fs::copy(fixture("adaptive_div2").join(file), ckpt.join(file)).unwrap();
+    }
+    ckpt
+}
+
+/// The key of `adaptive_div2`'s first embedding table.
+pub const EMBEDDING: &str = "transformer.word_emb.emb_layers.0.weight";
+
+/// A safetensors file: the JSON header `header` (tensor name → dtype, shape, data_offsets)
+/// and the tensor bytes `data`.
+pub fn safetensors(header: &serde_json::Map<String, serde_json::Value>, data: &[u8]) -> Vec<u8> {
+    let json = serde_json::to_vec(header).unwrap();
+    let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(json);
+    bytes.extend(data);
+    bytes
+}
+
+/// The header and the tensor bytes of a safetensors file.
+pub fn split_safetensors(bytes: &[u8]) -> (serde_json::Map<String, serde_json::Value>, Vec<u8>) {
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
+    (header, bytes[8 + len..].to_vec())
 }
