@@ -998,3 +998,29 @@ fn score_state_flags_continue_a_text_bit_for_bit() {
         "--backend cpu --state-in",
     );
 }
+
+#[test]
+fn quantizer_flags_that_need_calibration_text_are_refused_without_it() {
+    let dir = scratch_dir("quantize-no-text");
+    let (image, _) = small_model(&dir);
+    let out = dir.join("int8.txl");
+    for (flag, value) in [("--calib-limit", "100"), ("--auto-keep-f16", "2")] {
+        for command in [
+            vec!["quantize", s(&image), "-o", s(&out), flag, value],
+            vec![
+                "convert",
+                s(&fixture("adaptive_div2")),
+                "-o",
+                s(&out),
+                "--dtype",
+                "int8",
+                flag,
+                value,
+            ],
+        ] {
+            let what = format!("{} {flag} {value} without calibration text", command[0]);
+            assert_refused(&txl(&command), flag, &what);
+            assert!(!out.exists(), "{what}: an image was written");
+        }
+    }
+}

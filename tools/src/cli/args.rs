@@ -193,7 +193,7 @@ pub struct QuantizeArgs {
     /// Calibration text as whitespace-separated token ids.
     #[arg(long, value_name = "FILE")]
     pub calib_tokens: Option<PathBuf>,
-    /// Use at most this many calibration tokens.
+    /// Use at most this many calibration tokens (with --calib-bytes or --calib-tokens).
     #[arg(long, default_value_t = CALIB_LIMIT)]
     pub calib_limit: usize,
     /// Activation smoothing: auto (try strengths, keep the best), off, or a strength in [0, 1].
@@ -202,7 +202,8 @@ pub struct QuantizeArgs {
     /// Keep tensors matching this pattern in f16 (`*` matches anything; repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub keep_f16: Vec<String>,
-    /// Also keep the K tensors whose int8 quantization costs most (measured on calibration text).
+    /// Also keep the K tensors whose int8 quantization costs most (measured on the calibration
+    /// text, which it needs).
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub auto_keep_f16: usize,
     /// Write the full report as JSON.
@@ -232,7 +233,18 @@ impl QuantizeArgs {
         let mut calibration = match (&self.calib_bytes, &self.calib_tokens) {
             (Some(path), _) => tokens::read_byte_tokens(path)?,
             (_, Some(path)) => tokens::read_token_ids(path)?,
-            _ => return Ok(None),
+            _ => {
+                // These only act on calibration text: without it they would be ignored.
+                if self.calib_limit != CALIB_LIMIT {
+                    bail!("--calib-limit needs calibration text (--calib-bytes or --calib-tokens)");
+                }
+                if self.auto_keep_f16 != 0 {
+                    bail!(
+                        "--auto-keep-f16 measures on calibration text: give --calib-bytes or --calib-tokens"
+                    );
+                }
+                return Ok(None);
+            }
         };
         calibration.truncate(self.calib_limit);
         Ok(Some(calibration))
