@@ -37,6 +37,21 @@ echo "== firmware: fmt, clippy (thumbv7em-none-eabihf), the QEMU runner's tests"
 echo "== cargo test"
 cargo test --workspace --locked
 
+echo "== Miri: the core's tests under the interpreter (nightly; catches undefined behaviour)"
+if ! rustup toolchain list | grep -q '^nightly'; then
+  rustup toolchain install nightly --profile minimal
+fi
+if ! rustup component list --toolchain nightly --installed | grep -q '^miri'; then
+  rustup component add miri rust-src --toolchain nightly
+fi
+cargo +nightly miri test -p txl-core --locked
+
+if [ "$(uname -m)" = x86_64 ]; then
+  echo "== AddressSanitizer: the core's tests with its AVX2 kernel chosen at run time (nightly)"
+  RUSTFLAGS="-Zsanitizer=address" cargo +nightly test -p txl-core --features std --locked \
+    --target x86_64-unknown-linux-gnu --target-dir target/asan --lib --tests
+fi
+
 echo "== NVRTC for the CUDA kernels' compile test (a PyPI wheel; needs no GPU and no CUDA)"
 nvrtc_lib=target/nvrtc/nvidia/cu13/lib
 if [ ! -e "$nvrtc_lib/libnvrtc.so.13" ]; then

@@ -63,6 +63,11 @@ impl Digest {
         Digest(Fnv1a::new())
     }
 
+    /// Continues a digest whose value so far is `value` (one saved across a restart).
+    pub const fn resume(value: u32) -> Digest {
+        Digest(Fnv1a(value))
+    }
+
     /// Feeds one log-probability.
     pub fn push(&mut self, log_prob: f32) {
         self.0.write(&log_prob.to_bits().to_le_bytes());
@@ -103,5 +108,14 @@ mod tests {
         // -0.0 and 0.0 are equal numbers with different bits: the digest tells them apart.
         assert_ne!(Digest::of(&[0.0]), Digest::of(&[-0.0]));
         assert_ne!(Digest::of(&[-1.0, -2.0]), Digest::of(&[-2.0, -1.0]));
+    }
+
+    #[test]
+    fn a_resumed_digest_continues_where_it_stopped() {
+        let values = [-1.5f32, -0.25, -3.0, -7.5];
+        let mut resumed = Digest::resume(Digest::of(&values[..2]));
+        values[2..].iter().for_each(|&v| resumed.push(v));
+        assert_eq!(resumed.value(), Digest::of(&values));
+        assert_eq!(Digest::resume(Digest::new().value()), Digest::new());
     }
 }

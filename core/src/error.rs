@@ -2,6 +2,7 @@
 
 use core::fmt;
 
+use crate::options::SessionOptions;
 use crate::tensors::TensorName;
 
 /// A config field that makes no sense, or that this crate cannot run.
@@ -39,6 +40,88 @@ impl fmt::Display for ConfigError {
             ConfigError::BadLayerNormEpsilon => "layer_norm_epsilon must be positive and finite",
             ConfigError::TooLarge => "the model's sizes overflow the addressable range",
         })
+    }
+}
+
+/// Why [`crate::Session::restore_state`] (or `save_state`) refused a session state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum StateError {
+    /// The state is shorter than its header or than the memory it declares; or, when saving,
+    /// the buffer is.
+    Truncated {
+        /// Bytes the state needs.
+        needed: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// The buffer given to `save_state` is shorter than the state.
+    BufferTooSmall {
+        /// Bytes the state needs.
+        needed: usize,
+        /// Bytes given.
+        got: usize,
+    },
+    /// The bytes do not start with `TXLSTATE`.
+    BadMagic,
+    /// The state's format version is not one this crate reads.
+    UnsupportedVersion(u32),
+    /// The CRC-32 at the end of the state does not match its contents.
+    BadChecksum {
+        /// CRC stored in the state.
+        stored: u32,
+        /// CRC computed over the state.
+        computed: u32,
+    },
+    /// A header field is out of range (an unknown option word, more positions than `mem_len`,
+    /// a row size that does not match the options).
+    BadHeader,
+    /// The state was saved by a session of another model image.
+    OtherModel {
+        /// The CRC-32 of the image the state was saved with.
+        image_crc: u32,
+    },
+    /// The state was saved by a session with other options.
+    OtherOptions {
+        /// The options it was saved with.
+        saved: SessionOptions,
+    },
+}
+
+impl fmt::Display for StateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StateError::Truncated { needed, got } => {
+                write!(f, "state truncated: needs {needed} bytes, got {got}")
+            }
+            StateError::BufferTooSmall { needed, got } => {
+                write!(f, "state buffer too small: needs {needed} bytes, got {got}")
+            }
+            StateError::BadMagic => f.write_str("not a txl session state (bad magic)"),
+            StateError::UnsupportedVersion(v) => write!(f, "unsupported session state version {v}"),
+            StateError::BadChecksum { stored, computed } => write!(
+                f,
+                "state checksum mismatch: stored {stored:#010x}, computed {computed:#010x} (damaged state)"
+            ),
+            StateError::BadHeader => f.write_str("malformed session state header"),
+            StateError::OtherModel { image_crc } => write!(
+                f,
+                "the state was saved with another model image (image CRC {image_crc:#010x})"
+            ),
+            StateError::OtherOptions { saved } => write!(
+                f,
+                "the state was saved with other session options (tgt_len {}, mem_len {}, clamp_len {}, \
+                 same_length {}, mem_init {}, mem_dtype {}, position keys {})",
+                saved.tgt_len,
+                saved.mem_len,
+                saved.clamp_len,
+                saved.same_length,
+                saved.mem_init,
+                saved.mem_dtype,
+                saved.position_keys
+            ),
+        }
     }
 }
 
@@ -107,6 +190,8 @@ pub enum Error {
         /// Bytes asked for.
         bytes: usize,
     },
+    /// A session state was refused: see [`StateError`].
+    BadState(StateError),
     /// Session options that cannot work (a zero `tgt_len`).
     BadOptions,
     /// A token id is not below `n_token`.
@@ -167,6 +252,7 @@ impl fmt::Display for Error {
             Error::AllocationFailed { bytes } => {
                 write!(f, "cannot allocate {bytes} bytes")
             }
+            Error::BadState(e) => write!(f, "session state refused: {e}"),
             Error::BadOptions => f.write_str("invalid session options (tgt_len must be at least 1)"),
             Error::TokenOutOfRange { token, n_token } => {
                 write!(f, "token id {token} out of range (vocabulary has {n_token})")
@@ -187,3 +273,4 @@ impl defmt::Format for Error {
 
 impl core::error::Error for Error {}
 impl core::error::Error for ConfigError {}
+impl core::error::Error for StateError {}

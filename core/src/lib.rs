@@ -94,7 +94,7 @@ pub use aligned::AlignedBytes;
 pub use attention::AttentionShape;
 pub use config::Config;
 pub use crc32::crc32;
-pub use error::{ConfigError, Error};
+pub use error::{ConfigError, Error, StateError};
 pub use image::Image;
 pub use memory::MemDtype;
 pub use model::Model;

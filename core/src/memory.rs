@@ -124,6 +124,71 @@ impl Store<'_> {
     }
 }
 
+impl Store<'_> {
+    /// Bytes of one row of `width` elements in heads of `d_head`, as [`Store::save_row`]
+    /// writes it: the elements little-endian, and for int8 the values then one f32 scale per
+    /// head.
+    fn row_bytes(&self, width: usize, d_head: usize) -> usize {
+        match self {
+            Store::F32(_) => width * 4,
+            Store::F16(_) => width * 2,
+            Store::Int8 { .. } => width + width / d_head * 4,
+        }
+    }
+
+    /// Copies the row at offset `at` into `out` (`row_bytes` long).
+    fn save_row(&self, at: usize, width: usize, d_head: usize, out: &mut [u8]) {
+        match self {
+            Store::F32(s) => {
+                for (o, v) in out.chunks_exact_mut(4).zip(&s[at..at + width]) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            Store::F16(s) => {
+                for (o, v) in out.chunks_exact_mut(2).zip(&s[at..at + width]) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            Store::Int8 { values, scales } => {
+                let (out_values, out_scales) = out.split_at_mut(width);
+                for (o, &q) in out_values.iter_mut().zip(&values[at..at + width]) {
+                    *o = q as u8;
+                }
+                let heads = &scales[at / d_head..(at + width) / d_head];
+                for (o, v) in out_scales.chunks_exact_mut(4).zip(heads) {
+                    o.copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+    }
+
+    /// Stores `bytes` (one row as [`Store::save_row`] wrote it) at offset `at`.
+    fn load_row(&mut self, at: usize, width: usize, d_head: usize, bytes: &[u8]) {
+        match self {
+            Store::F32(s) => {
+                for (o, b) in s[at..at + width].iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            Store::F16(s) => {
+                for (o, b) in s[at..at + width].iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = f16::from_le_bytes([b[0], b[1]]);
+                }
+            }
+            Store::Int8 { values, scales } => {
+                let (in_values, in_scales) = bytes.split_at(width);
+                for (o, &b) in values[at..at + width].iter_mut().zip(in_values) {
+                    *o = b as i8;
+                }
+                let heads = &mut scales[at / d_head..(at + width) / d_head];
+                for (o, b) in heads.iter_mut().zip(in_scales.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+        }
+    }
+}
+
 /// Cached keys and values of every layer: `(n_layer, capacity, width)` each.
 #[derive(Debug)]
 pub struct Memory<'a> {
@@ -200,6 +265,49 @@ impl<'a> Memory<'a> {
         let keep = total.min(self.mem_len);
         self.start = (self.start + total - keep) % self.capacity;
         self.len = keep;
+    }
+
+    /// Bytes of one remembered position's key (or value) row in a saved state.
+    pub(crate) fn row_bytes(&self) -> usize {
+        self.keys.row_bytes(self.width, self.d_head)
+    }
+
+    /// Writes the remembered positions, oldest first: every layer's keys, then every layer's
+    /// values, `row_bytes` each. `out` is `2 * n_layer * len * row_bytes` long.
+    pub(crate) fn save(&self, n_layer: usize, out: &mut [u8]) {
+        let row = self.row_bytes();
+        let mut rows = out.chunks_exact_mut(row);
+        for store in [&self.keys, &self.values] {
+            for layer in 0..n_layer {
+                for position in 0..self.len {
+                    let at = self.offset(layer, position);
+                    if let Some(out) = rows.next() {
+                        store.save_row(at, self.width, self.d_head, out);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replaces the memory with `len` positions read from `bytes`, laid out as
+    /// [`Memory::save`] writes them. `len <= mem_len`, `bytes` the exact length.
+    pub(crate) fn load(&mut self, n_layer: usize, len: usize, bytes: &[u8]) {
+        let len = len.min(self.mem_len);
+        self.start = 0;
+        self.len = len;
+        let row = self.row_bytes();
+        let mut rows = bytes.chunks_exact(row);
+        let (width, d_head) = (self.width, self.d_head);
+        let capacity = self.capacity;
+        for store in [&mut self.keys, &mut self.values] {
+            for layer in 0..n_layer {
+                for slot in 0..len {
+                    if let Some(row) = rows.next() {
+                        store.load_row((layer * capacity + slot) * width, width, d_head, row);
+                    }
+                }
+            }
+        }
     }
 
     /// Marks `len` positions (already written) as remembered, e.g. the zero states.

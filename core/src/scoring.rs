@@ -58,26 +58,55 @@ pub fn arena_for(model: &Model<'_>, options: &SessionOptions) -> Result<AlignedB
     AlignedBytes::zeroed(Session::arena_bytes(model, options)?)
 }
 
-/// Scores `tokens` in segments of `options.tgt_len`, keeping the first `keep_rows` full rows.
-/// `progress(done)` is called after each segment with the number of tokens processed.
+/// Whether the text's last token goes through the session. Its row predicts nothing within
+/// the text, so holding it back loses no score; the memory then ends one token short, where a
+/// continuation that starts with that token picks up (`txl score --state-out`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LastToken {
+    /// Every token goes through the session (the memory holds the whole text).
+    Feed,
+    /// The last token does not.
+    Hold,
+}
+
+/// Scores `tokens` in segments of `options.tgt_len` in a new session, keeping the first
+/// `keep_rows` full rows. `progress(done)` is called after each segment with the number of
+/// tokens processed.
 pub fn score(
     model: &Model<'_>,
     tokens: &[u32],
     options: SessionOptions,
     keep_rows: usize,
-    mut progress: impl FnMut(usize),
+    progress: impl FnMut(usize),
 ) -> Result<Scores, Error> {
     let mut arena = arena_for(model, &options)?;
     let mut session = Session::new(model, arena.bytes_mut(), options)?;
-    let n_token = model.config().n_token as usize;
-    let rows_kept = keep_rows.min(tokens.len());
+    score_in(&mut session, tokens, LastToken::Feed, keep_rows, progress)
+}
+
+/// Scores `tokens` like [`score`], in `session` as it is (a restored state, say) and leaving
+/// its memory after the text: after every token, or all but the last ([`LastToken`]).
+pub fn score_in(
+    session: &mut Session<'_, '_>,
+    tokens: &[u32],
+    last: LastToken,
+    keep_rows: usize,
+    mut progress: impl FnMut(usize),
+) -> Result<Scores, Error> {
+    let n_token = session.model().config().n_token as usize;
+    let tgt_len = session.options().tgt_len as usize;
+    let fed = match last {
+        LastToken::Feed => tokens,
+        LastToken::Hold => &tokens[..tokens.len().saturating_sub(1)],
+    };
+    let rows_kept = keep_rows.min(fed.len());
     let mut scores = Scores {
         logp: reserve(tokens.len().saturating_sub(1))?,
         rows: reserve(rows_kept.checked_mul(n_token).ok_or(Error::SizeOverflow)?)?,
         rows_kept,
     };
     let mut start = 0;
-    for segment in tokens.chunks(options.tgt_len as usize) {
+    for segment in fed.chunks(tgt_len) {
         session.forward(segment, |i, row| {
             let position = start + i;
             if let Some(&next) = tokens.get(position + 1) {

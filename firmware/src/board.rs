@@ -24,3 +24,8 @@ pub const TIMER0_BASE: usize = 0x4000_0000;
 pub const TIMER_TICK_NS: u64 = 40;
 /// The `-icount shift` the runner gives QEMU: one instruction is `2^6 = 64` ns.
 pub const ICOUNT_SHIFT: u32 = 6;
+/// PSRAM (16 MiB): nothing is linked there, and a soft reset (`SYSRESETREQ`) leaves it as it
+/// was, so the firmware keeps its session state there across one.
+pub const SURVIVING_RAM_ORIGIN: usize = 0x2100_0000;
+/// Bytes of PSRAM.
+pub const SURVIVING_RAM_BYTES: usize = 16 << 20;

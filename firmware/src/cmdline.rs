@@ -4,6 +4,7 @@
 //! [score|demo] [--arena static|heap]
 //!              [--tgt-len N] [--mem-len M] [--clamp-len C] [--same-length true|false]
 //!              [--mem-init empty|zeros]
+//!              [--reset-after K]                                                (score)
 //!              [--prompt TEXT] [--length N] [--temperature T] [--seed S]     (demo)
 //! ```
 //!
@@ -66,6 +67,9 @@ pub struct Cli {
     pub arena: ArenaSource,
     /// The session options: the defaults given to [`parse`] with the command line's changes.
     options: SessionOptions,
+    /// Score: after this many segments, save the session state to RAM that survives a soft
+    /// reset, reset, and go on from the saved state after the reboot.
+    pub reset_after: Option<usize>,
     /// The demo's settings.
     pub demo: DemoArgs,
 }
@@ -79,6 +83,7 @@ impl Cli {
             mode: Mode::Score,
             arena: ArenaSource::Static,
             options: defaults,
+            reset_after: None,
             demo: DemoArgs {
                 prompt,
                 length: 200,
@@ -133,6 +138,9 @@ pub fn parse<'a, E>(
             }
             "--mem-init" => {
                 cli.options.mem_init = value()?.parse().map_err(|_| "--mem-init takes empty or zeros")?
+            }
+            "--reset-after" => {
+                cli.reset_after = Some(number(value()?, "--reset-after takes a whole number")? as usize)
             }
             "--prompt" => {
                 cli.demo.prompt.clear();

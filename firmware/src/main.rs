@@ -28,6 +28,7 @@ mod board;
 mod counter;
 mod demo;
 mod macs;
+mod resume;
 mod score;
 
 use core::mem::MaybeUninit;
@@ -176,7 +177,7 @@ fn run() -> Result<(), Failure> {
         position_keys
     );
     match cli.mode {
-        Mode::Score => score::run(session, TOKENS, &counter),
+        Mode::Score => score::run(session, TOKENS, &counter, cli.reset_after),
         Mode::Demo => demo::run(session, &cli.demo, &counter),
     }
 }

@@ -8,47 +8,73 @@
 
 use defmt::info;
 use heapless::Vec;
-use txl_core::digest::Digest;
 use txl_core::Session;
 
 use crate::counter::{self, InstructionCounter};
+use crate::resume::{self, Progress};
 use crate::{macs, Failure};
 
 /// Longest segment this mode feeds (`tgt_len` above it is refused).
 pub const MAX_SEGMENT: usize = 1024;
 
-/// Scores `tokens` (one token id per byte) in segments of `tgt_len`.
-pub fn run(mut session: Session<'_, '_>, tokens: &[u8], counter: &InstructionCounter) -> Result<(), Failure> {
+/// Scores `tokens` (one token id per byte) in segments of `tgt_len`. After a reset that
+/// [`resume`] saved a record for, it picks up where the score stopped; with `reset_after =
+/// Some(k)` (and no record) it saves the state after `k` segments and resets.
+pub fn run(
+    mut session: Session<'_, '_>,
+    tokens: &[u8],
+    counter: &InstructionCounter,
+    reset_after: Option<usize>,
+) -> Result<(), Failure> {
     let options = *session.options();
     let tgt_len = options.tgt_len as usize;
     if tgt_len > MAX_SEGMENT {
         return Err(Failure::Args("score feeds segments of at most 1024 tokens"));
     }
+    let mut progress = match resume::take(&mut session)? {
+        Some(progress) => {
+            info!(
+                "score: resumed after a reset: session state restored, {=usize} tokens predicted before it",
+                progress.predicted
+            );
+            progress
+        }
+        None => Progress::start(),
+    };
     info!(
         "score: {=usize} tokens in segments of {=usize}",
         tokens.len(),
         tgt_len
     );
-    let mut digest = Digest::new();
-    let mut sum = 0.0f64; // sum of ln p, in order, as the host sums it
-    let mut predicted = 0usize;
-    let mut ticks = 0u64;
     let mut segment: Vec<u32, MAX_SEGMENT> = Vec::new();
-    for (index, chunk) in tokens.chunks(tgt_len).enumerate() {
+    let segments = tokens.chunks(tgt_len).enumerate().skip(progress.next_segment);
+    for (index, chunk) in segments {
+        if reset_after == Some(index) && !progress.resumed {
+            progress.next_segment = index;
+            resume::save_and_reset(&session, &progress)?;
+        }
         segment.clear();
         segment.extend(chunk.iter().map(|&t| u32::from(t)));
         let base = index * tgt_len;
         let start = counter.ticks();
+        let p = &mut progress;
         session.forward(&segment, |i, log_probs| {
             if let Some(&next) = tokens.get(base + i + 1) {
                 let log_prob = log_probs[usize::from(next)];
-                digest.push(log_prob);
-                sum += f64::from(log_prob);
-                predicted += 1;
+                p.digest.push(log_prob);
+                p.sum += f64::from(log_prob); // in order, as the host sums it
+                p.predicted += 1;
             }
         })?;
-        ticks += counter.ticks_since(start);
+        progress.ticks += counter.ticks_since(start);
     }
+    let Progress {
+        digest,
+        sum,
+        predicted,
+        ticks,
+        ..
+    } = progress;
     let nll = -sum / predicted as f64;
     let bits_per_token = nll / core::f64::consts::LN_2;
 

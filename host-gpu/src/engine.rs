@@ -74,8 +74,16 @@ impl Settings {
         }
         let tgt_len = options.tgt_len as usize;
         let mem_len = options.mem_len as usize;
-        // The longest distance a query sees is klen - 1 = mem_len + tgt_len - 1.
-        let longest = mem_len + tgt_len - 1;
+        // The longest distance a query sees is klen - 1 = mem_len + tgt_len - 1, and a
+        // position key is kept for each distance up to it.
+        let longest = mem_len
+            .checked_add(tgt_len - 1)
+            .filter(|longest| longest.checked_add(1).is_some())
+            .ok_or_else(|| {
+                Error::BadOptions(format!(
+                    "mem_len {mem_len} + tgt_len {tgt_len} overflows the address space"
+                ))
+            })?;
         let max_distance = match options.clamp_len {
             0 => longest,
             clamp => longest.min(clamp as usize),

@@ -1,4 +1,5 @@
-//! What can go wrong, as values: a missing GPU is an [`Error::NoGpu`], never a panic.
+//! What can go wrong, as values: a missing GPU is an [`Error::NoGpu`], never a panic; a
+//! buffer too large for the allocator is an [`Error::AllocationFailed`], never an abort.
 
 /// Errors of the reference implementation.
 #[derive(Debug, thiserror::Error)]
@@ -48,4 +49,61 @@ pub enum Error {
     /// Settings that cannot work.
     #[error("invalid settings: {0}")]
     BadOptions(String),
+    /// A buffer sized by the model, the options or the input is more than the allocator gives.
+    #[error("cannot allocate {bytes} bytes for {what} ({count} values)")]
+    AllocationFailed {
+        /// What the buffer holds.
+        what: &'static str,
+        /// Values asked for.
+        count: usize,
+        /// Bytes asked for (wider than `usize`, so that a count that overflows it is told).
+        bytes: u128,
+    },
+}
+
+impl Error {
+    /// The error for `count` values of `T` that could not be had.
+    pub(crate) fn allocation<T>(what: &'static str, count: usize) -> Error {
+        Error::AllocationFailed {
+            what,
+            count,
+            bytes: count as u128 * size_of::<T>() as u128,
+        }
+    }
+}
+
+/// An empty vector with room for `count` values, asked of the allocator fallibly: every
+/// buffer whose size comes from a model, the options or the input is allocated through this
+/// (or [`grow`]), so that an absurd size is an [`Error::AllocationFailed`], never an abort.
+pub(crate) fn with_room<T>(count: usize, what: &'static str) -> Result<Vec<T>, Error> {
+    let mut values = Vec::new();
+    values
+        .try_reserve_exact(count)
+        .map_err(|_| Error::allocation::<T>(what, count))?;
+    Ok(values)
+}
+
+/// `count` copies of `value`, allocated as [`with_room`] does.
+#[cfg(feature = "reference")]
+pub(crate) fn filled<T: Clone>(count: usize, value: T, what: &'static str) -> Result<Vec<T>, Error> {
+    let mut values = with_room(count, what)?;
+    values.resize(count, value);
+    Ok(values)
+}
+
+/// Resizes `values` to `count`, filling with `value`, growing as [`with_room`] does.
+#[cfg(feature = "reference")]
+pub(crate) fn grow<T: Clone>(
+    values: &mut Vec<T>,
+    count: usize,
+    value: T,
+    what: &'static str,
+) -> Result<(), Error> {
+    if let Some(more) = count.checked_sub(values.len()) {
+        values
+            .try_reserve(more)
+            .map_err(|_| Error::allocation::<T>(what, count))?;
+    }
+    values.resize(count, value);
+    Ok(())
 }

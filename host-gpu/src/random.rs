@@ -7,7 +7,9 @@
 use txl_core::image::{write_image, Payload};
 use txl_core::rng::Rng;
 use txl_core::tensors::{for_each_tensor, LayerTensor, Shape, TensorName};
-use txl_core::Config;
+use txl_core::{Config, ConfigError};
+
+use crate::error::with_room;
 
 /// The scale of a random model's weights.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -46,11 +48,26 @@ fn uniform(rng: &mut Rng, mean: f32, std: f32) -> f32 {
 }
 
 /// An image of `config` with random weights drawn from `seed` at the scale `init` says.
+///
+/// A config whose f32 image would not fit a model image's 32-bit sizes is refused before any
+/// weight is drawn ([`ConfigError::TooLarge`]); the weights are allocated fallibly
+/// ([`txl_core::Error::AllocationFailed`]).
 pub fn random_image(config: &Config, seed: u64, init: RandomInit) -> Result<Vec<u8>, txl_core::Error> {
     config.validate()?;
-    let mut rng = Rng::new(seed);
+    let mut tensor_bytes = 0u64;
+    for_each_tensor(config, |_, shape| {
+        tensor_bytes = tensor_bytes.saturating_add(shape.len() as u64 * 4);
+    });
+    if tensor_bytes > u64::from(u32::MAX) {
+        return Err(ConfigError::TooLarge.into());
+    }
     let mut tensors: Vec<(TensorName, Vec<f32>)> = Vec::new();
+    let mut failed = None;
+    let mut rng = Rng::new(seed);
     for_each_tensor(config, |name, shape| {
+        if failed.is_some() {
+            return;
+        }
         let (rows, cols) = match shape {
             Shape::Matrix(rows, cols) => (rows as f32, cols as f32),
             Shape::Vector(n) => (n as f32, 1.0),
@@ -75,11 +92,18 @@ pub fn random_image(config: &Config, seed: u64, init: RandomInit) -> Result<Vec<
             TensorName::OutProj(_) => (0.0, init.gain / rows.sqrt()),
             _ => (0.0, init.gain / cols.sqrt()),
         };
-        tensors.push((
-            name,
-            (0..shape.len()).map(|_| uniform(&mut rng, mean, std)).collect(),
-        ));
+        let Ok(mut data) = with_room::<f32>(shape.len(), "a random tensor") else {
+            failed = Some(txl_core::Error::AllocationFailed {
+                bytes: shape.len() * 4,
+            });
+            return;
+        };
+        data.extend((0..shape.len()).map(|_| uniform(&mut rng, mean, std)));
+        tensors.push((name, data));
     });
+    if let Some(error) = failed {
+        return Err(error);
+    }
     let payloads: Vec<(TensorName, Payload<'_>)> = tensors
         .iter()
         .map(|(name, data)| (*name, Payload::F32(data)))
@@ -113,5 +137,29 @@ pub fn small_config() -> Config {
         mem_len: 6,
         clamp_len: 0,
         same_length: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_beyond_a_model_image_is_refused_before_drawing() {
+        // Valid (each tensor fits), but 65536 layers of d_model 1024 are 4 TB of weights.
+        let config = Config {
+            d_model: 1024,
+            d_embed: 1024,
+            n_head: 16,
+            d_head: 64,
+            d_inner: 4096,
+            n_layer: 65536,
+            ..small_config()
+        };
+        config.validate().unwrap();
+        assert_eq!(
+            random_image(&config, 1, RandomInit::default()),
+            Err(txl_core::Error::BadConfig(ConfigError::TooLarge))
+        );
     }
 }

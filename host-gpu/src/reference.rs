@@ -5,7 +5,7 @@ use txl_core::{Config, Model, SessionOptions};
 use crate::cpu::CpuEngine;
 use crate::cuda::{CudaEngine, CudaLimits};
 use crate::engine::{lockstep, Settings, StepOutput, Wanted};
-use crate::error::Error;
+use crate::error::{with_room, Error};
 use crate::weights::HostWeights;
 
 /// Where and in which precision the forward pass runs.
@@ -75,13 +75,14 @@ pub struct Reference {
 impl Reference {
     /// Copies `model`'s weights for `backend`. For [`Backend::Cuda`] this fails with
     /// [`Error::NoGpu`] where there is no usable GPU, and with [`Error::NoNvrtc`] or
-    /// [`Error::KernelCompile`] when the kernels cannot be compiled.
+    /// [`Error::KernelCompile`] when the kernels cannot be compiled; on any backend with
+    /// [`Error::AllocationFailed`] when the copy is more than the allocator gives.
     pub fn new(model: &Model<'_>, backend: Backend) -> Result<Self, Error> {
         let engine = match backend {
-            Backend::Cpu64 => Engine::Cpu64(CpuEngine::new(HostWeights::new(model))),
-            Backend::Cpu32 => Engine::Cpu32(CpuEngine::new(HostWeights::new(model))),
+            Backend::Cpu64 => Engine::Cpu64(CpuEngine::new(HostWeights::new(model)?)),
+            Backend::Cpu32 => Engine::Cpu32(CpuEngine::new(HostWeights::new(model)?)),
             Backend::Cuda => Engine::Cuda(Box::new(CudaEngine::new(
-                HostWeights::new(model),
+                HostWeights::new(model)?,
                 CudaLimits::default(),
             )?)),
         };
@@ -98,7 +99,7 @@ impl Reference {
     /// [`Reference::new`].
     #[doc(hidden)]
     pub fn with_cuda_limits(model: &Model<'_>, limits: CudaLimits) -> Result<Self, Error> {
-        let engine = CudaEngine::new(HostWeights::new(model), limits)?;
+        let engine = CudaEngine::new(HostWeights::new(model)?, limits)?;
         Ok(Reference {
             config: *model.config(),
             backend: Backend::Cuda,
@@ -143,17 +144,20 @@ impl Reference {
         let settings = Settings::new(options)?;
         let n_token = self.config.n_token;
         check_tokens(streams, n_token)?;
-        let mut scores: Vec<StreamScores> = streams
-            .iter()
-            .map(|tokens| StreamScores {
-                logp: Vec::with_capacity(tokens.len().saturating_sub(1)),
-                rows: Vec::new(),
-                rows_kept: keep_rows.min(tokens.len()),
-            })
-            .collect();
+        // What is kept is sized by the input and `keep_rows`, so it is asked for up front.
+        let mut scores: Vec<StreamScores> = with_room(streams.len(), "the streams' scores")?;
+        for tokens in streams {
+            let rows_kept = keep_rows.min(tokens.len());
+            let row_values = rows_kept.saturating_mul(n_token as usize);
+            scores.push(StreamScores {
+                logp: with_room(tokens.len().saturating_sub(1), "the log-probabilities")?,
+                rows: with_room(row_values, "the kept rows")?,
+                rows_kept,
+            });
+        }
         match &mut self.engine {
-            Engine::Cpu64(e) => e.start(streams.len(), settings),
-            Engine::Cpu32(e) => e.start(streams.len(), settings),
+            Engine::Cpu64(e) => e.start(streams.len(), settings)?,
+            Engine::Cpu32(e) => e.start(streams.len(), settings)?,
             Engine::Cuda(e) => e.start(streams.len(), settings)?,
         }
         let mut done = 0;
@@ -213,4 +217,40 @@ pub(crate) fn check_tokens(streams: &[&[u32]], n_token: u32) -> Result<(), Error
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use txl_core::{AlignedBytes, MemInit, Model, SessionOptions};
+
+    use crate::{random_image, small_config, Backend, Error, RandomInit, Reference};
+
+    #[test]
+    fn sessions_beyond_the_allocator_are_errors_not_aborts() {
+        let image = random_image(&small_config(), 1, RandomInit::default()).unwrap();
+        let bytes = AlignedBytes::copy_from(&image).unwrap();
+        let model = Model::parse(bytes.bytes()).unwrap();
+        for backend in [Backend::Cpu64, Backend::Cpu32] {
+            let mut reference = Reference::new(&model, backend).unwrap();
+            // Position keys for 2^33 distances of d_model 16: a terabyte of f64.
+            let options = SessionOptions {
+                tgt_len: u32::MAX,
+                mem_len: u32::MAX,
+                clamp_len: 0,
+                mem_init: MemInit::Zeros,
+                ..SessionOptions::from_config(model.config())
+            };
+            match reference.score(&[1, 2, 3], &options, 0, |_| {}) {
+                Err(Error::AllocationFailed { what, bytes, .. }) => {
+                    assert!(bytes > 1 << 39, "{what}: {bytes}")
+                }
+                other => panic!("{backend:?}: expected AllocationFailed, got {other:?}"),
+            }
+            // The same reference still scores with sane options afterwards, and keep_rows is
+            // capped by the tokens.
+            let options = SessionOptions::from_config(model.config());
+            let scores = reference.score(&[1, 2, 3], &options, usize::MAX, |_| {}).unwrap();
+            assert_eq!((scores.logp.len(), scores.rows_kept), (2, 3));
+        }
+    }
 }

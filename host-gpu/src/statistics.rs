@@ -116,7 +116,7 @@ fn observe<T: Real>(
     settings: Settings,
     stats: &mut ChannelStats,
 ) -> Result<(), Error> {
-    engine.start(streams.len(), settings);
+    engine.start(streams.len(), settings)?;
     for (_, segments) in lockstep(streams, settings.tgt_len) {
         let rows = segments.iter().map(|s| s.tokens.len()).sum();
         let targets = vec![None; rows];

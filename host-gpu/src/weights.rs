@@ -8,6 +8,7 @@
 use txl_core::weights::Matrix;
 use txl_core::{Config, Model};
 
+use crate::error::{filled, with_room, Error};
 use crate::real::Real;
 
 /// One decoder layer. Shapes use `W = n_head * d_head`.
@@ -69,26 +70,30 @@ pub(crate) struct HostWeights<T> {
 }
 
 /// A matrix of any stored dtype, dequantized to f64, row-major.
-fn matrix_f64(m: Matrix<'_>) -> Vec<f64> {
-    let mut row = vec![0.0f32; m.cols];
-    let mut out = Vec::with_capacity(m.rows * m.cols);
+fn matrix_f64(m: Matrix<'_>) -> Result<Vec<f64>, Error> {
+    let mut row = filled(m.cols, 0.0f32, "a weight row")?;
+    let mut out = with_room(m.rows.saturating_mul(m.cols), "a weight matrix in f64")?;
     for r in 0..m.rows {
         m.row_to_f32(r, &mut row);
         out.extend(row.iter().map(|&v| v as f64));
     }
-    out
+    Ok(out)
 }
 
-fn convert<T: Real>(v: &[f64]) -> Vec<T> {
-    v.iter().map(|&x| T::from_f64(x)).collect()
+fn convert<T: Real>(v: &[f64]) -> Result<Vec<T>, Error> {
+    let mut out = with_room(v.len(), "a weight tensor")?;
+    out.extend(v.iter().map(|&x| T::from_f64(x)));
+    Ok(out)
 }
 
-fn vector<T: Real>(v: &[f32]) -> Vec<T> {
-    v.iter().map(|&x| T::from_f64(x as f64)).collect()
+fn vector<T: Real>(v: &[f32]) -> Result<Vec<T>, Error> {
+    let mut out = with_room(v.len(), "a weight vector")?;
+    out.extend(v.iter().map(|&x| T::from_f64(x as f64)));
+    Ok(out)
 }
 
-fn matrix<T: Real>(m: Matrix<'_>) -> Vec<T> {
-    convert(&matrix_f64(m))
+fn matrix<T: Real>(m: Matrix<'_>) -> Result<Vec<T>, Error> {
+    convert(&matrix_f64(m)?)
 }
 
 /// `W (rows, cols) @ x (cols)` in f64.
@@ -99,74 +104,85 @@ fn matvec_f64(w: &[f64], x: &[f64]) -> Vec<f64> {
 }
 
 impl<T: Real> HostWeights<T> {
-    /// Copies every weight of `model`.
-    pub fn new(model: &Model<'_>) -> Self {
+    /// Copies every weight of `model`. The copies are asked of the allocator fallibly (an f64
+    /// copy of an int8 image is 8 times its size): what it refuses is an
+    /// [`Error::AllocationFailed`].
+    pub fn new(model: &Model<'_>) -> Result<Self, Error> {
         let config = *model.config();
         let d_model = config.d_model as usize;
         let width = config.qkv_width() as usize;
         let tables = config.n_emb_tables();
         let projected = config.has_emb_proj();
-        let layers = (0..config.n_layer as usize)
-            .map(|l| {
-                let w = model.layer(l);
-                let qkv = matrix_f64(w.qkv);
-                // The zero-memory start remembers mem_len all-zero hidden states; their keys and
-                // values are W_k x and W_v x with x = LayerNorm(0) = the LayerNorm bias when
-                // pre_lnorm, else x = 0.
-                let zero_input: Vec<f64> = if config.pre_lnorm {
-                    w.attn_norm_bias.iter().map(|&v| v as f64).collect()
-                } else {
-                    vec![0.0; d_model]
-                };
-                let zero_key = matvec_f64(&qkv[width * d_model..2 * width * d_model], &zero_input);
-                let zero_value = matvec_f64(&qkv[2 * width * d_model..], &zero_input);
-                LayerParams {
-                    r_w_bias: vector(w.r_w_bias),
-                    r_r_bias: vector(w.r_r_bias),
-                    qkv: convert(&qkv),
-                    r_net: matrix(w.r_net),
-                    o_net: matrix(w.o_net),
-                    attn_norm_weight: vector(w.attn_norm_weight),
-                    attn_norm_bias: vector(w.attn_norm_bias),
-                    ff1_weight: matrix(w.ff1_weight),
-                    ff1_bias: vector(w.ff1_bias),
-                    ff2_weight: matrix(w.ff2_weight),
-                    ff2_bias: vector(w.ff2_bias),
-                    ff_norm_weight: vector(w.ff_norm_weight),
-                    ff_norm_bias: vector(w.ff_norm_bias),
-                    zero_key: convert(&zero_key),
-                    zero_value: convert(&zero_value),
-                }
-            })
-            .collect();
+        let mut layers = with_room(config.n_layer as usize, "the layers")?;
+        for l in 0..config.n_layer as usize {
+            let w = model.layer(l);
+            let qkv = matrix_f64(w.qkv)?;
+            // The zero-memory start remembers mem_len all-zero hidden states; their keys and
+            // values are W_k x and W_v x with x = LayerNorm(0) = the LayerNorm bias when
+            // pre_lnorm, else x = 0.
+            let zero_input: Vec<f64> = if config.pre_lnorm {
+                w.attn_norm_bias.iter().map(|&v| v as f64).collect()
+            } else {
+                vec![0.0; d_model]
+            };
+            let zero_key = matvec_f64(&qkv[width * d_model..2 * width * d_model], &zero_input);
+            let zero_value = matvec_f64(&qkv[2 * width * d_model..], &zero_input);
+            layers.push(LayerParams {
+                r_w_bias: vector(w.r_w_bias)?,
+                r_r_bias: vector(w.r_r_bias)?,
+                qkv: convert(&qkv)?,
+                r_net: matrix(w.r_net)?,
+                o_net: matrix(w.o_net)?,
+                attn_norm_weight: vector(w.attn_norm_weight)?,
+                attn_norm_bias: vector(w.attn_norm_bias)?,
+                ff1_weight: matrix(w.ff1_weight)?,
+                ff1_bias: vector(w.ff1_bias)?,
+                ff2_weight: matrix(w.ff2_weight)?,
+                ff2_bias: vector(w.ff2_bias)?,
+                ff_norm_weight: vector(w.ff_norm_weight)?,
+                ff_norm_bias: vector(w.ff_norm_bias)?,
+                zero_key: convert(&zero_key)?,
+                zero_value: convert(&zero_value)?,
+            });
+        }
         let clusters = config.n_clusters();
-        HostWeights {
+        Ok(HostWeights {
             config,
-            emb_layers: (0..tables).map(|t| matrix(model.emb_layer(t))).collect(),
+            emb_layers: (0..tables)
+                .map(|t| matrix(model.emb_layer(t)))
+                .collect::<Result<_, _>>()?,
             emb_projs: if projected {
-                (0..tables).map(|t| matrix(model.emb_proj(t))).collect()
+                (0..tables)
+                    .map(|t| matrix(model.emb_proj(t)))
+                    .collect::<Result<_, _>>()?
             } else {
                 Vec::new()
             },
             layers,
-            out_weights: (0..tables).map(|t| matrix(model.out_weight(t))).collect(),
-            out_biases: (0..tables).map(|t| vector(model.out_bias(t))).collect(),
+            out_weights: (0..tables)
+                .map(|t| matrix(model.out_weight(t)))
+                .collect::<Result<_, _>>()?,
+            out_biases: (0..tables)
+                .map(|t| vector(model.out_bias(t)))
+                .collect::<Result<_, _>>()?,
             out_projs: if projected {
-                (0..=clusters).map(|c| matrix(model.out_proj(c))).collect()
+                (0..=clusters)
+                    .map(|c| matrix(model.out_proj(c)))
+                    .collect::<Result<_, _>>()?
             } else {
                 Vec::new()
             },
             cluster_weight: if clusters > 0 {
-                matrix(model.cluster_weight())
+                matrix(model.cluster_weight())?
             } else {
                 Vec::new()
             },
             cluster_bias: if clusters > 0 {
-                vector(model.cluster_bias())
+                vector(model.cluster_bias())?
             } else {
                 Vec::new()
             },
-        }
+        })
     }
 
     /// The LayerNorm epsilon as PyTorch uses it: the config's decimal value as an f64 (`1e-5`,
@@ -191,16 +207,18 @@ pub fn inv_freq(d_model: usize) -> Vec<f32> {
 }
 
 /// The sinusoid position embeddings of relative distances `0..n`: `(n, d_model)` rows
-/// `[sin(d * inv_freq) | cos(d * inv_freq)]`, in f64.
-pub fn position_embeddings(n: usize, d_model: usize) -> Vec<f64> {
+/// `[sin(d * inv_freq) | cos(d * inv_freq)]`, in f64. `n` comes from the session options, so
+/// the rows are allocated fallibly.
+pub fn position_embeddings(n: usize, d_model: usize) -> Result<Vec<f64>, Error> {
     let inv_freq = inv_freq(d_model);
-    let mut out = Vec::with_capacity(n * d_model);
+    let count = n.saturating_mul(d_model);
+    let mut out = with_room(count, "the position embeddings")?;
     for d in 0..n {
         let angles = inv_freq.iter().map(|&f| d as f64 * f as f64);
         out.extend(angles.clone().map(f64::sin));
         out.extend(angles.map(f64::cos));
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -228,7 +246,7 @@ mod tests {
 
     #[test]
     fn position_zero_is_sin_zero_cos_one() {
-        let p = super::position_embeddings(2, 8);
+        let p = super::position_embeddings(2, 8).unwrap();
         assert_eq!(&p[..8], &[0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]);
         assert_eq!(p[8], 1f64.sin());
     }

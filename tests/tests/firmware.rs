@@ -299,10 +299,30 @@ fn int8_firmware_with_int8_memory_and_recomputed_position_keys_is_bit_exact() {
         "{}",
         run.transcript()
     );
+    assert_resumes_after_a_reset(&elf, &[], host.digest());
     let smaller = Session::arena_bytes(&model, &options).unwrap();
     assert_eq!(number_after(&run.lines, "arena bytes"), smaller);
     let default = Session::arena_bytes(&model, &SessionOptions::from_config(model.config())).unwrap();
     assert!(smaller < default, "{smaller} >= {default}");
+}
+
+/// Runs `score --reset-after 2` (then `options`): the firmware saves its session state after two
+/// segments, resets itself, restores the state after the reboot and must print the digest of an
+/// uninterrupted run, `digest`.
+fn assert_resumes_after_a_reset(elf: &Path, options: &[&str], digest: u32) {
+    let mut args = vec!["score", "--reset-after", "2"];
+    args.extend(options);
+    let run = run_firmware(elf, &args);
+    let transcript = run.transcript();
+    assert!(
+        transcript.contains("session state saved") && transcript.contains("resumed after a reset"),
+        "the firmware did not reset and resume:\n{transcript}"
+    );
+    assert_eq!(
+        score_line(&run).digest,
+        digest,
+        "the score resumed after a reset differs from an uninterrupted one:\n{transcript}"
+    );
 }
 
 /// Builds the firmware with the bundled model in `dtype` (the build script converts it; `image`
@@ -347,6 +367,7 @@ fn check_bit_exact(dtype: &str, image: Vec<u8>) {
         Session::arena_bytes(&model, &options).unwrap()
     );
     assert_arena_matches_inspect(&run.lines, &txl_inspect(&image_path, &[]));
+    assert_resumes_after_a_reset(&elf, &[], host.digest());
 
     // 2. The same firmware with other options and its arena sized at boot, from the heap.
     let run = run_firmware(

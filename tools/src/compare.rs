@@ -23,6 +23,12 @@ pub struct Comparison {
     pub max_abs_delta_logp: f64,
 }
 
+/// The values [`compare`] keeps of the reference's rows for `tokens` scored in segments of
+/// `tgt_len` with a vocabulary of `n_token`: one segment's rows, no more than the tokens.
+pub fn rows_values(tgt_len: usize, tokens: usize, n_token: usize) -> usize {
+    tgt_len.min(tokens).saturating_mul(n_token)
+}
+
 /// Runs `reference` and `candidate` side by side over `tokens` in segments of `tgt_len`, each
 /// with its own options (they must share `tgt_len`), and compares every prediction.
 pub fn compare(
@@ -45,7 +51,15 @@ pub fn compare(
 
     let n_token = ref_model.config().n_token as usize;
     let segment_len = ref_options.tgt_len as usize;
-    let mut ref_rows = vec![0.0f32; segment_len * n_token];
+    // (segment, n_token): the reference's rows of one segment, allocated fallibly.
+    let row_values = rows_values(segment_len, tokens.len(), n_token);
+    let mut ref_rows = Vec::new();
+    ref_rows
+        .try_reserve_exact(row_values)
+        .map_err(|_| txl_core::Error::AllocationFailed {
+            bytes: row_values.saturating_mul(4),
+        })?;
+    ref_rows.resize(row_values, 0.0f32);
     let (mut ref_nll, mut cand_nll, mut kl, mut agree, mut max_delta) =
         (0.0f64, 0.0f64, 0.0f64, 0usize, 0.0f64);
     let mut predictions = 0usize;

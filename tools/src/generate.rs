@@ -3,7 +3,9 @@
 use txl_core::sampling::{Sampler, Sampling};
 use txl_core::{Model, Session, SessionOptions};
 
-/// Continues `prompt` by `count` tokens; returns the new tokens.
+/// Continues `prompt` by `count` tokens; returns the new tokens. Room for them is asked of
+/// the allocator up front and fallibly: a `count` it refuses is
+/// [`txl_core::Error::AllocationFailed`].
 pub fn generate(
     model: &Model<'_>,
     options: SessionOptions,
@@ -11,10 +13,15 @@ pub fn generate(
     count: usize,
     sampling: Sampling,
 ) -> Result<Vec<u32>, txl_core::Error> {
+    let mut generated = Vec::new();
+    generated
+        .try_reserve_exact(count)
+        .map_err(|_| txl_core::Error::AllocationFailed {
+            bytes: count.saturating_mul(4),
+        })?;
     let mut arena = txl_core::scoring::arena_for(model, &options)?;
     let mut session = Session::new(model, arena.bytes_mut(), options)?;
     let mut sampler = Sampler::new(sampling);
-    let mut generated = Vec::with_capacity(count);
     let mut next = None;
     for segment in prompt.chunks(options.tgt_len as usize) {
         session.forward_last(segment, |_, row| next = Some(sampler.pick(row)))?;

@@ -4,17 +4,25 @@
 use std::io::Read;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use txl_core::{AlignedBytes, Model};
 
 /// Reads the file at `path` into aligned memory. The buffer is sized from the file's length
-/// and allocated fallibly: a file too large for memory is an error, not an abort.
+/// and allocated fallibly: a file too large for memory is an error, not an abort. An image
+/// states its length in a u32, so a longer file is refused before anything is allocated.
 pub fn read_image(path: &Path) -> Result<AlignedBytes> {
     let mut file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let len = file
         .metadata()
         .with_context(|| format!("reading {}", path.display()))?
         .len();
+    if len > u64::from(u32::MAX) {
+        bail!(
+            "{}: {len} bytes is more than a model image can be ({} bytes)",
+            path.display(),
+            u32::MAX
+        );
+    }
     let len =
         usize::try_from(len).with_context(|| format!("{}: {len} bytes is too large", path.display()))?;
     let mut bytes = AlignedBytes::zeroed(len).with_context(|| format!("reading {}", path.display()))?;

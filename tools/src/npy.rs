@@ -7,8 +7,8 @@ use anyhow::{bail, Context, Result};
 
 /// Writes `data` as a `<f4` array of `shape`.
 pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<()> {
-    let count: usize = shape.iter().product();
-    if count != data.len() {
+    let count = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if count != Some(data.len()) {
         bail!("npy: shape {shape:?} does not match {} values", data.len());
     }
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
@@ -22,16 +22,25 @@ pub fn write_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<()> {
     let unpadded = 10 + header.len() + 1;
     header.push_str(&" ".repeat(unpadded.div_ceil(64) * 64 - unpadded));
     header.push('\n');
-    let mut bytes = Vec::with_capacity(10 + header.len() + data.len() * 4);
-    bytes.extend_from_slice(b"\x93NUMPY\x01\x00");
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    for v in data {
-        bytes.extend_from_slice(&v.to_le_bytes());
+    let header_len =
+        u16::try_from(header.len()).context("npy: the shape is too long for a version 1.0 header")?;
+    // Written as it goes, with no copy of `data`; a file left half-written is removed.
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut file = std::io::BufWriter::new(file);
+    let written = (|| {
+        file.write_all(b"\x93NUMPY\x01\x00")?;
+        file.write_all(&header_len.to_le_bytes())?;
+        file.write_all(header.as_bytes())?;
+        for v in data {
+            file.write_all(&v.to_le_bytes())?;
+        }
+        file.flush()
+    })();
+    if let Err(error) = written {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(error).with_context(|| format!("writing {}", path.display()));
     }
-    let mut file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    file.write_all(&bytes)
-        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -87,34 +96,82 @@ fn parse(bytes: &[u8]) -> Result<Array> {
         );
     };
     let shape_text = field("shape")?;
-    let shape_text = &shape_text[1..shape_text.find(')').context("bad shape")?];
+    let shape_text = shape_text
+        .strip_prefix('(')
+        .and_then(|rest| rest.split_once(')'))
+        .context("bad shape")?
+        .0;
     let shape: Vec<usize> = shape_text
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().context("bad shape"))
         .collect::<Result<_>>()?;
-    let count: usize = shape.iter().product();
+    // The bytes the shape needs (in u128, checked) are compared with the payload before
+    // anything is sized by them.
+    let needed = shape
+        .iter()
+        .try_fold(width as u128, |bytes, &d| bytes.checked_mul(d as u128));
     let payload = &bytes[header_start + header_len..];
-    if payload.len() != count * width {
+    if needed != Some(payload.len() as u128) {
+        let needed = needed.map_or("more than 2^128".to_string(), |n| n.to_string());
         bail!(
-            "payload has {} bytes, shape {shape:?} needs {}",
-            payload.len(),
-            count * width
+            "payload has {} bytes, shape {shape:?} of {width}-byte values needs {needed}",
+            payload.len()
         );
     }
-    let data = payload
-        .chunks_exact(width)
-        .map(|c| match width {
-            8 => f64::from_le_bytes(c.try_into().unwrap_or_default()),
-            _ => f32::from_le_bytes(c.try_into().unwrap_or_default()) as f64,
-        })
-        .collect();
+    let mut data = Vec::new();
+    data.try_reserve_exact(payload.len() / width).with_context(|| {
+        format!(
+            "cannot allocate {} bytes for the values",
+            payload.len() / width * 8
+        )
+    })?;
+    data.extend(payload.chunks_exact(width).map(|c| match width {
+        8 => f64::from_le_bytes(c.try_into().unwrap_or_default()),
+        _ => f32::from_le_bytes(c.try_into().unwrap_or_default()) as f64,
+    }));
     Ok(Array { shape, data })
 }
 
 #[cfg(test)]
 mod tests {
+    /// A version 1.0 `.npy` file of `header` text and `payload`.
+    fn npy(header: &str, payload: &[u8]) -> Vec<u8> {
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((header.len() as u16).to_le_bytes());
+        bytes.extend(header.as_bytes());
+        bytes.extend(payload);
+        bytes
+    }
+
+    #[test]
+    fn shapes_beyond_the_payload_are_errors_not_panics() {
+        let header = |shape: &str| format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        for (shape, problem) in [
+            (
+                "(18446744073709551615, 18446744073709551615, 4)",
+                "more than 2^128",
+            ),
+            ("(4611686018427387904,)", "needs 18446744073709551616"),
+            ("(3,)", "needs 12"),
+            (")", "bad shape"),
+            ("(", "bad shape"),
+            ("(2, x)", "bad shape"),
+        ] {
+            let error = super::parse(&npy(&header(shape), &[0; 8])).unwrap_err();
+            assert!(format!("{error:#}").contains(problem), "{shape}: {error:#}");
+        }
+        let two = super::parse(&npy(&header("(2,)"), &[0; 8])).unwrap();
+        assert_eq!(two.data, [0.0, 0.0]);
+    }
+
+    #[test]
+    fn a_shape_that_overflows_is_not_written() {
+        let path = std::env::temp_dir().join(format!("txl-npy-overflow-{}.npy", std::process::id()));
+        assert!(super::write_f32(&path, &[usize::MAX, 2], &[]).is_err());
+        assert!(!path.exists());
+    }
     #[test]
     fn round_trips_a_matrix() {
         let dir = std::env::temp_dir().join(format!("txl-npy-{}", std::process::id()));

@@ -1,23 +1,42 @@
 //! Reading token files: whitespace-separated decimal ids, or one token per byte.
+//!
+//! A file of `n` bytes holds at most `n` tokens, kept as 4-byte ids: the ids are allocated
+//! fallibly, so a file too large for memory is an error naming it, not an abort.
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 
 /// Reads whitespace-separated decimal token ids.
 pub fn read_token_ids(path: &Path) -> Result<Vec<u32>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.split_whitespace()
-        .enumerate()
-        .map(|(i, word)| {
-            word.parse::<u32>()
-                .with_context(|| format!("{}: token {} is not a token id: {word:?}", path.display(), i + 1))
-        })
-        .collect()
+    let mut ids = with_room(path, text.split_whitespace().count())?;
+    for (i, word) in text.split_whitespace().enumerate() {
+        let id = word
+            .parse::<u32>()
+            .with_context(|| format!("{}: token {} is not a token id: {word:?}", path.display(), i + 1))?;
+        ids.push(id);
+    }
+    Ok(ids)
 }
 
 /// Reads a file whose every byte is one token id.
 pub fn read_byte_tokens(path: &Path) -> Result<Vec<u32>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(bytes.into_iter().map(u32::from).collect())
+    let mut ids = with_room(path, bytes.len())?;
+    ids.extend(bytes.into_iter().map(u32::from));
+    Ok(ids)
+}
+
+/// An empty vector with room for the `count` tokens of the file at `path`.
+fn with_room(path: &Path, count: usize) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    ids.try_reserve_exact(count).map_err(|_| {
+        anyhow!(
+            "{}: cannot allocate {} bytes for its {count} tokens",
+            path.display(),
+            count.saturating_mul(4)
+        )
+    })?;
+    Ok(ids)
 }

@@ -869,3 +869,113 @@ fn demo_writes_where_told_and_scores_as_many_bytes_as_told() {
         "demo --out-dir: demo-int8.txl"
     );
 }
+
+/// The `<f4` values of an `.npy` file, as bits.
+fn npy_bits(path: &Path) -> Vec<u32> {
+    let array = npy::read(path).unwrap();
+    array.data.iter().map(|v| (*v as f32).to_bits()).collect()
+}
+
+/// Writes `ids` as a `--tokens` file in `dir`.
+fn token_file(dir: &Path, name: &str, ids: &[u32]) -> PathBuf {
+    let path = dir.join(name);
+    let text: Vec<String> = ids.iter().map(u32::to_string).collect();
+    std::fs::write(&path, text.join(" ")).unwrap();
+    path
+}
+
+#[test]
+fn score_state_flags_continue_a_text_bit_for_bit() {
+    let dir = scratch_dir("score-state");
+    let (image, tokens) = small_model(&dir);
+    let ids = token_ids(&tokens);
+    // tgt_len 6: the first part's length minus one is a multiple of it, so the segments of
+    // the two runs fall where one run's do; the second part starts with the first's last token.
+    let split = 13;
+    let first = token_file(&dir, "first.txt", &ids[..split]);
+    let second = token_file(&dir, "second.txt", &ids[split - 1..]);
+    let (state, whole, a, b) = (
+        dir.join("memory.state"),
+        dir.join("whole.npy"),
+        dir.join("a.npy"),
+        dir.join("b.npy"),
+    );
+    let flags = ["--mem-init", "zeros", "--mem-dtype", "int8"];
+    let run = |tokens: &Path, out: &Path, extra: &[&str]| {
+        let mut args = vec!["score", s(&image), "--tokens", s(tokens), "--out", s(out)];
+        args.extend(flags);
+        args.extend(extra);
+        txl(&args)
+    };
+    stdout(&run(&tokens, &whole, &[]), "score the whole text");
+    stdout(&run(&first, &a, &["--state-out", s(&state)]), "score --state-out");
+    assert!(state.exists(), "--state-out wrote nothing");
+    stdout(&run(&second, &b, &["--state-in", s(&state)]), "score --state-in");
+    let mut parts = npy_bits(&a);
+    assert_eq!(
+        parts.len(),
+        split - 1,
+        "--state-out: every token of the first part predicted"
+    );
+    parts.extend(npy_bits(&b));
+    assert_eq!(parts, npy_bits(&whole), "the two runs differ from one run");
+
+    // Without the state, the second part starts from the zero memory: other bits.
+    stdout(&run(&second, &b, &[]), "score the second part alone");
+    assert_ne!(
+        npy_bits(&b),
+        npy_bits(&whole)[split - 1..],
+        "--state-in changed nothing"
+    );
+
+    // Refused states: exit status 1 and a message that says why.
+    let other = dir.join("other.state");
+    let mut args = vec![
+        "score",
+        s(&image),
+        "--tokens",
+        s(&first),
+        "--state-out",
+        s(&other),
+    ];
+    args.extend(["--mem-init", "zeros"]);
+    stdout(&txl(&args), "score --state-out with f32 memory");
+    assert_refused(
+        &run(&second, &b, &["--state-in", s(&other)]),
+        "other session options (tgt_len 6, mem_len 10, clamp_len 0, same_length false, mem_init zeros, mem_dtype f32",
+        "--state-in from other options",
+    );
+    let mut damaged = std::fs::read(&state).unwrap();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 1;
+    let damaged_path = dir.join("damaged.state");
+    std::fs::write(&damaged_path, &damaged).unwrap();
+    assert_refused(
+        &run(&second, &b, &["--state-in", s(&damaged_path)]),
+        "checksum mismatch",
+        "--state-in damaged",
+    );
+    let mut padded = std::fs::read(&state).unwrap();
+    padded.resize(padded.len() * 3, 0);
+    std::fs::write(&damaged_path, &padded).unwrap();
+    assert_refused(
+        &run(&second, &b, &["--state-in", s(&damaged_path)]),
+        "bytes after its session state",
+        "--state-in too long",
+    );
+    let out = txl(&[
+        "score",
+        s(&image),
+        "--tokens",
+        s(&second),
+        "--backend",
+        "cpu",
+        "--state-in",
+        s(&state),
+    ]);
+    assert_refused(
+        &out,
+        "--state-in and --state-out apply to the core only",
+        "--backend cpu --state-in",
+    );
+}

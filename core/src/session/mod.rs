@@ -3,6 +3,7 @@
 //! bottom next to the paper, one function per sub-layer.
 
 mod forward;
+pub mod state;
 
 use crate::arena::{ArenaLayout, Carver};
 use crate::error::Error;

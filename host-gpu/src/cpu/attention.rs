@@ -4,6 +4,7 @@
 //! at the distance `d = mlen + i - j` (clamped): the "rel-shift" is an index.
 
 use crate::cpu::matmul::{matmul, Rhs};
+use crate::error::{grow, Error};
 use crate::real::Real;
 
 /// Which keys each query of a segment may see, in Hugging Face's terms.
@@ -70,13 +71,20 @@ pub(crate) fn attend<T: Real>(
     position_keys: &[T],
     scratch: &mut Scratch<T>,
     out: &mut [T],
-) {
+) -> Result<(), Error> {
     let width = n_head * d_head;
     let (qlen, klen) = (window.qlen, window.klen());
     let distances = klen.min(max_distance + 1);
     let scale = T::from_f64(1.0 / (d_head as f64).sqrt());
-    scratch.content.resize(qlen * klen, T::ZERO);
-    scratch.position.resize(qlen * distances, T::ZERO);
+    // (qlen, klen) and (qlen, distances) scores: sized by the segment and the memory.
+    let scores = "the attention scores";
+    grow(&mut scratch.content, qlen.saturating_mul(klen), T::ZERO, scores)?;
+    grow(
+        &mut scratch.position,
+        qlen.saturating_mul(distances),
+        T::ZERO,
+        scores,
+    )?;
     let (ac, bd) = (&mut scratch.content, &mut scratch.position);
     for head in 0..n_head {
         let h = head * d_head;
@@ -159,6 +167,7 @@ pub(crate) fn attend<T: Real>(
             false,
         );
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ pub(crate) mod output;
 use txl_core::Linear;
 
 use crate::engine::{collect_rows, Segment, Settings, StepOutput, Wanted};
-use crate::error::Error;
+use crate::error::{filled, with_room, Error};
 use crate::real::Real;
 use crate::statistics::ChannelStats;
 use crate::weights::{position_embeddings, HostWeights};
@@ -88,41 +88,57 @@ impl<T: Real> CpuEngine<T> {
         }
     }
 
-    /// Forgets every stream and starts `n_streams` new ones under `settings`.
-    pub fn start(&mut self, n_streams: usize, settings: Settings) {
+    /// Forgets every stream and starts `n_streams` new ones under `settings`. The position
+    /// keys and the memories are sized by the settings, so they are allocated fallibly.
+    pub fn start(&mut self, n_streams: usize, settings: Settings) -> Result<(), Error> {
+        self.run = None;
         let c = &self.w.config;
         let d_model = c.d_model as usize;
         let width = c.qkv_width() as usize;
         let distances = settings.max_distance + 1;
         // pos_emb (distances, d_model) @ W_r^T -> (distances, W), per layer
-        let pos_emb: Vec<T> = position_embeddings(distances, d_model)
-            .into_iter()
-            .map(T::from_f64)
-            .collect();
-        let position_keys = self
-            .w
-            .layers
-            .iter()
-            .map(|layer| {
-                let mut r = vec![T::ZERO; distances * width];
-                linear(&pos_emb, d_model, &layer.r_net, None, &mut r);
-                r
-            })
-            .collect();
+        let pos_emb_f64 = position_embeddings(distances, d_model)?;
+        let mut pos_emb = with_room(pos_emb_f64.len(), "the position embeddings")?;
+        pos_emb.extend(pos_emb_f64.into_iter().map(T::from_f64));
+        let mut position_keys = with_room(self.w.layers.len(), "the position keys")?;
+        for layer in &self.w.layers {
+            let mut r = filled(distances.saturating_mul(width), T::ZERO, "the position keys")?;
+            linear(&pos_emb, d_model, &layer.r_net, None, &mut r);
+            position_keys.push(r);
+        }
+        drop(pos_emb);
         let memory_len = if settings.zero_memory { settings.mem_len } else { 0 };
-        let repeat = |row: &[T]| row.repeat(memory_len);
-        let streams = (0..n_streams)
-            .map(|_| StreamMemory {
+        let repeat = |row: &[T]| -> Result<Vec<T>, Error> {
+            let mut memory = with_room(memory_len.saturating_mul(row.len()), "the memory")?;
+            for _ in 0..memory_len {
+                memory.extend_from_slice(row);
+            }
+            Ok(memory)
+        };
+        let mut streams = with_room(n_streams, "the streams")?;
+        for _ in 0..n_streams {
+            streams.push(StreamMemory {
                 len: memory_len,
-                keys: self.w.layers.iter().map(|l| repeat(&l.zero_key)).collect(),
-                values: self.w.layers.iter().map(|l| repeat(&l.zero_value)).collect(),
-            })
-            .collect();
+                keys: self
+                    .w
+                    .layers
+                    .iter()
+                    .map(|l| repeat(&l.zero_key))
+                    .collect::<Result<_, _>>()?,
+                values: self
+                    .w
+                    .layers
+                    .iter()
+                    .map(|l| repeat(&l.zero_value))
+                    .collect::<Result<_, _>>()?,
+            });
+        }
         self.run = Some(Run {
             settings,
             position_keys,
             streams,
         });
+        Ok(())
     }
 
     /// Runs one segment of each stream in `segments` and collects what `wanted` asks for.
@@ -158,13 +174,15 @@ impl<T: Real> CpuEngine<T> {
         let pre_lnorm = c.pre_lnorm;
         let rows: usize = segments.iter().map(|s| s.tokens.len()).sum();
 
-        let mut normed = vec![T::ZERO; rows * d_model]; // (rows, d_model)
-        let mut qkv = vec![T::ZERO; rows * 3 * width]; // (rows, 3W)
-        let mut content_q = vec![T::ZERO; rows * width]; // (rows, W): q + u
-        let mut position_q = vec![T::ZERO; rows * width]; // (rows, W): q + v
-        let mut attn = vec![T::ZERO; rows * width]; // (rows, W)
-        let mut delta = vec![T::ZERO; rows * d_model]; // (rows, d_model)
-        let mut inner = vec![T::ZERO; rows * d_inner]; // (rows, d_inner)
+        // The step's rows are sized by the input and tgt_len: allocated fallibly.
+        let zeros = |columns: usize| filled(rows.saturating_mul(columns), T::ZERO, "a step's activations");
+        let mut normed = zeros(d_model)?; // (rows, d_model)
+        let mut qkv = zeros(3 * width)?; // (rows, 3W)
+        let mut content_q = zeros(width)?; // (rows, W): q + u
+        let mut position_q = zeros(width)?; // (rows, W): q + v
+        let mut attn = zeros(width)?; // (rows, W)
+        let mut delta = zeros(d_model)?; // (rows, d_model)
+        let mut inner = zeros(d_inner)?; // (rows, d_inner)
         let mut scratch = Vec::new();
 
         for (l, lw) in w.layers.iter().enumerate() {
@@ -223,7 +241,7 @@ impl<T: Real> CpuEngine<T> {
                     &run.position_keys[l],
                     &mut self.attention,
                     &mut attn[span],
-                );
+                )?;
                 r0 += qlen;
             }
 

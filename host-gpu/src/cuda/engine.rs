@@ -20,7 +20,7 @@ use super::vocab::{embed, log_probs};
 use super::{compile_kernels, cuda_available, CudaLimits, KERNEL_NAMES};
 use crate::cpu::matmul::Rhs;
 use crate::engine::{Segment, Settings, StepOutput, Wanted};
-use crate::error::Error;
+use crate::error::{with_room, Error};
 use crate::weights::{position_embeddings, HostWeights};
 
 /// Log-probabilities computed at once by default: bounds the logits buffer to 1 GiB.
@@ -277,17 +277,34 @@ impl CudaEngine {
         let width = c.qkv_width() as usize;
         let n_head = c.n_head as usize;
         let distances = settings.max_distance + 1;
-        let capacity = settings.mem_len + settings.tgt_len;
-        let max_rows = n_streams.max(1) * settings.tgt_len;
+        let capacity = settings.mem_len.saturating_add(settings.tgt_len);
+        let max_rows = n_streams.max(1).saturating_mul(settings.tgt_len);
         let n_token = c.n_token as usize;
         let chunk = (self.output_elements / n_token).clamp(1, max_rows);
         let d_embed = c.d_embed as usize;
+        // The kernels and cuBLAS take lengths and row counts as 32-bit ints, and every buffer
+        // below is sized by the settings: both are checked before anything is allocated.
+        let lengths = [capacity, distances, max_rows.saturating_mul(2)];
+        let buffers = [
+            distances.checked_mul(width),
+            capacity.checked_mul(width),
+            max_rows.checked_mul(3 * width.max(d_model).max(d_embed).max(c.d_inner as usize)),
+            n_head
+                .saturating_mul(settings.tgt_len)
+                .checked_mul(capacity.max(distances)),
+        ];
+        if lengths.iter().any(|&n| i32::try_from(n).is_err()) || buffers.iter().any(Option::is_none) {
+            return Err(Error::BadOptions(format!(
+                "tgt_len {} and mem_len {} for {n_streams} stream(s) are beyond what the CUDA kernels index \
+                 (32-bit lengths)",
+                settings.tgt_len, settings.mem_len
+            )));
+        }
 
         // R (distances, W) = pos_emb (distances, d_model) @ W_r^T, per layer.
-        let pos_emb: Vec<f32> = position_embeddings(distances, d_model)
-            .into_iter()
-            .map(|v| v as f32)
-            .collect();
+        let pos_emb_f64 = position_embeddings(distances, d_model)?;
+        let mut pos_emb = with_room(pos_emb_f64.len(), "the position embeddings")?;
+        pos_emb.extend(pos_emb_f64.into_iter().map(|v| v as f32));
         let pos_emb = self.stream.clone_htod(pos_emb.as_slice())?;
         let mut position_keys = Vec::new();
         for layer in &self.w.layers {

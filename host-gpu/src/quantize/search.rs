@@ -6,7 +6,7 @@ use txl_core::{Config, Linear};
 
 use super::calibrate::{channel_ranges, smoothing_factors, ChannelRanges};
 use super::{glob_match, Plan, QuantizeOptions, Quantized, Report, Smoothing, Source, Target, TensorReport};
-use crate::error::Error;
+use crate::error::{filled, Error};
 
 /// Bits per token of `image` on `tokens`, measured with the core (the engine that runs int8).
 fn bits_per_token(image: &[u8], options: SessionOptions, tokens: &[u32]) -> Result<f64, Error> {
@@ -194,7 +194,8 @@ pub fn quantize(
 /// Records every layer's output for one segment, or compares against a recording.
 struct LayerOutputs {
     d_model: usize,
-    /// `(n_layer, tgt_len, d_model)` the reference's outputs of the current segment.
+    /// `(n_layer, tgt_len, d_model)` the reference's outputs of the current segment (`tgt_len`
+    /// no more than the tokens).
     recorded: Vec<f32>,
     tgt_len: usize,
     /// Per layer: (sum of squared differences, sum of squared reference values).
@@ -233,10 +234,20 @@ fn measure_layer_errors(
     let mut ref_session = Session::new(reference, ref_arena.bytes_mut(), options)?;
     let mut cand_session = Session::new(&candidate, cand_arena.bytes_mut(), options)?;
     let tgt_len = options.tgt_len as usize;
+    // (n_layer, rows, d_model), rows the longest segment the tokens fill: allocated fallibly.
+    let rows = tgt_len.min(tokens.len());
+    let d_model = config.d_model as usize;
+    let recorded = filled(
+        (config.n_layer as usize)
+            .saturating_mul(rows)
+            .saturating_mul(d_model),
+        0.0,
+        "the layer outputs",
+    )?;
     let mut probe = LayerOutputs {
-        d_model: config.d_model as usize,
-        recorded: vec![0.0; config.n_layer as usize * tgt_len * config.d_model as usize],
-        tgt_len,
+        d_model,
+        recorded,
+        tgt_len: rows,
         sums: vec![(0.0, 0.0); config.n_layer as usize],
         comparing: false,
     };

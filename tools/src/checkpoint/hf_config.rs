@@ -4,6 +4,9 @@
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{Map, Value};
 use txl_core::config::{Config, MAX_CUTOFFS};
+use txl_core::image::{CRC_BYTES, ENTRY_BYTES, HEADER_BYTES, PAYLOAD_ALIGN};
+use txl_core::tensors::for_each_tensor;
+use txl_core::ConfigError;
 
 /// `TransfoXLConfig`'s defaults for the optional fields.
 const DEFAULT_MEM_LEN: i64 = 1600;
@@ -44,8 +47,10 @@ const DEFAULT_LAYER_NORM_EPSILON: f64 = 1e-5;
 /// tying a projection that does not exist).
 ///
 /// Refused: `attn_type` other than 0 (only relative positional attention is implemented),
-/// `sample_softmax > 0`, `ext_len > 0`, a `model_type` other than `transfo-xl`, and any
-/// config [`Config::validate`] rejects.
+/// `sample_softmax > 0`, `ext_len > 0`, a `model_type` other than `transfo-xl`, any config
+/// [`Config::validate`] rejects, and one whose f32 image would be larger than a model image
+/// can be (4 GiB): the sizes are checked before any weight is read, so a config that claims a
+/// huge model next to a small weights file fails here, naming them.
 pub fn parse_hf_config(json: &str) -> Result<Config> {
     let value: Value = serde_json::from_str(json).context("config.json is not valid JSON")?;
     let Some(object) = value.as_object() else {
@@ -161,10 +166,56 @@ pub fn parse_hf_config(json: &str) -> Result<Config> {
         clamp_len: int_to_u32("clamp_len", clamp_len)?,
         same_length: fields.bool_or(&["same_length"], true)?,
     };
-    config
-        .validate()
-        .context("config.json describes a model that cannot be converted")?;
+    config.validate().map_err(|error| {
+        let sizes = match error {
+            ConfigError::TooLarge => format!(" ({})", sizes(&config)),
+            _ => String::new(),
+        };
+        anyhow!(error).context(format!(
+            "config.json describes a model that cannot be converted{sizes}"
+        ))
+    })?;
+    // Checked before any weight is read: converting keeps every tensor in f32 and writes an
+    // f32 image, whose sizes are u32.
+    let (parameters, image_bytes) = f32_image_bytes(&config);
+    if image_bytes > u64::from(u32::MAX) {
+        bail!(
+            "config.json describes {parameters} parameters ({}): {image_bytes} bytes as an f32 image, \
+             more than the {} a model image holds",
+            sizes(&config),
+            u32::MAX
+        );
+    }
     Ok(config)
+}
+
+/// The sizes that make a model large, for error messages.
+fn sizes(config: &Config) -> String {
+    format!(
+        "n_token {}, d_embed {}, d_model {}, n_head {} x d_head {}, d_inner {}, n_layer {}",
+        config.n_token,
+        config.d_embed,
+        config.d_model,
+        config.n_head,
+        config.d_head,
+        config.d_inner,
+        config.n_layer
+    )
+}
+
+/// The parameters of a valid `config`, and the bytes of its image with f32 weights (header,
+/// directory, each tensor 16-byte aligned, CRC; as `txl_core::image::write_image` lays it out).
+pub(crate) fn f32_image_bytes(config: &Config) -> (u64, u64) {
+    let align = |n: u64| n.div_ceil(PAYLOAD_ALIGN as u64) * PAYLOAD_ALIGN as u64;
+    let (mut parameters, mut tensors, mut payload) = (0u64, 0u64, 0u64);
+    for_each_tensor(config, |_, shape| {
+        let elements = shape.len() as u64;
+        parameters += elements;
+        tensors += 1;
+        payload += align(elements * 4);
+    });
+    let directory = align(HEADER_BYTES as u64 + tensors * ENTRY_BYTES as u64);
+    (parameters, directory + payload + CRC_BYTES as u64)
 }
 
 /// The JSON object, with lookups that accept several spellings of one field.

@@ -77,16 +77,15 @@ pub(crate) trait TensorSource {
                 meta.dtype.name()
             );
         };
+        let expected = byte_len(&meta.shape, size);
         let (bytes, order) = self.read_bytes(key)?;
-        let elements: usize = meta.shape.iter().product();
-        if bytes.len() != elements * size {
+        if bytes.len() as u128 != expected {
             bail!(
-                "tensor `{key}` in {}: read {} bytes, its shape {:?} of {} needs {}",
+                "tensor `{key}` in {}: read {} bytes, its shape {:?} of {} needs {expected}",
                 self.path().display(),
                 bytes.len(),
                 meta.shape,
                 meta.dtype.name(),
-                elements * size
             );
         }
         to_f32(&meta.dtype, &bytes, order)
@@ -94,8 +93,31 @@ pub(crate) trait TensorSource {
     }
 }
 
+/// The bytes `shape` takes at `element_bytes` each, in u128 (saturating): a shape read from a
+/// file can name more than the address space.
+pub(crate) fn byte_len(shape: &[usize], element_bytes: usize) -> u128 {
+    shape
+        .iter()
+        .fold(element_bytes as u128, |bytes, &d| bytes.saturating_mul(d as u128))
+}
+
+/// An empty vector with room for `count` values, asked of the allocator fallibly: an error
+/// says how many bytes `what` needed.
+pub(crate) fn with_room<T>(count: usize, what: impl FnOnce() -> String) -> Result<Vec<T>> {
+    let mut values = Vec::new();
+    values.try_reserve_exact(count).map_err(|_| {
+        anyhow::anyhow!(
+            "{}: cannot allocate {} bytes",
+            what(),
+            count as u128 * size_of::<T>() as u128
+        )
+    })?;
+    Ok(values)
+}
+
 /// Converts `bytes` of `dtype` elements to f32. f64 values outside f32's range are an error
 /// (a finite weight must stay finite); everything else converts exactly or rounds to nearest.
+/// The f32 values (twice the bytes of f16 ones) are allocated fallibly.
 pub(crate) fn to_f32(dtype: &SourceDtype, bytes: &[u8], order: ByteOrder) -> Result<Vec<f32>> {
     let u16_of = |c: &[u8]| {
         let b = [c[0], c[1]];
@@ -104,24 +126,25 @@ pub(crate) fn to_f32(dtype: &SourceDtype, bytes: &[u8], order: ByteOrder) -> Res
             ByteOrder::Native => u16::from_ne_bytes(b),
         }
     };
-    Ok(match dtype {
-        SourceDtype::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| {
-                let b = [c[0], c[1], c[2], c[3]];
-                match order {
-                    ByteOrder::Little => f32::from_le_bytes(b),
-                    ByteOrder::Native => f32::from_ne_bytes(b),
-                }
-            })
-            .collect(),
-        SourceDtype::F16 => bytes.chunks_exact(2).map(|c| f16_to_f32(u16_of(c))).collect(),
-        SourceDtype::BF16 => bytes
-            .chunks_exact(2)
-            .map(|c| f32::from_bits((u16_of(c) as u32) << 16))
-            .collect(),
+    let Some(size) = dtype.size() else {
+        bail!("element type {} cannot be converted to f32", dtype.name());
+    };
+    let mut out = with_room(bytes.len() / size, || "the tensor in f32".to_string())?;
+    match dtype {
+        SourceDtype::F32 => out.extend(bytes.chunks_exact(4).map(|c| {
+            let b = [c[0], c[1], c[2], c[3]];
+            match order {
+                ByteOrder::Little => f32::from_le_bytes(b),
+                ByteOrder::Native => f32::from_ne_bytes(b),
+            }
+        })),
+        SourceDtype::F16 => out.extend(bytes.chunks_exact(2).map(|c| f16_to_f32(u16_of(c)))),
+        SourceDtype::BF16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| f32::from_bits((u16_of(c) as u32) << 16)),
+        ),
         SourceDtype::F64 => {
-            let mut out = Vec::with_capacity(bytes.len() / 8);
             for c in bytes.chunks_exact(8) {
                 let b = [c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]];
                 let value = match order {
@@ -134,10 +157,10 @@ pub(crate) fn to_f32(dtype: &SourceDtype, bytes: &[u8], order: ByteOrder) -> Res
                 }
                 out.push(narrowed);
             }
-            out
         }
-        SourceDtype::Other(name) => bail!("element type {name} cannot be converted to f32"),
-    })
+        SourceDtype::Other(_) => {} // refused above: it has no element size
+    }
+    Ok(out)
 }
 
 /// IEEE 754 binary16 to binary32 (exact: every half value is a float value).

@@ -792,3 +792,86 @@ fn a_config_error_names_the_config_file() {
         "{error}"
     );
 }
+
+#[test]
+fn the_image_size_checked_before_reading_is_the_size_written() {
+    // parse_hf_config refuses a config by the f32 image it would make; that size must be the
+    // one `to_image` writes, or the check refuses too much or too little.
+    let dir = Scratch::new("image-size");
+    let (config, _, stored) = tiny_safetensors(3);
+    dir.write_config(TINY);
+    write_safetensors(&dir.path().join(SAFETENSORS_FILE), &stored);
+    let checkpoint = load_hf_checkpoint(dir.path(), CheckpointFormat::Auto, false).unwrap();
+    let (parameters, image_bytes) = hf_config::f32_image_bytes(&config);
+    assert_eq!(image_bytes, checkpoint.to_image().unwrap().len() as u64);
+    let stored: usize = checkpoint.tensors.iter().map(|(_, data)| data.len()).sum();
+    assert_eq!(parameters, stored as u64);
+}
+
+#[test]
+fn safetensors_claims_are_checked_against_the_file_before_the_header_is_trusted() {
+    let dir = Scratch::new("claims");
+    let (_, _, stored) = tiny_safetensors(4);
+    dir.write_config(TINY);
+    let path = dir.path().join(SAFETENSORS_FILE);
+    write_safetensors(&path, &stored);
+    let intact = std::fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(intact[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&intact[8..8 + header_len]).unwrap();
+    let data = &intact[8 + header_len..];
+    let key = "transformer.word_emb.emb_layers.0.weight";
+    let start = header[key]["data_offsets"][0].as_u64().unwrap();
+    let write = |entry: serde_json::Value| {
+        let mut header = header.clone();
+        header[key] = entry;
+        let json = serde_json::to_vec(&header).unwrap();
+        let mut bytes = (json.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(json);
+        bytes.extend(data);
+        std::fs::write(&path, bytes).unwrap();
+    };
+    let cases = [
+        (
+            serde_json::json!({"dtype": "F32", "shape": [u64::MAX, 2], "data_offsets": [start, start + 4]}),
+            "36893488147419103230 elements (147573952589676412920 bytes)",
+        ),
+        (
+            serde_json::json!({"dtype": "BF16", "shape": [1u64 << 50], "data_offsets": [start, start + (1u64 << 51)]}),
+            "truncated or corrupt",
+        ),
+        (
+            serde_json::json!({"dtype": "F16", "shape": [2], "data_offsets": [start + 4, start]}),
+            "run backwards",
+        ),
+    ];
+    for (entry, problem) in cases {
+        write(entry.clone());
+        let error = error_text(load_hf_checkpoint(dir.path(), CheckpointFormat::Auto, false));
+        assert!(error.contains(problem) && error.contains(key), "{entry}: {error}");
+        assert!(
+            error.contains(&format!("{} bytes of tensors", data.len())),
+            "{entry}: {error}"
+        );
+    }
+}
+
+#[test]
+fn a_config_beyond_a_model_image_is_refused_naming_its_sizes() {
+    // 65536 layers of d_model 6 and d_inner 2^24: 2 * 6 * 2^24 parameters per layer.
+    let json = TINY
+        .replace(r#""n_layer": 2"#, r#""n_layer": 65536"#)
+        .replace(r#""d_inner": 10"#, r#""d_inner": 16777216"#);
+    let error = format!("{:#}", parse_hf_config(&json).unwrap_err());
+    for name in [
+        "n_layer 65536",
+        "d_inner 16777216",
+        "bytes as an f32 image",
+        "4294967295",
+    ] {
+        assert!(error.contains(name), "{name}: {error}");
+    }
+    let json = TINY.replace(r#""n_token": 20"#, r#""n_token": 4000000000"#);
+    let error = format!("{:#}", parse_hf_config(&json).unwrap_err());
+    assert!(error.contains("n_token 4000000000"), "{error}");
+}

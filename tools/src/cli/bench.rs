@@ -73,7 +73,12 @@ impl Args {
         let bytes = read_image(&self.model)?;
         let model = parse_model(&bytes, &self.model)?;
         let options = self.session.options(&model);
-        let tokens = pseudo_random_tokens(self.tokens.max(2), model.config().n_token);
+        let count = self.tokens.max(2);
+        let what = || format!("--tokens {}", self.tokens);
+        // Each token, and its scores: an f32 from the core, an f64 from the reference.
+        arena::check_values::<(u32, f32, f64)>(count, what)?;
+        let mut tokens = arena::reserve(count, what)?;
+        tokens.extend(pseudo_random_tokens(count, model.config().n_token));
         let f32_options = SessionOptions {
             mem_dtype: MemDtype::F32,
             ..options
@@ -140,9 +145,9 @@ impl Args {
 }
 
 /// `count` token ids below `n_token` from a fixed seed, the same every run.
-fn pseudo_random_tokens(count: usize, n_token: u32) -> Vec<u32> {
+fn pseudo_random_tokens(count: usize, n_token: u32) -> impl Iterator<Item = u32> {
     let mut rng = Rng::new(1);
-    (0..count).map(|_| rng.below(u64::from(n_token)) as u32).collect()
+    (0..count).map(move |_| rng.below(u64::from(n_token)) as u32)
 }
 
 /// Tokens per second since `started`.

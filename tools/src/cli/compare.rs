@@ -47,6 +47,15 @@ impl Args {
             ..cand_options
         };
         arena::check_core(&[(&ref_model, ref_options), (&cand_model, cand_options)])?;
+        let n_token = ref_model.config().n_token as usize;
+        let rows = crate::compare::rows_values(cand_options.tgt_len as usize, tokens.len(), n_token);
+        arena::check_values::<f32>(rows, || {
+            format!(
+                "the reference's rows of a segment (tgt_len {}, {} tokens, n_token {n_token})",
+                cand_options.tgt_len,
+                tokens.len()
+            )
+        })?;
         let bar = progress::tokens(tokens.len());
         let result = crate::compare::compare(
             (&ref_model, ref_options),

@@ -84,7 +84,9 @@ impl Args {
         }
         let options = self.session.options(&model);
         let batch = self.batch.max(1);
-        arena::check_reference(&model, &options, backend, batch)?;
+        // --batch is at most the streams: the text gives no more than one per prediction.
+        let streams = txl_host_gpu::split_streams(&tokens, batch).len();
+        arena::check_reference(&model, &options, backend, streams)?;
         let bar = progress::tokens(tokens.len());
         let mut reference = Reference::new(&model, backend)?;
         let report = txl_host_gpu::eval(&mut reference, &tokens, &options, batch, |done, _| {

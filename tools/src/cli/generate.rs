@@ -61,11 +61,16 @@ impl Args {
         let sampling = Sampling::from_temperature(self.temperature, self.seed);
         let options = self.session.options(&model);
         arena::check_core(&[(&model, options)])?;
+        // The tokens (4 bytes each) and, as text, up to 4 bytes more each.
+        arena::check_values::<u64>(self.length, || format!("--length {}", self.length))?;
         let tokens = crate::generate::generate(&model, options, &prompt, self.length, sampling)
             .map_err(arena::explain(&options))?;
         if self.ids {
-            let ids: Vec<String> = tokens.iter().map(u32::to_string).collect();
-            writeln!(out, "{}", ids.join(" "))?;
+            for (i, token) in tokens.iter().enumerate() {
+                let separator = if i == 0 { "" } else { " " };
+                write!(out, "{separator}{token}")?;
+            }
+            writeln!(out)?;
         } else {
             write!(out, "{}", self.prompt.as_deref().unwrap_or(""))?;
             writeln!(out, "{}", bytes_as_text(&tokens))?;

@@ -50,6 +50,11 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         DtypeArg::F16 => Target::F16,
         DtypeArg::Int8 => Target::Int8,
     };
+    // The quantizer keeps the weights in f32 (4 times an int8 image) beside each image it builds.
+    let parameters = arena::parameters(model);
+    arena::check_values::<f32>(parameters.saturating_mul(2), || {
+        format!("quantizing {parameters} parameters")
+    })?;
     let calibration = args.calibration()?;
     let session = SessionOptions::from_config(model.config());
     // Without calibration text, smoothing cannot be measured: quantize the weights alone.

@@ -4,21 +4,23 @@
 //! the digest is the [`Digest`] of the `--out` values, whichever backend computed them (the
 //! reference's f64 values are rounded to f32 first).
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use txl_core::digest::Digest;
 use txl_core::image::Dtype;
+use txl_core::scoring::{LastToken, Scores};
 use txl_core::tensors::for_each_tensor;
-use txl_core::{scoring, Model, OptionWord};
+use txl_core::{scoring, Model, OptionWord, Session, SessionOptions};
 use txl_host_gpu::{Backend, Reference};
 
 use super::args::{BackendArg, Engine, SessionArgs, TokenSource};
 use super::{arena, progress};
-use crate::image_file::{parse_model, read_image};
+use crate::image_file::{parse_model, read_image, write_file};
 use crate::npy;
 
 pub const EXAMPLES: &str = "Examples:\n  \
@@ -26,7 +28,9 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl score model.txl --tokens ids.txt --tgt-len 1 --mem-init zeros --out logp.npy\n  \
     txl score model.txl --bytes heldout.txt --rows 4 --rows-out rows.npy\n  \
     txl score model.txl --bytes heldout.txt --mem-dtype int8 --position-keys segment\n  \
-    txl score model.txl --bytes heldout.txt --backend cpu --out logp-reference.npy";
+    txl score model.txl --bytes heldout.txt --backend cpu --out logp-reference.npy\n  \
+    txl score model.txl --bytes part1.txt --state-out memory.state\n  \
+    txl score model.txl --bytes part2.txt --state-in memory.state   (part2 starts with part1's last byte)";
 
 /// Arguments of `txl score`.
 #[derive(clap::Args, Debug)]
@@ -49,6 +53,17 @@ pub struct Args {
     /// Where to write those rows: <f4 .npy of shape (K, n_token).
     #[arg(long, value_name = "ROWS.npy", requires = "rows")]
     pub rows_out: Option<PathBuf>,
+    /// Start from the session state in STATE (written by --state-out with the same model and
+    /// session options) instead of --mem-init.
+    #[arg(long, value_name = "STATE")]
+    pub state_in: Option<PathBuf>,
+    /// Write the session state to STATE afterwards. The text's last token is held back: its
+    /// row predicts nothing here, and the memory ends just before it. Score the continuation
+    /// with --state-in STATE on a text that starts with that token: the two runs then predict
+    /// every token once, bit for bit as one run over the whole text does when this text's
+    /// length minus one is a multiple of --tgt-len (the segments fall alike).
+    #[arg(long, value_name = "STATE")]
+    pub state_out: Option<PathBuf>,
     /// Print one JSON object on stdout instead of text.
     #[arg(long)]
     pub json: bool,
@@ -98,6 +113,12 @@ impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<()> {
         let engine = self.backend.engine();
         self.session.check_engine(engine)?;
+        if engine != Engine::Core && (self.state_in.is_some() || self.state_out.is_some()) {
+            bail!(
+                "--state-in and --state-out apply to the core only, not to --backend {}",
+                engine.word()
+            );
+        }
         let bytes = read_image(&self.model)?;
         let model = parse_model(&bytes, &self.model)?;
         let tokens = self.source.read()?;
@@ -106,14 +127,23 @@ impl Args {
         }
         let options = self.session.options(&model);
         let keep_rows = self.rows.unwrap_or(0);
+        let n_token = model.config().n_token as usize;
+        let kept_values = keep_rows.min(tokens.len()).saturating_mul(n_token);
+        // The reference's rows are f64, then copied to f32.
+        let value_bytes = match engine {
+            Engine::Core => 4,
+            Engine::Reference(_) => 12,
+        };
+        arena::check_values::<u8>(kept_values.saturating_mul(value_bytes), || {
+            format!("--rows {keep_rows} (of {n_token} log-probabilities each)")
+        })?;
         let bar = progress::tokens(tokens.len());
         let progress = |done: usize| bar.set_position(done as u64);
         let started = Instant::now();
         let scored = match engine {
             Engine::Core => {
                 arena::check_core(&[(&model, options)])?;
-                let scores = scoring::score(&model, &tokens, options, keep_rows, progress)
-                    .map_err(arena::explain(&options))?;
+                let scores = self.score_core(&model, &tokens, options, keep_rows, progress)?;
                 Scored {
                     nll: scores.nll(),
                     logp: scores.logp,
@@ -183,6 +213,62 @@ impl Args {
         }
         Ok(())
     }
+}
+
+impl Args {
+    /// Scores on the core, starting from `--state-in` and writing `--state-out` when given.
+    fn score_core(
+        &self,
+        model: &Model<'_>,
+        tokens: &[u32],
+        options: SessionOptions,
+        keep_rows: usize,
+        progress: impl FnMut(usize),
+    ) -> Result<Scores> {
+        let mut arena = scoring::arena_for(model, &options).map_err(arena::explain(&options))?;
+        let mut session = Session::new(model, arena.bytes_mut(), options)?;
+        if let Some(path) = &self.state_in {
+            let state = read_state(path)?;
+            session
+                .restore_state(&state)
+                .with_context(|| format!("restoring the session state from {}", path.display()))?;
+            // The file must be one state, not a state with something after it.
+            let mut again = vec![0u8; session.state_bytes()];
+            let len = session.save_state(&mut again)?;
+            if len != state.len() {
+                bail!(
+                    "{} holds {} bytes after its session state of {len} bytes",
+                    path.display(),
+                    state.len() - len
+                );
+            }
+        }
+        let last = match self.state_out {
+            Some(_) => LastToken::Hold,
+            None => LastToken::Feed,
+        };
+        let scores = scoring::score_in(&mut session, tokens, last, keep_rows, progress)?;
+        if let Some(path) = &self.state_out {
+            let mut state = vec![0u8; session.state_bytes()];
+            let written = session.save_state(&mut state)?;
+            write_file(path, &state[..written])?;
+        }
+        Ok(scores)
+    }
+}
+
+/// Reads a session state file into memory, allocating fallibly (its length is the file's).
+fn read_state(path: &Path) -> Result<Vec<u8>> {
+    let context = || format!("reading the session state {}", path.display());
+    let mut file = File::open(path).with_context(context)?;
+    let len = file.metadata().with_context(context)?.len();
+    let mut state = Vec::new();
+    usize::try_from(len)
+        .ok()
+        .and_then(|len| state.try_reserve_exact(len).ok())
+        .with_context(|| format!("{}: cannot allocate {len} bytes", path.display()))?;
+    file.read_to_end(&mut state).with_context(context)?;
+    Ok(state)
 }
 
 /// The image's weight precision: the dtype of its weight matrices (`f32`, `f16`, `int8`), or

@@ -1,0 +1,114 @@
+//! Tiny models built in the test, so the core's own tests (and Miri) run whole sessions
+//! without fixtures or other crates.
+
+#![allow(dead_code)]
+
+use half::f16;
+use txl_core::config::MAX_CUTOFFS;
+use txl_core::image::{write_image, Payload};
+use txl_core::rng::Rng;
+use txl_core::tensors::{for_each_tensor, LayerTensor, Shape, TensorName};
+use txl_core::{AlignedBytes, Config};
+
+/// How the image stores its weight matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weights {
+    F32,
+    F16,
+    Int8,
+}
+
+/// Two layers, two heads of four, an adaptive softmax with two tail clusters: every part of
+/// the forward pass in a few thousand multiply-adds.
+pub fn tiny_config() -> Config {
+    let mut cutoffs = [0; MAX_CUTOFFS];
+    cutoffs[0] = 6;
+    cutoffs[1] = 12;
+    Config {
+        n_token: 20,
+        d_model: 8,
+        d_embed: 8,
+        n_head: 2,
+        d_head: 4,
+        d_inner: 12,
+        n_layer: 2,
+        cutoffs,
+        n_cutoffs: 2,
+        div_val: 2,
+        tie_weight: true,
+        tie_projs: 0b010,
+        pre_lnorm: false,
+        untie_r: true,
+        layer_norm_epsilon: 1e-5,
+        tgt_len: 3,
+        mem_len: 4,
+        clamp_len: 0,
+        same_length: false,
+    }
+}
+
+/// An image of `config` with random weights from `seed`, matrices stored as `weights` says.
+pub fn tiny_image(config: &Config, weights: Weights, seed: u64) -> AlignedBytes {
+    let mut rng = Rng::new(seed);
+    let mut tensors: Vec<(TensorName, Shape, Vec<f32>)> = Vec::new();
+    for_each_tensor(config, |name, shape| {
+        let (cols, gain_offset) = match (shape, name) {
+            (_, TensorName::Layer(_, LayerTensor::AttnNormWeight | LayerTensor::FfNormWeight)) => (1, 1.0),
+            (Shape::Matrix(_, cols), _) => (cols, 0.0),
+            (Shape::Vector(_), _) => (4, 0.0),
+        };
+        let std = 1.0 / (cols as f32).sqrt();
+        let values = (0..shape.len())
+            .map(|_| gain_offset + std * rng.symmetric_f32())
+            .collect();
+        tensors.push((name, shape, values));
+    });
+    let halves: Vec<Vec<f16>> = tensors
+        .iter()
+        .map(|(_, _, v)| v.iter().map(|&x| f16::from_f32(x)).collect())
+        .collect();
+    let quantized: Vec<(Vec<i8>, Vec<f32>)> = tensors
+        .iter()
+        .map(|(_, shape, v)| quantize_rows(*shape, v))
+        .collect();
+    let payloads: Vec<(TensorName, Payload<'_>)> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _, values))| {
+            let payload = match weights {
+                _ if !name.is_matrix() => Payload::F32(values),
+                Weights::F32 => Payload::F32(values),
+                Weights::F16 => Payload::F16(&halves[i]),
+                Weights::Int8 => Payload::Int8 {
+                    values: &quantized[i].0,
+                    row_scales: &quantized[i].1,
+                    act_scales: None,
+                },
+            };
+            (*name, payload)
+        })
+        .collect();
+    let bytes = write_image(config, &payloads).expect("a valid tiny model");
+    AlignedBytes::copy_from(&bytes).expect("allocation")
+}
+
+/// Symmetric int8 with one scale per row.
+fn quantize_rows(shape: Shape, values: &[f32]) -> (Vec<i8>, Vec<f32>) {
+    let Shape::Matrix(_, cols) = shape else {
+        return (Vec::new(), Vec::new());
+    };
+    let mut quantized = Vec::with_capacity(values.len());
+    let mut scales = Vec::new();
+    for row in values.chunks(cols as usize) {
+        let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+        scales.push(scale);
+        quantized.extend(row.iter().map(|v| (v / scale).round().clamp(-127.0, 127.0) as i8));
+    }
+    (quantized, scales)
+}
+
+/// A 16-byte-aligned arena of `bytes`.
+pub fn arena(bytes: usize) -> Vec<u128> {
+    vec![0u128; bytes.div_ceil(16)]
+}

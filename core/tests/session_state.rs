@@ -1,0 +1,290 @@
+//! Session state: saved, restored, and the session continues bit for bit; every damaged,
+//! foreign or truncated state is refused and leaves the session as it was.
+
+mod common;
+
+use common::{arena, tiny_config, tiny_image, Weights};
+use txl_core::{
+    Config, Error, MemDtype, MemInit, Model, OptionWord, PositionKeys, Session, SessionOptions, StateError,
+};
+
+/// Every log-probability of a run, as bits.
+fn run(session: &mut Session<'_, '_>, segments: &[&[u32]]) -> Vec<u32> {
+    let mut bits = Vec::new();
+    for segment in segments {
+        session
+            .forward(segment, |_, row| bits.extend(row.iter().map(|v| v.to_bits())))
+            .expect("forward");
+    }
+    bits
+}
+
+fn saved(session: &Session<'_, '_>) -> Vec<u8> {
+    let mut out = vec![0u8; session.state_bytes()];
+    let written = session.save_state(&mut out).expect("save");
+    out.truncate(written);
+    out
+}
+
+const BEFORE: [&[u32]; 3] = [&[1, 7, 13], &[19, 2], &[5, 5, 0]];
+const AFTER: [&[u32]; 2] = [&[3, 11, 17], &[8]];
+
+/// Every combination of the options that change how the memory is kept; under Miri (slow),
+/// each memory dtype once, with the other options varied among them.
+fn every_options(config: &Config) -> Vec<SessionOptions> {
+    if cfg!(miri) {
+        let base = SessionOptions::from_config(config);
+        return vec![
+            SessionOptions {
+                mem_dtype: MemDtype::F32,
+                ..base
+            },
+            SessionOptions {
+                mem_dtype: MemDtype::F16,
+                mem_init: MemInit::Zeros,
+                ..base
+            },
+            SessionOptions {
+                mem_dtype: MemDtype::Int8,
+                position_keys: PositionKeys::PerSegment,
+                ..base
+            },
+        ];
+    }
+    let mut all = Vec::new();
+    for &mem_dtype in MemDtype::ALL {
+        for &mem_init in MemInit::ALL {
+            for &position_keys in PositionKeys::ALL {
+                all.push(SessionOptions {
+                    mem_dtype,
+                    mem_init,
+                    position_keys,
+                    ..SessionOptions::from_config(config)
+                });
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn a_restored_session_continues_bit_for_bit() {
+    let config = tiny_config();
+    let weights_kinds: &[Weights] = if cfg!(miri) {
+        &[Weights::Int8]
+    } else {
+        &[Weights::F32, Weights::F16, Weights::Int8]
+    };
+    for &weights in weights_kinds {
+        let image = tiny_image(&config, weights, 7);
+        let model = Model::parse(image.bytes()).unwrap();
+        for options in every_options(&config) {
+            let bytes = Session::arena_bytes(&model, &options).unwrap();
+            let mut first_arena = arena(bytes);
+            let mut first =
+                Session::new(&model, bytemuck::cast_slice_mut(&mut first_arena), options).unwrap();
+            run(&mut first, &BEFORE);
+            let state = saved(&first);
+            assert_eq!(state.len(), first.state_bytes(), "a full memory fills the state");
+            assert_eq!(
+                Session::state_bytes_for(&model, &options),
+                Ok(first.state_bytes())
+            );
+            let uninterrupted = run(&mut first, &AFTER);
+
+            // A new session that has seen other text, then the state.
+            let mut second_arena = arena(bytes);
+            let mut second =
+                Session::new(&model, bytemuck::cast_slice_mut(&mut second_arena), options).unwrap();
+            run(&mut second, &[&[4, 4, 4], &[9]]);
+            second.restore_state(&state).unwrap();
+            assert_eq!(second.memory_len(), options.mem_len as usize);
+            assert_eq!(saved(&second), state, "restore then save gives the same bytes");
+            let resumed = run(&mut second, &AFTER);
+            assert_eq!(
+                resumed, uninterrupted,
+                "{weights:?} weights, {options:?}: the restored session differs"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_partly_filled_memory_is_saved_and_restored() {
+    let config = tiny_config();
+    let image = tiny_image(&config, Weights::F32, 3);
+    let model = Model::parse(image.bytes()).unwrap();
+    let options = SessionOptions::from_config(&config);
+    let bytes = Session::arena_bytes(&model, &options).unwrap();
+    let mut first_arena = arena(bytes);
+    let mut first = Session::new(&model, bytemuck::cast_slice_mut(&mut first_arena), options).unwrap();
+
+    let empty = saved(&first);
+    run(&mut first, &[&[2, 3]]);
+    assert_eq!(first.memory_len(), 2);
+    let state = saved(&first);
+    assert!(empty.len() < state.len() && state.len() < first.state_bytes());
+    let uninterrupted = run(&mut first, &AFTER);
+
+    let mut second_arena = arena(bytes);
+    let mut second = Session::new(&model, bytemuck::cast_slice_mut(&mut second_arena), options).unwrap();
+    run(&mut second, &BEFORE);
+    second.restore_state(&state).unwrap();
+    assert_eq!(second.memory_len(), 2);
+    assert_eq!(run(&mut second, &AFTER), uninterrupted);
+
+    // The empty state empties the memory.
+    second.restore_state(&empty).unwrap();
+    assert_eq!(second.memory_len(), 0);
+}
+
+/// Sets up a session that has run `BEFORE`, and checks `restore` refuses `bytes` with
+/// `expected` and leaves the session as it was.
+fn assert_refused(
+    session: &mut Session<'_, '_>,
+    bytes: &[u8],
+    expected: impl Fn(&StateError) -> bool,
+    what: &str,
+) {
+    let before = saved(session);
+    match session.restore_state(bytes) {
+        Err(Error::BadState(error)) => assert!(expected(&error), "{what}: unexpected {error:?}"),
+        other => panic!("{what}: expected a refused state, got {other:?}"),
+    }
+    assert_eq!(
+        saved(session),
+        before,
+        "{what}: the refused state changed the session"
+    );
+}
+
+#[test]
+fn damaged_states_are_refused_and_change_nothing() {
+    let config = tiny_config();
+    let image = tiny_image(&config, Weights::F32, 11);
+    let model = Model::parse(image.bytes()).unwrap();
+    let dtypes: &[MemDtype] = if cfg!(miri) {
+        &[MemDtype::Int8]
+    } else {
+        MemDtype::ALL
+    };
+    for &mem_dtype in dtypes {
+        let options = SessionOptions {
+            mem_dtype,
+            ..SessionOptions::from_config(&config)
+        };
+        let mut memory = arena(Session::arena_bytes(&model, &options).unwrap());
+        let mut session = Session::new(&model, bytemuck::cast_slice_mut(&mut memory), options).unwrap();
+        run(&mut session, &BEFORE);
+        let state = saved(&session);
+        run(&mut session, &[&[1]]);
+
+        // Every byte flipped (fewer under Miri, which is slow): magic, version, header, rows or CRC.
+        let stride = if cfg!(miri) { 211 } else { 1 };
+        for at in (0..state.len()).step_by(stride) {
+            let mut damaged = state.clone();
+            damaged[at] ^= 0x20;
+            assert_refused(&mut session, &damaged, |_| true, &format!("byte {at} flipped"));
+        }
+        // Cut short anywhere.
+        for len in (0..state.len()).step_by(stride.max(7)) {
+            assert_refused(
+                &mut session,
+                &state[..len],
+                |e| matches!(e, StateError::Truncated { .. }),
+                &format!("cut to {len} bytes"),
+            );
+        }
+        assert_refused(
+            &mut session,
+            b"TXLMODEL",
+            |e| matches!(e, StateError::Truncated { .. }),
+            "short",
+        );
+        let mut wrong_magic = state.clone();
+        wrong_magic[..8].copy_from_slice(b"TXLMODEL");
+        assert_refused(
+            &mut session,
+            &wrong_magic,
+            |e| *e == StateError::BadMagic,
+            "magic",
+        );
+
+        // Longer buffers are fine: the state says how long it is.
+        let mut padded = state.clone();
+        padded.extend_from_slice(&[0xAA; 40]);
+        session.restore_state(&padded).unwrap();
+        assert_eq!(saved(&session), state);
+    }
+}
+
+#[test]
+fn a_state_from_another_model_or_other_options_is_refused() {
+    let config = tiny_config();
+    let image = tiny_image(&config, Weights::F32, 11);
+    let other_image = tiny_image(&config, Weights::F32, 12);
+    let model = Model::parse(image.bytes()).unwrap();
+    let other_model = Model::parse(other_image.bytes()).unwrap();
+    let options = SessionOptions::from_config(&config);
+
+    let mut memory = arena(Session::arena_bytes(&model, &options).unwrap());
+    let mut session = Session::new(&model, bytemuck::cast_slice_mut(&mut memory), options).unwrap();
+    run(&mut session, &BEFORE);
+
+    let mut other_memory = arena(Session::arena_bytes(&other_model, &options).unwrap());
+    let mut other = Session::new(&other_model, bytemuck::cast_slice_mut(&mut other_memory), options).unwrap();
+    run(&mut other, &BEFORE);
+    let foreign = saved(&other);
+    assert_refused(
+        &mut session,
+        &foreign,
+        |e| matches!(e, StateError::OtherModel { .. }),
+        "another model",
+    );
+
+    let changes: [fn(&mut SessionOptions); 7] = [
+        |o| o.tgt_len += 1,
+        |o| o.mem_len += 1,
+        |o| o.clamp_len = 2,
+        |o| o.same_length = !o.same_length,
+        |o| o.mem_init = MemInit::Zeros,
+        |o| o.mem_dtype = MemDtype::F16,
+        |o| o.position_keys = PositionKeys::PerSegment,
+    ];
+    for change in changes {
+        let mut other_options = options;
+        change(&mut other_options);
+        let mut memory = arena(Session::arena_bytes(&model, &other_options).unwrap());
+        let mut differently =
+            Session::new(&model, bytemuck::cast_slice_mut(&mut memory), other_options).unwrap();
+        run(&mut differently, &[&[1]]);
+        let state = saved(&differently);
+        assert_refused(
+            &mut session,
+            &state,
+            |e| *e == StateError::OtherOptions { saved: other_options },
+            &format!("{other_options:?}"),
+        );
+    }
+}
+
+#[test]
+fn a_short_buffer_is_an_error_not_a_partial_state() {
+    let config = tiny_config();
+    let image = tiny_image(&config, Weights::Int8, 5);
+    let model = Model::parse(image.bytes()).unwrap();
+    let options = SessionOptions::from_config(&config);
+    let mut memory = arena(Session::arena_bytes(&model, &options).unwrap());
+    let mut session = Session::new(&model, bytemuck::cast_slice_mut(&mut memory), options).unwrap();
+    run(&mut session, &BEFORE);
+    let needed = session.state_bytes();
+    let mut out = vec![0x55u8; needed - 1];
+    assert_eq!(
+        session.save_state(&mut out),
+        Err(Error::BadState(StateError::BufferTooSmall {
+            needed,
+            got: needed - 1
+        }))
+    );
+    assert!(out.iter().all(|&b| b == 0x55), "nothing is written");
+}

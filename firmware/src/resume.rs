@@ -1,0 +1,132 @@
+//! A score that survives a soft reset: before the reset, the session state and how far the
+//! score got go to RAM that the reset leaves alone; after it, the firmware picks them up and
+//! goes on, and prints the digest an uninterrupted run prints.
+//!
+//! The record in [`board::SURVIVING_RAM_ORIGIN`]: a 48-byte header (below) with its own
+//! CRC-32, then the session state as `Session::save_state` writes it (which has its own CRC and
+//! says which model and options it belongs to). The header is cleared as soon as it is read, so
+//! a second reset starts afresh.
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 8 | `TXLRESUM` |
+//! | 8 | 4 | next segment to score |
+//! | 12 | 4 | tokens predicted so far |
+//! | 16 | 4 | the digest so far |
+//! | 20 | 4 | bytes of the session state after the header |
+//! | 24 | 8 | the sum of ln p so far (f64) |
+//! | 32 | 8 | timer ticks spent in forward passes so far |
+//! | 40 | 4 | CRC-32 of bytes 0..40 |
+
+use txl_core::digest::Digest;
+use txl_core::{crc32, Session};
+
+use crate::{board, Failure};
+
+const MAGIC: [u8; 8] = *b"TXLRESUM";
+const HEADER_BYTES: usize = 48;
+
+/// How far a score got.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// The next segment to score.
+    pub next_segment: usize,
+    /// Tokens predicted so far.
+    pub predicted: usize,
+    /// The digest of every log-probability so far.
+    pub digest: Digest,
+    /// The sum of every ln p so far, in order.
+    pub sum: f64,
+    /// Timer ticks spent in forward passes so far.
+    pub ticks: u64,
+    /// Whether this run picked up after a reset.
+    pub resumed: bool,
+}
+
+impl Progress {
+    /// Nothing scored yet.
+    pub fn start() -> Progress {
+        Progress {
+            next_segment: 0,
+            predicted: 0,
+            digest: Digest::new(),
+            sum: 0.0,
+            ticks: 0,
+            resumed: false,
+        }
+    }
+}
+
+/// The surviving RAM.
+fn region() -> &'static mut [u8] {
+    // SAFETY: the PSRAM is RAM on this board that the linker script places nothing in and no
+    // other code touches; this firmware is single-threaded and uses the slice returned here only
+    // until the next call (`take` and `save_and_reset` never overlap).
+    unsafe {
+        core::slice::from_raw_parts_mut(board::SURVIVING_RAM_ORIGIN as *mut u8, board::SURVIVING_RAM_BYTES)
+    }
+}
+
+fn get_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
+
+fn get_u64(bytes: &[u8], at: usize) -> u64 {
+    u64::from(get_u32(bytes, at)) | (u64::from(get_u32(bytes, at + 4)) << 32)
+}
+
+/// If a reset left a record, restores its session state into `session` and returns how far
+/// the score got; `None` on a cold start. The record is cleared either way.
+pub fn take(session: &mut Session<'_, '_>) -> Result<Option<Progress>, Failure> {
+    let region = region();
+    let header = &region[..HEADER_BYTES];
+    if header[..8] != MAGIC || get_u32(header, 40) != crc32(&header[..40]) {
+        return Ok(None);
+    }
+    let progress = Progress {
+        next_segment: get_u32(header, 8) as usize,
+        predicted: get_u32(header, 12) as usize,
+        digest: Digest::resume(get_u32(header, 16)),
+        sum: f64::from_bits(get_u64(header, 24)),
+        ticks: get_u64(header, 32),
+        resumed: true,
+    };
+    let state_len = get_u32(header, 20) as usize;
+    region[..8].fill(0);
+    let state = region
+        .get(HEADER_BYTES..HEADER_BYTES.saturating_add(state_len))
+        .ok_or(Failure::Args(
+            "the saved session state is longer than the surviving RAM",
+        ))?;
+    session.restore_state(state)?;
+    Ok(Some(progress))
+}
+
+/// Saves the session state and `progress` to the surviving RAM and resets the core.
+pub fn save_and_reset(session: &Session<'_, '_>, progress: &Progress) -> Result<(), Failure> {
+    let region = region();
+    let (header, rest) = region.split_at_mut(HEADER_BYTES);
+    let state_len = session.save_state(rest)?;
+    header.fill(0);
+    header[..8].copy_from_slice(&MAGIC);
+    let fields: [(usize, u32); 4] = [
+        (8, progress.next_segment as u32),
+        (12, progress.predicted as u32),
+        (16, progress.digest.value()),
+        (20, state_len as u32),
+    ];
+    for (at, value) in fields {
+        header[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    }
+    header[24..32].copy_from_slice(&progress.sum.to_bits().to_le_bytes());
+    header[32..40].copy_from_slice(&progress.ticks.to_le_bytes());
+    let crc = crc32(&header[..40]);
+    header[40..44].copy_from_slice(&crc.to_le_bytes());
+    defmt::info!(
+        "score: session state saved ({=usize} bytes) after segment {=usize}; resetting",
+        state_len,
+        progress.next_segment
+    );
+    cortex_m::asm::dsb();
+    cortex_m::peripheral::SCB::sys_reset()
+}
