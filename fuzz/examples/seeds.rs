@@ -11,7 +11,7 @@
 //!   output of `transformers` and PyTorch, for another config: they reach the shape checks).
 //! - `config`: every fixture's `config.json` and the checkpoint targets' config.
 //! - `firmware_args`: the command lines of the firmware's tests and README.
-//! - `state`: a session's saved state after a segment (when the core has `Session::save_state`).
+//! - `state`: the saved state of each session the target restores into.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -31,6 +31,7 @@ fn main() {
     checkpoint_seeds(&corpus, &fixtures);
     config_seeds(&corpus.join("config"), &fixtures);
     firmware_args_seeds(&corpus.join("firmware_args"));
+    state_seeds(&corpus.join("state"));
 }
 
 /// A fresh, empty `dir`.
@@ -422,5 +423,17 @@ fn firmware_args_seeds(dir: &Path) {
     ];
     for (name, words) in lines {
         write(&dir, name, words.join("\0").as_bytes());
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// state
+// ---------------------------------------------------------------------------------------
+
+fn state_seeds(dir: &Path) {
+    let dir = fresh(dir);
+    for which in 0..txl_fuzz::STATE_SESSIONS {
+        let state = txl_fuzz::with_state_session(which, |session| txl_fuzz::saved_state(session));
+        write(&dir, &format!("session_{which}.state"), &state);
     }
 }

@@ -93,3 +93,56 @@ pub fn tiny_config() -> Config {
         same_length: false,
     }
 }
+
+/// The `state` target's model: random weights for [`tiny_config`] (the `tiny_f32.txl` image
+/// seed), parsed once.
+pub fn state_model() -> txl_core::Model<'static> {
+    static IMAGE: OnceLock<txl_core::AlignedBytes> = OnceLock::new();
+    let image = IMAGE.get_or_init(|| {
+        let config = tiny_config();
+        let bytes = txl_host_gpu::random_image(&config, 1, txl_host_gpu::RandomInit::for_config(&config))
+            .expect("the tiny config is valid");
+        txl_core::AlignedBytes::copy_from(&bytes).expect("a few KB")
+    });
+    txl_core::Model::parse(image.bytes()).expect("the random image parses")
+}
+
+/// The sessions the `state` target restores its input into: one per cache dtype, each run over
+/// a different number of segments first (a memory partly filled, one wrapped around the ring,
+/// one that starts as zeros), so their saved states differ in length and layout.
+pub const STATE_SESSIONS: usize = 3;
+
+/// Starts session `which` (`< STATE_SESSIONS`) of [`state_model`], runs its first segments,
+/// and hands it to `f`.
+pub fn with_state_session<R>(which: usize, f: impl FnOnce(&mut txl_core::Session<'_, '_>) -> R) -> R {
+    use txl_core::{MemDtype, MemInit, PositionKeys, Session, SessionOptions};
+    let model = state_model();
+    let (mem_dtype, position_keys, mem_init, segments) = [
+        (MemDtype::F32, PositionKeys::PerSession, MemInit::Empty, 1),
+        (MemDtype::F16, PositionKeys::PerSegment, MemInit::Empty, 2),
+        (MemDtype::Int8, PositionKeys::PerSession, MemInit::Zeros, 1),
+    ][which];
+    let options = SessionOptions {
+        mem_dtype,
+        position_keys,
+        mem_init,
+        ..SessionOptions::from_config(model.config())
+    };
+    let bytes = Session::arena_bytes(&model, &options).expect("a small arena");
+    let mut arena = txl_core::AlignedBytes::zeroed(bytes).expect("a small arena");
+    let mut session = Session::new(&model, arena.bytes_mut(), options).expect("the arena is the size asked");
+    for segment in 0..segments {
+        session
+            .forward(&[1, 5 + segment, 11], |_, _| {})
+            .expect("in-range tokens");
+    }
+    f(&mut session)
+}
+
+/// `session`'s saved state.
+pub fn saved_state(session: &txl_core::Session<'_, '_>) -> Vec<u8> {
+    let mut out = vec![0; session.state_bytes()];
+    let len = session.save_state(&mut out).expect("the buffer is state_bytes");
+    out.truncate(len);
+    out
+}
