@@ -405,8 +405,9 @@ fn config_seeds(dir: &Path, fixtures: &Path) {
 
 fn firmware_args_seeds(dir: &Path) {
     let dir = fresh(dir);
-    let lines: [(&str, &[&str]); 5] = [
+    let lines: [(&str, &[&str]); 6] = [
         ("score", &["score"]),
+        ("score_reset", &["score", "--reset-after", "2", "--mem-len", "8"]),
         (
             "score_heap",
             &["score", "--arena", "heap", "--tgt-len", "16", "--mem-len", "32"],
