@@ -1,0 +1,440 @@
+//! Writes the seed corpus, `fuzz/corpus/<target>/`, from nothing but the code and the test
+//! fixtures: `cargo run --manifest-path fuzz/Cargo.toml --example seeds` (from the repository
+//! root; stable Rust is enough). The output is the same on every run, so `git status`
+//! afterwards shows whether the committed seeds are current.
+//!
+//! - `image`: random-weight images of `txl_fuzz::tiny_config` in f32, f16 and int8, and of a
+//!   second config with the other switches (pre-LN, shared biases, untied output weights, one
+//!   table, clamping, same_length).
+//! - `safetensors` / `torch`: the checkpoint of `txl_fuzz::CHECKPOINT_CONFIG` as
+//!   `save_pretrained` and `torch.save` lay it out, plus the `no_mem` fixture's files (real
+//!   output of `transformers` and PyTorch, for another config: they reach the shape checks).
+//! - `config`: every fixture's `config.json` and the checkpoint targets' config.
+//! - `firmware_args`: the command lines of the firmware's tests and README.
+//! - `state`: the saved state of each session the target restores into.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::{Dtype, TensorView};
+use txl_core::tensors::{for_each_tensor, LayerTensor, TensorName};
+use txl_core::{AlignedBytes, Config, Model};
+use txl_host_gpu::quantize::{quantize_weights, Target};
+use txl_host_gpu::{random_image, RandomInit};
+use txl_tools::checkpoint::parse_hf_config;
+
+fn main() {
+    let fuzz = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let fixtures = fuzz.join("../tests/fixtures");
+    let corpus = fuzz.join("corpus");
+    image_seeds(&corpus.join("image"));
+    checkpoint_seeds(&corpus, &fixtures);
+    config_seeds(&corpus.join("config"), &fixtures);
+    firmware_args_seeds(&corpus.join("firmware_args"));
+    state_seeds(&corpus.join("state"));
+}
+
+/// A fresh, empty `dir`.
+fn fresh(dir: &Path) -> PathBuf {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir).unwrap();
+    dir.to_path_buf()
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) {
+    fs::write(dir.join(name), bytes).unwrap();
+    println!("{:>6} bytes  {}", bytes.len(), dir.join(name).display());
+}
+
+// ---------------------------------------------------------------------------------------
+// image
+// ---------------------------------------------------------------------------------------
+
+/// One table, the other switches flipped from `tiny_config`.
+fn other_config() -> Config {
+    Config {
+        n_token: 6,
+        d_model: 4,
+        d_embed: 2,
+        n_head: 1,
+        d_head: 2,
+        d_inner: 3,
+        n_layer: 1,
+        cutoffs: [0; txl_core::config::MAX_CUTOFFS],
+        n_cutoffs: 0,
+        div_val: 1,
+        tie_weight: false,
+        tie_projs: 0,
+        pre_lnorm: true,
+        untie_r: false,
+        layer_norm_epsilon: 1e-5,
+        tgt_len: 2,
+        mem_len: 2,
+        clamp_len: 1,
+        same_length: true,
+    }
+}
+
+fn image_seeds(dir: &Path) {
+    let dir = fresh(dir);
+    let tiny = txl_fuzz::tiny_config();
+    let f32_image = random_image(&tiny, 1, RandomInit::for_config(&tiny)).unwrap();
+    let aligned = AlignedBytes::copy_from(&f32_image).unwrap();
+    let model = Model::parse(aligned.bytes()).unwrap();
+    write(&dir, "tiny_f32.txl", &f32_image);
+    write(&dir, "tiny_f16.txl", &quantize_weights(&model, Target::F16).unwrap());
+    write(&dir, "tiny_int8.txl", &quantize_weights(&model, Target::Int8).unwrap());
+    let other = other_config();
+    write(
+        &dir,
+        "other_f32.txl",
+        &random_image(&other, 2, RandomInit::for_config(&other)).unwrap(),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// safetensors and torch
+// ---------------------------------------------------------------------------------------
+
+/// One tensor of a checkpoint file.
+#[derive(Clone, Debug)]
+struct Stored {
+    key: String,
+    shape: Vec<usize>,
+    dtype: Dtype,
+    data: Vec<f32>,
+}
+
+/// Deterministic values `k / 64`, `|k| <= 128`: exact in f16, bf16, f32 and f64.
+fn values(state: &mut u64, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            ((*state % 257) as i32 - 128) as f32 / 64.0
+        })
+        .collect()
+}
+
+fn encode(dtype: Dtype, data: &[f32]) -> Vec<u8> {
+    match dtype {
+        Dtype::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        Dtype::F64 => data.iter().flat_map(|&v| (v as f64).to_le_bytes()).collect(),
+        Dtype::F16 => data
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
+            .collect(),
+        Dtype::BF16 => data
+            .iter()
+            .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
+            .collect(),
+        other => panic!("no encoding for {other:?}"),
+    }
+}
+
+/// The tensors of `CHECKPOINT_CONFIG` under Hugging Face keys, as `save_pretrained` keeps
+/// them: no tied output weights or projection, each shared bias under one layer's alias,
+/// the `pos_emb.inv_freq` buffer; a few in f16, bf16 and f64.
+fn hf_tensors(config: &Config) -> Vec<Stored> {
+    let mut state = 0x9e37_79b9_7f4a_7c15;
+    let mut stored = Vec::new();
+    for_each_tensor(config, |name, shape| {
+        let (dims, n) = shape.dims();
+        let key = match name {
+            TensorName::SharedRWBias => "transformer.layers.1.dec_attn.r_w_bias".to_string(),
+            TensorName::SharedRRBias => "transformer.layers.0.dec_attn.r_r_bias".to_string(),
+            TensorName::OutWeight(_)
+            | TensorName::OutBias(_)
+            | TensorName::OutProj(_)
+            | TensorName::ClusterWeight
+            | TensorName::ClusterBias => name.to_string(),
+            _ => format!("transformer.{name}"),
+        };
+        let dtype = match name {
+            TensorName::EmbLayer(1) => Dtype::F16,
+            TensorName::Layer(0, LayerTensor::Ff1Bias) => Dtype::BF16,
+            TensorName::OutBias(0) => Dtype::F64,
+            _ => Dtype::F32,
+        };
+        stored.push(Stored {
+            key,
+            shape: dims[..n].iter().map(|&d| d as usize).collect(),
+            dtype,
+            data: values(&mut state, shape.len()),
+        });
+    });
+    stored.push(Stored {
+        key: "transformer.pos_emb.inv_freq".into(),
+        shape: vec![2],
+        dtype: Dtype::F32,
+        data: vec![1.0, 0.5],
+    });
+    stored
+}
+
+fn safetensors_bytes(tensors: &[Stored]) -> Vec<u8> {
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|t| encode(t.dtype, &t.data)).collect();
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|(t, b)| (t.key.clone(), TensorView::new(t.dtype, t.shape.clone(), b).unwrap()))
+        .collect();
+    safetensors::serialize(views, None).unwrap()
+}
+
+/// A `torch.save(state_dict)` file: a stored ZIP with `archive/data.pkl` (pickle protocol 2)
+/// and one `archive/data/N` per storage; several keys may share a storage.
+#[derive(Default)]
+struct TorchFile {
+    storages: Vec<(Dtype, Vec<f32>)>,
+    entries: Vec<(String, Vec<usize>, usize)>,
+}
+
+impl TorchFile {
+    fn add(&mut self, tensor: &Stored) {
+        self.storages.push((tensor.dtype, tensor.data.clone()));
+        self.entries
+            .push((tensor.key.clone(), tensor.shape.clone(), self.storages.len() - 1));
+    }
+
+    fn alias(&mut self, key: &str, of: &str) {
+        let (_, shape, storage) = self.entries.iter().find(|e| e.0 == of).unwrap().clone();
+        self.entries.push((key.to_string(), shape, storage));
+    }
+
+    fn pickle(&self) -> Vec<u8> {
+        fn global(out: &mut Vec<u8>, module: &str, name: &str) {
+            out.push(b'c');
+            out.extend_from_slice(format!("{module}\n{name}\n").as_bytes());
+        }
+        fn text(out: &mut Vec<u8>, s: &str) {
+            out.push(b'X');
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        fn int(out: &mut Vec<u8>, v: usize) {
+            out.push(b'J');
+            out.extend_from_slice(&(v as i32).to_le_bytes());
+        }
+        fn ordered_dict(out: &mut Vec<u8>) {
+            global(out, "collections", "OrderedDict");
+            out.extend_from_slice(b")R");
+        }
+        let mut out = vec![0x80, 0x02];
+        ordered_dict(&mut out);
+        for (key, shape, storage) in &self.entries {
+            let (dtype, data) = &self.storages[*storage];
+            let storage_type = match dtype {
+                Dtype::F32 => "FloatStorage",
+                Dtype::F16 => "HalfStorage",
+                Dtype::BF16 => "BFloat16Storage",
+                Dtype::F64 => "DoubleStorage",
+                other => panic!("no storage type for {other:?}"),
+            };
+            text(&mut out, key);
+            global(&mut out, "torch._utils", "_rebuild_tensor_v2");
+            out.extend_from_slice(b"((");
+            text(&mut out, "storage");
+            global(&mut out, "torch", storage_type);
+            text(&mut out, &storage.to_string());
+            text(&mut out, "cpu");
+            int(&mut out, data.len());
+            out.extend_from_slice(b"tQ");
+            int(&mut out, 0);
+            out.push(b'(');
+            for &d in shape {
+                int(&mut out, d);
+            }
+            out.extend_from_slice(b"t(");
+            for i in 0..shape.len() {
+                int(&mut out, shape[i + 1..].iter().product());
+            }
+            out.push(b't');
+            out.push(0x89); // requires_grad = False
+            ordered_dict(&mut out); // backward hooks
+            out.extend_from_slice(b"tRs");
+        }
+        out.push(b'.');
+        out
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut entries: Vec<(String, Vec<u8>)> = vec![
+            ("archive/data.pkl".into(), self.pickle()),
+            ("archive/byteorder".into(), b"little".to_vec()),
+        ];
+        for (i, (dtype, data)) in self.storages.iter().enumerate() {
+            entries.push((format!("archive/data/{i}"), encode(*dtype, data)));
+        }
+        entries.push(("archive/version".into(), b"3\n".to_vec()));
+        stored_zip(&entries)
+    }
+}
+
+/// A ZIP archive of uncompressed entries.
+fn stored_zip(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+    const DOS_DATE_1980_01_01: u16 = 0x21;
+    let mut out = Vec::new();
+    let mut central = Vec::new();
+    for (name, data) in entries {
+        let offset = out.len() as u32;
+        let crc = txl_core::crc32(data);
+        let common = |buf: &mut Vec<u8>| {
+            buf.extend_from_slice(&20u16.to_le_bytes()); // version needed
+            buf.extend_from_slice(&0u16.to_le_bytes()); // flags
+            buf.extend_from_slice(&0u16.to_le_bytes()); // stored
+            buf.extend_from_slice(&0u16.to_le_bytes()); // time
+            buf.extend_from_slice(&DOS_DATE_1980_01_01.to_le_bytes());
+            buf.extend_from_slice(&crc.to_le_bytes());
+            buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            buf.extend_from_slice(&0u16.to_le_bytes()); // extra length
+        };
+        out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+        common(&mut out);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(data);
+
+        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        central.extend_from_slice(&20u16.to_le_bytes()); // version made by
+        common(&mut central);
+        central.extend_from_slice(&[0; 10]); // comment length, disk, attributes
+        central.extend_from_slice(&offset.to_le_bytes());
+        central.extend_from_slice(name.as_bytes());
+    }
+    let central_offset = out.len() as u32;
+    out.extend_from_slice(&central);
+    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    out.extend_from_slice(&[0; 4]); // disk numbers
+    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(central.len() as u32).to_le_bytes());
+    out.extend_from_slice(&central_offset.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out
+}
+
+/// The tensors as `torch.save(model.state_dict())` leaves them: every tied copy present,
+/// sharing its source's storage.
+fn torch_file(stored: &[Stored], n_layer: usize) -> TorchFile {
+    let mut file = TorchFile::default();
+    let shared = [
+        ("r_w_bias", "transformer.layers.1.dec_attn.r_w_bias"),
+        ("r_r_bias", "transformer.layers.0.dec_attn.r_r_bias"),
+    ];
+    for tensor in stored {
+        if shared.iter().any(|(_, key)| *key == tensor.key) {
+            continue;
+        }
+        file.add(tensor);
+    }
+    for (bias, key) in shared {
+        let mut top = stored.iter().find(|t| t.key == key).unwrap().clone();
+        top.key = format!("transformer.{bias}");
+        file.add(&top);
+        for layer in 0..n_layer {
+            file.alias(&format!("transformer.layers.{layer}.dec_attn.{bias}"), &top.key);
+        }
+    }
+    file.alias("crit.out_layers.0.weight", "transformer.word_emb.emb_layers.0.weight");
+    file.alias("crit.out_layers.1.weight", "transformer.word_emb.emb_layers.1.weight");
+    file.alias("crit.out_projs.1", "transformer.word_emb.emb_projs.1");
+    file
+}
+
+fn checkpoint_seeds(corpus: &Path, fixtures: &Path) {
+    let config = parse_hf_config(txl_fuzz::CHECKPOINT_CONFIG).unwrap();
+    let stored = hf_tensors(&config);
+
+    let dir = fresh(&corpus.join("safetensors"));
+    let st = safetensors_bytes(&stored);
+    check_loads("safetensors", txl_tools::checkpoint::SAFETENSORS_FILE, &st);
+    write(&dir, "save_pretrained.safetensors", &st);
+    let fixture = fs::read(fixtures.join("no_mem/model.safetensors")).unwrap();
+    write(&dir, "fixture_no_mem.safetensors", &fixture);
+
+    let dir = fresh(&corpus.join("torch"));
+    let bin = torch_file(&stored, config.n_layer as usize).bytes();
+    check_loads("torch", txl_tools::checkpoint::PYTORCH_BIN_FILE, &bin);
+    write(&dir, "torch_save.bin", &bin);
+    let fixture = fs::read(fixtures.join("no_mem/pytorch_model.bin")).unwrap();
+    write(&dir, "fixture_no_mem.bin", &fixture);
+}
+
+/// The generated checkpoint must load against the targets' config, or it seeds nothing
+/// beyond the first error.
+fn check_loads(target: &str, file_name: &str, weights: &[u8]) {
+    use txl_tools::checkpoint::{load_hf_checkpoint, CONFIG_FILE};
+    let dir = std::env::temp_dir().join(format!("txl-fuzz-seeds-{target}-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    fs::write(dir.join(CONFIG_FILE), txl_fuzz::CHECKPOINT_CONFIG).unwrap();
+    fs::write(dir.join(file_name), weights).unwrap();
+    let loaded = load_hf_checkpoint(&dir, Default::default(), false);
+    fs::remove_dir_all(&dir).unwrap();
+    if let Err(error) = loaded {
+        panic!("the {target} seed does not load: {error:#}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// config and firmware_args
+// ---------------------------------------------------------------------------------------
+
+fn config_seeds(dir: &Path, fixtures: &Path) {
+    let dir = fresh(dir);
+    let mut names: Vec<String> = fs::read_dir(fixtures)
+        .unwrap()
+        .filter_map(|entry| {
+            let entry = entry.unwrap();
+            entry
+                .path()
+                .join("config.json")
+                .is_file()
+                .then(|| entry.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    names.sort();
+    for name in names {
+        let json = fs::read(fixtures.join(&name).join("config.json")).unwrap();
+        write(&dir, &format!("fixture_{name}.json"), &json);
+    }
+    write(&dir, "checkpoint_targets.json", txl_fuzz::CHECKPOINT_CONFIG.as_bytes());
+}
+
+fn firmware_args_seeds(dir: &Path) {
+    let dir = fresh(dir);
+    let lines: [(&str, &[&str]); 6] = [
+        ("score", &["score"]),
+        ("score_reset", &["score", "--reset-after", "2", "--mem-len", "8"]),
+        (
+            "score_heap",
+            &["score", "--arena", "heap", "--tgt-len", "16", "--mem-len", "32"],
+        ),
+        (
+            "score_options",
+            &["--clamp-len", "8", "--same-length", "true", "--mem-init", "zeros"],
+        ),
+        (
+            "demo",
+            &["demo", "--prompt", "And God said", "--length", "20", "--temperature", "0", "--seed", "7"],
+        ),
+        ("demo_sampled", &["demo", "--temperature", "0.8", "--arena", "static"]),
+    ];
+    for (name, words) in lines {
+        write(&dir, name, words.join("\0").as_bytes());
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// state
+// ---------------------------------------------------------------------------------------
+
+fn state_seeds(dir: &Path) {
+    let dir = fresh(dir);
+    for which in 0..txl_fuzz::STATE_SESSIONS {
+        let state = txl_fuzz::with_state_session(which, |session| txl_fuzz::saved_state(session));
+        write(&dir, &format!("session_{which}.state"), &state);
+    }
+}
