@@ -52,7 +52,7 @@ pub struct DemoArgs {
     pub prompt: Vec<u8, MAX_PROMPT>,
     /// Tokens to generate.
     pub length: usize,
-    /// Sampling temperature, `>= 0`; 0 picks the most likely token.
+    /// Sampling temperature, finite and `>= 0`; 0 picks the most likely token.
     pub temperature: f32,
     /// Sampler seed.
     pub seed: u64,
@@ -154,8 +154,8 @@ pub fn parse<'a, E>(
                 cli.demo.temperature = value()?
                     .parse()
                     .ok()
-                    .filter(|t: &f32| *t >= 0.0)
-                    .ok_or("--temperature takes a number >= 0")?
+                    .filter(|t: &f32| t.is_finite() && *t >= 0.0)
+                    .ok_or("--temperature takes a finite number >= 0")?
             }
             "--seed" => cli.demo.seed = value()?.parse().map_err(|_| "--seed takes a whole number")?,
             _ => return Err("unknown argument (see firmware/README.md)"),

@@ -1,7 +1,7 @@
 //! The firmware's command-line grammar (`firmware/src/cmdline.rs`, compiled here on the host)
 //! on arbitrary arguments: the input is the words separated by NUL bytes, each word UTF-8 or
 //! not. Errors are fine, panics are not; a command line it accepts keeps the documented
-//! bounds (a prompt of at most `MAX_PROMPT` bytes, a temperature `>= 0`).
+//! bounds (a prompt of at most `MAX_PROMPT` bytes, a finite temperature `>= 0`).
 
 #![no_main]
 
@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     assert!(cli.demo.prompt.len() <= cmdline::MAX_PROMPT);
-    assert!(cli.demo.temperature >= 0.0);
+    assert!(cli.demo.temperature.is_finite() && cli.demo.temperature >= 0.0);
     let options = cli.options();
     assert_eq!(options.mem_dtype, defaults.mem_dtype);
     assert_eq!(options.position_keys, defaults.position_keys);

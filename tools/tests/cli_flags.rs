@@ -1024,3 +1024,19 @@ fn quantizer_flags_that_need_calibration_text_are_refused_without_it() {
         }
     }
 }
+
+#[test]
+fn generate_refuses_temperatures_that_are_not_finite_or_negative() {
+    let dir = scratch_dir("generate-temperature");
+    let (image, _) = small_model(&dir);
+    for temperature in ["inf", "NaN", "-1", "hot"] {
+        let flag = format!("--temperature={temperature}");
+        let out = txl(&["generate", s(&image), "--prompt-tokens", "1 2", &flag]);
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "--temperature {temperature}: {text}");
+        assert!(
+            text.contains("a finite number >= 0"),
+            "--temperature {temperature}: {text}"
+        );
+    }
+}

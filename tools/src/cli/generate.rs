@@ -29,8 +29,8 @@ pub struct Args {
     /// Tokens to generate.
     #[arg(long, default_value_t = 200)]
     pub length: usize,
-    /// Sampling temperature; 0 picks the most likely token every time.
-    #[arg(long, default_value_t = 0.8)]
+    /// Sampling temperature, a finite number >= 0; 0 picks the most likely token every time.
+    #[arg(long, default_value_t = 0.8, value_parser = temperature)]
     pub temperature: f32,
     /// Seed of the sampler.
     #[arg(long, default_value_t = 1)]
@@ -83,4 +83,12 @@ impl Args {
 pub fn bytes_as_text(tokens: &[u32]) -> String {
     let bytes: Vec<u8> = tokens.iter().map(|&t| t.min(255) as u8).collect();
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `--temperature`: a finite number, at least 0.
+fn temperature(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err("expected a finite number >= 0 (0: the most likely token)".into()),
+    }
 }
