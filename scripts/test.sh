@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need, then checks
-# formatting, lints, docs, the Cortex-M build of the core, and `cargo test`.
+# formatting, lints, docs, the Cortex-M build of the core, `cargo test`, Miri and
+# AddressSanitizer on the core, and a short fuzzing run of every target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,7 @@ fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+(cd fuzz && cargo fmt -- --check)
 
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -51,6 +53,9 @@ if [ "$(uname -m)" = x86_64 ]; then
   RUSTFLAGS="-Zsanitizer=address" cargo +nightly test -p txl-core --features std --locked \
     --target x86_64-unknown-linux-gnu --target-dir target/asan --lib --tests
 fi
+
+echo "== fuzzing: every cargo-fuzz target for 20 s from its seeds and regressions (fuzz/README.md)"
+scripts/fuzz.sh 20
 
 echo "== NVRTC for the CUDA kernels' compile test (a PyPI wheel; needs no GPU and no CUDA)"
 nvrtc_lib=target/nvrtc/nvidia/cu13/lib

@@ -82,8 +82,16 @@ fn image_seeds(dir: &Path) {
     let aligned = AlignedBytes::copy_from(&f32_image).unwrap();
     let model = Model::parse(aligned.bytes()).unwrap();
     write(&dir, "tiny_f32.txl", &f32_image);
-    write(&dir, "tiny_f16.txl", &quantize_weights(&model, Target::F16).unwrap());
-    write(&dir, "tiny_int8.txl", &quantize_weights(&model, Target::Int8).unwrap());
+    write(
+        &dir,
+        "tiny_f16.txl",
+        &quantize_weights(&model, Target::F16).unwrap(),
+    );
+    write(
+        &dir,
+        "tiny_int8.txl",
+        &quantize_weights(&model, Target::Int8).unwrap(),
+    );
     let other = other_config();
     write(
         &dir,
@@ -178,7 +186,12 @@ fn safetensors_bytes(tensors: &[Stored]) -> Vec<u8> {
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
         .zip(&bytes)
-        .map(|(t, b)| (t.key.clone(), TensorView::new(t.dtype, t.shape.clone(), b).unwrap()))
+        .map(|(t, b)| {
+            (
+                t.key.clone(),
+                TensorView::new(t.dtype, t.shape.clone(), b).unwrap(),
+            )
+        })
         .collect();
     safetensors::serialize(views, None).unwrap()
 }
@@ -338,8 +351,14 @@ fn torch_file(stored: &[Stored], n_layer: usize) -> TorchFile {
             file.alias(&format!("transformer.layers.{layer}.dec_attn.{bias}"), &top.key);
         }
     }
-    file.alias("crit.out_layers.0.weight", "transformer.word_emb.emb_layers.0.weight");
-    file.alias("crit.out_layers.1.weight", "transformer.word_emb.emb_layers.1.weight");
+    file.alias(
+        "crit.out_layers.0.weight",
+        "transformer.word_emb.emb_layers.0.weight",
+    );
+    file.alias(
+        "crit.out_layers.1.weight",
+        "transformer.word_emb.emb_layers.1.weight",
+    );
     file.alias("crit.out_projs.1", "transformer.word_emb.emb_projs.1");
     file
 }
@@ -400,7 +419,11 @@ fn config_seeds(dir: &Path, fixtures: &Path) {
         let json = fs::read(fixtures.join(&name).join("config.json")).unwrap();
         write(&dir, &format!("fixture_{name}.json"), &json);
     }
-    write(&dir, "checkpoint_targets.json", txl_fuzz::CHECKPOINT_CONFIG.as_bytes());
+    write(
+        &dir,
+        "checkpoint_targets.json",
+        txl_fuzz::CHECKPOINT_CONFIG.as_bytes(),
+    );
 }
 
 fn firmware_args_seeds(dir: &Path) {
@@ -418,9 +441,22 @@ fn firmware_args_seeds(dir: &Path) {
         ),
         (
             "demo",
-            &["demo", "--prompt", "And God said", "--length", "20", "--temperature", "0", "--seed", "7"],
+            &[
+                "demo",
+                "--prompt",
+                "And God said",
+                "--length",
+                "20",
+                "--temperature",
+                "0",
+                "--seed",
+                "7",
+            ],
         ),
-        ("demo_sampled", &["demo", "--temperature", "0.8", "--arena", "static"]),
+        (
+            "demo_sampled",
+            &["demo", "--temperature", "0.8", "--arena", "static"],
+        ),
     ];
     for (name, words) in lines {
         write(&dir, name, words.join("\0").as_bytes());

@@ -41,7 +41,11 @@ fn options([a, b, ..]: [u8; 4]) -> SessionOptions {
         mem_len: u32::from((a >> 2) & 7),
         clamp_len: u32::from(a >> 5),
         same_length: b & 1 != 0,
-        mem_init: if b & 2 != 0 { MemInit::Zeros } else { MemInit::Empty },
+        mem_init: if b & 2 != 0 {
+            MemInit::Zeros
+        } else {
+            MemInit::Empty
+        },
         mem_dtype: match (b >> 2) & 3 {
             1 => MemDtype::F16,
             2 => MemDtype::Int8,

@@ -8,5 +8,10 @@ use libfuzzer_sys::fuzz_target;
 use txl_tools::checkpoint::{CheckpointFormat, SAFETENSORS_FILE};
 
 fuzz_target!(|data: &[u8]| {
-    txl_fuzz::load_checkpoint("safetensors", SAFETENSORS_FILE, CheckpointFormat::Safetensors, data);
+    txl_fuzz::load_checkpoint(
+        "safetensors",
+        SAFETENSORS_FILE,
+        CheckpointFormat::Safetensors,
+        data,
+    );
 });

@@ -24,7 +24,11 @@ fuzz_target!(|data: &[u8]| {
             let memory_before = session.memory_len();
             match session.restore_state(&bytes) {
                 Err(_) => {
-                    assert_eq!(saved_state(session), before, "a refused state changed the session");
+                    assert_eq!(
+                        saved_state(session),
+                        before,
+                        "a refused state changed the session"
+                    );
                     assert_eq!(session.memory_len(), memory_before);
                 }
                 Ok(()) => {

@@ -31,7 +31,11 @@ static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
 pub fn scratch_dir(target: &str) -> &'static Path {
     SCRATCH.get_or_init(|| {
         let shm = Path::new("/dev/shm");
-        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
         let dir = base.join(format!("txl-fuzz-{target}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("cannot make the scratch directory");
         std::fs::write(dir.join(CONFIG_FILE), CHECKPOINT_CONFIG).expect("cannot write config.json");
