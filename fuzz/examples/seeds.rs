@@ -22,6 +22,7 @@ use txl_core::{AlignedBytes, Config, Model};
 use txl_host_gpu::quantize::{quantize_weights, Target};
 use txl_host_gpu::{random_image, RandomInit};
 use txl_tools::checkpoint::parse_hf_config;
+use txl_tools::checkpoint::torch_writer::{encode, TorchFile};
 
 fn main() {
     let fuzz = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -125,22 +126,6 @@ fn values(state: &mut u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn encode(dtype: Dtype, data: &[f32]) -> Vec<u8> {
-    match dtype {
-        Dtype::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        Dtype::F64 => data.iter().flat_map(|&v| (v as f64).to_le_bytes()).collect(),
-        Dtype::F16 => data
-            .iter()
-            .flat_map(|&v| half::f16::from_f32(v).to_bits().to_le_bytes())
-            .collect(),
-        Dtype::BF16 => data
-            .iter()
-            .flat_map(|v| ((v.to_bits() >> 16) as u16).to_le_bytes())
-            .collect(),
-        other => panic!("no encoding for {other:?}"),
-    }
-}
-
 /// The tensors of `CHECKPOINT_CONFIG` under Hugging Face keys, as `save_pretrained` keeps
 /// them: no tied output weights or projection, each shared bias under one layer's alias,
 /// the `pos_emb.inv_freq` buffer; a few in f16, bf16 and f64.
@@ -182,7 +167,10 @@ fn hf_tensors(config: &Config) -> Vec<Stored> {
 }
 
 fn safetensors_bytes(tensors: &[Stored]) -> Vec<u8> {
-    let bytes: Vec<Vec<u8>> = tensors.iter().map(|t| encode(t.dtype, &t.data)).collect();
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|t| encode(t.dtype, &t.data).unwrap())
+        .collect();
     let views: Vec<(String, TensorView<'_>)> = tensors
         .iter()
         .zip(&bytes)
@@ -194,139 +182,6 @@ fn safetensors_bytes(tensors: &[Stored]) -> Vec<u8> {
         })
         .collect();
     safetensors::serialize(views, None).unwrap()
-}
-
-/// A `torch.save(state_dict)` file: a stored ZIP with `archive/data.pkl` (pickle protocol 2)
-/// and one `archive/data/N` per storage; several keys may share a storage.
-#[derive(Default)]
-struct TorchFile {
-    storages: Vec<(Dtype, Vec<f32>)>,
-    entries: Vec<(String, Vec<usize>, usize)>,
-}
-
-impl TorchFile {
-    fn add(&mut self, tensor: &Stored) {
-        self.storages.push((tensor.dtype, tensor.data.clone()));
-        self.entries
-            .push((tensor.key.clone(), tensor.shape.clone(), self.storages.len() - 1));
-    }
-
-    fn alias(&mut self, key: &str, of: &str) {
-        let (_, shape, storage) = self.entries.iter().find(|e| e.0 == of).unwrap().clone();
-        self.entries.push((key.to_string(), shape, storage));
-    }
-
-    fn pickle(&self) -> Vec<u8> {
-        fn global(out: &mut Vec<u8>, module: &str, name: &str) {
-            out.push(b'c');
-            out.extend_from_slice(format!("{module}\n{name}\n").as_bytes());
-        }
-        fn text(out: &mut Vec<u8>, s: &str) {
-            out.push(b'X');
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s.as_bytes());
-        }
-        fn int(out: &mut Vec<u8>, v: usize) {
-            out.push(b'J');
-            out.extend_from_slice(&(v as i32).to_le_bytes());
-        }
-        fn ordered_dict(out: &mut Vec<u8>) {
-            global(out, "collections", "OrderedDict");
-            out.extend_from_slice(b")R");
-        }
-        let mut out = vec![0x80, 0x02];
-        ordered_dict(&mut out);
-        for (key, shape, storage) in &self.entries {
-            let (dtype, data) = &self.storages[*storage];
-            let storage_type = match dtype {
-                Dtype::F32 => "FloatStorage",
-                Dtype::F16 => "HalfStorage",
-                Dtype::BF16 => "BFloat16Storage",
-                Dtype::F64 => "DoubleStorage",
-                other => panic!("no storage type for {other:?}"),
-            };
-            text(&mut out, key);
-            global(&mut out, "torch._utils", "_rebuild_tensor_v2");
-            out.extend_from_slice(b"((");
-            text(&mut out, "storage");
-            global(&mut out, "torch", storage_type);
-            text(&mut out, &storage.to_string());
-            text(&mut out, "cpu");
-            int(&mut out, data.len());
-            out.extend_from_slice(b"tQ");
-            int(&mut out, 0);
-            out.push(b'(');
-            for &d in shape {
-                int(&mut out, d);
-            }
-            out.extend_from_slice(b"t(");
-            for i in 0..shape.len() {
-                int(&mut out, shape[i + 1..].iter().product());
-            }
-            out.push(b't');
-            out.push(0x89); // requires_grad = False
-            ordered_dict(&mut out); // backward hooks
-            out.extend_from_slice(b"tRs");
-        }
-        out.push(b'.');
-        out
-    }
-
-    fn bytes(&self) -> Vec<u8> {
-        let mut entries: Vec<(String, Vec<u8>)> = vec![
-            ("archive/data.pkl".into(), self.pickle()),
-            ("archive/byteorder".into(), b"little".to_vec()),
-        ];
-        for (i, (dtype, data)) in self.storages.iter().enumerate() {
-            entries.push((format!("archive/data/{i}"), encode(*dtype, data)));
-        }
-        entries.push(("archive/version".into(), b"3\n".to_vec()));
-        stored_zip(&entries)
-    }
-}
-
-/// A ZIP archive of uncompressed entries.
-fn stored_zip(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
-    const DOS_DATE_1980_01_01: u16 = 0x21;
-    let mut out = Vec::new();
-    let mut central = Vec::new();
-    for (name, data) in entries {
-        let offset = out.len() as u32;
-        let crc = txl_core::crc32(data);
-        let common = |buf: &mut Vec<u8>| {
-            buf.extend_from_slice(&20u16.to_le_bytes()); // version needed
-            buf.extend_from_slice(&0u16.to_le_bytes()); // flags
-            buf.extend_from_slice(&0u16.to_le_bytes()); // stored
-            buf.extend_from_slice(&0u16.to_le_bytes()); // time
-            buf.extend_from_slice(&DOS_DATE_1980_01_01.to_le_bytes());
-            buf.extend_from_slice(&crc.to_le_bytes());
-            buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            buf.extend_from_slice(&0u16.to_le_bytes()); // extra length
-        };
-        out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
-        common(&mut out);
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(data);
-
-        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
-        central.extend_from_slice(&20u16.to_le_bytes()); // version made by
-        common(&mut central);
-        central.extend_from_slice(&[0; 10]); // comment length, disk, attributes
-        central.extend_from_slice(&offset.to_le_bytes());
-        central.extend_from_slice(name.as_bytes());
-    }
-    let central_offset = out.len() as u32;
-    out.extend_from_slice(&central);
-    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
-    out.extend_from_slice(&[0; 4]); // disk numbers
-    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(central.len() as u32).to_le_bytes());
-    out.extend_from_slice(&central_offset.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out
 }
 
 /// The tensors as `torch.save(model.state_dict())` leaves them: every tied copy present,
@@ -341,25 +196,29 @@ fn torch_file(stored: &[Stored], n_layer: usize) -> TorchFile {
         if shared.iter().any(|(_, key)| *key == tensor.key) {
             continue;
         }
-        file.add(tensor);
+        file.add(&tensor.key, &tensor.shape, tensor.dtype, &tensor.data);
     }
     for (bias, key) in shared {
         let mut top = stored.iter().find(|t| t.key == key).unwrap().clone();
         top.key = format!("transformer.{bias}");
-        file.add(&top);
+        file.add(&top.key, &top.shape, top.dtype, &top.data);
         for layer in 0..n_layer {
-            file.alias(&format!("transformer.layers.{layer}.dec_attn.{bias}"), &top.key);
+            file.alias(&format!("transformer.layers.{layer}.dec_attn.{bias}"), &top.key)
+                .unwrap();
         }
     }
     file.alias(
         "crit.out_layers.0.weight",
         "transformer.word_emb.emb_layers.0.weight",
-    );
+    )
+    .unwrap();
     file.alias(
         "crit.out_layers.1.weight",
         "transformer.word_emb.emb_layers.1.weight",
-    );
-    file.alias("crit.out_projs.1", "transformer.word_emb.emb_projs.1");
+    )
+    .unwrap();
+    file.alias("crit.out_projs.1", "transformer.word_emb.emb_projs.1")
+        .unwrap();
     file
 }
 
@@ -375,7 +234,7 @@ fn checkpoint_seeds(corpus: &Path, fixtures: &Path) {
     write(&dir, "fixture_no_mem.safetensors", &fixture);
 
     let dir = fresh(&corpus.join("torch"));
-    let bin = torch_file(&stored, config.n_layer as usize).bytes();
+    let bin = torch_file(&stored, config.n_layer as usize).to_bytes().unwrap();
     check_loads("torch", txl_tools::checkpoint::PYTORCH_BIN_FILE, &bin);
     write(&dir, "torch_save.bin", &bin);
     let fixture = fs::read(fixtures.join("no_mem/pytorch_model.bin")).unwrap();

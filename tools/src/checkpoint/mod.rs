@@ -46,6 +46,7 @@ mod resolve;
 mod safetensors_source;
 mod source;
 mod torch_source;
+pub mod torch_writer;
 
 #[cfg(test)]
 mod tests;

@@ -8,6 +8,7 @@ use safetensors::tensor::{Dtype, TensorView};
 use txl_core::tensors::{for_each_tensor, LayerTensor, TensorName};
 use txl_core::{Config, Image};
 
+use super::torch_writer::TorchFile;
 use super::*;
 
 // ---------------------------------------------------------------------------------------
@@ -174,145 +175,6 @@ fn copy_of(tensors: &[Stored], key: &str, new_key: &str) -> Stored {
     copy
 }
 
-/// A `torch.save(state_dict)` file: a stored ZIP with `archive/data.pkl` (protocol 2, as
-/// `torch.save` writes it) and one `archive/data/N` per storage. Several keys may share a
-/// storage, as tied parameters do.
-#[derive(Default)]
-struct TorchFile {
-    storages: Vec<(Dtype, Vec<f32>)>,
-    entries: Vec<(String, Vec<usize>, usize)>,
-}
-
-impl TorchFile {
-    fn add(&mut self, tensor: &Stored) -> usize {
-        self.storages.push((tensor.dtype, tensor.data.clone()));
-        let storage = self.storages.len() - 1;
-        self.entries
-            .push((tensor.key.clone(), tensor.shape.clone(), storage));
-        storage
-    }
-
-    fn alias(&mut self, key: &str, of: &str) {
-        let (_, shape, storage) = self.entries.iter().find(|e| e.0 == of).unwrap().clone();
-        self.entries.push((key.to_string(), shape, storage));
-    }
-
-    fn pickle(&self) -> Vec<u8> {
-        fn global(out: &mut Vec<u8>, module: &str, name: &str) {
-            out.push(b'c');
-            out.extend_from_slice(format!("{module}\n{name}\n").as_bytes());
-        }
-        fn text(out: &mut Vec<u8>, s: &str) {
-            out.push(b'X');
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s.as_bytes());
-        }
-        fn int(out: &mut Vec<u8>, v: usize) {
-            out.push(b'J');
-            out.extend_from_slice(&(v as i32).to_le_bytes());
-        }
-        fn ordered_dict(out: &mut Vec<u8>) {
-            global(out, "collections", "OrderedDict");
-            out.extend_from_slice(b")R");
-        }
-        let mut out = vec![0x80, 0x02];
-        ordered_dict(&mut out);
-        for (key, shape, storage) in &self.entries {
-            let (dtype, data) = &self.storages[*storage];
-            let storage_type = match dtype {
-                Dtype::F32 => "FloatStorage",
-                Dtype::F16 => "HalfStorage",
-                Dtype::BF16 => "BFloat16Storage",
-                Dtype::F64 => "DoubleStorage",
-                Dtype::I64 => "LongStorage",
-                other => panic!("no storage type for {other:?}"),
-            };
-            text(&mut out, key);
-            global(&mut out, "torch._utils", "_rebuild_tensor_v2");
-            out.push(b'(');
-            out.push(b'(');
-            text(&mut out, "storage");
-            global(&mut out, "torch", storage_type);
-            text(&mut out, &storage.to_string());
-            text(&mut out, "cpu");
-            int(&mut out, data.len());
-            out.extend_from_slice(b"tQ");
-            int(&mut out, 0);
-            out.push(b'(');
-            for &d in shape {
-                int(&mut out, d);
-            }
-            out.push(b't');
-            out.push(b'(');
-            for i in 0..shape.len() {
-                int(&mut out, shape[i + 1..].iter().product());
-            }
-            out.push(b't');
-            out.push(0x89); // requires_grad = False
-            ordered_dict(&mut out); // backward hooks
-            out.extend_from_slice(b"tRs");
-        }
-        out.push(b'.');
-        out
-    }
-
-    fn write(&self, path: &Path) {
-        let mut entries: Vec<(String, Vec<u8>)> = vec![
-            ("archive/data.pkl".into(), self.pickle()),
-            ("archive/byteorder".into(), b"little".to_vec()),
-        ];
-        for (i, (dtype, data)) in self.storages.iter().enumerate() {
-            entries.push((format!("archive/data/{i}"), encode(*dtype, data)));
-        }
-        entries.push(("archive/version".into(), b"3\n".to_vec()));
-        std::fs::write(path, stored_zip(&entries)).unwrap();
-    }
-}
-
-/// A ZIP archive of uncompressed entries.
-fn stored_zip(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
-    const DOS_DATE_1980_01_01: u16 = 0x21;
-    let mut out = Vec::new();
-    let mut central = Vec::new();
-    for (name, data) in entries {
-        let offset = out.len() as u32;
-        let crc = txl_core::crc32(data);
-        let common = |buf: &mut Vec<u8>| {
-            buf.extend_from_slice(&20u16.to_le_bytes()); // version needed
-            buf.extend_from_slice(&0u16.to_le_bytes()); // flags
-            buf.extend_from_slice(&0u16.to_le_bytes()); // stored
-            buf.extend_from_slice(&0u16.to_le_bytes()); // time
-            buf.extend_from_slice(&DOS_DATE_1980_01_01.to_le_bytes());
-            buf.extend_from_slice(&crc.to_le_bytes());
-            buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&(data.len() as u32).to_le_bytes());
-            buf.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            buf.extend_from_slice(&0u16.to_le_bytes()); // extra length
-        };
-        out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
-        common(&mut out);
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(data);
-
-        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
-        central.extend_from_slice(&20u16.to_le_bytes()); // version made by
-        common(&mut central);
-        central.extend_from_slice(&[0; 10]); // comment length, disk, internal and external attributes
-        central.extend_from_slice(&offset.to_le_bytes());
-        central.extend_from_slice(name.as_bytes());
-    }
-    let central_offset = out.len() as u32;
-    out.extend_from_slice(&central);
-    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
-    out.extend_from_slice(&[0; 4]); // disk numbers
-    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(central.len() as u32).to_le_bytes());
-    out.extend_from_slice(&central_offset.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out
-}
-
 fn error_text(result: Result<Checkpoint>) -> String {
     format!("{:#}", result.expect_err("loading should fail"))
 }
@@ -362,7 +224,7 @@ fn tiny_torch(stored: &[Stored]) -> TorchFile {
         if tensor.key.ends_with("dec_attn.r_w_bias") || tensor.key.ends_with("dec_attn.r_r_bias") {
             continue;
         }
-        file.add(tensor);
+        file.add(&tensor.key, &tensor.shape, tensor.dtype, &tensor.data);
     }
     let shared = [
         ("r_w_bias", "transformer.layers.1.dec_attn.r_w_bias"),
@@ -372,20 +234,24 @@ fn tiny_torch(stored: &[Stored]) -> TorchFile {
         let tensor = stored.iter().find(|t| t.key == key).unwrap();
         let mut top = tensor.clone();
         top.key = format!("transformer.{bias}");
-        file.add(&top);
+        file.add(&top.key, &top.shape, top.dtype, &top.data);
         for layer in 0..2 {
-            file.alias(&format!("transformer.layers.{layer}.dec_attn.{bias}"), &top.key);
+            file.alias(&format!("transformer.layers.{layer}.dec_attn.{bias}"), &top.key)
+                .unwrap();
         }
     }
     file.alias(
         "crit.out_layers.0.weight",
         "transformer.word_emb.emb_layers.0.weight",
-    );
+    )
+    .unwrap();
     file.alias(
         "crit.out_layers.1.weight",
         "transformer.word_emb.emb_layers.1.weight",
-    );
-    file.alias("crit.out_projs.1", "transformer.word_emb.emb_projs.1");
+    )
+    .unwrap();
+    file.alias("crit.out_projs.1", "transformer.word_emb.emb_projs.1")
+        .unwrap();
     file
 }
 
@@ -432,7 +298,9 @@ fn pytorch_bin_with_every_tied_copy_gives_the_same_checkpoint() {
     let (_, canonical, stored) = tiny_safetensors(2);
     dir.write_config(TINY);
     write_safetensors(&dir.path().join(SAFETENSORS_FILE), &stored);
-    tiny_torch(&stored).write(&dir.path().join(PYTORCH_BIN_FILE));
+    tiny_torch(&stored)
+        .write(&dir.path().join(PYTORCH_BIN_FILE))
+        .unwrap();
 
     let (from_bin, report) =
         load_hf_checkpoint_with_report(dir.path(), CheckpointFormat::PytorchBin, false).unwrap();
@@ -482,9 +350,9 @@ fn a_tied_copy_that_differs_is_an_error() {
         "crit.out_layers.1.weight",
     );
     other.data[5] += 1.0;
-    file.entries.retain(|e| e.0 != "crit.out_layers.1.weight");
-    file.add(&other);
-    file.write(&dir.path().join(PYTORCH_BIN_FILE));
+    assert!(file.remove("crit.out_layers.1.weight"));
+    file.add(&other.key, &other.shape, other.dtype, &other.data);
+    file.write(&dir.path().join(PYTORCH_BIN_FILE)).unwrap();
     let error = error_text(load_hf_checkpoint(dir.path(), CheckpointFormat::Auto, false));
     assert!(error.contains("`crit.out_layers.1.weight`"), "{error}");
     assert!(
@@ -696,11 +564,13 @@ fn untied_weights_and_div_val_1_projections() {
 
     let mut file = TorchFile::default();
     for tensor in &stored {
-        file.add(tensor);
+        file.add(&tensor.key, &tensor.shape, tensor.dtype, &tensor.data);
     }
-    file.alias("crit.out_projs.1", "transformer.word_emb.emb_projs.0");
-    file.alias("crit.out_projs.2", "transformer.word_emb.emb_projs.0");
-    file.write(&dir.path().join(PYTORCH_BIN_FILE));
+    file.alias("crit.out_projs.1", "transformer.word_emb.emb_projs.0")
+        .unwrap();
+    file.alias("crit.out_projs.2", "transformer.word_emb.emb_projs.0")
+        .unwrap();
+    file.write(&dir.path().join(PYTORCH_BIN_FILE)).unwrap();
 
     let from_st = load_hf_checkpoint(dir.path(), CheckpointFormat::Safetensors, false).unwrap();
     let (from_bin, report) =
@@ -741,7 +611,9 @@ fn the_format_and_files_are_chosen_as_documented() {
 
     // Only the bin: Auto reads it; asking for safetensors names the missing file.
     std::fs::remove_file(dir.path().join(SAFETENSORS_FILE)).unwrap();
-    tiny_torch(&stored).write(&dir.path().join(PYTORCH_BIN_FILE));
+    tiny_torch(&stored)
+        .write(&dir.path().join(PYTORCH_BIN_FILE))
+        .unwrap();
     let checkpoint = load_hf_checkpoint(dir.path(), CheckpointFormat::Auto, false).unwrap();
     assert_eq!(checkpoint.tensors, canonical);
     let error = error_text(load_hf_checkpoint(
