@@ -99,3 +99,15 @@ pub fn split_safetensors(bytes: &[u8]) -> (serde_json::Map<String, serde_json::V
     let header = serde_json::from_slice(&bytes[8..8 + len]).unwrap();
     (header, bytes[8 + len..].to_vec())
 }
+
+/// Largest |a - b| over pairs of equal index, a NaN counting as infinitely far (as
+/// `txl_tests::max_delta`). Panics when the lengths differ: a run that wrote fewer values must
+/// not pass.
+pub fn max_delta(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "compared sequences differ in length");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .map(|d| if d.is_nan() { f64::INFINITY } else { d })
+        .fold(0.0, f64::max)
+}
