@@ -75,26 +75,17 @@ pub fn tiny_config() -> Config {
     let mut cutoffs = [0; txl_core::config::MAX_CUTOFFS];
     cutoffs[0] = 4;
     cutoffs[1] = 8;
+    // `small_config`'s switches, at the smallest sizes
     Config {
         n_token: 12,
         d_model: 4,
         d_embed: 4,
-        n_head: 2,
         d_head: 2,
         d_inner: 6,
-        n_layer: 2,
         cutoffs,
-        n_cutoffs: 2,
-        div_val: 2,
-        tie_weight: true,
-        tie_projs: 0b110,
-        pre_lnorm: false,
-        untie_r: true,
-        layer_norm_epsilon: 1e-5,
         tgt_len: 3,
         mem_len: 4,
-        clamp_len: 0,
-        same_length: false,
+        ..txl_host_gpu::small_config()
     }
 }
 

@@ -41,17 +41,20 @@ fn assert_ran(out: &Output, what: &str) {
     assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(out));
 }
 
-/// A small model with wide attention (4 layers, 16 heads of 128: 2048 channels per position
-/// and layer) and the session defaults given, as a model image in `dir/name`.
-fn wide_image(dir: &Path, name: &str, tgt_len: u32, mem_len: u32, clamp_len: u32) -> PathBuf {
-    let config = Config {
-        n_token: 64,
-        d_model: 8,
-        d_embed: 8,
-        n_head: 16,
-        d_head: 128,
-        d_inner: 8,
-        n_layer: 4,
+/// A model with a plain embedding and softmax (no cutoffs, tied, post-LayerNorm) of these
+/// sizes (`d_embed = d_model`), with the session defaults `(tgt_len, mem_len, clamp_len)`.
+fn plain_config(
+    [n_token, d_model, n_head, d_head, d_inner, n_layer]: [u32; 6],
+    (tgt_len, mem_len, clamp_len): (u32, u32, u32),
+) -> Config {
+    Config {
+        n_token,
+        d_model,
+        d_embed: d_model,
+        n_head,
+        d_head,
+        d_inner,
+        n_layer,
         cutoffs: [0; 8],
         n_cutoffs: 0,
         div_val: 1,
@@ -64,7 +67,13 @@ fn wide_image(dir: &Path, name: &str, tgt_len: u32, mem_len: u32, clamp_len: u32
         mem_len,
         clamp_len,
         same_length: false,
-    };
+    }
+}
+
+/// A small model with wide attention (4 layers, 16 heads of 128: 2048 channels per position
+/// and layer) and the session defaults given, as a model image in `dir/name`.
+fn wide_image(dir: &Path, name: &str, tgt_len: u32, mem_len: u32, clamp_len: u32) -> PathBuf {
+    let config = plain_config([64, 8, 16, 128, 8, 4], (tgt_len, mem_len, clamp_len));
     write_model(dir, name, &config)
 }
 
@@ -260,27 +269,8 @@ fn huge_counts_are_refused_or_harmless() {
 #[test]
 fn compare_rows_beyond_memory_are_refused() {
     let dir = scratch_dir("compare");
-    let config = Config {
-        n_token: 1 << 20,
-        d_model: 2,
-        d_embed: 2,
-        n_head: 1,
-        d_head: 2,
-        d_inner: 2,
-        n_layer: 1,
-        cutoffs: [0; 8],
-        n_cutoffs: 0,
-        div_val: 1,
-        tie_weight: true,
-        tie_projs: 0,
-        pre_lnorm: false,
-        untie_r: true,
-        layer_norm_epsilon: 1e-5,
-        tgt_len: 4,
-        mem_len: 0,
-        clamp_len: 0,
-        same_length: false,
-    };
+    // a vocabulary of 2^20, one layer two wide
+    let config = plain_config([1 << 20, 2, 1, 2, 2, 1], (4, 0, 0));
     let image = write_model(&dir, "vocabulary.txl", &config);
     let tokens = dir.join("tokens.txt");
     std::fs::write(&tokens, "7 ".repeat(1_000_000)).unwrap();
