@@ -97,7 +97,7 @@ fn a_restored_session_continues_bit_for_bit() {
             let mut second =
                 Session::new(&model, bytemuck::cast_slice_mut(&mut second_arena), options).unwrap();
             run(&mut second, &[&[4, 4, 4], &[9]]);
-            second.restore_state(&state).unwrap();
+            assert_eq!(second.restore_state(&state), Ok(state.len()));
             assert_eq!(second.memory_len(), options.mem_len as usize);
             assert_eq!(saved(&second), state, "restore then save gives the same bytes");
             let resumed = run(&mut second, &AFTER);
@@ -213,7 +213,7 @@ fn damaged_states_are_refused_and_change_nothing() {
         // Longer buffers are fine: the state says how long it is.
         let mut padded = state.clone();
         padded.extend_from_slice(&[0xAA; 40]);
-        session.restore_state(&padded).unwrap();
+        assert_eq!(session.restore_state(&padded), Ok(state.len()));
         assert_eq!(saved(&session), state);
     }
 }

@@ -13,7 +13,7 @@
 //! | 8 | 4 | next segment to score |
 //! | 12 | 4 | tokens predicted so far |
 //! | 16 | 4 | the digest so far |
-//! | 20 | 4 | bytes of the session state after the header |
+//! | 20 | 4 | zero (the session state says its own length) |
 //! | 24 | 8 | the sum of ln p so far (f64) |
 //! | 32 | 8 | timer ticks spent in forward passes so far |
 //! | 40 | 4 | CRC-32 of bytes 0..40 |
@@ -91,14 +91,8 @@ pub fn take(session: &mut Session<'_, '_>) -> Result<Option<Progress>, Failure> 
         ticks: get_u64(header, 32),
         resumed: true,
     };
-    let state_len = get_u32(header, 20) as usize;
     region[..8].fill(0);
-    let state = region
-        .get(HEADER_BYTES..HEADER_BYTES.saturating_add(state_len))
-        .ok_or(Failure::Args(
-            "the saved session state is longer than the surviving RAM",
-        ))?;
-    session.restore_state(state)?;
+    session.restore_state(&region[HEADER_BYTES..])?;
     Ok(Some(progress))
 }
 
@@ -109,11 +103,10 @@ pub fn save_and_reset(session: &Session<'_, '_>, progress: &Progress) -> Result<
     let state_len = session.save_state(rest)?;
     header.fill(0);
     header[..8].copy_from_slice(&MAGIC);
-    let fields: [(usize, u32); 4] = [
+    let fields: [(usize, u32); 3] = [
         (8, progress.next_segment as u32),
         (12, progress.predicted as u32),
         (16, progress.digest.value()),
-        (20, state_len as u32),
     ];
     for (at, value) in fields {
         header[at..at + 4].copy_from_slice(&value.to_le_bytes());

@@ -185,17 +185,17 @@ impl Session<'_, '_> {
         Ok(total)
     }
 
-    /// Replaces the session's memory with a state [`Session::save_state`] wrote (`bytes` may
-    /// be longer than the state; the rest is ignored). The state must come from this model
-    /// image and these session options, and be undamaged; otherwise the error says which, and
-    /// the session is left exactly as it was.
-    pub fn restore_state(&mut self, bytes: &[u8]) -> Result<(), Error> {
+    /// Replaces the session's memory with a state [`Session::save_state`] wrote, and returns
+    /// the bytes the state took (`bytes` may be longer; the rest is not read). The state must
+    /// come from this model image and these session options, and be undamaged; otherwise the
+    /// error says which, and the session is left exactly as it was.
+    pub fn restore_state(&mut self, bytes: &[u8]) -> Result<usize, Error> {
         let rows = self.check_state(bytes).map_err(Error::BadState)?;
         let n_layer = self.model.config().n_layer as usize;
         let end = STATE_HEADER_BYTES + rows.bytes;
         self.memory
             .load(n_layer, rows.len, &bytes[STATE_HEADER_BYTES..end]);
-        Ok(())
+        Ok(end + CRC_BYTES)
     }
 
     /// Checks everything about a state before anything is changed.

@@ -230,12 +230,10 @@ impl Args {
         let mut session = Session::new(model, arena.bytes_mut(), options)?;
         if let Some(path) = &self.state_in {
             let state = read_state(path)?;
-            session
+            let len = session
                 .restore_state(&state)
                 .with_context(|| format!("restoring the session state from {}", path.display()))?;
             // The file must be one state, not a state with something after it.
-            let mut again = vec![0u8; session.state_bytes()];
-            let len = session.save_state(&mut again)?;
             if len != state.len() {
                 bail!(
                     "{} holds {} bytes after its session state of {len} bytes",
