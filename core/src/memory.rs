@@ -38,6 +38,16 @@ impl MemDtype {
             }
         }
     }
+
+    /// Bytes of one position's row of `width` elements in heads of `d_head` in a saved state:
+    /// the elements, and for int8 one f32 scale per head after them (no padding).
+    pub(crate) fn row_bytes(self, width: usize, d_head: usize) -> Option<usize> {
+        match self {
+            MemDtype::F32 => width.checked_mul(4),
+            MemDtype::F16 => width.checked_mul(2),
+            MemDtype::Int8 => width.checked_add((width / d_head.max(1)).checked_mul(4)?),
+        }
+    }
 }
 
 /// Bytes of the int8 values of `elements`, padded so the scales after them are aligned.
@@ -125,18 +135,16 @@ impl Store<'_> {
 }
 
 impl Store<'_> {
-    /// Bytes of one row of `width` elements in heads of `d_head`, as [`Store::save_row`]
-    /// writes it: the elements little-endian, and for int8 the values then one f32 scale per
-    /// head.
-    fn row_bytes(&self, width: usize, d_head: usize) -> usize {
+    /// How the rows are stored.
+    fn dtype(&self) -> MemDtype {
         match self {
-            Store::F32(_) => width * 4,
-            Store::F16(_) => width * 2,
-            Store::Int8 { .. } => width + width / d_head * 4,
+            Store::F32(_) => MemDtype::F32,
+            Store::F16(_) => MemDtype::F16,
+            Store::Int8 { .. } => MemDtype::Int8,
         }
     }
 
-    /// Copies the row at offset `at` into `out` (`row_bytes` long).
+    /// Copies the row at offset `at` into `out` ([`MemDtype::row_bytes`] long).
     fn save_row(&self, at: usize, width: usize, d_head: usize, out: &mut [u8]) {
         match self {
             Store::F32(s) => {
@@ -269,7 +277,9 @@ impl<'a> Memory<'a> {
 
     /// Bytes of one remembered position's key (or value) row in a saved state.
     pub(crate) fn row_bytes(&self) -> usize {
-        self.keys.row_bytes(self.width, self.d_head)
+        // The arena holds far more than one row of any dtype, so this cannot overflow.
+        let row = self.keys.dtype().row_bytes(self.width, self.d_head);
+        row.unwrap_or(usize::MAX)
     }
 
     /// Writes the remembered positions, oldest first: every layer's keys, then every layer's

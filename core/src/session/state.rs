@@ -134,13 +134,10 @@ impl Session<'_, '_> {
     pub fn state_bytes_for(model: &Model<'_>, options: &SessionOptions) -> Result<usize, Error> {
         let config = model.config();
         let width = config.qkv_width() as usize;
-        let d_head = (config.d_head as usize).max(1);
-        let row_bytes = match options.mem_dtype {
-            MemDtype::F32 => width.checked_mul(4),
-            MemDtype::F16 => width.checked_mul(2),
-            MemDtype::Int8 => width.checked_add((width / d_head).checked_mul(4).ok_or(Error::SizeOverflow)?),
-        }
-        .ok_or(Error::SizeOverflow)?;
+        let row_bytes = options
+            .mem_dtype
+            .row_bytes(width, config.d_head as usize)
+            .ok_or(Error::SizeOverflow)?;
         state_len(config.n_layer as usize, options.mem_len as usize, row_bytes).ok_or(Error::SizeOverflow)
     }
 
