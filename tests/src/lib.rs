@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use txl_core::rng::Rng;
-use txl_core::{AlignedBytes, Config, SessionOptions};
+use txl_core::{AlignedBytes, Config, MemInit, SessionOptions};
 use txl_host_gpu::quantize::{quantize, QuantizeOptions, Target};
 pub use txl_host_gpu::small_config;
 use txl_host_gpu::RandomInit;
@@ -183,4 +183,27 @@ pub fn quantized_image(config: &Config, seed: u64, target: Target) -> Vec<u8> {
         ..QuantizeOptions::weights_only(target, SessionOptions::from_config(config))
     };
     quantize(&model, &options, None, |_| {}).expect("quantizes").image
+}
+
+/// Session settings the batched and CUDA reference tests cover, applied to a model's defaults:
+/// `(tgt_len, mem_len, clamp_len, same_length, mem_init)` = (6, 9, 0, no, empty), (4, 5, 3, yes,
+/// zeros), (1, 3, 0, yes, empty), (7, 0, 0, no, zeros): segments and streaming, a clamp, both
+/// masks, both memory starts, no memory.
+pub fn session_variants(base: SessionOptions) -> [SessionOptions; 4] {
+    [
+        (6, 9, 0, false, MemInit::Empty),
+        (4, 5, 3, true, MemInit::Zeros),
+        (1, 3, 0, true, MemInit::Empty),
+        (7, 0, 0, false, MemInit::Zeros),
+    ]
+    .map(
+        |(tgt_len, mem_len, clamp_len, same_length, mem_init)| SessionOptions {
+            tgt_len,
+            mem_len,
+            clamp_len,
+            same_length,
+            mem_init,
+            ..base
+        },
+    )
 }

@@ -1,8 +1,8 @@
 //! Scoring streams side by side gives each stream what scoring it alone gives.
 
-use txl_core::{MemInit, Model, SessionOptions};
+use txl_core::{Model, SessionOptions};
 use txl_host_gpu::{Backend, Reference};
-use txl_tests::{max_delta, random_model, reference_config, tokens, Manifest};
+use txl_tests::{max_delta, random_model, reference_config, session_variants, tokens, Manifest};
 
 fn check(model: &Model<'_>, options: &SessionOptions, backend: Backend, tolerance: f64) -> f64 {
     let n_token = model.config().n_token;
@@ -52,21 +52,7 @@ fn batched_equals_unbatched_on_the_cpu() {
     );
     for image in &models {
         let model = Model::parse(image.bytes()).unwrap();
-        let base = SessionOptions::from_config(model.config());
-        for (tgt_len, mem_len, clamp_len, same_length, mem_init) in [
-            (6, 9, 0, false, MemInit::Empty),
-            (4, 5, 3, true, MemInit::Zeros),
-            (1, 3, 0, true, MemInit::Empty),
-            (7, 0, 0, false, MemInit::Zeros),
-        ] {
-            let options = SessionOptions {
-                tgt_len,
-                mem_len,
-                clamp_len,
-                same_length,
-                mem_init,
-                ..base
-            };
+        for options in session_variants(SessionOptions::from_config(model.config())) {
             worst[0] = worst[0].max(check(&model, &options, Backend::Cpu64, 1e-12));
             worst[1] = worst[1].max(check(&model, &options, Backend::Cpu32, 5e-5));
         }

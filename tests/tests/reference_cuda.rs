@@ -7,7 +7,7 @@
 
 use txl_core::{MemInit, Model, SessionOptions};
 use txl_host_gpu::{compile_kernels, cuda_available, Backend, Error, Reference, KERNEL_NAMES};
-use txl_tests::{max_delta, random_model, reference_config, tokens, Manifest};
+use txl_tests::{max_delta, random_model, reference_config, session_variants, tokens, Manifest};
 use txl_tools::npy;
 
 #[test]
@@ -128,21 +128,17 @@ fn cuda_batches_match_cpu_f64_on_random_models() {
             .map(|(s, &n)| tokens(n, config.n_token, s as u64 + 5))
             .collect();
         let views: Vec<&[u32]> = streams.iter().map(|s| s.as_slice()).collect();
-        for (tgt_len, mem_len, clamp_len, same_length, mem_init) in [
-            (6, 9, 0, false, MemInit::Empty),
-            (4, 5, 3, true, MemInit::Zeros),
-            (1, 3, 0, true, MemInit::Empty),
-            (7, 0, 0, false, MemInit::Zeros),
-            (16, 48, 20, true, MemInit::Zeros),
-        ] {
-            let options = SessionOptions {
-                tgt_len,
-                mem_len,
-                clamp_len,
-                same_length,
-                mem_init,
-                ..SessionOptions::from_config(model.config())
-            };
+        let base = SessionOptions::from_config(model.config());
+        // and long segments over a long, clamped memory
+        let long = SessionOptions {
+            tgt_len: 16,
+            mem_len: 48,
+            clamp_len: 20,
+            same_length: true,
+            mem_init: MemInit::Zeros,
+            ..base
+        };
+        for options in session_variants(base).into_iter().chain([long]) {
             let ours = cuda.score_batch(&views, &options, 3, |_| {}).unwrap();
             let golden = cpu.score_batch(&views, &options, 3, |_| {}).unwrap();
             assert_eq!(ours.len(), views.len(), "one result per stream");
