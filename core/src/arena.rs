@@ -50,7 +50,9 @@ pub struct ArenaLayout {
     pub embed_row: usize,
     /// f32 `(n_token)` one row of log-probabilities.
     pub log_probs: usize,
-    /// i8 `(max(d_model, d_inner, n_head * d_head, d_embed))` one quantized activation row.
+    /// u32 words of kernel scratch for one activation row of the widest input,
+    /// `max(d_model, d_inner, n_head * d_head, d_embed)` columns: see
+    /// [`kernels::scratch_words`](crate::kernels::scratch_words).
     pub quantized: usize,
 }
 
@@ -100,7 +102,7 @@ impl ArenaLayout {
             row: floats(1, d_model)?,
             embed_row: floats(1, config.max_emb_dim() as usize)?,
             log_probs: floats(1, config.n_token as usize)?,
-            quantized: widest_input.into_iter().max().unwrap_or(0),
+            quantized: crate::kernels::scratch_words(widest_input.into_iter().max().unwrap_or(0)),
         };
         layout.checked_total().ok_or(overflow)?;
         Ok(layout)
@@ -125,7 +127,7 @@ impl ArenaLayout {
             f32s(self.row)?,
             f32s(self.embed_row)?,
             f32s(self.log_probs)?,
-            round_up(self.quantized)?,
+            f32s(self.quantized)?, // u32 words, four bytes each as f32
         ])
     }
 

@@ -7,8 +7,8 @@ use crate::kernels;
 use crate::model::Model;
 
 /// `embedding(token) * sqrt(d_model) -> out (d_model)`. `token < n_token` (checked by the caller);
-/// `row` (at least `d_embed`) and `scratch` (at least `d_embed`) are scratch.
-pub fn embed(model: &Model<'_>, token: u32, row: &mut [f32], scratch: &mut [i8], out: &mut [f32]) {
+/// `row` (at least `d_embed`) and `scratch` (at least `scratch_words(d_embed)`) are scratch.
+pub fn embed(model: &Model<'_>, token: u32, row: &mut [f32], scratch: &mut [u32], out: &mut [f32]) {
     let config = model.config();
     let (table, index) = config.embedding_row(token);
     let width = config.emb_dim(table) as usize;

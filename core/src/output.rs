@@ -10,12 +10,12 @@ use crate::kernels;
 use crate::model::Model;
 
 /// `ln p(token | hidden) -> log_probs (n_token)` for every token. `projected` (at least
-/// `d_embed` floats) and `scratch` (at least `max(d_model, d_embed)`) are scratch.
+/// `d_embed` floats) and `scratch` (at least `scratch_words(max(d_model, d_embed))`) are scratch.
 pub fn log_probs(
     model: &Model<'_>,
     hidden: &[f32],
     projected: &mut [f32],
-    scratch: &mut [i8],
+    scratch: &mut [u32],
     log_probs: &mut [f32],
 ) {
     let config = model.config();
@@ -68,7 +68,7 @@ fn project<'p>(
     cluster: usize,
     hidden: &'p [f32],
     projected: &'p mut [f32],
-    scratch: &mut [i8],
+    scratch: &mut [u32],
 ) -> &'p [f32] {
     let config = model.config();
     if !config.has_out_proj() {
@@ -81,7 +81,7 @@ fn project<'p>(
 }
 
 /// Logits of cluster `cluster`'s own tokens: `W_i (n_i, width) @ x (width) + b_i -> out (n_i)`.
-fn cluster_logits(model: &Model<'_>, cluster: usize, x: &[f32], scratch: &mut [i8], out: &mut [f32]) {
+fn cluster_logits(model: &Model<'_>, cluster: usize, x: &[f32], scratch: &mut [u32], out: &mut [f32]) {
     let config = model.config();
     let table = config.emb_table_of_cluster(cluster);
     // With div_val = 1 one table covers every cluster: take the cluster's rows.

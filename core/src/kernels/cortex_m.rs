@@ -6,7 +6,9 @@
 //! of a word into those halves. Integer sums are exact in any order, so these kernels give the
 //! same bits as the scalar ones (`Config::validate` bounds the widths so no sum overflows).
 
-use core::arch::asm;
+use core::arch::{asm, global_asm};
+
+use half::f16;
 
 /// Bytes 0 and 2 of `x`, sign-extended into the two 16-bit halves.
 #[inline(always)]
@@ -48,6 +50,319 @@ fn smlad(a: u32, b: u32, acc: i32) -> i32 {
 
 fn word(bytes: &[i8]) -> u32 {
     u32::from_le_bytes([bytes[0] as u8, bytes[1] as u8, bytes[2] as u8, bytes[3] as u8])
+}
+
+/// Widens `xq` (a multiple of 4 long) into `pairs` for [`row_sums_i8`]: for columns
+/// `4g..4g + 4`, word `2g` holds columns `4g` and `4g + 2`, word `2g + 1` columns `4g + 1` and
+/// `4g + 3`, as signed 16-bit halves: the order `SXTB16` and `SXTB16 ROR #8` put a weight
+/// word's bytes in, so one `SMLAD` pairs each weight with its input.
+fn widen_pairs(xq: &[i8], pairs: &mut [u32]) {
+    for (group, out) in xq.chunks_exact(4).zip(pairs.chunks_exact_mut(2)) {
+        let x = word(group);
+        out[0] = sxtb16(x);
+        out[1] = sxtb16_ror8(x);
+    }
+}
+
+extern "C" {
+    /// For each of `blocks` blocks of four rows starting at `rows` (row `k` of block `b` at
+    /// `rows + (4b + k) * stride`): `sums[4b + k] = sum over c < 4 * groups of row[c] * x[c]`,
+    /// with `x` widened by [`widen_pairs`] into `pairs` (`2 * groups` words, `groups >= 1`).
+    /// In assembly (below) for the register count: four sums, one pair of inputs, two weight
+    /// words and four pointers stay in registers through the inner loop.
+    fn txl_rows4_s8(
+        rows: *const i8,
+        stride: usize,
+        pairs: *const u32,
+        groups: usize,
+        sums: *mut i32,
+        blocks: usize,
+    );
+}
+
+// Inner loop, per group of four columns: one LDRD for the inputs, then for each of the four
+// rows one LDR, two SXTB16 and two SMLAD: 21 instructions per 16 multiply-accumulates, plus a
+// compare and a branch per two groups. Registers there: r0/r12 rows 0/2 (rows 1/3 at +stride),
+// r1 the stride, r2 the inputs, r3 their end, r4-r7 the sums, r8/r9 the input pair, r10/r11
+// weight words, lr the widened weight. Between blocks the stack frame keeps the inputs' start,
+// the step from one block's end to the next block's start, the output pointer and the blocks
+// left.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".macro txl_rows4_group",
+    "ldrd r8, r9, [r2], #8",
+    "ldr r10, [r0, r1]",
+    "ldr r11, [r0], #4",
+    "sxtb16 lr, r11",
+    "smlad r4, lr, r8, r4",
+    "sxtb16 r11, r11, ror #8",
+    "smlad r4, r11, r9, r4",
+    "sxtb16 lr, r10",
+    "smlad r5, lr, r8, r5",
+    "sxtb16 r10, r10, ror #8",
+    "smlad r5, r10, r9, r5",
+    "ldr r10, [r12, r1]",
+    "ldr r11, [r12], #4",
+    "sxtb16 lr, r11",
+    "smlad r6, lr, r8, r6",
+    "sxtb16 r11, r11, ror #8",
+    "smlad r6, r11, r9, r6",
+    "sxtb16 lr, r10",
+    "smlad r7, lr, r8, r7",
+    "sxtb16 r10, r10, ror #8",
+    "smlad r7, r10, r9, r7",
+    ".endm",
+    ".section .text.txl_rows4_s8,\"ax\",%progbits",
+    ".globl txl_rows4_s8",
+    ".type txl_rows4_s8,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows4_s8:",
+    "push {{r4-r11, lr}}",
+    "ldr r4, [sp, #36]", // sums
+    "ldr r5, [sp, #40]", // blocks
+    "lsl r6, r3, #2",
+    "rsb r6, r6, r1, lsl #2", // 4 * stride - 4 * groups: one block's end to the next's start
+    "add r3, r2, r3, lsl #3", // end of the inputs
+    "sub sp, sp, #16",
+    "strd r2, r6, [sp]",
+    "strd r4, r5, [sp, #8]",
+    "cmp r5, #0",
+    "beq 5f",
+    "4:",
+    "add r12, r0, r1, lsl #1",
+    "mov r4, #0",
+    "mov r5, #0",
+    "mov r6, #0",
+    "mov r7, #0",
+    // an odd number of groups: one group first
+    "sub r8, r3, r2",
+    "tst r8, #8",
+    "beq 2f",
+    "txl_rows4_group",
+    "2:",
+    "cmp r2, r3",
+    "beq 3f",
+    "1:",
+    "txl_rows4_group",
+    "txl_rows4_group",
+    "cmp r2, r3",
+    "bne 1b",
+    "3:",
+    "ldrd r2, r9, [sp]",
+    "add r0, r0, r9",
+    "ldrd r8, r9, [sp, #8]",
+    "stmia r8!, {{r4-r7}}",
+    "subs r9, r9, #1",
+    "strd r8, r9, [sp, #8]",
+    "bne 4b",
+    "5:",
+    "add sp, sp, #16",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows4_s8, . - txl_rows4_s8",
+);
+
+/// `sums[r] = values[r] · xq` for each row `r < sums.len()` of `values (rows, cols)`: four rows
+/// per pass over the inputs, which are widened once into `widened` (at least
+/// `2 * cols.div_ceil(4)` words). Equal to the scalar dot product of each row.
+pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], widened: &mut [u32], sums: &mut [i32]) {
+    let rows = sums.len();
+    let groups = cols / 4;
+    let body = groups * 4;
+    let pairs = &mut widened[..2 * groups];
+    widen_pairs(&xq[..body], pairs);
+    let values = &values[..rows * cols];
+    let blocks = rows / 4;
+    if groups > 0 && blocks > 0 {
+        // SAFETY: `values` holds `4 * blocks <= rows` rows of `cols >= 4 * groups` bytes at
+        // stride `cols` and `pairs` holds `2 * groups` words: the kernel reads only those and
+        // writes the first `4 * blocks` of `sums`. It preserves the callee-saved registers and
+        // the stack pointer (AAPCS); the stack arguments are read from the caller's frame.
+        unsafe {
+            txl_rows4_s8(
+                values.as_ptr(),
+                cols,
+                pairs.as_ptr(),
+                groups,
+                sums.as_mut_ptr(),
+                blocks,
+            )
+        };
+    } else {
+        sums[..4 * blocks].fill(0);
+    }
+    for (r, sum) in sums.iter_mut().enumerate().skip(4 * blocks) {
+        let row = &values[r * cols..r * cols + body];
+        let mut acc = 0i32;
+        for (w, x) in row.chunks_exact(4).zip(pairs.chunks_exact(2)) {
+            let w = word(w);
+            acc = smlad(sxtb16(w), x[0], acc);
+            acc = smlad(sxtb16_ror8(w), x[1], acc);
+        }
+        *sum = acc;
+    }
+    if body < cols {
+        for (sum, row) in sums.iter_mut().zip(values.chunks_exact(cols)) {
+            *sum += super::scalar::dot_i8(&row[body..], &xq[body..]);
+        }
+    }
+}
+
+#[cfg(target_abi = "eabihf")]
+extern "C" {
+    /// For the four rows `row_k = rows + k * stride` (f32, `stride` in bytes) and
+    /// `groups >= 1` groups of four columns: `sums[4k + j] = sum over groups g of
+    /// row_k[4g + j] * x[4g + j]`, each product rounded and then added (`VMLA`), group by
+    /// group: the four partial sums of [`scalar::dot`](super::scalar::dot), in its order.
+    fn txl_rows4_f32(rows: *const f32, stride: usize, x: *const f32, groups: usize, sums: *mut f32);
+    /// [`txl_rows4_f32`] for f16 rows, each weight widened exactly by `VCVTB`/`VCVTT`: the
+    /// partial sums of [`scalar::dot_f16`](super::scalar::dot_f16). Rows must be 4-byte aligned.
+    fn txl_rows4_f16(rows: *const f16, stride: usize, x: *const f32, groups: usize, sums: *mut f32);
+}
+
+// Per group of four columns: one VLDM for the inputs (shared by the four rows), then per row one
+// VLDM of its weights and four VMLA (f16: four VCVT more). VMLA rounds the product before it
+// adds, so it gives the bits of the portable kernel's separate multiply and add. Registers:
+// r0, r4-r6 the rows, r1 the stride, r2 the inputs, r3 their end, s0-s15 the sums, s16-s19
+// the inputs, s20-s23 the weights.
+#[cfg(target_abi = "eabihf")]
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_rows4_f32_row row, s0, s1, s2, s3",
+    "vldmia \\row!, {{s20-s23}}",
+    "vmla.f32 \\s0, s20, s16",
+    "vmla.f32 \\s1, s21, s17",
+    "vmla.f32 \\s2, s22, s18",
+    "vmla.f32 \\s3, s23, s19",
+    ".endm",
+    ".macro txl_rows4_f16_row row, s0, s1, s2, s3",
+    "vldmia \\row!, {{s20-s21}}",
+    "vcvtb.f32.f16 s22, s20",
+    "vmla.f32 \\s0, s22, s16",
+    "vcvtt.f32.f16 s22, s20",
+    "vmla.f32 \\s1, s22, s17",
+    "vcvtb.f32.f16 s22, s21",
+    "vmla.f32 \\s2, s22, s18",
+    "vcvtt.f32.f16 s22, s21",
+    "vmla.f32 \\s3, s22, s19",
+    ".endm",
+    ".macro txl_rows4_float name, row",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "\\name:",
+    "push {{r4-r7, lr}}",
+    "vpush {{s16-s23}}",
+    "add r4, r0, r1",
+    "add r5, r4, r1",
+    "add r6, r5, r1",
+    "add r3, r2, r3, lsl #4",
+    "mov r7, #0",
+    "vmov s0, s1, r7, r7",
+    "vmov s2, s3, r7, r7",
+    "vmov s4, s5, r7, r7",
+    "vmov s6, s7, r7, r7",
+    "vmov s8, s9, r7, r7",
+    "vmov s10, s11, r7, r7",
+    "vmov s12, s13, r7, r7",
+    "vmov s14, s15, r7, r7",
+    "1:",
+    "vldmia r2!, {{s16-s19}}",
+    "\\row r0, s0, s1, s2, s3",
+    "\\row r4, s4, s5, s6, s7",
+    "\\row r5, s8, s9, s10, s11",
+    "\\row r6, s12, s13, s14, s15",
+    "cmp r2, r3",
+    "bne 1b",
+    "ldr r7, [sp, #52]", // sums: above the 20 + 32 bytes pushed
+    "vstmia r7, {{s0-s15}}",
+    "vpop {{s16-s23}}",
+    "pop {{r4-r7, pc}}",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_rows4_float txl_rows4_f32, txl_rows4_f32_row",
+    "txl_rows4_float txl_rows4_f16, txl_rows4_f16_row",
+);
+
+#[cfg(target_abi = "eabihf")]
+/// `W (rows, cols) @ x (cols) -> y (rows)` for f32 weights, four rows per pass over `x`; the
+/// bits of [`scalar::matvec_f32`](super::scalar::matvec_f32) (each row summed in its order).
+pub fn matvec_f32(weight: &[f32], x: &[f32], y: &mut [f32]) {
+    let cols = x.len();
+    let groups = cols / 4;
+    let mut blocks = y.chunks_exact_mut(4);
+    let mut done = 0;
+    for (out, rows) in (&mut blocks).zip(weight.chunks_exact(4 * cols)) {
+        let mut sums = [0.0f32; 16];
+        if groups > 0 {
+            // SAFETY: `rows` holds four rows of `cols >= 4 * groups` f32 at a stride of `cols`
+            // f32, and `x` holds `cols`: the kernel reads only those, writes the 16 floats of
+            // `sums`, and preserves the callee-saved registers (AAPCS, s16-s23 included).
+            unsafe { txl_rows4_f32(rows.as_ptr(), 4 * cols, x.as_ptr(), groups, sums.as_mut_ptr()) };
+        }
+        finish_rows(out, &sums, rows.chunks_exact(cols), x, 4 * groups, |w| w);
+        done += 4;
+    }
+    let rest = &mut y[done..];
+    super::scalar::matvec_f32(&weight[done * cols..], x, rest);
+}
+
+#[cfg(target_abi = "eabihf")]
+/// `W (rows, cols) @ x (cols) -> y (rows)` for f16 weights, four rows per pass over `x`, each
+/// weight widened by the FPU; the bits of the portable `dot_f16` of each row. Falls back to it
+/// for rows that are not 4-byte aligned.
+pub fn matvec_f16(weight: &[f16], x: &[f32], y: &mut [f32]) {
+    let cols = x.len();
+    let groups = cols / 4;
+    let aligned = cols % 2 == 0 && weight.as_ptr() as usize % 4 == 0;
+    let mut done = 0;
+    if aligned {
+        for (out, rows) in y.chunks_exact_mut(4).zip(weight.chunks_exact(4 * cols)) {
+            let mut sums = [0.0f32; 16];
+            if groups > 0 {
+                // SAFETY: as for `txl_rows4_f32`, with f16 rows: four rows of `cols` f16 at a
+                // stride of `2 * cols` bytes, each 4-byte aligned (checked above).
+                unsafe { txl_rows4_f16(rows.as_ptr(), 2 * cols, x.as_ptr(), groups, sums.as_mut_ptr()) };
+            }
+            finish_rows(
+                out,
+                &sums,
+                rows.chunks_exact(cols),
+                x,
+                4 * groups,
+                super::scalar::f16_to_f32,
+            );
+            done += 4;
+        }
+    }
+    for (out, row) in y[done..].iter_mut().zip(weight[done * cols..].chunks_exact(cols)) {
+        *out = super::scalar::dot_f16(row, x);
+    }
+}
+
+#[cfg(target_abi = "eabihf")]
+/// Each row's total from the kernel's four partial sums and the columns after `body`, in the
+/// portable kernels' order: `(a0 + a1) + (a2 + a3) + tail`.
+fn finish_rows<'w, T: Copy + 'w>(
+    out: &mut [f32],
+    sums: &[f32; 16],
+    rows: impl Iterator<Item = &'w [T]>,
+    x: &[f32],
+    body: usize,
+    widen: impl Fn(T) -> f32,
+) {
+    for ((y, partial), row) in out.iter_mut().zip(sums.chunks_exact(4)).zip(rows) {
+        let mut tail = 0.0;
+        for (w, v) in row[body..].iter().zip(&x[body..]) {
+            tail += widen(*w) * v;
+        }
+        *y = (partial[0] + partial[1]) + (partial[2] + partial[3]) + tail;
+    }
 }
 
 /// `sum a[i] * b[i]` in i32, eight products per four `SMLAD`s; equal to `scalar::dot_i8`.

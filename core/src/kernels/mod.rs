@@ -13,17 +13,58 @@ pub mod x86;
 
 pub use scalar::*;
 
-/// `sum a[i] * b[i]` in i32: the Cortex-M DSP kernel with the `cortex-m-dsp` feature, AVX2 on
-/// x86-64 with the `std` feature when the CPU has it, else the scalar one. All give the same bits.
+/// `W (rows, cols) @ x (cols) -> y (rows)` for f32 weights, `rows = y.len()`: four rows per
+/// pass with the `cortex-m-dsp` feature on a core with an FPU (`eabihf`), else one. Same bits
+/// either way.
 #[inline]
-pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
-    #[cfg(feature = "cortex-m-dsp")]
-    return cortex_m::dot_i8(a, b);
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx2() {
-        // SAFETY: the CPU has AVX2, checked just above.
-        return unsafe { x86::dot_i8(a, b) };
+pub fn matvec_f32_rows(weight: &[f32], x: &[f32], y: &mut [f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    cortex_m::matvec_f32(weight, x, y);
+    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    scalar::matvec_f32(weight, x, y);
+}
+
+/// [`matvec_f32_rows`] for f16 weights, widened exactly (by the FPU with `cortex-m-dsp`).
+#[inline]
+pub fn matvec_f16_rows(weight: &[half::f16], x: &[f32], y: &mut [f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    cortex_m::matvec_f16(weight, x, y);
+    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    for (out, row) in y.iter_mut().zip(weight.chunks_exact(x.len())) {
+        *out = scalar::dot_f16(row, x);
     }
+}
+
+/// Words of kernel scratch a product with `cols` inputs needs: the input quantized to int8 (one
+/// byte a column, rounded up to whole words) and, for the DSP kernels, the same values widened
+/// to 16-bit pairs (two bytes a column). Words keep every view of it aligned.
+pub const fn scratch_words(cols: usize) -> usize {
+    3 * cols.div_ceil(4)
+}
+
+/// Splits `scratch` into `cols` bytes for the quantized input and the words after them.
+///
+/// # Panics
+/// If `scratch` is shorter than `cols.div_ceil(4)` words (a caller's sizing error).
+pub fn split_scratch(scratch: &mut [u32], cols: usize) -> (&mut [i8], &mut [u32]) {
+    let (bytes, rest) = scratch.split_at_mut(cols.div_ceil(4));
+    let bytes: &mut [i8] = bytemuck::cast_slice_mut(bytes);
+    (&mut bytes[..cols], rest)
+}
+
+/// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
+/// `values (rows, cols)`: four rows per pass with the `cortex-m-dsp` feature (`widened` holds
+/// at least `2 * cols.div_ceil(4)` words there), AVX2 on x86-64 with the `std` feature when the
+/// CPU has it, else the scalar dot product. All give the same sums.
+#[inline]
+pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &mut [u32], sums: &mut [i32]) {
+    #[cfg(feature = "cortex-m-dsp")]
+    cortex_m::row_sums_i8(values, cols, xq, widened, sums);
     #[cfg(not(feature = "cortex-m-dsp"))]
-    return scalar::dot_i8(a, b);
+    {
+        let _ = widened;
+        for (r, sum) in sums.iter_mut().enumerate() {
+            *sum = dot_i8(&values[r * cols..(r + 1) * cols], xq);
+        }
+    }
 }

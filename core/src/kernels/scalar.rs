@@ -35,33 +35,78 @@ pub fn matvec_f32(weight: &[f32], x: &[f32], y: &mut [f32]) {
 /// `W (rows, cols) @ x (cols) -> y (rows)` in the matrix's dtype.
 ///
 /// f16 weights are widened and accumulated in f32. int8 weights are W8A8: `x` (times the
-/// activation scales) is quantized per call to symmetric int8 in `scratch` (at least `cols`
-/// long), products accumulate in i32, and `y[r] = acc * (row_scale[r] * x_scale)`.
-pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [i8]) {
+/// activation scales) is quantized per call to symmetric int8 in `scratch` (at least
+/// [`scratch_words`](super::scratch_words)`(cols)` long), products accumulate in i32, and
+/// `y[r] = acc * (row_scale[r] * x_scale)`.
+pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [u32]) {
     let cols = weight.cols;
     match weight.data {
-        MatrixData::F32(w) => matvec_f32(w, x, y),
-        MatrixData::F16(w) => {
-            for (out, row) in y.iter_mut().zip(w.chunks_exact(cols)) {
-                *out = dot_f16(row, x);
-            }
-        }
+        MatrixData::F32(w) => super::matvec_f32_rows(w, x, y),
+        MatrixData::F16(w) => super::matvec_f16_rows(w, x, y),
         MatrixData::Int8 {
             values,
             row_scales,
             act_scales,
         } => {
-            let xq = &mut scratch[..cols];
+            let (xq, widened) = super::split_scratch(scratch, cols);
             let x_scale = quantize_activations(x, act_scales, xq);
-            for ((out, row), &scale) in y.iter_mut().zip(values.chunks_exact(cols)).zip(row_scales) {
-                *out = super::dot_i8(row, xq) as f32 * (scale * x_scale);
-            }
+            int8_rows(values, row_scales, cols, xq, x_scale, widened, y);
+        }
+    }
+}
+
+/// `y = W x` for int8 `values (y.len(), cols)` and the input already quantized in `xq`:
+/// `y[r] = (values[r] · xq) * (row_scales[r] * x_scale)`. The i32 sums pass through `y`'s
+/// own words.
+fn int8_rows(
+    values: &[i8],
+    row_scales: &[f32],
+    cols: usize,
+    xq: &[i8],
+    x_scale: f32,
+    widened: &mut [u32],
+    y: &mut [f32],
+) {
+    super::int8_row_sums(values, cols, xq, widened, bytemuck::cast_slice_mut(y));
+    for (out, &scale) in y.iter_mut().zip(row_scales) {
+        let acc = out.to_bits() as i32;
+        *out = acc as f32 * (scale * x_scale);
+    }
+}
+
+/// [`matvec`] with the output rows split in two: `W (rows, cols) @ x -> [first | rest]`,
+/// `first.len() + rest.len() = rows`. An int8 input is quantized once for both.
+pub fn matvec_split(
+    weight: &Matrix<'_>,
+    x: &[f32],
+    first: &mut [f32],
+    rest: &mut [f32],
+    scratch: &mut [u32],
+) {
+    let split = first.len();
+    let cols = weight.cols;
+    match weight.data {
+        MatrixData::Int8 {
+            values,
+            row_scales,
+            act_scales,
+        } => {
+            let (xq, widened) = super::split_scratch(scratch, cols);
+            let x_scale = quantize_activations(x, act_scales, xq);
+            let (scales_first, scales_rest) = row_scales.split_at(split);
+            let (values_first, values_rest) = values.split_at(split * cols);
+            int8_rows(values_first, scales_first, cols, xq, x_scale, widened, first);
+            int8_rows(values_rest, scales_rest, cols, xq, x_scale, widened, rest);
+        }
+        _ => {
+            matvec(&weight.row_range(0, split), x, first, scratch);
+            matvec(&weight.row_range(split, split + rest.len()), x, rest, scratch);
         }
     }
 }
 
 /// `W (rows, cols) @ x (cols) + b (rows) -> y (rows)`.
-pub fn matvec_bias(weight: &Matrix<'_>, bias: &[f32], x: &[f32], y: &mut [f32], scratch: &mut [i8]) {
+pub fn matvec_bias(weight: &Matrix<'_>, bias: &[f32], x: &[f32], y: &mut [f32], scratch: &mut [u32]) {
     matvec(weight, x, y, scratch);
     for (out, b) in y.iter_mut().zip(bias) {
         *out += b;
@@ -71,8 +116,9 @@ pub fn matvec_bias(weight: &Matrix<'_>, bias: &[f32], x: &[f32], y: &mut [f32], 
 /// `x (rows) @ W (rows, cols) -> y (cols)`: the transposed product, in the matrix's dtype.
 ///
 /// For int8 the row scales fold into the input, `x'[r] = x[r] * row_scale[r]`, which is
-/// quantized per call in `scratch` (at least `rows` long); `y[c] = acc[c] * x_scale * act_scale[c]`.
-pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [i8]) {
+/// quantized per call in `scratch` (at least [`scratch_words`](super::scratch_words)`(rows)`
+/// long); `y[c] = acc[c] * x_scale * act_scale[c]`.
+pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]) {
     let cols = weight.cols;
     match weight.data {
         MatrixData::F32(w) => {
@@ -96,12 +142,9 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [i8])
             row_scales,
             act_scales,
         } => {
-            let xq = &mut scratch[..weight.rows];
-            let max_abs = x
-                .iter()
-                .zip(row_scales)
-                .fold(0.0f32, |m, (v, s)| m.max((v * s).abs()));
-            let x_scale = quantize_with(xq, max_abs, x.iter().zip(row_scales).map(|(v, s)| v * s));
+            let (xq, _) = super::split_scratch(scratch, weight.rows);
+            let scaled = || x.iter().zip(row_scales).map(|(v, s)| v * s);
+            let x_scale = quantize_with(xq, max_abs(scaled()), scaled());
             for (c, out) in y.iter_mut().enumerate() {
                 let acc: i32 = xq
                     .iter()
@@ -160,31 +203,62 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 /// Quantizes `x * act_scales` to symmetric int8 in `out`; returns the scale (`max |x| / 127`).
 pub fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
     match act_scales {
-        None => {
-            let max_abs = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            quantize_with(out, max_abs, x.iter().copied())
-        }
+        None => quantize_with(out, max_abs(x.iter().copied()), x.iter().copied()),
         Some(scales) => {
-            let max_abs = x
-                .iter()
-                .zip(scales)
-                .fold(0.0f32, |m, (v, s)| m.max((v * s).abs()));
-            quantize_with(out, max_abs, x.iter().zip(scales).map(|(v, s)| v * s))
+            let scaled = || x.iter().zip(scales).map(|(v, s)| v * s);
+            quantize_with(out, max_abs(scaled()), scaled())
         }
     }
 }
 
 /// Rounds `values / (max_abs / 127)` into `out`; a zero or non-finite range gives zeros.
+///
+/// `max_abs` is the largest `|v|` of `values`, so every `|v * (127 / max_abs)|` is below
+/// `127 * (1 + 3 * EPSILON) < 127.5` and rounds into `-127..=127` without a clamp. Rounding is
+/// `libm::roundf`'s own formula (ties away from zero), so the bits are the same.
 fn quantize_with(out: &mut [i8], max_abs: f32, values: impl Iterator<Item = f32>) -> f32 {
     if !(max_abs > 0.0 && max_abs.is_finite()) {
         out.fill(0);
         return 0.0;
     }
     let inverse = 127.0 / max_abs;
-    for (o, v) in out.iter_mut().zip(values) {
-        *o = libm::roundf(v * inverse).clamp(-127.0, 127.0) as i8;
+    if inverse.is_finite() {
+        for (o, v) in out.iter_mut().zip(values) {
+            *o = round_in_range(v * inverse) as i8;
+        }
+    } else {
+        // a subnormal range: 127 / max_abs overflows, and the products need the clamp
+        for (o, v) in out.iter_mut().zip(values) {
+            *o = libm::roundf(v * inverse).clamp(-127.0, 127.0) as i8;
+        }
     }
     max_abs / 127.0
+}
+
+/// `libm::roundf(y) as i32` for `|y| < 2^31` (NaN gives 0): the same formula, truncating
+/// `y + copysign(0.5 - EPSILON / 4, y)`, without the call.
+#[inline(always)]
+fn round_in_range(y: f32) -> i32 {
+    const JUST_BELOW_HALF: f32 = 0.5 - 0.25 * f32::EPSILON;
+    let half = if y < 0.0 {
+        -JUST_BELOW_HALF
+    } else {
+        JUST_BELOW_HALF
+    };
+    (y + half) as i32
+}
+
+/// Largest `|v|` of `values` (NaNs ignored; 0 for none), as `f32::max` folds it.
+#[inline(always)]
+fn max_abs(values: impl Iterator<Item = f32>) -> f32 {
+    let mut max = 0.0f32;
+    for v in values {
+        let a = v.abs();
+        if a > max {
+            max = a;
+        }
+    }
+    max
 }
 
 /// `y += x`.
@@ -321,7 +395,7 @@ mod tests {
         let d = Matrix::f32(2, 3, &dense);
         let (mut exact, mut quant) = ([0.0; 3], [0.0; 3]);
         vecmat(&[0.7, -0.4], &d, &mut exact, &mut []);
-        vecmat(&[0.7, -0.4], &m, &mut quant, &mut [0; 2]);
+        vecmat(&[0.7, -0.4], &m, &mut quant, &mut [0; 3]);
         for (a, b) in exact.iter().zip(&quant) {
             assert!((a - b).abs() < 0.02 * a.abs().max(1.0), "{exact:?} vs {quant:?}");
         }
@@ -346,6 +420,71 @@ mod tests {
         assert_eq!(q, [127, -64, 32, 0]);
         assert_eq!(scale, 1.0 / 127.0);
         assert_eq!(quantize_activations(&[0.0; 4], None, &mut q), 0.0);
+    }
+
+    #[test]
+    fn rounding_equals_libm_roundf() {
+        let check = |y: f32| {
+            let reference = libm::roundf(y) as i32;
+            assert_eq!(round_in_range(y), reference, "{y:e} ({:#010x})", y.to_bits());
+        };
+        for special in [
+            f32::NAN,
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            0.49999997,
+            -0.49999997,
+            8388607.5,
+            2e9,
+            -2e9,
+        ] {
+            check(special);
+        }
+        // every integer and half-integer in -260..=260, and 64 ulps either side of each
+        for k in -260..=260 {
+            for base in [k as f32, k as f32 + 0.5] {
+                let (mut up, mut down) = (base, base);
+                for _ in 0..if cfg!(miri) { 2 } else { 64 } {
+                    check(up);
+                    check(down);
+                    up = f32::from_bits(up.to_bits().wrapping_add(if up >= 0.0 { 1 } else { u32::MAX }));
+                    down = f32::from_bits(down.to_bits().wrapping_add(if down > 0.0 { u32::MAX } else { 1 }));
+                }
+            }
+        }
+        // and a sweep of the range
+        let steps = if cfg!(miri) { 1_000 } else { 2_000_000 };
+        for i in 0..steps {
+            check(-300.0 + 600.0 * i as f32 / steps as f32);
+        }
+    }
+
+    #[test]
+    fn quantization_rounds_as_roundf_and_clamps_a_subnormal_range() {
+        let x = [
+            1.0,
+            -0.5,
+            0.25,
+            0.0,
+            0.7,
+            -0.003,
+            f32::NAN,
+            1.0 / 254.0,
+            -1.5 / 254.0,
+        ];
+        let mut q = [0i8; 9];
+        let scale = quantize_activations(&x, None, &mut q);
+        for (v, q) in x.iter().zip(&q) {
+            assert_eq!(*q, libm::roundf(v * 127.0).clamp(-127.0, 127.0) as i8, "{v}");
+        }
+        assert_eq!(scale, 1.0 / 127.0);
+        // max |x| subnormal: 127 / max overflows; the largest still maps to 127
+        let tiny = [f32::from_bits(1), -f32::from_bits(1), 0.0];
+        let mut q = [0i8; 3];
+        quantize_activations(&tiny, None, &mut q);
+        assert_eq!(q, [127, -127, 0]);
     }
 
     #[test]

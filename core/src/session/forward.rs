@@ -106,16 +106,14 @@ impl Session<'_, '_> {
         let d_model = self.model.config().d_model as usize;
         let width = self.model.config().qkv_width() as usize; // n_head * d_head
         let qkv = self.model.layer(layer).qkv;
-        let (w_q, w_kv) = (qkv.row_range(0, width), qkv.row_range(width, 3 * width));
         let s = &mut self.state;
         let attn_input = &s.attn_input[..shape.qlen * d_model];
         for (i, x) in attn_input.chunks_exact(d_model).enumerate() {
             probe.linear_input(layer, Linear::Qkv, x);
             let query = &mut s.queries[i * width..(i + 1) * width];
-            // W_q (n_head * d_head, d_model) @ x (d_model) -> q (n_head * d_head)
-            kernels::matvec(&w_q, x, query, s.quantized_input);
-            // W_kv (2 * n_head * d_head, d_model) @ x (d_model) -> [k | v] (2 * n_head * d_head)
-            kernels::matvec(&w_kv, x, s.key_value, s.quantized_input);
+            // W_qkv (3 * n_head * d_head, d_model) @ x (d_model) -> [q | k | v], q into
+            // `query`, [k | v] (2 * n_head * d_head) into `key_value`
+            kernels::matvec_split(&qkv, x, query, s.key_value, s.quantized_input);
             let (key, value) = s.key_value.split_at(width);
             self.memory.write(layer, shape.mlen + i, key, value);
         }

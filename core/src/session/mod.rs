@@ -75,8 +75,8 @@ struct RunState<'a> {
     embed_row: &'a mut [f32], // (max_emb_dim)
     /// One position's log-probabilities.
     log_probs: &'a mut [f32], // (n_token)
-    /// One matvec input row quantized per token, for int8 weights.
-    quantized_input: &'a mut [i8], // (max(d_model, d_inner, n_head * d_head, d_embed))
+    /// Kernel scratch: one matvec input row quantized per token, for int8 weights.
+    quantized_input: &'a mut [u32], // (scratch_words(max(d_model, d_inner, n_head * d_head, d_embed)))
 }
 
 impl<'a> RunState<'a> {

@@ -130,7 +130,7 @@ mod tests {
         let mut session = Session::new(model, arena.bytes_mut(), options).unwrap();
         let mut projected = vec![0.0f32; config.d_embed as usize];
         let mut row = vec![0.0f32; config.d_embed as usize];
-        let mut scratch = vec![0i8; d_model.max(config.d_embed as usize)];
+        let mut scratch = vec![0u32; kernels::scratch_words(d_model.max(config.d_embed as usize))];
         for segment in tokens.chunks(options.tgt_len as usize) {
             let mut probe = RangeProbe {
                 ranges: &mut ranges,
