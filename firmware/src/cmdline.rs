@@ -1,7 +1,7 @@
 //! The command line's grammar: words to a [`Cli`], with nothing of the board in it.
 //!
 //! ```text
-//! [score|demo] [--arena static|heap]
+//! [score|demo|bench] [--arena static|heap]
 //!              [--tgt-len N] [--mem-len M] [--clamp-len C] [--same-length true|false]
 //!              [--mem-init empty|zeros]
 //!              [--reset-after K]                                                (score)
@@ -34,6 +34,8 @@ pub enum Mode {
     Score,
     /// Continue a prompt.
     Demo,
+    /// Count each kernel's instructions on fixed shapes (no model needed).
+    Bench,
 }
 
 /// Where the arena comes from.
@@ -119,6 +121,7 @@ pub fn parse<'a, E>(
         match word {
             "score" => cli.mode = Mode::Score,
             "demo" => cli.mode = Mode::Demo,
+            "bench" => cli.mode = Mode::Bench,
             "--arena" => {
                 cli.arena = match value()? {
                     "static" => ArenaSource::Static,

@@ -23,6 +23,7 @@
 extern crate alloc;
 
 mod args;
+mod bench;
 #[allow(dead_code)] // the memory map is for build.rs; the firmware reads the timer's figures
 mod board;
 mod counter;
@@ -134,6 +135,9 @@ fn run() -> Result<(), Failure> {
     init_heap();
     let cli = args::parse()?;
     let counter = counter::InstructionCounter::start();
+    if cli.mode == Mode::Bench {
+        return bench::run(&counter);
+    }
     let start = counter.ticks();
     let model = Model::parse(&IMAGE.0)?;
     let parse_instructions = counter::instructions(counter.ticks_since(start));
@@ -179,6 +183,7 @@ fn run() -> Result<(), Failure> {
     match cli.mode {
         Mode::Score => score::run(session, TOKENS, &counter, cli.reset_after),
         Mode::Demo => demo::run(session, &cli.demo, &counter),
+        Mode::Bench => bench::run(&counter),
     }
 }
 

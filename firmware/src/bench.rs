@@ -1,0 +1,122 @@
+//! `bench`: instructions per multiply-accumulate of each kernel on fixed shapes, so a kernel's
+//! regression shows without a model.
+//!
+//! The shapes are the demo model's linear layers (d_model 128, d_inner 256, four heads of 32):
+//! `W_qkv` (384 × 128), `o_net` (128 × 128), `W_1` (256 × 128), `W_2` (128 × 256). Weights and
+//! inputs are pseudo-random (a fixed seed), in RAM. Each line reads
+//! `bench kernel=K rows=R cols=C macs=M instructions=N instructions_per_mac=X`; the last line
+//! gives each kernel's figure over all four shapes (`shape=all`), one product per shape and
+//! position, as one token of the demo model computes them.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use defmt::info;
+use half::f16;
+use txl_core::kernels;
+use txl_core::weights::{Matrix, MatrixData};
+
+use crate::counter::{self, InstructionCounter};
+use crate::Failure;
+
+/// `(rows, cols)` of the demo model's linear layers.
+const SHAPES: [(usize, usize); 4] = [(384, 128), (128, 128), (256, 128), (128, 256)];
+
+/// Times each product runs, for a steadier count.
+const REPEATS: u64 = 4;
+
+/// The kernels measured.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Int8,
+    F16,
+    F32,
+}
+
+impl Kernel {
+    fn name(self) -> &'static str {
+        match self {
+            Kernel::Int8 => "int8_matvec",
+            Kernel::F16 => "f16_matvec",
+            Kernel::F32 => "f32_matvec",
+        }
+    }
+}
+
+/// A small xorshift generator: the same weights on every run and board.
+struct Numbers(u32);
+
+impl Numbers {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        self.0
+    }
+
+    /// Uniform in `[-1, 1)`.
+    fn float(&mut self) -> f32 {
+        (self.next() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+    }
+}
+
+/// Runs every kernel on every shape and prints the counts.
+pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
+    for kernel in [Kernel::Int8, Kernel::F16, Kernel::F32] {
+        let (mut all_macs, mut all_instructions) = (0u64, 0u64);
+        for (rows, cols) in SHAPES {
+            let instructions = measure(kernel, rows, cols, counter);
+            let macs = (rows * cols) as u64;
+            report(kernel.name(), "", rows, cols, macs, instructions);
+            all_macs += macs;
+            all_instructions += instructions;
+        }
+        report(kernel.name(), "all", 0, 0, all_macs, all_instructions);
+    }
+    Ok(())
+}
+
+fn report(kernel: &str, shape: &str, rows: usize, cols: usize, macs: u64, instructions: u64) {
+    let per_mac = instructions as f32 / macs as f32;
+    if shape.is_empty() {
+        info!(
+            "bench kernel={=str} rows={=usize} cols={=usize} macs={=u64} instructions={=u64} instructions_per_mac={=f32}",
+            kernel, rows, cols, macs, instructions, per_mac
+        );
+    } else {
+        info!(
+            "bench kernel={=str} shape={=str} macs={=u64} instructions={=u64} instructions_per_mac={=f32}",
+            kernel, shape, macs, instructions, per_mac
+        );
+    }
+}
+
+/// Instructions of one `(rows, cols)` product with `kernel`'s weights (the average of
+/// [`REPEATS`] runs).
+fn measure(kernel: Kernel, rows: usize, cols: usize, counter: &InstructionCounter) -> u64 {
+    let mut numbers = Numbers(0x2545_f491 ^ (rows * 31 + cols) as u32);
+    let x: Vec<f32> = (0..cols).map(|_| numbers.float()).collect();
+    let mut y = vec![0.0f32; rows];
+    let mut scratch = vec![0u32; kernels::scratch_words(cols)];
+    let weights: Vec<f32> = (0..rows * cols).map(|_| numbers.float()).collect();
+    let halves: Vec<f16> = weights.iter().map(|&w| f16::from_f32(w)).collect();
+    let values: Vec<i8> = weights.iter().map(|&w| (w * 127.0) as i8).collect();
+    let row_scales = vec![1.0 / 127.0; rows];
+    let data = match kernel {
+        Kernel::Int8 => MatrixData::Int8 {
+            values: &values,
+            row_scales: &row_scales,
+            act_scales: None,
+        },
+        Kernel::F16 => MatrixData::F16(&halves),
+        Kernel::F32 => MatrixData::F32(&weights),
+    };
+    let matrix = Matrix { rows, cols, data };
+    let start = counter.ticks();
+    for _ in 0..REPEATS {
+        kernels::matvec(&matrix, &x, &mut y, &mut scratch);
+    }
+    let ticks = counter.ticks_since(start);
+    core::hint::black_box(&y);
+    counter::instructions(ticks) / REPEATS
+}
