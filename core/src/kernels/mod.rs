@@ -31,8 +31,20 @@ pub fn matvec_f16_rows(weight: &[half::f16], x: &[f32], y: &mut [f32]) {
     cortex_m::matvec_f16(weight, x, y);
     #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
     for (out, row) in y.iter_mut().zip(weight.chunks_exact(x.len())) {
-        *out = scalar::dot_f16(row, x);
+        *out = dot_f16(row, x);
     }
+}
+
+/// `sum a[i] * b[i]` for `a` and `b` of one length, f16 weights widened to f32: F16C on x86-64
+/// with the `std` feature when the CPU has it, else the portable widening. Same bits.
+#[inline]
+pub fn dot_f16(a: &[half::f16], b: &[f32]) -> f32 {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_f16c() {
+        // SAFETY: the CPU has F16C, checked just above.
+        return unsafe { x86::dot_f16(a, b) };
+    }
+    scalar::dot_f16(a, b)
 }
 
 /// Words of kernel scratch a product with `cols` inputs needs: the input quantized to int8 (one

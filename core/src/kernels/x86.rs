@@ -4,14 +4,55 @@
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::{
     __m256i, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_extracti128_si256,
-    _mm256_madd_epi16, _mm256_setzero_si256, _mm_add_epi32, _mm_cvtsi128_si32, _mm_loadu_si128,
-    _mm_shuffle_epi32,
+    _mm256_madd_epi16, _mm256_setzero_si256, _mm_add_epi32, _mm_add_ps, _mm_cvtph_ps, _mm_cvtsi128_si32,
+    _mm_loadl_epi64, _mm_loadu_ps, _mm_loadu_si128, _mm_mul_ps, _mm_setzero_ps, _mm_shuffle_epi32,
+    _mm_storeu_ps,
 };
+
+use half::f16;
 
 /// Whether this CPU has AVX2 (detected once, then cached by the standard library).
 #[inline]
 pub fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2")
+}
+
+/// Whether this CPU converts f16 to f32 in hardware (F16C; detected once, then cached).
+#[inline]
+pub fn has_f16c() -> bool {
+    std::is_x86_feature_detected!("f16c")
+}
+
+/// `sum a[i] * b[i]` for `a` and `b` of one length, f16 weights widened by `VCVTPH2PS` (exact):
+/// four lanes that are the portable kernel's four accumulators, each product rounded and then
+/// added as there, so the bits equal `scalar::dot_f16`'s.
+///
+/// # Safety
+/// The CPU must support F16C ([`has_f16c`]).
+#[target_feature(enable = "f16c")]
+pub unsafe fn dot_f16(a: &[f16], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let body = n / 4 * 4;
+    let mut acc = _mm_setzero_ps();
+    for (ca, cb) in a[..body].chunks_exact(4).zip(b[..body].chunks_exact(4)) {
+        // SAFETY: each chunk is four readable f16 (8 bytes) and four f32; the loads have no
+        // alignment requirement.
+        let (w, x) = unsafe {
+            (
+                _mm_cvtph_ps(_mm_loadl_epi64(ca.as_ptr().cast())),
+                _mm_loadu_ps(cb.as_ptr()),
+            )
+        };
+        acc = _mm_add_ps(acc, _mm_mul_ps(w, x));
+    }
+    let mut lanes = [0.0f32; 4];
+    // SAFETY: `lanes` has room for four f32.
+    unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
+    let mut tail = 0.0;
+    for (w, x) in a[body..n].iter().zip(&b[body..n]) {
+        tail += super::scalar::f16_to_f32(*w) * x;
+    }
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
 }
 
 /// `sum a[i] * b[i]` in i32, 16 products per step; equal to `scalar::dot_i8`.
@@ -43,6 +84,33 @@ pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 
 #[cfg(test)]
 mod tests {
+    use half::f16;
+
+    #[test]
+    fn f16c_dot_equals_the_scalar_dot_for_every_half() {
+        if !super::has_f16c() {
+            eprintln!("SKIPPED: this CPU has no F16C");
+            return;
+        }
+        // every f16 bit pattern as a weight (NaNs compared as NaNs), against varied inputs
+        let weights: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        let inputs: Vec<f32> = (0..weights.len())
+            .map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0)
+            .collect();
+        for len in [0usize, 1, 3, 4, 5, 31, 32, 33] {
+            for start in (0..weights.len() - len).step_by(997) {
+                let (a, b) = (&weights[start..start + len], &inputs[start..start + len]);
+                // SAFETY: F16C was detected above.
+                let fast = unsafe { super::dot_f16(a, b) };
+                let slow = super::super::scalar::dot_f16(a, b);
+                assert!(
+                    fast.to_bits() == slow.to_bits() || (fast.is_nan() && slow.is_nan()),
+                    "length {len} at {start}: {fast} vs {slow}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn avx2_dot_equals_the_scalar_dot() {
         if !super::has_avx2() {
