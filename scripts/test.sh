@@ -31,6 +31,7 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
 echo "== txl-core for thumbv7em-none-eabihf (no_std, no alloc)"
 cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked
+cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked --features fast-math
 
 echo "== firmware: fmt, clippy (thumbv7em-none-eabihf), the QEMU runner's tests"
 (cd firmware && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)
@@ -38,6 +39,8 @@ echo "== firmware: fmt, clippy (thumbv7em-none-eabihf), the QEMU runner's tests"
 
 echo "== cargo test"
 cargo test --workspace --locked
+cargo test -p txl-core --features fast-math --locked
+cargo test -p txl-tests --features txl-core/fast-math --locked --test fast_math
 
 echo "== Miri: the core's tests under the interpreter (nightly; catches undefined behaviour)"
 if ! rustup toolchain list | grep -q '^nightly'; then

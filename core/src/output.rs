@@ -42,7 +42,7 @@ pub fn log_probs(
     let head_sum: f32 = shortlist
         .iter()
         .chain(tail_logits.iter())
-        .map(|&v| libm::expf(v - head_max))
+        .map(|&v| kernels::fast_math::softmax_exp(v - head_max))
         .sum();
     let head_lse = head_max + libm::logf(head_sum);
     for v in shortlist.iter_mut().chain(tail_logits.iter_mut()) {

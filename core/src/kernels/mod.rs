@@ -5,6 +5,8 @@
 
 pub mod scalar;
 
+pub mod fast_math;
+
 #[cfg(feature = "cortex-m-dsp")]
 pub mod cortex_m;
 
