@@ -25,8 +25,8 @@ BOARD is one of:
   riscv32-virt  RV32IMAC    (QEMU's RISC-V virt machine)
 
 --table [BOARD...]  builds the bundled demo model in int8, f16 and f32 for each board (all by
-                    default), scores the default tokens and prints firmware/README.md's table
-                    row by row: image bytes, arena bytes, instructions per token and per MAC.
+                    default), scores the default tokens and prints firmware/README.md's tables,
+                    one per board: image bytes, arena bytes, instructions per token and per MAC.
 --boards            lists the boards with their Rust targets (from firmware/src/board.rs).
 
 Examples:
@@ -60,20 +60,26 @@ run_board() {
     TXL_BOARD="$board" cargo run --quiet --release --locked --target "$target" -- "$@"
 }
 
-# Prints one table row per precision for board $1.
-table_rows() {
-  local board=$1 dtype log image arena per_token per_mac
+# Prints board $1's table: one row per precision of the demo model.
+board_table() {
+  local board=$1 core dtype log image arena per_token per_mac
   # The demo model with default options, whatever the caller's environment says.
   unset TXL_MODEL TXL_TOKENS TXL_TGT_LEN TXL_MEM_LEN TXL_CLAMP_LEN TXL_SAME_LENGTH TXL_MEM_INIT \
     TXL_MEM_DTYPE TXL_POSITION_KEYS
+  core=$("$runner" --boards | awk -v board="$board" '$1 == board { print $3 }')
+  echo "#### $board ($core)"
+  echo
+  echo "| weights | image bytes | arena bytes | instructions / token | instructions / MAC | command |"
+  echo "|---|---:|---:|---:|---:|---|"
   for dtype in int8 f16 f32; do
     log=$(TXL_DTYPE=$dtype run_board "$board" score)
     image=$(sed -n 's/.*: image \([0-9]*\) bytes.*/\1/p' <<<"$log")
     arena=$(sed -n 's/^arena bytes \([0-9]*\).*/\1/p' <<<"$log")
     per_token=$(sed -n 's/^score tokens=.*instructions_per_token=\([0-9]*\).*/\1/p' <<<"$log")
     per_mac=$(sed -n 's/^score macs_per_token=.*instructions_per_mac=\([0-9.]*\).*/\1/p' <<<"$log")
-    echo "| $board | $dtype | $image | $arena | $per_token | $per_mac | \`TXL_DTYPE=$dtype scripts/firmware.sh $board\` |"
+    echo "| $dtype | $image | $arena | $per_token | $per_mac | \`TXL_DTYPE=$dtype scripts/firmware.sh $board\` |"
   done
+  echo
 }
 
 case "${1:-}" in
@@ -88,10 +94,8 @@ case "${1:-}" in
     shift
     boards=("$@")
     [ ${#boards[@]} -gt 0 ] || mapfile -t boards < <("$runner" --boards | awk '{ print $1 }')
-    echo "| board | weights | image bytes | arena bytes | instructions / token | instructions / MAC | command |"
-    echo "|---|---|---:|---:|---:|---:|---|"
     for board in "${boards[@]}"; do
-      table_rows "$board"
+      board_table "$board"
     done
     ;;
   -*)
