@@ -5,6 +5,7 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
+//! | `TXL_BOARD` | the board (`src/board.rs`); the build's target must be the board's | `mps2-an386` |
 //! | `TXL_MODEL` | a txl model image (`txl convert` output) | the bundled demo model, converted |
 //! | `TXL_DTYPE` | precision of the converted demo model (`f32`, `f16`, `int8`) | [`DEFAULT_DTYPE`] |
 //! | `TXL_TOKENS` | the token file `score` reads: every byte is one token id | 256 bytes of held-out text |
@@ -56,6 +57,8 @@ fn run() -> Result<(), String> {
     }
     println!("cargo:rerun-if-changed=src/board.rs");
 
+    let board = board()?;
+
     // The model image, copied to OUT_DIR/model.txl for `include_bytes!`.
     let (image, model_source) = model_image()?;
     let aligned = AlignedBytes::copy_from(&image).map_err(|e| format!("{model_source}: {e}"))?;
@@ -68,7 +71,14 @@ fn run() -> Result<(), String> {
     // The token file.
     let (tokens, tokens_source) = token_file(&model)?;
 
-    check_fit(image.len(), tokens.len(), &layout, &model_source, &options)?;
+    check_fit(
+        &board,
+        image.len(),
+        tokens.len(),
+        &layout,
+        &model_source,
+        &options,
+    )?;
 
     // Only now, with every check passed, replace the outputs of the last successful run: a
     // failed build leaves them as they were.
@@ -77,18 +87,28 @@ fn run() -> Result<(), String> {
     };
     write("model.txl", &image)?;
     write("tokens.bin", &tokens)?;
-    // The memory map, and the linker scripts of cortex-m-rt and defmt.
-    write("memory.x", memory_x().as_bytes())?;
-    if env("TARGET").is_some_and(|t| t.starts_with("thumb")) {
-        println!("cargo:rustc-link-search={}", out_dir.display());
-        println!("cargo:rustc-link-arg=-Tlink.x");
-        println!("cargo:rustc-link-arg=-Tdefmt.x");
-    }
+    // The memory map, and the linker scripts of the runtime (cortex-m-rt or riscv-rt) and defmt.
+    write("memory.x", memory_x(&board).as_bytes())?;
+    println!("cargo:rustc-link-search={}", out_dir.display());
+    println!("cargo:rustc-link-arg=-Tlink.x");
+    println!("cargo:rustc-link-arg=-Tdefmt.x");
 
     let mut config = String::new();
     let mut line = |name: &str, ty: &str, value: String, doc: &str| {
         let _ = writeln!(config, "/// {doc}\npub const {name}: {ty} = {value};");
     };
+    line(
+        "BOARD",
+        "crate::board::Board",
+        format!("crate::board::{}", board.name.to_uppercase().replace('-', "_")),
+        "The board this firmware is built for.",
+    );
+    line(
+        "BOARD_NAME",
+        &format!("[u8; {}]", board.name.len()),
+        format!("*b{:?}", board.name),
+        "The board's name as bytes (the `TXL_BOARD` symbol the runner reads).",
+    );
     line(
         "MODEL_SOURCE",
         "&str",
@@ -100,6 +120,12 @@ fn run() -> Result<(), String> {
         "usize",
         image.len().to_string(),
         "Bytes of the model image.",
+    );
+    line(
+        "TOKEN_BYTES",
+        "usize",
+        tokens.len().to_string(),
+        "Bytes of the token file (one token each).",
     );
     line(
         "TOKENS_SOURCE",
@@ -160,6 +186,27 @@ fn run() -> Result<(), String> {
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// `TXL_BOARD` (default: the first board), checked against the build's target.
+fn board() -> Result<board::Board, String> {
+    let name = env("TXL_BOARD").unwrap_or_else(|| board::BOARDS[0].name.to_string());
+    let board = board::board_named(&name).ok_or_else(|| {
+        let names: Vec<&str> = board::BOARDS.iter().map(|b| b.name).collect();
+        format!(
+            "TXL_BOARD={name}: not a board; the boards are {}",
+            names.join(", ")
+        )
+    })?;
+    let target = env("TARGET").unwrap_or_default();
+    if target != board.target {
+        return Err(format!(
+            "TXL_BOARD={name} is built for {} (cargo build --target {}), not for {target} \
+             (scripts/firmware.sh {name} picks the target itself)",
+            board.target, board.target
+        ));
+    }
+    Ok(board)
 }
 
 /// `TXL_MODEL`, or the bundled checkpoint converted at `TXL_DTYPE`.
@@ -267,30 +314,44 @@ fn token_file(model: &Model<'_>) -> Result<(Vec<u8>, String), String> {
 /// Fails when the image does not fit the flash or the arena does not fit the RAM, saying by how
 /// many bytes.
 fn check_fit(
+    board: &board::Board,
     image_bytes: usize,
     token_bytes: usize,
     layout: &ArenaLayout,
     model_source: &str,
     options: &SessionOptions,
 ) -> Result<(), String> {
-    let flash = image_bytes + token_bytes + board::CODE_BYTES;
-    if flash > board::FLASH_BYTES {
+    // The image and the tokens share the flash with the code, or have a region of their own.
+    let (code, region) = match board.image {
+        None => (board::CODE_BYTES, board.flash),
+        Some(region) => (0, region),
+    };
+    let flash = image_bytes + token_bytes + code;
+    if flash > region.bytes {
         return Err(format!(
             "the model image does not fit the board's flash: image {image_bytes} bytes ({model_source}) \
-             + tokens {token_bytes} + code {} = {flash} bytes > {} bytes of flash (mps2-an386), \
+             + tokens {token_bytes} + code {code} = {flash} bytes > {} bytes of flash ({}), \
              {} bytes too many",
-            board::CODE_BYTES,
-            board::FLASH_BYTES,
-            flash - board::FLASH_BYTES
+            region.bytes,
+            board.name,
+            flash - region.bytes
+        ));
+    }
+    if board::CODE_BYTES > board.flash.bytes {
+        return Err(format!(
+            "the board's flash ({} bytes, {}) cannot hold the code ({} bytes)",
+            board.flash.bytes,
+            board.name,
+            board::CODE_BYTES
         ));
     }
     let arena = layout.total_bytes();
     let ram = arena + board::STACK_BYTES + board::STATIC_BYTES;
-    if ram > board::RAM_BYTES {
+    if ram > board.ram.bytes {
         return Err(format!(
             "the arena does not fit the board's RAM: arena {arena} bytes (memory {}, position keys {}, \
              activations {}, scratch {}; tgt_len {}, mem_len {}) + stack {} + statics {} = {ram} bytes \
-             > {} bytes of RAM (mps2-an386), {} bytes too many",
+             > {} bytes of RAM ({}), {} bytes too many",
             layout.memory_bytes(),
             layout.position_key_bytes(),
             layout.activation_bytes(),
@@ -299,26 +360,54 @@ fn check_fit(
             options.mem_len,
             board::STACK_BYTES,
             board::STATIC_BYTES,
-            board::RAM_BYTES,
-            ram - board::RAM_BYTES
+            board.ram.bytes,
+            board.name,
+            ram - board.ram.bytes
         ));
     }
     Ok(())
 }
 
-/// The memory map for cortex-m-rt's `link.x`: the stack takes the top `STACK_BYTES` of RAM
-/// (`_stack_end` is its lowest address), the heap the RAM between the statics and the stack.
-fn memory_x() -> String {
-    format!(
-        "/* Written by build.rs from src/board.rs: Arm MPS2 AN386 as QEMU's mps2-an386 models it. */\n\
-         MEMORY\n{{\n  FLASH : ORIGIN = {:#010x}, LENGTH = {}\n  RAM : ORIGIN = {:#010x}, LENGTH = {}\n}}\n\
+/// The memory map for the runtime's `link.x` (cortex-m-rt's or riscv-rt's): the stack takes the
+/// top `STACK_BYTES` of RAM (`_stack_end` is its lowest address), the heap the RAM between the
+/// statics and the stack. The model image and the tokens (section `.txl_image`) follow the
+/// constants in flash, or go to the board's image region.
+fn memory_x(board: &board::Board) -> String {
+    let mut x = format!(
+        "/* Written by build.rs from src/board.rs: {} as QEMU models it. */\nMEMORY\n{{\n  \
+         FLASH : ORIGIN = {:#010x}, LENGTH = {}\n  RAM : ORIGIN = {:#010x}, LENGTH = {}\n",
+        board.name, board.flash.origin, board.flash.bytes, board.ram.origin, board.ram.bytes
+    );
+    if let Some(image) = board.image {
+        let _ = writeln!(
+            x,
+            "  IMAGE : ORIGIN = {:#010x}, LENGTH = {}",
+            image.origin, image.bytes
+        );
+    }
+    x.push_str("}\n");
+    if board.target.starts_with("riscv") {
+        // riscv-rt places its sections in these regions.
+        for (alias, region) in [
+            ("REGION_TEXT", "FLASH"),
+            ("REGION_RODATA", "FLASH"),
+            ("REGION_DATA", "RAM"),
+            ("REGION_BSS", "RAM"),
+            ("REGION_HEAP", "RAM"),
+            ("REGION_STACK", "RAM"),
+        ] {
+            let _ = writeln!(x, "REGION_ALIAS(\"{alias}\", {region});");
+        }
+    }
+    let _ = write!(
+        x,
+        "SECTIONS\n{{\n  .txl_image : ALIGN(16)\n  {{\n    KEEP(*(.txl_image .txl_image.*));\n  }} > {}\n}}\n\
+         INSERT AFTER .rodata;\n\
          _stack_end = ORIGIN(RAM) + LENGTH(RAM) - {};\n\
          ASSERT(__sheap <= _stack_end,\n  \
          \"txl-firmware: the statics (arena included) overlap the stack reserve at the top of RAM\");\n",
-        board::FLASH_ORIGIN,
-        board::FLASH_BYTES,
-        board::RAM_ORIGIN,
-        board::RAM_BYTES,
+        if board.image.is_some() { "IMAGE" } else { "FLASH" },
         board::STACK_BYTES
-    )
+    );
+    x
 }

@@ -2,7 +2,8 @@
 // (tests/tests/firmware.rs includes this file too, so the two lists cannot drift apart).
 
 /// Every environment variable `build.rs` reads.
-pub const BUILD_VARS: [&str; 10] = [
+pub const BUILD_VARS: [&str; 11] = [
+    "TXL_BOARD",
     "TXL_MODEL",
     "TXL_DTYPE",
     "TXL_TOKENS",

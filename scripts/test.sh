@@ -5,18 +5,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== setup: Rust targets"
-if ! rustup target list --installed | grep -qx thumbv7em-none-eabihf; then
-  rustup target add thumbv7em-none-eabihf
-fi
+echo "== setup: Rust targets (the firmware's boards: Cortex-M4F/M7, M33/M55, RV32IMAC)"
+for target in thumbv7em-none-eabihf thumbv8m.main-none-eabihf riscv32imac-unknown-none-elf; do
+  if ! rustup target list --installed | grep -qx "$target"; then
+    rustup target add "$target"
+  fi
+done
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
-echo "== setup: QEMU for the firmware tests"
-if ! command -v qemu-system-arm >/dev/null 2>&1; then
+echo "== setup: QEMU for the firmware tests (qemu-system-arm; qemu-system-riscv32 is in qemu-system-misc)"
+qemu_packages=()
+command -v qemu-system-arm >/dev/null 2>&1 || qemu_packages+=(qemu-system-arm)
+command -v qemu-system-riscv32 >/dev/null 2>&1 || qemu_packages+=(qemu-system-misc)
+if [ ${#qemu_packages[@]} -gt 0 ]; then
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
-  $sudo_cmd apt-get install -y -qq --no-install-recommends qemu-system-arm
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${qemu_packages[@]}"
 fi
 
 echo "== cargo fmt --check"
@@ -33,8 +38,10 @@ echo "== txl-core for thumbv7em-none-eabihf (no_std, no alloc)"
 cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked
 cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked --features fast-math
 
-echo "== firmware: fmt, clippy (thumbv7em-none-eabihf), the QEMU runner's tests"
+echo "== firmware: fmt, clippy (every target, with a board of it), the QEMU runner's tests"
 (cd firmware && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)
+(cd firmware && TXL_BOARD=mps3-an547 cargo clippy --release --locked --target thumbv8m.main-none-eabihf -- -D warnings)
+(cd firmware && TXL_BOARD=riscv32-virt cargo clippy --release --locked --target riscv32imac-unknown-none-elf -- -D warnings)
 (cd firmware/host && cargo clippy --all-targets --locked -- -D warnings && cargo test --locked)
 
 echo "== cargo test"

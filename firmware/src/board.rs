@@ -1,15 +1,237 @@
-// The board: Arm MPS2 with the AN386 FPGA image (Cortex-M4 with FPU), as QEMU's `mps2-an386`
-// models it. This file is shared by build.rs (`include!`: memory.x and the fit checks) and the
-// firmware (`mod board`), so both read the same numbers.
+// The boards, each as QEMU 7.2 models it (firmware/README.md says what was checked and how).
+// This file is shared by build.rs (`include!`: memory.x and the fit checks), the firmware
+// (`mod board`; the build script names the board it was built for in `build::BOARD`), the runner
+// in host/ (the QEMU command line) and the firmware tests, so all of them read the same numbers.
 
-/// Where the code, the model image and the token file live: SSRAM1 (4 MiB), used as flash.
-pub const FLASH_ORIGIN: u32 = 0x0000_0000;
-/// Bytes of flash.
-pub const FLASH_BYTES: usize = 4 << 20;
-/// Where the static arena, the heap and the stack live: SSRAM2/3 (4 MiB).
-pub const RAM_ORIGIN: u32 = 0x2000_0000;
-/// Bytes of RAM.
-pub const RAM_BYTES: usize = 4 << 20;
+/// A range of the address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// The first address.
+    pub origin: u32,
+    /// Its size in bytes.
+    pub bytes: usize,
+}
+
+/// How the firmware counts the instructions it executes. QEMU runs with `-icount shift=S`
+/// ([`ICOUNT_SHIFT`]): every guest instruction advances the virtual clock by exactly `2^S` ns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// The Arm SysTick on the core's clock (`hz`): 24 bits counting down, its interrupt counts the
+    /// wraps; `instructions = ticks * (10^9 / hz) / 2^S`.
+    SysTick {
+        /// The core clock SysTick counts (its `CLKSOURCE = 1`).
+        hz: u32,
+    },
+    /// The RISC-V `minstret` CSR (64 bits): under `-icount` QEMU 7.2 answers it with the virtual
+    /// clock in ns, so `instructions = minstret / 2^S`.
+    Minstret,
+}
+
+/// How the firmware resets the board (`score --reset-after`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reset {
+    /// `SYSRESETREQ` in the Arm core's AIRCR: QEMU resets the whole machine.
+    SysResetReq,
+    /// QEMU's `sifive_test` device at `base`: writing `0x7777` resets the whole machine.
+    SifiveTest {
+        /// The device's address.
+        base: usize,
+    },
+}
+
+/// A board: what to build for it, where things go, how QEMU runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Board {
+    /// The board's name (`TXL_BOARD`, `scripts/firmware.sh BOARD`).
+    pub name: &'static str,
+    /// The core, as the firmware's log names it.
+    pub core: &'static str,
+    /// The Rust target the firmware is built for.
+    pub target: &'static str,
+    /// The emulator.
+    pub qemu: &'static str,
+    /// QEMU's machine.
+    pub machine: &'static str,
+    /// QEMU's CPU, if the machine's default is not the one.
+    pub cpu: Option<&'static str>,
+    /// More QEMU options the board needs.
+    pub qemu_options: &'static [&'static str],
+    /// Where the vector table (or reset entry), the code and the constants live: read-only
+    /// memory, "flash"; also the model image and the tokens unless `image` says otherwise.
+    pub flash: Region,
+    /// Where the model image and the tokens live when not in `flash`.
+    pub image: Option<Region>,
+    /// Where the statics (the static arena among them), the heap and the stack live.
+    pub ram: Region,
+    /// RAM that nothing is linked into and that a reset leaves as it was: `score --reset-after`
+    /// keeps the session state there. `None`: the board has none, and the firmware refuses
+    /// `--reset-after`.
+    pub surviving_ram: Option<Region>,
+    /// The instruction counter.
+    pub counter: Counter,
+    /// How the board resets.
+    pub reset: Reset,
+}
+
+/// Arm MPS2 with the AN386 FPGA image: Cortex-M4 with FPU (the default board).
+pub const MPS2_AN386: Board = Board {
+    name: "mps2-an386",
+    core: "Cortex-M4F",
+    target: "thumbv7em-none-eabihf",
+    qemu: "qemu-system-arm",
+    machine: "mps2-an386",
+    cpu: Some("cortex-m4"),
+    qemu_options: &[],
+    // SSRAM1, used as flash.
+    flash: Region {
+        origin: 0x0000_0000,
+        bytes: 4 << 20,
+    },
+    image: None,
+    // SSRAM2/3.
+    ram: Region {
+        origin: 0x2000_0000,
+        bytes: 4 << 20,
+    },
+    // PSRAM.
+    surviving_ram: Some(Region {
+        origin: 0x2100_0000,
+        bytes: 16 << 20,
+    }),
+    counter: Counter::SysTick { hz: 25_000_000 },
+    reset: Reset::SysResetReq,
+};
+
+/// Arm MPS2 with the AN500 FPGA image: Cortex-M7.
+pub const MPS2_AN500: Board = Board {
+    name: "mps2-an500",
+    core: "Cortex-M7",
+    target: "thumbv7em-none-eabihf",
+    qemu: "qemu-system-arm",
+    machine: "mps2-an500",
+    cpu: Some("cortex-m7"),
+    qemu_options: &[],
+    flash: Region {
+        origin: 0x0000_0000,
+        bytes: 4 << 20,
+    },
+    image: None,
+    ram: Region {
+        origin: 0x2000_0000,
+        bytes: 4 << 20,
+    },
+    // The AN500's PSRAM is at 0x6000_0000 (QEMU leaves 0x2100_0000 unmapped on this board).
+    surviving_ram: Some(Region {
+        origin: 0x6000_0000,
+        bytes: 16 << 20,
+    }),
+    counter: Counter::SysTick { hz: 25_000_000 },
+    reset: Reset::SysResetReq,
+};
+
+/// Arm MPS2 with the AN505 FPGA image: Cortex-M33 (Armv8-M Mainline with DSP and FPU) in an
+/// IoT Kit subsystem. The core starts in the Secure state with its vector table at
+/// `0x1000_0000`, so the firmware uses the Secure aliases of the SSRAMs.
+pub const MPS2_AN505: Board = Board {
+    name: "mps2-an505",
+    core: "Cortex-M33",
+    target: "thumbv8m.main-none-eabihf",
+    qemu: "qemu-system-arm",
+    machine: "mps2-an505",
+    cpu: Some("cortex-m33"),
+    qemu_options: &[],
+    // SSRAM1 (its Secure alias).
+    flash: Region {
+        origin: 0x1000_0000,
+        bytes: 4 << 20,
+    },
+    image: None,
+    // SSRAM2 and SSRAM3, 2 MiB each, adjacent (their Secure alias).
+    ram: Region {
+        origin: 0x3800_0000,
+        bytes: 4 << 20,
+    },
+    // The 16 MiB PSRAM QEMU maps at 0x8000_0000.
+    surviving_ram: Some(Region {
+        origin: 0x8000_0000,
+        bytes: 16 << 20,
+    }),
+    counter: Counter::SysTick { hz: 20_000_000 },
+    reset: Reset::SysResetReq,
+};
+
+/// Arm MPS3 with the AN547 FPGA image: Cortex-M55 (Armv8.1-M with DSP, FPU and Helium) in an
+/// SSE-300 subsystem. The vector table is read at `0x0000_0000`, the 512 KiB ITCM, which holds
+/// the code; the model image and the tokens go to the 8 MiB QSPI flash.
+pub const MPS3_AN547: Board = Board {
+    name: "mps3-an547",
+    core: "Cortex-M55",
+    target: "thumbv8m.main-none-eabihf",
+    qemu: "qemu-system-arm",
+    machine: "mps3-an547",
+    cpu: Some("cortex-m55"),
+    qemu_options: &[],
+    // The ITCM.
+    flash: Region {
+        origin: 0x0000_0000,
+        bytes: 512 << 10,
+    },
+    // The QSPI flash (read-only in QEMU).
+    image: Some(Region {
+        origin: 0x2800_0000,
+        bytes: 8 << 20,
+    }),
+    // The SSE-300's SRAM, two banks of 2 MiB.
+    ram: Region {
+        origin: 0x2100_0000,
+        bytes: 4 << 20,
+    },
+    // The first 16 MiB of the DDR (2 GiB at 0x6000_0000).
+    surviving_ram: Some(Region {
+        origin: 0x6000_0000,
+        bytes: 16 << 20,
+    }),
+    counter: Counter::SysTick { hz: 32_000_000 },
+    reset: Reset::SysResetReq,
+};
+
+/// QEMU's RISC-V `virt` machine with a 32-bit hart (RV32GC; the firmware uses RV32IMAC), run
+/// without firmware (`-bios none`): the hart starts in machine mode at the start of the DRAM,
+/// which the firmware divides into flash, RAM and the surviving RAM.
+pub const RISCV32_VIRT: Board = Board {
+    name: "riscv32-virt",
+    core: "RV32IMAC",
+    target: "riscv32imac-unknown-none-elf",
+    qemu: "qemu-system-riscv32",
+    machine: "virt",
+    cpu: None,
+    // 64 MiB of DRAM: QEMU puts its device tree in the top few MiB, above what is used here.
+    qemu_options: &["-bios", "none", "-m", "64M"],
+    flash: Region {
+        origin: 0x8000_0000,
+        bytes: 16 << 20,
+    },
+    image: None,
+    ram: Region {
+        origin: 0x8100_0000,
+        bytes: 16 << 20,
+    },
+    surviving_ram: Some(Region {
+        origin: 0x8200_0000,
+        bytes: 16 << 20,
+    }),
+    counter: Counter::Minstret,
+    reset: Reset::SifiveTest { base: 0x0010_0000 },
+};
+
+/// Every board; the first is the default.
+pub const BOARDS: [Board; 5] = [MPS2_AN386, MPS2_AN500, MPS2_AN505, MPS3_AN547, RISCV32_VIRT];
+
+/// The board called `name`.
+pub fn board_named(name: &str) -> Option<Board> {
+    BOARDS.iter().copied().find(|board| board.name == name)
+}
+
 /// Bytes kept for the stack at the top of RAM; the heap ends below it.
 pub const STACK_BYTES: usize = 64 << 10;
 /// Flash kept for the code and constants besides the model image and the tokens (the firmware
@@ -17,15 +239,5 @@ pub const STACK_BYTES: usize = 64 << 10;
 pub const CODE_BYTES: usize = 192 << 10;
 /// RAM kept for statics besides the arena (defmt, the allocator, buffers: a few KiB).
 pub const STATIC_BYTES: usize = 16 << 10;
-/// CMSDK APB timer 0: counts down at 25 MHz; under `-icount shift=S` one instruction advances
-/// virtual time by `2^S` ns, so `instructions = ticks * 40 / 2^S`.
-pub const TIMER0_BASE: usize = 0x4000_0000;
-/// Nanoseconds per timer tick (25 MHz).
-pub const TIMER_TICK_NS: u64 = 40;
 /// The `-icount shift` the runner gives QEMU: one instruction is `2^6 = 64` ns.
 pub const ICOUNT_SHIFT: u32 = 6;
-/// PSRAM (16 MiB): nothing is linked there, and a soft reset (`SYSRESETREQ`) leaves it as it
-/// was, so the firmware keeps its session state there across one.
-pub const SURVIVING_RAM_ORIGIN: usize = 0x2100_0000;
-/// Bytes of PSRAM.
-pub const SURVIVING_RAM_BYTES: usize = 16 << 20;

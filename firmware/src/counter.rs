@@ -1,81 +1,35 @@
 //! Counting executed instructions under QEMU.
 //!
 //! QEMU is not cycle-accurate, so the firmware counts instructions, never time. With
-//! `-icount shift=S` every guest instruction advances QEMU's virtual clock by exactly `2^S` ns,
-//! and the board's CMSDK timer 0 counts that clock down at 25 MHz (40 ns a tick), so
-//! `instructions = ticks * 40 / 2^S`. The runner uses `S = 6`: 0.625 instructions a tick. The
-//! 32-bit counter wraps every 2^32 ticks (about 2.7e9 instructions); its interrupt counts the
-//! wraps, so intervals of any length are measured. The count is the same on every run.
+//! `-icount shift=S` every guest instruction advances QEMU's virtual clock by exactly `2^S` ns
+//! (the runner uses `S = 6`), and a counter that follows that clock counts instructions:
+//!
+//! - **Arm**: the SysTick on the core clock (`f` Hz, [`Counter::SysTick`]), so
+//!   `instructions = ticks * (10^9 / f) / 2^S` (25 MHz: 40 ns a tick, 0.625 instructions). It
+//!   counts down from `2^24 - 1` and wraps every `2^24` ticks (about 10 million instructions); its
+//!   exception counts the wraps, so intervals of any length are measured.
+//! - **RISC-V**: `minstret`, which QEMU 7.2 answers under `-icount` with the virtual clock in ns
+//!   ([`Counter::Minstret`]): `instructions = minstret / 2^S`. 64 bits, no wraps.
+//!
+//! The count is the same on every run.
 
-use core::ptr::{read_volatile, write_volatile};
-use core::sync::atomic::{AtomicU32, Ordering};
+use crate::board::{Counter, ICOUNT_SHIFT};
+use crate::build::BOARD;
 
-use cortex_m::interrupt::InterruptNumber;
-use cortex_m::peripheral::NVIC;
-
-use crate::board::{ICOUNT_SHIFT, TIMER0_BASE, TIMER_TICK_NS};
-
-/// Timer 0's interrupt line on the MPS2 (CMSDK APB timer 0).
-pub const TIMER0_IRQ: u16 = 8;
-
-const CTRL: usize = TIMER0_BASE;
-const VALUE: usize = TIMER0_BASE + 0x04;
-const RELOAD: usize = TIMER0_BASE + 0x08;
-const INTSTATUS: usize = TIMER0_BASE + 0x0C; // read
-const INTCLEAR: usize = TIMER0_BASE + 0x0C; // write
-const CTRL_ENABLE: u32 = 1 << 0;
-const CTRL_IRQ_ENABLE: u32 = 1 << 3;
-
-/// Wraps of timer 0 (each 2^32 ticks).
-static WRAPS: AtomicU32 = AtomicU32::new(0);
-
-#[derive(Clone, Copy)]
-struct Timer0Irq;
-
-// SAFETY: 8 is timer 0's interrupt number on the MPS2 board.
-unsafe impl InterruptNumber for Timer0Irq {
-    fn number(self) -> u16 {
-        TIMER0_IRQ
-    }
-}
-
-/// Timer 0, free-running from `0xFFFF_FFFF` down, its wraps counted.
+/// The board's counter, started.
 #[derive(Debug)]
 pub struct InstructionCounter(());
 
 impl InstructionCounter {
-    /// Starts timer 0 and unmasks its interrupt.
+    /// Starts the counter.
     pub fn start() -> InstructionCounter {
-        // SAFETY: timer 0's registers are at `TIMER0_BASE` on this board; nothing else uses the
-        // timer. Unmasking its interrupt is sound: the handler only counts wraps.
-        unsafe {
-            write_volatile(CTRL as *mut u32, 0);
-            write_volatile(RELOAD as *mut u32, u32::MAX);
-            write_volatile(VALUE as *mut u32, u32::MAX);
-            write_volatile(INTCLEAR as *mut u32, 1);
-            write_volatile(CTRL as *mut u32, CTRL_ENABLE | CTRL_IRQ_ENABLE);
-            NVIC::unmask(Timer0Irq);
-        }
+        arch::start();
         InstructionCounter(())
     }
 
-    /// Ticks since the timer started.
+    /// Ticks since the counter started (or since an arbitrary origin: only differences count).
     pub fn ticks(&self) -> u64 {
-        cortex_m::interrupt::free(|_| {
-            let mut wraps = WRAPS.load(Ordering::Acquire);
-            // SAFETY: reading timer 0's counter and interrupt status has no side effects.
-            let (value, pending) = unsafe {
-                (
-                    read_volatile(VALUE as *const u32),
-                    read_volatile(INTSTATUS as *const u32) & 1 != 0,
-                )
-            };
-            // A wrap whose interrupt is still pending: a value read after it is near the top.
-            if pending && value > u32::MAX / 2 {
-                wraps += 1;
-            }
-            (u64::from(wraps) << 32) + u64::from(u32::MAX - value)
-        })
+        arch::ticks()
     }
 
     /// Ticks since `start` (a value of [`InstructionCounter::ticks`]).
@@ -84,14 +38,79 @@ impl InstructionCounter {
     }
 }
 
-/// Timer 0's interrupt: one more wrap.
-pub fn on_wrap() {
-    WRAPS.fetch_add(1, Ordering::AcqRel);
-    // SAFETY: writing INTCLEAR acknowledges timer 0's interrupt.
-    unsafe { write_volatile(INTCLEAR as *mut u32, 1) };
+/// Instructions executed in `ticks` ticks of the board's counter under `-icount shift=ICOUNT_SHIFT`.
+pub fn instructions(ticks: u64) -> u64 {
+    match BOARD.counter {
+        Counter::SysTick { hz } => {
+            // ticks * (10^9 / hz) / 2^S, with the fraction reduced so that nothing overflows.
+            let divisor = gcd(1_000_000_000, u64::from(hz));
+            let (numerator, denominator) = (1_000_000_000 / divisor, u64::from(hz) / divisor);
+            ticks * numerator / (denominator << ICOUNT_SHIFT)
+        }
+        Counter::Minstret => ticks >> ICOUNT_SHIFT,
+    }
 }
 
-/// Instructions executed in `ticks` timer ticks under `-icount shift=ICOUNT_SHIFT`.
-pub fn instructions(ticks: u64) -> u64 {
-    (ticks * TIMER_TICK_NS) >> ICOUNT_SHIFT
+const fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(target_arch = "arm")]
+mod arch {
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    use cortex_m::peripheral::syst::SystClkSource;
+    use cortex_m::peripheral::{SCB, SYST};
+    use cortex_m_rt::exception;
+
+    /// The SysTick's reload value: it counts `RELOAD..=0`, `2^24` ticks a wrap.
+    const RELOAD: u32 = 0x00FF_FFFF;
+
+    /// Wraps of the SysTick (each `2^24` ticks).
+    static WRAPS: AtomicU32 = AtomicU32::new(0);
+
+    /// Starts the SysTick on the core clock, free-running, its exception enabled.
+    pub fn start() {
+        // SAFETY: only the counter uses the SysTick; the firmware takes no other peripherals
+        // object, so this one is the only handle.
+        let mut syst = unsafe { cortex_m::Peripherals::steal() }.SYST;
+        syst.disable_counter();
+        syst.set_clock_source(SystClkSource::Core);
+        syst.set_reload(RELOAD);
+        syst.clear_current();
+        syst.enable_interrupt();
+        syst.enable_counter();
+    }
+
+    /// Ticks since [`start`].
+    pub fn ticks() -> u64 {
+        cortex_m::interrupt::free(|_| {
+            let mut wraps = WRAPS.load(Ordering::Acquire);
+            let value = SYST::get_current();
+            // A wrap whose exception is still pending: a value read after it is near the top.
+            if SCB::is_pendst_pending() && value > RELOAD / 2 {
+                wraps += 1;
+            }
+            (u64::from(wraps) << 24) + u64::from(RELOAD - value)
+        })
+    }
+
+    #[exception]
+    fn SysTick() {
+        WRAPS.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(target_arch = "riscv32")]
+mod arch {
+    /// `minstret` counts from the start; nothing to set up.
+    pub fn start() {}
+
+    /// `minstret`: the virtual clock in ns under `-icount` (QEMU 7.2).
+    pub fn ticks() -> u64 {
+        riscv::register::minstret::read64()
+    }
 }

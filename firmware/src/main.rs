@@ -1,9 +1,12 @@
-//! # txl-firmware: the txl core on a Cortex-M4F, bit-exact with the host
+//! # txl-firmware: the txl core on microcontrollers, bit-exact with the host
 //!
-//! The same `txl-core` the host tools use, unmodified, on an Arm MPS2 AN386 board (Cortex-M4
-//! with FPU) as QEMU models it. Everything is decided at build time (see `build.rs`):
+//! The same `txl-core` the host tools use, unmodified, on the boards of [`board`] as QEMU models
+//! them: Arm MPS2/MPS3 boards with a Cortex-M4F (the default, `mps2-an386`), M7, M33 or M55, and
+//! RISC-V's `virt` machine with an RV32IMAC hart. Everything is decided at build time (see
+//! `build.rs`), the board included (`TXL_BOARD`):
 //!
-//! - **The model image** lives in flash (`include_bytes!`, 16-byte aligned) and is read in place:
+//! - **The model image** lives in flash (`include_bytes!`, 16-byte aligned, in the section
+//!   `.txl_image` that the memory map places in the board's flash) and is read in place:
 //!   `Model::parse` checks it once, the forward pass reads the weights where they are.
 //! - **The arena** is a static buffer of exactly `Session::arena_bytes` for the build-time
 //!   options, computed by the build script with the core itself, so an arena that cannot fit the
@@ -24,7 +27,7 @@ extern crate alloc;
 
 mod args;
 mod bench;
-#[allow(dead_code)] // the memory map is for build.rs; the firmware reads the timer's figures
+#[allow(dead_code)] // the memory map is for build.rs; the firmware reads the board's devices
 mod board;
 mod counter;
 mod demo;
@@ -36,7 +39,6 @@ use core::mem::MaybeUninit;
 use core::ptr::{addr_of, addr_of_mut};
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use cortex_m_rt::{entry, exception, ExceptionFrame};
 use defmt::{error, info};
 use embedded_alloc::LlffHeap;
 use txl_core::arena::ArenaLayout;
@@ -45,8 +47,11 @@ use txl_core::{Model, OptionWord, PositionKeys, Session, SessionOptions};
 use crate::args::{ArenaSource, Mode};
 
 // The critical section implementation (single core) and the defmt transport.
+#[cfg(target_arch = "arm")]
 use cortex_m as _;
 use defmt_semihosting as _;
+#[cfg(target_arch = "riscv32")]
+use riscv as _;
 
 /// What the build script decided: image, tokens, options, arena sizes.
 #[allow(dead_code)]
@@ -58,11 +63,19 @@ mod build {
 #[repr(C, align(16))]
 struct Aligned<T: ?Sized>(T);
 
-/// The model image, in flash.
-static IMAGE: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/model.txl")));
+/// The model image, in flash (the board's image region, if it has one).
+#[link_section = ".txl_image"]
+static IMAGE: Aligned<[u8; build::IMAGE_BYTES]> =
+    Aligned(*include_bytes!(concat!(env!("OUT_DIR"), "/model.txl")));
 
-/// The tokens `score` reads, in flash: every byte is one token id.
-static TOKENS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tokens.bin"));
+/// The tokens `score` reads, next to the image: every byte is one token id.
+#[link_section = ".txl_image"]
+static TOKENS: [u8; build::TOKEN_BYTES] = *include_bytes!(concat!(env!("OUT_DIR"), "/tokens.bin"));
+
+/// The board's name, which the runner (`host/`) reads from the ELF to start the board's QEMU.
+#[used]
+#[no_mangle]
+static TXL_BOARD: [u8; build::BOARD_NAME.len()] = build::BOARD_NAME;
 
 /// The static arena, exactly `Session::arena_bytes` for the build-time options (in `.bss`).
 static mut ARENA: Aligned<[u8; build::ARENA_BYTES]> = Aligned([0; build::ARENA_BYTES]);
@@ -116,7 +129,8 @@ impl From<txl_core::Error> for Failure {
     }
 }
 
-#[entry]
+#[cfg_attr(target_arch = "arm", cortex_m_rt::entry)]
+#[cfg_attr(target_arch = "riscv32", riscv_rt::entry)]
 fn main() -> ! {
     let code = match run() {
         Ok(()) => 0,
@@ -143,7 +157,9 @@ fn run() -> Result<(), Failure> {
     let parse_instructions = counter::instructions(counter.ticks_since(start));
     let config = model.config();
     info!(
-        "txl-firmware on Cortex-M4F (mps2-an386): image {=usize} bytes in flash at {=usize:#010x} ({=str})",
+        "txl-firmware on {=str} ({=str}): image {=usize} bytes in flash at {=usize:#010x} ({=str})",
+        build::BOARD.core,
+        build::BOARD.name,
         IMAGE.0.len(),
         IMAGE.0.as_ptr() as usize,
         build::MODEL_SOURCE
@@ -181,7 +197,7 @@ fn run() -> Result<(), Failure> {
         position_keys
     );
     match cli.mode {
-        Mode::Score => score::run(session, TOKENS, &counter, cli.reset_after),
+        Mode::Score => score::run(session, &TOKENS, &counter, cli.reset_after),
         Mode::Demo => demo::run(session, &cli.demo, &counter),
         Mode::Bench => bench::run(&counter),
     }
@@ -270,18 +286,34 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     semihosting::process::exit(101)
 }
 
-#[exception]
-unsafe fn HardFault(frame: &ExceptionFrame) -> ! {
+#[cfg(target_arch = "arm")]
+#[cortex_m_rt::exception]
+unsafe fn HardFault(frame: &cortex_m_rt::ExceptionFrame) -> ! {
     error!("hard fault at pc {=u32:#010x}", frame.pc());
     semihosting::process::exit(102)
 }
 
-#[exception]
+#[cfg(target_arch = "arm")]
+#[cortex_m_rt::exception]
 unsafe fn DefaultHandler(irqn: i16) {
-    if irqn == counter::TIMER0_IRQ as i16 {
-        counter::on_wrap();
-    } else {
-        error!("unexpected interrupt {=i16}", irqn);
-        semihosting::process::exit(103)
-    }
+    error!("unexpected interrupt {=i16}", irqn);
+    semihosting::process::exit(103)
+}
+
+/// Every RISC-V exception (an illegal instruction, a misaligned or faulting access, ...).
+#[cfg(target_arch = "riscv32")]
+#[export_name = "ExceptionHandler"]
+fn exception_handler(_frame: &riscv_rt::TrapFrame) -> ! {
+    let cause = riscv::register::mcause::read().bits();
+    let pc = riscv::register::mepc::read();
+    error!("exception {=usize} at pc {=usize:#010x}", cause, pc);
+    semihosting::process::exit(102)
+}
+
+/// Interrupts are never enabled on RISC-V; one arriving is a bug.
+#[cfg(target_arch = "riscv32")]
+#[export_name = "DefaultHandler"]
+fn default_handler() {
+    error!("unexpected interrupt");
+    semihosting::process::exit(103)
 }

@@ -2,7 +2,10 @@
 //! score got go to RAM that the reset leaves alone; after it, the firmware picks them up and
 //! goes on, and prints the digest an uninterrupted run prints.
 //!
-//! The record in [`board::SURVIVING_RAM_ORIGIN`]: a 48-byte header (below) with its own
+//! Only boards with RAM that a reset leaves alone (`Board::surviving_ram`) can do this; the others
+//! refuse `--reset-after`.
+//!
+//! The record at the start of that RAM: a 48-byte header (below) with its own
 //! CRC-32, then the session state as `Session::save_state` writes it (which has its own CRC and
 //! says which model and options it belongs to). The header is cleared as soon as it is read, so
 //! a second reset starts afresh.
@@ -21,7 +24,9 @@
 use txl_core::digest::Digest;
 use txl_core::{crc32, Session};
 
-use crate::{board, Failure};
+use crate::board::Reset;
+use crate::build::BOARD;
+use crate::Failure;
 
 const MAGIC: [u8; 8] = *b"TXLRESUM";
 const HEADER_BYTES: usize = 48;
@@ -57,14 +62,17 @@ impl Progress {
     }
 }
 
-/// The surviving RAM.
-fn region() -> &'static mut [u8] {
-    // SAFETY: the PSRAM is RAM on this board that the linker script places nothing in and no
-    // other code touches; this firmware is single-threaded and uses the slice returned here only
-    // until the next call (`take` and `save_and_reset` never overlap).
-    unsafe {
-        core::slice::from_raw_parts_mut(board::SURVIVING_RAM_ORIGIN as *mut u8, board::SURVIVING_RAM_BYTES)
-    }
+/// Why `--reset-after` is refused on a board without surviving RAM.
+pub const NO_SURVIVING_RAM: &str =
+    "--reset-after needs RAM that survives a reset, and this board has none (firmware/README.md)";
+
+/// The surviving RAM, if the board has any.
+fn region() -> Option<&'static mut [u8]> {
+    let region = BOARD.surviving_ram?;
+    // SAFETY: the surviving RAM is RAM on this board that the linker script places nothing in and
+    // no other code touches; this firmware is single-threaded and uses the slice returned here
+    // only until the next call (`take` and `save_and_reset` never overlap).
+    Some(unsafe { core::slice::from_raw_parts_mut(region.origin as usize as *mut u8, region.bytes) })
 }
 
 fn get_u32(bytes: &[u8], at: usize) -> u32 {
@@ -78,7 +86,9 @@ fn get_u64(bytes: &[u8], at: usize) -> u64 {
 /// If a reset left a record, restores its session state into `session` and returns how far
 /// the score got; `None` on a cold start. The record is cleared either way.
 pub fn take(session: &mut Session<'_, '_>) -> Result<Option<Progress>, Failure> {
-    let region = region();
+    let Some(region) = region() else {
+        return Ok(None);
+    };
     let header = &region[..HEADER_BYTES];
     if header[..8] != MAGIC || get_u32(header, 40) != crc32(&header[..40]) {
         return Ok(None);
@@ -98,7 +108,7 @@ pub fn take(session: &mut Session<'_, '_>) -> Result<Option<Progress>, Failure> 
 
 /// Saves the session state and `progress` to the surviving RAM and resets the core.
 pub fn save_and_reset(session: &Session<'_, '_>, progress: &Progress) -> Result<(), Failure> {
-    let region = region();
+    let region = region().ok_or(Failure::Args(NO_SURVIVING_RAM))?;
     let (header, rest) = region.split_at_mut(HEADER_BYTES);
     let state_len = session.save_state(rest)?;
     header.fill(0);
@@ -120,6 +130,27 @@ pub fn save_and_reset(session: &Session<'_, '_>, progress: &Progress) -> Result<
         state_len,
         progress.next_segment
     );
-    cortex_m::asm::dsb();
-    cortex_m::peripheral::SCB::sys_reset()
+    reset()
+}
+
+/// Resets the whole board, as its [`Reset`] says.
+fn reset() -> ! {
+    match BOARD.reset {
+        #[cfg(target_arch = "arm")]
+        Reset::SysResetReq => {
+            cortex_m::asm::dsb();
+            cortex_m::peripheral::SCB::sys_reset()
+        }
+        #[cfg(target_arch = "riscv32")]
+        Reset::SifiveTest { base } => {
+            // SAFETY: the board has QEMU's `sifive_test` device at `base`; writing 0x7777 to it
+            // resets the machine and touches no memory.
+            unsafe { core::ptr::write_volatile(base as *mut u32, 0x7777) };
+            loop {
+                core::hint::spin_loop();
+            }
+        }
+        #[allow(unreachable_patterns)] // a board whose reset this architecture cannot do
+        _ => unreachable!("the board's reset does not match its architecture"),
+    }
 }

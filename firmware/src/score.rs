@@ -31,6 +31,9 @@ pub fn run(
     if tgt_len > MAX_SEGMENT {
         return Err(Failure::Args("score feeds segments of at most 1024 tokens"));
     }
+    if reset_after.is_some() && crate::build::BOARD.surviving_ram.is_none() {
+        return Err(Failure::Args(resume::NO_SURVIVING_RAM));
+    }
     let mut progress = match resume::take(&mut session)? {
         Some(progress) => {
             info!(

@@ -1,8 +1,11 @@
-//! The firmware (`firmware/`) runs the unmodified core on a Cortex-M4F in QEMU (`mps2-an386`)
-//! and gives the host core's results bit for bit; images that do not fit the board fail the build.
+//! The firmware (`firmware/`) runs the unmodified core on microcontrollers in QEMU and gives the
+//! host core's results bit for bit; images that do not fit the board fail the build. The default
+//! board (`mps2-an386`, Cortex-M4F) is checked in depth; every other board (Cortex-M7, M33, M55,
+//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset.
 //!
-//! Needs the `thumbv7em-none-eabihf` target and `qemu-system-arm`, which `scripts/test.sh`
-//! installs. Builds go to `target/firmware-test` (this test run holds no lock on it).
+//! Needs every board's Rust target and QEMU (`qemu-system-arm`, `qemu-system-riscv32`), which
+//! `scripts/test.sh` installs; a missing one fails the test. Builds go to `target/firmware-test`
+//! (this test run holds no lock on it).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -16,19 +19,15 @@ use txl_core::sampling::Sampling;
 use txl_core::scoring;
 use txl_core::AlignedBytes;
 use txl_core::{Config, Model, Session, SessionOptions};
+use txl_firmware_host::board::{self, Board};
 use txl_firmware_host::{field, Outcome, ScoreLine};
 use txl_host_gpu::quantize::{quantize_weights, Target};
 use txl_tests::random_image;
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::generate;
 
-/// The board's memory map and reserves, as the firmware's build script reads them.
-#[allow(dead_code)]
-mod board {
-    include!("../../firmware/src/board.rs");
-}
-
-const TARGET: &str = "thumbv7em-none-eabihf";
+/// The default board, checked in depth.
+const DEFAULT: Board = board::MPS2_AN386;
 
 /// Each QEMU run takes seconds; this only stops a hung one.
 const QEMU_TIMEOUT: Duration = Duration::from_secs(600);
@@ -72,38 +71,47 @@ fn cargo() -> Command {
     command
 }
 
-/// Fails (never skips) when the Cortex-M target is missing.
-fn require_target() {
+/// Fails (never skips) when `board`'s Rust target is missing.
+fn require_target(board: &Board) {
+    let target = board.target;
     let sysroot = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
         .args(["--print", "sysroot"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    let target_lib = Path::new(&sysroot).join("lib/rustlib").join(TARGET);
+    let target_lib = Path::new(&sysroot).join("lib/rustlib").join(target);
     assert!(
         target_lib.is_dir(),
-        "the Rust target {TARGET} is not installed (no {}): run scripts/test.sh, which installs it",
+        "the Rust target {target} is not installed (no {}): run scripts/test.sh, which installs it",
         target_lib.display()
     );
 }
 
-/// Fails (never skips) when the Cortex-M target or QEMU is missing.
-fn require_target_and_qemu() {
-    require_target();
-    if let Err(error) = txl_firmware_host::check_qemu() {
+/// Fails (never skips) when `board`'s Rust target or QEMU is missing.
+fn require_target_and_qemu(board: &Board) {
+    require_target(board);
+    if let Err(error) = txl_firmware_host::check_qemu(board) {
         panic!("{error}");
     }
 }
 
-/// Builds the firmware with `vars`; the ELF is copied to `target/firmware-test/NAME.elf`.
-/// `Err` holds cargo's error output.
-fn build_firmware(name: &str, vars: &[(&str, &OsStr)]) -> Result<PathBuf, String> {
+/// Builds the firmware for `board` with `vars`; the ELF is copied to
+/// `target/firmware-test/NAME.elf`. `Err` holds cargo's error output.
+fn build_firmware(board: &Board, name: &str, vars: &[(&str, &OsStr)]) -> Result<PathBuf, String> {
     let _build = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
     let target_dir = work_dir().join("firmware");
     let output = cargo()
         .current_dir(workspace().join("firmware"))
+        .env("TXL_BOARD", board.name)
         .envs(vars.iter().copied())
-        .args(["build", "--release", "--locked", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "--target",
+            board.target,
+            "--target-dir",
+        ])
         .arg(&target_dir)
         .output()
         .expect("cargo runs");
@@ -116,7 +124,7 @@ fn build_firmware(name: &str, vars: &[(&str, &OsStr)]) -> Result<PathBuf, String
     if !output.status.success() {
         return Err(stderr);
     }
-    let built = target_dir.join(TARGET).join("release/txl-firmware");
+    let built = target_dir.join(board.target).join("release/txl-firmware");
     let elf = work_dir().join(format!("{name}.elf"));
     std::fs::copy(&built, &elf).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
     Ok(elf)
@@ -270,12 +278,13 @@ fn int8_firmware_is_bit_exact_with_the_host() {
 
 #[test]
 fn int8_firmware_with_int8_memory_and_recomputed_position_keys_is_bit_exact() {
-    require_target_and_qemu();
+    require_target_and_qemu(&DEFAULT);
     let image = demo_image_int8();
     let aligned = AlignedBytes::copy_from(&image).unwrap();
     let model = Model::parse(aligned.bytes()).expect("the image parses");
     let (tokens, tokens_path) = score_tokens("tokens-int8-small.bin");
     let elf = build_firmware(
+        &DEFAULT,
         "demo-int8-small",
         &[
             ("TXL_DTYPE", OsStr::new("int8")),
@@ -299,20 +308,19 @@ fn int8_firmware_with_int8_memory_and_recomputed_position_keys_is_bit_exact() {
         "{}",
         run.transcript()
     );
-    assert_resumes_after_a_reset(&elf, &[], host.digest());
+    assert_resumes_after_a_reset(&elf, 2, host.digest());
     let smaller = Session::arena_bytes(&model, &options).unwrap();
     assert_eq!(number_after(&run.lines, "arena bytes"), smaller);
     let default = Session::arena_bytes(&model, &SessionOptions::from_config(model.config())).unwrap();
     assert!(smaller < default, "{smaller} >= {default}");
 }
 
-/// Runs `score --reset-after 2` (then `options`): the firmware saves its session state after two
-/// segments, resets itself, restores the state after the reboot and must print the digest of an
-/// uninterrupted run, `digest`.
-fn assert_resumes_after_a_reset(elf: &Path, options: &[&str], digest: u32) {
-    let mut args = vec!["score", "--reset-after", "2"];
-    args.extend(options);
-    let run = run_firmware(elf, &args);
+/// Runs `score --reset-after K`: the firmware saves its session state after `K` segments, resets
+/// itself, restores the state after the reboot and must print the digest of an uninterrupted run,
+/// `digest`.
+fn assert_resumes_after_a_reset(elf: &Path, segments: usize, digest: u32) {
+    let segments = segments.to_string();
+    let run = run_firmware(elf, &["score", "--reset-after", &segments]);
     let transcript = run.transcript();
     assert!(
         transcript.contains("session state saved") && transcript.contains("resumed after a reset"),
@@ -328,7 +336,7 @@ fn assert_resumes_after_a_reset(elf: &Path, options: &[&str], digest: u32) {
 /// Builds the firmware with the bundled model in `dtype` (the build script converts it; `image`
 /// is the same conversion on the host), then checks score and demo against the host core.
 fn check_bit_exact(dtype: &str, image: Vec<u8>) {
-    require_target_and_qemu();
+    require_target_and_qemu(&DEFAULT);
     let image_path = work_dir().join(format!("demo-{dtype}.txl"));
     std::fs::write(&image_path, &image).expect("writing the image");
     let aligned = AlignedBytes::copy_from(&image).unwrap();
@@ -337,6 +345,7 @@ fn check_bit_exact(dtype: &str, image: Vec<u8>) {
 
     // The bundled model converted by the build script (TXL_MODEL unset).
     let elf = build_firmware(
+        &DEFAULT,
         &format!("demo-{dtype}"),
         &[
             ("TXL_DTYPE", OsStr::new(dtype)),
@@ -367,7 +376,7 @@ fn check_bit_exact(dtype: &str, image: Vec<u8>) {
         Session::arena_bytes(&model, &options).unwrap()
     );
     assert_arena_matches_inspect(&run.lines, &txl_inspect(&image_path, &[]));
-    assert_resumes_after_a_reset(&elf, &[], host.digest());
+    assert_resumes_after_a_reset(&elf, 2, host.digest());
 
     // 2. The same firmware with other options and its arena sized at boot, from the heap.
     let run = run_firmware(
@@ -452,7 +461,7 @@ fn too_large_config() -> Config {
 
 #[test]
 fn images_that_do_not_fit_the_board_fail_the_build() {
-    require_target();
+    require_target(&DEFAULT);
     let (tokens, tokens_path) = score_tokens("tokens-too-large.bin");
 
     // An image larger than the flash.
@@ -460,6 +469,7 @@ fn images_that_do_not_fit_the_board_fail_the_build() {
     let image_path = work_dir().join("too-large.txl");
     std::fs::write(&image_path, &image).expect("writing the image");
     let stderr = build_firmware(
+        &DEFAULT,
         "too-large",
         &[
             ("TXL_MODEL", image_path.as_os_str()),
@@ -467,7 +477,7 @@ fn images_that_do_not_fit_the_board_fail_the_build() {
         ],
     )
     .expect_err("a 5 MB image built for a 4 MiB flash");
-    let over = image.len() + tokens.len() + board::CODE_BYTES - board::FLASH_BYTES;
+    let over = image.len() + tokens.len() + board::CODE_BYTES - DEFAULT.flash.bytes;
     let expected = format!("{over} bytes too many");
     assert!(
         stderr.contains("does not fit the board's flash") && stderr.contains(&expected),
@@ -488,6 +498,7 @@ fn images_that_do_not_fit_the_board_fail_the_build() {
     .unwrap()
     .total_bytes();
     let stderr = build_firmware(
+        &DEFAULT,
         "long-memory",
         &[
             ("TXL_MODEL", image_path.as_os_str()),
@@ -496,7 +507,7 @@ fn images_that_do_not_fit_the_board_fail_the_build() {
         ],
     )
     .expect_err("an arena larger than the RAM");
-    let over = arena + board::STACK_BYTES + board::STATIC_BYTES - board::RAM_BYTES;
+    let over = arena + board::STACK_BYTES + board::STATIC_BYTES - DEFAULT.ram.bytes;
     let expected = format!("arena {arena} bytes");
     let too_many = format!("{over} bytes too many");
     assert!(
@@ -505,4 +516,80 @@ fn images_that_do_not_fit_the_board_fail_the_build() {
             && stderr.contains(&too_many),
         "expected \"does not fit the board's RAM: {expected} ... {too_many}\" in:\n{stderr}"
     );
+}
+
+/// Tokens the other boards score: two segments of the demo's `tgt_len`, the memory carried from
+/// the first to the second (the f32 build on the RV32IMAC, which has no FPU, runs its arithmetic in
+/// software: about 75 million instructions a token).
+const BOARD_TOKENS: usize = 128;
+
+/// Builds the firmware for `board` with the bundled model in int8 and in f32, and checks that each
+/// scores `BOARD_TOKENS` tokens with the host's digest and bits per token; the int8 build also
+/// resumes after a reset with the uninterrupted digest.
+fn check_board(board: &Board) {
+    require_target_and_qemu(board);
+    let heldout =
+        std::fs::read(workspace().join("tests/fixtures/demo/heldout.txt")).expect("reading heldout.txt");
+    let bytes = &heldout[..BOARD_TOKENS];
+    let tokens_path = work_dir().join(format!("tokens-{}.bin", board.name));
+    std::fs::write(&tokens_path, bytes).expect("writing the tokens");
+    let tokens: Vec<u32> = bytes.iter().map(|&b| u32::from(b)).collect();
+    for (dtype, image) in [("int8", demo_image_int8()), ("f32", demo_image_f32())] {
+        let aligned = AlignedBytes::copy_from(&image).unwrap();
+        let model = Model::parse(aligned.bytes()).expect("the image parses");
+        let elf = build_firmware(
+            board,
+            &format!("{}-{dtype}", board.name),
+            &[
+                ("TXL_DTYPE", OsStr::new(dtype)),
+                ("TXL_TOKENS", tokens_path.as_os_str()),
+            ],
+        )
+        .unwrap_or_else(|stderr| panic!("building the firmware for {} failed:\n{stderr}", board.name));
+        let run = run_firmware(&elf, &["score"]);
+        let firmware = score_line(&run);
+        let options = SessionOptions::from_config(model.config());
+        let host = scoring::score(&model, &tokens, options, 0, |_| {}).expect("the host scores");
+        assert_eq!(firmware.tokens, tokens.len());
+        assert_eq!(
+            (firmware.digest, firmware.bits_per_token),
+            (host.digest(), host.bits_per_token()),
+            "{} with {dtype} weights: firmware digest {:#010x}, host {:#010x}:\n{}",
+            board.name,
+            firmware.digest,
+            host.digest(),
+            run.transcript()
+        );
+        assert!(firmware.instructions_per_token > 0);
+        assert!(
+            run.lines[0].contains(board.core) && run.lines[0].contains(board.name),
+            "the firmware does not say it runs on {} ({}):\n{}",
+            board.core,
+            board.name,
+            run.transcript()
+        );
+        if dtype == "int8" {
+            assert_resumes_after_a_reset(&elf, 1, host.digest());
+        }
+    }
+}
+
+#[test]
+fn cortex_m7_mps2_an500_is_bit_exact_with_the_host() {
+    check_board(&board::MPS2_AN500);
+}
+
+#[test]
+fn cortex_m33_mps2_an505_is_bit_exact_with_the_host() {
+    check_board(&board::MPS2_AN505);
+}
+
+#[test]
+fn cortex_m55_mps3_an547_is_bit_exact_with_the_host() {
+    check_board(&board::MPS3_AN547);
+}
+
+#[test]
+fn rv32imac_riscv32_virt_is_bit_exact_with_the_host() {
+    check_board(&board::RISCV32_VIRT);
 }

@@ -1,7 +1,10 @@
-//! The host side of txl-firmware: runs a firmware ELF in QEMU's `mps2-an386` (Cortex-M4 with
-//! FPU) and decodes its `defmt` log.
+//! The host side of txl-firmware: runs a firmware ELF in QEMU, on the board it was built for,
+//! and decodes its `defmt` log.
 //!
-//! QEMU runs with `-icount shift=6` (every instruction advances the virtual clock by 64 ns, which
+//! The board comes from the ELF itself (the firmware's `TXL_BOARD` symbol names it), and with it
+//! the emulator, machine and CPU (`firmware/src/board.rs`: `qemu-system-arm -machine mps2-an386
+//! -cpu cortex-m4` for the default board, `qemu-system-riscv32 -machine virt -bios none` for the
+//! RISC-V one). QEMU runs with `-icount shift=6` (every instruction advances the virtual clock by 64 ns, which
 //! the firmware's timer turns into an instruction count), semihosting for the log, the arguments
 //! and the exit code, and no display, serial port or monitor, so it runs with a closed stdin (CI).
 //! The `txl-qemu` binary is cargo's runner for the firmware; the tests call [`run`].
@@ -28,16 +31,15 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use defmt_decoder::{DecodeError, Table};
 
+use object::{Object, ObjectSection, ObjectSymbol};
+
+/// The boards (`firmware/src/board.rs`).
 #[allow(dead_code)]
-mod board {
+pub mod board {
     include!("../../src/board.rs");
 }
 
-/// The emulator.
-pub const QEMU: &str = "qemu-system-arm";
-
-/// The board QEMU models: Arm MPS2 with the AN386 image (Cortex-M4 with FPU).
-pub const MACHINE: &str = "mps2-an386";
+pub use board::{board_named, Board, BOARDS};
 
 /// `-icount shift`: one guest instruction is `2^ICOUNT_SHIFT` ns of virtual time. The firmware
 /// assumes this value (`firmware/src/board.rs`).
@@ -75,9 +77,30 @@ impl Outcome {
     }
 }
 
-/// The QEMU command line that runs `elf` with semihosting arguments `args` (argument 0 is the
-/// program name).
-pub fn qemu_command(elf: &Path, args: &[&str]) -> Result<Command> {
+/// The board a firmware ELF was built for: its `TXL_BOARD` symbol holds the name.
+pub fn elf_board(elf_bytes: &[u8]) -> Result<Board> {
+    let file = object::File::parse(elf_bytes).context("not an ELF file")?;
+    let symbol = file
+        .symbols()
+        .find(|s| s.name() == Ok("TXL_BOARD"))
+        .context("no TXL_BOARD symbol: not a txl-firmware ELF")?;
+    let section = symbol
+        .section_index()
+        .and_then(|index| file.section_by_index(index).ok())
+        .context("TXL_BOARD is in no section")?;
+    let data = section.data().context("reading TXL_BOARD's section")?;
+    let start = usize::try_from(symbol.address() - section.address())?;
+    let name = data
+        .get(start..start + usize::try_from(symbol.size())?)
+        .context("TXL_BOARD lies outside its section")?;
+    let name = std::str::from_utf8(name).context("TXL_BOARD is not text")?;
+    board_named(name)
+        .ok_or_else(|| anyhow!("the ELF was built for {name:?}, which this runner does not know"))
+}
+
+/// The QEMU command line that runs `elf` on `board` with semihosting arguments `args` (argument 0
+/// is the program name).
+pub fn qemu_command(board: &Board, elf: &Path, args: &[&str]) -> Result<Command> {
     let mut semihosting = String::from("enable=on,target=native,arg=txl-firmware");
     for arg in args {
         semihosting.push_str(",arg=");
@@ -94,9 +117,13 @@ pub fn qemu_command(elf: &Path, args: &[&str]) -> Result<Command> {
         // A comma inside a QEMU option value is written twice.
         semihosting.push_str(&quoted.replace(',', ",,"));
     }
-    let mut command = Command::new(QEMU);
+    let mut command = Command::new(board.qemu);
+    command.args(["-machine", board.machine]);
+    if let Some(cpu) = board.cpu {
+        command.args(["-cpu", cpu]);
+    }
     command
-        .args(["-machine", MACHINE, "-cpu", "cortex-m4"])
+        .args(board.qemu_options)
         .args(["-display", "none", "-serial", "none", "-monitor", "none"])
         .args(["-icount", &format!("shift={ICOUNT_SHIFT}")])
         .args(["-semihosting-config", &semihosting])
@@ -105,14 +132,24 @@ pub fn qemu_command(elf: &Path, args: &[&str]) -> Result<Command> {
     Ok(command)
 }
 
-/// Checks that `qemu-system-arm` runs; the error says how to install it.
-pub fn check_qemu() -> Result<()> {
-    let output = Command::new(QEMU).arg("--version").output();
+/// The Debian package with `qemu`.
+fn qemu_package(qemu: &str) -> &'static str {
+    match qemu {
+        "qemu-system-arm" => "qemu-system-arm",
+        _ => "qemu-system-misc",
+    }
+}
+
+/// Checks that `board`'s emulator runs; the error says how to install it.
+pub fn check_qemu(board: &Board) -> Result<()> {
+    let qemu = board.qemu;
+    let output = Command::new(qemu).arg("--version").output();
     match output {
         Ok(output) if output.status.success() => Ok(()),
         _ => bail!(
-            "{QEMU} is not installed: run scripts/test.sh, which installs it \
-             (apt-get install qemu-system-arm)"
+            "{qemu} is not installed: run scripts/test.sh, which installs it \
+             (apt-get install {})",
+            qemu_package(qemu)
         ),
     }
 }
@@ -130,14 +167,15 @@ pub fn run(
         .map_err(|e| anyhow!("{}: reading the defmt table: {e}", elf.display()))?
         .ok_or_else(|| anyhow!("{}: no defmt data (built without defmt.x?)", elf.display()))?;
     let mut decoder = table.new_stream_decoder();
+    let board = elf_board(&elf_bytes).with_context(|| elf.display().to_string())?;
 
-    check_qemu()?;
-    let mut child = qemu_command(elf, args)?
+    check_qemu(&board)?;
+    let mut child = qemu_command(&board, elf, args)?
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("starting {QEMU}"))?;
+        .with_context(|| format!("starting {}", board.qemu))?;
     let (sender, receiver) = mpsc::channel::<Vec<u8>>();
     let mut stdout = child.stdout.take().context("QEMU's stdout")?;
     let reader = std::thread::spawn(move || {
@@ -267,8 +305,29 @@ mod tests {
     }
 
     #[test]
+    fn each_board_gets_its_emulator_machine_and_cpu() {
+        let line = |board: &Board| -> String {
+            let command = qemu_command(board, Path::new("fw.elf"), &[]).unwrap();
+            let args: Vec<String> = command
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            format!("{} {}", command.get_program().to_string_lossy(), args.join(" "))
+        };
+        assert!(line(&board::MPS2_AN386).starts_with("qemu-system-arm -machine mps2-an386 -cpu cortex-m4 "));
+        assert!(line(&board::MPS3_AN547).starts_with("qemu-system-arm -machine mps3-an547 -cpu cortex-m55 "));
+        assert!(line(&board::RISCV32_VIRT)
+            .starts_with("qemu-system-riscv32 -machine virt -bios none -m 64M -display none "));
+        for board in BOARDS {
+            assert_eq!(board_named(board.name), Some(board));
+            assert!(line(&board).contains(" -icount shift=6 "));
+        }
+    }
+
+    #[test]
     fn quotes_arguments_with_blanks_and_doubles_commas() {
         let command = qemu_command(
+            &BOARDS[0],
             Path::new("fw.elf"),
             &["demo", "--prompt", "In the beginning, God"],
         )

@@ -1,7 +1,9 @@
-//! `txl-qemu ELF [ARGS...]`: runs a txl-firmware ELF in QEMU (`mps2-an386`) with `ARGS` as its
-//! semihosting command line, prints the decoded defmt log as it comes, and exits with the
-//! firmware's exit code (124 after `TXL_QEMU_TIMEOUT` seconds, if set). Cargo's runner for the
-//! firmware: `cargo run --release -- demo --prompt "And God said"` inside `firmware/`.
+//! `txl-qemu ELF [ARGS...]`: runs a txl-firmware ELF in QEMU, on the board it was built for, with
+//! `ARGS` as its semihosting command line, prints the decoded defmt log as it comes, and exits
+//! with the firmware's exit code (124 after `TXL_QEMU_TIMEOUT` seconds, if set). Cargo's runner
+//! for the firmware: `cargo run --release -- demo --prompt "And God said"` inside `firmware/`.
+//!
+//! `txl-qemu --boards` lists the boards, one a line: name, Rust target, core.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,9 +12,15 @@ use std::time::Duration;
 fn main() {
     let mut args = std::env::args().skip(1);
     let Some(elf) = args.next().map(PathBuf::from) else {
-        eprintln!("usage: txl-qemu ELF [ARGS...]");
+        eprintln!("usage: txl-qemu ELF [ARGS...] | txl-qemu --boards");
         std::process::exit(2);
     };
+    if elf.as_os_str() == "--boards" {
+        for board in txl_firmware_host::BOARDS {
+            println!("{} {} {}", board.name, board.target, board.core);
+        }
+        return;
+    }
     let args: Vec<String> = args.collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let timeout = std::env::var("TXL_QEMU_TIMEOUT")

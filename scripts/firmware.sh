@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Builds the firmware for one board, runs it in QEMU and prints its log; see --help.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+runner="$root/firmware/host/qemu-run"
+
+usage() {
+  cat <<'EOF'
+usage: scripts/firmware.sh BOARD [-- ARGS...]
+       scripts/firmware.sh --table [BOARD...]
+       scripts/firmware.sh --boards
+
+Builds txl-firmware for BOARD (release, with the build variables of firmware/README.md:
+TXL_MODEL, TXL_DTYPE, TXL_TOKENS, TXL_TGT_LEN, TXL_MEM_LEN, TXL_CLAMP_LEN, TXL_SAME_LENGTH,
+TXL_MEM_INIT, TXL_MEM_DTYPE, TXL_POSITION_KEYS), runs it in the board's QEMU machine and prints
+the firmware's log. ARGS are the firmware's own (default `score`, which ends with
+`score tokens=N bits_per_token=X digest=0x... instructions_per_token=Y`); the exit code is the
+firmware's.
+
+BOARD is one of:
+  mps2-an386    Cortex-M4F  (Arm MPS2 AN386, the default board of `cargo run` in firmware/)
+  mps2-an500    Cortex-M7   (Arm MPS2 AN500)
+  mps2-an505    Cortex-M33  (Arm MPS2 AN505)
+  mps3-an547    Cortex-M55  (Arm MPS3 AN547)
+  riscv32-virt  RV32IMAC    (QEMU's RISC-V virt machine)
+
+--table [BOARD...]  builds the bundled demo model in int8, f16 and f32 for each board (all by
+                    default), scores the default tokens and prints firmware/README.md's tables,
+                    one per board: image bytes, arena bytes, instructions per token and per MAC.
+--boards            lists the boards with their Rust targets (from firmware/src/board.rs).
+
+Examples:
+  scripts/firmware.sh mps2-an505
+  TXL_DTYPE=f32 scripts/firmware.sh riscv32-virt
+  scripts/firmware.sh mps3-an547 -- demo --prompt "And God said"
+
+Needs the board's Rust target and QEMU (scripts/test.sh installs them).
+EOF
+}
+
+# The board's Rust target, from the runner (which reads firmware/src/board.rs).
+target_of() {
+  local target
+  target=$("$runner" --boards | awk -v board="$1" '$1 == board { print $2 }')
+  if [ -z "$target" ]; then
+    echo "scripts/firmware.sh: unknown board '$1' (see --help)" >&2
+    exit 2
+  fi
+  echo "$target"
+}
+
+# Builds and runs the firmware for board $1 with arguments $2...
+run_board() {
+  local board=$1 target
+  shift
+  target=$(target_of "$board")
+  # A RUSTFLAGS variable would replace the firmware's own flags (firmware/.cargo/config.toml).
+  cd "$root/firmware"
+  env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS -u CARGO_BUILD_TARGET \
+    TXL_BOARD="$board" cargo run --quiet --release --locked --target "$target" -- "$@"
+}
+
+# Prints board $1's table: one row per precision of the demo model.
+board_table() {
+  local board=$1 core dtype log image arena per_token per_mac
+  # The demo model with default options, whatever the caller's environment says.
+  unset TXL_MODEL TXL_TOKENS TXL_TGT_LEN TXL_MEM_LEN TXL_CLAMP_LEN TXL_SAME_LENGTH TXL_MEM_INIT \
+    TXL_MEM_DTYPE TXL_POSITION_KEYS
+  core=$("$runner" --boards | awk -v board="$board" '$1 == board { print $3 }')
+  echo "#### $board ($core)"
+  echo
+  echo "| weights | image bytes | arena bytes | instructions / token | instructions / MAC | command |"
+  echo "|---|---:|---:|---:|---:|---|"
+  for dtype in int8 f16 f32; do
+    log=$(TXL_DTYPE=$dtype run_board "$board" score)
+    image=$(sed -n 's/.*: image \([0-9]*\) bytes.*/\1/p' <<<"$log")
+    arena=$(sed -n 's/^arena bytes \([0-9]*\).*/\1/p' <<<"$log")
+    per_token=$(sed -n 's/^score tokens=.*instructions_per_token=\([0-9]*\).*/\1/p' <<<"$log")
+    per_mac=$(sed -n 's/^score macs_per_token=.*instructions_per_mac=\([0-9.]*\).*/\1/p' <<<"$log")
+    echo "| $dtype | $image | $arena | $per_token | $per_mac | \`TXL_DTYPE=$dtype scripts/firmware.sh $board\` |"
+  done
+  echo
+}
+
+case "${1:-}" in
+  "" | -h | --help)
+    usage
+    [ -n "${1:-}" ] || exit 2
+    ;;
+  --boards)
+    "$runner" --boards
+    ;;
+  --table)
+    shift
+    boards=("$@")
+    [ ${#boards[@]} -gt 0 ] || mapfile -t boards < <("$runner" --boards | awk '{ print $1 }')
+    for board in "${boards[@]}"; do
+      board_table "$board"
+    done
+    ;;
+  -*)
+    echo "scripts/firmware.sh: unknown option '$1' (see --help)" >&2
+    exit 2
+    ;;
+  *)
+    board=$1
+    shift
+    if [ $# -gt 0 ]; then
+      [ "$1" = "--" ] || { echo "scripts/firmware.sh: put the firmware's arguments after -- (see --help)" >&2; exit 2; }
+      shift
+    fi
+    run_board "$board" "$@"
+    ;;
+esac
