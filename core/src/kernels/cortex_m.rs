@@ -90,6 +90,9 @@ extern "C" {
 global_asm!(
     ".syntax unified",
     ".thumb",
+    // Module-level assembly does not see rustc's target features: name an Armv7E-M core, whose
+    // instructions Armv8-M Mainline cores with the DSP extension run as well
+    ".cpu cortex-m4",
     ".macro txl_rows4_group",
     "ldrd r8, r9, [r2], #8",
     "ldr r10, [r0, r1]",
