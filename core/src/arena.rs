@@ -23,10 +23,11 @@ pub struct ArenaLayout {
     /// Bytes of the `(n_layer, mem_len + tgt_len, n_head * d_head)` cached values.
     pub values: usize,
     /// f32 `(n_layer, distances, n_head * d_head)` position keys `W_r · pos_emb(d)`, computed
-    /// once; `(1, distances, n_head * d_head)` when recomputed per segment.
+    /// once; `(1, distances, n_head * d_head)` when recomputed per segment; none (0) when `W_r`
+    /// is folded into the queries.
     pub position_keys: usize,
-    /// f32 `(distances, d_model)` sinusoid position embeddings, kept only when the position keys
-    /// are recomputed per segment (else 0).
+    /// f32 `(distances, d_model)` sinusoid position embeddings, kept when the position keys are
+    /// recomputed per segment or folded into the queries (else 0).
     pub position_embeddings: usize,
     /// f32 `(tgt_len, d_model)` the residual stream.
     pub hidden: usize,
@@ -44,7 +45,8 @@ pub struct ArenaLayout {
     pub scores: usize,
     /// f32 `(d_inner)` one feed-forward hidden row.
     pub ff_inner: usize,
-    /// f32 `(d_model)` one sinusoid position embedding, or one sub-layer output row.
+    /// f32 `(d_model)` one sinusoid position embedding, one head's folded position query
+    /// `W_r,hᵀ (q + v)_h`, or one sub-layer output row.
     pub row: usize,
     /// f32 `(d_embed)` an embedding row, or the hidden state projected for one output cluster.
     pub embed_row: usize,
@@ -81,6 +83,7 @@ impl ArenaLayout {
         let key_tables = match options.position_keys {
             PositionKeys::PerSession => layers,
             PositionKeys::PerSegment => 1,
+            PositionKeys::FoldedIntoQuery => 0,
         };
         let widest_input = [d_model, config.d_inner as usize, qkv, config.d_embed as usize];
         let layout = ArenaLayout {
@@ -89,7 +92,9 @@ impl ArenaLayout {
             position_keys: floats(key_tables.checked_mul(options.distances()).ok_or(overflow)?, qkv)?,
             position_embeddings: match options.position_keys {
                 PositionKeys::PerSession => 0,
-                PositionKeys::PerSegment => floats(options.distances(), d_model)?,
+                PositionKeys::PerSegment | PositionKeys::FoldedIntoQuery => {
+                    floats(options.distances(), d_model)?
+                }
             },
             hidden: floats(tgt, d_model)?,
             normed: floats(tgt, d_model)?,

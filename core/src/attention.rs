@@ -7,10 +7,12 @@
 //! ```
 //! scaled by `1 / sqrt(d_head)`, softmax over the keys the mask allows, then the weighted sum
 //! of values. The position term is computed directly for each (query, distance) pair: no
-//! pad-and-reshape "rel-shift".
+//! pad-and-reshape "rel-shift"; [`PositionScores`] computes it from a table of `R_d`, or with
+//! `W_r` folded into the query.
 
 use crate::kernels;
 use crate::memory::Memory;
+use crate::position::PositionScores;
 
 /// The shape of one segment's attention.
 #[derive(Clone, Copy, Debug)]
@@ -55,22 +57,21 @@ impl AttentionShape {
 
 /// Attention output of one query for one layer.
 ///
-/// `query (n_head * d_head)` holds `q_i + u`, `query_pos` holds `q_i + v`; `position_keys`
-/// is `(max_distance + 1, n_head * d_head)`; `scores` is scratch of at least `mlen + qlen`.
-/// Writes `out (n_head * d_head)`.
+/// `query (n_head * d_head)` holds `q_i + u`, `query_pos` holds `q_i + v`; `positions` gives
+/// the position term for distances `0..=max_distance`; `scores` is scratch of at least
+/// `mlen + qlen`. Writes `out (n_head * d_head)`.
 #[allow(clippy::too_many_arguments)]
-pub fn attend_one(
+pub(crate) fn attend_one(
     shape: &AttentionShape,
     i: usize,
     query: &[f32],
     query_pos: &[f32],
-    position_keys: &[f32],
+    positions: &mut PositionScores<'_>,
     memory: &Memory<'_>,
     layer: usize,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
-    let width = shape.n_head * shape.d_head;
     let scale = (1.0 / libm::sqrt(shape.d_head as f64)) as f32;
     let klen = shape.mlen + shape.qlen;
     out.fill(0.0);
@@ -89,11 +90,12 @@ pub fn attend_one(
             }
         };
         let scores = &mut scores[..=hi - lo];
+        let query_pos = &query_pos[h.clone()];
+        positions.start_head(head, query_pos);
         for (score, j) in scores.iter_mut().zip(lo..=hi) {
             let distance = (shape.mlen + i - j).min(shape.max_distance);
-            let position_key = &position_keys[distance * width..(distance + 1) * width];
             let content = memory.key_dot(layer, j, head, &query[h.clone()]);
-            let position = kernels::dot(&query_pos[h.clone()], &position_key[h.clone()]);
+            let position = positions.score(head, query_pos, distance);
             *score = (content + position) * scale;
         }
         kernels::softmax(scores);

@@ -85,6 +85,7 @@ pub(crate) mod memory;
 pub mod model;
 pub mod options;
 pub(crate) mod output;
+pub(crate) mod position;
 pub mod rng;
 pub mod sampling;
 #[cfg(feature = "alloc")]

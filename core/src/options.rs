@@ -2,8 +2,8 @@
 //!
 //! The same words are used on the command line, in the firmware's build variables and in its
 //! arguments: `empty|zeros` ([`MemInit`]), `f32|f16|int8` ([`MemDtype`]) and
-//! `session|segment` ([`PositionKeys`]). Each type parses them with [`FromStr`] and prints them
-//! with [`Display`](fmt::Display), so every tool reads and writes one spelling.
+//! `session|segment|folded` ([`PositionKeys`]). Each type parses them with [`FromStr`] and prints
+//! them with [`Display`](fmt::Display), so every tool reads and writes one spelling.
 //!
 //! ```
 //! use txl_core::{MemDtype, MemInit, OptionWord, PositionKeys};
@@ -31,8 +31,9 @@ pub enum MemInit {
     Zeros,
 }
 
-/// Where the position keys `R_d = W_r · pos_emb(d)` come from: they depend only on the distance
-/// and the layer, so they can be kept or recomputed (same bits either way).
+/// Where the position term `(q + v) · R_d` of the attention scores comes from. The position
+/// keys `R_d = W_r · pos_emb(d)` depend only on the distance and the layer, so they can be kept
+/// or recomputed (same bits either way), or never formed at all: `W_r` folds into the query.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum PositionKeys {
@@ -42,6 +43,12 @@ pub enum PositionKeys {
     /// Recomputed for each layer of each segment from a kept table of `pos_emb`: two tables of
     /// RAM instead of `n_layer`, at `klen × d_model × n_head·d_head` MACs per layer and segment.
     PerSegment,
+    /// No keys: `(q + v) · (W_r pos_emb(d)) = (W_rᵀ (q + v)) · pos_emb(d)`, so each query and
+    /// head folds `W_r` in once (`d_head × d_model` MACs) and meets a kept table of `pos_emb`
+    /// (`d_model` MACs per key instead of `d_head`). One table of RAM, of `pos_emb`, and the
+    /// fewest bytes; another summation order, so other bits than the two modes above (within
+    /// the same tolerance of the reference).
+    FoldedIntoQuery,
 }
 
 /// Evaluation settings; [`SessionOptions::from_config`] takes the model's defaults.
@@ -60,7 +67,8 @@ pub struct SessionOptions {
     pub mem_init: MemInit,
     /// How the cached keys and values are stored.
     pub mem_dtype: MemDtype,
-    /// Whether the position keys are kept for the session or recomputed per segment.
+    /// Whether the position keys are kept for the session, recomputed per segment, or folded
+    /// into the queries.
     pub position_keys: PositionKeys,
 }
 
@@ -182,6 +190,8 @@ words!(PositionKeys, "position-key mode", [
     PerSession => "session": "One table per layer, computed once (fastest)",
     PerSegment => "segment":
         "One table, recomputed for each layer of each segment (two tables of RAM instead of n_layer)",
+    FoldedIntoQuery => "folded":
+        "No keys: W_r folded into each query, scored against one table of pos_emb (least RAM, other bits)",
 ]);
 
 #[cfg(test)]
@@ -215,6 +225,6 @@ mod tests {
         // README, `txl --help` and the firmware's build variables use these spellings.
         assert_eq!(MemInit::WORDS, ["empty", "zeros"]);
         assert_eq!(MemDtype::WORDS, ["f32", "f16", "int8"]);
-        assert_eq!(PositionKeys::WORDS, ["session", "segment"]);
+        assert_eq!(PositionKeys::WORDS, ["session", "segment", "folded"]);
     }
 }

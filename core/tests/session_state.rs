@@ -242,7 +242,7 @@ fn a_state_from_another_model_or_other_options_is_refused() {
         "another model",
     );
 
-    let changes: [fn(&mut SessionOptions); 7] = [
+    let changes: [fn(&mut SessionOptions); 8] = [
         |o| o.tgt_len += 1,
         |o| o.mem_len += 1,
         |o| o.clamp_len = 2,
@@ -250,6 +250,7 @@ fn a_state_from_another_model_or_other_options_is_refused() {
         |o| o.mem_init = MemInit::Zeros,
         |o| o.mem_dtype = MemDtype::F16,
         |o| o.position_keys = PositionKeys::PerSegment,
+        |o| o.position_keys = PositionKeys::FoldedIntoQuery,
     ];
     for change in changes {
         let mut other_options = options;
@@ -287,4 +288,46 @@ fn a_short_buffer_is_an_error_not_a_partial_state() {
         }))
     );
     assert!(out.iter().all(|&b| b == 0x55), "nothing is written");
+}
+
+/// Byte 39 of the header is the position-key mode's place in `PositionKeys::ALL`: `session` 0
+/// and `segment` 1 as in every state written before `folded` (2) existed, so those still read;
+/// a byte naming no mode is refused.
+#[test]
+fn the_position_key_byte_keeps_its_values_and_refuses_others() {
+    let config = tiny_config();
+    let image = tiny_image(&config, Weights::F32, 13);
+    let model = Model::parse(image.bytes()).unwrap();
+    let reseal = |state: &mut Vec<u8>| {
+        let crc_at = state.len() - 4;
+        let crc = txl_core::crc32(&state[..crc_at]);
+        state[crc_at..].copy_from_slice(&crc.to_le_bytes());
+    };
+    let modes = [
+        (PositionKeys::PerSession, 0u8),
+        (PositionKeys::PerSegment, 1),
+        (PositionKeys::FoldedIntoQuery, 2),
+    ];
+    assert_eq!(PositionKeys::ALL.len(), modes.len());
+    for (position_keys, byte) in modes {
+        let options = SessionOptions {
+            position_keys,
+            ..SessionOptions::from_config(&config)
+        };
+        let mut memory = arena(Session::arena_bytes(&model, &options).unwrap());
+        let mut session = Session::new(&model, bytemuck::cast_slice_mut(&mut memory), options).unwrap();
+        run(&mut session, &BEFORE);
+        let state = saved(&session);
+        assert_eq!(state[39], byte, "{position_keys:?}");
+        assert_eq!(session.restore_state(&state), Ok(state.len()));
+        let mut unknown = state.clone();
+        unknown[39] = modes.len() as u8;
+        reseal(&mut unknown);
+        assert_refused(
+            &mut session,
+            &unknown,
+            |e| *e == StateError::BadHeader,
+            "position-key byte 3",
+        );
+    }
 }

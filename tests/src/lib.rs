@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use txl_core::rng::Rng;
-use txl_core::{AlignedBytes, Config, MemInit, SessionOptions};
+use txl_core::{AlignedBytes, Config, MemInit, OptionWord, PositionKeys, SessionOptions};
 use txl_host_gpu::quantize::{quantize, QuantizeOptions, Target};
 pub use txl_host_gpu::small_config;
 use txl_host_gpu::RandomInit;
@@ -206,4 +206,21 @@ pub fn session_variants(base: SessionOptions) -> [SessionOptions; 4] {
             ..base
         },
     )
+}
+
+/// [`session_variants`] under each [`PositionKeys`] mode: the settings the core's own checks
+/// against the reference cover. The reference has one position term, so it is the same for
+/// every mode, and each mode of the core must match it.
+pub fn core_session_variants(base: SessionOptions) -> Vec<SessionOptions> {
+    session_variants(base)
+        .into_iter()
+        .flat_map(|options| {
+            PositionKeys::ALL
+                .iter()
+                .map(move |&position_keys| SessionOptions {
+                    position_keys,
+                    ..options
+                })
+        })
+        .collect()
 }

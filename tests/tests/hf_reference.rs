@@ -1,10 +1,10 @@
 //! The core in f32 against float64 log-probabilities from Hugging Face `transformers`
 //! (`tools/reference/make_fixtures.py`), for every fixture model, both checkpoint formats,
-//! segment and streaming evaluation, and both memory starts.
+//! segment and streaming evaluation, both memory starts and every position-key mode.
 
 use txl_core::scoring;
 use txl_core::AlignedBytes;
-use txl_core::Model;
+use txl_core::{Model, OptionWord, PositionKeys, SessionOptions};
 use txl_tests::{FixtureModel, Manifest};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::npy;
@@ -24,8 +24,13 @@ fn formats(model: &FixtureModel) -> Vec<CheckpointFormat> {
         .collect()
 }
 
-/// Scores every case of `model` from `format`; returns (case, worst |Δ|) pairs.
-fn check_model(model: &FixtureModel, format: CheckpointFormat) -> Vec<(String, f64)> {
+/// Scores every case of `model` from `format` with `position_keys`; returns (case, worst |Δ|)
+/// pairs.
+fn check_model(
+    model: &FixtureModel,
+    format: CheckpointFormat,
+    position_keys: PositionKeys,
+) -> Vec<(String, f64)> {
     let checkpoint = load_hf_checkpoint(&model.path(), format, false)
         .unwrap_or_else(|e| panic!("{} ({format:?}): {e:#}", model.name));
     let image = AlignedBytes::copy_from(&checkpoint.to_image().unwrap()).unwrap();
@@ -35,7 +40,11 @@ fn check_model(model: &FixtureModel, format: CheckpointFormat) -> Vec<(String, f
     let mut results = Vec::new();
     for case in &model.cases {
         let tokens = &tokens[..case.n_tokens];
-        let scores = scoring::score(&core_model, tokens, case.options(), case.rows_k, |_| {})
+        let options = SessionOptions {
+            position_keys,
+            ..case.options()
+        };
+        let scores = scoring::score(&core_model, tokens, options, case.rows_k, |_| {})
             .unwrap_or_else(|e| panic!("{} {}: {e}", model.name, case.name));
         let reference = npy::read(&model.path().join(&case.logp)).unwrap();
         assert_eq!(
@@ -64,7 +73,8 @@ fn check_model(model: &FixtureModel, format: CheckpointFormat) -> Vec<(String, f
             .fold(0.0, f64::max);
         assert_eq!(scores.logp.len(), reference.data.len());
         assert_eq!(scores.rows.len(), rows.data.len());
-        results.push((format!("{} {:?} {}", model.name, format, case.name), worst));
+        let name = format!("{} {:?} {} {position_keys}", model.name, format, case.name);
+        results.push((name, worst));
     }
     results
 }
@@ -76,8 +86,11 @@ fn core_f32_matches_hugging_face_float64_on_every_fixture() {
     let mut failures = Vec::new();
     let mut checked = 0;
     for model in &manifest.models {
-        for format in formats(model) {
-            for (case, worst) in check_model(model, format) {
+        for (format, &position_keys) in formats(model)
+            .into_iter()
+            .flat_map(|format| PositionKeys::ALL.iter().map(move |keys| (format, keys)))
+        {
+            for (case, worst) in check_model(model, format, position_keys) {
                 println!("{case:<60} max |Δ ln p| = {worst:.3e}");
                 checked += 1;
                 if worst > TOLERANCE {
@@ -86,7 +99,7 @@ fn core_f32_matches_hugging_face_float64_on_every_fixture() {
             }
         }
     }
-    assert!(checked >= 20, "only {checked} cases checked");
+    assert!(checked >= 60, "only {checked} cases checked");
     assert!(
         failures.is_empty(),
         "over tolerance {TOLERANCE:e}:\n{}",
@@ -119,7 +132,7 @@ fn fixtures_cover_what_the_core_must_get_right() {
 
 #[test]
 fn position_keys_recomputed_per_segment_give_the_same_bits_in_less_memory() {
-    use txl_core::{PositionKeys, Session};
+    use txl_core::Session;
     let manifest = Manifest::load().unwrap();
     for model in &manifest.models {
         let checkpoint = load_hf_checkpoint(&model.path(), CheckpointFormat::Auto, false).unwrap();
@@ -129,7 +142,7 @@ fn position_keys_recomputed_per_segment_give_the_same_bits_in_less_memory() {
         for case in &model.cases {
             let tokens = &tokens[..case.n_tokens];
             let kept = case.options();
-            let recomputed = txl_core::SessionOptions {
+            let recomputed = SessionOptions {
                 position_keys: PositionKeys::PerSegment,
                 ..kept
             };
@@ -148,6 +161,17 @@ fn position_keys_recomputed_per_segment_give_the_same_bits_in_less_memory() {
                     model.name
                 );
             }
+            // Folded into the queries: no key table at all (its accuracy is checked above).
+            let folded = SessionOptions {
+                position_keys: PositionKeys::FoldedIntoQuery,
+                ..kept
+            };
+            let folded_bytes = Session::arena_bytes(&core_model, &folded).unwrap();
+            assert!(
+                folded_bytes < recomputed_bytes,
+                "{}: folded {folded_bytes} >= {recomputed_bytes}",
+                model.name
+            );
         }
     }
 }

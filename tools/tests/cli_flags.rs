@@ -4,8 +4,9 @@
 //! that is parsed and then ignored fails here, with a message naming the flag.
 //!
 //! Some flags change results only in some settings, which the tests choose: `--clamp-len` needs
-//! distances beyond the clamp, `--same-length` needs memory. `--position-keys` gives the same
-//! bits by design (only where the keys live changes), so for it the tests check the arena.
+//! distances beyond the clamp, `--same-length` needs memory. `--position-keys segment` gives the
+//! same bits by design (only where the keys live changes), so for it the tests check the arena;
+//! `folded` sums in another order, so it changes both the bits (slightly) and the arena.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -404,6 +405,36 @@ fn score_session_flags_change_the_scores() {
         "inspect --position-keys segment"
     );
     assert_ne!(expected, inspect(&[]), "--position-keys: the same arena");
+
+    // W_r folded into the queries sums in another order: other bits, the same scores within
+    // the tolerance the references are held to, and an arena without key tables.
+    let folded = score(&image, &tokens, &["--position-keys", "folded"]);
+    assert_eq!(
+        folded["position_keys"], "folded",
+        "score --position-keys folded: not reported"
+    );
+    assert_ne!(
+        folded["digest"], base["digest"],
+        "score --position-keys folded: the kept keys' bits"
+    );
+    let nll = |v: &Value| v["nll"].as_f64().unwrap();
+    assert!(
+        (nll(&folded) - nll(&base)).abs() < 1e-5,
+        "score --position-keys folded: nll {} against {}",
+        nll(&folded),
+        nll(&base)
+    );
+    let expected = arena_bytes(&image, |o| o.position_keys = PositionKeys::FoldedIntoQuery);
+    assert_eq!(
+        inspect(&["--position-keys", "folded"]),
+        expected,
+        "inspect --position-keys folded"
+    );
+    assert_ne!(
+        expected,
+        inspect(&["--position-keys", "segment"]),
+        "--position-keys folded: the arena of segment"
+    );
 }
 
 /// `arena bytes   N` of `txl inspect`'s output.
@@ -558,6 +589,21 @@ fn compare_flags_change_what_is_compared() {
     });
     assert_eq!(arena("segment"), expected, "compare --position-keys segment");
     assert_ne!(arena("session"), expected, "compare --position-keys");
+    // Folded: both sides sum in its order, as score does.
+    let folded = compare(&["--position-keys", "folded"]);
+    let scored = &score(&image, &tokens, &["--position-keys", "folded"])["bits_per_token"];
+    for side in ["reference_bits_per_token", "candidate_bits_per_token"] {
+        assert!(
+            close(&folded[side], scored) && !close(&folded[side], base_bits),
+            "compare --position-keys folded: {side} {}, score says {scored}",
+            folded[side]
+        );
+    }
+    let expected = 2 * arena_bytes(&image, |o| {
+        o.mem_len = HUGE_MEM_LEN.parse().unwrap();
+        o.position_keys = PositionKeys::FoldedIntoQuery;
+    });
+    assert_eq!(arena("folded"), expected, "compare --position-keys folded");
 
     args.pop();
     let text = stdout(&txl(&args), "compare");
@@ -614,7 +660,9 @@ fn eval_flags_change_what_is_evaluated() {
         );
     }
     // The core's memory options do not apply to the reference: refused, not dropped.
-    for flag in [["--mem-dtype", "int8"], ["--position-keys", "segment"]] {
+    #[rustfmt::skip]
+    let core_only = [["--mem-dtype", "int8"], ["--position-keys", "segment"], ["--position-keys", "folded"]];
+    for flag in core_only {
         let mut args = vec!["eval", s(&image), "--text", s(&tokens), "--backend", "cpu"];
         args.extend(flag);
         assert_refused(&txl(&args), "core only", &format!("eval {flag:?}"));
@@ -650,6 +698,7 @@ fn bench_flags_reach_its_sessions_and_its_report() {
     }
     let mut flags = session_flags()[..5].to_vec();
     flags.push(("--position-keys", "segment", "position_keys", json!("segment")));
+    flags.push(("--position-keys", "folded", "position_keys", json!("folded")));
     for (flag, value, key, reported) in flags {
         let report = bench(&["--tokens", "16", flag, value]);
         assert_eq!(report[key], reported, "bench {flag} {value}: not reported");
@@ -662,6 +711,9 @@ fn bench_flags_reach_its_sessions_and_its_report() {
             "segment",
             (|o| o.position_keys = PositionKeys::PerSegment) as fn(&mut SessionOptions),
         ),
+        ("--position-keys", "folded", |o| {
+            o.position_keys = PositionKeys::FoldedIntoQuery
+        }),
         ("--clamp-len", "3", |o| o.clamp_len = 3),
     ] {
         #[rustfmt::skip]
@@ -785,6 +837,18 @@ fn generate_flags_change_what_is_generated() {
         expected,
         "generate --position-keys"
     );
+    // Folded: other bits (a sample may or may not change), and an arena without key tables.
+    #[rustfmt::skip]
+    let args = ["generate", s(&image), "--prompt", prompt, "--mem-len", HUGE_MEM_LEN, "--position-keys", "folded"];
+    let expected = arena_bytes(&image, |o| {
+        o.mem_len = HUGE_MEM_LEN.parse().unwrap();
+        o.position_keys = PositionKeys::FoldedIntoQuery;
+    });
+    assert_eq!(
+        refused_arena_bytes(&args),
+        expected,
+        "generate --position-keys folded"
+    );
 }
 
 /// The `session` line of `txl inspect` as `(word, value)` pairs, and the arena bytes.
@@ -812,6 +876,7 @@ fn inspect_reports_every_session_flag_and_its_arena() {
     assert_eq!(base_arena, arena_bytes(&image, |_| {}));
     let mut flags = session_flags().to_vec();
     flags.push(("--position-keys", "segment", "position_keys", json!("segment")));
+    flags.push(("--position-keys", "folded", "position_keys", json!("folded")));
     for (flag, value, key, _) in flags {
         let (line, arena) = inspect(&image, &[flag, value]);
         assert!(
@@ -824,7 +889,7 @@ fn inspect_reports_every_session_flag_and_its_arena() {
             "--mem-len" => o.mem_len = 4,
             "--clamp-len" => o.clamp_len = 3,
             "--mem-dtype" => o.mem_dtype = MemDtype::Int8,
-            "--position-keys" => o.position_keys = PositionKeys::PerSegment,
+            "--position-keys" => o.position_keys = value.parse().unwrap(),
             _ => {}
         });
         assert_eq!(arena, expected, "inspect {flag} {value}: arena bytes");

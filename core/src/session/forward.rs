@@ -8,16 +8,18 @@
 //! o       = LayerNorm(h + o_net(a))                      attention_output
 //! h       = LayerNorm(o + FF(o))                         feed_forward
 //! ```
-//! `u` is `r_w_bias`, `v` is `r_r_bias`, `R_d = W_r pos_emb(d)` are the position keys. With
+//! `u` is `r_w_bias`, `v` is `r_r_bias`, `R_d = W_r pos_emb(d)` are the position keys (or, with
+//! [`PositionKeys::FoldedIntoQuery`], `(q_i + v) · R_d = (W_rᵀ (q_i + v)) · pos_emb(d)`). With
 //! `pre_lnorm` the LayerNorm moves to each sub-layer's input instead.
 
-use super::{Linear, Probe, Session};
+use super::{Linear, Probe, RunState, Session};
 use crate::attention::{self, AttentionShape};
 use crate::embedding;
 use crate::error::Error;
 use crate::kernels;
 use crate::options::PositionKeys;
 use crate::output;
+use crate::position::{position_embedding, PositionScores};
 
 impl Session<'_, '_> {
     /// The forward pass over one segment; output rows from position `first_output` on.
@@ -121,10 +123,13 @@ impl Session<'_, '_> {
 
     /// The position keys `R_d = W_r pos_emb(d)` `layer` reads, as the index of their table in
     /// `position_keys`: its own, computed at the start, or the one table, computed now for the
-    /// distances `d < klen` this segment can see.
+    /// distances `d < klen` this segment can see. With the keys folded into the queries there
+    /// is none (the index is not read).
     fn layer_position_keys(&mut self, layer: usize, klen: usize) -> usize {
-        if self.options.position_keys == PositionKeys::PerSession {
-            return layer;
+        match self.options.position_keys {
+            PositionKeys::PerSession => return layer,
+            PositionKeys::FoldedIntoQuery => return 0,
+            PositionKeys::PerSegment => {}
         }
         let d_model = self.model.config().d_model as usize;
         let width = self.model.config().qkv_width() as usize;
@@ -141,29 +146,53 @@ impl Session<'_, '_> {
 
     /// Relative attention for each query `i` over the keys `j` the mask lets it see:
     /// `a_i = sum_j softmax_j(((q_i + u) · k_j + (q_i + v) · R_{mlen+i-j}) / sqrt(d_head)) v_j`,
-    /// per head, into `attn_vec`. The position keys are table `table` of `position_keys`.
+    /// per head, into `attn_vec`. The position keys are table `table` of `position_keys`, or
+    /// (folded) each head's `W_r,hᵀ (q_i + v)_h` meets the table of `pos_emb`.
     fn relative_attention(&mut self, layer: usize, shape: &AttentionShape, table: usize) {
         let width = self.model.config().qkv_width() as usize;
         let distances = self.options.distances();
         let w = self.model.layer(layer);
-        let s = &mut self.state;
-        let position_keys = &s.position_keys[table * distances * width..(table + 1) * distances * width];
+        let RunState {
+            queries,
+            position_query,
+            attn_vec,
+            scores,
+            position_keys,
+            position_embeddings,
+            branch,
+            quantized_input,
+            ..
+        } = &mut self.state;
+        let mut positions = match self.options.position_keys {
+            PositionKeys::FoldedIntoQuery => PositionScores::Folded {
+                r_net: w.r_net,
+                embeddings: position_embeddings,
+                folded: branch,
+                scratch: quantized_input,
+                d_head: shape.d_head,
+            },
+            PositionKeys::PerSession | PositionKeys::PerSegment => PositionScores::Keys {
+                keys: &position_keys[table * distances * width..(table + 1) * distances * width],
+                width,
+                d_head: shape.d_head,
+            },
+        };
         for i in 0..shape.qlen {
             // content query q + u (in place), position query q + v
-            let query = &mut s.queries[i * width..(i + 1) * width];
-            s.position_query.copy_from_slice(query);
-            kernels::add_assign(s.position_query, w.r_r_bias);
+            let query = &mut queries[i * width..(i + 1) * width];
+            position_query.copy_from_slice(query);
+            kernels::add_assign(position_query, w.r_r_bias);
             kernels::add_assign(query, w.r_w_bias);
-            let out = &mut s.attn_vec[i * width..(i + 1) * width];
+            let out = &mut attn_vec[i * width..(i + 1) * width];
             attention::attend_one(
                 shape,
                 i,
                 query,
-                s.position_query,
-                position_keys,
+                position_query,
+                &mut positions,
                 &self.memory,
                 layer,
-                s.scores,
+                scores,
                 out,
             );
         }
@@ -238,8 +267,8 @@ impl Session<'_, '_> {
     }
 
     /// Position keys `R_d = W_r pos_emb(d)` for every layer and distance `d < distances`,
-    /// computed once: they do not depend on the tokens. With [`PositionKeys::PerSegment`], only
-    /// the table of `pos_emb(d)` is kept.
+    /// computed once: they do not depend on the tokens. With [`PositionKeys::PerSegment`] and
+    /// [`PositionKeys::FoldedIntoQuery`], only the table of `pos_emb(d)` is kept.
     pub(super) fn compute_position_keys(&mut self) {
         let config = *self.model.config();
         let d_model = config.d_model as usize;
@@ -249,7 +278,7 @@ impl Session<'_, '_> {
         for d in 0..distances {
             let pos_emb = &mut *s.branch; // (d_model)
             position_embedding(d, pos_emb);
-            if self.options.position_keys == PositionKeys::PerSegment {
+            if self.options.position_keys != PositionKeys::PerSession {
                 s.position_embeddings[d * d_model..(d + 1) * d_model].copy_from_slice(pos_emb);
                 continue;
             }
@@ -291,21 +320,5 @@ impl Session<'_, '_> {
             }
         }
         self.memory.set_len(mem_len);
-    }
-}
-
-/// The sinusoid `pos_emb(d) = [sin(d * f_k) | cos(d * f_k)]`, `f_k = 1 / 10000^(2k / d_model)`,
-/// into `pos_emb (d_model)`.
-fn position_embedding(d: usize, pos_emb: &mut [f32]) {
-    let d_model = pos_emb.len();
-    let half = d_model / 2;
-    let (sin, cos) = pos_emb.split_at_mut(half);
-    for k in 0..half {
-        // inv_freq as PyTorch computes and stores it (f32); the angle and sinusoid in f64.
-        let exponent = (2 * k) as f32 / d_model as f32;
-        let inv_freq = 1.0 / (libm::pow(10000.0, exponent as f64) as f32);
-        let angle = d as f64 * inv_freq as f64;
-        sin[k] = libm::sin(angle) as f32;
-        cos[k] = libm::cos(angle) as f32;
     }
 }

@@ -46,9 +46,11 @@ impl Probe for () {}
 /// [`SessionOptions::distances`]; `max_emb_dim` the widest embedding table.
 #[derive(Debug)]
 struct RunState<'a> {
-    /// Position keys `R_d = W_r pos_emb(d)`: a table per layer, or one recomputed per segment.
-    position_keys: &'a mut [f32], // (n_layer or 1, distances, n_head * d_head)
-    /// Sinusoids `pos_emb(d)`, kept only when the position keys are recomputed per segment.
+    /// Position keys `R_d = W_r pos_emb(d)`: a table per layer, one recomputed per segment, or
+    /// none when `W_r` is folded into the queries.
+    position_keys: &'a mut [f32], // (n_layer, 1 or 0 tables, distances, n_head * d_head)
+    /// Sinusoids `pos_emb(d)`, kept when the position keys are recomputed per segment or folded
+    /// into the queries.
     position_embeddings: &'a mut [f32], // (distances, d_model) or empty
     /// The residual stream `h`, one row per position.
     hidden: &'a mut [f32], // (tgt_len, d_model)
@@ -68,7 +70,8 @@ struct RunState<'a> {
     /// One position's feed-forward inner row `ReLU(W_1 x + b_1)`.
     ff_inner: &'a mut [f32], // (d_inner)
     /// One row inside a residual branch: `o_net`'s output, or the feed-forward input
-    /// `LayerNorm(h)` (pre-LN); at the start, one `pos_emb(d)` or the zero hidden state.
+    /// `LayerNorm(h)` (pre-LN); in the attention, one head's folded position query
+    /// `W_r,hᵀ (q + v)_h`; at the start, one `pos_emb(d)` or the zero hidden state.
     branch: &'a mut [f32], // (d_model)
     /// One token's embedding before its projection, or the hidden state projected for one
     /// output cluster.

@@ -16,6 +16,8 @@ pub enum Weights {
     F32,
     F16,
     Int8,
+    /// int8 with an activation scale per column (SmoothQuant-style), each in `[0.5, 2)`.
+    Int8Smoothed,
 }
 
 /// Two layers, two heads of four, an adaptive softmax with two tail clusters: every part of
@@ -67,9 +69,10 @@ pub fn tiny_image(config: &Config, weights: Weights, seed: u64) -> AlignedBytes 
         .iter()
         .map(|(_, _, v)| v.iter().map(|&x| f16::from_f32(x)).collect())
         .collect();
-    let quantized: Vec<(Vec<i8>, Vec<f32>)> = tensors
+    let smoothed = weights == Weights::Int8Smoothed;
+    let quantized: Vec<(Vec<i8>, Vec<f32>, Vec<f32>)> = tensors
         .iter()
-        .map(|(_, shape, v)| quantize_rows(*shape, v))
+        .map(|(_, shape, v)| quantize_rows(*shape, v, smoothed.then_some(&mut rng)))
         .collect();
     let payloads: Vec<(TensorName, Payload<'_>)> = tensors
         .iter()
@@ -79,10 +82,10 @@ pub fn tiny_image(config: &Config, weights: Weights, seed: u64) -> AlignedBytes 
                 _ if !name.is_matrix() => Payload::F32(values),
                 Weights::F32 => Payload::F32(values),
                 Weights::F16 => Payload::F16(&halves[i]),
-                Weights::Int8 => Payload::Int8 {
+                Weights::Int8 | Weights::Int8Smoothed => Payload::Int8 {
                     values: &quantized[i].0,
                     row_scales: &quantized[i].1,
-                    act_scales: None,
+                    act_scales: smoothed.then_some(&quantized[i].2[..]),
                 },
             };
             (*name, payload)
@@ -92,20 +95,32 @@ pub fn tiny_image(config: &Config, weights: Weights, seed: u64) -> AlignedBytes 
     AlignedBytes::copy_from(&bytes).expect("allocation")
 }
 
-/// Symmetric int8 with one scale per row.
-fn quantize_rows(shape: Shape, values: &[f32]) -> (Vec<i8>, Vec<f32>) {
+/// Symmetric int8 with one scale per row: `(values, row scales, activation scales)`. With
+/// `smoothing`, each column `c` first gets a random activation scale `a_c` and the row stores
+/// `W[r][c] / a_c` (the matrix stands for `q * row_scale * a_c`); without, the activation
+/// scales are empty.
+fn quantize_rows(shape: Shape, values: &[f32], smoothing: Option<&mut Rng>) -> (Vec<i8>, Vec<f32>, Vec<f32>) {
     let Shape::Matrix(_, cols) = shape else {
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), Vec::new(), Vec::new());
+    };
+    let act_scales: Vec<f32> = match smoothing {
+        Some(rng) => (0..cols).map(|_| 2.0f32.powf(rng.symmetric_f32())).collect(),
+        None => Vec::new(),
     };
     let mut quantized = Vec::with_capacity(values.len());
     let mut scales = Vec::new();
     for row in values.chunks(cols as usize) {
+        let row: Vec<f32> = row
+            .iter()
+            .enumerate()
+            .map(|(c, v)| v / act_scales.get(c).unwrap_or(&1.0))
+            .collect();
         let max = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
         scales.push(scale);
         quantized.extend(row.iter().map(|v| (v / scale).round().clamp(-127.0, 127.0) as i8));
     }
-    (quantized, scales)
+    (quantized, scales, act_scales)
 }
 
 /// A 16-byte-aligned arena of `bytes`.

@@ -1,7 +1,7 @@
 //! The argument groups several subcommands share: session options, where the tokens come from,
 //! which forward pass runs, and the quantizer's settings.
 //!
-//! The session's option words (`empty|zeros`, `f32|f16|int8`, `session|segment`) are the
+//! The session's option words (`empty|zeros`, `f32|f16|int8`, `session|segment|folded`) are the
 //! core's ([`OptionWord`]): clap offers their words with their help and parses through their
 //! `FromStr`, so each word is spelt in one place.
 
@@ -47,8 +47,8 @@ pub struct SessionArgs {
     /// How the cached keys and values are stored (the core only).
     #[arg(long, value_parser = words::<MemDtype>(), default_value_t = MemDtype::F32)]
     pub mem_dtype: MemDtype,
-    /// Keep the position keys for the session, or recompute them per segment (less RAM, same
-    /// bits; the core only).
+    /// Keep the position keys for the session, recompute them per segment (less RAM, same
+    /// bits), or fold W_r into the queries (no key tables, least RAM, other bits); the core only.
     #[arg(long, value_parser = words::<PositionKeys>(), default_value_t = PositionKeys::PerSession)]
     pub position_keys: PositionKeys,
 }

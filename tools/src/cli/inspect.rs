@@ -14,7 +14,8 @@ use crate::image_file::{parse_model, read_image};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl inspect model.txl\n  \
-    txl inspect model.txl --mem-len 256 --mem-dtype int8 --position-keys segment";
+    txl inspect model.txl --mem-len 256 --mem-dtype int8 --position-keys segment\n  \
+    txl inspect model.txl --tgt-len 1 --mem-dtype int8 --position-keys folded";
 
 /// Arguments of `txl inspect`.
 #[derive(clap::Args, Debug)]

@@ -28,6 +28,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl score model.txl --tokens ids.txt --tgt-len 1 --mem-init zeros --out logp.npy\n  \
     txl score model.txl --bytes heldout.txt --rows 4 --rows-out rows.npy\n  \
     txl score model.txl --bytes heldout.txt --mem-dtype int8 --position-keys segment\n  \
+    txl score model.txl --bytes heldout.txt --tgt-len 1 --mem-dtype int8 --position-keys folded\n  \
     txl score model.txl --bytes heldout.txt --backend cpu --out logp-reference.npy\n  \
     txl score model.txl --bytes part1.txt --state-out memory.state\n  \
     txl score model.txl --bytes part2.txt --state-in memory.state\n\
