@@ -33,8 +33,8 @@ pub(crate) enum PositionScores<'a> {
         embeddings: &'a [f32],
         /// `(d_model)` the head's folded query `p_h = W_r,hᵀ (q + v)_h`.
         folded: &'a mut [f32],
-        /// The quantized input of int8 `W_r` (at least `d_head`).
-        scratch: &'a mut [i8],
+        /// The quantized input of int8 `W_r` (at least `scratch_words(d_head)` words).
+        scratch: &'a mut [u32],
         /// Width of one head.
         d_head: usize,
     },
