@@ -306,6 +306,52 @@ fn int8_firmware_with_int8_memory_and_recomputed_position_keys_is_bit_exact() {
     assert!(smaller < default, "{smaller} >= {default}");
 }
 
+/// Streaming (`tgt_len` 1) with int8 memory and `W_r` folded into the queries, the smallest
+/// arena for the demo model: the host's bits, that arena, and a resume after a reset.
+#[test]
+fn int8_firmware_streaming_with_folded_position_keys_is_bit_exact() {
+    require_target_and_qemu();
+    let image = demo_image_int8();
+    let aligned = AlignedBytes::copy_from(&image).unwrap();
+    let model = Model::parse(aligned.bytes()).expect("the image parses");
+    let (tokens, tokens_path) = score_tokens("tokens-int8-folded.bin");
+    let elf = build_firmware(
+        "demo-int8-folded",
+        &[
+            ("TXL_DTYPE", OsStr::new("int8")),
+            ("TXL_TGT_LEN", OsStr::new("1")),
+            ("TXL_MEM_DTYPE", OsStr::new("int8")),
+            ("TXL_POSITION_KEYS", OsStr::new("folded")),
+            ("TXL_TOKENS", tokens_path.as_os_str()),
+        ],
+    )
+    .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+    let options = SessionOptions {
+        tgt_len: 1,
+        mem_dtype: txl_core::MemDtype::Int8,
+        position_keys: txl_core::PositionKeys::FoldedIntoQuery,
+        ..SessionOptions::from_config(model.config())
+    };
+    let run = run_firmware(&elf, &["score"]);
+    let firmware = score_line(&run);
+    let host = scoring::score(&model, &tokens, options, 0, |_| {}).expect("the host scores");
+    assert_eq!(
+        (firmware.digest, firmware.bits_per_token),
+        (host.digest(), host.bits_per_token()),
+        "{}",
+        run.transcript()
+    );
+    assert_resumes_after_a_reset(&elf, &[], host.digest());
+    let folded = Session::arena_bytes(&model, &options).unwrap();
+    assert_eq!(number_after(&run.lines, "arena bytes"), folded);
+    let per_segment = SessionOptions {
+        position_keys: txl_core::PositionKeys::PerSegment,
+        ..options
+    };
+    let per_segment = Session::arena_bytes(&model, &per_segment).unwrap();
+    assert!(folded < per_segment, "{folded} >= {per_segment}");
+}
+
 /// Runs `score --reset-after 2` (then `options`): the firmware saves its session state after two
 /// segments, resets itself, restores the state after the reboot and must print the digest of an
 /// uninterrupted run, `digest`.
