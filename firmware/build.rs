@@ -11,7 +11,7 @@
 //! | `TXL_TOKENS` | the token file `score` reads: every byte is one token id | 256 bytes of held-out text |
 //! | `TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN` | session options | the model's config |
 //! | `TXL_SAME_LENGTH` (`true`/`false`), `TXL_MEM_INIT` (`empty`/`zeros`) | session options | config / `empty` |
-//! | `TXL_MEM_DTYPE` (`f32`/`f16`/`int8`), `TXL_POSITION_KEYS` (`session`/`segment`) | memory precision, position keys kept or recomputed | `f32` / `session` |
+//! | `TXL_MEM_DTYPE` (`f32`/`f16`/`int8`), `TXL_POSITION_KEYS` (`session`/`segment`/`folded`) | memory precision, position keys kept, recomputed or folded into the queries | `f32` / `session` |
 //!
 //! Relative paths are relative to this folder (`firmware/`). An image or arena that does not fit
 //! the board stops the build here, with a message that says by how many bytes.

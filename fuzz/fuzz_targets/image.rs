@@ -51,10 +51,10 @@ fn options([a, b, ..]: [u8; 4]) -> SessionOptions {
             2 => MemDtype::Int8,
             _ => MemDtype::F32,
         },
-        position_keys: if b & 16 != 0 {
-            PositionKeys::PerSegment
-        } else {
-            PositionKeys::PerSession
+        position_keys: match (b >> 4) & 3 {
+            1 => PositionKeys::PerSegment,
+            2 => PositionKeys::FoldedIntoQuery,
+            _ => PositionKeys::PerSession,
         },
     }
 }

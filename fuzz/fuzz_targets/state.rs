@@ -1,5 +1,5 @@
 //! `Session::restore_state` on arbitrary bytes, into sessions of a fixed tiny model
-//! (`txl_fuzz::with_state_session`: f32, f16 and int8 caches). A refused state must leave the
+//! (`txl_fuzz::with_state_session`: f32, f16 and int8 caches, each position-key mode). A refused state must leave the
 //! session exactly as it was (its saved state byte for byte); an accepted one must save back
 //! to the same bytes and let a forward pass run.
 //!

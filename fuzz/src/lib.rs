@@ -102,10 +102,11 @@ pub fn state_model() -> txl_core::Model<'static> {
     txl_core::Model::parse(image.bytes()).expect("the random image parses")
 }
 
-/// The sessions the `state` target restores its input into: one per cache dtype, each run over
-/// a different number of segments first (a memory partly filled, one wrapped around the ring,
-/// one that starts as zeros), so their saved states differ in length and layout.
-pub const STATE_SESSIONS: usize = 3;
+/// The sessions the `state` target restores its input into: one per cache dtype and one per
+/// position-key mode, each run over a different number of segments first (a memory partly
+/// filled, one wrapped around the ring, ones that start as zeros), so their saved states differ
+/// in length, layout and header.
+pub const STATE_SESSIONS: usize = 4;
 
 /// Starts session `which` (`< STATE_SESSIONS`) of [`state_model`], runs its first segments,
 /// and hands it to `f`.
@@ -116,6 +117,7 @@ pub fn with_state_session<R>(which: usize, f: impl FnOnce(&mut txl_core::Session
         (MemDtype::F32, PositionKeys::PerSession, MemInit::Empty, 1),
         (MemDtype::F16, PositionKeys::PerSegment, MemInit::Empty, 2),
         (MemDtype::Int8, PositionKeys::PerSession, MemInit::Zeros, 1),
+        (MemDtype::F32, PositionKeys::FoldedIntoQuery, MemInit::Zeros, 3),
     ][which];
     let options = SessionOptions {
         mem_dtype,

@@ -308,19 +308,67 @@ fn int8_firmware_with_int8_memory_and_recomputed_position_keys_is_bit_exact() {
         "{}",
         run.transcript()
     );
-    assert_resumes_after_a_reset(&elf, 2, host.digest());
+    assert_resumes_after_a_reset(&elf, 2, &[], host.digest());
     let smaller = Session::arena_bytes(&model, &options).unwrap();
     assert_eq!(number_after(&run.lines, "arena bytes"), smaller);
     let default = Session::arena_bytes(&model, &SessionOptions::from_config(model.config())).unwrap();
     assert!(smaller < default, "{smaller} >= {default}");
 }
 
-/// Runs `score --reset-after K`: the firmware saves its session state after `K` segments, resets
-/// itself, restores the state after the reboot and must print the digest of an uninterrupted run,
-/// `digest`.
-fn assert_resumes_after_a_reset(elf: &Path, segments: usize, digest: u32) {
+/// Streaming (`tgt_len` 1) with int8 memory and `W_r` folded into the queries, the smallest
+/// arena for the demo model: the host's bits, that arena, and a resume after a reset.
+#[test]
+fn int8_firmware_streaming_with_folded_position_keys_is_bit_exact() {
+    require_target_and_qemu();
+    let image = demo_image_int8();
+    let aligned = AlignedBytes::copy_from(&image).unwrap();
+    let model = Model::parse(aligned.bytes()).expect("the image parses");
+    let (tokens, tokens_path) = score_tokens("tokens-int8-folded.bin");
+    let elf = build_firmware(
+        "demo-int8-folded",
+        &[
+            ("TXL_DTYPE", OsStr::new("int8")),
+            ("TXL_TGT_LEN", OsStr::new("1")),
+            ("TXL_MEM_DTYPE", OsStr::new("int8")),
+            ("TXL_POSITION_KEYS", OsStr::new("folded")),
+            ("TXL_TOKENS", tokens_path.as_os_str()),
+        ],
+    )
+    .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+    let options = SessionOptions {
+        tgt_len: 1,
+        mem_dtype: txl_core::MemDtype::Int8,
+        position_keys: txl_core::PositionKeys::FoldedIntoQuery,
+        ..SessionOptions::from_config(model.config())
+    };
+    let run = run_firmware(&elf, &["score"]);
+    let firmware = score_line(&run);
+    let host = scoring::score(&model, &tokens, options, 0, |_| {}).expect("the host scores");
+    assert_eq!(
+        (firmware.digest, firmware.bits_per_token),
+        (host.digest(), host.bits_per_token()),
+        "{}",
+        run.transcript()
+    );
+    assert_resumes_after_a_reset(&elf, 2, &[], host.digest());
+    let folded = Session::arena_bytes(&model, &options).unwrap();
+    assert_eq!(number_after(&run.lines, "arena bytes"), folded);
+    let per_segment = SessionOptions {
+        position_keys: txl_core::PositionKeys::PerSegment,
+        ..options
+    };
+    let per_segment = Session::arena_bytes(&model, &per_segment).unwrap();
+    assert!(folded < per_segment, "{folded} >= {per_segment}");
+}
+
+/// Runs `score --reset-after K` (then `options`): the firmware saves its session state after `K`
+/// segments, resets itself, restores the state after the reboot and must print the digest of an
+/// uninterrupted run, `digest`.
+fn assert_resumes_after_a_reset(elf: &Path, segments: usize, options: &[&str], digest: u32) {
     let segments = segments.to_string();
-    let run = run_firmware(elf, &["score", "--reset-after", &segments]);
+    let mut args = vec!["score", "--reset-after", &segments];
+    args.extend(options);
+    let run = run_firmware(elf, &args);
     let transcript = run.transcript();
     assert!(
         transcript.contains("session state saved") && transcript.contains("resumed after a reset"),
@@ -376,7 +424,7 @@ fn check_bit_exact(dtype: &str, image: Vec<u8>) {
         Session::arena_bytes(&model, &options).unwrap()
     );
     assert_arena_matches_inspect(&run.lines, &txl_inspect(&image_path, &[]));
-    assert_resumes_after_a_reset(&elf, 2, host.digest());
+    assert_resumes_after_a_reset(&elf, 2, &[], host.digest());
 
     // 2. The same firmware with other options and its arena sized at boot, from the heap.
     let run = run_firmware(
@@ -569,7 +617,7 @@ fn check_board(board: &Board) {
             run.transcript()
         );
         if dtype == "int8" {
-            assert_resumes_after_a_reset(&elf, 1, host.digest());
+            assert_resumes_after_a_reset(&elf, 1, &[], host.digest());
         }
     }
 }
