@@ -319,12 +319,13 @@ fn int8_firmware_with_int8_memory_and_recomputed_position_keys_is_bit_exact() {
 /// arena for the demo model: the host's bits, that arena, and a resume after a reset.
 #[test]
 fn int8_firmware_streaming_with_folded_position_keys_is_bit_exact() {
-    require_target_and_qemu();
+    require_target_and_qemu(&DEFAULT);
     let image = demo_image_int8();
     let aligned = AlignedBytes::copy_from(&image).unwrap();
     let model = Model::parse(aligned.bytes()).expect("the image parses");
     let (tokens, tokens_path) = score_tokens("tokens-int8-folded.bin");
     let elf = build_firmware(
+        &DEFAULT,
         "demo-int8-folded",
         &[
             ("TXL_DTYPE", OsStr::new("int8")),
