@@ -4,7 +4,7 @@ use txl_core::image::{write_image, Payload, CRC_BYTES, ENTRY_BYTES, HEADER_BYTES
 use txl_core::tensors::{for_each_tensor, LayerTensor, Shape, TensorLayout, TensorName};
 use txl_core::AlignedBytes;
 use txl_core::MemDtype;
-use txl_core::{Config, ConfigError, Error, Model, Session, SessionOptions};
+use txl_core::{Config, ConfigError, Error, Model, OptionWord, PositionKeys, Session, SessionOptions};
 use txl_host_gpu::quantize::Target;
 use txl_tests::{quantized_image, random_image, small_config};
 
@@ -404,11 +404,15 @@ fn every_header_and_directory_byte_behind_a_valid_checksum_is_caught() {
 fn the_arena_size_is_exact() {
     let image = AlignedBytes::copy_from(&random_image(&small_config(), 5)).unwrap();
     let model = Model::parse(image.bytes()).unwrap();
-    for mem_len in [0, 1, 6, 13] {
-        for tgt_len in [1, 3, 4] {
+    let sizes = [0, 1, 6, 13]
+        .into_iter()
+        .flat_map(|mem_len| [1, 3, 4].map(|tgt_len| (mem_len, tgt_len)));
+    for (mem_len, tgt_len) in sizes {
+        for &position_keys in PositionKeys::ALL {
             let options = SessionOptions {
                 mem_len,
                 tgt_len,
+                position_keys,
                 ..options()
             };
             let needed = Session::arena_bytes(&model, &options).unwrap();

@@ -316,7 +316,9 @@ fn score_backend_chooses_the_forward_pass() {
     assert_ne!(digests[2], digests[1], "--backend cpu32 ran in f64");
 
     // The core's memory options mean nothing to the reference.
-    for flag in [["--mem-dtype", "int8"], ["--position-keys", "segment"]] {
+    #[rustfmt::skip]
+    let core_only = [["--mem-dtype", "int8"], ["--position-keys", "segment"], ["--position-keys", "folded"]];
+    for flag in core_only {
         let mut args = vec![
             "score",
             image.to_str().unwrap(),
