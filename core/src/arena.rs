@@ -39,11 +39,12 @@ pub struct ArenaLayout {
     pub attn_vec: usize,
     /// f32 `(n_head * d_head)` one query plus the position bias `v`.
     pub query_pos: usize,
-    /// f32 `(2, n_head * d_head)` one position's key and value before they are stored.
+    /// f32 `(2, n_head * d_head)` one position's key and value before they are stored; two
+    /// positions' with `tgt_len >= 2` (the linear layers take positions in pairs).
     pub key_value: usize,
     /// f32 `(mem_len + tgt_len)` one row of attention scores.
     pub scores: usize,
-    /// f32 `(d_inner)` one feed-forward hidden row.
+    /// f32 `(d_inner)` one feed-forward hidden row (two with `tgt_len >= 2`).
     pub ff_inner: usize,
     /// f32 `(d_model)` one sinusoid position embedding, one head's folded position query
     /// `W_r,hᵀ (q + v)_h`, or one sub-layer output row.
@@ -52,7 +53,8 @@ pub struct ArenaLayout {
     pub embed_row: usize,
     /// f32 `(n_token)` one row of log-probabilities.
     pub log_probs: usize,
-    /// u32 words of kernel scratch for one activation row of the widest input,
+    /// u32 words of kernel scratch for one activation row of the widest input (two with
+    /// `tgt_len >= 2`),
     /// `max(d_model, d_inner, n_head * d_head, d_embed)` columns: see
     /// [`kernels::scratch_words`](crate::kernels::scratch_words).
     pub quantized: usize,
@@ -86,6 +88,8 @@ impl ArenaLayout {
             PositionKeys::FoldedIntoQuery => 0,
         };
         let widest_input = [d_model, config.d_inner as usize, qkv, config.d_embed as usize];
+        // segments of two or more positions run the linear layers on pairs of positions
+        let pair = if tgt >= 2 { 2 } else { 1 };
         let layout = ArenaLayout {
             keys: cache,
             values: cache,
@@ -101,13 +105,13 @@ impl ArenaLayout {
             queries: floats(tgt, qkv)?,
             attn_vec: floats(tgt, qkv)?,
             query_pos: floats(1, qkv)?,
-            key_value: floats(2, qkv)?,
+            key_value: floats(2 * pair, qkv)?,
             scores: floats(1, capacity)?,
-            ff_inner: floats(1, config.d_inner as usize)?,
-            row: floats(1, d_model)?,
+            ff_inner: floats(pair, config.d_inner as usize)?,
+            row: floats(pair, d_model)?,
             embed_row: floats(1, config.max_emb_dim() as usize)?,
             log_probs: floats(1, config.n_token as usize)?,
-            quantized: crate::kernels::scratch_words(widest_input.into_iter().max().unwrap_or(0)),
+            quantized: pair * crate::kernels::scratch_words(widest_input.into_iter().max().unwrap_or(0)),
         };
         layout.checked_total().ok_or(overflow)?;
         Ok(layout)

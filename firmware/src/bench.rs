@@ -6,7 +6,8 @@
 //! inputs are pseudo-random (a fixed seed), in RAM. Each line reads
 //! `bench kernel=K rows=R cols=C macs=M instructions=N instructions_per_mac=X`; the last line
 //! gives each kernel's figure over all four shapes (`shape=all`), one product per shape and
-//! position, as one token of the demo model computes them.
+//! position, as one token of the demo model computes them. `int8_matvec_pair` is the int8
+//! product for two positions at once, as a segment runs it (its MACs count both positions).
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -29,6 +30,7 @@ const REPEATS: u64 = 4;
 #[derive(Clone, Copy)]
 enum Kernel {
     Int8,
+    Int8Pair,
     F16,
     F32,
 }
@@ -37,6 +39,7 @@ impl Kernel {
     fn name(self) -> &'static str {
         match self {
             Kernel::Int8 => "int8_matvec",
+            Kernel::Int8Pair => "int8_matvec_pair",
             Kernel::F16 => "f16_matvec",
             Kernel::F32 => "f32_matvec",
         }
@@ -62,11 +65,12 @@ impl Numbers {
 
 /// Runs every kernel on every shape and prints the counts.
 pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
-    for kernel in [Kernel::Int8, Kernel::F16, Kernel::F32] {
+    for kernel in [Kernel::Int8, Kernel::Int8Pair, Kernel::F16, Kernel::F32] {
         let (mut all_macs, mut all_instructions) = (0u64, 0u64);
         for (rows, cols) in SHAPES {
             let instructions = measure(kernel, rows, cols, counter);
-            let macs = (rows * cols) as u64;
+            let positions = if matches!(kernel, Kernel::Int8Pair) { 2 } else { 1 };
+            let macs = (positions * rows * cols) as u64;
             report(kernel.name(), "", rows, cols, macs, instructions);
             all_macs += macs;
             all_instructions += instructions;
@@ -96,14 +100,16 @@ fn report(kernel: &str, shape: &str, rows: usize, cols: usize, macs: u64, instru
 fn measure(kernel: Kernel, rows: usize, cols: usize, counter: &InstructionCounter) -> u64 {
     let mut numbers = Numbers(0x2545_f491 ^ (rows * 31 + cols) as u32);
     let x: Vec<f32> = (0..cols).map(|_| numbers.float()).collect();
+    let x2: Vec<f32> = (0..cols).map(|_| numbers.float()).collect();
     let mut y = vec![0.0f32; rows];
-    let mut scratch = vec![0u32; kernels::scratch_words(cols)];
+    let mut y2 = vec![0.0f32; rows];
+    let mut scratch = vec![0u32; 2 * kernels::scratch_words(cols)];
     let weights: Vec<f32> = (0..rows * cols).map(|_| numbers.float()).collect();
     let halves: Vec<f16> = weights.iter().map(|&w| f16::from_f32(w)).collect();
     let values: Vec<i8> = weights.iter().map(|&w| (w * 127.0) as i8).collect();
     let row_scales = vec![1.0 / 127.0; rows];
     let data = match kernel {
-        Kernel::Int8 => MatrixData::Int8 {
+        Kernel::Int8 | Kernel::Int8Pair => MatrixData::Int8 {
             values: &values,
             row_scales: &row_scales,
             act_scales: None,
@@ -114,9 +120,12 @@ fn measure(kernel: Kernel, rows: usize, cols: usize, counter: &InstructionCounte
     let matrix = Matrix { rows, cols, data };
     let start = counter.ticks();
     for _ in 0..REPEATS {
-        kernels::matvec(&matrix, &x, &mut y, &mut scratch);
+        match kernel {
+            Kernel::Int8Pair => kernels::matvec_pair(&matrix, [&x, &x2], [&mut y, &mut y2], &mut scratch),
+            _ => kernels::matvec(&matrix, &x, &mut y, &mut scratch),
+        }
     }
     let ticks = counter.ticks_since(start);
-    core::hint::black_box(&y);
+    core::hint::black_box((&y, &y2));
     counter::instructions(ticks) / REPEATS
 }

@@ -190,7 +190,9 @@ fn run() -> Result<(), Failure> {
     let position_keys = match options.position_keys {
         PositionKeys::PerSession => "position keys for every distance and layer, computed once",
         PositionKeys::PerSegment => "position embeddings for every distance; keys recomputed per segment",
-        PositionKeys::FoldedIntoQuery => "position embeddings for every distance; W_r folded into the queries",
+        PositionKeys::FoldedIntoQuery => {
+            "position embeddings for every distance; W_r folded into the queries"
+        }
     };
     info!(
         "session ready: {=u64} instructions ({=str})",

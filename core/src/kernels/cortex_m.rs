@@ -166,6 +166,179 @@ global_asm!(
     ".size txl_rows4_s8, . - txl_rows4_s8",
 );
 
+extern "C" {
+    /// [`txl_rows4_s8`] for two positions at once, two rows per pass: for each of `blocks`
+    /// blocks of two rows, `sums_a[2b + k] = row · x_a` and `sums_b[2b + k] = row · x_b`, with
+    /// `x_a` and `x_b` widened by [`widen_pairs`] into `pairs_a` and `pairs_b`. Each weight word
+    /// is loaded and widened once for both positions.
+    fn txl_rows2x2_s8(
+        rows: *const i8,
+        stride: usize,
+        pairs_a: *const u32,
+        pairs_b: *const u32,
+        groups: usize,
+        sums_a: *mut i32,
+        sums_b: *mut i32,
+        blocks: usize,
+    );
+}
+
+// Inner loop, per group of four columns: two LDRD (the inputs of both positions), then for each
+// of the two rows one LDR, two SXTB16 and four SMLAD: 16 instructions per 16 multiply-
+// accumulates, plus three per two groups for the loop (its end is kept on the stack).
+// Registers there: r0 row 0 (row 1 at +stride), r1 the stride, r2/r3 the inputs of positions
+// a/b, r4/r5 row 0's sums for a/b, r6/r7 row 1's, r8/r9 and r10/r11 the input pairs of a and b,
+// r12 a weight word, lr its widened half. The frame keeps the inputs' starts, the step to the
+// next block's rows, the inputs' end and the blocks left; the output pointers advance in the
+// caller's argument slots.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".macro txl_rows2x2_group",
+    "ldrd r8, r9, [r2], #8",
+    "ldrd r10, r11, [r3], #8",
+    "ldr r12, [r0, r1]",
+    "sxtb16 lr, r12",
+    "smlad r6, lr, r8, r6",
+    "smlad r7, lr, r10, r7",
+    "sxtb16 r12, r12, ror #8",
+    "smlad r6, r12, r9, r6",
+    "smlad r7, r12, r11, r7",
+    "ldr r12, [r0], #4",
+    "sxtb16 lr, r12",
+    "smlad r4, lr, r8, r4",
+    "smlad r5, lr, r10, r5",
+    "sxtb16 r12, r12, ror #8",
+    "smlad r4, r12, r9, r4",
+    "smlad r5, r12, r11, r5",
+    ".endm",
+    ".section .text.txl_rows2x2_s8,\"ax\",%progbits",
+    ".globl txl_rows2x2_s8",
+    ".type txl_rows2x2_s8,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows2x2_s8:",
+    "push {{r4-r11, lr}}",
+    "sub sp, sp, #24",
+    // arguments on the stack, above the 36 bytes pushed and the 24 of the frame:
+    // [sp, #60] groups, [sp, #64] sums_a, [sp, #68] sums_b, [sp, #72] blocks
+    "ldr r4, [sp, #60]",
+    "lsl r5, r4, #2",
+    "rsb r5, r5, r1, lsl #1", // 2 * stride - 4 * groups: one block's end to the next's start
+    "add r6, r2, r4, lsl #3", // end of position a's inputs
+    "strd r2, r3, [sp]",
+    "strd r5, r6, [sp, #8]",
+    "ldr r7, [sp, #72]",
+    "str r7, [sp, #16]",
+    "cmp r7, #0",
+    "beq 5f",
+    "4:",
+    "mov r4, #0",
+    "mov r5, #0",
+    "mov r6, #0",
+    "mov r7, #0",
+    "ldr r12, [sp, #12]",
+    // an odd number of groups: one group first
+    "sub r8, r12, r2",
+    "tst r8, #8",
+    "beq 2f",
+    "txl_rows2x2_group",
+    "ldr r12, [sp, #12]",
+    "2:",
+    "cmp r2, r12",
+    "beq 3f",
+    "1:",
+    "txl_rows2x2_group",
+    "txl_rows2x2_group",
+    "ldr r12, [sp, #12]",
+    "cmp r2, r12",
+    "bne 1b",
+    "3:",
+    "ldr r8, [sp, #64]",
+    "strd r4, r6, [r8], #8",
+    "str r8, [sp, #64]",
+    "ldr r8, [sp, #68]",
+    "strd r5, r7, [r8], #8",
+    "str r8, [sp, #68]",
+    "ldrd r2, r3, [sp]",
+    "ldr r8, [sp, #8]",
+    "add r0, r0, r8",
+    "ldr r8, [sp, #16]",
+    "subs r8, r8, #1",
+    "str r8, [sp, #16]",
+    "bne 4b",
+    "5:",
+    "add sp, sp, #24",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows2x2_s8, . - txl_rows2x2_s8",
+);
+
+/// [`row_sums_i8`] for two inputs at once: `sums[p][r] = values[r] · xq[p]` for `p` in 0, 1,
+/// each weight loaded and widened once for both (`widened[p]` as in [`row_sums_i8`]).
+pub fn row_sums_i8_pair(
+    values: &[i8],
+    cols: usize,
+    xq: [&[i8]; 2],
+    widened: [&mut [u32]; 2],
+    sums: [&mut [i32]; 2],
+) {
+    let [sums_a, sums_b] = sums;
+    let [widened_a, widened_b] = widened;
+    let rows = sums_a.len().min(sums_b.len());
+    let groups = cols / 4;
+    let body = groups * 4;
+    let pairs_a = &mut widened_a[..2 * groups];
+    let pairs_b = &mut widened_b[..2 * groups];
+    widen_pairs(&xq[0][..body], pairs_a);
+    widen_pairs(&xq[1][..body], pairs_b);
+    let values = &values[..rows * cols];
+    let blocks = rows / 2;
+    if groups > 0 && blocks > 0 {
+        // SAFETY: `values` holds `2 * blocks <= rows` rows of `cols >= 4 * groups` bytes at
+        // stride `cols`, `pairs_a` and `pairs_b` hold `2 * groups` words each: the kernel reads
+        // only those and writes the first `2 * blocks` of `sums_a` and `sums_b`. It preserves
+        // the callee-saved registers and the stack pointer (AAPCS).
+        unsafe {
+            txl_rows2x2_s8(
+                values.as_ptr(),
+                cols,
+                pairs_a.as_ptr(),
+                pairs_b.as_ptr(),
+                groups,
+                sums_a.as_mut_ptr(),
+                sums_b.as_mut_ptr(),
+                blocks,
+            )
+        };
+    } else {
+        sums_a[..2 * blocks].fill(0);
+        sums_b[..2 * blocks].fill(0);
+    }
+    for r in 2 * blocks..rows {
+        let row = &values[r * cols..r * cols + body];
+        let (mut a, mut b) = (0i32, 0i32);
+        for ((w, xa), xb) in row
+            .chunks_exact(4)
+            .zip(pairs_a.chunks_exact(2))
+            .zip(pairs_b.chunks_exact(2))
+        {
+            let w = word(w);
+            let (even, odd) = (sxtb16(w), sxtb16_ror8(w));
+            a = smlad(odd, xa[1], smlad(even, xa[0], a));
+            b = smlad(odd, xb[1], smlad(even, xb[0], b));
+        }
+        sums_a[r] = a;
+        sums_b[r] = b;
+    }
+    if body < cols {
+        for (r, row) in values.chunks_exact(cols).enumerate() {
+            sums_a[r] += super::scalar::dot_i8(&row[body..], &xq[0][body..]);
+            sums_b[r] += super::scalar::dot_i8(&row[body..], &xq[1][body..]);
+        }
+    }
+}
+
 /// `sums[r] = values[r] · xq` for each row `r < sums.len()` of `values (rows, cols)`: four rows
 /// per pass over the inputs, which are widened once into `widened` (at least
 /// `2 * cols.div_ceil(4)` words). Equal to the scalar dot product of each row.
@@ -233,6 +406,7 @@ extern "C" {
 global_asm!(
     ".syntax unified",
     ".thumb",
+    ".cpu cortex-m4",
     ".fpu fpv4-sp-d16",
     ".macro txl_rows4_f32_row row, s0, s1, s2, s3",
     "vldmia \\row!, {{s20-s23}}",
@@ -365,6 +539,91 @@ fn finish_rows<'w, T: Copy + 'w>(
             tail += widen(*w) * v;
         }
         *y = (partial[0] + partial[1]) + (partial[2] + partial[3]) + tail;
+    }
+}
+
+#[cfg(feature = "cortex-m-mve")]
+extern "C" {
+    /// Helium: `sums[k] = sum over c < 16 * groups of row_k[c] * x[c]` for the four rows
+    /// `row_k = rows + k * stride`, `groups >= 1` groups of 16 columns.
+    fn txl_rows4_mve(rows: *const i8, stride: usize, x: *const i8, groups: usize, sums: *mut i32);
+}
+
+// Per group of 16 columns: one VLDRB of the inputs (shared by the four rows), then per row one
+// VLDRB of its weights and one VMLADAVA (16 products added to the row's sum), plus the loop's
+// decrement and branch: 11 instructions per 64 multiply-accumulates. VMLADAVA accumulates into
+// even registers: r4, r6, r8, r10. Registers: r0, r5, r7, r9 the rows, r2 the inputs, r3 the
+// groups left, q0 the inputs, q1 a row's weights.
+#[cfg(feature = "cortex-m-mve")]
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_rows4_mve,\"ax\",%progbits",
+    ".globl txl_rows4_mve",
+    ".type txl_rows4_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows4_mve:",
+    "push {{r4-r11, lr}}",
+    "add r5, r0, r1",
+    "add r7, r5, r1",
+    "add r9, r7, r1",
+    "mov r4, #0",
+    "mov r6, #0",
+    "mov r8, #0",
+    "mov r10, #0",
+    "1:",
+    "vldrb.s8 q0, [r2], #16",
+    "vldrb.s8 q1, [r0], #16",
+    "vmladava.s8 r4, q1, q0",
+    "vldrb.s8 q1, [r5], #16",
+    "vmladava.s8 r6, q1, q0",
+    "vldrb.s8 q1, [r7], #16",
+    "vmladava.s8 r8, q1, q0",
+    "vldrb.s8 q1, [r9], #16",
+    "vmladava.s8 r10, q1, q0",
+    "subs r3, r3, #1",
+    "bne 1b",
+    "ldr r0, [sp, #36]",
+    "str r4, [r0]",
+    "str r6, [r0, #4]",
+    "str r8, [r0, #8]",
+    "str r10, [r0, #12]",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows4_mve, . - txl_rows4_mve",
+    // back to the cores every other kernel here is assembled for
+    ".cpu cortex-m4",
+);
+
+/// [`row_sums_i8`] with Helium: four rows per pass, 16 columns per instruction. Equal to the
+/// scalar dot product of each row.
+#[cfg(feature = "cortex-m-mve")]
+pub fn row_sums_i8_mve(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
+    let rows = sums.len();
+    let groups = cols / 16;
+    let body = groups * 16;
+    let values = &values[..rows * cols];
+    let mut done = 0;
+    if groups > 0 {
+        for (block, out) in values.chunks_exact(4 * cols).zip(sums.chunks_exact_mut(4)) {
+            let mut block_sums = [0i32; 4];
+            // SAFETY: `block` holds four rows of `cols >= 16 * groups` bytes at stride `cols`,
+            // `xq` holds `cols`: the kernel reads only those (byte loads, no alignment needed),
+            // writes the four words of `block_sums`, and preserves the callee-saved registers
+            // (AAPCS; it uses only q0 and q1 of the vector registers).
+            unsafe { txl_rows4_mve(block.as_ptr(), cols, xq.as_ptr(), groups, block_sums.as_mut_ptr()) };
+            out.copy_from_slice(&block_sums);
+            done += 4;
+        }
+    }
+    for (r, sum) in sums.iter_mut().enumerate() {
+        let row = &values[r * cols..(r + 1) * cols];
+        if r < done {
+            *sum += super::scalar::dot_i8(&row[body..], &xq[body..]);
+        } else {
+            *sum = super::scalar::dot_i8(row, xq);
+        }
     }
 }
 

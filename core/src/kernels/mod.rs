@@ -49,6 +49,25 @@ pub fn dot_f16(a: &[half::f16], b: &[f32]) -> f32 {
     scalar::dot_f16(a, b)
 }
 
+/// [`int8_row_sums`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: with the
+/// `cortex-m-dsp` feature each weight is loaded and widened once for both (Helium needs no
+/// widening and runs each input on its own).
+#[inline]
+pub fn int8_row_sums_pair(
+    values: &[i8],
+    cols: usize,
+    xq: [&[i8]; 2],
+    widened: [&mut [u32]; 2],
+    sums: [&mut [i32]; 2],
+) {
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    cortex_m::row_sums_i8_pair(values, cols, xq, widened, sums);
+    #[cfg(any(not(feature = "cortex-m-dsp"), feature = "cortex-m-mve"))]
+    for ((x, widened), sums) in xq.into_iter().zip(widened).zip(sums) {
+        int8_row_sums(values, cols, x, widened, sums);
+    }
+}
+
 /// Words of kernel scratch a product with `cols` inputs needs: the input quantized to int8 (one
 /// byte a column, rounded up to whole words) and, for the DSP kernels, the same values widened
 /// to 16-bit pairs (two bytes a column). Words keep every view of it aligned.
@@ -67,12 +86,18 @@ pub fn split_scratch(scratch: &mut [u32], cols: usize) -> (&mut [i8], &mut [u32]
 }
 
 /// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
-/// `values (rows, cols)`: four rows per pass with the `cortex-m-dsp` feature (`widened` holds
+/// `values (rows, cols)`: Helium with the `cortex-m-mve` feature (16 columns an instruction),
+/// else four rows per pass with the `cortex-m-dsp` feature (`widened` holds
 /// at least `2 * cols.div_ceil(4)` words there), AVX2 on x86-64 with the `std` feature when the
 /// CPU has it, else the scalar dot product. All give the same sums.
 #[inline]
 pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &mut [u32], sums: &mut [i32]) {
-    #[cfg(feature = "cortex-m-dsp")]
+    #[cfg(feature = "cortex-m-mve")]
+    {
+        let _ = widened;
+        cortex_m::row_sums_i8_mve(values, cols, xq, sums);
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     cortex_m::row_sums_i8(values, cols, xq, widened, sums);
     #[cfg(not(feature = "cortex-m-dsp"))]
     {

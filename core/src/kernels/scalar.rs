@@ -105,6 +105,76 @@ pub fn matvec_split(
     }
 }
 
+/// [`matvec`] for two inputs at once, `W @ x[p] -> y[p]`: int8 weights are read once for both
+/// (`scratch` holds [`scratch_words`](super::scratch_words)`(cols)` words for each input). The
+/// same bits as two calls.
+pub fn matvec_pair(weight: &Matrix<'_>, x: [&[f32]; 2], y: [&mut [f32]; 2], scratch: &mut [u32]) {
+    matvec_pair_split(weight, x, y, [&mut [], &mut []], scratch);
+}
+
+/// [`matvec_pair`] with each output split in two like [`matvec_split`]:
+/// `W @ x[p] -> [first[p] | rest[p]]`, each input quantized once.
+pub fn matvec_pair_split(
+    weight: &Matrix<'_>,
+    x: [&[f32]; 2],
+    first: [&mut [f32]; 2],
+    rest: [&mut [f32]; 2],
+    scratch: &mut [u32],
+) {
+    let cols = weight.cols;
+    let [first_a, first_b] = first;
+    let [rest_a, rest_b] = rest;
+    let split = first_a.len();
+    match weight.data {
+        MatrixData::Int8 {
+            values,
+            row_scales,
+            act_scales,
+        } => {
+            let (scratch_a, scratch_b) = scratch.split_at_mut(super::scratch_words(cols));
+            let (xq_a, widened_a) = super::split_scratch(scratch_a, cols);
+            let (xq_b, widened_b) = super::split_scratch(scratch_b, cols);
+            let scale_a = quantize_activations(x[0], act_scales, xq_a);
+            let scale_b = quantize_activations(x[1], act_scales, xq_b);
+            let (values_first, values_rest) = values.split_at(split * cols);
+            let (scales_first, scales_rest) = row_scales.split_at(split);
+            for (values, scales, y_a, y_b) in [
+                (values_first, scales_first, first_a, first_b),
+                (values_rest, scales_rest, rest_a, rest_b),
+            ] {
+                if y_a.is_empty() {
+                    continue;
+                }
+                super::int8_row_sums_pair(
+                    values,
+                    cols,
+                    [&*xq_a, &*xq_b],
+                    [&mut *widened_a, &mut *widened_b],
+                    [
+                        bytemuck::cast_slice_mut(&mut *y_a),
+                        bytemuck::cast_slice_mut(&mut *y_b),
+                    ],
+                );
+                for (out, x_scale) in [(y_a, scale_a), (y_b, scale_b)] {
+                    for (out, &scale) in out.iter_mut().zip(scales) {
+                        let acc = out.to_bits() as i32;
+                        *out = acc as f32 * (scale * x_scale);
+                    }
+                }
+            }
+        }
+        _ => {
+            let end = split + rest_a.len();
+            for (x, first, rest) in [(x[0], first_a, rest_a), (x[1], first_b, rest_b)] {
+                matvec(&weight.row_range(0, split), x, first, scratch);
+                if !rest.is_empty() {
+                    matvec(&weight.row_range(split, end), x, rest, scratch);
+                }
+            }
+        }
+    }
+}
+
 /// `W (rows, cols) @ x (cols) + b (rows) -> y (rows)`.
 pub fn matvec_bias(weight: &Matrix<'_>, bias: &[f32], x: &[f32], y: &mut [f32], scratch: &mut [u32]) {
     matvec(weight, x, y, scratch);

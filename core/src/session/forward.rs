@@ -103,21 +103,38 @@ impl Session<'_, '_> {
     }
 
     /// `q, k, v = W_qkv x` for each position `i`: `q` into `queries`, `k` and `v` into the
-    /// memory ring at position `mlen + i`, after the remembered ones.
+    /// memory ring at position `mlen + i`, after the remembered ones. Positions go in pairs,
+    /// which read the weights once.
     fn project_qkv(&mut self, layer: usize, shape: &AttentionShape, probe: &mut impl Probe) {
         let d_model = self.model.config().d_model as usize;
         let width = self.model.config().qkv_width() as usize; // n_head * d_head
         let qkv = self.model.layer(layer).qkv;
         let s = &mut self.state;
-        let attn_input = &s.attn_input[..shape.qlen * d_model];
-        for (i, x) in attn_input.chunks_exact(d_model).enumerate() {
-            probe.linear_input(layer, Linear::Qkv, x);
-            let query = &mut s.queries[i * width..(i + 1) * width];
+        let mut i = 0;
+        while i < shape.qlen {
+            let pair = i + 1 < shape.qlen;
+            let count = if pair { 2 } else { 1 };
+            let inputs = &s.attn_input[i * d_model..(i + count) * d_model];
+            for x in inputs.chunks_exact(d_model) {
+                probe.linear_input(layer, Linear::Qkv, x);
+            }
+            let queries = &mut s.queries[i * width..(i + count) * width];
+            let key_values = &mut s.key_value[..count * 2 * width];
             // W_qkv (3 * n_head * d_head, d_model) @ x (d_model) -> [q | k | v], q into
-            // `query`, [k | v] (2 * n_head * d_head) into `key_value`
-            kernels::matvec_split(&qkv, x, query, s.key_value, s.quantized_input);
-            let (key, value) = s.key_value.split_at(width);
-            self.memory.write(layer, shape.mlen + i, key, value);
+            // `queries`, [k | v] (2 * n_head * d_head) into `key_value`
+            if pair {
+                let (x_a, x_b) = inputs.split_at(d_model);
+                let (q_a, q_b) = queries.split_at_mut(width);
+                let (kv_a, kv_b) = key_values.split_at_mut(2 * width);
+                kernels::matvec_pair_split(&qkv, [x_a, x_b], [q_a, q_b], [kv_a, kv_b], s.quantized_input);
+            } else {
+                kernels::matvec_split(&qkv, inputs, queries, key_values, s.quantized_input);
+            }
+            for (k, kv) in key_values.chunks_exact(2 * width).enumerate() {
+                let (key, value) = kv.split_at(width);
+                self.memory.write(layer, shape.mlen + i + k, key, value);
+            }
+            i += count;
         }
     }
 
@@ -167,7 +184,7 @@ impl Session<'_, '_> {
             PositionKeys::FoldedIntoQuery => PositionScores::Folded {
                 r_net: w.r_net,
                 embeddings: position_embeddings,
-                folded: branch,
+                folded: &mut branch[..self.model.config().d_model as usize],
                 scratch: quantized_input,
                 d_head: shape.d_head,
             },
@@ -198,59 +215,111 @@ impl Session<'_, '_> {
         }
     }
 
-    /// `h = h + o_net(a)` for each position, then `h = LayerNorm(h)` (post-LN).
+    /// `h = h + o_net(a)` for each position, then `h = LayerNorm(h)` (post-LN). Positions go
+    /// in pairs, which read the weights once.
     fn attention_output(&mut self, layer: usize, qlen: usize, probe: &mut impl Probe) {
         let config = self.model.config();
         let d_model = config.d_model as usize;
         let width = config.qkv_width() as usize;
         let w = self.model.layer(layer);
         let s = &mut self.state;
-        let hidden = &mut s.hidden[..qlen * d_model];
-        for (h, a) in hidden
-            .chunks_exact_mut(d_model)
-            .zip(s.attn_vec.chunks_exact(width))
-        {
-            probe.linear_input(layer, Linear::ONet, a);
-            // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model)
-            kernels::matvec(&w.o_net, a, s.branch, s.quantized_input);
-            kernels::add_assign(h, s.branch);
-            if !config.pre_lnorm {
-                let eps = config.layer_norm_epsilon;
-                kernels::layer_norm_in_place(h, w.attn_norm_weight, w.attn_norm_bias, eps);
+        let mut i = 0;
+        while i < qlen {
+            let count = if i + 1 < qlen { 2 } else { 1 };
+            let a = &s.attn_vec[i * width..(i + count) * width];
+            for a in a.chunks_exact(width) {
+                probe.linear_input(layer, Linear::ONet, a);
             }
+            let branch = &mut s.branch[..count * d_model];
+            // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model)
+            if count == 2 {
+                let (a_a, a_b) = a.split_at(width);
+                let (out_a, out_b) = branch.split_at_mut(d_model);
+                kernels::matvec_pair(&w.o_net, [a_a, a_b], [out_a, out_b], s.quantized_input);
+            } else {
+                kernels::matvec(&w.o_net, a, branch, s.quantized_input);
+            }
+            let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
+            for (h, out) in hidden.chunks_exact_mut(d_model).zip(branch.chunks_exact(d_model)) {
+                kernels::add_assign(h, out);
+                if !config.pre_lnorm {
+                    let eps = config.layer_norm_epsilon;
+                    kernels::layer_norm_in_place(h, w.attn_norm_weight, w.attn_norm_bias, eps);
+                }
+            }
+            i += count;
         }
     }
 
     /// The position-wise feed-forward sub-layer of `layer`, for each position:
     /// `h = LayerNorm(h + W_2 ReLU(W_1 h + b_1) + b_2)`, or with pre-LN
-    /// `h = h + W_2 ReLU(W_1 LayerNorm(h) + b_1) + b_2`.
+    /// `h = h + W_2 ReLU(W_1 LayerNorm(h) + b_1) + b_2`. Positions go in pairs, which read
+    /// the weights once.
     fn feed_forward(&mut self, layer: usize, qlen: usize, probe: &mut impl Probe) {
         let config = self.model.config();
         let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
         let eps = config.layer_norm_epsilon;
         let w = self.model.layer(layer);
         let s = &mut self.state;
-        for h in s.hidden[..qlen * d_model].chunks_exact_mut(d_model) {
+        let mut i = 0;
+        while i < qlen {
+            let count = if i + 1 < qlen { 2 } else { 1 };
+            let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
             let x: &[f32] = if config.pre_lnorm {
-                kernels::layer_norm(h, w.ff_norm_weight, w.ff_norm_bias, eps, s.branch);
-                s.branch
+                let normed = &mut s.branch[..count * d_model];
+                for (h, x) in hidden.chunks_exact(d_model).zip(normed.chunks_exact_mut(d_model)) {
+                    kernels::layer_norm(h, w.ff_norm_weight, w.ff_norm_bias, eps, x);
+                }
+                normed
             } else {
-                h
+                hidden
             };
-            let inner = &mut s.ff_inner[..d_inner];
-            probe.linear_input(layer, Linear::Ff1, x);
-            // W_1 (d_inner, d_model) @ x (d_model) + b_1 -> inner (d_inner)
-            kernels::matvec_bias(&w.ff1_weight, w.ff1_bias, x, inner, s.quantized_input);
-            kernels::relu(inner);
-            probe.linear_input(layer, Linear::Ff2, inner);
-            // the attention input is spent: its first row takes the output
-            let ff_out = &mut s.attn_input[..d_model];
-            // W_2 (d_model, d_inner) @ inner (d_inner) + b_2 -> ff_out (d_model)
-            kernels::matvec_bias(&w.ff2_weight, w.ff2_bias, inner, ff_out, s.quantized_input);
-            kernels::add_assign(h, ff_out);
-            if !config.pre_lnorm {
-                kernels::layer_norm_in_place(h, w.ff_norm_weight, w.ff_norm_bias, eps);
+            for x in x.chunks_exact(d_model) {
+                probe.linear_input(layer, Linear::Ff1, x);
             }
+            let inner = &mut s.ff_inner[..count * d_inner];
+            // the attention input is spent: its first rows take the output
+            let ff_out = &mut s.attn_input[..count * d_model];
+            if count == 2 {
+                let (x_a, x_b) = x.split_at(d_model);
+                let (inner_a, inner_b) = inner.split_at_mut(d_inner);
+                // W_1 (d_inner, d_model) @ x (d_model) -> inner (d_inner), both positions
+                kernels::matvec_pair(&w.ff1_weight, [x_a, x_b], [inner_a, inner_b], s.quantized_input);
+            } else {
+                // W_1 (d_inner, d_model) @ x (d_model) -> inner (d_inner)
+                kernels::matvec(&w.ff1_weight, x, inner, s.quantized_input);
+            }
+            for inner in inner.chunks_exact_mut(d_inner) {
+                kernels::add_assign(inner, w.ff1_bias);
+                kernels::relu(inner);
+                probe.linear_input(layer, Linear::Ff2, inner);
+            }
+            if count == 2 {
+                let (inner_a, inner_b) = inner.split_at(d_inner);
+                let (out_a, out_b) = ff_out.split_at_mut(d_model);
+                // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model), both positions
+                kernels::matvec_pair(
+                    &w.ff2_weight,
+                    [inner_a, inner_b],
+                    [out_a, out_b],
+                    s.quantized_input,
+                );
+            } else {
+                // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model)
+                kernels::matvec(&w.ff2_weight, inner, ff_out, s.quantized_input);
+            }
+            let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
+            for (h, out) in hidden
+                .chunks_exact_mut(d_model)
+                .zip(ff_out.chunks_exact_mut(d_model))
+            {
+                kernels::add_assign(out, w.ff2_bias);
+                kernels::add_assign(h, out);
+                if !config.pre_lnorm {
+                    kernels::layer_norm_in_place(h, w.ff_norm_weight, w.ff_norm_bias, eps);
+                }
+            }
+            i += count;
         }
     }
 
@@ -276,7 +345,7 @@ impl Session<'_, '_> {
         let distances = self.options.distances();
         let s = &mut self.state;
         for d in 0..distances {
-            let pos_emb = &mut *s.branch; // (d_model)
+            let pos_emb = &mut s.branch[..d_model];
             position_embedding(d, pos_emb);
             if self.options.position_keys != PositionKeys::PerSession {
                 s.position_embeddings[d * d_model..(d + 1) * d_model].copy_from_slice(pos_emb);
@@ -313,8 +382,9 @@ impl Session<'_, '_> {
             }
             let w_kv = w.qkv.row_range(width, 3 * width);
             // W_kv (2 * n_head * d_head, d_model) @ x (d_model) -> [k | v] (2 * n_head * d_head)
-            kernels::matvec(&w_kv, x, s.key_value, s.quantized_input);
-            let (key, value) = s.key_value.split_at(width);
+            let key_value = &mut s.key_value[..2 * width];
+            kernels::matvec(&w_kv, x, key_value, s.quantized_input);
+            let (key, value) = key_value.split_at(width);
             for position in 0..mem_len {
                 self.memory.write(layer, position, key, value);
             }

@@ -64,22 +64,22 @@ struct RunState<'a> {
     /// One position query `q + v`.
     position_query: &'a mut [f32], // (n_head * d_head)
     /// One position's key and value, before the memory stores them.
-    key_value: &'a mut [f32], // (2, n_head * d_head)
+    key_value: &'a mut [f32], // (pair, 2, n_head * d_head), pair = 2 if tgt_len >= 2 else 1
     /// One query's attention scores over the keys it sees.
     scores: &'a mut [f32], // (mem_len + tgt_len)
     /// One position's feed-forward inner row `ReLU(W_1 x + b_1)`.
-    ff_inner: &'a mut [f32], // (d_inner)
+    ff_inner: &'a mut [f32], // (pair, d_inner)
     /// One row inside a residual branch: `o_net`'s output, or the feed-forward input
     /// `LayerNorm(h)` (pre-LN); in the attention, one head's folded position query
     /// `W_r,hᵀ (q + v)_h`; at the start, one `pos_emb(d)` or the zero hidden state.
-    branch: &'a mut [f32], // (d_model)
+    branch: &'a mut [f32], // (pair, d_model)
     /// One token's embedding before its projection, or the hidden state projected for one
     /// output cluster.
     embed_row: &'a mut [f32], // (max_emb_dim)
     /// One position's log-probabilities.
     log_probs: &'a mut [f32], // (n_token)
     /// Kernel scratch: one matvec input row quantized per token, for int8 weights.
-    quantized_input: &'a mut [u32], // (scratch_words(max(d_model, d_inner, n_head * d_head, d_embed)))
+    quantized_input: &'a mut [u32], // (pair * scratch_words(max(d_model, d_inner, n_head * d_head, d_embed)))
 }
 
 impl<'a> RunState<'a> {
