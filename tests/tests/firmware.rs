@@ -266,9 +266,58 @@ fn demo_image_int8() -> Vec<u8> {
     quantize_weights(&model, Target::Int8).expect("the demo model quantizes")
 }
 
+/// The demo checkpoint in f16, as the firmware's build script converts it.
+fn demo_image_f16() -> Vec<u8> {
+    let f32_image = AlignedBytes::copy_from(&demo_image_f32()).unwrap();
+    let model = Model::parse(f32_image.bytes()).expect("the image parses");
+    quantize_weights(&model, Target::F16).expect("the demo model converts to f16")
+}
+
 #[test]
 fn f32_firmware_is_bit_exact_with_the_host() {
     check_bit_exact("f32", demo_image_f32());
+}
+
+/// f16 weights are widened by the FPU (`VCVTB`/`VCVTT`) on the device and in software or by
+/// F16C on the host: the same bits.
+#[test]
+fn f16_firmware_is_bit_exact_with_the_host() {
+    check_bit_exact("f16", demo_image_f16());
+}
+
+/// `bench` counts every kernel on the demo's four shapes; each count is positive and the int8
+/// kernel for two positions costs less per MAC than the one for one (it reads the weights once).
+#[test]
+fn firmware_bench_reports_every_kernel() {
+    require_target_and_qemu(&DEFAULT);
+    let (_, tokens_path) = score_tokens("tokens-bench.bin");
+    let elf = build_firmware(
+        &DEFAULT,
+        "bench-int8",
+        &[
+            ("TXL_DTYPE", OsStr::new("int8")),
+            ("TXL_TOKENS", tokens_path.as_os_str()),
+        ],
+    )
+    .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+    let run = run_firmware(&elf, &["bench"]);
+    let per_mac = |kernel: &str| -> f64 {
+        let line = run
+            .lines
+            .iter()
+            .find(|l| l.contains(&format!("kernel={kernel} ")) && l.contains("shape=all"))
+            .unwrap_or_else(|| panic!("no shape=all line for {kernel}:\n{}", run.transcript()));
+        field(line, "instructions_per_mac")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no instructions_per_mac in {line}"))
+    };
+    let kernels = ["int8_matvec", "int8_matvec_pair", "f16_matvec", "f32_matvec"];
+    for kernel in kernels {
+        let per_shape = run.lines.iter().filter(|l| l.contains(&format!("kernel={kernel} rows="))).count();
+        assert_eq!(per_shape, 4, "{kernel}: one line per shape:\n{}", run.transcript());
+        assert!(per_mac(kernel) > 0.0, "{kernel}");
+    }
+    assert!(per_mac("int8_matvec_pair") < per_mac("int8_matvec"), "{}", run.transcript());
 }
 
 #[test]
