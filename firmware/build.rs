@@ -188,7 +188,10 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// `TXL_BOARD` (default: the first board), checked against the build's target.
+/// The firmware's features that turn on a core's own kernels (`Board::features` lists a board's).
+const BOARD_FEATURES: &[&str] = &["mve"];
+
+/// `TXL_BOARD` (default: the first board), checked against the build's target and features.
 fn board() -> Result<board::Board, String> {
     let name = env("TXL_BOARD").unwrap_or_else(|| board::BOARDS[0].name.to_string());
     let board = board::board_named(&name).ok_or_else(|| {
@@ -198,6 +201,30 @@ fn board() -> Result<board::Board, String> {
             names.join(", ")
         )
     })?;
+    // The features the board needs and only those: a Helium kernel faults on a core without it,
+    // and a board with Helium built without it would run slower than it should.
+    for &feature in BOARD_FEATURES {
+        let wanted = board.features.contains(&feature);
+        let enabled = env(&format!("CARGO_FEATURE_{}", feature.to_uppercase())).is_some();
+        if wanted && !enabled {
+            return Err(format!(
+                "TXL_BOARD={name} is built with `--features {feature}` (its core's kernel; \
+                 scripts/firmware.sh {name} turns it on)"
+            ));
+        }
+        if enabled && !wanted {
+            return Err(format!(
+                "the feature `{feature}` is for boards whose core has it ({}), not {name} ({})",
+                board::BOARDS
+                    .iter()
+                    .filter(|b| b.features.contains(&feature))
+                    .map(|b| b.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                board.core
+            ));
+        }
+    }
     let target = env("TARGET").unwrap_or_default();
     if target != board.target {
         return Err(format!(

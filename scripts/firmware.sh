@@ -49,15 +49,21 @@ target_of() {
   echo "$target"
 }
 
+# The firmware's cargo features board $1 turns on, as cargo arguments (none for most boards).
+features_of() {
+  "$runner" --boards | awk -v board="$1" '$1 == board && $4 != "-" { print "--features " $4 }'
+}
+
 # Builds and runs the firmware for board $1 with arguments $2...
 run_board() {
-  local board=$1 target
+  local board=$1 target features
   shift
   target=$(target_of "$board")
+  features=$(features_of "$board")
   # A RUSTFLAGS variable would replace the firmware's own flags (firmware/.cargo/config.toml).
   cd "$root/firmware"
   env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS -u CARGO_BUILD_RUSTFLAGS -u CARGO_BUILD_TARGET \
-    TXL_BOARD="$board" cargo run --quiet --release --locked --target "$target" -- "$@"
+    TXL_BOARD="$board" cargo run --quiet --release --locked --target "$target" $features -- "$@"
 }
 
 # Prints board $1's table: one row per precision of the demo model.

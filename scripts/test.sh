@@ -40,7 +40,7 @@ cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked --feat
 
 echo "== firmware: fmt, clippy (every target, with a board of it), the QEMU runner's tests"
 (cd firmware && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)
-(cd firmware && TXL_BOARD=mps3-an547 cargo clippy --release --locked --target thumbv8m.main-none-eabihf -- -D warnings)
+(cd firmware && TXL_BOARD=mps3-an547 cargo clippy --release --locked --target thumbv8m.main-none-eabihf --features mve -- -D warnings)
 (cd firmware && TXL_BOARD=riscv32-virt cargo clippy --release --locked --target riscv32imac-unknown-none-elf -- -D warnings)
 (cd firmware/host && cargo clippy --all-targets --locked -- -D warnings && cargo test --locked)
 

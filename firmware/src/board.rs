@@ -56,6 +56,10 @@ pub struct Board {
     pub cpu: Option<&'static str>,
     /// More QEMU options the board needs.
     pub qemu_options: &'static [&'static str],
+    /// The firmware's cargo features a build for this board turns on: the core's kernels for
+    /// the extensions its core has (`mve`: Helium). The build script refuses a build whose
+    /// features differ.
+    pub features: &'static [&'static str],
     /// Where the vector table (or reset entry), the code and the constants live: read-only
     /// memory, "flash"; also the model image and the tokens unless `image` says otherwise.
     pub flash: Region,
@@ -82,6 +86,7 @@ pub const MPS2_AN386: Board = Board {
     machine: "mps2-an386",
     cpu: Some("cortex-m4"),
     qemu_options: &[],
+    features: &[],
     // SSRAM1, used as flash.
     flash: Region {
         origin: 0x0000_0000,
@@ -111,6 +116,7 @@ pub const MPS2_AN500: Board = Board {
     machine: "mps2-an500",
     cpu: Some("cortex-m7"),
     qemu_options: &[],
+    features: &[],
     flash: Region {
         origin: 0x0000_0000,
         bytes: 4 << 20,
@@ -140,6 +146,7 @@ pub const MPS2_AN505: Board = Board {
     machine: "mps2-an505",
     cpu: Some("cortex-m33"),
     qemu_options: &[],
+    features: &[],
     // SSRAM1 (its Secure alias).
     flash: Region {
         origin: 0x1000_0000,
@@ -171,6 +178,7 @@ pub const MPS3_AN547: Board = Board {
     machine: "mps3-an547",
     cpu: Some("cortex-m55"),
     qemu_options: &[],
+    features: &["mve"],
     // The ITCM.
     flash: Region {
         origin: 0x0000_0000,
@@ -207,6 +215,7 @@ pub const RISCV32_VIRT: Board = Board {
     cpu: None,
     // 64 MiB of DRAM: QEMU puts its device tree in the top few MiB, above what is used here.
     qemu_options: &["-bios", "none", "-m", "64M"],
+    features: &[],
     flash: Region {
         origin: 0x8000_0000,
         bytes: 16 << 20,

@@ -113,6 +113,11 @@ fn build_firmware(board: &Board, name: &str, vars: &[(&str, &OsStr)]) -> Result<
             "--target-dir",
         ])
         .arg(&target_dir)
+        .args(if board.features.is_empty() {
+            vec![]
+        } else {
+            vec!["--features".to_string(), board.features.join(",")]
+        })
         .output()
         .expect("cargo runs");
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -313,11 +318,24 @@ fn firmware_bench_reports_every_kernel() {
     };
     let kernels = ["int8_matvec", "int8_matvec_pair", "f16_matvec", "f32_matvec"];
     for kernel in kernels {
-        let per_shape = run.lines.iter().filter(|l| l.contains(&format!("kernel={kernel} rows="))).count();
-        assert_eq!(per_shape, 4, "{kernel}: one line per shape:\n{}", run.transcript());
+        let per_shape = run
+            .lines
+            .iter()
+            .filter(|l| l.contains(&format!("kernel={kernel} rows=")))
+            .count();
+        assert_eq!(
+            per_shape,
+            4,
+            "{kernel}: one line per shape:\n{}",
+            run.transcript()
+        );
         assert!(per_mac(kernel) > 0.0, "{kernel}");
     }
-    assert!(per_mac("int8_matvec_pair") < per_mac("int8_matvec"), "{}", run.transcript());
+    assert!(
+        per_mac("int8_matvec_pair") < per_mac("int8_matvec"),
+        "{}",
+        run.transcript()
+    );
 }
 
 #[test]
@@ -685,6 +703,35 @@ fn cortex_m33_mps2_an505_is_bit_exact_with_the_host() {
 #[test]
 fn cortex_m55_mps3_an547_is_bit_exact_with_the_host() {
     check_board(&board::MPS3_AN547);
+}
+
+/// The Helium kernel (`--features mve`) is built for the M55 and for nothing else: the build
+/// script refuses an M55 build without it and an M33 build with it, saying why.
+#[test]
+fn boards_are_built_with_their_own_kernels_only() {
+    let m33_with_helium = Board {
+        features: &["mve"],
+        ..board::MPS2_AN505
+    };
+    let m55_without = Board {
+        features: &[],
+        ..board::MPS3_AN547
+    };
+    for (board, expected) in [
+        (
+            &m33_with_helium,
+            "the feature `mve` is for boards whose core has it (mps3-an547)",
+        ),
+        (
+            &m55_without,
+            "TXL_BOARD=mps3-an547 is built with `--features mve`",
+        ),
+    ] {
+        require_target(board);
+        let stderr =
+            build_firmware(board, "wrong-features", &[]).expect_err("a build with another board's kernels");
+        assert!(stderr.contains(expected), "expected \"{expected}\" in:\n{stderr}");
+    }
 }
 
 #[test]

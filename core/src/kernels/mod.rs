@@ -62,7 +62,7 @@ pub fn int8_row_sums_pair(
 ) {
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     cortex_m::row_sums_i8_pair(values, cols, xq, widened, sums);
-    #[cfg(any(not(feature = "cortex-m-dsp"), feature = "cortex-m-mve"))]
+    #[cfg(not(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve"))))]
     for ((x, widened), sums) in xq.into_iter().zip(widened).zip(sums) {
         int8_row_sums(values, cols, x, widened, sums);
     }
@@ -86,13 +86,14 @@ pub fn split_scratch(scratch: &mut [u32], cols: usize) -> (&mut [i8], &mut [u32]
 }
 
 /// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
-/// `values (rows, cols)`: Helium with the `cortex-m-mve` feature (16 columns an instruction),
+/// `values (rows, cols)`: Helium with the `cortex-m-mve` and `cortex-m-dsp` features (16 columns
+/// an instruction),
 /// else four rows per pass with the `cortex-m-dsp` feature (`widened` holds
 /// at least `2 * cols.div_ceil(4)` words there), AVX2 on x86-64 with the `std` feature when the
 /// CPU has it, else the scalar dot product. All give the same sums.
 #[inline]
 pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &mut [u32], sums: &mut [i32]) {
-    #[cfg(feature = "cortex-m-mve")]
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         let _ = widened;
         cortex_m::row_sums_i8_mve(values, cols, xq, sums);

@@ -3,7 +3,8 @@
 //! with the firmware's exit code (124 after `TXL_QEMU_TIMEOUT` seconds, if set). Cargo's runner
 //! for the firmware: `cargo run --release -- demo --prompt "And God said"` inside `firmware/`.
 //!
-//! `txl-qemu --boards` lists the boards, one a line: name, Rust target, core.
+//! `txl-qemu --boards` lists the boards, one a line: name, Rust target, core, and the firmware's
+//! cargo features the board's build turns on (comma-separated; `-` for none).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,7 +18,12 @@ fn main() {
     };
     if elf.as_os_str() == "--boards" {
         for board in txl_firmware_host::BOARDS {
-            println!("{} {} {}", board.name, board.target, board.core);
+            let features = if board.features.is_empty() {
+                "-".to_string()
+            } else {
+                board.features.join(",")
+            };
+            println!("{} {} {} {features}", board.name, board.target, board.core);
         }
         return;
     }
