@@ -59,7 +59,8 @@ impl AttentionShape {
 ///
 /// `query (n_head * d_head)` holds `q_i + u`, `query_pos` holds `q_i + v`; `positions` gives
 /// the position term for distances `0..=max_distance`; `scores` is scratch of at least
-/// `mlen + qlen`. Writes `out (n_head * d_head)`.
+/// `2 * (mlen + qlen)` (its halves: the scores and the position terms). Writes
+/// `out (n_head * d_head)`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend_one(
     shape: &AttentionShape,
@@ -89,19 +90,22 @@ pub(crate) fn attend_one(
                 continue;
             }
         };
+        let (scores, position_terms) = scores.split_at_mut(scores.len() / 2);
         let scores = &mut scores[..=hi - lo];
+        let position_terms = &mut position_terms[..=hi - lo];
         let query_pos = &query_pos[h.clone()];
         positions.start_head(head, query_pos);
-        for (score, j) in scores.iter_mut().zip(lo..=hi) {
-            let distance = (shape.mlen + i - j).min(shape.max_distance);
-            let content = memory.key_dot(layer, j, head, &query[h.clone()]);
-            let position = positions.score(head, query_pos, distance);
+        // the content terms (q_i + u) · k_j and the position terms (q_i + v) · R_{mlen+i-j} of
+        // every key, then each score
+        memory.key_dots(layer, lo, head, &query[h.clone()], scores);
+        let nearest = shape.mlen + i - hi;
+        positions.scores(head, query_pos, (nearest, shape.max_distance), position_terms);
+        for (score, &position) in scores.iter_mut().zip(position_terms.iter()) {
+            let content = *score;
             *score = (content + position) * scale;
         }
         kernels::softmax(scores);
-        for (&p, j) in scores.iter().zip(lo..=hi) {
-            memory.add_value(layer, j, head, p, &mut out[h.clone()]);
-        }
+        memory.add_values(layer, lo, head, scores, &mut out[h.clone()]);
     }
 }
 

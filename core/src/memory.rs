@@ -12,6 +12,8 @@
 
 use half::f16;
 
+use crate::kernels;
+
 /// How the cached keys and values are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -259,6 +261,62 @@ impl<'a> Memory<'a> {
     pub fn key_dot(&self, layer: usize, position: usize, head: usize, query_head: &[f32]) -> f32 {
         let at = self.offset(layer, position) + head * self.d_head;
         self.keys.dot(at, self.d_head, query_head)
+    }
+
+    /// `out[t] = query_head · key[layer][lo + t][head]` for `t < out.len()`: each the bits of
+    /// [`Memory::key_dot`], several keys per pass where the store allows.
+    pub fn key_dots(&self, layer: usize, lo: usize, head: usize, query_head: &[f32], out: &mut [f32]) {
+        match &self.keys {
+            Store::F32(s) => {
+                let mut done = 0;
+                for (at, count) in self.runs(layer, lo, out.len()) {
+                    let at = at + head * self.d_head;
+                    let rows = &s[at..at + (count - 1) * self.width + self.d_head];
+                    kernels::dots_strided(rows, self.width, query_head, &mut out[done..done + count]);
+                    done += count;
+                }
+            }
+            _ => {
+                for (t, o) in out.iter_mut().enumerate() {
+                    *o = self.key_dot(layer, lo + t, head, query_head);
+                }
+            }
+        }
+    }
+
+    /// `out_head += p[t] * value[layer][lo + t][head]` for each `t < p.len()` in order: the bits
+    /// of [`Memory::add_value`] called for each, several values per pass where the store allows.
+    pub fn add_values(&self, layer: usize, lo: usize, head: usize, p: &[f32], out_head: &mut [f32]) {
+        match &self.values {
+            Store::F32(s) => {
+                let mut done = 0;
+                for (at, count) in self.runs(layer, lo, p.len()) {
+                    let at = at + head * self.d_head;
+                    let rows = &s[at..at + (count - 1) * self.width + self.d_head];
+                    kernels::axpys_strided(rows, self.width, &p[done..done + count], out_head);
+                    done += count;
+                }
+            }
+            _ => {
+                for (t, &weight) in p.iter().enumerate() {
+                    self.add_value(layer, lo + t, head, weight, out_head);
+                }
+            }
+        }
+    }
+
+    /// Logical positions `lo..lo + count` of `layer` as runs of consecutive ring slots: each
+    /// `(offset of the run's first row, rows)`, at most two (the ring wraps once).
+    fn runs(&self, layer: usize, lo: usize, count: usize) -> impl Iterator<Item = (usize, usize)> {
+        let first_slot = (self.start + lo) % self.capacity;
+        let before_wrap = count.min(self.capacity - first_slot);
+        let base = layer * self.capacity * self.width;
+        [
+            (base + first_slot * self.width, before_wrap),
+            (base, count - before_wrap),
+        ]
+        .into_iter()
+        .filter(|&(_, rows)| rows > 0)
     }
 
     /// `out_head += p * value[layer][position][head]`.

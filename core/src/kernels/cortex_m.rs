@@ -392,6 +392,10 @@ extern "C" {
     /// row_k[4g + j] * x[4g + j]`, each product rounded and then added (`VMLA`), group by
     /// group: the four partial sums of [`scalar::dot`](super::scalar::dot), in its order.
     fn txl_rows4_f32(rows: *const f32, stride: usize, x: *const f32, groups: usize, sums: *mut f32);
+    /// `out[e] += p[0] * row_0[e] + ... + p[3] * row_3[e]` for `e < 4 * groups`, each product
+    /// rounded and added in that order (`VMLA`), with `row_k = rows + k * stride` (`stride` in
+    /// bytes): four calls of the portable `out += p * row`, in their order, per element.
+    fn txl_axpy4_f32(rows: *const f32, stride: usize, p: *const f32, out: *mut f32, groups: usize);
     /// [`txl_rows4_f32`] for f16 rows, each weight widened exactly by `VCVTB`/`VCVTT`: the
     /// partial sums of [`scalar::dot_f16`](super::scalar::dot_f16). Rows must be 4-byte aligned.
     fn txl_rows4_f16(rows: *const f16, stride: usize, x: *const f32, groups: usize, sums: *mut f32);
@@ -464,6 +468,49 @@ global_asm!(
     ".endm",
     "txl_rows4_float txl_rows4_f32, txl_rows4_f32_row",
     "txl_rows4_float txl_rows4_f16, txl_rows4_f16_row",
+    // txl_axpy4_f32: r0 the first row, r1 the stride, r2 the four weights, r3 the output,
+    // [sp] the groups of four elements. s16-s19 the weights, s0-s3 four outputs, s4-s7 a row's.
+    ".section .text.txl_axpy4_f32,\"ax\",%progbits",
+    ".globl txl_axpy4_f32",
+    ".type txl_axpy4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_axpy4_f32:",
+    "push {{r4-r7, lr}}",
+    "vpush {{s16-s23}}",
+    "ldr r7, [sp, #52]",
+    "vldmia r2, {{s16-s19}}",
+    "add r4, r0, r1",
+    "add r5, r4, r1",
+    "add r6, r5, r1",
+    "1:",
+    "vldmia r3, {{s0-s3}}",
+    "vldmia r0!, {{s4-s7}}",
+    "vmla.f32 s0, s16, s4",
+    "vmla.f32 s1, s16, s5",
+    "vmla.f32 s2, s16, s6",
+    "vmla.f32 s3, s16, s7",
+    "vldmia r4!, {{s4-s7}}",
+    "vmla.f32 s0, s17, s4",
+    "vmla.f32 s1, s17, s5",
+    "vmla.f32 s2, s17, s6",
+    "vmla.f32 s3, s17, s7",
+    "vldmia r5!, {{s4-s7}}",
+    "vmla.f32 s0, s18, s4",
+    "vmla.f32 s1, s18, s5",
+    "vmla.f32 s2, s18, s6",
+    "vmla.f32 s3, s18, s7",
+    "vldmia r6!, {{s4-s7}}",
+    "vmla.f32 s0, s19, s4",
+    "vmla.f32 s1, s19, s5",
+    "vmla.f32 s2, s19, s6",
+    "vmla.f32 s3, s19, s7",
+    "vstmia r3!, {{s0-s3}}",
+    "subs r7, r7, #1",
+    "bne 1b",
+    "vpop {{s16-s23}}",
+    "pop {{r4-r7, pc}}",
+    ".size txl_axpy4_f32, . - txl_axpy4_f32",
 );
 
 #[cfg(target_abi = "eabihf")]
@@ -519,6 +566,73 @@ pub fn matvec_f16(weight: &[f16], x: &[f32], y: &mut [f32]) {
     }
     for (out, row) in y[done..].iter_mut().zip(weight[done * cols..].chunks_exact(cols)) {
         *out = super::scalar::dot_f16(row, x);
+    }
+}
+
+#[cfg(target_abi = "eabihf")]
+/// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()`, four rows per pass; the
+/// bits of the portable `dot(x, row)` for each.
+pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
+    let n = x.len();
+    let groups = n / 4;
+    let mut done = 0;
+    if groups > 0 && stride >= n {
+        while done + 4 <= out.len() {
+            let block = &rows[done * stride..(done + 3) * stride + n];
+            let mut sums = [0.0f32; 16];
+            // SAFETY: `block` holds four rows of `n >= 4 * groups` f32 at a stride of `stride`
+            // f32 (the last ends at `3 * stride + n`), `x` holds `n`: the kernel reads only
+            // those, writes the 16 floats of `sums`, and preserves the callee-saved registers.
+            unsafe { txl_rows4_f32(block.as_ptr(), 4 * stride, x.as_ptr(), groups, sums.as_mut_ptr()) };
+            let block_rows = (0..4).map(|k| &block[k * stride..k * stride + n]);
+            finish_rows(&mut out[done..done + 4], &sums, block_rows, x, 4 * groups, |w| w);
+            done += 4;
+        }
+    }
+    for (r, o) in out.iter_mut().enumerate().skip(done) {
+        *o = super::scalar::dot(x, &rows[r * stride..r * stride + n]);
+    }
+}
+
+#[cfg(target_abi = "eabihf")]
+/// `out += p[k] * rows[k * stride..][..out.len()]` for `k < p.len()` in order, four rows per
+/// pass; per element the products are added in the portable loop's order, so the bits are its.
+pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    let groups = n / 4;
+    let body = 4 * groups;
+    let mut done = 0;
+    if groups > 0 && stride >= n {
+        while done + 4 <= p.len() {
+            let block = &rows[done * stride..(done + 3) * stride + n];
+            // SAFETY: `block` holds four rows of `n >= 4 * groups` f32 at a stride of `stride`
+            // f32, `p[done..done + 4]` four weights and `out` `n` floats: the kernel reads only
+            // those, writes the first `4 * groups` of `out`, and preserves the callee-saved
+            // registers.
+            unsafe {
+                txl_axpy4_f32(
+                    block.as_ptr(),
+                    4 * stride,
+                    p[done..done + 4].as_ptr(),
+                    out.as_mut_ptr(),
+                    groups,
+                )
+            };
+            for (k, &weight) in p[done..done + 4].iter().enumerate() {
+                for (o, v) in out[body..]
+                    .iter_mut()
+                    .zip(&block[k * stride + body..k * stride + n])
+                {
+                    *o += weight * v;
+                }
+            }
+            done += 4;
+        }
+    }
+    for (k, &weight) in p.iter().enumerate().skip(done) {
+        for (o, v) in out.iter_mut().zip(&rows[k * stride..k * stride + n]) {
+            *o += weight * v;
+        }
     }
 }
 

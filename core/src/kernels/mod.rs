@@ -26,6 +26,37 @@ pub fn matvec_f32_rows(weight: &[f32], x: &[f32], y: &mut [f32]) {
     scalar::matvec_f32(weight, x, y);
 }
 
+/// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()` (f32 rows at a stride: the
+/// cached keys of one head): four rows per pass with `cortex-m-dsp` on an FPU, else one. The
+/// bits of [`dot`]`(x, row)` for each row.
+#[inline]
+pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    cortex_m::dots_strided(rows, stride, x, out);
+    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = scalar::dot(x, &rows[r * stride..r * stride + x.len()]);
+    }
+}
+
+/// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order (the cached
+/// values of one head, weighted): four rows per pass with `cortex-m-dsp` on an FPU, else one.
+/// Per element the products are added in `k` order either way: the same bits.
+#[inline]
+pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    cortex_m::axpys_strided(rows, stride, p, out);
+    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    {
+        let n = out.len();
+        for (k, &weight) in p.iter().enumerate() {
+            for (o, v) in out.iter_mut().zip(&rows[k * stride..k * stride + n]) {
+                *o += weight * v;
+            }
+        }
+    }
+}
+
 /// [`matvec_f32_rows`] for f16 weights, widened exactly (by the FPU with `cortex-m-dsp`).
 #[inline]
 pub fn matvec_f16_rows(weight: &[half::f16], x: &[f32], y: &mut [f32]) {
