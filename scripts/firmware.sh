@@ -27,7 +27,8 @@ BOARD is one of:
 --table [BOARD...]  builds the bundled demo model in int8, f16 and f32 for each board (all by
                     default), scores the default tokens and prints firmware/README.md's tables,
                     one per board: image bytes, arena bytes, instructions per token and per MAC.
---boards            lists the boards with their Rust targets (from firmware/src/board.rs).
+--boards            lists the boards: name, Rust target, core and the firmware features its build
+                    turns on (from firmware/src/board.rs).
 
 Examples:
   scripts/firmware.sh mps2-an505

@@ -39,7 +39,9 @@
 //! - Panic on input: a truncated or corrupt image, a short arena, an out-of-range token id or
 //!   a too-long segment come back as an [`Error`]. A panic on input is a bug.
 //! - Approximate silently: the f32 math is exact (`libm`'s `expf`, `sqrtf`, `sin`, `cos`), and the
-//!   only approximations are the ones the image or the options ask for (f16 / int8).
+//!   only approximations are the ones the image, the options or the opt-in `fast-math` feature
+//!   ask for (f16 / int8; micromath's `exp`). Faster kernels (`cortex-m-dsp`, `cortex-m-mve`,
+//!   AVX2 and F16C with `std`) keep the portable code's order of rounding: the same bits.
 //!
 //! ## Example
 //! ```
