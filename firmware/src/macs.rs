@@ -12,10 +12,14 @@
 //!
 //! and per position the output layer: each cluster's projection `d_model * w_i` (when the model
 //! has projections) and logits `tokens_i * w_i`, plus `n_clusters * d_embed` for the tail
-//! clusters' logits in the head. LayerNorm, softmax, biases and the embedding are not counted,
-//! nor the position keys `R_d`, which a session computes once.
+//! clusters' logits in the head. LayerNorm, softmax, biases and the embedding are not counted.
+//! The position keys `R_d` count where they are computed in the forward pass: not at all when
+//! the session keeps them (it computes them once, before), `klen * d_model * H` per layer and
+//! segment when they are recomputed per segment (`klen` distances, `d_model` MACs per element),
+//! and with `W_r` folded into the query `H * d_model` per layer and position for the fold, then
+//! `n_head * d_model` instead of `H` per key for the position term.
 
-use txl_core::{AttentionShape, Config, MemInit, SessionOptions};
+use txl_core::{AttentionShape, Config, MemInit, PositionKeys, SessionOptions};
 
 /// MACs of scoring `tokens` tokens in segments of `tgt_len`, the memory carried as the session
 /// carries it.
@@ -51,15 +55,26 @@ pub fn segment_macs(config: &Config, options: &SessionOptions, mlen: usize, qlen
         n_head: config.n_head as usize,
         d_head: config.d_head as usize,
     };
+    let n_layer = config.n_layer as u64;
     let dense = 3 * width * d_model + d_model * width + 2 * d_model * config.d_inner as u64;
+    // the position term per key: (q + v) . R_d over a head (H in all heads), or with the fold
+    // p_h . pos_emb(d) over d_model per head
+    let (position_per_key, per_position) = match options.position_keys {
+        PositionKeys::FoldedIntoQuery => (config.n_head as u64 * d_model, width * d_model),
+        PositionKeys::PerSession | PositionKeys::PerSegment => (width, 0),
+    };
     let mut total = 0;
     for i in 0..qlen {
         let attention = match shape.visible_keys(i) {
-            Some((lo, hi)) => 3 * width * (hi - lo + 1) as u64,
+            Some((lo, hi)) => (2 * width + position_per_key) * (hi - lo + 1) as u64,
             // Every key masked: a uniform average of all values.
             None => width * (mlen + qlen) as u64,
         };
-        total += config.n_layer as u64 * (dense + attention) + output_macs(config);
+        total += n_layer * (dense + attention + per_position) + output_macs(config);
+    }
+    if options.position_keys == PositionKeys::PerSegment {
+        let distances = (mlen + qlen).min(options.distances()) as u64;
+        total += n_layer * distances * d_model * width;
     }
     total
 }

@@ -271,6 +271,51 @@ fn demo_image_int8() -> Vec<u8> {
     quantize_weights(&model, Target::Int8).expect("the demo model quantizes")
 }
 
+/// The firmware's count of multiply-accumulates (for its instructions per MAC), compiled here.
+#[path = "../../firmware/src/macs.rs"]
+#[allow(dead_code)]
+mod macs;
+
+/// Each position-key mode counts the MACs its forward pass does (firmware/README.md's formula):
+/// recomputed keys add `n_layer × klen·d_model·H` per segment, the fold `n_layer × H·d_model`
+/// per position and `n_head·d_model` instead of `H` per key for the position term.
+#[test]
+fn firmware_mac_counts_follow_the_position_key_mode() {
+    let image = AlignedBytes::copy_from(&demo_image_f32()).unwrap();
+    let config = *Model::parse(image.bytes()).expect("the image parses").config();
+    let (n_layer, d_model) = (u64::from(config.n_layer), u64::from(config.d_model));
+    let (h, n_head) = (u64::from(config.qkv_width()), u64::from(config.n_head));
+    let session = SessionOptions {
+        tgt_len: 1,
+        mem_len: 64,
+        clamp_len: 0,
+        same_length: false,
+        ..SessionOptions::from_config(&config)
+    };
+    let (mlen, qlen) = (64, 1);
+    let keys = (mlen + qlen) as u64; // causal: every remembered key and itself
+    let macs = |position_keys| {
+        macs::segment_macs(
+            &config,
+            &SessionOptions {
+                position_keys,
+                ..session
+            },
+            mlen,
+            qlen,
+        )
+    };
+    let kept = macs(txl_core::PositionKeys::PerSession);
+    assert_eq!(
+        macs(txl_core::PositionKeys::PerSegment) - kept,
+        n_layer * keys * d_model * h
+    );
+    assert_eq!(
+        macs(txl_core::PositionKeys::FoldedIntoQuery) - kept,
+        n_layer * (h * d_model + keys * (n_head * d_model - h))
+    );
+}
+
 /// The demo checkpoint in f16, as the firmware's build script converts it.
 fn demo_image_f16() -> Vec<u8> {
     let f32_image = AlignedBytes::copy_from(&demo_image_f32()).unwrap();
