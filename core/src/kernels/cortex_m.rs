@@ -52,11 +52,12 @@ fn word(bytes: &[i8]) -> u32 {
     u32::from_le_bytes([bytes[0] as u8, bytes[1] as u8, bytes[2] as u8, bytes[3] as u8])
 }
 
-/// Widens `xq` (a multiple of 4 long) into `pairs` for [`row_sums_i8`]: for columns
-/// `4g..4g + 4`, word `2g` holds columns `4g` and `4g + 2`, word `2g + 1` columns `4g + 1` and
-/// `4g + 3`, as signed 16-bit halves: the order `SXTB16` and `SXTB16 ROR #8` put a weight
-/// word's bytes in, so one `SMLAD` pairs each weight with its input.
-fn widen_pairs(xq: &[i8], pairs: &mut [u32]) {
+/// Widens `xq` into `pairs` for [`row_sums_i8`] and [`row_sums_i8_pair`], once per input: for
+/// columns `4g..4g + 4` (whole groups of four; the columns after them stay in `xq`), word `2g`
+/// holds columns `4g` and `4g + 2`, word `2g + 1` columns `4g + 1` and `4g + 3`, as signed
+/// 16-bit halves: the order `SXTB16` and `SXTB16 ROR #8` put a weight word's bytes in, so one
+/// `SMLAD` pairs each weight with its input. `pairs` holds at least `2 * (xq.len() / 4)` words.
+pub fn widen_input(xq: &[i8], pairs: &mut [u32]) {
     for (group, out) in xq.chunks_exact(4).zip(pairs.chunks_exact_mut(2)) {
         let x = word(group);
         out[0] = sxtb16(x);
@@ -67,7 +68,7 @@ fn widen_pairs(xq: &[i8], pairs: &mut [u32]) {
 extern "C" {
     /// For each of `blocks` blocks of four rows starting at `rows` (row `k` of block `b` at
     /// `rows + (4b + k) * stride`): `sums[4b + k] = sum over c < 4 * groups of row[c] * x[c]`,
-    /// with `x` widened by [`widen_pairs`] into `pairs` (`2 * groups` words, `groups >= 1`).
+    /// with `x` widened by [`widen_input`] into `pairs` (`2 * groups` words, `groups >= 1`).
     /// In assembly (below) for the register count: four sums, one pair of inputs, two weight
     /// words and four pointers stay in registers through the inner loop.
     fn txl_rows4_s8(
@@ -169,7 +170,7 @@ global_asm!(
 extern "C" {
     /// [`txl_rows4_s8`] for two positions at once, two rows per pass: for each of `blocks`
     /// blocks of two rows, `sums_a[2b + k] = row · x_a` and `sums_b[2b + k] = row · x_b`, with
-    /// `x_a` and `x_b` widened by [`widen_pairs`] into `pairs_a` and `pairs_b`. Each weight word
+    /// `x_a` and `x_b` widened by [`widen_input`] into `pairs_a` and `pairs_b`. Each weight word
     /// is loaded and widened once for both positions.
     fn txl_rows2x2_s8(
         rows: *const i8,
@@ -275,23 +276,20 @@ global_asm!(
 );
 
 /// [`row_sums_i8`] for two inputs at once: `sums[p][r] = values[r] · xq[p]` for `p` in 0, 1,
-/// each weight loaded and widened once for both (`widened[p]` as in [`row_sums_i8`]).
+/// each weight loaded and widened once for both (`pairs[p]`: `xq[p]` by [`widen_input`]).
 pub fn row_sums_i8_pair(
     values: &[i8],
     cols: usize,
     xq: [&[i8]; 2],
-    widened: [&mut [u32]; 2],
+    pairs: [&[u32]; 2],
     sums: [&mut [i32]; 2],
 ) {
     let [sums_a, sums_b] = sums;
-    let [widened_a, widened_b] = widened;
+    let [pairs_a, pairs_b] = pairs;
     let rows = sums_a.len().min(sums_b.len());
     let groups = cols / 4;
     let body = groups * 4;
-    let pairs_a = &mut widened_a[..2 * groups];
-    let pairs_b = &mut widened_b[..2 * groups];
-    widen_pairs(&xq[0][..body], pairs_a);
-    widen_pairs(&xq[1][..body], pairs_b);
+    let (pairs_a, pairs_b) = (&pairs_a[..2 * groups], &pairs_b[..2 * groups]);
     let values = &values[..rows * cols];
     let blocks = rows / 2;
     if groups > 0 && blocks > 0 {
@@ -340,14 +338,13 @@ pub fn row_sums_i8_pair(
 }
 
 /// `sums[r] = values[r] · xq` for each row `r < sums.len()` of `values (rows, cols)`: four rows
-/// per pass over the inputs, which are widened once into `widened` (at least
-/// `2 * cols.div_ceil(4)` words). Equal to the scalar dot product of each row.
-pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], widened: &mut [u32], sums: &mut [i32]) {
+/// per pass over the inputs, `pairs` being `xq` widened by [`widen_input`]. Equal to the scalar
+/// dot product of each row.
+pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], pairs: &[u32], sums: &mut [i32]) {
     let rows = sums.len();
     let groups = cols / 4;
     let body = groups * 4;
-    let pairs = &mut widened[..2 * groups];
-    widen_pairs(&xq[..body], pairs);
+    let pairs = &pairs[..2 * groups];
     let values = &values[..rows * cols];
     let blocks = rows / 4;
     if groups > 0 && blocks > 0 {

@@ -103,7 +103,7 @@ pub fn int8_row_sums_pair(
     values: &[i8],
     cols: usize,
     xq: [&[i8]; 2],
-    widened: [&mut [u32]; 2],
+    widened: [&[u32]; 2],
     sums: [&mut [i32]; 2],
 ) {
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
@@ -131,14 +131,24 @@ pub fn split_scratch(scratch: &mut [u32], cols: usize) -> (&mut [i8], &mut [u32]
     (&mut bytes[..cols], rest)
 }
 
-/// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
-/// `values (rows, cols)`: Helium with the `cortex-m-mve` and `cortex-m-dsp` features (16 columns
-/// an instruction),
-/// else four rows per pass with the `cortex-m-dsp` feature (`widened` holds
-/// at least `2 * cols.div_ceil(4)` words there), AVX2 on x86-64 with the `std` feature when the
-/// CPU has it, else the scalar dot product. All give the same sums.
+/// Prepares a quantized input `xq` for [`int8_row_sums`], once per input however many rows
+/// read it: the DSP kernels take it widened to 16-bit pairs in `widened` (at least
+/// `2 * xq.len().div_ceil(4)` words); the other kernels read `xq` itself.
 #[inline]
-pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &mut [u32], sums: &mut [i32]) {
+pub fn widen_int8_input(xq: &[i8], widened: &mut [u32]) {
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    cortex_m::widen_input(xq, widened);
+    #[cfg(not(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve"))))]
+    let _ = (xq, widened);
+}
+
+/// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
+/// `values (rows, cols)`, `widened` being `xq` prepared by [`widen_int8_input`]: Helium with the
+/// `cortex-m-mve` and `cortex-m-dsp` features (16 columns an instruction), else four rows per
+/// pass with the `cortex-m-dsp` feature, AVX2 on x86-64 with the `std` feature when the CPU has
+/// it, else the scalar dot product. All give the same sums.
+#[inline]
+pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums: &mut [i32]) {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         let _ = widened;

@@ -48,29 +48,46 @@ pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [u32]
             row_scales,
             act_scales,
         } => {
-            let (xq, widened) = super::split_scratch(scratch, cols);
-            let x_scale = quantize_activations(x, act_scales, xq);
-            int8_rows(values, row_scales, cols, xq, x_scale, widened, y);
+            let input = Int8Input::quantize(x, act_scales, scratch, cols);
+            input.rows(values, row_scales, y);
         }
     }
 }
 
-/// `y = W x` for int8 `values (y.len(), cols)` and the input already quantized in `xq`:
-/// `y[r] = (values[r] · xq) * (row_scales[r] * x_scale)`. The i32 sums pass through `y`'s
-/// own words.
-fn int8_rows(
-    values: &[i8],
-    row_scales: &[f32],
-    cols: usize,
-    xq: &[i8],
+/// One input of an int8 product, quantized (and widened for the DSP kernels) once however many
+/// rows read it.
+struct Int8Input<'s> {
+    /// The input times the activation scales, in int8.
+    xq: &'s [i8],
+    /// `xq` prepared by [`widen_int8_input`](super::widen_int8_input).
+    widened: &'s [u32],
+    /// `max |x| / 127`.
     x_scale: f32,
-    widened: &mut [u32],
-    y: &mut [f32],
-) {
-    super::int8_row_sums(values, cols, xq, widened, bytemuck::cast_slice_mut(y));
-    for (out, &scale) in y.iter_mut().zip(row_scales) {
-        let acc = out.to_bits() as i32;
-        *out = acc as f32 * (scale * x_scale);
+}
+
+impl<'s> Int8Input<'s> {
+    /// Quantizes `x` (`cols` long, times `act_scales` if any) into `scratch`.
+    fn quantize(x: &[f32], act_scales: Option<&[f32]>, scratch: &'s mut [u32], cols: usize) -> Self {
+        let (xq, widened) = super::split_scratch(scratch, cols);
+        let x_scale = quantize_activations(x, act_scales, xq);
+        super::widen_int8_input(xq, widened);
+        Int8Input { xq, widened, x_scale }
+    }
+
+    /// `y = W x` for int8 `values (y.len(), cols)`: `y[r] = (values[r] · xq) * (row_scales[r] *
+    /// x_scale)`. The i32 sums pass through `y`'s own words.
+    fn rows(&self, values: &[i8], row_scales: &[f32], y: &mut [f32]) {
+        let cols = self.xq.len();
+        super::int8_row_sums(values, cols, self.xq, self.widened, bytemuck::cast_slice_mut(y));
+        self.scale(row_scales, y);
+    }
+
+    /// `y[r] = (sum in y[r]'s bits) * (row_scales[r] * x_scale)`.
+    fn scale(&self, row_scales: &[f32], y: &mut [f32]) {
+        for (out, &scale) in y.iter_mut().zip(row_scales) {
+            let acc = out.to_bits() as i32;
+            *out = acc as f32 * (scale * self.x_scale);
+        }
     }
 }
 
@@ -91,12 +108,11 @@ pub fn matvec_split(
             row_scales,
             act_scales,
         } => {
-            let (xq, widened) = super::split_scratch(scratch, cols);
-            let x_scale = quantize_activations(x, act_scales, xq);
+            let input = Int8Input::quantize(x, act_scales, scratch, cols);
             let (scales_first, scales_rest) = row_scales.split_at(split);
             let (values_first, values_rest) = values.split_at(split * cols);
-            int8_rows(values_first, scales_first, cols, xq, x_scale, widened, first);
-            int8_rows(values_rest, scales_rest, cols, xq, x_scale, widened, rest);
+            input.rows(values_first, scales_first, first);
+            input.rows(values_rest, scales_rest, rest);
         }
         _ => {
             matvec(&weight.row_range(0, split), x, first, scratch);
@@ -132,10 +148,8 @@ pub fn matvec_pair_split(
             act_scales,
         } => {
             let (scratch_a, scratch_b) = scratch.split_at_mut(super::scratch_words(cols));
-            let (xq_a, widened_a) = super::split_scratch(scratch_a, cols);
-            let (xq_b, widened_b) = super::split_scratch(scratch_b, cols);
-            let scale_a = quantize_activations(x[0], act_scales, xq_a);
-            let scale_b = quantize_activations(x[1], act_scales, xq_b);
+            let input_a = Int8Input::quantize(x[0], act_scales, scratch_a, cols);
+            let input_b = Int8Input::quantize(x[1], act_scales, scratch_b, cols);
             let (values_first, values_rest) = values.split_at(split * cols);
             let (scales_first, scales_rest) = row_scales.split_at(split);
             for (values, scales, y_a, y_b) in [
@@ -148,19 +162,15 @@ pub fn matvec_pair_split(
                 super::int8_row_sums_pair(
                     values,
                     cols,
-                    [&*xq_a, &*xq_b],
-                    [&mut *widened_a, &mut *widened_b],
+                    [input_a.xq, input_b.xq],
+                    [input_a.widened, input_b.widened],
                     [
                         bytemuck::cast_slice_mut(&mut *y_a),
                         bytemuck::cast_slice_mut(&mut *y_b),
                     ],
                 );
-                for (out, x_scale) in [(y_a, scale_a), (y_b, scale_b)] {
-                    for (out, &scale) in out.iter_mut().zip(scales) {
-                        let acc = out.to_bits() as i32;
-                        *out = acc as f32 * (scale * x_scale);
-                    }
-                }
+                input_a.scale(scales, y_a);
+                input_b.scale(scales, y_b);
             }
         }
         _ => {
