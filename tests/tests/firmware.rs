@@ -390,88 +390,87 @@ fn int8_firmware_is_bit_exact_with_the_host() {
 
 #[test]
 fn int8_firmware_with_int8_memory_and_recomputed_position_keys_is_bit_exact() {
-    require_target_and_qemu(&DEFAULT);
-    let image = demo_image_int8();
-    let aligned = AlignedBytes::copy_from(&image).unwrap();
-    let model = Model::parse(aligned.bytes()).expect("the image parses");
-    let (tokens, tokens_path) = score_tokens("tokens-int8-small.bin");
-    let elf = build_firmware(
-        &DEFAULT,
-        "demo-int8-small",
+    check_int8_variant(
+        "segment",
         &[
-            ("TXL_DTYPE", OsStr::new("int8")),
             ("TXL_MEM_DTYPE", OsStr::new("int8")),
             ("TXL_POSITION_KEYS", OsStr::new("segment")),
-            ("TXL_TOKENS", tokens_path.as_os_str()),
         ],
-    )
-    .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
-    let options = SessionOptions {
-        mem_dtype: txl_core::MemDtype::Int8,
-        position_keys: txl_core::PositionKeys::PerSegment,
-        ..SessionOptions::from_config(model.config())
-    };
-    let run = run_firmware(&elf, &["score"]);
-    let firmware = score_line(&run);
-    let host = scoring::score(&model, &tokens, options, 0, |_| {}).expect("the host scores");
-    assert_eq!(
-        (firmware.digest, firmware.bits_per_token),
-        (host.digest(), host.bits_per_token()),
-        "{}",
-        run.transcript()
+        |options| SessionOptions {
+            mem_dtype: txl_core::MemDtype::Int8,
+            position_keys: txl_core::PositionKeys::PerSegment,
+            ..options
+        },
+        // the defaults: f32 memory, every layer's keys kept
+        |options| SessionOptions {
+            mem_dtype: txl_core::MemDtype::F32,
+            position_keys: txl_core::PositionKeys::PerSession,
+            ..options
+        },
     );
-    assert_resumes_after_a_reset(&elf, 2, &[], host.digest());
-    let smaller = Session::arena_bytes(&model, &options).unwrap();
-    assert_eq!(number_after(&run.lines, "arena bytes"), smaller);
-    let default = Session::arena_bytes(&model, &SessionOptions::from_config(model.config())).unwrap();
-    assert!(smaller < default, "{smaller} >= {default}");
 }
 
 /// Streaming (`tgt_len` 1) with int8 memory and `W_r` folded into the queries, the smallest
 /// arena for the demo model: the host's bits, that arena, and a resume after a reset.
 #[test]
 fn int8_firmware_streaming_with_folded_position_keys_is_bit_exact() {
+    check_int8_variant(
+        "folded",
+        &[
+            ("TXL_TGT_LEN", OsStr::new("1")),
+            ("TXL_MEM_DTYPE", OsStr::new("int8")),
+            ("TXL_POSITION_KEYS", OsStr::new("folded")),
+        ],
+        |options| SessionOptions {
+            tgt_len: 1,
+            mem_dtype: txl_core::MemDtype::Int8,
+            position_keys: txl_core::PositionKeys::FoldedIntoQuery,
+            ..options
+        },
+        // one key table recomputed per segment instead
+        |options| SessionOptions {
+            position_keys: txl_core::PositionKeys::PerSegment,
+            ..options
+        },
+    );
+}
+
+/// The int8 demo built with the build variables `vars` on the default board, whose session
+/// options are `variant` of the model's: the host's bits, a resume after a reset, the arena the
+/// core sizes for them, and that arena smaller than the one of `larger` of those options.
+fn check_int8_variant(
+    name: &str,
+    vars: &[(&str, &OsStr)],
+    variant: impl Fn(SessionOptions) -> SessionOptions,
+    larger: impl Fn(SessionOptions) -> SessionOptions,
+) {
     require_target_and_qemu(&DEFAULT);
     let image = demo_image_int8();
     let aligned = AlignedBytes::copy_from(&image).unwrap();
     let model = Model::parse(aligned.bytes()).expect("the image parses");
-    let (tokens, tokens_path) = score_tokens("tokens-int8-folded.bin");
-    let elf = build_firmware(
-        &DEFAULT,
-        "demo-int8-folded",
-        &[
-            ("TXL_DTYPE", OsStr::new("int8")),
-            ("TXL_TGT_LEN", OsStr::new("1")),
-            ("TXL_MEM_DTYPE", OsStr::new("int8")),
-            ("TXL_POSITION_KEYS", OsStr::new("folded")),
-            ("TXL_TOKENS", tokens_path.as_os_str()),
-        ],
-    )
-    .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
-    let options = SessionOptions {
-        tgt_len: 1,
-        mem_dtype: txl_core::MemDtype::Int8,
-        position_keys: txl_core::PositionKeys::FoldedIntoQuery,
-        ..SessionOptions::from_config(model.config())
-    };
+    let (tokens, tokens_path) = score_tokens(&format!("tokens-int8-{name}.bin"));
+    let mut vars = vars.to_vec();
+    vars.extend([
+        ("TXL_DTYPE", OsStr::new("int8")),
+        ("TXL_TOKENS", tokens_path.as_os_str()),
+    ]);
+    let elf = build_firmware(&DEFAULT, &format!("demo-int8-{name}"), &vars)
+        .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+    let options = variant(SessionOptions::from_config(model.config()));
     let run = run_firmware(&elf, &["score"]);
     let firmware = score_line(&run);
     let host = scoring::score(&model, &tokens, options, 0, |_| {}).expect("the host scores");
     assert_eq!(
         (firmware.digest, firmware.bits_per_token),
         (host.digest(), host.bits_per_token()),
-        "{}",
+        "{name}:\n{}",
         run.transcript()
     );
     assert_resumes_after_a_reset(&elf, 2, &[], host.digest());
-    let folded = Session::arena_bytes(&model, &options).unwrap();
-    assert_eq!(number_after(&run.lines, "arena bytes"), folded);
-    let per_segment = SessionOptions {
-        position_keys: txl_core::PositionKeys::PerSegment,
-        ..options
-    };
-    let per_segment = Session::arena_bytes(&model, &per_segment).unwrap();
-    assert!(folded < per_segment, "{folded} >= {per_segment}");
+    let arena = Session::arena_bytes(&model, &options).unwrap();
+    assert_eq!(number_after(&run.lines, "arena bytes"), arena);
+    let other = Session::arena_bytes(&model, &larger(options)).unwrap();
+    assert!(arena < other, "{name}: {arena} >= {other}");
 }
 
 /// Runs `score --reset-after K` (then `options`): the firmware saves its session state after `K`
