@@ -42,7 +42,8 @@ pub struct ArenaLayout {
     /// f32 `(2, n_head * d_head)` one position's key and value before they are stored; two
     /// positions' with `tgt_len >= 2` (the linear layers take positions in pairs).
     pub key_value: usize,
-    /// f32 `(2, mem_len + tgt_len)` one query's attention scores and its position terms.
+    /// f32 `(2, mem_len + tgt_len)` one query's attention scores and its position terms; with
+    /// int8 memory, then `max(d_head, 2 ⌈d_head / 4⌉)` words of one head's integer sums.
     pub scores: usize,
     /// f32 `(d_inner)` one feed-forward hidden row (two with `tgt_len >= 2`).
     pub ff_inner: usize,
@@ -106,7 +107,8 @@ impl ArenaLayout {
             attn_vec: floats(tgt, qkv)?,
             query_pos: floats(1, qkv)?,
             key_value: floats(2 * pair, qkv)?,
-            scores: floats(2, capacity)?,
+            scores: crate::attention::scores_len(capacity, config.d_head as usize, options.mem_dtype)
+                .ok_or(overflow)?,
             ff_inner: floats(pair, config.d_inner as usize)?,
             row: floats(pair, d_model)?,
             embed_row: floats(1, config.max_emb_dim() as usize)?,

@@ -11,7 +11,7 @@
 //! `W_r` folded into the query.
 
 use crate::kernels;
-use crate::memory::Memory;
+use crate::memory::{MemDtype, Memory};
 use crate::position::PositionScores;
 
 /// The shape of one segment's attention.
@@ -55,12 +55,22 @@ impl AttentionShape {
     }
 }
 
+/// Floats of the scratch [`attend_one`] takes: the scores and the position terms of up to
+/// `capacity` keys, then, for int8 memory, the integer sums of one head.
+pub(crate) fn scores_len(capacity: usize, d_head: usize, mem_dtype: MemDtype) -> Option<usize> {
+    let integer = match mem_dtype {
+        MemDtype::Int8 => crate::int8_attention::scratch_words(d_head),
+        MemDtype::F32 | MemDtype::F16 => 0,
+    };
+    capacity.checked_mul(2)?.checked_add(integer)
+}
+
 /// Attention output of one query for one layer.
 ///
 /// `query (n_head * d_head)` holds `q_i + u`, `query_pos` holds `q_i + v`; `positions` gives
-/// the position term for distances `0..=max_distance`; `scores` is scratch of at least
-/// `2 * (mlen + qlen)` (its halves: the scores and the position terms). Writes
-/// `out (n_head * d_head)`.
+/// the position term for distances `0..=max_distance`; `scores` is scratch of
+/// [`scores_len`] floats (the scores, the position terms, and integer scratch for int8
+/// memory). Writes `out (n_head * d_head)`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend_one(
     shape: &AttentionShape,
@@ -90,14 +100,17 @@ pub(crate) fn attend_one(
                 continue;
             }
         };
-        let (scores, position_terms) = scores.split_at_mut(scores.len() / 2);
+        let capacity = memory.capacity();
+        let (scores, rest) = scores.split_at_mut(capacity);
+        let (position_terms, int_scratch) = rest.split_at_mut(capacity);
+        let int_scratch: &mut [u32] = bytemuck::cast_slice_mut(int_scratch);
         let scores = &mut scores[..=hi - lo];
         let position_terms = &mut position_terms[..=hi - lo];
         let query_pos = &query_pos[h.clone()];
         positions.start_head(head, query_pos);
         // the content terms (q_i + u) · k_j and the position terms (q_i + v) · R_{mlen+i-j} of
         // every key, then each score
-        memory.key_dots(layer, lo, head, &query[h.clone()], scores);
+        memory.key_dots(layer, lo, head, &query[h.clone()], int_scratch, scores);
         let nearest = shape.mlen + i - hi;
         positions.scores(head, query_pos, (nearest, shape.max_distance), position_terms);
         for (score, &position) in scores.iter_mut().zip(position_terms.iter()) {
@@ -105,7 +118,7 @@ pub(crate) fn attend_one(
             *score = (content + position) * scale;
         }
         kernels::softmax(scores);
-        memory.add_values(layer, lo, head, scores, &mut out[h.clone()]);
+        memory.add_values(layer, lo, head, scores, int_scratch, &mut out[h.clone()]);
     }
 }
 

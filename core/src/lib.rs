@@ -81,6 +81,7 @@ pub mod digest;
 pub(crate) mod embedding;
 pub mod error;
 pub mod image;
+pub mod int8_attention;
 #[allow(unsafe_code)]
 pub mod kernels;
 pub(crate) mod memory;

@@ -7,11 +7,13 @@
 //! `_update_mems` with `ext_len = 0`, without moving any data.
 //!
 //! Keys and values are stored in f32, f16, or int8 with one scale per (position, head)
-//! ([`MemDtype`]); attention reads them only through [`Memory::key_dot`] and
-//! [`Memory::add_value`], so it does not care which.
+//! ([`MemDtype`]); attention reads them only through [`Memory::key_dots`] and
+//! [`Memory::add_values`] (int8 ones in integers, [`crate::int8_attention`]), so it does not
+//! care which.
 
 use half::f16;
 
+use crate::int8_attention;
 use crate::kernels;
 
 /// How the cached keys and values are stored.
@@ -234,6 +236,11 @@ impl<'a> Memory<'a> {
         }
     }
 
+    /// Positions the ring holds: `mem_len + tgt_len`.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Remembered positions.
     pub fn len(&self) -> usize {
         self.len
@@ -263,51 +270,119 @@ impl<'a> Memory<'a> {
         self.keys.dot(at, self.d_head, query_head)
     }
 
-    /// `out[t] = query_head · key[layer][lo + t][head]` for `t < out.len()`: each the bits of
-    /// [`Memory::key_dot`], several keys per pass where the store allows.
-    pub fn key_dots(&self, layer: usize, lo: usize, head: usize, query_head: &[f32], out: &mut [f32]) {
+    /// `out[t] = query_head · key[layer][lo + t][head]` for `t < out.len()`, several keys per
+    /// pass where the store allows. f32 and f16 keys give the bits of [`Memory::key_dot`]; int8
+    /// keys are dotted with the query quantized to 16 bits, in integers
+    /// ([`crate::int8_attention`]), using `scratch` (at least
+    /// [`int8_attention::scratch_words`]`(d_head)` words).
+    pub fn key_dots(
+        &self,
+        layer: usize,
+        lo: usize,
+        head: usize,
+        query_head: &[f32],
+        scratch: &mut [u32],
+        out: &mut [f32],
+    ) {
+        let d_head = self.d_head;
         match &self.keys {
             Store::F32(s) => {
                 let mut done = 0;
                 for (at, count) in self.runs(layer, lo, out.len()) {
-                    let at = at + head * self.d_head;
-                    let rows = &s[at..at + (count - 1) * self.width + self.d_head];
+                    let at = at + head * d_head;
+                    let rows = &s[at..at + (count - 1) * self.width + d_head];
                     kernels::dots_strided(rows, self.width, query_head, &mut out[done..done + count]);
                     done += count;
                 }
             }
-            _ => {
-                for (t, o) in out.iter_mut().enumerate() {
-                    *o = self.key_dot(layer, lo + t, head, query_head);
+            Store::Int8 { values, scales } => {
+                let Some(query) = int8_attention::QueryWords::quantize(query_head, scratch) else {
+                    return self.key_dots_one_by_one(layer, lo, head, query_head, out);
+                };
+                let mut done = 0;
+                for (at, count) in self.runs(layer, lo, out.len()) {
+                    let at = at + head * d_head;
+                    let rows = &values[at..at + (count - 1) * self.width + d_head];
+                    let key_scales = scales[at / d_head..].iter().step_by(self.width / d_head).copied();
+                    let out = &mut out[done..done + count];
+                    int8_attention::key_dots(rows, self.width, d_head, key_scales, &query, out);
+                    done += count;
                 }
             }
+            Store::F16(_) => self.key_dots_one_by_one(layer, lo, head, query_head, out),
         }
     }
 
-    /// `out_head += p[t] * value[layer][lo + t][head]` for each `t < p.len()` in order: the bits
-    /// of [`Memory::add_value`] called for each, several values per pass where the store allows.
-    pub fn add_values(&self, layer: usize, lo: usize, head: usize, p: &[f32], out_head: &mut [f32]) {
+    fn key_dots_one_by_one(&self, layer: usize, lo: usize, head: usize, query_head: &[f32], out: &mut [f32]) {
+        for (t, o) in out.iter_mut().enumerate() {
+            *o = self.key_dot(layer, lo + t, head, query_head);
+        }
+    }
+
+    /// `out_head += Σ_t p[t] * value[layer][lo + t][head]` over `t < p.len()`. f32 and f16
+    /// values give the bits of [`Memory::add_value`] called for each `t` in order, several
+    /// values per pass where the store allows. int8 values are weighted by `p` quantized to 16
+    /// bits, in integers ([`crate::int8_attention`]): `p` is then overwritten, and `scratch` (at
+    /// least [`int8_attention::scratch_words`]`(d_head)` words) holds the sums.
+    pub fn add_values(
+        &self,
+        layer: usize,
+        lo: usize,
+        head: usize,
+        p: &mut [f32],
+        scratch: &mut [u32],
+        out_head: &mut [f32],
+    ) {
+        let d_head = self.d_head;
         match &self.values {
             Store::F32(s) => {
                 let mut done = 0;
                 for (at, count) in self.runs(layer, lo, p.len()) {
-                    let at = at + head * self.d_head;
-                    let rows = &s[at..at + (count - 1) * self.width + self.d_head];
+                    let at = at + head * d_head;
+                    let rows = &s[at..at + (count - 1) * self.width + d_head];
                     kernels::axpys_strided(rows, self.width, &p[done..done + count], out_head);
                     done += count;
                 }
             }
-            _ => {
-                for (t, &weight) in p.iter().enumerate() {
-                    self.add_value(layer, lo + t, head, weight, out_head);
+            Store::Int8 { values, scales } => {
+                let heads = self.width / d_head;
+                let value_scales = self.runs(layer, lo, p.len()).flat_map(move |(at, count)| {
+                    scales[at / d_head + head..]
+                        .iter()
+                        .step_by(heads)
+                        .take(count)
+                        .copied()
+                });
+                let Some(weights) = int8_attention::ProbabilityWords::quantize_in_place(p, value_scales)
+                else {
+                    return self.add_values_one_by_one(layer, lo, head, p, out_head);
+                };
+                let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut scratch[..d_head]);
+                acc.fill(0);
+                let mut done = 0;
+                for (at, count) in self.runs(layer, lo, weights.weights.len()) {
+                    let at = at + head * d_head;
+                    let rows = &values[at..at + (count - 1) * self.width + d_head];
+                    int8_attention::value_sums(rows, self.width, &weights.weights[done..done + count], acc);
+                    done += count;
+                }
+                for (o, &sum) in out_head.iter_mut().zip(acc.iter()) {
+                    *o += sum as f32 * weights.step;
                 }
             }
+            Store::F16(_) => self.add_values_one_by_one(layer, lo, head, p, out_head),
+        }
+    }
+
+    fn add_values_one_by_one(&self, layer: usize, lo: usize, head: usize, p: &[f32], out_head: &mut [f32]) {
+        for (t, &weight) in p.iter().enumerate() {
+            self.add_value(layer, lo + t, head, weight, out_head);
         }
     }
 
     /// Logical positions `lo..lo + count` of `layer` as runs of consecutive ring slots: each
     /// `(offset of the run's first row, rows)`, at most two (the ring wraps once).
-    fn runs(&self, layer: usize, lo: usize, count: usize) -> impl Iterator<Item = (usize, usize)> {
+    fn runs(&self, layer: usize, lo: usize, count: usize) -> impl Iterator<Item = (usize, usize)> + Clone {
         let first_slot = (self.start + lo) % self.capacity;
         let before_wrap = count.min(self.capacity - first_slot);
         let base = layer * self.capacity * self.width;

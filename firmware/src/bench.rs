@@ -8,14 +8,20 @@
 //! gives each kernel's figure over all four shapes (`shape=all`), one product per shape and
 //! position, as one token of the demo model computes them. `int8_matvec_pair` is the int8
 //! product for two positions at once, as a segment runs it (its MACs count both positions).
+//!
+//! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
+//! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
+//! MACs, with f32 memory (`attention_f32`) and with int8 memory (`attention_int8`: in integers,
+//! the query and the probabilities quantized to 16 bits, scales included), each line
+//! `bench kernel=K shape=head keys=64 d_head=32 macs=M instructions=N instructions_per_mac=X`.
 
 use alloc::vec;
 use alloc::vec::Vec;
 
 use defmt::info;
 use half::f16;
-use txl_core::kernels;
 use txl_core::weights::{Matrix, MatrixData};
+use txl_core::{int8_attention, kernels};
 
 use crate::counter::{self, InstructionCounter};
 use crate::Failure;
@@ -77,7 +83,95 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
         }
         report(kernel.name(), "all", 0, 0, all_macs, all_instructions);
     }
+    for memory in [AttentionMemory::F32, AttentionMemory::Int8] {
+        let instructions = measure_attention(memory, counter);
+        let macs = (2 * KEYS * D_HEAD) as u64;
+        info!(
+            "bench kernel={=str} shape=head keys={=usize} d_head={=usize} macs={=u64} instructions={=u64} instructions_per_mac={=f32}",
+            memory.name(),
+            KEYS,
+            D_HEAD,
+            macs,
+            instructions,
+            instructions as f32 / macs as f32
+        );
+    }
     Ok(())
+}
+
+/// Cached keys one head attends to.
+const KEYS: usize = 64;
+/// Width of one head.
+const D_HEAD: usize = 32;
+/// Elements from one cached key to the next (the four heads of a position).
+const KEY_STRIDE: usize = 128;
+
+/// How the benchmarked attention's keys and values are stored.
+#[derive(Clone, Copy)]
+enum AttentionMemory {
+    F32,
+    Int8,
+}
+
+impl AttentionMemory {
+    fn name(self) -> &'static str {
+        match self {
+            AttentionMemory::F32 => "attention_f32",
+            AttentionMemory::Int8 => "attention_int8",
+        }
+    }
+}
+
+/// Instructions of one head's products over [`KEYS`] keys (the average of [`REPEATS`] runs).
+fn measure_attention(memory: AttentionMemory, counter: &InstructionCounter) -> u64 {
+    let mut numbers = Numbers(0x9e37_79b9);
+    let cached = (KEYS - 1) * KEY_STRIDE + D_HEAD;
+    let keys: Vec<f32> = (0..cached).map(|_| numbers.float()).collect();
+    let values: Vec<f32> = (0..cached).map(|_| numbers.float()).collect();
+    let query: Vec<f32> = (0..D_HEAD).map(|_| numbers.float()).collect();
+    let probabilities: Vec<f32> = (0..KEYS).map(|_| (numbers.float() + 1.0) / KEYS as f32).collect();
+    let quantize = |x: &[f32]| -> Vec<i8> { x.iter().map(|&v| (v * 127.0) as i8).collect() };
+    let (keys8, values8) = (quantize(&keys), quantize(&values));
+    let scales = vec![1.0 / 127.0; KEYS];
+    let mut scores = vec![0.0f32; KEYS];
+    let mut p = probabilities.clone();
+    let mut out = vec![0.0f32; D_HEAD];
+    let mut scratch = vec![0u32; int8_attention::scratch_words(D_HEAD)];
+    let mut acc = vec![0i32; D_HEAD];
+    let start = counter.ticks();
+    for _ in 0..REPEATS {
+        match memory {
+            AttentionMemory::F32 => {
+                kernels::dots_strided(&keys, KEY_STRIDE, &query, &mut scores);
+                kernels::axpys_strided(&values, KEY_STRIDE, &probabilities, &mut out);
+            }
+            AttentionMemory::Int8 => {
+                p.copy_from_slice(&probabilities);
+                if let Some(q) = int8_attention::QueryWords::quantize(&query, &mut scratch) {
+                    int8_attention::key_dots(
+                        &keys8,
+                        KEY_STRIDE,
+                        D_HEAD,
+                        scales.iter().copied(),
+                        &q,
+                        &mut scores,
+                    );
+                }
+                if let Some(w) =
+                    int8_attention::ProbabilityWords::quantize_in_place(&mut p, scales.iter().copied())
+                {
+                    acc.fill(0);
+                    int8_attention::value_sums(&values8, KEY_STRIDE, w.weights, &mut acc);
+                    for (o, &sum) in out.iter_mut().zip(acc.iter()) {
+                        *o += sum as f32 * w.step;
+                    }
+                }
+            }
+        }
+    }
+    let ticks = counter.ticks_since(start);
+    core::hint::black_box((&scores, &out));
+    counter::instructions(ticks) / REPEATS
 }
 
 fn report(kernel: &str, shape: &str, rows: usize, cols: usize, macs: u64, instructions: u64) {

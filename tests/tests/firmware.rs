@@ -381,6 +381,19 @@ fn firmware_bench_reports_every_kernel() {
         "{}",
         run.transcript()
     );
+    // one head's attention over 64 keys of 32: 2 x 64 x 32 MACs, f32 and int8 memory
+    for kernel in ["attention_f32", "attention_int8"] {
+        let line = run
+            .lines
+            .iter()
+            .find(|l| l.contains(&format!("kernel={kernel} shape=head ")))
+            .unwrap_or_else(|| panic!("no line for {kernel}:\n{}", run.transcript()));
+        assert_eq!(field(line, "macs"), Some("4096"), "{line}");
+        let per_mac: f64 = field(line, "instructions_per_mac")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no instructions_per_mac in {line}"));
+        assert!(per_mac > 0.0, "{line}");
+    }
 }
 
 #[test]

@@ -24,9 +24,10 @@ const F16_MAX_RELATIVE_DELTA: f64 = 2.0e-5;
 const F16_MIN_TOP1: f64 = 0.9995;
 /// int8 W8A8 + f32 memory: measured +7.7e-5 (activation ranges from the f32 reference).
 const INT8_MAX_RELATIVE_DELTA: f64 = 2.3e-4;
-/// int8 W8A8 + int8 memory: measured +1.8e-4.
+/// int8 W8A8 + int8 memory: measured +1.9e-4.
 const INT8_INT8_MEMORY_MAX_RELATIVE_DELTA: f64 = 5.4e-4;
-/// Measured 99.50%: three times the disagreement would be 98.5%; 98.7% is kept.
+/// Measured 99.61% (99.50% before attention over int8 memory ran in integers): three times
+/// the disagreement would be 98.8%; 98.7% is kept.
 const INT8_INT8_MEMORY_MIN_TOP1: f64 = 0.987;
 /// Measured 1.007.
 const INT8_MAX_SIZE_OVERHEAD: f64 = 1.021;
@@ -34,16 +35,18 @@ const INT8_MAX_SIZE_OVERHEAD: f64 = 1.021;
 const F16_MEMORY_MAX_RELATIVE_DELTA: f64 = 5.5e-6;
 /// f32 weights + f16 memory, mean KL(f32 ‖ f16 memory) in nats: measured 9.4e-9.
 const F16_MEMORY_MAX_MEAN_KL: f64 = 2.8e-8;
-/// f32 weights + int8 memory: measured +2.8e-8 (the errors nearly cancel in the mean, so the
-/// limit is looser than 3x; the KL below is the tight check).
-const INT8_MEMORY_MAX_RELATIVE_DELTA: f64 = 1.0e-6;
+/// f32 weights + int8 memory: measured -1.7e-6. The signed errors nearly cancel in the mean
+/// (it was +2.8e-8 before attention over int8 memory ran in integers, with the same KL), so
+/// the KL below is the tight check.
+const INT8_MEMORY_MAX_RELATIVE_DELTA: f64 = 5.0e-6;
 /// f32 weights + int8 memory, mean KL in nats: measured 5.6e-6.
 const INT8_MEMORY_MAX_MEAN_KL: f64 = 1.7e-5;
 /// `adaptive_div2`, f16 weights + f16 memory: measured +8.3e-7.
 const ADAPTIVE_F16_MAX_RELATIVE_DELTA: f64 = 2.5e-6;
 /// `adaptive_div2`, int8 + f32 memory: measured +1.36e-4.
 const ADAPTIVE_INT8_MAX_RELATIVE_DELTA: f64 = 4.1e-4;
-/// `adaptive_div2`, int8 + int8 memory: measured +3.06e-4.
+/// `adaptive_div2`, int8 + int8 memory: measured +2.73e-4 (+3.06e-4 before attention over int8
+/// memory ran in integers).
 const ADAPTIVE_INT8_INT8_MEMORY_MAX_RELATIVE_DELTA: f64 = 9.2e-4;
 // The relative Δ is a mean of signed changes, which partly cancel; the mean KL(f32 ‖ int8) per
 // prediction cannot cancel, so each int8 case also bounds it at about 3x what is measured.

@@ -341,21 +341,38 @@ pub fn row_sums_i8_pair(
 /// per pass over the inputs, `pairs` being `xq` widened by [`widen_input`]. Equal to the scalar
 /// dot product of each row.
 pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], pairs: &[u32], sums: &mut [i32]) {
-    let rows = sums.len();
     let groups = cols / 4;
     let body = groups * 4;
+    let values = &values[..sums.len() * cols];
+    strided_row_sums(values, cols, groups, pairs, sums);
+    if body < cols {
+        for (sum, row) in sums.iter_mut().zip(values.chunks_exact(cols)) {
+            *sum += super::scalar::dot_i8(&row[body..], &xq[body..]);
+        }
+    }
+}
+
+/// `sums[r] = Σ_c row_r[c] · x[c]` over the first `4 * groups` columns of row `r` (at
+/// `rows[r * stride..]`), `x` in `pairs` as [`widen_input`] lays it out (`2 * groups` words of
+/// 16-bit halves: widened int8 inputs, or a 16-bit query): four rows per pass.
+fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], sums: &mut [i32]) {
+    let count = sums.len();
+    let body = groups * 4;
     let pairs = &pairs[..2 * groups];
-    let values = &values[..rows * cols];
-    let blocks = rows / 4;
+    let blocks = count / 4;
+    if count > 0 {
+        assert!((count - 1) * stride + body <= rows.len(), "rows out of bounds");
+    }
     if groups > 0 && blocks > 0 {
-        // SAFETY: `values` holds `4 * blocks <= rows` rows of `cols >= 4 * groups` bytes at
-        // stride `cols` and `pairs` holds `2 * groups` words: the kernel reads only those and
-        // writes the first `4 * blocks` of `sums`. It preserves the callee-saved registers and
-        // the stack pointer (AAPCS); the stack arguments are read from the caller's frame.
+        // SAFETY: `rows` holds `4 * blocks <= count` rows of at least `4 * groups` bytes at
+        // `stride` (checked above) and `pairs` holds `2 * groups` words: the kernel reads only
+        // those and writes the first `4 * blocks` of `sums`. It preserves the callee-saved
+        // registers and the stack pointer (AAPCS); the stack arguments are read from the
+        // caller's frame. Unaligned word loads are allowed on Armv7E-M and Armv8-M Mainline.
         unsafe {
             txl_rows4_s8(
-                values.as_ptr(),
-                cols,
+                rows.as_ptr(),
+                stride,
                 pairs.as_ptr(),
                 groups,
                 sums.as_mut_ptr(),
@@ -366,7 +383,7 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], pairs: &[u32], sums: &
         sums[..4 * blocks].fill(0);
     }
     for (r, sum) in sums.iter_mut().enumerate().skip(4 * blocks) {
-        let row = &values[r * cols..r * cols + body];
+        let row = &rows[r * stride..r * stride + body];
         let mut acc = 0i32;
         for (w, x) in row.chunks_exact(4).zip(pairs.chunks_exact(2)) {
             let w = word(w);
@@ -374,11 +391,6 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], pairs: &[u32], sums: &
             acc = smlad(sxtb16_ror8(w), x[1], acc);
         }
         *sum = acc;
-    }
-    if body < cols {
-        for (sum, row) in sums.iter_mut().zip(values.chunks_exact(cols)) {
-            *sum += super::scalar::dot_i8(&row[body..], &xq[body..]);
-        }
     }
 }
 
@@ -781,4 +793,106 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         odd = smlad(sxtb16_ror8(a1), sxtb16_ror8(b1), odd);
     }
     even + odd + super::scalar::dot_i8(&a[body..n], &b[body..n])
+}
+
+/// Attention's query · key sums over int8 keys: `sums[t] = Σ_c q[c] · key_t[c]` over the first
+/// `4 * groups` columns of key `t` (at `keys[t * stride..]`), the 16-bit query widened into
+/// `words` (`2 * groups`; see `int8_attention::QueryWords`): the int8 product's kernel, four
+/// keys per pass.
+pub fn key_sums_s8(keys: &[i8], stride: usize, groups: usize, words: &[u32], sums: &mut [i32]) {
+    strided_row_sums(keys, stride, groups, words, sums);
+}
+
+extern "C" {
+    /// `acc[c] += Σ_t weights[t] · value_t[c]` for the four columns `c < 4`, value `t` at
+    /// `values + t * stride` (`count >= 1` keys; weights 16-bit in i32 words).
+    fn txl_value_sums4_s8(values: *const i8, stride: usize, weights: *const i32, count: usize, acc: *mut i32);
+}
+
+// Per two keys: one LDRD of their weights, one LDR of each key's four bytes, four SXTB16 and
+// eight SMLABB/SMLATB (one per product), an ADD to the next pair of keys, a compare and a
+// branch: 18 instructions per 8 multiply-accumulates. Registers: r0 the values, r1 the stride,
+// r2 the weights, r3 their end, r4-r7 the sums of columns 0-3, r8/r11 the two weights, r9/r12
+// the two keys' bytes (then columns 0 and 2), r10/lr columns 1 and 3.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_value_sums4_s8,\"ax\",%progbits",
+    ".globl txl_value_sums4_s8",
+    ".type txl_value_sums4_s8,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_value_sums4_s8:",
+    "push {{r4-r11, lr}}",
+    "ldr r12, [sp, #36]",
+    "ldm r12, {{r4-r7}}",
+    "tst r3, #1",
+    "add r3, r2, r3, lsl #2",
+    "beq 2f",
+    // an odd count: one key first
+    "ldr r8, [r2], #4",
+    "ldr r9, [r0]",
+    "add r0, r0, r1",
+    "sxtb16 r10, r9, ror #8",
+    "sxtb16 r9, r9",
+    "smlabb r4, r9, r8, r4",
+    "smlatb r6, r9, r8, r6",
+    "smlabb r5, r10, r8, r5",
+    "smlatb r7, r10, r8, r7",
+    "2:",
+    "cmp r2, r3",
+    "beq 3f",
+    "1:",
+    "ldrd r8, r11, [r2], #8",
+    "ldr r9, [r0]",
+    "ldr r12, [r0, r1]",
+    "add r0, r0, r1, lsl #1",
+    "sxtb16 r10, r9, ror #8",
+    "sxtb16 r9, r9",
+    "sxtb16 lr, r12, ror #8",
+    "sxtb16 r12, r12",
+    "smlabb r4, r9, r8, r4",
+    "smlatb r6, r9, r8, r6",
+    "smlabb r5, r10, r8, r5",
+    "smlatb r7, r10, r8, r7",
+    "smlabb r4, r12, r11, r4",
+    "smlatb r6, r12, r11, r6",
+    "smlabb r5, lr, r11, r5",
+    "smlatb r7, lr, r11, r7",
+    "cmp r2, r3",
+    "bne 1b",
+    "3:",
+    "ldr r12, [sp, #36]",
+    "stm r12, {{r4-r7}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_value_sums4_s8, . - txl_value_sums4_s8",
+);
+
+/// Attention's probability · value sums over int8 values: `acc[c] += Σ_t weights[t] ·
+/// value_t[c]` for the first `4 * (acc.len() / 4)` columns (value `t` at `values[t * stride..]`,
+/// weights 16-bit), four columns per pass with their sums in registers.
+pub fn value_sums_s8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    let count = weights.len();
+    if count == 0 {
+        return;
+    }
+    for (block, acc) in acc.chunks_exact_mut(4).enumerate() {
+        let first = 4 * block;
+        let last_end = (count - 1) * stride + first + 4;
+        assert!(last_end <= values.len(), "value rows out of bounds");
+        // SAFETY: the kernel reads four bytes at `first + t * stride` for `t < count`, all inside
+        // `values` (checked above), `count` weights and the four sums of `acc`, and writes those
+        // four sums; it preserves the callee-saved registers and the stack pointer (AAPCS).
+        // Unaligned word loads are allowed on Armv7E-M and Armv8-M Mainline.
+        unsafe {
+            txl_value_sums4_s8(
+                values.as_ptr().add(first),
+                stride,
+                weights.as_ptr(),
+                count,
+                acc.as_mut_ptr(),
+            )
+        };
+    }
 }

@@ -65,8 +65,9 @@ struct RunState<'a> {
     position_query: &'a mut [f32], // (n_head * d_head)
     /// One position's key and value, before the memory stores them.
     key_value: &'a mut [f32], // (pair, 2, n_head * d_head), pair = 2 if tgt_len >= 2 else 1
-    /// One query's attention scores over the keys it sees, and their position terms.
-    scores: &'a mut [f32], // (2, mem_len + tgt_len)
+    /// One query's attention scores over the keys it sees, their position terms, and with int8
+    /// memory one head's integer sums ([`crate::attention::scores_len`]).
+    scores: &'a mut [f32],
     /// One position's feed-forward inner row `ReLU(W_1 x + b_1)`.
     ff_inner: &'a mut [f32], // (pair, d_inner)
     /// One row inside a residual branch: `o_net`'s output, or the feed-forward input

@@ -1,0 +1,281 @@
+//! Attention over int8 memory in integers: the query · key and probability · value products
+//! of one head as exact i32 sums, so Cortex-M cores with DSP run them with `SMLAD`/`SMLABB`
+//! instead of converting every cached byte to f32.
+//!
+//! The f32 side of each product is quantized to 16 bits, once per head:
+//! ```text
+//! query · key_t     = (Σ_c q16[c] · k8_t[c]) · query_step · key_scale_t
+//! Σ_t p_t · value_t = (Σ_t p16[t] · v8_t)   · probability_step,  p16 ≈ p_t · value_scale_t / step
+//! ```
+//! Sixteen bits keep the rounding far below the int8 memory's own (a relative step of 2⁻¹⁵
+//! against 2⁻⁷). The steps are chosen so no i32 sum can overflow: every sum has at most
+//! [`SUM_LIMIT`] in absolute value, whatever the number of terms. Integer sums are exact in any
+//! order, so every kernel gives the same bits.
+
+/// Largest `Σ |a_i|` of the 16-bit side of a sum whose other side is int8 (`|b_i| <= 127`):
+/// then `|Σ a_i b_i| <= 127 · SUM_LIMIT <= i32::MAX`.
+const SUM_LIMIT: f32 = 16_000_000.0; // i32::MAX / 127 is 16,909,320; the rest is rounding slack
+
+/// Largest 16-bit magnitude (the halves `SMLAD` and `SMLABB` multiply are signed 16-bit).
+const HALF_MAX: f32 = 32767.0;
+
+/// Words [`QueryWords::quantize`] needs for a head of `d_head`.
+pub fn query_words(d_head: usize) -> usize {
+    2 * d_head.div_ceil(4)
+}
+
+/// Words of integer scratch attention over int8 memory needs for a head of `d_head`, besides
+/// one word per key (which it takes from the position terms once they are used).
+pub fn scratch_words(d_head: usize) -> usize {
+    d_head.max(query_words(d_head))
+}
+
+/// One head's query quantized to 16 bits, widened as the kernels read it: for columns
+/// `4g..4g + 4`, word `2g` holds columns `4g` and `4g + 2` and word `2g + 1` columns `4g + 1` and
+/// `4g + 3` as signed 16-bit halves (the order `SXTB16` and `SXTB16 ROR #8` put a key word's
+/// bytes in); columns past the head are zero.
+#[derive(Debug)]
+pub struct QueryWords<'a> {
+    /// The widened 16-bit values, two words per four columns.
+    pub words: &'a [u32],
+    /// The value of one quantization step.
+    pub step: f32,
+}
+
+impl<'a> QueryWords<'a> {
+    /// Quantizes `query` into `words` ([`query_words`] long at least); `None` when a value is not
+    /// finite (then the caller takes the f32 path, which keeps the NaN or infinity).
+    pub fn quantize(query: &[f32], words: &'a mut [u32]) -> Option<Self> {
+        let max_abs = largest_magnitude(query.iter().copied());
+        if !max_abs.is_finite() {
+            return None;
+        }
+        let words = &mut words[..query_words(query.len())];
+        let top = HALF_MAX.min(libm::floorf(SUM_LIMIT / query.len().max(1) as f32));
+        let step = if max_abs > 0.0 { max_abs / top } else { 0.0 };
+        let inverse = if max_abs > 0.0 { top / max_abs } else { 0.0 };
+        let half = |c: usize| -> u32 { query.get(c).map_or(0, |&v| round(v * inverse)) as i16 as u16 as u32 };
+        for (g, pair) in words.chunks_exact_mut(2).enumerate() {
+            let c = 4 * g;
+            pair[0] = half(c) | half(c + 2) << 16;
+            pair[1] = half(c + 1) | half(c + 3) << 16;
+        }
+        Some(QueryWords { words, step })
+    }
+}
+
+/// The largest `|v|`, or NaN if any `v` is NaN.
+fn largest_magnitude(values: impl Iterator<Item = f32>) -> f32 {
+    let mut max = 0.0f32;
+    for v in values {
+        let a = v.abs();
+        if a > max || a.is_nan() {
+            max = a; // also takes a NaN, which then stays
+        }
+    }
+    max
+}
+
+/// `y` rounded to the nearest integer, halves away from zero (`|y| <= 32767.5`, so the
+/// sum is exact to the half; the same bits on every target, which is what matters here).
+fn round(y: f32) -> i32 {
+    (y + 0.5f32.copysign(y)) as i32
+}
+
+/// The weights of a probability · value sum quantized to 16 bits, one i32 per key.
+#[derive(Debug)]
+pub struct ProbabilityWords<'a> {
+    /// One 16-bit weight per key.
+    pub weights: &'a [i32],
+    /// The value of one quantization step.
+    pub step: f32,
+}
+
+impl<'a> ProbabilityWords<'a> {
+    /// Quantizes `p[t] · value_scale(t)` in place: `p`'s storage then holds the weights as i32.
+    /// `None`, with `p` untouched, when a weight is not finite. Every weight is at most
+    /// [`HALF_MAX`] steps and all together at most [`SUM_LIMIT`].
+    pub fn quantize_in_place(
+        p: &'a mut [f32],
+        value_scales: impl Iterator<Item = f32> + Clone,
+    ) -> Option<Self> {
+        let (mut max, mut sum) = (0.0f32, 0.0f32);
+        for (&p, scale) in p.iter().zip(value_scales.clone()) {
+            let weight = (p * scale).abs();
+            if weight > max || weight.is_nan() {
+                max = weight; // a NaN or infinity stays and is caught below
+            }
+            sum += weight;
+        }
+        // rounding adds at most half a step per key
+        let room = SUM_LIMIT - 0.5 * p.len() as f32;
+        if !max.is_finite() || !sum.is_finite() || room <= 0.0 {
+            return None;
+        }
+        let step = (max / HALF_MAX).max(sum / room);
+        let inverse = if step > 0.0 { 1.0 / step } else { 0.0 };
+        let weights: &mut [i32] = bytemuck::cast_slice_mut(p);
+        for (w, scale) in weights.iter_mut().zip(value_scales) {
+            *w = round(f32::from_bits(*w as u32) * scale * inverse);
+        }
+        Some(ProbabilityWords { weights, step })
+    }
+}
+
+/// `out[t] = query · key_t` for `t < out.len()`: key `t` is the first `d_head` bytes at
+/// `keys[t * stride..]` times its scale, the next of `key_scales`.
+pub fn key_dots(
+    keys: &[i8],
+    stride: usize,
+    d_head: usize,
+    key_scales: impl Iterator<Item = f32>,
+    query: &QueryWords<'_>,
+    out: &mut [f32],
+) {
+    let sums: &mut [i32] = bytemuck::cast_slice_mut(out);
+    key_sums(keys, stride, d_head, query, sums);
+    for (o, key_scale) in out.iter_mut().zip(key_scales) {
+        let sum = o.to_bits() as i32;
+        *o = sum as f32 * query.step * key_scale;
+    }
+}
+
+/// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
+/// `keys[t * stride..]`.
+pub fn key_sums(keys: &[i8], stride: usize, d_head: usize, query: &QueryWords<'_>, sums: &mut [i32]) {
+    #[cfg(feature = "cortex-m-dsp")]
+    {
+        // whole groups of four columns in the kernel, the rest here
+        let groups = d_head / 4;
+        crate::kernels::cortex_m::key_sums_s8(keys, stride, groups, query.words, sums);
+        for (t, sum) in sums.iter_mut().enumerate() {
+            let key = &keys[t * stride..t * stride + d_head];
+            for (c, &k) in key.iter().enumerate().skip(4 * groups) {
+                *sum = sum.wrapping_add(k as i32 * query_half(query.words, c));
+            }
+        }
+    }
+    #[cfg(not(feature = "cortex-m-dsp"))]
+    key_sums_portable(keys, stride, d_head, query.words, sums);
+}
+
+/// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
+/// `values[t * stride..]`.
+pub fn value_sums(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    #[cfg(feature = "cortex-m-dsp")]
+    {
+        // whole groups of four columns in the kernel, the rest here
+        let body = acc.len() / 4 * 4;
+        crate::kernels::cortex_m::value_sums_s8(values, stride, weights, acc);
+        value_sums_portable(&values[body..], stride, weights, &mut acc[body..]);
+    }
+    #[cfg(not(feature = "cortex-m-dsp"))]
+    value_sums_portable(values, stride, weights, acc);
+}
+
+/// The 16-bit query value of column `c` from its widened words.
+fn query_half(words: &[u32], c: usize) -> i32 {
+    let word = words[2 * (c / 4) + (c % 4) % 2];
+    let half = if c % 4 >= 2 { word >> 16 } else { word };
+    half as u16 as i16 as i32
+}
+
+/// [`key_sums`] in plain Rust: the reference every kernel must match.
+#[cfg_attr(feature = "cortex-m-dsp", allow(dead_code))] // the kernels' reference in tests
+pub(crate) fn key_sums_portable(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
+    for (t, sum) in sums.iter_mut().enumerate() {
+        let key = &keys[t * stride..t * stride + d_head];
+        *sum = key
+            .iter()
+            .enumerate()
+            .map(|(c, &k)| k as i32 * query_half(words, c))
+            .fold(0i32, i32::wrapping_add);
+    }
+}
+
+/// [`value_sums`] in plain Rust: the reference every kernel must match.
+pub(crate) fn value_sums_portable(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    for (t, &weight) in weights.iter().enumerate() {
+        let value = &values[t * stride..t * stride + acc.len()];
+        for (a, &v) in acc.iter_mut().zip(value) {
+            *a = a.wrapping_add(weight * v as i32);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pseudo_random(n: usize, seed: u32) -> impl Iterator<Item = u32> {
+        let mut state = seed;
+        (0..n).map(move |_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state
+        })
+    }
+
+    #[test]
+    fn query_words_round_trip_every_column_including_a_partial_group() {
+        let query: [f32; 7] = [1.0, -2.0, 0.5, 3.0, -3.0, 0.25, -0.125];
+        let mut words = [0u32; 4];
+        let q = QueryWords::quantize(&query, &mut words).unwrap();
+        assert_eq!(q.step, 3.0 / HALF_MAX);
+        for (c, &v) in query.iter().enumerate() {
+            let back = query_half(q.words, c) as f32 * q.step;
+            assert!((back - v).abs() <= q.step / 2.0, "column {c}: {back} vs {v}");
+        }
+        // the padding column is zero
+        assert_eq!(query_half(q.words, 7), 0);
+    }
+
+    #[test]
+    fn non_finite_inputs_take_the_f32_path() {
+        let mut words = [0u32; 2];
+        assert!(QueryWords::quantize(&[1.0, f32::NAN], &mut words).is_none());
+        let mut p = [0.5f32, 0.5];
+        assert!(ProbabilityWords::quantize_in_place(&mut p, [f32::INFINITY; 2].into_iter()).is_none());
+        assert_eq!(p, [0.5, 0.5]);
+    }
+
+    #[test]
+    fn probability_weights_never_overflow_the_sums() {
+        // many keys of equal weight: the sum limit, not the 16-bit one, sets the step
+        let mut p = [1.0f32; 4000];
+        let w = ProbabilityWords::quantize_in_place(&mut p, core::iter::repeat(1.0)).unwrap();
+        let total: i64 = w.weights.iter().map(|&x| x as i64).sum();
+        assert!(total as f32 <= SUM_LIMIT && total * 127 <= i32::MAX as i64);
+        assert!(w.weights.iter().all(|&x| x.abs() <= 32767));
+    }
+
+    #[test]
+    fn kernels_match_the_portable_sums() {
+        for d_head in [1usize, 3, 4, 8, 13, 32, 64] {
+            let stride = d_head + 5;
+            let count = 9;
+            let keys: alloc::vec::Vec<i8> = pseudo_random(stride * count, 7 + d_head as u32)
+                .map(|x| (x % 255) as i32 as i8)
+                .map(|x| x.max(-127))
+                .collect();
+            let query: alloc::vec::Vec<f32> = pseudo_random(d_head, 3)
+                .map(|x| (x % 2001) as f32 / 1000.0 - 1.0)
+                .collect();
+            let mut words = alloc::vec![0u32; query_words(d_head)];
+            let q = QueryWords::quantize(&query, &mut words).unwrap();
+            let (mut fast, mut portable) = ([0i32; 9], [0i32; 9]);
+            key_sums(&keys, stride, d_head, &q, &mut fast);
+            key_sums_portable(&keys, stride, d_head, q.words, &mut portable);
+            assert_eq!(fast, portable, "key sums, d_head {d_head}");
+
+            let weights: alloc::vec::Vec<i32> = pseudo_random(count, 11)
+                .map(|x| (x % 65535) as i32 - 32767)
+                .collect();
+            let (mut fast, mut portable) = (alloc::vec![3i32; d_head], alloc::vec![3i32; d_head]);
+            value_sums(&keys, stride, &weights, &mut fast);
+            value_sums_portable(&keys, stride, &weights, &mut portable);
+            assert_eq!(fast, portable, "value sums, d_head {d_head}");
+        }
+    }
+}
