@@ -97,8 +97,9 @@ impl ArenaLayout {
             position_keys: floats(key_tables.checked_mul(options.distances()).ok_or(overflow)?, qkv)?,
             position_embeddings: match options.position_keys {
                 PositionKeys::PerSession => 0,
-                PositionKeys::PerSegment | PositionKeys::FoldedIntoQuery => {
-                    floats(options.distances(), d_model)?
+                PositionKeys::PerSegment => floats(options.distances(), d_model)?,
+                PositionKeys::FoldedIntoQuery => {
+                    crate::position::split_table_floats(options.distances(), d_model).ok_or(overflow)?
                 }
             },
             hidden: floats(tgt, d_model)?,

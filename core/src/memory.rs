@@ -296,20 +296,73 @@ impl<'a> Memory<'a> {
                 }
             }
             Store::Int8 { values, scales } => {
-                let Some(query) = int8_attention::QueryWords::quantize(query_head, scratch) else {
-                    return self.key_dots_one_by_one(layer, lo, head, query_head, out);
-                };
-                let mut done = 0;
-                for (at, count) in self.runs(layer, lo, out.len()) {
-                    let at = at + head * d_head;
-                    let rows = &values[at..at + (count - 1) * self.width + d_head];
-                    let key_scales = scales[at / d_head..].iter().step_by(self.width / d_head).copied();
-                    let out = &mut out[done..done + count];
-                    int8_attention::key_dots(rows, self.width, d_head, key_scales, &query, out);
-                    done += count;
-                }
+                self.key_dots_int8(values, scales, (layer, lo, head), query_head, scratch, out)
             }
             Store::F16(_) => self.key_dots_one_by_one(layer, lo, head, query_head, out),
+        }
+    }
+
+    /// [`Memory::key_dots`] over int8 keys. Out of line: it is larger than the f32 path, and
+    /// the attention loop that calls both stays small enough for its `exp` to be inlined.
+    #[inline(never)]
+    fn key_dots_int8(
+        &self,
+        values: &[i8],
+        scales: &[f32],
+        (layer, lo, head): (usize, usize, usize),
+        query_head: &[f32],
+        scratch: &mut [u32],
+        out: &mut [f32],
+    ) {
+        let d_head = self.d_head;
+        let Some(query) = int8_attention::QueryWords::quantize(query_head, scratch) else {
+            return self.key_dots_one_by_one(layer, lo, head, query_head, out);
+        };
+        let mut done = 0;
+        for (at, count) in self.runs(layer, lo, out.len()) {
+            let at = at + head * d_head;
+            let rows = &values[at..at + (count - 1) * self.width + d_head];
+            let key_scales = scales[at / d_head..].iter().step_by(self.width / d_head).copied();
+            let out = &mut out[done..done + count];
+            int8_attention::key_dots(rows, self.width, d_head, key_scales, &query, out);
+            done += count;
+        }
+    }
+
+    /// [`Memory::add_values`] over int8 values, out of line as [`Memory::key_dots_int8`].
+    #[inline(never)]
+    fn add_values_int8(
+        &self,
+        values: &[i8],
+        scales: &[f32],
+        (layer, lo, head): (usize, usize, usize),
+        p: &mut [f32],
+        scratch: &mut [u32],
+        out_head: &mut [f32],
+    ) {
+        let d_head = self.d_head;
+        let heads = self.width / d_head;
+        let value_scales = self.runs(layer, lo, p.len()).flat_map(move |(at, count)| {
+            scales[at / d_head + head..]
+                .iter()
+                .step_by(heads)
+                .take(count)
+                .copied()
+        });
+        let Some(weights) = int8_attention::ProbabilityWords::quantize_in_place(p, value_scales) else {
+            return self.add_values_one_by_one(layer, lo, head, p, out_head);
+        };
+        let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut scratch[..d_head]);
+        acc.fill(0);
+        let mut done = 0;
+        for (at, count) in self.runs(layer, lo, weights.weights.len()) {
+            let at = at + head * d_head;
+            let rows = &values[at..at + (count - 1) * self.width + d_head];
+            int8_attention::value_sums(rows, self.width, &weights.weights[done..done + count], acc);
+            done += count;
+        }
+        for (o, &sum) in out_head.iter_mut().zip(acc.iter()) {
+            *o += sum as f32 * weights.step;
         }
     }
 
@@ -345,30 +398,7 @@ impl<'a> Memory<'a> {
                 }
             }
             Store::Int8 { values, scales } => {
-                let heads = self.width / d_head;
-                let value_scales = self.runs(layer, lo, p.len()).flat_map(move |(at, count)| {
-                    scales[at / d_head + head..]
-                        .iter()
-                        .step_by(heads)
-                        .take(count)
-                        .copied()
-                });
-                let Some(weights) = int8_attention::ProbabilityWords::quantize_in_place(p, value_scales)
-                else {
-                    return self.add_values_one_by_one(layer, lo, head, p, out_head);
-                };
-                let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut scratch[..d_head]);
-                acc.fill(0);
-                let mut done = 0;
-                for (at, count) in self.runs(layer, lo, weights.weights.len()) {
-                    let at = at + head * d_head;
-                    let rows = &values[at..at + (count - 1) * self.width + d_head];
-                    int8_attention::value_sums(rows, self.width, &weights.weights[done..done + count], acc);
-                    done += count;
-                }
-                for (o, &sum) in out_head.iter_mut().zip(acc.iter()) {
-                    *o += sum as f32 * weights.step;
-                }
+                self.add_values_int8(values, scales, (layer, lo, head), p, scratch, out_head)
             }
             Store::F16(_) => self.add_values_one_by_one(layer, lo, head, p, out_head),
         }

@@ -86,6 +86,14 @@ impl SessionOptions {
         }
     }
 
+    /// With [`PositionKeys::FoldedIntoQuery`], how the distances are split for the tables of
+    /// `pos_emb`: `(block, blocks)`, distance `d` in block `d / block` (each query and head
+    /// rotates its folded query once per block it reaches, `2 d_model` MACs; with one block,
+    /// never).
+    pub fn folded_blocks(&self) -> (usize, usize) {
+        crate::position::split_distances(self.distances())
+    }
+
     /// Number of distinct position keys: distances `0..mem_len + tgt_len`, clamped.
     pub fn distances(&self) -> usize {
         let longest = (self.mem_len as usize).saturating_add(self.tgt_len as usize);

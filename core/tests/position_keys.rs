@@ -223,13 +223,23 @@ fn folded_keys_need_no_key_table() {
     let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
     let folded = layout(PositionKeys::FoldedIntoQuery);
     assert_eq!(folded.position_keys, 0);
-    assert_eq!(folded.position_embeddings, distances * d_model);
+    // distances in blocks of B = ⌈2√distances⌉: pos_emb at each block's start and at 0..B, plus
+    // the rotated query; or pos_emb at every distance when that is no more
+    let block = (1..).find(|b| b * b >= 4 * distances).unwrap();
+    let split_rows = block + distances.div_ceil(block) + 1;
+    let split_rows = if split_rows < distances {
+        split_rows
+    } else {
+        distances
+    };
+    assert_eq!(folded.position_embeddings, split_rows * d_model);
     let per_segment = layout(PositionKeys::PerSegment);
     assert_eq!(per_segment.position_keys, distances * width);
+    assert_eq!(per_segment.position_embeddings, distances * d_model);
     assert_eq!(
-        per_segment.total_bytes() - folded.total_bytes(),
-        distances * width * 4,
-        "folded saves exactly the one key table"
+        per_segment.total_bytes() as isize - folded.total_bytes() as isize,
+        ((distances * width + distances * d_model) as isize - (split_rows * d_model) as isize) * 4,
+        "folded saves the key table and all but the split rows of pos_emb"
     );
     assert_eq!(
         Session::arena_bytes(

@@ -17,7 +17,8 @@
 //! the session keeps them (it computes them once, before), `klen * d_model * H` per layer and
 //! segment when they are recomputed per segment (`klen` distances, `d_model` MACs per element),
 //! and with `W_r` folded into the query `H * d_model` per layer and position for the fold, then
-//! `n_head * d_model` instead of `H` per key for the position term.
+//! `n_head * d_model` instead of `H` per key for the position term, and `2 * d_model` per head
+//! for each block of distances the position reaches (the folded query rotated to the block).
 
 use txl_core::{AttentionShape, Config, MemInit, PositionKeys, SessionOptions};
 
@@ -66,7 +67,10 @@ pub fn segment_macs(config: &Config, options: &SessionOptions, mlen: usize, qlen
     let mut total = 0;
     for i in 0..qlen {
         let attention = match shape.visible_keys(i) {
-            Some((lo, hi)) => (2 * width + position_per_key) * (hi - lo + 1) as u64,
+            Some((lo, hi)) => {
+                (2 * width + position_per_key) * (hi - lo + 1) as u64
+                    + folded_rotations(config, options, &shape, mlen + i - hi, hi - lo + 1)
+            }
             // Every key masked: a uniform average of all values.
             None => width * (mlen + qlen) as u64,
         };
@@ -77,6 +81,31 @@ pub fn segment_macs(config: &Config, options: &SessionOptions, mlen: usize, qlen
         total += n_layer * distances * d_model * width;
     }
     total
+}
+
+/// MACs of rotating each head's folded query to the blocks of distances `nearest..nearest + n`
+/// (clamped to the table) reaches; none in the other modes.
+fn folded_rotations(
+    config: &Config,
+    options: &SessionOptions,
+    shape: &AttentionShape,
+    nearest: usize,
+    n: usize,
+) -> u64 {
+    if options.position_keys != PositionKeys::FoldedIntoQuery {
+        return 0;
+    }
+    let (block, blocks) = options.folded_blocks();
+    if blocks == 1 {
+        return 0; // one block: the folded query is used as it is
+    }
+    let (first, last) = if nearest > shape.max_distance {
+        (shape.max_distance, shape.max_distance)
+    } else {
+        (nearest, (nearest + n - 1).min(shape.max_distance))
+    };
+    let reached = (last / block - first / block + 1) as u64;
+    reached * config.n_head as u64 * 2 * config.d_model as u64
 }
 
 /// MACs of one row of log-probabilities.

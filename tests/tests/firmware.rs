@@ -310,9 +310,16 @@ fn firmware_mac_counts_follow_the_position_key_mode() {
         macs(txl_core::PositionKeys::PerSegment) - kept,
         n_layer * keys * d_model * h
     );
+    // distances 0..=64 in blocks of ⌈2√65⌉ = 17: four blocks, each head's query rotated to each
+    let folded_options = SessionOptions {
+        position_keys: txl_core::PositionKeys::FoldedIntoQuery,
+        ..session
+    };
+    assert_eq!(folded_options.folded_blocks(), (17, 4));
+    let rotations = 4 * n_head * 2 * d_model;
     assert_eq!(
         macs(txl_core::PositionKeys::FoldedIntoQuery) - kept,
-        n_layer * (h * d_model + keys * (n_head * d_model - h))
+        n_layer * (h * d_model + keys * (n_head * d_model - h) + rotations)
     );
 }
 

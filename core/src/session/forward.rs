@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::kernels;
 use crate::options::PositionKeys;
 use crate::output;
-use crate::position::{position_embedding, PositionScores};
+use crate::position::{position_embedding, split_distances, PositionScores, SplitTable};
 
 impl Session<'_, '_> {
     /// The forward pass over one segment; output rows from position `first_output` on.
@@ -181,13 +181,26 @@ impl Session<'_, '_> {
             ..
         } = &mut self.state;
         let mut positions = match self.options.position_keys {
-            PositionKeys::FoldedIntoQuery => PositionScores::Folded {
-                r_net: w.r_net,
-                embeddings: position_embeddings,
-                folded: &mut branch[..self.model.config().d_model as usize],
-                scratch: quantized_input,
-                d_head: shape.d_head,
-            },
+            PositionKeys::FoldedIntoQuery => {
+                let d_model = self.model.config().d_model as usize;
+                let (block, coarse) = split_distances(distances);
+                let coarse = if coarse == 1 { 0 } else { coarse }; // one block: no rotation
+                let (coarse_rows, rest) = position_embeddings.split_at_mut(coarse * d_model);
+                let (fine_rows, rotated) = rest.split_at_mut(block * d_model);
+                PositionScores::Folded {
+                    r_net: w.r_net,
+                    table: SplitTable {
+                        block,
+                        coarse: coarse_rows,
+                        fine: fine_rows,
+                    },
+                    folded: &mut branch[..d_model],
+                    rotated: &mut rotated[..if coarse == 0 { 0 } else { d_model }],
+                    rotated_block: None,
+                    scratch: quantized_input,
+                    d_head: shape.d_head,
+                }
+            }
             PositionKeys::PerSession | PositionKeys::PerSegment => PositionScores::Keys {
                 keys: &position_keys[table * distances * width..(table + 1) * distances * width],
                 width,
@@ -336,14 +349,26 @@ impl Session<'_, '_> {
     }
 
     /// Position keys `R_d = W_r pos_emb(d)` for every layer and distance `d < distances`,
-    /// computed once: they do not depend on the tokens. With [`PositionKeys::PerSegment`] and
-    /// [`PositionKeys::FoldedIntoQuery`], only the table of `pos_emb(d)` is kept.
+    /// computed once: they do not depend on the tokens. With [`PositionKeys::PerSegment`], only
+    /// the table of `pos_emb(d)` is kept; with [`PositionKeys::FoldedIntoQuery`], the two small
+    /// tables of `pos_emb` it splits the distances into ([`SplitTable`]).
     pub(super) fn compute_position_keys(&mut self) {
         let config = *self.model.config();
         let d_model = config.d_model as usize;
         let width = config.qkv_width() as usize;
         let distances = self.options.distances();
         let s = &mut self.state;
+        if self.options.position_keys == PositionKeys::FoldedIntoQuery {
+            // pos_emb(a·block) for each block a, then pos_emb(b) for b < block
+            let (block, coarse) = split_distances(distances);
+            let coarse = if coarse == 1 { 0 } else { coarse }; // one block: no rotation
+            let rows = s.position_embeddings[..(coarse + block) * d_model].chunks_exact_mut(d_model);
+            for (i, row) in rows.enumerate() {
+                let d = if i < coarse { i * block } else { i - coarse };
+                position_embedding(d, row);
+            }
+            return;
+        }
         for d in 0..distances {
             let pos_emb = &mut s.branch[..d_model];
             position_embedding(d, pos_emb);
