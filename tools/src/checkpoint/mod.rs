@@ -42,6 +42,9 @@
 //! Every element type the files use for weights (f32, f16, bf16, f64) is converted to f32.
 
 mod hf_config;
+mod legacy_module_source;
+mod original;
+mod pickle_tree;
 mod resolve;
 mod safetensors_source;
 mod source;
@@ -61,6 +64,10 @@ use txl_core::tensors::TensorName;
 use txl_core::Config;
 
 pub use hf_config::parse_hf_config;
+pub use original::{
+    allowed_global, load_original_checkpoint, OriginalKind, OriginalOptions, DEFAULT_CLAMP_LEN,
+    DEFAULT_LAYER_NORM_EPS, DEFAULT_MEM_LEN, DEFAULT_TGT_LEN,
+};
 
 use safetensors_source::SafetensorsSource;
 use source::TensorSource;
@@ -72,6 +79,8 @@ pub const SAFETENSORS_FILE: &str = "model.safetensors";
 pub const PYTORCH_BIN_FILE: &str = "pytorch_model.bin";
 /// File name of the hyper-parameters.
 pub const CONFIG_FILE: &str = "config.json";
+/// File name the original training code's `train.py` saves the whole model under.
+pub const ORIGINAL_MODEL_FILE: &str = "model.pt";
 
 /// Which weights file to read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -166,7 +175,7 @@ pub fn load_hf_checkpoint_with_report(
         CheckpointFormat::Safetensors => Box::new(SafetensorsSource::open(&weights_path)?),
         _ => Box::new(TorchSource::open(&weights_path)?),
     };
-    let resolved = resolve::resolve(&config, source.as_mut(), show_progress)?;
+    let resolved = resolve::resolve(&config, source.as_mut(), show_progress, CONFIG_FILE)?;
     let report = LoadReport {
         config_path,
         weights_path,
@@ -183,6 +192,66 @@ pub fn load_hf_checkpoint_with_report(
         },
         report,
     ))
+}
+
+/// Reads any checkpoint `txl convert` accepts: a Hugging Face one ([`load_hf_checkpoint`]),
+/// or one of the original training code ([`load_original_checkpoint`]), told apart by the
+/// file itself.
+///
+/// An original checkpoint is a PyTorch file (`src`, or `model.pt` in the directory `src`
+/// when it has no `config.json`) that holds a pickled `mem_transformer.MemTransformerLM`
+/// (read whatever lies next to it), or a `state_dict` under the original names with no
+/// `config.json` next to it. `original` supplies what such a file does not say; given for a
+/// Hugging Face checkpoint, it is an error rather than ignored.
+pub fn load_checkpoint(
+    src: &Path,
+    format: CheckpointFormat,
+    original: &OriginalOptions,
+    show_progress: bool,
+) -> Result<Checkpoint> {
+    if let Some((path, kind)) = original_file(src, format)? {
+        return load_original_checkpoint(&path, kind, original, show_progress);
+    }
+    if let Some(flag) = original.given() {
+        bail!(
+            "{flag} applies to checkpoints of the original training code, which have no {CONFIG_FILE}; \
+             {} is read with its {CONFIG_FILE}",
+            src.display()
+        );
+    }
+    load_hf_checkpoint(src, format, show_progress)
+}
+
+/// The original-code checkpoint at `src`, if it is one (see [`load_checkpoint`]).
+fn original_file(src: &Path, format: CheckpointFormat) -> Result<Option<(PathBuf, OriginalKind)>> {
+    if format == CheckpointFormat::Safetensors {
+        return Ok(None);
+    }
+    let (file, has_config) = if src.is_dir() {
+        let model = src.join(ORIGINAL_MODEL_FILE);
+        if src.join(CONFIG_FILE).is_file() || !model.is_file() {
+            return Ok(None);
+        }
+        (model, false)
+    } else if src.is_file() {
+        let dir = src
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (src.to_path_buf(), dir.join(CONFIG_FILE).is_file())
+    } else {
+        return Ok(None);
+    };
+    if has_config {
+        // Beside a config.json only a pickled MemTransformerLM is read as the original's: a
+        // state_dict is read with the config, and a file this reader refuses is left to
+        // the Hugging Face reader.
+        return Ok(match original::detect(&file) {
+            Ok(Some(OriginalKind::WholeModule)) => Some((file, OriginalKind::WholeModule)),
+            _ => None,
+        });
+    }
+    Ok(original::detect(&file)?.map(|kind| (file, kind)))
 }
 
 /// Finds `config.json` and the weights file, and settles the format.
