@@ -11,6 +11,8 @@ weights of Hugging Face fixtures in `tests/fixtures/`, and writes under
     model_legacy.pt      the same in the legacy stream format  (adaptive_div2 only)
     state_dict.pt        torch.save(model.state_dict())
     foreign_class.pt     model.pt with one module of a class the original code does not use
+    ext_len.pt           model.pt saved with ext_len 16         (no_mem only)
+    attn_type.pt         model.pt saved with attn_type 2        (no_mem only)
     missing_tensor.pt    model.pt without crit.cluster_bias     (adaptive_div2 only)
 
 The weights map to the original key names by dropping Hugging Face's `transformer.` prefix,
@@ -45,7 +47,7 @@ OUT = FIXTURES / "original"
 MODELS = [
     ("adaptive_div2", ["model_legacy.pt", "missing_tensor.pt"]),
     ("full_softmax_long", []),
-    ("no_mem", ["foreign_class.pt"]),
+    ("no_mem", ["foreign_class.pt", "ext_len.pt", "attn_type.pt"]),
 ]
 
 
@@ -171,6 +173,12 @@ def main() -> None:
             fill(foreign, hf)
             foreign.layers[0].pos_ff.CoreNet[1] = torch.nn.GELU()
             torch.save(foreign, out / "foreign_class.pt")
+        for attribute, value in [("ext_len", 16), ("attn_type", 2)]:
+            if f"{attribute}.pt" in extras:
+                # Only the attribute differs: txl must refuse it by the setting's name.
+                setattr(model, attribute, value)
+                torch.save(model, out / f"{attribute}.pt")
+                setattr(model, attribute, 0)
         sizes = ", ".join(f"{p.name} {p.stat().st_size}" for p in sorted(out.iterdir()))
         print(f"wrote {out}: {sizes}")
 

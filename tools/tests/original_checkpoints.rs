@@ -325,3 +325,19 @@ fn a_truncated_file_is_refused() {
         }
     }
 }
+
+/// The settings txl does not implement are refused by name, as for a Hugging Face config.
+#[test]
+fn extended_context_and_other_attention_types_are_refused_by_name() {
+    let dir = scratch_dir("unsupported");
+    let text = refused(&original("no_mem", "ext_len.pt"), &dir, &[]);
+    assert!(
+        text.contains("ext_len = 16") && text.contains("not supported"),
+        "{text}"
+    );
+    let text = refused(&original("no_mem", "attn_type.pt"), &dir, &[]);
+    assert!(
+        text.contains("only attn_type 0") && text.contains("attn_type 2"),
+        "{text}"
+    );
+}

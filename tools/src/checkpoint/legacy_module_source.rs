@@ -19,8 +19,8 @@ pub(crate) struct LegacyModuleSource {
     path: PathBuf,
     file: File,
     tensors: HashMap<String, std::rc::Rc<TensorRef>>,
-    /// Where each storage's elements start in the file.
-    offsets: HashMap<String, u64>,
+    /// Where each storage's elements start in the file, and how many it holds there.
+    offsets: HashMap<String, (u64, u64)>,
 }
 
 fn dtype(storage_class: &str) -> SourceDtype {
@@ -157,23 +157,22 @@ impl TensorSource for LegacyModuleSource {
             expected = expected.saturating_mul(dim);
         }
         let numel = expected as u64;
-        if tensor.stride.len() != tensor.shape.len()
-            || tensor.offset.saturating_add(numel) > tensor.storage.numel
-        {
-            bail!(
-                "tensor `{key}` in {} reaches past its storage ({} elements)",
-                self.path.display(),
-                tensor.storage.numel
-            );
-        }
         let size = self.element_bytes(&tensor)?;
-        let Some(&start) = self.offsets.get(&tensor.storage.key) else {
+        let Some(&(start, stored)) = self.offsets.get(&tensor.storage.key) else {
             bail!(
                 "{}: storage {} of `{key}` is not in the file",
                 self.path.display(),
                 tensor.storage.key
             );
         };
+        // The stream's own element count bounds the read (it was checked against the file).
+        let end = tensor.offset.saturating_add(numel);
+        if tensor.stride.len() != tensor.shape.len() || end > tensor.storage.numel || end > stored {
+            bail!(
+                "tensor `{key}` in {} reaches past its storage ({stored} elements)",
+                self.path.display()
+            );
+        }
         let mut bytes = vec![0u8; (numel * size) as usize];
         self.file.seek(SeekFrom::Start(start + tensor.offset * size))?;
         self.file.read_exact(&mut bytes).with_context(|| {

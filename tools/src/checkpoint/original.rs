@@ -123,6 +123,9 @@ pub fn allowed_global(module: &str, name: &str) -> bool {
         "torch.nn.modules.activation" => name == "ReLU",
         "torch.nn.modules.container" => matches!(name, "ModuleList" | "ParameterList" | "Sequential"),
         "torch.nn.parameter" => name == "Parameter",
+        // PyTorch before 1.0 pickles each module's `_backend` as a call of this function
+        // (which is never made here).
+        "torch.nn.backends.thnn" => name == "_get_thnn_function_backend",
         "torch._utils" => matches!(
             name,
             "_rebuild_tensor" | "_rebuild_tensor_v2" | "_rebuild_parameter" | "_rebuild_parameter_with_state"
@@ -579,7 +582,7 @@ fn state_dict_config(source: &dyn TensorSource, options: &OriginalOptions) -> Re
             (None, n) => bail!(
                 "the state_dict has an adaptive softmax with {n} tail cluster(s) and one embedding table \
                  (div_val 1), so its cutoffs are not in the tensor shapes: give them with --cutoffs \
-                 (train.py's, e.g. --cutoffs 20000,40000,200000 for WikiText-103)"
+                 (train.py sets them per dataset: --cutoffs 20000,40000,200000 for WikiText-103)"
             ),
         };
         (n_token, 1, cutoffs)
@@ -728,4 +731,49 @@ pub fn load_original_checkpoint(
         config,
         tensors: resolved.tensors,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_original_code_and_what_it_builds_is_allowed() {
+        for (module, name) in [
+            ("mem_transformer", "MemTransformerLM"),
+            ("proj_adaptive_softmax", "ProjectedAdaptiveLogSoftmax"),
+            ("torch.nn.modules.container", "ParameterList"),
+            ("torch._utils", "_rebuild_tensor_v2"),
+            ("torch", "HalfStorage"),
+            ("collections", "OrderedDict"),
+        ] {
+            assert!(allowed_global(module, name), "{module}.{name}");
+        }
+        for (module, name) in [
+            ("os", "system"),
+            ("builtins", "eval"),
+            ("__main__", "MemTransformerLM"),
+            ("mem_transformer", "os"),
+            ("torch.nn.modules.activation", "GELU"),
+            ("torch", "load"),
+            ("torch", "Storage.__init__"),
+        ] {
+            assert!(!allowed_global(module, name), "{module}.{name}");
+        }
+    }
+
+    #[test]
+    fn a_pickle_naming_another_function_stops_at_its_name() {
+        // PROTO 2, GLOBAL os.system, a string, TUPLE1, REDUCE, STOP: what a hostile file does.
+        let pickle = b"\x80\x02cos\nsystem\nX\x02\x00\x00\x00lsq\x00\x85R.";
+        let allowed = |module: &str, name: &str| allowed_global(module, name);
+        let error = pickle_tree::read_pickle(pickle, 0, &allowed)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("`os.system`"), "{error}");
+        // A truncated pickle and an unknown opcode are errors, not panics.
+        assert!(pickle_tree::read_pickle(&pickle[..9], 0, &allowed).is_err());
+        assert!(pickle_tree::read_pickle(b"\x80\x02\xff", 0, &allowed).is_err());
+        assert!(pickle_tree::read_pickle(b"", 0, &allowed).is_err());
+    }
 }

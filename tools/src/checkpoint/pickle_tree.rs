@@ -715,7 +715,7 @@ pub(crate) fn zip_data_pkl(file: &mut File) -> Result<Vec<u8>> {
             if !header.starts_with(b"PK\x03\x04") {
                 bail!("the ZIP archive's entry for data.pkl is damaged");
             }
-            let start = local + 30 + le_u16(&header, 26) + le_u16(&header, 28);
+            let start = local.saturating_add(30 + le_u16(&header, 26) + le_u16(&header, 28));
             if start.saturating_add(size) > file_len {
                 bail!("the file ends inside data.pkl (is it truncated?)");
             }
@@ -757,12 +757,13 @@ pub(crate) fn legacy_object(
 
 /// Where each storage's bytes lie in a legacy stream whose object pickle ends at `start`:
 /// a pickled list of the storage keys, then per key its element count (`i64`) and elements.
-/// `element_bytes(key)` is the element size of the storage of that key.
+/// `element_bytes(key)` is the element size of the storage of that key. Returns, per key,
+/// where its elements start and how many the stream holds.
 pub(crate) fn legacy_storage_offsets(
     file: &mut File,
     start: u64,
     element_bytes: &dyn Fn(&str) -> Result<u64>,
-) -> Result<std::collections::HashMap<String, u64>> {
+) -> Result<std::collections::HashMap<String, (u64, u64)>> {
     let file_len = file.metadata()?.len();
     let head = read_at(
         file,
@@ -783,11 +784,11 @@ pub(crate) fn legacy_storage_offsets(
         let numel = u64::from_le_bytes(read_at(file, at, 8)?.try_into().unwrap_or([0; 8]));
         let bytes = numel
             .checked_mul(element_bytes(key)?)
-            .filter(|&b| at + 8 + b <= file_len)
+            .filter(|&b| at.saturating_add(8).saturating_add(b) <= file_len)
             .ok_or_else(|| {
                 anyhow!("storage {key} claims {numel} elements, past the end of the file (is it truncated?)")
             })?;
-        offsets.insert(key.to_string(), at + 8);
+        offsets.insert(key.to_string(), (at + 8, numel));
         at += 8 + bytes;
     }
     Ok(offsets)

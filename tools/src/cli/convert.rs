@@ -70,8 +70,9 @@ pub struct OriginalArgs {
     /// LayerNorm epsilon of a state_dict [default: 1e-5, torch's]; a model.pt must agree.
     #[arg(long, value_name = "EPS")]
     pub layer_norm_eps: Option<f64>,
-    /// Adaptive softmax cutoffs, comma separated (train.py --cutoffs); needed by a state_dict
-    /// with div_val 1 and tail clusters, whose shapes do not hold them.
+    /// Adaptive softmax cutoffs, comma separated, as train.py sets them per dataset
+    /// (WikiText-103: 20000,40000,200000); needed by a state_dict with div_val 1 and tail
+    /// clusters, whose shapes do not hold them.
     #[arg(long, value_name = "C1,C2,...", value_delimiter = ',')]
     pub cutoffs: Option<Vec<u32>>,
 }
