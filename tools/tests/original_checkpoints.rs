@@ -127,17 +127,18 @@ fn state_dicts_with_their_flags_score_like_the_hugging_face_conversion() {
 #[test]
 fn the_tail_clusters_are_reordered_for_the_original_head_columns() {
     use txl_core::tensors::TensorName;
-    use txl_tools::checkpoint::{load_checkpoint, CheckpointFormat, OriginalOptions};
+    use txl_tools::checkpoint::{load_checkpoint, CheckpointFormat, OriginalKind, OriginalOptions};
 
     let dir = scratch_dir("clusters");
     let (_, expected) = hf("adaptive_div2", &dir);
-    let mut checkpoint = load_checkpoint(
+    let (mut checkpoint, kind) = load_checkpoint(
         &original("adaptive_div2", "model.pt"),
         CheckpointFormat::Auto,
         &OriginalOptions::default(),
         false,
     )
     .unwrap();
+    assert_eq!(kind, Some(OriginalKind::WholeModule));
     let d_embed = checkpoint.config.d_embed as usize;
     for (name, data) in &mut checkpoint.tensors {
         match name {

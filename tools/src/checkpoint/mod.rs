@@ -202,15 +202,16 @@ pub fn load_hf_checkpoint_with_report(
 /// when it has no `config.json`) that holds a pickled `mem_transformer.MemTransformerLM`
 /// (read whatever lies next to it), or a `state_dict` under the original names with no
 /// `config.json` next to it. `original` supplies what such a file does not say; given for a
-/// Hugging Face checkpoint, it is an error rather than ignored.
+/// Hugging Face checkpoint, it is an error rather than ignored. Returns the checkpoint, and
+/// which kind of original checkpoint it was (`None` for a Hugging Face one).
 pub fn load_checkpoint(
     src: &Path,
     format: CheckpointFormat,
     original: &OriginalOptions,
     show_progress: bool,
-) -> Result<Checkpoint> {
+) -> Result<(Checkpoint, Option<OriginalKind>)> {
     if let Some((path, kind)) = original_file(src, format)? {
-        return load_original_checkpoint(&path, kind, original, show_progress);
+        return load_original_checkpoint(&path, kind, original, show_progress).map(|c| (c, Some(kind)));
     }
     if let Some(flag) = original.given() {
         bail!(
@@ -219,7 +220,7 @@ pub fn load_checkpoint(
             src.display()
         );
     }
-    load_hf_checkpoint(src, format, show_progress)
+    load_hf_checkpoint(src, format, show_progress).map(|c| (c, None))
 }
 
 /// The original-code checkpoint at `src`, if it is one (see [`load_checkpoint`]).

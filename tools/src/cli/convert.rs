@@ -10,8 +10,8 @@ use txl_core::AlignedBytes;
 use super::args::{DtypeArg, QuantizeArgs};
 use super::quantize::quantize_image;
 use crate::checkpoint::{
-    load_checkpoint, CheckpointFormat, OriginalOptions, DEFAULT_LAYER_NORM_EPS, DEFAULT_MEM_LEN,
-    DEFAULT_TGT_LEN,
+    load_checkpoint, CheckpointFormat, OriginalKind, OriginalOptions, DEFAULT_LAYER_NORM_EPS,
+    DEFAULT_MEM_LEN, DEFAULT_TGT_LEN,
 };
 use crate::image_file::{parse_model, write_file};
 
@@ -133,7 +133,31 @@ pub fn convert_with(
     original: &OriginalOptions,
     quantize: Option<(DtypeArg, &QuantizeArgs)>,
 ) -> Result<usize> {
-    let checkpoint = load_checkpoint(src, format, original, std::io::stderr().is_terminal())?;
+    let (checkpoint, kind) = load_checkpoint(src, format, original, std::io::stderr().is_terminal())?;
+    if let Some(kind) = kind {
+        let c = &checkpoint.config;
+        let (what, settings) = match kind {
+            OriginalKind::WholeModule => (
+                "torch.save(model) of the original training code",
+                "saved or given",
+            ),
+            OriginalKind::StateDict => (
+                "state_dict of the original training code",
+                "given or train.py's defaults",
+            ),
+        };
+        eprintln!(
+            "read {} as a {what}; {settings}: tgt_len {}, mem_len {}, clamp_len {}, same_length {}, \
+             pre_lnorm {}, layer_norm_eps {:e}",
+            src.display(),
+            c.tgt_len,
+            c.mem_len,
+            c.clamp_len,
+            c.same_length,
+            c.pre_lnorm,
+            c.layer_norm_epsilon
+        );
+    }
     let mut image = checkpoint.to_image()?;
     let aligned = AlignedBytes::copy_from(&image)?;
     // Check what we wrote reads back before anyone flashes it.
