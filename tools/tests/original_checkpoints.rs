@@ -342,3 +342,29 @@ fn extended_context_and_other_attention_types_are_refused_by_name() {
         "{text}"
     );
 }
+
+/// What a legacy save of a model trained on a GPU writes: `torch.cuda.FloatStorage` storages
+/// at location `cuda:0` (the fixture, saved on the CPU, with those names put in).
+#[test]
+fn a_legacy_save_of_cuda_tensors_is_read() {
+    let dir = scratch_dir("cuda");
+    let (_, expected) = hf("adaptive_div2", &dir);
+    let bytes = std::fs::read(original("adaptive_div2", "model_legacy.pt")).unwrap();
+    let replace = |bytes: Vec<u8>, from: &[u8], to: &[u8]| -> Vec<u8> {
+        let at = bytes
+            .windows(from.len())
+            .position(|w| w == from)
+            .expect("the name is in the file");
+        assert!(
+            bytes[at + 1..].windows(from.len()).all(|w| w != from),
+            "the name is memoized once"
+        );
+        [&bytes[..at], to, &bytes[at + from.len()..]].concat()
+    };
+    let bytes = replace(bytes, b"ctorch\nFloatStorage\n", b"ctorch.cuda\nFloatStorage\n");
+    let bytes = replace(bytes, b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0");
+    let cuda = dir.join("cuda.pt");
+    std::fs::write(&cuda, bytes).unwrap();
+    let image = convert(&cuda, &dir, "cuda", &[]);
+    assert_eq!(digest(&image, &tokens("adaptive_div2"), &[]), expected);
+}

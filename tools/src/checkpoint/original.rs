@@ -130,7 +130,12 @@ pub fn allowed_global(module: &str, name: &str) -> bool {
             name,
             "_rebuild_tensor" | "_rebuild_tensor_v2" | "_rebuild_parameter" | "_rebuild_parameter_with_state"
         ),
-        "torch" => name.ends_with("Storage") && name.chars().all(|c| c.is_ascii_alphanumeric()),
+        // A legacy save of CUDA tensors names `torch.cuda.FloatStorage`.
+        "torch" | "torch.cuda" => {
+            name.ends_with("Storage") && name.chars().all(|c| c.is_ascii_alphanumeric())
+        }
+        // The sampled softmax's sampler: refused by sample_softmax, with that setting's message.
+        "log_uniform_sampler" => name == "LogUniformSampler",
         "collections" => name == "OrderedDict",
         "builtins" | "__builtin__" => matches!(name, "set" | "frozenset"),
         _ => false,

@@ -548,7 +548,9 @@ impl<'a> Machine<'a> {
 /// A storage's persistent id: `("storage", torch.XStorage, key, location, numel[, view])`.
 fn storage(fields: &[Value]) -> Result<Value> {
     let class = match (fields.first(), fields.get(1)) {
-        (Some(Value::Str(tag)), Some(Value::Global(class))) if tag == "storage" && class.0 == "torch" => {
+        (Some(Value::Str(tag)), Some(Value::Global(class)))
+            if tag == "storage" && (class.0 == "torch" || class.0 == "torch.cuda") =>
+        {
             class.1.clone()
         }
         _ => bail!("a persistent id that is neither a storage nor a module"),
