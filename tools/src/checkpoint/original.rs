@@ -170,7 +170,7 @@ fn saved_object(path: &Path) -> Result<Option<Value>> {
 /// file whose pickle names a class that an original checkpoint cannot hold.
 pub fn detect(path: &Path) -> Result<Option<OriginalKind>> {
     let object = saved_object(path).with_context(|| format!("in {}", path.display()))?;
-    Ok(match object {
+    Ok(match &object {
         Some(Value::Object(object)) if object.borrow().class == "mem_transformer.MemTransformerLM" => {
             Some(OriginalKind::WholeModule)
         }
@@ -780,5 +780,20 @@ mod tests {
         assert!(pickle_tree::read_pickle(&pickle[..9], 0, &allowed).is_err());
         assert!(pickle_tree::read_pickle(b"\x80\x02\xff", 0, &allowed).is_err());
         assert!(pickle_tree::read_pickle(b"", 0, &allowed).is_err());
+    }
+
+    #[test]
+    fn a_deeply_nested_pickle_is_read_and_dropped_without_recursion() {
+        // A million lists, each appended into the one below it, then STOP.
+        let depth = 1_000_000;
+        let mut pickle = b"\x80\x02".to_vec();
+        pickle.extend(std::iter::repeat_n(b']', depth));
+        pickle.extend(std::iter::repeat_n(b'a', depth - 1));
+        pickle.push(b'.');
+        let allowed = |module: &str, name: &str| allowed_global(module, name);
+        let (value, end) = pickle_tree::read_pickle(&pickle, 0, &allowed).unwrap();
+        assert_eq!(end, pickle.len());
+        assert_eq!(value.type_name(), "list");
+        drop(value);
     }
 }

@@ -84,7 +84,49 @@ pub(crate) struct Object {
     pub state: Option<Value>,
 }
 
+/// Values nest as deep as a file makes them (a list in a list in a list ...): dropping one
+/// takes its children apart one level at a time, on the heap, not by recursion.
+impl Drop for Value {
+    fn drop(&mut self) {
+        let mut pending = Vec::new();
+        self.take_children(&mut pending);
+        while let Some(mut value) = pending.pop() {
+            value.take_children(&mut pending);
+        }
+    }
+}
+
 impl Value {
+    /// Moves this value's children into `out` when no other reference shares them.
+    fn take_children(&mut self, out: &mut Vec<Value>) {
+        match self {
+            Value::Tuple(items) => {
+                if let Some(items) = Rc::get_mut(items) {
+                    out.append(items);
+                }
+            }
+            Value::List(items) => {
+                if let Some(items) = Rc::get_mut(items) {
+                    out.append(items.get_mut());
+                }
+            }
+            Value::Dict(items) => {
+                if let Some(items) = Rc::get_mut(items) {
+                    for (key, value) in items.get_mut().drain(..) {
+                        out.push(key);
+                        out.push(value);
+                    }
+                }
+            }
+            Value::Object(object) => {
+                if let Some(object) = Rc::get_mut(object) {
+                    out.extend(object.get_mut().state.take());
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Python's name for the value's type, for error messages.
     pub(crate) fn type_name(&self) -> String {
         match self {
@@ -275,7 +317,7 @@ impl<'a> Machine<'a> {
     }
 
     fn construct(&mut self, callable: Value, args: Value) -> Result<Value> {
-        let Value::Global(name) = callable else {
+        let Value::Global(name) = &callable else {
             bail!(
                 "the pickle calls a {}, not a named class or function",
                 callable.type_name()
@@ -460,8 +502,10 @@ impl<'a> Machine<'a> {
                 0x93 => {
                     let name = self.pop()?;
                     let module = self.pop()?;
-                    match (module, name) {
-                        (Value::Str(module), Value::Str(name)) => self.global(module, name, allowed)?,
+                    match (module.as_str(), name.as_str()) {
+                        (Some(module), Some(name)) => {
+                            self.global(module.to_string(), name.to_string(), allowed)?
+                        }
                         _ => bail!("STACK_GLOBAL needs two strings"),
                     }
                 }
@@ -528,12 +572,13 @@ impl<'a> Machine<'a> {
                     // The legacy format names a module's class by a persistent id
                     // `("module", class, source file, source)`; the class was checked when
                     // the pickle named it. Any other persistent id must be a storage.
-                    let value = match self.pop()? {
+                    let pid = self.pop()?;
+                    let value = match &pid {
                         Value::Tuple(fields) => match (fields.first(), fields.get(1)) {
                             (Some(Value::Str(tag)), Some(class @ Value::Global(_))) if tag == "module" => {
                                 class.clone()
                             }
-                            _ => storage(&fields)?,
+                            _ => storage(fields)?,
                         },
                         other => bail!("a persistent id that is a {}, not a tuple", other.type_name()),
                     };
@@ -774,7 +819,7 @@ pub(crate) fn legacy_storage_offsets(
     )?;
     let none = |_: &str, _: &str| false;
     let (keys, used) = read_pickle(&head, 0, &none)?;
-    let Value::List(keys) = keys else {
+    let Value::List(keys) = &keys else {
         bail!("the legacy stream's storage list is a {}", keys.type_name());
     };
     let mut at = start + used as u64;
