@@ -1,5 +1,7 @@
 //! Checkpoint readers: a Hugging Face TransfoXL checkpoint (`config.json` plus
-//! `model.safetensors` or `pytorch_model.bin`) to the canonical tensors of a model image.
+//! `model.safetensors` or `pytorch_model.bin`), or one of the original training code (its
+//! `model.pt` or a `state_dict`, no `config.json`), to the canonical tensors of a model image.
+//! [`load_checkpoint`] tells them apart; [`load_original_checkpoint`] documents the second.
 //!
 //! ```no_run
 //! use std::path::Path;
@@ -38,6 +40,12 @@
 //! - `safetensors_source` / `torch_source`: the two containers. Neither runs code from the
 //!   file: safetensors is a JSON header and raw bytes, and the pickle inside a PyTorch file is
 //!   interpreted as data by `pytorch-reader`, which knows only the globals `torch.save` writes.
+//! - `original`: the original training code's checkpoints: hyper-parameters from the pickled
+//!   module's attributes (or a state_dict's shapes and the caller's options), the adaptive
+//!   softmax's cluster order.
+//! - `pickle_tree`: a pickle walked as a tree of data, with an allow-list of the classes it
+//!   may name (the module's classes and attributes, which `pytorch-reader` does not keep).
+//! - `legacy_module_source`: the tensors of a module saved in the pre-1.6 stream format.
 //!
 //! Every element type the files use for weights (f32, f16, bf16, f64) is converted to f32.
 

@@ -685,7 +685,12 @@ fn validate(config: &Config, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Reads an original-code checkpoint (`torch.save(model)` or its `state_dict`) at `path`.
+/// Reads an original-code checkpoint (`torch.save(model)` or its `state_dict`) at `path`:
+/// the hyper-parameters from the pickled module's attributes, or from a state_dict's tensor
+/// shapes and `options`; ties (`tie_weight`, `tie_projs`) where the copies are equal bit for
+/// bit, `untie_r` where there is no shared `r_w_bias`; the cluster rows of the adaptive
+/// softmax reversed into txl's (Hugging Face's) order. Refuses `attn_type` other than 0,
+/// `ext_len > 0` and `sample_softmax > 0`, as [`super::parse_hf_config`] does.
 pub fn load_original_checkpoint(
     path: &Path,
     kind: OriginalKind,
