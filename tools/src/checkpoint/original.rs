@@ -755,6 +755,8 @@ mod tests {
             ("torch.nn.modules.container", "ParameterList"),
             ("torch._utils", "_rebuild_tensor_v2"),
             ("torch", "HalfStorage"),
+            ("torch.cuda", "FloatStorage"),
+            ("torch.nn.backends.thnn", "_get_thnn_function_backend"),
             ("collections", "OrderedDict"),
         ] {
             assert!(allowed_global(module, name), "{module}.{name}");
