@@ -16,7 +16,8 @@
 //!
 //! A tensor's key is `transformer.` + its canonical name ([`TensorName`]'s `Display`), except
 //! the output layer's `crit.*`, which sit at the top. The original code's state_dict (no
-//! `transformer.` prefix) is recognised too, as is a further prefix around both (`module.`).
+//! `transformer.` prefix) is recognised too, as is a further prefix around both (`module.`);
+//! its adaptive softmax's cluster rows are then reversed (see [`LoadReport::cluster_rows_reversed`]).
 //! The image stores each tied group once, and the files differ in which copies they keep:
 //! `save_pretrained(safe_serialization=True)` drops the tied copies (output weights tied to
 //! the embedding, output projections tied by `tie_projs`, and with `untie_r = false` one of
@@ -155,6 +156,10 @@ pub struct LoadReport {
     pub tied_copies_checked: Vec<String>,
     /// Element types of the tensors read (`f32`, `f16`, `bf16`, `f64`), sorted.
     pub source_dtypes: Vec<String>,
+    /// Whether the adaptive softmax's cluster rows were reversed: the keys have the original
+    /// PyTorch code's layout (no `transformer.` prefix), whose head scores tail cluster `i`
+    /// with column `-i` where txl uses `cutoffs[0] + i - 1`.
+    pub cluster_rows_reversed: bool,
 }
 
 /// Reads a Hugging Face TransfoXL checkpoint.
@@ -183,7 +188,13 @@ pub fn load_hf_checkpoint_with_report(
         CheckpointFormat::Safetensors => Box::new(SafetensorsSource::open(&weights_path)?),
         _ => Box::new(TorchSource::open(&weights_path)?),
     };
-    let resolved = resolve::resolve(&config, source.as_mut(), show_progress, CONFIG_FILE)?;
+    let mut resolved = resolve::resolve(&config, source.as_mut(), show_progress, CONFIG_FILE)?;
+    // Only the original PyTorch code writes keys without `transformer.` (a Hugging Face
+    // TransfoXLLMHeadModel always has it), and its head orders the clusters the other way.
+    let original_layout = !resolved.prefix.ends_with("transformer.");
+    if original_layout {
+        original::reverse_cluster_rows(&config, &mut resolved.tensors);
+    }
     let report = LoadReport {
         config_path,
         weights_path,
@@ -192,6 +203,7 @@ pub fn load_hf_checkpoint_with_report(
         ignored_keys: resolved.ignored_keys,
         tied_copies_checked: resolved.tied_copies_checked,
         source_dtypes: resolved.source_dtypes,
+        cluster_rows_reversed: original_layout && config.n_clusters() > 1,
     };
     Ok((
         Checkpoint {

@@ -662,6 +662,25 @@ fn settle_ties(config: &mut Config, source: &mut dyn TensorSource) -> Result<()>
     Ok(())
 }
 
+/// Puts the original code's adaptive-softmax cluster rows in txl's order. The original
+/// scores tail cluster `i` with the head's column `-i` (the last row of `cluster_weight` is
+/// cluster 1); txl, like Hugging Face and the original TensorFlow code, with column
+/// `cutoffs[0] + i - 1` (the first row is cluster 1). Reversing the rows makes one the other.
+pub(crate) fn reverse_cluster_rows(config: &Config, tensors: &mut [(TensorName, Vec<f32>)]) {
+    let d_embed = (config.d_embed as usize).max(1);
+    for (name, data) in tensors {
+        match name {
+            TensorName::ClusterWeight => {
+                let mut rows: Vec<&[f32]> = data.chunks(d_embed).collect();
+                rows.reverse();
+                *data = rows.concat();
+            }
+            TensorName::ClusterBias => data.reverse(),
+            _ => {}
+        }
+    }
+}
+
 /// Validates a finished config as `parse_hf_config` does, naming the checkpoint.
 fn validate(config: &Config, path: &Path) -> Result<()> {
     config.validate().map_err(|error| {
@@ -723,20 +742,7 @@ pub fn load_original_checkpoint(
         OriginalKind::StateDict => "the tensor shapes",
     };
     let mut resolved = resolve::resolve(&config, source, show_progress, described_by)?;
-    // The original scores tail cluster i with the head's last-but-(i-1) column; txl with
-    // column cutoffs[0] + i - 1. Reversing the rows makes one the other.
-    let d_embed = config.d_embed as usize;
-    for (name, data) in &mut resolved.tensors {
-        match name {
-            TensorName::ClusterWeight => {
-                let mut rows: Vec<&[f32]> = data.chunks(d_embed).collect();
-                rows.reverse();
-                *data = rows.concat();
-            }
-            TensorName::ClusterBias => data.reverse(),
-            _ => {}
-        }
-    }
+    reverse_cluster_rows(&config, &mut resolved.tensors);
     Ok(Checkpoint {
         config,
         tensors: resolved.tensors,
