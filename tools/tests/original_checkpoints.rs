@@ -368,3 +368,25 @@ fn a_legacy_save_of_cuda_tensors_is_read() {
     let image = convert(&cuda, &dir, "cuda", &[]);
     assert_eq!(digest(&image, &tokens("adaptive_div2"), &[]), expected);
 }
+
+/// A state_dict of the original code read with a config.json next to it (the Hugging Face
+/// reader) gets the original head's cluster order too.
+#[test]
+fn an_original_state_dict_beside_a_config_json_scores_like_the_hugging_face_conversion() {
+    let dir = scratch_dir("beside-config");
+    let (_, expected) = hf("adaptive_div2", &dir);
+    let ckpt = dir.join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    std::fs::copy(
+        fixture("adaptive_div2").join("config.json"),
+        ckpt.join("config.json"),
+    )
+    .unwrap();
+    std::fs::copy(
+        original("adaptive_div2", "state_dict.pt"),
+        ckpt.join("pytorch_model.bin"),
+    )
+    .unwrap();
+    let image = convert(&ckpt, &dir, "beside", &[]);
+    assert_eq!(digest(&image, &tokens("adaptive_div2"), &[]), expected);
+}
