@@ -23,7 +23,8 @@ Face scores it with column cutoffs[0] + i - 1 (the first row is cluster 1). So t
 checks, with its own few lines of the original's head indexing against Hugging Face's
 `forward`, that the reversed weights give Hugging Face's log-probabilities exactly.
 
-Run by `regenerate_original.sh`; the HF fixtures must exist (`regenerate.sh` makes them).
+Run as the last step of `regenerate.sh`, or alone by `regenerate_original.sh` (the HF fixtures
+must exist).
 """
 
 import json
