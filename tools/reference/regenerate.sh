@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regenerate tests/fixtures: create a virtual environment (once), install the
 # pinned requirements, run make_fixtures.py, then pytorch_quantization.py
-# (PyTorch's quantization baseline on the demo model).  Extra arguments are
+# (PyTorch's quantization baseline on the demo model), then
+# make_original_fixtures.py (tests/fixtures/original, from the weights just
+# written; regenerate_original.sh runs that step alone).  Extra arguments are
 # passed on to make_fixtures.py (e.g. --reuse-demo to skip retraining the demo
 # model).
 #
@@ -27,4 +29,5 @@ fi
 "$venv/bin/python" -m pip install --quiet -r "$here/requirements.txt"
 
 "$venv/bin/python" "$here/make_fixtures.py" "$@"
-exec "$venv/bin/python" "$here/pytorch_quantization.py"
+"$venv/bin/python" "$here/pytorch_quantization.py"
+exec "$venv/bin/python" "$here/make_original_fixtures.py"

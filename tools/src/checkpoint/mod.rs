@@ -1,5 +1,7 @@
 //! Checkpoint readers: a Hugging Face TransfoXL checkpoint (`config.json` plus
-//! `model.safetensors` or `pytorch_model.bin`) to the canonical tensors of a model image.
+//! `model.safetensors` or `pytorch_model.bin`), or one of the original training code (its
+//! `model.pt` or a `state_dict`, no `config.json`), to the canonical tensors of a model image.
+//! [`load_checkpoint`] tells them apart; [`load_original_checkpoint`] documents the second.
 //!
 //! ```no_run
 //! use std::path::Path;
@@ -14,7 +16,8 @@
 //!
 //! A tensor's key is `transformer.` + its canonical name ([`TensorName`]'s `Display`), except
 //! the output layer's `crit.*`, which sit at the top. The original code's state_dict (no
-//! `transformer.` prefix) is recognised too, as is a further prefix around both (`module.`).
+//! `transformer.` prefix) is recognised too, as is a further prefix around both (`module.`);
+//! its adaptive softmax's cluster rows are then reversed (see [`LoadReport::cluster_rows_reversed`]).
 //! The image stores each tied group once, and the files differ in which copies they keep:
 //! `save_pretrained(safe_serialization=True)` drops the tied copies (output weights tied to
 //! the embedding, output projections tied by `tie_projs`, and with `untie_r = false` one of
@@ -38,10 +41,19 @@
 //! - `safetensors_source` / `torch_source`: the two containers. Neither runs code from the
 //!   file: safetensors is a JSON header and raw bytes, and the pickle inside a PyTorch file is
 //!   interpreted as data by `pytorch-reader`, which knows only the globals `torch.save` writes.
+//! - `original`: the original training code's checkpoints: hyper-parameters from the pickled
+//!   module's attributes (or a state_dict's shapes and the caller's options), the adaptive
+//!   softmax's cluster order.
+//! - `pickle_tree`: a pickle walked as a tree of data, with an allow-list of the classes it
+//!   may name (the module's classes and attributes, which `pytorch-reader` does not keep).
+//! - `legacy_module_source`: the tensors of a module saved in the pre-1.6 stream format.
 //!
 //! Every element type the files use for weights (f32, f16, bf16, f64) is converted to f32.
 
 mod hf_config;
+mod legacy_module_source;
+mod original;
+mod pickle_tree;
 mod resolve;
 mod safetensors_source;
 mod source;
@@ -61,6 +73,10 @@ use txl_core::tensors::TensorName;
 use txl_core::Config;
 
 pub use hf_config::parse_hf_config;
+pub use original::{
+    allowed_global, load_original_checkpoint, OriginalKind, OriginalOptions, DEFAULT_CLAMP_LEN,
+    DEFAULT_LAYER_NORM_EPS, DEFAULT_MEM_LEN, DEFAULT_TGT_LEN,
+};
 
 use safetensors_source::SafetensorsSource;
 use source::TensorSource;
@@ -72,6 +88,8 @@ pub const SAFETENSORS_FILE: &str = "model.safetensors";
 pub const PYTORCH_BIN_FILE: &str = "pytorch_model.bin";
 /// File name of the hyper-parameters.
 pub const CONFIG_FILE: &str = "config.json";
+/// File name the original training code's `train.py` saves the whole model under.
+pub const ORIGINAL_MODEL_FILE: &str = "model.pt";
 
 /// Which weights file to read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -138,6 +156,10 @@ pub struct LoadReport {
     pub tied_copies_checked: Vec<String>,
     /// Element types of the tensors read (`f32`, `f16`, `bf16`, `f64`), sorted.
     pub source_dtypes: Vec<String>,
+    /// Whether the adaptive softmax's cluster rows were reversed: the keys have the original
+    /// PyTorch code's layout (no `transformer.` prefix), whose head scores tail cluster `i`
+    /// with column `-i` where txl uses `cutoffs[0] + i - 1`.
+    pub cluster_rows_reversed: bool,
 }
 
 /// Reads a Hugging Face TransfoXL checkpoint.
@@ -166,7 +188,13 @@ pub fn load_hf_checkpoint_with_report(
         CheckpointFormat::Safetensors => Box::new(SafetensorsSource::open(&weights_path)?),
         _ => Box::new(TorchSource::open(&weights_path)?),
     };
-    let resolved = resolve::resolve(&config, source.as_mut(), show_progress)?;
+    let mut resolved = resolve::resolve(&config, source.as_mut(), show_progress, CONFIG_FILE)?;
+    // Only the original PyTorch code writes keys without `transformer.` (a Hugging Face
+    // TransfoXLLMHeadModel always has it), and its head orders the clusters the other way.
+    let original_layout = !resolved.prefix.ends_with("transformer.");
+    if original_layout {
+        original::reverse_cluster_rows(&config, &mut resolved.tensors);
+    }
     let report = LoadReport {
         config_path,
         weights_path,
@@ -175,6 +203,7 @@ pub fn load_hf_checkpoint_with_report(
         ignored_keys: resolved.ignored_keys,
         tied_copies_checked: resolved.tied_copies_checked,
         source_dtypes: resolved.source_dtypes,
+        cluster_rows_reversed: original_layout && config.n_clusters() > 1,
     };
     Ok((
         Checkpoint {
@@ -183,6 +212,67 @@ pub fn load_hf_checkpoint_with_report(
         },
         report,
     ))
+}
+
+/// Reads any checkpoint `txl convert` accepts: a Hugging Face one ([`load_hf_checkpoint`]),
+/// or one of the original training code ([`load_original_checkpoint`]), told apart by the
+/// file itself.
+///
+/// An original checkpoint is a PyTorch file (`src`, or `model.pt` in the directory `src`
+/// when it has no `config.json`) that holds a pickled `mem_transformer.MemTransformerLM`
+/// (read whatever lies next to it), or a `state_dict` under the original names with no
+/// `config.json` next to it. `original` supplies what such a file does not say; given for a
+/// Hugging Face checkpoint, it is an error rather than ignored. Returns the checkpoint, and
+/// which kind of original checkpoint it was (`None` for a Hugging Face one).
+pub fn load_checkpoint(
+    src: &Path,
+    format: CheckpointFormat,
+    original: &OriginalOptions,
+    show_progress: bool,
+) -> Result<(Checkpoint, Option<OriginalKind>)> {
+    if let Some((path, kind)) = original_file(src, format)? {
+        return load_original_checkpoint(&path, kind, original, show_progress).map(|c| (c, Some(kind)));
+    }
+    if let Some(flag) = original.given() {
+        bail!(
+            "{flag} applies to checkpoints of the original training code, which have no {CONFIG_FILE}; \
+             {} is read with its {CONFIG_FILE}",
+            src.display()
+        );
+    }
+    load_hf_checkpoint(src, format, show_progress).map(|c| (c, None))
+}
+
+/// The original-code checkpoint at `src`, if it is one (see [`load_checkpoint`]).
+fn original_file(src: &Path, format: CheckpointFormat) -> Result<Option<(PathBuf, OriginalKind)>> {
+    if format == CheckpointFormat::Safetensors {
+        return Ok(None);
+    }
+    let (file, has_config) = if src.is_dir() {
+        let model = src.join(ORIGINAL_MODEL_FILE);
+        if src.join(CONFIG_FILE).is_file() || !model.is_file() {
+            return Ok(None);
+        }
+        (model, false)
+    } else if src.is_file() {
+        let dir = src
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (src.to_path_buf(), dir.join(CONFIG_FILE).is_file())
+    } else {
+        return Ok(None);
+    };
+    if has_config {
+        // Beside a config.json only a pickled MemTransformerLM is read as the original's: a
+        // state_dict is read with the config, and a file this reader refuses is left to
+        // the Hugging Face reader.
+        return Ok(match original::detect(&file) {
+            Ok(Some(OriginalKind::WholeModule)) => Some((file, OriginalKind::WholeModule)),
+            _ => None,
+        });
+    }
+    Ok(original::detect(&file)?.map(|kind| (file, kind)))
 }
 
 /// Finds `config.json` and the weights file, and settles the format.

@@ -183,6 +183,7 @@ fn missing_error(
     keys: &HashSet<String>,
     planned: &Planned,
     crit: &str,
+    described_by: &str,
 ) -> anyhow::Error {
     let path = source.path().display();
     let primary = &planned.keys[0];
@@ -208,7 +209,7 @@ fn missing_error(
         hint = " The file has no `crit.*` tensors: it looks like a TransfoXLModel saved without the language-model head (TransfoXLLMHeadModel)."
             .to_string();
     }
-    anyhow::anyhow!("{path} has no tensor `{primary}`{copies}, which config.json requires.{hint}")
+    anyhow::anyhow!("{path} has no tensor `{primary}`{copies}, which {described_by} requires.{hint}")
 }
 
 fn progress_bar(total_bytes: u64, show: bool) -> ProgressBar {
@@ -226,10 +227,12 @@ fn progress_bar(total_bytes: u64, show: bool) -> ProgressBar {
 }
 
 /// Reads `config`'s canonical tensors from `source`, checking shapes and tied copies.
+/// `described_by` names where the config came from, for error messages (`config.json`).
 pub(crate) fn resolve(
     config: &Config,
     source: &mut dyn TensorSource,
     show_progress: bool,
+    described_by: &str,
 ) -> Result<Resolved> {
     let keys: HashSet<String> = source.keys().into_iter().collect();
     let prefixes = detect_prefixes(source, &keys)?;
@@ -252,8 +255,8 @@ pub(crate) fn resolve(
     if !strays.is_empty() {
         let shown: Vec<&&String> = strays.iter().take(6).collect();
         bail!(
-            "{} holds {} tensor(s) that the model config.json describes has no place for, e.g. {shown:?}: \
-             config.json and the weights disagree (check n_layer, cutoffs, div_val, d_embed, d_model, untie_r, tie_projs)",
+            "{} holds {} tensor(s) that the model {described_by} describes has no place for, e.g. {shown:?}: \
+             {described_by} and the weights disagree (check n_layer, cutoffs, div_val, d_embed, d_model, untie_r, tie_projs)",
             source.path().display(),
             strays.len()
         );
@@ -273,7 +276,7 @@ pub(crate) fn resolve(
     for entry in &planned {
         let present: Vec<&String> = entry.keys.iter().filter(|k| keys.contains(k.as_str())).collect();
         let Some(&first) = present.first() else {
-            return Err(missing_error(source, &keys, entry, &prefixes.crit));
+            return Err(missing_error(source, &keys, entry, &prefixes.crit, described_by));
         };
         let expected = dims(entry.shape);
         let mut values: Option<Vec<f32>> = None;
@@ -283,7 +286,7 @@ pub(crate) fn resolve(
             };
             if meta.shape != expected {
                 bail!(
-                    "tensor `{key}` in {} has shape {:?}; config.json implies {:?}",
+                    "tensor `{key}` in {} has shape {:?}; {described_by} implies {:?}",
                     source.path().display(),
                     meta.shape,
                     expected
@@ -309,7 +312,7 @@ pub(crate) fn resolve(
                             .fold(0f32, f32::max);
                         bail!(
                             "tensor `{key}` in {} differs from `{first}` ({differing} of {} elements, by up to {largest}), \
-                             but config.json ties them ({}): the config does not describe these weights",
+                             but {described_by} ties them ({}): the config does not describe these weights",
                             source.path().display(),
                             read.len(),
                             entry.tie_reason
@@ -320,7 +323,7 @@ pub(crate) fn resolve(
             }
         }
         let Some(values) = values else {
-            return Err(missing_error(source, &keys, entry, &prefixes.crit));
+            return Err(missing_error(source, &keys, entry, &prefixes.crit, described_by));
         };
         tensors.push((entry.name, values));
     }

@@ -509,6 +509,57 @@ fn the_original_key_layout_is_detected() {
     assert_eq!(report.key_prefix, "module.transformer.");
 }
 
+/// The original PyTorch code's head scores tail cluster i with column -i, the reverse of
+/// Hugging Face's order: weights under the original key layout have their cluster rows
+/// reversed, Hugging Face's are kept (two tail clusters, so the order shows).
+#[test]
+fn original_layout_weights_have_their_cluster_rows_reversed() {
+    let json = TINY.replace(
+        r#""n_token": 20, "cutoffs": [8]"#,
+        r#""n_token": 20, "cutoffs": [8, 14]"#,
+    );
+    let config = parse_hf_config(&json).unwrap();
+    assert_eq!(config.n_clusters(), 2);
+    let (canonical, stored) = model(&config, 11);
+    let dir = Scratch::new("clusters");
+    dir.write_config(&json);
+    write_safetensors(&dir.path().join(SAFETENSORS_FILE), &stored);
+    let (checkpoint, report) =
+        load_hf_checkpoint_with_report(dir.path(), CheckpointFormat::Auto, false).unwrap();
+    assert_eq!(checkpoint.tensors, canonical);
+    assert!(!report.cluster_rows_reversed);
+
+    let original: Vec<Stored> = stored
+        .iter()
+        .map(|t| Stored {
+            key: t.key.trim_start_matches("transformer.").to_string(),
+            ..t.clone()
+        })
+        .collect();
+    write_safetensors(&dir.path().join(SAFETENSORS_FILE), &original);
+    let (checkpoint, report) =
+        load_hf_checkpoint_with_report(dir.path(), CheckpointFormat::Auto, false).unwrap();
+    assert!(report.cluster_rows_reversed);
+    let d_embed = config.d_embed as usize;
+    for ((name, read), (_, written)) in checkpoint.tensors.iter().zip(&canonical) {
+        match name {
+            TensorName::ClusterWeight => {
+                let rows: Vec<&[f32]> = written.chunks(d_embed).rev().collect();
+                assert_eq!(*read, rows.concat());
+                assert_ne!(read, written);
+            }
+            TensorName::ClusterBias => {
+                assert_eq!(
+                    read.iter().rev().collect::<Vec<_>>(),
+                    written.iter().collect::<Vec<_>>()
+                );
+                assert_ne!(read, written);
+            }
+            _ => assert_eq!(read, written, "{name}"),
+        }
+    }
+}
+
 #[test]
 fn weights_the_config_has_no_place_for_are_an_error() {
     let dir = Scratch::new("stray");

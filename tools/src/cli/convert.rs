@@ -1,4 +1,5 @@
-//! `txl convert`: a Hugging Face TransfoXL checkpoint to a txl model image.
+//! `txl convert`: a Hugging Face TransfoXL checkpoint, or one of the original training code,
+//! to a txl model image.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -8,18 +9,25 @@ use txl_core::AlignedBytes;
 
 use super::args::{DtypeArg, QuantizeArgs};
 use super::quantize::quantize_image;
-use crate::checkpoint::{load_hf_checkpoint, CheckpointFormat};
+use crate::checkpoint::{
+    load_checkpoint, CheckpointFormat, OriginalKind, OriginalOptions, DEFAULT_LAYER_NORM_EPS,
+    DEFAULT_MEM_LEN, DEFAULT_TGT_LEN,
+};
 use crate::image_file::{parse_model, write_file};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl convert path/to/hf-checkpoint -o model.txl\n  \
     txl convert path/to/hf-checkpoint -o model.txl --format pytorch-bin\n  \
-    txl convert path/to/hf-checkpoint -o model-f16.txl --dtype f16";
+    txl convert path/to/hf-checkpoint -o model-f16.txl --dtype f16\n  \
+    txl convert work_dir/model.pt -o model.txl\n  \
+    txl convert state_dict.pt -o model.txl --pre-lnorm --tgt-len 128 --mem-len 1600 --clamp-len 1000\n  \
+    txl convert tests/fixtures/original/no_mem/state_dict.pt -o no_mem.txl --cutoffs 20 --tgt-len 6";
 
 /// Arguments of `txl convert`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Checkpoint directory or weights file.
+    /// Checkpoint directory (config.json and weights), weights file, or a checkpoint of the
+    /// original training code (its model.pt, or a state_dict).
     pub src: PathBuf,
     /// Output image path.
     #[arg(short, long, value_name = "OUT.txl")]
@@ -32,7 +40,61 @@ pub struct Args {
     pub dtype: DtypeArg,
     #[command(flatten)]
     pub quantize: QuantizeArgs,
+    #[command(flatten)]
+    pub original: OriginalArgs,
 }
+
+/// What a checkpoint of the original training code (kimiyoung/transformer-xl, `pytorch/`)
+/// may not say for itself. A whole-module `model.pt` (`torch.save(model)`) carries its
+/// hyper-parameters; a `state_dict` carries only sizes, so the rest comes from these flags,
+/// named and defaulted as the original `train.py`'s (the underscore spellings are accepted).
+#[derive(clap::Args, Debug, Default)]
+#[command(next_help_heading = "Original training checkpoints (model.pt, state_dict; no config.json)")]
+pub struct OriginalArgs {
+    /// Segment length [default: the model.pt's tgt_len; for a state_dict, train.py's 70].
+    #[arg(long, alias = "tgt_len", value_name = "N")]
+    pub tgt_len: Option<u32>,
+    /// Remembered positions [default: the model.pt's mem_len; for a state_dict, train.py's 0].
+    #[arg(long, alias = "mem_len", value_name = "N")]
+    pub mem_len: Option<u32>,
+    /// Largest relative distance, <= 0 for none [default: the model.pt's; for a state_dict, -1].
+    #[arg(long, alias = "clamp_len", value_name = "N", allow_negative_numbers = true)]
+    pub clamp_len: Option<i64>,
+    /// Every query sees the same number of keys [default: the model.pt's; for a state_dict, off].
+    #[arg(long, alias = "same_length")]
+    pub same_length: bool,
+    /// LayerNorm before each sub-layer (train.py --pre_lnorm): a state_dict's shapes do not
+    /// show it; a model.pt must agree.
+    #[arg(long, alias = "pre_lnorm")]
+    pub pre_lnorm: bool,
+    /// LayerNorm epsilon of a state_dict [default: 1e-5, torch's]; a model.pt must agree.
+    #[arg(long, value_name = "EPS")]
+    pub layer_norm_eps: Option<f64>,
+    /// Adaptive softmax cutoffs, comma separated, as train.py sets them per dataset
+    /// (WikiText-103: 20000,40000,200000); needed by a state_dict with div_val 1 and tail
+    /// clusters, whose shapes do not hold them.
+    #[arg(long, value_name = "C1,C2,...", value_delimiter = ',')]
+    pub cutoffs: Option<Vec<u32>>,
+}
+
+impl OriginalArgs {
+    /// The options of [`crate::checkpoint::load_checkpoint`].
+    pub fn options(&self) -> OriginalOptions {
+        OriginalOptions {
+            tgt_len: self.tgt_len,
+            mem_len: self.mem_len,
+            clamp_len: self.clamp_len,
+            same_length: self.same_length,
+            pre_lnorm: self.pre_lnorm,
+            layer_norm_eps: self.layer_norm_eps,
+            cutoffs: self.cutoffs.clone(),
+        }
+    }
+}
+
+// The defaults `--help` names are the checkpoint module's.
+const _: () = assert!(DEFAULT_TGT_LEN == 70 && DEFAULT_MEM_LEN == 0);
+const _: () = assert!(DEFAULT_LAYER_NORM_EPS == 1e-5);
 
 impl Args {
     /// Converts; prints nothing on `out` (a note on stderr says what was written).
@@ -41,7 +103,14 @@ impl Args {
             bail!("{flag} applies to quantization: add --dtype f16 or --dtype int8");
         }
         let quantize = (self.dtype != DtypeArg::F32).then_some((self.dtype, &self.quantize));
-        convert(&self.src, &self.out, self.format, quantize).map(|_| ())
+        convert_with(
+            &self.src,
+            &self.out,
+            self.format,
+            &self.original.options(),
+            quantize,
+        )
+        .map(|_| ())
     }
 }
 
@@ -53,7 +122,42 @@ pub fn convert(
     format: CheckpointFormat,
     quantize: Option<(DtypeArg, &QuantizeArgs)>,
 ) -> Result<usize> {
-    let checkpoint = load_hf_checkpoint(src, format, std::io::stderr().is_terminal())?;
+    convert_with(src, out, format, &OriginalOptions::default(), quantize)
+}
+
+/// [`convert`], with what an original training checkpoint may need (see [`OriginalArgs`]).
+pub fn convert_with(
+    src: &Path,
+    out: &Path,
+    format: CheckpointFormat,
+    original: &OriginalOptions,
+    quantize: Option<(DtypeArg, &QuantizeArgs)>,
+) -> Result<usize> {
+    let (checkpoint, kind) = load_checkpoint(src, format, original, std::io::stderr().is_terminal())?;
+    if let Some(kind) = kind {
+        let c = &checkpoint.config;
+        let (what, settings) = match kind {
+            OriginalKind::WholeModule => (
+                "torch.save(model) of the original training code",
+                "saved or given",
+            ),
+            OriginalKind::StateDict => (
+                "state_dict of the original training code",
+                "given or train.py's defaults",
+            ),
+        };
+        eprintln!(
+            "read {} as a {what}; {settings}: tgt_len {}, mem_len {}, clamp_len {}, same_length {}, \
+             pre_lnorm {}, layer_norm_eps {:e}",
+            src.display(),
+            c.tgt_len,
+            c.mem_len,
+            c.clamp_len,
+            c.same_length,
+            c.pre_lnorm,
+            c.layer_norm_epsilon
+        );
+    }
     let mut image = checkpoint.to_image()?;
     let aligned = AlignedBytes::copy_from(&image)?;
     // Check what we wrote reads back before anyone flashes it.
