@@ -82,7 +82,8 @@ fn round(y: f32) -> i32 {
     (y + 0.5f32.copysign(y)) as i32
 }
 
-/// The weights of a probability · value sum quantized to 16 bits, one i32 per key.
+/// The weights of a probability · value sum (each probability times its value's scale)
+/// quantized to 16 bits, one i32 per key.
 #[derive(Debug)]
 pub struct ProbabilityWords<'a> {
     /// One 16-bit weight per key.
@@ -92,31 +93,29 @@ pub struct ProbabilityWords<'a> {
 }
 
 impl<'a> ProbabilityWords<'a> {
-    /// Quantizes `p[t] · value_scale(t)` in place: `p`'s storage then holds the weights as i32.
-    /// `None`, with `p` untouched, when a weight is not finite. Every weight is at most
-    /// [`HALF_MAX`] steps and all together at most [`SUM_LIMIT`].
-    pub fn quantize_in_place(
-        p: &'a mut [f32],
-        value_scales: impl Iterator<Item = f32> + Clone,
-    ) -> Option<Self> {
+    /// Quantizes the weights `w` (`p[t] · value_scale_t`, multiplied by the caller) in place:
+    /// their storage then holds them as i32. `None`, with `w` untouched, when a weight is not
+    /// finite. Every weight is at most [`HALF_MAX`] steps and all together at most
+    /// [`SUM_LIMIT`].
+    pub fn quantize_in_place(w: &'a mut [f32]) -> Option<Self> {
         let (mut max, mut sum) = (0.0f32, 0.0f32);
-        for (&p, scale) in p.iter().zip(value_scales.clone()) {
-            let weight = (p * scale).abs();
+        for &weight in w.iter() {
+            let weight = weight.abs();
             if weight > max || weight.is_nan() {
                 max = weight; // a NaN or infinity stays and is caught below
             }
             sum += weight;
         }
         // rounding adds at most half a step per key
-        let room = SUM_LIMIT - 0.5 * p.len() as f32;
+        let room = SUM_LIMIT - 0.5 * w.len() as f32;
         if !max.is_finite() || !sum.is_finite() || room <= 0.0 {
             return None;
         }
         let step = (max / HALF_MAX).max(sum / room);
         let inverse = if step > 0.0 { 1.0 / step } else { 0.0 };
-        let weights: &mut [i32] = bytemuck::cast_slice_mut(p);
-        for (w, scale) in weights.iter_mut().zip(value_scales) {
-            *w = round(f32::from_bits(*w as u32) * scale * inverse);
+        let weights: &mut [i32] = bytemuck::cast_slice_mut(w);
+        for w in weights.iter_mut() {
+            *w = round(f32::from_bits(*w as u32) * inverse);
         }
         Some(ProbabilityWords { weights, step })
     }
@@ -235,16 +234,16 @@ mod tests {
     fn non_finite_inputs_take_the_f32_path() {
         let mut words = [0u32; 2];
         assert!(QueryWords::quantize(&[1.0, f32::NAN], &mut words).is_none());
-        let mut p = [0.5f32, 0.5];
-        assert!(ProbabilityWords::quantize_in_place(&mut p, [f32::INFINITY; 2].into_iter()).is_none());
-        assert_eq!(p, [0.5, 0.5]);
+        let mut w = [0.5f32, f32::INFINITY];
+        assert!(ProbabilityWords::quantize_in_place(&mut w).is_none());
+        assert_eq!(w, [0.5, f32::INFINITY]);
     }
 
     #[test]
     fn probability_weights_never_overflow_the_sums() {
         // many keys of equal weight: the sum limit, not the 16-bit one, sets the step
         let mut p = [1.0f32; 4000];
-        let w = ProbabilityWords::quantize_in_place(&mut p, core::iter::repeat(1.0)).unwrap();
+        let w = ProbabilityWords::quantize_in_place(&mut p).unwrap();
         let total: i64 = w.weights.iter().map(|&x| x as i64).sum();
         assert!(total as f32 <= SUM_LIMIT && total * 127 <= i32::MAX as i64);
         assert!(w.weights.iter().all(|&x| x.abs() <= 32767));

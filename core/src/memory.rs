@@ -341,16 +341,21 @@ impl<'a> Memory<'a> {
         out_head: &mut [f32],
     ) {
         let d_head = self.d_head;
+        // the weights p[t] · scale_t, then quantized
         let heads = self.width / d_head;
-        let value_scales = self.runs(layer, lo, p.len()).flat_map(move |(at, count)| {
-            scales[at / d_head + head..]
-                .iter()
-                .step_by(heads)
-                .take(count)
-                .copied()
-        });
-        let Some(weights) = int8_attention::ProbabilityWords::quantize_in_place(p, value_scales) else {
-            return self.add_values_one_by_one(layer, lo, head, p, out_head);
+        let mut done = 0;
+        for (at, count) in self.runs(layer, lo, p.len()) {
+            let value_scales = scales[at / d_head + head..].iter().step_by(heads);
+            for (w, &scale) in p[done..done + count].iter_mut().zip(value_scales) {
+                *w *= scale;
+            }
+            done += count;
+        }
+        let Some(weights) = int8_attention::ProbabilityWords::quantize_in_place(p) else {
+            // The scales are finite, so a weight is not only when a probability is NaN (or
+            // the weights are near f32's range): the f32 path would give NaN too.
+            out_head.fill(f32::NAN);
+            return;
         };
         let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut scratch[..d_head]);
         acc.fill(0);

@@ -157,9 +157,10 @@ fn measure_attention(memory: AttentionMemory, counter: &InstructionCounter) -> u
                         &mut scores,
                     );
                 }
-                if let Some(w) =
-                    int8_attention::ProbabilityWords::quantize_in_place(&mut p, scales.iter().copied())
-                {
+                for (w, &scale) in p.iter_mut().zip(&scales) {
+                    *w *= scale;
+                }
+                if let Some(w) = int8_attention::ProbabilityWords::quantize_in_place(&mut p) {
                     acc.fill(0);
                     int8_attention::value_sums(&values8, KEY_STRIDE, w.weights, &mut acc);
                     for (o, &sum) in out.iter_mut().zip(acc.iter()) {
