@@ -9,6 +9,8 @@
 //! - `safetensors` / `torch`: the checkpoint of `txl_fuzz::CHECKPOINT_CONFIG` as
 //!   `save_pretrained` and `torch.save` lay it out, plus the `no_mem` fixture's files (real
 //!   output of `transformers` and PyTorch, for another config: they reach the shape checks).
+//! - `original`: the `no_mem` fixture in the original training code's layout (a whole pickled
+//!   module and a state_dict).
 //! - `config`: every fixture's `config.json` and the checkpoint targets' config.
 //! - `firmware_args`: the command lines of the firmware's tests and README.
 //! - `state`: the saved state of each session the target restores into.
@@ -239,6 +241,17 @@ fn checkpoint_seeds(corpus: &Path, fixtures: &Path) {
     write(&dir, "torch_save.bin", &bin);
     let fixture = fs::read(fixtures.join("no_mem/pytorch_model.bin")).unwrap();
     write(&dir, "fixture_no_mem.bin", &fixture);
+
+    // the original training code's layout: the `no_mem` fixture's weights as a whole pickled
+    // module and as a state_dict (tools/reference/make_original_fixtures.py)
+    let dir = fresh(&corpus.join(txl_fuzz::ORIGINAL_TARGET));
+    for (fixture, seed) in [
+        ("original/no_mem/model.pt", "whole_module.pt"),
+        ("original/no_mem/state_dict.pt", "state_dict.pt"),
+    ] {
+        let bytes = fs::read(fixtures.join(fixture)).unwrap();
+        write(&dir, seed, &bytes);
+    }
 }
 
 /// The generated checkpoint must load against the targets' config, or it seeds nothing

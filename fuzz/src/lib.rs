@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use txl_core::Config;
-use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat, CONFIG_FILE};
+use txl_tools::checkpoint::{
+    load_checkpoint as load_any_checkpoint, load_hf_checkpoint, CheckpointFormat, OriginalOptions,
+    CONFIG_FILE,
+};
 
 /// The `config.json` the checkpoint targets pair every input with: two embedding tables
 /// (div_val 2), tied output weights, the second output projection tied, one `r_w_bias` /
@@ -24,7 +27,8 @@ pub const CHECKPOINT_CONFIG: &str = r#"{
 static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
 
 /// A directory of this process's own (`/dev/shm` when there is one, else the temporary
-/// directory) holding [`CHECKPOINT_CONFIG`] as `config.json`; made on the first call, reused,
+/// directory) holding [`CHECKPOINT_CONFIG`] as `config.json` (except for the `original` target,
+/// whose checkpoints have none); made on the first call, reused,
 /// and removed when the process exits (libFuzzer ends with `exit`; after a crash it stays,
 /// next to the crash's input). Fuzzing runs each job in its own process, so jobs never share
 /// one.
@@ -38,7 +42,9 @@ pub fn scratch_dir(target: &str) -> &'static Path {
         };
         let dir = base.join(format!("txl-fuzz-{target}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("cannot make the scratch directory");
-        std::fs::write(dir.join(CONFIG_FILE), CHECKPOINT_CONFIG).expect("cannot write config.json");
+        if target != ORIGINAL_TARGET {
+            std::fs::write(dir.join(CONFIG_FILE), CHECKPOINT_CONFIG).expect("cannot write config.json");
+        }
         // SAFETY: `remove_scratch` is an `extern "C" fn()` that does not unwind.
         unsafe { libc::atexit(remove_scratch) };
         dir
@@ -58,6 +64,28 @@ pub fn load_checkpoint(target: &str, file_name: &str, format: CheckpointFormat, 
     let dir = scratch_dir(target);
     std::fs::write(dir.join(file_name), weights).expect("cannot write the weights file");
     let Ok(checkpoint) = load_hf_checkpoint(dir, format, false) else {
+        return;
+    };
+    let image = checkpoint
+        .to_image()
+        .expect("a checkpoint that loads makes an image");
+    let aligned = txl_core::AlignedBytes::copy_from(&image).expect("the image fits in memory");
+    let model = txl_core::Model::parse(aligned.bytes()).expect("the image written parses");
+    assert_eq!(*model.config(), checkpoint.config);
+}
+
+/// The target that reads checkpoints of the original training code (no `config.json`).
+pub const ORIGINAL_TARGET: &str = "original";
+
+/// Writes `data` as `model.pt` in the `original` target's scratch directory (no `config.json`)
+/// and reads it as `txl convert` does, with no flags. Reading may fail but must not panic; a
+/// checkpoint that loads must make an image that parses, with the config read.
+pub fn load_original_checkpoint(data: &[u8]) {
+    let dir = scratch_dir(ORIGINAL_TARGET);
+    std::fs::write(dir.join("model.pt"), data).expect("cannot write model.pt");
+    let Ok((checkpoint, _)) =
+        load_any_checkpoint(dir, CheckpointFormat::Auto, &OriginalOptions::default(), false)
+    else {
         return;
     };
     let image = checkpoint
