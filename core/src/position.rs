@@ -255,6 +255,25 @@ mod tests {
 
     use super::PositionScores;
 
+    /// The folded order over `r_net`, the split table `(block, coarse, fine)` and the buffers.
+    fn folded_order<'a>(
+        r_net: crate::weights::Matrix<'a>,
+        (block, coarse, fine): (usize, &'a [f32], &'a [f32]),
+        (folded, rotated): (&'a mut [f32], &'a mut [f32]),
+        scratch: &'a mut [u32],
+        d_head: usize,
+    ) -> PositionScores<'a> {
+        PositionScores::Folded {
+            r_net,
+            table: super::SplitTable { block, coarse, fine },
+            folded,
+            rotated,
+            rotated_block: None,
+            scratch,
+            d_head,
+        }
+    }
+
     /// The batched position terms equal one `score` per key, clamped distances included, for
     /// both orders.
     #[test]
@@ -279,19 +298,13 @@ mod tests {
                 width,
                 d_head,
             },
-            PositionScores::Folded {
-                r_net: crate::weights::Matrix::f32(width, d_model, &r_net_values),
-                table: super::SplitTable {
-                    block,
-                    coarse: &coarse_rows,
-                    fine: &fine_rows,
-                },
-                folded: &mut folded,
-                rotated: &mut rotated,
-                rotated_block: None,
-                scratch: &mut scratch,
+            folded_order(
+                crate::weights::Matrix::f32(width, d_model, &r_net_values),
+                (block, &coarse_rows, &fine_rows),
+                (&mut folded, &mut rotated),
+                &mut scratch,
                 d_head,
-            },
+            ),
         ];
         for positions in orders.iter_mut() {
             for head in 0..n_head {
@@ -341,19 +354,13 @@ mod tests {
             let query_pos: Vec<f32> = (0..d_model).map(|i| (i as f32 - 7.5) / 5.0).collect();
             let (mut folded, mut rotated) = (vec![0.0f32; d_model], vec![0.0f32; d_model]);
             let mut scratch = [0u32; 16];
-            let mut positions = PositionScores::Folded {
-                r_net: crate::weights::Matrix::f32(d_model, d_model, &r_net_values),
-                table: super::SplitTable {
-                    block,
-                    coarse: &coarse_rows,
-                    fine: &fine_rows,
-                },
-                folded: &mut folded,
-                rotated: &mut rotated,
-                rotated_block: None,
-                scratch: &mut scratch,
-                d_head: d_model,
-            };
+            let mut positions = folded_order(
+                crate::weights::Matrix::f32(d_model, d_model, &r_net_values),
+                (block, &coarse_rows, &fine_rows),
+                (&mut folded, &mut rotated),
+                &mut scratch,
+                d_model,
+            );
             positions.start_head(0, &query_pos);
             let p: Vec<f64> = match &positions {
                 PositionScores::Folded { folded, .. } => folded.iter().map(|&v| v as f64).collect(),

@@ -480,13 +480,7 @@ fn the_original_key_layout_is_detected() {
     let dir = Scratch::new("orig");
     let (_, canonical, stored) = tiny_safetensors(7);
     dir.write_config(TINY);
-    let original: Vec<Stored> = stored
-        .iter()
-        .map(|t| Stored {
-            key: t.key.trim_start_matches("transformer.").to_string(),
-            ..t.clone()
-        })
-        .collect();
+    let original = without_transformer_prefix(&stored);
     write_safetensors(&dir.path().join(SAFETENSORS_FILE), &original);
     let (checkpoint, report) =
         load_hf_checkpoint_with_report(dir.path(), CheckpointFormat::Auto, false).unwrap();
@@ -509,6 +503,17 @@ fn the_original_key_layout_is_detected() {
     assert_eq!(report.key_prefix, "module.transformer.");
 }
 
+/// `stored` under the original code's key layout: no `transformer.` prefix.
+fn without_transformer_prefix(stored: &[Stored]) -> Vec<Stored> {
+    stored
+        .iter()
+        .map(|t| Stored {
+            key: t.key.trim_start_matches("transformer.").to_string(),
+            ..t.clone()
+        })
+        .collect()
+}
+
 /// The original PyTorch code's head scores tail cluster i with column -i, the reverse of
 /// Hugging Face's order: weights under the original key layout have their cluster rows
 /// reversed, Hugging Face's are kept (two tail clusters, so the order shows).
@@ -529,13 +534,7 @@ fn original_layout_weights_have_their_cluster_rows_reversed() {
     assert_eq!(checkpoint.tensors, canonical);
     assert!(!report.cluster_rows_reversed);
 
-    let original: Vec<Stored> = stored
-        .iter()
-        .map(|t| Stored {
-            key: t.key.trim_start_matches("transformer.").to_string(),
-            ..t.clone()
-        })
-        .collect();
+    let original = without_transformer_prefix(&stored);
     write_safetensors(&dir.path().join(SAFETENSORS_FILE), &original);
     let (checkpoint, report) =
         load_hf_checkpoint_with_report(dir.path(), CheckpointFormat::Auto, false).unwrap();
