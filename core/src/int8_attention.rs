@@ -14,10 +14,10 @@
 
 /// Largest `Σ |a_i|` of the 16-bit side of a sum whose other side is int8 (`|b_i| <= 127`):
 /// then `|Σ a_i b_i| <= 127 · SUM_LIMIT <= i32::MAX`.
-const SUM_LIMIT: f32 = 16_000_000.0; // i32::MAX / 127 is 16,909,320; the rest is rounding slack
+pub const SUM_LIMIT: f32 = 16_000_000.0; // i32::MAX / 127 is 16,909,320; the rest is rounding slack
 
 /// Largest 16-bit magnitude (the halves `SMLAD` and `SMLABB` multiply are signed 16-bit).
-const HALF_MAX: f32 = 32767.0;
+pub const HALF_MAX: f32 = 32767.0;
 
 /// Words [`QueryWords::quantize`] needs for a head of `d_head`.
 pub fn query_words(d_head: usize) -> usize {
@@ -179,9 +179,9 @@ fn query_half(words: &[u32], c: usize) -> i32 {
     half as u16 as i16 as i32
 }
 
-/// [`key_sums`] in plain Rust: the reference every kernel must match.
-#[cfg_attr(feature = "cortex-m-dsp", allow(dead_code))] // the kernels' reference in tests
-pub(crate) fn key_sums_portable(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
+/// [`key_sums`] in plain Rust (`words` as [`QueryWords::words`]): the reference every kernel
+/// must match.
+pub fn key_sums_portable(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
     for (t, sum) in sums.iter_mut().enumerate() {
         let key = &keys[t * stride..t * stride + d_head];
         *sum = key
@@ -193,7 +193,7 @@ pub(crate) fn key_sums_portable(keys: &[i8], stride: usize, d_head: usize, words
 }
 
 /// [`value_sums`] in plain Rust: the reference every kernel must match.
-pub(crate) fn value_sums_portable(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+pub fn value_sums_portable(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
     for (t, &weight) in weights.iter().enumerate() {
         let value = &values[t * stride..t * stride + acc.len()];
         for (a, &v) in acc.iter_mut().zip(value) {

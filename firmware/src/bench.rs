@@ -9,6 +9,9 @@
 //! position, as one token of the demo model computes them. `int8_matvec_pair` is the int8
 //! product for two positions at once, as a segment runs it (its MACs count both positions).
 //!
+//! Before counting, `bench` checks the attention's integer kernels against the portable code on
+//! odd shapes (`bench check kernel=attention_int8 shapes=N ok`; a mismatch fails the run).
+//!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
 //! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
 //! MACs, with f32 memory (`attention_f32`) and with int8 memory (`attention_int8`: in integers,
@@ -69,8 +72,11 @@ impl Numbers {
     }
 }
 
-/// Runs every kernel on every shape and prints the counts.
+/// Runs every kernel on every shape and prints the counts, after checking the attention's
+/// integer kernels against the portable code.
 pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
+    let shapes = check_int8_attention()?;
+    info!("bench check kernel=attention_int8 shapes={=usize} ok", shapes);
     for kernel in [Kernel::Int8, Kernel::Int8Pair, Kernel::F16, Kernel::F32] {
         let (mut all_macs, mut all_instructions) = (0u64, 0u64);
         for (rows, cols) in SHAPES {
@@ -97,6 +103,44 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// The attention's integer kernels (as this board runs them) against the portable sums, on
+/// shapes the demo model does not have: heads of 1 to 13 columns (partial groups of four and
+/// eight), odd and even key counts, keys at an odd stride (unaligned rows). Returns the number
+/// of shapes checked.
+fn check_int8_attention() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x0bad_5eed);
+    let mut shapes = 0;
+    for d_head in 1..=13 {
+        for count in [1usize, 2, 3, 8, 9] {
+            let stride = 2 * d_head + 3;
+            let keys: Vec<i8> = (0..(count - 1) * stride + d_head)
+                .map(|_| (numbers.next() % 255) as i32 as i8 - 127)
+                .collect();
+            let query: Vec<f32> = (0..d_head).map(|_| numbers.float()).collect();
+            let mut words = vec![0u32; int8_attention::query_words(d_head)];
+            let q = int8_attention::QueryWords::quantize(&query, &mut words)
+                .ok_or(Failure::KernelMismatch("the query quantization"))?;
+            let (mut fast, mut portable) = (vec![0i32; count], vec![0i32; count]);
+            int8_attention::key_sums(&keys, stride, d_head, &q, &mut fast);
+            int8_attention::key_sums_portable(&keys, stride, d_head, q.words, &mut portable);
+            if fast != portable {
+                return Err(Failure::KernelMismatch("key_sums"));
+            }
+            let weights: Vec<i32> = (0..count)
+                .map(|_| (numbers.next() % 65535) as i32 - 32767)
+                .collect();
+            let (mut fast, mut portable) = (vec![7i32; d_head], vec![7i32; d_head]);
+            int8_attention::value_sums(&keys, stride, &weights, &mut fast);
+            int8_attention::value_sums_portable(&keys, stride, &weights, &mut portable);
+            if fast != portable {
+                return Err(Failure::KernelMismatch("value_sums"));
+            }
+            shapes += 1;
+        }
+    }
+    Ok(shapes)
 }
 
 /// Cached keys one head attends to.

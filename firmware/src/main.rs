@@ -98,6 +98,8 @@ pub enum Failure {
     Core(txl_core::Error),
     /// The command line could not be understood.
     Args(&'static str),
+    /// A kernel gave other sums than the portable code (`bench`'s check).
+    KernelMismatch(&'static str),
     /// The heap cannot hold the arena.
     HeapTooSmall {
         /// Arena bytes needed.
@@ -112,6 +114,9 @@ impl defmt::Format for Failure {
         match self {
             Failure::Core(error) => defmt::write!(f, "txl-core: {}", error),
             Failure::Args(message) => defmt::write!(f, "{=str}", message),
+            Failure::KernelMismatch(kernel) => {
+                defmt::write!(f, "{=str} differs from the portable code", kernel)
+            }
             Failure::HeapTooSmall { needed, free } => defmt::write!(
                 f,
                 "the arena needs {=usize} bytes, the heap has {=usize} free: {=usize} bytes short",

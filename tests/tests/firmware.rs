@@ -388,6 +388,14 @@ fn firmware_bench_reports_every_kernel() {
         "{}",
         run.transcript()
     );
+    // the attention's integer kernels equal the portable sums on odd shapes (13 x 5 of them)
+    assert!(
+        run.lines
+            .iter()
+            .any(|l| l.contains("bench check kernel=attention_int8 shapes=65 ok")),
+        "{}",
+        run.transcript()
+    );
     // one head's attention over 64 keys of 32: 2 x 64 x 32 MACs, f32 and int8 memory
     for kernel in ["attention_f32", "attention_int8"] {
         let line = run
