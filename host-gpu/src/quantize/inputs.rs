@@ -1,0 +1,146 @@
+//! The Gram matrices `XᵀX` of every quantized matrix's inputs on calibration text, which the
+//! error-compensated rounding ([`gptq`](super::gptq)) weighs its errors with.
+//!
+//! They are collected the way the [`ChannelRanges`](super::calibrate::ChannelRanges) are,
+//! consumer by consumer: every layer's `qkv`, `o_net`, `ff1` and `ff2` inputs (seen through
+//! the f32 model's [`Probe`]), the output tables' inputs (the last layer's output, projected
+//! per cluster when the model has output projections), the cluster head's (cluster 0's), and
+//! the embedding projections' (the embedding rows looked up, once per occurrence).
+
+use txl_core::tensors::{LayerTensor, TensorName};
+use txl_core::{kernels, Config, Linear, Model, Probe, Session, SessionOptions};
+
+use super::gptq::Gram;
+use crate::error::Error;
+
+/// `XᵀX` of each consumer's inputs.
+#[derive(Clone, Debug)]
+pub struct InputGrams {
+    /// `[layer][Qkv, ONet, Ff1, Ff2]`.
+    pub layers: Vec<[Gram; 4]>,
+    /// Input of each output table, by table.
+    pub out_tables: Vec<Gram>,
+    /// Input of the cluster logits.
+    pub cluster_head: Gram,
+    /// Input of each embedding projection.
+    pub emb_proj: Vec<Gram>,
+}
+
+impl InputGrams {
+    /// The Gram matrix of the inputs `name` multiplies as a `(rows, cols)` matrix times a
+    /// column, if it is used that way: the layers' products, the output tables (and a tied
+    /// embedding table, which is one), the cluster head and the embedding projections. The
+    /// position projection `r_net` (its inputs are fixed sinusoids) and the output projections
+    /// (applied transposed) have none.
+    pub fn of(&self, config: &Config, name: TensorName) -> Option<&Gram> {
+        let gram = match name {
+            TensorName::Layer(l, LayerTensor::QkvWeight) => &self.layers[l as usize][Linear::Qkv as usize],
+            TensorName::Layer(l, LayerTensor::OWeight) => &self.layers[l as usize][Linear::ONet as usize],
+            TensorName::Layer(l, LayerTensor::Ff1Weight) => &self.layers[l as usize][Linear::Ff1 as usize],
+            TensorName::Layer(l, LayerTensor::Ff2Weight) => &self.layers[l as usize][Linear::Ff2 as usize],
+            TensorName::EmbLayer(t) if config.tie_weight => &self.out_tables[t as usize],
+            TensorName::OutWeight(t) => &self.out_tables[t as usize],
+            TensorName::ClusterWeight => &self.cluster_head,
+            TensorName::EmbProj(t) => &self.emb_proj[t as usize],
+            _ => return None,
+        };
+        (!gram.is_empty()).then_some(gram)
+    }
+}
+
+/// Adds `x` to `gram`, which takes `x`'s width on first use.
+fn add(gram: &mut Gram, x: &[f32]) {
+    if gram.rows == 0 && gram.n != x.len() {
+        *gram = Gram::new(x.len());
+    }
+    gram.add(x);
+}
+
+struct GramProbe<'m> {
+    model: &'m Model<'m>,
+    grams: InputGrams,
+    last_layer: usize,
+    projected: Vec<f32>,
+    scratch: Vec<u32>,
+}
+
+impl Probe for GramProbe<'_> {
+    fn linear_input(&mut self, layer: usize, linear: Linear, x: &[f32]) {
+        add(&mut self.grams.layers[layer][linear as usize], x);
+    }
+
+    fn layer_output(&mut self, layer: usize, _position: usize, hidden: &[f32]) {
+        if layer != self.last_layer {
+            return;
+        }
+        let config = self.model.config();
+        for cluster in 0..=config.n_clusters() {
+            let table = config.emb_table_of_cluster(cluster);
+            let input: &[f32] = if config.has_out_proj() {
+                let width = config.emb_dim(table) as usize;
+                // hidden (d_model) @ out_proj (d_model, width) -> (width)
+                kernels::vecmat(
+                    hidden,
+                    &self.model.out_proj(cluster),
+                    &mut self.projected[..width],
+                    &mut self.scratch,
+                );
+                &self.projected[..width]
+            } else {
+                hidden
+            };
+            add(&mut self.grams.out_tables[table], input);
+            if cluster == 0 && config.n_clusters() > 0 {
+                add(&mut self.grams.cluster_head, input);
+            }
+        }
+    }
+}
+
+/// Runs the f32 `model` over `tokens` (one stream, in segments of `options.tgt_len`) and
+/// accumulates the Gram matrix of every quantized matrix's inputs, in f64.
+pub fn input_grams(model: &Model<'_>, options: SessionOptions, tokens: &[u32]) -> Result<InputGrams, Error> {
+    let config = *model.config();
+    let d_model = config.d_model as usize;
+    let d_embed = config.d_embed as usize;
+    let mut probe = GramProbe {
+        model,
+        grams: InputGrams {
+            layers: (0..config.n_layer)
+                .map(|_| std::array::from_fn(|_| Gram::new(0)))
+                .collect(),
+            out_tables: vec![Gram::new(0); config.n_emb_tables()],
+            cluster_head: Gram::new(0),
+            emb_proj: vec![Gram::new(0); config.n_emb_tables()],
+        },
+        last_layer: config.n_layer as usize - 1,
+        projected: vec![0.0; d_embed],
+        scratch: vec![0; kernels::scratch_words(d_model.max(d_embed))],
+    };
+    let mut arena = txl_core::scoring::arena_for(model, &options)?;
+    let mut session = Session::new(model, arena.bytes_mut(), options)?;
+    let mut row = vec![0.0f32; d_embed];
+    for segment in tokens.chunks(options.tgt_len.max(1) as usize) {
+        session.forward_probed(segment, |_, _| {}, &mut probe)?;
+        if config.has_emb_proj() {
+            for &token in segment {
+                let (table, r) = config.embedding_row(token);
+                let width = config.emb_dim(table) as usize;
+                model.emb_layer(table).row_to_f32(r, &mut row[..width]);
+                add(&mut probe.grams.emb_proj[table], &row[..width]);
+            }
+        }
+    }
+    let mut grams = probe.grams;
+    for gram in grams
+        .layers
+        .iter_mut()
+        .flatten()
+        .chain(&mut grams.out_tables)
+        .chain(std::iter::once(&mut grams.cluster_head))
+        .chain(&mut grams.emb_proj)
+    {
+        gram.symmetrize();
+    }
+    Ok(grams)
+}
