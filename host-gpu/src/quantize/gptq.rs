@@ -132,22 +132,11 @@ fn inverse_from_cholesky(l: &[f64], n: usize) -> Vec<f64> {
     inverse
 }
 
-/// The upper Cholesky factor `U` of `H⁻¹` (`H⁻¹ = UᵀU`), `H` the Gram matrix of the inputs the
-/// quantized matrix sees (times the activation scales `act`, if smoothed), dampened by
-/// `dampening` times its mean diagonal. Columns never seen (zero diagonal) get a unit
-/// diagonal. If the dampened matrix is still not positive definite the dampening grows
-/// tenfold, up to four times; `None` after that.
-fn inverse_factor(gram: &Gram, act: Option<&[f32]>, dampening: f64) -> Option<Vec<f64>> {
-    let n = gram.n;
-    let mut h = gram.sum.clone();
-    if let Some(act) = act {
-        // inputs x[c] * act[c]: H'_ij = act_i H_ij act_j
-        for i in 0..n {
-            for j in 0..n {
-                h[i * n + j] *= act[i] as f64 * act[j] as f64;
-            }
-        }
-    }
+/// The upper Cholesky factor `U` of `H⁻¹` (`H⁻¹ = UᵀU`) for the Gram matrix `h (n, n)`,
+/// dampened by `dampening` times its mean diagonal. Columns never seen (zero diagonal) get a
+/// unit diagonal (they are coupled to no other). If the dampened matrix is still not positive
+/// definite the dampening grows tenfold, up to four times; `None` after that.
+fn inverse_factor(mut h: Vec<f64>, n: usize, dampening: f64) -> Option<Vec<f64>> {
     for i in 0..n {
         if h[i * n + i] == 0.0 {
             h[i * n + i] = 1.0;
@@ -185,8 +174,10 @@ fn inverse_factor(gram: &Gram, act: Option<&[f32]>, dampening: f64) -> Option<Ve
 /// Quantizes `weight (rows, cols)` like [`int8::quantize`] (same smoothing, same row scales)
 /// but rounds each row column by column with the error of every column pushed onto the
 /// columns after it through the inverse of `gram` (the inputs' `XᵀX`, `cols` wide), dampened
-/// by `dampening` times its mean diagonal. Falls back to plain rounding when `gram` is empty,
-/// of the wrong width, or cannot be factored.
+/// by `dampening` times its mean diagonal. The columns go in decreasing order of their
+/// inputs' energy (GPTQ's activation order: the columns that matter most are rounded while
+/// the most columns are left to absorb their errors). Falls back to plain rounding when
+/// `gram` is empty, of the wrong width, or cannot be factored.
 pub fn quantize(
     weight: &[f32],
     cols: usize,
@@ -198,33 +189,45 @@ pub fn quantize(
     if gram.n != cols || gram.is_empty() {
         return plain;
     }
-    let act = plain.act_scales.as_deref();
-    let Some(u) = inverse_factor(gram, act, dampening) else {
+    let n = cols;
+    // The stored row is w[c] * smooth[c] and meets the input x[c] * act[c] (act = 1 / smooth):
+    // the Gram matrix of those inputs is act_i H_ij act_j.
+    let act = |c: usize| plain.act_scales.as_ref().map_or(1.0, |a| a[c] as f64);
+    let smooth = |c: usize| smooth.map_or(1.0, |f| f[c] as f64);
+    let energy = |c: usize| gram.sum[c * n + c] * act(c) * act(c);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| energy(b).total_cmp(&energy(a)));
+    // (n, n) the Gram matrix in that order
+    let mut h = vec![0.0f64; n * n];
+    for (i, &oi) in order.iter().enumerate() {
+        for (j, &oj) in order.iter().enumerate() {
+            h[i * n + j] = gram.sum[oi * n + oj] * act(oi) * act(oj);
+        }
+    }
+    let Some(u) = inverse_factor(h, n, dampening) else {
         return plain;
     };
     let mut values = vec![0i8; weight.len()];
-    let mut row = vec![0.0f64; cols];
+    let mut row = vec![0.0f64; n]; // the row as stored, in `order`
     for ((source, out), &scale) in weight
-        .chunks_exact(cols)
-        .zip(values.chunks_exact_mut(cols))
+        .chunks_exact(n)
+        .zip(values.chunks_exact_mut(n))
         .zip(&plain.row_scales)
     {
-        // the row as stored: w[c] * smooth[c]
-        for (c, (w, &s)) in row.iter_mut().zip(source).enumerate() {
-            *w = s as f64 * smooth.map_or(1.0, |f| f[c] as f64);
-        }
         if scale <= 0.0 {
-            out.fill(0);
             continue;
         }
+        for (w, &c) in row.iter_mut().zip(&order) {
+            *w = source[c] as f64 * smooth(c);
+        }
         let scale = scale as f64;
-        for i in 0..cols {
+        for (i, &c) in order.iter().enumerate() {
             let q = (row[i] / scale).round().clamp(-127.0, 127.0);
-            out[i] = q as i8;
-            // the error over U_ii, onto columns i+1.. along row i of U
-            let error = (row[i] - q * scale) / u[i * cols + i];
+            out[c] = q as i8;
+            // the error over U_ii, onto the later columns along row i of U
+            let error = (row[i] - q * scale) / u[i * n + i];
             if error != 0.0 {
-                for (w, &uij) in row[i + 1..].iter_mut().zip(&u[i * cols + i + 1..(i + 1) * cols]) {
+                for (w, &uij) in row[i + 1..].iter_mut().zip(&u[i * n + i + 1..(i + 1) * n]) {
                     *w -= error * uij;
                 }
             }
@@ -324,7 +327,7 @@ mod tests {
         let n = 24;
         let x = correlated_inputs(&mut rng, 50, n);
         let gram = gram_of(&x, n);
-        let u = inverse_factor(&gram, None, DAMPENING).unwrap();
+        let u = inverse_factor(gram.sum.clone(), n, DAMPENING).unwrap();
         let mean = (0..n).map(|i| gram.sum[i * n + i]).sum::<f64>() / n as f64;
         // (UᵀU) (H + damp I) = I
         for i in 0..n {

@@ -144,3 +144,78 @@ pub fn input_grams(model: &Model<'_>, options: SessionOptions, tokens: &[u32]) -
     }
     Ok(grams)
 }
+
+#[cfg(test)]
+mod tests {
+    use txl_core::rng::Rng;
+    use txl_core::{AlignedBytes, Config, Model, SessionOptions};
+
+    use super::input_grams;
+    use crate::quantize::calibrate::channel_ranges;
+    use crate::quantize::gptq::Gram;
+    use crate::{random_image, small_config, RandomInit};
+
+    /// Each channel's `sum x²` lies between the largest `x²` and `rows` times it, channel by
+    /// channel, for ranges from the reference (another engine).
+    fn assert_consistent(gram: &Gram, range: &[f32], rows: usize, what: &str) {
+        assert_eq!(gram.rows, rows, "{what}: rows");
+        assert_eq!(gram.n, range.len(), "{what}: width");
+        let n = gram.n;
+        for (c, &r) in range.iter().enumerate() {
+            let (diagonal, largest) = (gram.sum[c * n + c], (r as f64).powi(2));
+            assert!(
+                diagonal >= largest * (1.0 - 1e-3) && diagonal <= rows as f64 * largest * (1.0 + 1e-3),
+                "{what}[{c}]: sum x² {diagonal} against max x² {largest}"
+            );
+        }
+        for i in 0..n {
+            for j in 0..n {
+                assert_eq!(gram.sum[i * n + j], gram.sum[j * n + i], "{what}: symmetric");
+            }
+        }
+    }
+
+    #[test]
+    fn gram_matrices_agree_with_the_reference_ranges() {
+        let small = small_config();
+        let projected = Config {
+            n_cutoffs: 0,
+            cutoffs: [0; txl_core::config::MAX_CUTOFFS],
+            div_val: 1,
+            d_embed: 8,
+            tie_projs: 0,
+            ..small
+        };
+        for (i, config) in [small, projected].into_iter().enumerate() {
+            let image = random_image(&config, 11 + i as u64, RandomInit::default()).unwrap();
+            let bytes = AlignedBytes::copy_from(&image).unwrap();
+            let model = Model::parse(bytes.bytes()).unwrap();
+            let options = SessionOptions::from_config(&config);
+            let mut rng = Rng::new(i as u64);
+            let tokens: Vec<u32> = (0..29).map(|_| rng.below(config.n_token as u64) as u32).collect();
+            let grams = input_grams(&model, options, &tokens).unwrap();
+            let ranges = channel_ranges(&model, options, &tokens).unwrap();
+            let n = tokens.len();
+            for (l, (g, r)) in grams.layers.iter().zip(&ranges.layers).enumerate() {
+                for (k, (g, r)) in g.iter().zip(r).enumerate() {
+                    assert_consistent(g, r, n, &format!("config {i} layer {l} linear {k}"));
+                }
+            }
+            for (t, (g, r)) in grams.out_tables.iter().zip(&ranges.out_tables).enumerate() {
+                assert_consistent(g, r, n, &format!("config {i} out_tables[{t}]"));
+            }
+            if config.n_clusters() > 0 {
+                assert_consistent(&grams.cluster_head, &ranges.cluster_head, n, "cluster_head");
+            }
+            if config.has_emb_proj() {
+                let looked_up: usize = grams.emb_proj.iter().map(|g| g.rows).sum();
+                assert_eq!(looked_up, n, "config {i}: one embedding row per token");
+                for (t, (g, r)) in grams.emb_proj.iter().zip(&ranges.emb_proj).enumerate() {
+                    if g.rows > 0 {
+                        assert_consistent(g, r, g.rows, &format!("config {i} emb_proj[{t}]"));
+                    }
+                }
+            }
+        }
+    }
+}
