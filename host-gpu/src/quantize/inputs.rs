@@ -11,7 +11,11 @@ use txl_core::tensors::{LayerTensor, TensorName};
 use txl_core::{kernels, Config, Linear, Model, Probe, Session, SessionOptions};
 
 use super::gptq::Gram;
+use crate::cpu::matmul::{matmul, Rhs};
 use crate::error::Error;
+
+/// Input rows gathered before they are added to a Gram matrix as one product.
+const BATCH: usize = 256;
 
 /// `XᵀX` of each consumer's inputs.
 #[derive(Clone, Debug)]
@@ -48,17 +52,86 @@ impl InputGrams {
     }
 }
 
-/// Adds `x` to `gram`, which takes `x`'s width on first use.
-fn add(gram: &mut Gram, x: &[f32]) {
-    if gram.rows == 0 && gram.n != x.len() {
-        *gram = Gram::new(x.len());
+/// A Gram matrix being accumulated: rows wait in a batch, then go in as one product.
+#[derive(Clone, Debug)]
+struct Accumulator {
+    gram: Gram,
+    /// `(n, BATCH)` the waiting rows, transposed.
+    pending: Vec<f64>,
+    waiting: usize,
+}
+
+impl Accumulator {
+    fn new() -> Accumulator {
+        Accumulator {
+            gram: Gram::new(0),
+            pending: Vec::new(),
+            waiting: 0,
+        }
     }
-    gram.add(x);
+
+    /// Adds the row `x`; the matrix takes `x`'s width on first use.
+    fn add(&mut self, x: &[f32]) {
+        if self.gram.rows == 0 && self.waiting == 0 && self.gram.n != x.len() {
+            self.gram = Gram::new(x.len());
+            self.pending = vec![0.0; x.len() * BATCH];
+        }
+        for (c, &v) in x.iter().enumerate() {
+            self.pending[c * BATCH + self.waiting] = v as f64;
+        }
+        self.waiting += 1;
+        if self.waiting == BATCH {
+            self.flush();
+        }
+    }
+
+    /// `sum += P Pᵀ` for the waiting rows `P (n, waiting)`.
+    fn flush(&mut self) {
+        let n = self.gram.n;
+        if self.waiting > 0 {
+            // P (n, waiting) @ Pᵀ (waiting, n) -> (n, n), accumulated
+            matmul(
+                n,
+                n,
+                self.waiting,
+                &self.pending,
+                BATCH,
+                &self.pending,
+                Rhs::Transposed { ld: BATCH },
+                &mut self.gram.sum,
+                n,
+                true,
+            );
+            self.gram.rows += self.waiting;
+            self.waiting = 0;
+        }
+    }
+
+    /// The Gram matrix of every row added, exactly symmetric.
+    fn finish(mut self) -> Gram {
+        self.flush();
+        let n = self.gram.n;
+        for i in 0..n {
+            for j in 0..i {
+                self.gram.sum[i * n + j] = self.gram.sum[j * n + i];
+            }
+        }
+        self.gram
+    }
+}
+
+/// The accumulators of every consumer, laid out as [`InputGrams`].
+#[derive(Debug)]
+struct Accumulators {
+    layers: Vec<[Accumulator; 4]>,
+    out_tables: Vec<Accumulator>,
+    cluster_head: Accumulator,
+    emb_proj: Vec<Accumulator>,
 }
 
 struct GramProbe<'m> {
     model: &'m Model<'m>,
-    grams: InputGrams,
+    grams: Accumulators,
     last_layer: usize,
     projected: Vec<f32>,
     scratch: Vec<u32>,
@@ -66,7 +139,7 @@ struct GramProbe<'m> {
 
 impl Probe for GramProbe<'_> {
     fn linear_input(&mut self, layer: usize, linear: Linear, x: &[f32]) {
-        add(&mut self.grams.layers[layer][linear as usize], x);
+        self.grams.layers[layer][linear as usize].add(x);
     }
 
     fn layer_output(&mut self, layer: usize, _position: usize, hidden: &[f32]) {
@@ -89,9 +162,9 @@ impl Probe for GramProbe<'_> {
             } else {
                 hidden
             };
-            add(&mut self.grams.out_tables[table], input);
+            self.grams.out_tables[table].add(input);
             if cluster == 0 && config.n_clusters() > 0 {
-                add(&mut self.grams.cluster_head, input);
+                self.grams.cluster_head.add(input);
             }
         }
     }
@@ -105,13 +178,13 @@ pub fn input_grams(model: &Model<'_>, options: SessionOptions, tokens: &[u32]) -
     let d_embed = config.d_embed as usize;
     let mut probe = GramProbe {
         model,
-        grams: InputGrams {
+        grams: Accumulators {
             layers: (0..config.n_layer)
-                .map(|_| std::array::from_fn(|_| Gram::new(0)))
+                .map(|_| std::array::from_fn(|_| Accumulator::new()))
                 .collect(),
-            out_tables: vec![Gram::new(0); config.n_emb_tables()],
-            cluster_head: Gram::new(0),
-            emb_proj: vec![Gram::new(0); config.n_emb_tables()],
+            out_tables: vec![Accumulator::new(); config.n_emb_tables()],
+            cluster_head: Accumulator::new(),
+            emb_proj: vec![Accumulator::new(); config.n_emb_tables()],
         },
         last_layer: config.n_layer as usize - 1,
         projected: vec![0.0; d_embed],
@@ -127,22 +200,22 @@ pub fn input_grams(model: &Model<'_>, options: SessionOptions, tokens: &[u32]) -
                 let (table, r) = config.embedding_row(token);
                 let width = config.emb_dim(table) as usize;
                 model.emb_layer(table).row_to_f32(r, &mut row[..width]);
-                add(&mut probe.grams.emb_proj[table], &row[..width]);
+                probe.grams.emb_proj[table].add(&row[..width]);
             }
         }
     }
-    let mut grams = probe.grams;
-    for gram in grams
-        .layers
-        .iter_mut()
-        .flatten()
-        .chain(&mut grams.out_tables)
-        .chain(std::iter::once(&mut grams.cluster_head))
-        .chain(&mut grams.emb_proj)
-    {
-        gram.symmetrize();
-    }
-    Ok(grams)
+    let grams = probe.grams;
+    let finish = |all: Vec<Accumulator>| all.into_iter().map(Accumulator::finish).collect();
+    Ok(InputGrams {
+        layers: grams
+            .layers
+            .into_iter()
+            .map(|layer| layer.map(Accumulator::finish))
+            .collect(),
+        out_tables: finish(grams.out_tables),
+        cluster_head: grams.cluster_head.finish(),
+        emb_proj: finish(grams.emb_proj),
+    })
 }
 
 #[cfg(test)]
@@ -192,7 +265,10 @@ mod tests {
             let model = Model::parse(bytes.bytes()).unwrap();
             let options = SessionOptions::from_config(&config);
             let mut rng = Rng::new(i as u64);
-            let tokens: Vec<u32> = (0..29).map(|_| rng.below(config.n_token as u64) as u32).collect();
+            // more than a batch, and a part batch
+            let tokens: Vec<u32> = (0..300)
+                .map(|_| rng.below(config.n_token as u64) as u32)
+                .collect();
             let grams = input_grams(&model, options, &tokens).unwrap();
             let ranges = channel_ranges(&model, options, &tokens).unwrap();
             let n = tokens.len();
