@@ -74,14 +74,25 @@ fn quantized(f: &Fixture, method: Method) -> Quantized {
 
 /// The candidate (f32 memory) against f32 on the held-out text.
 fn measure(f: &Fixture, candidate: &[u8]) -> Comparison {
+    measure_with_memory(f, candidate, MemDtype::F32)
+}
+
+/// The candidate with `mem_dtype` memory against f32 (f32 memory) on the held-out text.
+fn measure_with_memory(f: &Fixture, candidate: &[u8], mem_dtype: MemDtype) -> Comparison {
     let reference = Model::parse(f.f32_image.bytes()).unwrap();
     let candidate = AlignedBytes::copy_from(candidate).unwrap();
     let candidate = Model::parse(candidate.bytes()).unwrap();
-    let options = SessionOptions {
-        mem_dtype: MemDtype::F32,
-        ..SessionOptions::from_config(reference.config())
-    };
-    compare((&reference, options), (&candidate, options), &f.heldout, |_| {}).unwrap()
+    let options = SessionOptions::from_config(reference.config());
+    let candidate_options = SessionOptions { mem_dtype, ..options };
+    let result = compare(
+        (&reference, options),
+        (&candidate, candidate_options),
+        &f.heldout,
+        |_| {},
+    )
+    .unwrap();
+    println!("{mem_dtype:?} memory: {result:?}");
+    result
 }
 
 /// Calibration bits per token of the image, from its report.
@@ -203,6 +214,10 @@ fn check_reports(m: &Measured, max_error_ratio: f64) {
 const DEMO_COMPENSATED_MAX_ABS_DELTA: f64 = 1.0e-4;
 /// Demo, compensated: mean KL measured 5.78e-5 (plain: 8.45e-5).
 const DEMO_COMPENSATED_MAX_MEAN_KL: f64 = 1.7e-4;
+/// Demo, compensated + int8 memory: relative Δ measured +2.9e-5 (plain rounding: +1.9e-4),
+/// mean KL 6.16e-5 (plain: 8.9e-5).
+const DEMO_COMPENSATED_INT8_MEMORY_MAX_ABS_DELTA: f64 = 9.0e-5;
+const DEMO_COMPENSATED_INT8_MEMORY_MAX_MEAN_KL: f64 = 1.85e-4;
 /// Demo, auto: held-out relative Δ measured +1.1e-5, mean KL 6.78e-5.
 const DEMO_AUTO_MAX_ABS_DELTA: f64 = 1.0e-4;
 const DEMO_AUTO_MAX_MEAN_KL: f64 = 2.0e-4;
@@ -242,7 +257,8 @@ fn check_compensated(m: &Measured, max_abs_delta: f64, max_mean_kl: f64, max_kl_
 
 #[test]
 fn error_compensation_beats_plain_rounding_on_the_demo_model() {
-    let m = measure_all("demo", &demo());
+    let f = demo();
+    let m = measure_all("demo", &f);
     // Output error on the calibration inputs measured at most x0.30 of plain rounding's (x0.06
     // to x0.30); the held-out mean KL x0.68 of plain's.
     check_reports(&m, 0.9);
@@ -256,6 +272,15 @@ fn error_compensation_beats_plain_rounding_on_the_demo_model() {
     assert!(m.compensated.1.relative_delta < baseline && m.auto.1.relative_delta < baseline);
     let auto = &m.auto.1;
     assert!(auto.relative_delta.abs() <= DEMO_AUTO_MAX_ABS_DELTA, "{auto:?}");
+    let int8_memory = measure_with_memory(&f, &m.compensated.0.image, MemDtype::Int8);
+    assert!(
+        int8_memory.relative_delta.abs() <= DEMO_COMPENSATED_INT8_MEMORY_MAX_ABS_DELTA,
+        "compensated + int8 memory: {int8_memory:?}"
+    );
+    assert!(
+        int8_memory.mean_kl <= DEMO_COMPENSATED_INT8_MEMORY_MAX_MEAN_KL,
+        "compensated + int8 memory: {int8_memory:?}"
+    );
     assert!(auto.mean_kl <= DEMO_AUTO_MAX_MEAN_KL, "{auto:?}");
 }
 
