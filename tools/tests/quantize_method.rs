@@ -117,7 +117,7 @@ fn every_rounding_method_changes_the_image_or_the_report() {
 }
 
 #[test]
-fn compensated_rounding_needs_calibration_text() {
+fn compensated_rounding_needs_calibration_text_and_int8() {
     let dir = scratch_dir("method-no-text");
     let image = dir.join("adaptive_div2.txl");
     let out = txl(&["convert", s(&fixture("adaptive_div2")), "-o", s(&image)]);
@@ -138,6 +138,27 @@ fn compensated_rounding_needs_calibration_text() {
         "{text}"
     );
     assert!(!written.exists(), "an image was written without calibration text");
+    // f16 weights are not rounded to int8 steps: the flag would be ignored
+    let calib = fixture("adaptive_div2").join("tokens.txt");
+    let out = txl(&[
+        "quantize",
+        s(&image),
+        "-o",
+        s(&written),
+        "--dtype",
+        "f16",
+        "--calib-tokens",
+        s(&calib),
+        "--method",
+        "compensated",
+    ]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.starts_with("error: ") && text.contains("int8"), "{text}");
+    assert!(
+        !written.exists(),
+        "an f16 image was written with --method compensated"
+    );
 }
 
 #[test]

@@ -36,6 +36,12 @@ pub fn quantize(
         let text = name.to_string();
         options.keep_f16.iter().any(|p| glob_match(p, &text))
     };
+    if options.target == Target::F16 && options.method != Method::Round {
+        return Err(Error::BadOptions(format!(
+            "the rounding method ({}) applies to int8 weights, not f16",
+            options.method
+        )));
+    }
     let needs_calibration = (options.smoothing != Smoothing::Off || options.method == Method::Compensated)
         && options.target == Target::Int8
         || options.auto_keep_f16 > 0;
