@@ -5,11 +5,20 @@
 //! smoothing (SmoothQuant: migrate per-channel activation range into the weights, strength
 //! `alpha`) is tried and kept only where it lowers the measured bits per token, and a
 //! sensitivity pass can keep the tensors whose quantization costs most in f16.
+//!
+//! With calibration text, int8 rows can also be rounded with their errors compensated
+//! ([`gptq`]: GPTQ, weighed by the Gram matrix of each matrix's inputs, [`inputs`]) instead of
+//! to the nearest grid point; [`Method`] says which, or lets the measured bits per token on
+//! the calibration text choose per tensor.
 
 #[cfg(feature = "reference")]
 pub mod calibrate;
 
+pub mod gptq;
 pub mod int8;
+
+#[cfg(feature = "reference")]
+pub mod inputs;
 
 #[cfg(feature = "reference")]
 mod search;
@@ -74,6 +83,51 @@ pub enum Smoothing {
     Auto,
 }
 
+/// How int8 rows are rounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Each weight to its nearest grid point (after the clip search).
+    Round,
+    /// GPTQ: column by column, each column's error compensated on the columns after it
+    /// through the inverse Gram matrix of the calibration inputs (needs calibration text).
+    Compensated,
+    /// Per tensor, whichever of the two gives fewer bits per token on the calibration text
+    /// (plain rounding without calibration text).
+    Auto,
+}
+
+impl Method {
+    /// The words that name the methods.
+    pub const WORDS: &'static [&'static str] = &["round", "compensated", "auto"];
+}
+
+impl std::str::FromStr for Method {
+    type Err = txl_core::UnknownWord;
+
+    fn from_str(word: &str) -> Result<Method, Self::Err> {
+        match word {
+            "round" => Ok(Method::Round),
+            "compensated" => Ok(Method::Compensated),
+            "auto" => Ok(Method::Auto),
+            _ => Err(txl_core::UnknownWord {
+                option: "rounding method",
+                expected: Method::WORDS,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Method::Round => "round",
+            Method::Compensated => "compensated",
+            Method::Auto => "auto",
+        })
+    }
+}
+
 /// What to do.
 #[derive(Clone, Debug)]
 pub struct QuantizeOptions {
@@ -85,6 +139,8 @@ pub struct QuantizeOptions {
     pub keep_f16: Vec<String>,
     /// Also keep the `k` tensors whose int8 quantization alone costs most on the calibration text.
     pub auto_keep_f16: usize,
+    /// How int8 rows are rounded.
+    pub method: Method,
     /// Session settings used to evaluate on the calibration text.
     pub session: SessionOptions,
 }
@@ -97,6 +153,7 @@ impl QuantizeOptions {
             smoothing: Smoothing::Off,
             keep_f16: Vec::new(),
             auto_keep_f16: 0,
+            method: Method::Round,
             session,
         }
     }
@@ -115,6 +172,28 @@ pub struct TensorReport {
     pub sqnr_db: f64,
     /// Bits per token lost when only this tensor is int8 (sensitivity pass only).
     pub solo_delta_bits: Option<f64>,
+    /// How an int8 tensor was rounded: `round` or `compensated` (`None` if not int8).
+    pub method: Option<Method>,
+    /// The two roundings compared, for int8 tensors that have calibration inputs (`None`
+    /// otherwise).
+    pub rounding: Option<RoundingReport>,
+}
+
+/// Plain and error-compensated rounding of one tensor, side by side.
+#[derive(Clone, Debug, Serialize)]
+pub struct RoundingReport {
+    /// SQNR of the weights in dB, plain rounding.
+    pub round_sqnr_db: f64,
+    /// SQNR of the weights in dB, error-compensated.
+    pub compensated_sqnr_db: f64,
+    /// Relative output error `‖(W - Ŵ) Xᵀ‖² / ‖W Xᵀ‖²` on the calibration inputs `X`, plain
+    /// rounding.
+    pub round_output_error: f64,
+    /// The same, error-compensated.
+    pub compensated_output_error: f64,
+    /// [`Method::Auto`] only: calibration bits per token with this tensor rounded plainly and
+    /// compensated (the tensors before it as already chosen, those after it plain).
+    pub bits_per_token: Option<[f64; 2]>,
 }
 
 /// What the quantizer did and measured.
@@ -122,6 +201,8 @@ pub struct TensorReport {
 pub struct Report {
     /// The precision produced.
     pub target: Target,
+    /// The rounding method asked for ([`TensorReport::method`] says what each tensor got).
+    pub method: Method,
     /// The smoothing strength used (`None`: no smoothing).
     pub smoothing_alpha: Option<f32>,
     /// Calibration bits per token for each smoothing strength tried.
@@ -155,7 +236,10 @@ pub struct Quantized {
 enum Plan {
     F32,
     F16,
+    /// int8 with these smoothing factors, rounded plainly.
     Int8(Option<Vec<f32>>),
+    /// int8, already quantized.
+    Quantized(std::rc::Rc<int8::Int8Matrix>),
 }
 
 /// The source model's tensors, in f32.
@@ -213,6 +297,10 @@ impl Source {
                     let back = q.dequantize(cols);
                     (Stored::Int8(q), Some(back))
                 }
+                Plan::Quantized(q) => {
+                    let back = q.dequantize(cols);
+                    (Stored::Int8((**q).clone()), Some(back))
+                }
             };
             sqnr.push(approximation.map_or(f64::INFINITY, |a| int8::sqnr_db(data, &a)));
             stored.push(item);
@@ -236,6 +324,15 @@ impl Source {
             .collect();
         let image = write_image(&self.config, &payloads)?;
         Ok((image, sqnr))
+    }
+
+    /// Columns of tensor `index` (a vector's length).
+    #[cfg(feature = "reference")]
+    fn cols(&self, index: usize) -> usize {
+        match self.tensors[index].1 {
+            Shape::Matrix(_, c) => c as usize,
+            Shape::Vector(n) => n as usize,
+        }
     }
 
     #[cfg(feature = "reference")]

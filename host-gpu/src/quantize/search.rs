@@ -4,8 +4,15 @@ use txl_core::tensors::{LayerTensor, TensorName};
 use txl_core::{AlignedBytes, MemDtype, Model, Probe, Session, SessionOptions};
 use txl_core::{Config, Linear};
 
+use std::rc::Rc;
+
 use super::calibrate::{channel_ranges, smoothing_factors, ChannelRanges};
-use super::{glob_match, Plan, QuantizeOptions, Quantized, Report, Smoothing, Source, Target, TensorReport};
+use super::inputs::{input_grams, InputGrams};
+use super::{
+    glob_match, Method, Plan, QuantizeOptions, Quantized, Report, RoundingReport, Smoothing, Source, Target,
+    TensorReport,
+};
+use super::{gptq, int8};
 use crate::error::{filled, Error};
 
 /// Bits per token of `image` on `tokens`, measured with the core (the engine that runs int8).
@@ -29,11 +36,18 @@ pub fn quantize(
         let text = name.to_string();
         options.keep_f16.iter().any(|p| glob_match(p, &text))
     };
-    let needs_calibration =
-        options.smoothing != Smoothing::Off && options.target == Target::Int8 || options.auto_keep_f16 > 0;
+    if options.target == Target::F16 && options.method != Method::Round {
+        return Err(Error::BadOptions(format!(
+            "the rounding method ({}) applies to int8 weights, not f16",
+            options.method
+        )));
+    }
+    let needs_calibration = (options.smoothing != Smoothing::Off || options.method == Method::Compensated)
+        && options.target == Target::Int8
+        || options.auto_keep_f16 > 0;
     if needs_calibration && calibration.is_none() {
         return Err(Error::BadOptions(
-            "activation smoothing and the sensitivity pass need calibration text (--calib-bytes or --calib-tokens)"
+            "activation smoothing, error-compensated rounding and the sensitivity pass need calibration text (--calib-bytes or --calib-tokens)"
                 .into(),
         ));
     }
@@ -116,7 +130,21 @@ pub fn quantize(
     }
 
     let kept = |name: TensorName| keep(name) || auto_kept.contains(&name);
-    let plans = plan_with(alpha, &kept);
+    let mut plans = plan_with(alpha, &kept);
+    let mut rounding = Rounding {
+        methods: plans
+            .iter()
+            .map(|plan| matches!(plan, Plan::Int8(_)).then_some(Method::Round))
+            .collect(),
+        reports: vec![None; plans.len()],
+    };
+    if let (Some(tokens), Target::Int8, Method::Compensated | Method::Auto) =
+        (calibration, options.target, options.method)
+    {
+        progress("calibrating: input Gram matrices");
+        let grams = input_grams(model, options.session, tokens)?;
+        rounding = choose_rounding(&source, &mut plans, &grams, options, tokens, &mut progress)?;
+    }
     progress("writing the image");
     let (image, sqnr) = source.build(&plans)?;
 
@@ -160,13 +188,14 @@ pub fn quantize(
         .iter()
         .zip(&plans)
         .zip(sqnr.iter().zip(&solo))
+        .zip(rounding.methods.iter().zip(rounding.reports))
         .map(
-            |(((name, shape, _), plan), (&sqnr_db, &solo_delta_bits))| TensorReport {
+            |((((name, shape, _), plan), (&sqnr_db, &solo_delta_bits)), (&method, rounding))| TensorReport {
                 name: name.to_string(),
                 dtype: match plan {
                     Plan::F32 => "f32",
                     Plan::F16 => "f16",
-                    Plan::Int8(_) => "int8",
+                    Plan::Int8(_) | Plan::Quantized(_) => "int8",
                 },
                 shape: {
                     let (dims, n) = shape.dims();
@@ -174,11 +203,14 @@ pub fn quantize(
                 },
                 sqnr_db,
                 solo_delta_bits,
+                method,
+                rounding,
             },
         )
         .collect();
     let report = Report {
         target: options.target,
+        method: options.method,
         smoothing_alpha: alpha,
         smoothing_search: search,
         tensors,
@@ -189,6 +221,83 @@ pub fn quantize(
         parameters: source.parameters(),
     };
     Ok(Quantized { image, report })
+}
+
+/// How each tensor was rounded, and the two roundings compared.
+struct Rounding {
+    methods: Vec<Option<Method>>,
+    reports: Vec<Option<RoundingReport>>,
+}
+
+/// Quantizes every int8 tensor of `plans` both ways where it has calibration inputs, and keeps
+/// the compensated rounding everywhere ([`Method::Compensated`]) or, tensor by tensor in image
+/// order, where it lowers the calibration bits per token ([`Method::Auto`]). The plans become
+/// [`Plan::Quantized`].
+fn choose_rounding(
+    source: &Source,
+    plans: &mut [Plan],
+    grams: &InputGrams,
+    options: &QuantizeOptions,
+    tokens: &[u32],
+    progress: &mut impl FnMut(&str),
+) -> Result<Rounding, Error> {
+    let mut methods = vec![None; plans.len()];
+    let mut reports = vec![None; plans.len()];
+    let mut compensated = Vec::new();
+    for (index, plan) in plans.iter_mut().enumerate() {
+        let Plan::Int8(smooth) = plan else {
+            continue;
+        };
+        let (name, _, data) = &source.tensors[index];
+        let cols = source.cols(index);
+        let plain = int8::quantize(data, cols, smooth.as_deref());
+        if let Some(gram) = grams.of(&source.config, *name) {
+            progress(&format!("compensating: {name}"));
+            let other = gptq::quantize(data, cols, smooth.as_deref(), gram, gptq::DAMPENING);
+            let (plain_back, other_back) = (plain.dequantize(cols), other.dequantize(cols));
+            let output_error = |back: &[f32]| gptq::output_error(data, back, gram).unwrap_or(f64::NAN);
+            reports[index] = Some(RoundingReport {
+                round_sqnr_db: int8::sqnr_db(data, &plain_back),
+                compensated_sqnr_db: int8::sqnr_db(data, &other_back),
+                round_output_error: output_error(&plain_back),
+                compensated_output_error: output_error(&other_back),
+                bits_per_token: None,
+            });
+            compensated.push((index, Rc::new(other)));
+        }
+        *plan = Plan::Quantized(Rc::new(plain));
+        methods[index] = Some(Method::Round);
+    }
+    match options.method {
+        Method::Round => {}
+        Method::Compensated => {
+            for (index, matrix) in compensated {
+                plans[index] = Plan::Quantized(matrix);
+                methods[index] = Some(Method::Compensated);
+            }
+        }
+        Method::Auto => {
+            let mut best = bits_per_token(&source.build(plans)?.0, options.session, tokens)?;
+            for (index, matrix) in compensated {
+                progress(&format!(
+                    "rounding: trying {} compensated",
+                    source.tensors[index].0
+                ));
+                let previous = std::mem::replace(&mut plans[index], Plan::Quantized(matrix));
+                let bits = bits_per_token(&source.build(plans)?.0, options.session, tokens)?;
+                if let Some(report) = &mut reports[index] {
+                    report.bits_per_token = Some([best, bits]);
+                }
+                if bits < best {
+                    best = bits;
+                    methods[index] = Some(Method::Compensated);
+                } else {
+                    plans[index] = previous;
+                }
+            }
+        }
+    }
+    Ok(Rounding { methods, reports })
 }
 
 /// Records every layer's output for one segment, or compares against a recording.

@@ -1,0 +1,173 @@
+//! `txl quantize --method`: how int8 rows are rounded (round, compensated, auto). Each value
+//! must change the image or the report, the report must say which method every int8 tensor
+//! got, and the method that needs calibration text is refused without it.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+mod common;
+use common::{fixture, s, scratch_dir, stderr, txl};
+
+/// `txl quantize IMAGE -o OUT --report REPORT FLAGS`: the image written and the report.
+fn quantize(image: &Path, dir: &Path, name: &str, flags: &[&str]) -> (Vec<u8>, Value) {
+    let out_path = dir.join(format!("{name}.txl"));
+    let report_path = dir.join(format!("{name}.json"));
+    let mut args = vec![
+        "quantize",
+        s(image),
+        "-o",
+        s(&out_path),
+        "--report",
+        s(&report_path),
+    ];
+    args.extend(flags);
+    let out = txl(&args);
+    assert!(out.status.success(), "quantize {flags:?}: {}", stderr(&out));
+    let image = std::fs::read(&out_path).unwrap_or_else(|_| panic!("-o: nothing at {}", out_path.display()));
+    let report = std::fs::read(&report_path)
+        .unwrap_or_else(|_| panic!("--report: nothing at {}", report_path.display()));
+    (image, serde_json::from_slice(&report).unwrap())
+}
+
+/// The `method` of every int8 tensor of a report.
+fn tensor_methods(report: &Value) -> Vec<(String, Value)> {
+    report["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["dtype"] == "int8")
+        .map(|t| (t["name"].as_str().unwrap().to_string(), t["method"].clone()))
+        .collect()
+}
+
+#[test]
+fn every_rounding_method_changes_the_image_or_the_report() {
+    let dir = scratch_dir("method");
+    let image = dir.join("adaptive_div2.txl");
+    let out = txl(&["convert", s(&fixture("adaptive_div2")), "-o", s(&image)]);
+    assert!(out.status.success(), "convert: {}", stderr(&out));
+    let tokens = fixture("adaptive_div2").join("tokens.txt");
+    let calib = ["--calib-tokens", s(&tokens), "--smooth", "off"];
+
+    let (round, report) = quantize(
+        &image,
+        &dir,
+        "round",
+        &[&calib[..], &["--method", "round"]].concat(),
+    );
+    assert_eq!(report["method"], "round", "--method round");
+    let methods = tensor_methods(&report);
+    assert!(!methods.is_empty());
+    assert!(
+        methods.iter().all(|(_, m)| m == "round"),
+        "--method round: {methods:?}"
+    );
+
+    let (compensated, report) = quantize(
+        &image,
+        &dir,
+        "compensated",
+        &[&calib[..], &["--method", "compensated"]].concat(),
+    );
+    assert_eq!(report["method"], "compensated", "--method compensated");
+    assert!(
+        compensated != round,
+        "--method compensated made the image --method round makes"
+    );
+    let methods = tensor_methods(&report);
+    assert!(
+        methods.iter().any(|(_, m)| m == "compensated"),
+        "--method compensated: {methods:?}"
+    );
+    // the layers' products all have calibration inputs
+    for (name, method) in &methods {
+        if name.starts_with("layers.") && !name.ends_with("r_net.weight") {
+            assert_eq!(method, "compensated", "--method compensated: {name}");
+        }
+    }
+    let compared = report["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| !t["rounding"].is_null())
+        .count();
+    assert!(
+        compared > 0,
+        "--method compensated: no tensor compares both roundings"
+    );
+
+    let (_, report) = quantize(
+        &image,
+        &dir,
+        "auto",
+        &[&calib[..], &["--method", "auto"]].concat(),
+    );
+    assert_eq!(report["method"], "auto", "--method auto");
+    for t in report["tensors"].as_array().unwrap() {
+        if !t["rounding"].is_null() {
+            let bits = t["rounding"]["bits_per_token"]
+                .as_array()
+                .expect("auto measures both roundings");
+            let (plain, other) = (bits[0].as_f64().unwrap(), bits[1].as_f64().unwrap());
+            let expected = if other < plain { "compensated" } else { "round" };
+            assert_eq!(t["method"], expected, "--method auto: {}", t["name"]);
+        }
+    }
+}
+
+#[test]
+fn compensated_rounding_needs_calibration_text_and_int8() {
+    let dir = scratch_dir("method-no-text");
+    let image = dir.join("adaptive_div2.txl");
+    let out = txl(&["convert", s(&fixture("adaptive_div2")), "-o", s(&image)]);
+    assert!(out.status.success(), "convert: {}", stderr(&out));
+    let written = dir.join("int8.txl");
+    let out = txl(&[
+        "quantize",
+        s(&image),
+        "-o",
+        s(&written),
+        "--method",
+        "compensated",
+    ]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.starts_with("error: ") && text.contains("calibration text"),
+        "{text}"
+    );
+    assert!(!written.exists(), "an image was written without calibration text");
+    // f16 weights are not rounded to int8 steps: the flag would be ignored
+    let calib = fixture("adaptive_div2").join("tokens.txt");
+    let out = txl(&[
+        "quantize",
+        s(&image),
+        "-o",
+        s(&written),
+        "--dtype",
+        "f16",
+        "--calib-tokens",
+        s(&calib),
+        "--method",
+        "compensated",
+    ]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.starts_with("error: ") && text.contains("int8"), "{text}");
+    assert!(
+        !written.exists(),
+        "an f16 image was written with --method compensated"
+    );
+}
+
+#[test]
+fn the_help_names_the_methods() {
+    let out = txl(&["quantize", "--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("--method"), "{help}");
+    for word in ["round", "compensated", "auto"] {
+        assert!(help.contains(word), "quantize --help does not name {word}");
+    }
+}
