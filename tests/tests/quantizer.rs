@@ -14,6 +14,7 @@ fn options(smoothing: Smoothing, keep_f16: &[&str], auto_keep_f16: usize) -> Qua
         keep_f16: keep_f16.iter().map(|s| s.to_string()).collect(),
         auto_keep_f16,
         session: SessionOptions::from_config(&small_config()),
+        method: txl_host_gpu::quantize::Method::Round,
     }
 }
 

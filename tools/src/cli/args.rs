@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
 use txl_core::{MemDtype, MemInit, Model, OptionWord, PositionKeys, SessionOptions};
-use txl_host_gpu::quantize::Smoothing;
+use txl_host_gpu::quantize::{Method, Smoothing};
 use txl_host_gpu::Backend;
 
 use crate::tokens;
@@ -199,6 +199,12 @@ pub struct QuantizeArgs {
     /// Activation smoothing: auto (try strengths, keep the best), off, or a strength in [0, 1].
     #[arg(long, value_name = "auto|off|ALPHA", value_parser = smoothing, default_value = "auto")]
     pub smooth: Smoothing,
+    /// How int8 rows are rounded: round (to the nearest step), compensated (GPTQ: column by
+    /// column, each rounding error pushed onto the columns not yet rounded, weighed by the
+    /// calibration inputs; needs calibration text), or auto (per tensor, whichever gives fewer
+    /// bits per token on the calibration text; round without calibration text).
+    #[arg(long, value_name = "round|compensated|auto", value_parser = method, default_value = "round")]
+    pub method: Method,
     /// Keep tensors matching this pattern in f16 (`*` matches anything; repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub keep_f16: Vec<String>,
@@ -220,6 +226,7 @@ impl QuantizeArgs {
             (self.calib_tokens.is_some(), "--calib-tokens"),
             (self.calib_limit != CALIB_LIMIT, "--calib-limit"),
             (self.smooth != Smoothing::Auto, "--smooth"),
+            (self.method != Method::Round, "--method"),
             (!self.keep_f16.is_empty(), "--keep-f16"),
             (self.auto_keep_f16 != 0, "--auto-keep-f16"),
             (self.report.is_some(), "--report"),
@@ -252,6 +259,10 @@ impl QuantizeArgs {
 }
 
 /// `--smooth`: `auto`, `off`, or a strength in [0, 1].
+fn method(word: &str) -> Result<Method, String> {
+    word.parse().map_err(|e: txl_core::UnknownWord| e.to_string())
+}
+
 fn smoothing(word: &str) -> Result<Smoothing, String> {
     match word {
         "auto" => Ok(Smoothing::Auto),

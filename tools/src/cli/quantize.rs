@@ -15,6 +15,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl quantize model.txl -o model-int8.txl\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --report report.json\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --auto-keep-f16 2\n  \
+    txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --method compensated\n  \
     txl quantize model.txl -o model-f16.txl --dtype f16";
 
 /// Arguments of `txl quantize`.
@@ -71,6 +72,7 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         smoothing,
         keep_f16: args.keep_f16.clone(),
         auto_keep_f16: args.auto_keep_f16,
+        method: args.method,
         session,
     };
     let spinner = progress::spinner();
