@@ -94,6 +94,7 @@ pub mod sampling;
 pub mod scoring;
 pub mod session;
 pub mod tensors;
+pub mod vocab;
 pub mod weights;
 
 #[cfg(feature = "alloc")]
@@ -107,3 +108,4 @@ pub use memory::MemDtype;
 pub use model::Model;
 pub use options::{MemInit, OptionWord, PositionKeys, SessionOptions, UnknownWord};
 pub use session::{Linear, Probe, Session};
+pub use vocab::{VocabError, Vocabulary};
