@@ -123,7 +123,7 @@ impl Args {
         }
         let bytes = read_image(&self.model)?;
         let model = parse_model(&bytes, &self.model)?;
-        let tokens = self.source.read()?;
+        let tokens = self.source.read(&model)?;
         if tokens.len() < 2 {
             bail!("need at least 2 tokens to score, got {}", tokens.len());
         }
