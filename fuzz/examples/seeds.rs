@@ -3,9 +3,9 @@
 //! root; stable Rust is enough). The output is the same on every run, so `git status`
 //! afterwards shows whether the committed seeds are current.
 //!
-//! - `image`: random-weight images of `txl_fuzz::tiny_config` in f32, f16 and int8, and of a
-//!   second config with the other switches (pre-LN, shared biases, untied output weights, one
-//!   table, clamping, same_length).
+//! - `image`: random-weight images of `txl_fuzz::tiny_config` in f32, f16 and int8 (and int8
+//!   with a vocabulary section), and of a second config with the other switches (pre-LN, shared
+//!   biases, untied output weights, one table, clamping, same_length).
 //! - `safetensors` / `torch`: the checkpoint of `txl_fuzz::CHECKPOINT_CONFIG` as
 //!   `save_pretrained` and `torch.save` lay it out, plus the `no_mem` fixture's files (real
 //!   output of `transformers` and PyTorch, for another config: they reach the shape checks).
@@ -98,6 +98,21 @@ fn image_seeds(dir: &Path) {
         &dir,
         "other_f32.txl",
         &random_image(&other, 2, RandomInit::for_config(&other)).unwrap(),
+    );
+    // With a vocabulary section (multi-byte UTF-8 included), to reach its checks.
+    let symbols: Vec<String> = (0..tiny.n_token)
+        .map(|i| match i {
+            0 => "<eos>".to_string(),
+            1 => "<unk>".to_string(),
+            _ => format!("wörd{i}"),
+        })
+        .collect();
+    let section = txl_core::vocab::encode_section(&symbols, true).unwrap();
+    write(
+        &dir,
+        "tiny_int8_vocab.txl",
+        &txl_core::image::set_vocabulary(&quantize_weights(&model, Target::Int8).unwrap(), Some(&section))
+            .unwrap(),
     );
 }
 
