@@ -10,7 +10,7 @@ use crate::config::{Config, MAX_CUTOFFS};
 use crate::crc32::crc32;
 use crate::error::Error;
 use crate::tensors::{for_each_tensor, Shape, TensorLayout, TensorName};
-use crate::vocab::{VocabError, Vocabulary};
+use crate::vocab::{Vocabulary, VOCAB_MAGIC};
 use crate::weights::{Matrix, MatrixData};
 
 /// The first eight bytes of every image.
@@ -267,12 +267,19 @@ impl<'a> Image<'a> {
                 got: bytes.len(),
             });
         }
-        // The vocabulary, when there is one, follows the tensors: they must end before it.
+        // The vocabulary, when there is one, follows the tensors: they must end before it. The
+        // header must point at one (its magic), aligned, after the directory.
         let vocab_offset = read_u32(bytes, VOCAB_OFFSET_AT) as usize;
         let payload_end = match vocab_offset {
             0 => crc_at,
-            at if at >= directory_end && at < crc_at && at % PAYLOAD_ALIGN == 0 => at,
-            _ => return Err(Error::BadVocabulary(VocabError::Bounds)),
+            at if at >= directory_end
+                && at % PAYLOAD_ALIGN == 0
+                && at.checked_add(VOCAB_MAGIC.len()).is_some_and(|end| end <= crc_at)
+                && bytes[at..at + VOCAB_MAGIC.len()] == VOCAB_MAGIC =>
+            {
+                at
+            }
+            _ => return Err(Error::BadHeader),
         };
 
         let mut image = Image {
@@ -612,7 +619,7 @@ pub fn set_vocabulary(image: &[u8], section: Option<&[u8]>) -> Result<alloc::vec
     let tensors_end = match old_offset {
         0 => crc_at,
         at if at >= HEADER_BYTES && at <= crc_at => at,
-        _ => return Err(Error::BadVocabulary(VocabError::Bounds)),
+        _ => return Err(Error::BadHeader),
     };
     let mut out = image[..tensors_end].to_vec();
     let mut offset = 0usize;
