@@ -35,7 +35,8 @@ pub const EOS: &str = "<eos>";
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum VocabError {
-    /// The section does not lie after the tensors, 16-byte aligned, and before the CRC.
+    /// The section runs past the end of the bytes it was given (in an image: past the CRC): its
+    /// symbol count or text length is too large.
     Bounds,
     /// The section does not start with `TXLVOCAB`.
     BadMagic,
