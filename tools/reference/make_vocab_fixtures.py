@@ -21,6 +21,16 @@ Files:
   heldout.ids.txt           the held-out text's ids with that vocabulary
   lower/vocab.pkl           a lower-casing vocabulary of every word of train.txt
   lower/heldout.ids.txt     the held-out ids with it
+  lower/cache.pt            that vocabulary as the original code caches its corpus:
+                            `torch.save` of a `data_utils.Corpus` whose `vocab` is a
+                            `utils.vocabulary.Vocab` (ZIP layout); lower/legacy/cache.pt the same
+                            in torch.save's legacy layout (whose storage keys are memory
+                            addresses: the one file a rerun does not write byte for byte)
+
+The corpus classes are stand-ins with the original code's module and class names and attribute
+names (`Vocab`: special, min_freq, max_size, lower_case, delimiter, vocab_file, counter,
+idx2sym, sym2idx; `Corpus`: dataset, vocab, train, valid, test), as its `utils/vocabulary.py`
+and `data_utils.py` define them; the original code itself is not used.
 
 Run with the pinned requirements (and sacremoses, which TransfoXLTokenizer needs):
     python tools/reference/make_vocab_fixtures.py
@@ -29,7 +39,10 @@ Run with the pinned requirements (and sacremoses, which TransfoXLTokenizer needs
 import os
 import random
 import sys
+import types
+from collections import Counter, OrderedDict
 
+import torch
 from transformers import TransfoXLTokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,6 +150,47 @@ def write_ids(path, ids):
         f.write(" ".join(map(str, ids)) + "\n")
 
 
+def corpus_classes():
+    """Modules `utils.vocabulary` and `data_utils` with stand-in `Vocab` and `Corpus` classes."""
+    utils = types.ModuleType("utils")
+    vocabulary = types.ModuleType("utils.vocabulary")
+    data_utils = types.ModuleType("data_utils")
+
+    class Vocab:
+        pass
+
+    class Corpus:
+        pass
+
+    Vocab.__module__, Vocab.__qualname__ = "utils.vocabulary", "Vocab"
+    Corpus.__module__, Corpus.__qualname__ = "data_utils", "Corpus"
+    vocabulary.Vocab = Vocab
+    utils.vocabulary = vocabulary
+    data_utils.Corpus = Corpus
+    sys.modules.update({"utils": utils, "utils.vocabulary": vocabulary, "data_utils": data_utils})
+    return Vocab, Corpus
+
+
+def save_corpus(tok, train_ids, path, legacy):
+    Vocab, Corpus = corpus_classes()
+    vocab = Vocab()
+    vocab.special = list(tok.special)
+    vocab.min_freq, vocab.max_size = tok.min_freq, tok.max_size
+    vocab.lower_case, vocab.delimiter, vocab.vocab_file = tok.lower_case, None, None
+    vocab.counter = Counter(tok.counter)
+    vocab.idx2sym = list(tok.idx2sym)
+    vocab.sym2idx = OrderedDict(tok.sym2idx)
+    vocab.eos_idx = tok.sym2idx["<eos>"]
+    corpus = Corpus()
+    corpus.dataset = "wt103"
+    corpus.vocab = vocab
+    corpus.train = torch.LongTensor(train_ids)
+    corpus.valid = torch.LongTensor(train_ids[:64])
+    corpus.test = torch.LongTensor(train_ids[64:128])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save(corpus, path, _use_new_zipfile_serialization=not legacy)
+
+
 def main():
     rng = random.Random(12)
     words = words_by_rank(rng)
@@ -177,6 +231,9 @@ def main():
             os.remove(path)
     lower_ids = encode(lower, heldout, lower_case=True)
     write_ids(os.path.join(lower_dir, "heldout.ids.txt"), lower_ids)
+    train_ids = encode(lower, train, lower_case=True)
+    save_corpus(lower, train_ids, os.path.join(lower_dir, "cache.pt"), legacy=False)
+    save_corpus(lower, train_ids, os.path.join(lower_dir, "legacy", "cache.pt"), legacy=True)
 
     unk = tok.sym2idx["<unk>"]
     print(
@@ -188,4 +245,9 @@ def main():
 
 
 if __name__ == "__main__":
+    # The pickles hold sets (in the tokenizer's Moses state): fix str hashing so that a rerun
+    # writes the same bytes.
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable] + sys.argv)
     main()

@@ -53,6 +53,35 @@ fn hf_pickle_and_vocab_txt_give_the_original_vocab_ids() {
 }
 
 #[test]
+fn the_original_codes_cache_pt_gives_its_vocab_in_both_torch_save_layouts() {
+    let heldout = text(&words("heldout.txt"));
+    let expected = ids(&words("lower/heldout.ids.txt"));
+    for file in ["lower/cache.pt", "lower/legacy/cache.pt"] {
+        let vocabulary = read_vocabulary(&words(file)).unwrap();
+        assert!(vocabulary.lower_case(), "{file}");
+        assert_eq!(vocabulary.encode(&heldout).unwrap(), expected, "{file}");
+        // Cut anywhere, or with a byte changed, it is an error or a vocabulary, never a panic.
+        let bytes = std::fs::read(words(file)).unwrap();
+        let dir = scratch_dir(&file.replace('/', "-"));
+        let damaged = dir.join("cache.pt");
+        for cut in (0..bytes.len()).step_by(997) {
+            std::fs::write(&damaged, &bytes[..cut]).unwrap();
+            let read = read_vocabulary(&damaged);
+            // The legacy layout has the token tensors after the pickle, and they are not read.
+            if !file.contains("legacy") {
+                assert!(read.is_err(), "{file} cut at {cut}");
+            }
+        }
+        for at in (0..bytes.len()).step_by(101) {
+            let mut changed = bytes.clone();
+            changed[at] ^= 0x5a;
+            std::fs::write(&damaged, &changed).unwrap();
+            let _ = read_vocabulary(&damaged);
+        }
+    }
+}
+
+#[test]
 fn find_vocabulary_looks_beside_the_checkpoint_or_where_told() {
     let dir = scratch_dir("find");
     assert!(find_vocabulary(&fixture("adaptive_div2"), None)
@@ -70,6 +99,9 @@ fn find_vocabulary_looks_beside_the_checkpoint_or_where_told() {
         .unwrap()
         .unwrap();
     assert!(told.lower_case());
+    std::fs::remove_file(dir.join("vocab.txt")).unwrap();
+    std::fs::copy(words("lower/cache.pt"), dir.join("cache.pt")).unwrap();
+    assert!(find_vocabulary(&dir, None).unwrap().unwrap().lower_case());
     let missing = find_vocabulary(&dir, Some(&dir.join("nothing.pkl"))).unwrap_err();
     assert!(format!("{missing:#}").contains("nothing.pkl"), "{missing:#}");
 }

@@ -2,16 +2,19 @@
 //! turn text into token ids and ids back into text.
 //!
 //! - [`read_vocabulary`] reads Hugging Face `TransfoXLTokenizer.save_pretrained`'s `vocab.pkl`
-//!   ([`pickle`]) or the original code's vocabulary file, one symbol per line ([`text_file`]).
+//!   ([`pickle`]), the original code's `cache.pt` (its `torch.save`d corpus, [`corpus`]) or its
+//!   vocabulary file, one symbol per line ([`text_file`]).
 //! - [`find_vocabulary`] looks beside a checkpoint for one (or takes `--vocab FILE`), and
 //!   [`Vocabulary::attach`] adds it to a model image (`core/FORMAT.md`, "Vocabulary section").
 //! - [`Vocabulary::encode`] tokenizes as the original `Vocab.encode_file(ordered=True,
 //!   add_eos=True)` does ([`tokenize`]); [`Vocabulary::decode`] joins symbols with spaces and
 //!   writes `<eos>` as a line break.
 
+pub mod corpus;
 pub mod pickle;
 pub mod text_file;
 pub mod tokenize;
+pub mod unpickle;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -142,20 +145,18 @@ impl Vocabulary {
     }
 }
 
-/// Reads a vocabulary file: a pickle (`vocab.pkl` of `TransfoXLTokenizer.save_pretrained`) or
-/// text with one symbol per line (the original code's `vocab_file`), told apart by content.
+/// Reads a vocabulary file, told apart by content: a pickle (`vocab.pkl` of
+/// `TransfoXLTokenizer.save_pretrained`), a `torch.save` file (the original code's `cache.pt`,
+/// ZIP or legacy), or text with one symbol per line (the original code's `vocab_file`).
 pub fn read_vocabulary(path: &Path) -> Result<Vocabulary> {
     let head = read_head(path)?;
-    if head.starts_with(b"PK\x03\x04") {
-        bail!(
-            "{} is a torch.save archive (the original code's cache.pt holds its corpus there): txl \
-             does not read it. Write its vocabulary one symbol per line and give that file, e.g. in \
-             the original code's directory: python -c \"import torch; v = torch.load('cache.pt').vocab; \
-             open('vocab.txt', 'w').write(''.join(s + '\\n' for s in v.idx2sym))\"",
-            path.display()
-        );
-    }
-    if head.first() == Some(&0x80) {
+    // `torch.save`'s legacy layout starts with its magic number, pickled as a LONG1.
+    let legacy_torch = head.starts_with(&[
+        0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8,
+    ]);
+    if head.starts_with(b"PK\x03\x04") || legacy_torch {
+        corpus::read_cache_pt(path)
+    } else if head.first() == Some(&0x80) {
         pickle::read_hf_vocab(path)
     } else {
         text_file::read_vocab_txt(path)
@@ -166,18 +167,17 @@ fn read_head(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
     let mut head = Vec::new();
     std::fs::File::open(path)
-        .and_then(|f| f.take(4).read_to_end(&mut head))
+        .and_then(|f| f.take(16).read_to_end(&mut head))
         .with_context(|| format!("cannot read the vocabulary {}", path.display()))?;
     Ok(head)
 }
 
 /// The files [`find_vocabulary`] looks for beside a checkpoint, in this order.
-pub const VOCAB_FILES: [&str; 2] = ["vocab.pkl", "vocab.txt"];
+pub const VOCAB_FILES: [&str; 3] = ["vocab.pkl", "vocab.txt", "cache.pt"];
 
 /// The vocabulary for the checkpoint at `checkpoint` (a directory or a weights file): the file
 /// `explicit` when given (`--vocab FILE`), else the first of [`VOCAB_FILES`] in the checkpoint's
-/// directory, else none (a byte-level model). A `cache.pt` found there alone is named on stderr:
-/// it is not read.
+/// directory, else none (a byte-level model).
 pub fn find_vocabulary(checkpoint: &Path, explicit: Option<&Path>) -> Result<Option<Vocabulary>> {
     if let Some(path) = explicit {
         return read_vocabulary(path).map(Some);
@@ -194,13 +194,6 @@ pub fn find_vocabulary(checkpoint: &Path, explicit: Option<&Path>) -> Result<Opt
         if path.is_file() {
             return read_vocabulary(&path).map(Some);
         }
-    }
-    if dir.join("cache.pt").is_file() {
-        eprintln!(
-            "note: {} is not read (a torch.save'd corpus); give its vocabulary one symbol per line \
-             with --vocab FILE. The image has no vocabulary.",
-            dir.join("cache.pt").display()
-        );
     }
     Ok(None)
 }
