@@ -12,6 +12,7 @@
 //! - `config`: every fixture's `config.json` and the checkpoint targets' config.
 //! - `firmware_args`: the command lines of the firmware's tests and README.
 //! - `state`: the saved state of each session the target restores into.
+//! - `vocab`: the fixture vocabularies' pickles, and a vocabulary line with a text after it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,34 @@ fn main() {
     config_seeds(&corpus.join("config"), &fixtures);
     firmware_args_seeds(&corpus.join("firmware_args"));
     state_seeds(&corpus.join("state"));
+    vocab_seeds(&corpus.join("vocab"), &fixtures);
+}
+
+// ---------------------------------------------------------------------------------------
+// vocab
+// ---------------------------------------------------------------------------------------
+
+/// The fixture vocabularies' pickles (the legacy `cache.pt` starts with its pickles) and a
+/// vocabulary line with a text after it.
+fn vocab_seeds(dir: &Path, fixtures: &Path) {
+    let dir = fresh(dir);
+    let words = fixtures.join("words");
+    write(&dir, "hf_vocab.pkl", &fs::read(words.join("vocab.pkl")).unwrap());
+    let legacy = fs::read(words.join("lower/legacy/cache.pt")).unwrap();
+    write(
+        &dir,
+        "legacy_cache_pt_head",
+        &legacy[..legacy.len().min(24 << 10)],
+    );
+    let symbols = fs::read_to_string(words.join("vocab.txt"))
+        .unwrap()
+        .replace('\n', " ");
+    let heldout = fs::read_to_string(words.join("heldout.txt")).unwrap();
+    write(
+        &dir,
+        "vocab_and_text.txt",
+        format!("{symbols}\n{heldout}").as_bytes(),
+    );
 }
 
 /// A fresh, empty `dir`.
