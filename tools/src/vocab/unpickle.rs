@@ -2,7 +2,7 @@
 //! (`data_utils.Corpus`) and its `Vocab` (`utils.vocabulary.Vocab`) are plain classes whose
 //! attributes come in a `BUILD`, which this reader keeps as the object's [`Value::Object`] state.
 //!
-//! Only classes named in [`ALLOWED`] may be built; anything else is an error, and nothing in the
+//! Only the classes named in `ALLOWED` may be built; anything else is an error, and nothing in the
 //! file is ever run. Persistent ids (tensor storages) become [`Value::Opaque`]: their bytes are
 //! not read. Every value made counts against a budget tied to the pickle's length, so memo
 //! copies cannot blow up.
