@@ -105,7 +105,9 @@ pub struct TokenSource {
     /// Text, tokenized with the image's vocabulary as the original code's
     /// Vocab.encode_file(add_eos=True): words split at whitespace, <eos> at each line end
     /// (when the vocabulary has it), <unk> for unknown words, lower-cased when the vocabulary
-    /// is. Without a vocabulary (byte-level models), the same as --bytes.
+    /// is. Without a vocabulary (byte-level models), the same as --bytes. A character model of
+    /// the original code (enwik8, text8) reads text written as its symbols: see README.md,
+    /// "Word-level models", for the one-line conversion of raw text.
     #[arg(long, value_name = "FILE")]
     pub text: Option<PathBuf>,
 }

@@ -30,9 +30,13 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl score model.txl --bytes heldout.txt --mem-dtype int8 --position-keys segment\n  \
     txl score model.txl --bytes heldout.txt --tgt-len 1 --mem-dtype int8 --position-keys folded\n  \
     txl score model.txl --bytes heldout.txt --backend cpu --out logp-reference.npy\n  \
+    txl score words.txl --text wiki.test.tokens --json\n  \
     txl score model.txl --bytes part1.txt --state-out memory.state\n  \
     txl score model.txl --bytes part2.txt --state-in memory.state\n\
-    (part2 starts with part1's last byte: the two runs predict every byte once)";
+    (part2 starts with part1's last byte: the two runs predict every byte once)\n\
+    --text: words with the image's vocabulary (<eos> per line, <unk>), bits per word; an\n\
+    enwik8-style character model reads its symbols, e.g. from raw bytes:\n  \
+    od -An -v -tu1 -w1 raw.txt | awk '$1 == 10 { print \"\"; next } { printf \"%s \", $1 }' > symbols.txt";
 
 /// Arguments of `txl score`.
 #[derive(clap::Args, Debug)]
