@@ -340,3 +340,59 @@ fn convert_picks_up_the_vocabulary_it_is_given() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("300"), "{}", stderr(&out));
 }
+
+/// The README's one-liner that writes raw bytes as the original enwik8 preparation does (each
+/// byte its decimal value, a newline byte a line break), tokenized with a vocabulary numbered
+/// by frequency and without `<eos>`: the ids are the symbols' ranks, newlines left out, as the
+/// original `prep_enwik8.py` + `Vocab.encode_file(add_eos=False)` give them.
+#[test]
+fn raw_bytes_reach_an_enwik8_style_model_as_the_readme_says() {
+    let have = |program: &str| {
+        std::process::Command::new(program)
+            .arg("--version")
+            .output()
+            .is_ok()
+    };
+    if !have("od") || !have("awk") {
+        eprintln!("skipped: needs od and awk");
+        return;
+    }
+    let dir = scratch_dir("enwik8");
+    let raw_path = fixture("demo").join("heldout.txt");
+    let raw = std::fs::read(&raw_path).unwrap();
+    let raw = &raw[..raw.len().min(3000)];
+    assert!(
+        raw.contains(&b'\n'),
+        "the text must have line breaks to exercise them"
+    );
+    std::fs::write(dir.join("raw.txt"), raw).unwrap();
+    let readme = text(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"));
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("od -An"))
+        .expect("the README's od line");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(line)
+        .current_dir(&*dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let symbols_text = text(&dir.join("symbols.txt"));
+
+    // The vocabulary: every byte value but the newline, by falling frequency (ties by value).
+    let mut counts = [0usize; 256];
+    raw.iter().for_each(|&b| counts[b as usize] += 1);
+    let mut order: Vec<u8> = (0..=255u8)
+        .filter(|&b| b != b'\n' && counts[b as usize] > 0)
+        .collect();
+    order.sort_by_key(|&b| (std::cmp::Reverse(counts[b as usize]), b));
+    let vocabulary =
+        txl_tools::vocab::Vocabulary::new(order.iter().map(|b| b.to_string()).collect(), false).unwrap();
+    let expected: Vec<u32> = raw
+        .iter()
+        .filter(|&&b| b != b'\n')
+        .map(|b| order.iter().position(|o| o == b).unwrap() as u32)
+        .collect();
+    assert_eq!(vocabulary.encode(&symbols_text).unwrap(), expected);
+}
