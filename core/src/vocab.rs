@@ -303,7 +303,8 @@ mod tests {
         for cut in 0..section.len() {
             assert!(Vocabulary::parse(&section[..cut], 3).is_err(), "cut at {cut}");
         }
-        for at in 0..section.len() {
+        let stride = if cfg!(miri) { 7 } else { 1 };
+        for at in (0..section.len()).step_by(stride) {
             for flip in [0x01u8, 0x80, 0xff] {
                 let mut damaged = section.clone();
                 damaged[at] ^= flip;
