@@ -4,6 +4,7 @@ use core::fmt;
 
 use crate::options::SessionOptions;
 use crate::tensors::TensorName;
+use crate::vocab::VocabError;
 
 /// A config field that makes no sense, or that this crate cannot run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,6 +174,8 @@ pub enum Error {
     TensorBounds(TensorName),
     /// The image does not start on a 16-byte boundary, so its payloads cannot be read in place.
     ImageMisaligned,
+    /// The image's vocabulary section is damaged: see [`VocabError`].
+    BadVocabulary(VocabError),
     /// The arena is smaller than [`crate::Session::arena_bytes`].
     ArenaTooSmall {
         /// Bytes the session needs.
@@ -242,6 +245,7 @@ impl fmt::Display for Error {
                 write!(f, "tensor `{name}` lies outside the image or is misaligned")
             }
             Error::ImageMisaligned => f.write_str("the image must start on a 16-byte boundary"),
+            Error::BadVocabulary(e) => write!(f, "invalid vocabulary section: {e}"),
             Error::ArenaTooSmall { needed, got } => {
                 write!(f, "arena too small: needs {needed} bytes, got {got}")
             }

@@ -10,6 +10,7 @@ use crate::config::{Config, MAX_CUTOFFS};
 use crate::crc32::crc32;
 use crate::error::Error;
 use crate::tensors::{for_each_tensor, Shape, TensorLayout, TensorName};
+use crate::vocab::{Vocabulary, VOCAB_MAGIC};
 use crate::weights::{Matrix, MatrixData};
 
 /// The first eight bytes of every image.
@@ -26,6 +27,8 @@ pub const NAME_BYTES: usize = 48;
 pub const PAYLOAD_ALIGN: usize = 16;
 /// Bytes of the trailing CRC-32.
 pub const CRC_BYTES: usize = 4;
+/// Header offset of `vocab_offset`: where the optional vocabulary section starts, 0 for none.
+pub const VOCAB_OFFSET_AT: usize = 116;
 
 const FLAG_TIE_WEIGHT: u32 = 1 << 0;
 const FLAG_PRE_LNORM: u32 = 1 << 1;
@@ -89,6 +92,7 @@ pub struct Image<'a> {
     bytes: &'a [u8],
     config: Config,
     layout: TensorLayout,
+    vocabulary: Option<Vocabulary<'a>>,
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> u32 {
@@ -107,7 +111,7 @@ fn decode_config(header: &[u8]) -> Result<Config, Error> {
         *cutoff = field(60 + 4 * i);
     }
     let flags = field(92);
-    if flags & !KNOWN_FLAGS != 0 || header[116..HEADER_BYTES].iter().any(|&b| b != 0) {
+    if flags & !KNOWN_FLAGS != 0 || header[VOCAB_OFFSET_AT + 4..HEADER_BYTES].iter().any(|&b| b != 0) {
         return Err(Error::BadHeader);
     }
     let config = Config {
@@ -263,11 +267,26 @@ impl<'a> Image<'a> {
                 got: bytes.len(),
             });
         }
+        // The vocabulary, when there is one, follows the tensors: they must end before it. The
+        // header must point at one (its magic), aligned, after the directory.
+        let vocab_offset = read_u32(bytes, VOCAB_OFFSET_AT) as usize;
+        let payload_end = match vocab_offset {
+            0 => crc_at,
+            at if at >= directory_end
+                && at % PAYLOAD_ALIGN == 0
+                && at.checked_add(VOCAB_MAGIC.len()).is_some_and(|end| end <= crc_at)
+                && bytes[at..at + VOCAB_MAGIC.len()] == VOCAB_MAGIC =>
+            {
+                at
+            }
+            _ => return Err(Error::BadHeader),
+        };
 
-        let image = Image {
+        let mut image = Image {
             bytes,
             config,
             layout,
+            vocabulary: None,
         };
         let mut index = 0;
         let mut payload_floor = directory_end;
@@ -276,10 +295,16 @@ impl<'a> Image<'a> {
             if result.is_err() {
                 return;
             }
-            result = image.check_entry(index, name, shape, &mut payload_floor, crc_at);
+            result = image.check_entry(index, name, shape, &mut payload_floor, payload_end);
             index += 1;
         });
-        result.map(|()| image)
+        result?;
+        if vocab_offset != 0 {
+            let section = &bytes[vocab_offset..crc_at];
+            image.vocabulary =
+                Some(Vocabulary::parse(section, config.n_token).map_err(Error::BadVocabulary)?);
+        }
+        Ok(image)
     }
 
     fn check_entry(
@@ -355,6 +380,12 @@ impl<'a> Image<'a> {
     /// The whole image.
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
+    }
+
+    /// The symbols of the token ids, when the image carries a vocabulary section (word-level
+    /// models; byte-level models need none).
+    pub fn vocabulary(&self) -> Option<Vocabulary<'a>> {
+        self.vocabulary
     }
 
     /// Directory entry `index` (`index < layout().count()`, validated by `parse`).
@@ -563,4 +594,49 @@ pub fn write_image(
     let crc = crc32(&image);
     image.extend_from_slice(&crc.to_le_bytes());
     Ok(image)
+}
+
+/// `image` with its vocabulary section replaced by `section` (or removed, with `None`): the
+/// tensors and config stay as they are, the header's `image_bytes` and `vocab_offset` and the
+/// CRC are rewritten. `image` must be a whole image (it is not parsed here: parse the result);
+/// `section` must be a valid section for the image's `n_token`
+/// ([`crate::vocab::encode_section`], or [`Vocabulary::section_bytes`] of another image).
+#[cfg(feature = "alloc")]
+pub fn set_vocabulary(image: &[u8], section: Option<&[u8]>) -> Result<alloc::vec::Vec<u8>, Error> {
+    let minimum = HEADER_BYTES + CRC_BYTES;
+    if image.len() < minimum {
+        return Err(Error::Truncated {
+            needed: minimum,
+            got: image.len(),
+        });
+    }
+    if image[..8] != MAGIC {
+        return Err(Error::BadMagic);
+    }
+    let n_token = read_u32(image, 24);
+    let crc_at = image.len() - CRC_BYTES;
+    let old_offset = read_u32(image, VOCAB_OFFSET_AT) as usize;
+    let tensors_end = match old_offset {
+        0 => crc_at,
+        at if at >= HEADER_BYTES && at <= crc_at => at,
+        _ => return Err(Error::BadHeader),
+    };
+    let mut out = image[..tensors_end].to_vec();
+    let mut offset = 0usize;
+    if let Some(section) = section {
+        let vocabulary = Vocabulary::parse(section, n_token).map_err(Error::BadVocabulary)?;
+        out.resize(tensors_end.div_ceil(PAYLOAD_ALIGN) * PAYLOAD_ALIGN, 0);
+        offset = out.len();
+        out.extend_from_slice(vocabulary.section_bytes());
+        out.resize(out.len().div_ceil(PAYLOAD_ALIGN) * PAYLOAD_ALIGN, 0);
+    }
+    let image_bytes = out.len() + CRC_BYTES;
+    let (Ok(image_bytes), Ok(offset)) = (u32::try_from(image_bytes), u32::try_from(offset)) else {
+        return Err(Error::BadConfig(crate::error::ConfigError::TooLarge));
+    };
+    out[12..16].copy_from_slice(&image_bytes.to_le_bytes());
+    out[VOCAB_OFFSET_AT..VOCAB_OFFSET_AT + 4].copy_from_slice(&offset.to_le_bytes());
+    let crc = crc32(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    Ok(out)
 }

@@ -95,6 +95,7 @@ pub mod sampling;
 pub mod scoring;
 pub mod session;
 pub mod tensors;
+pub mod vocab;
 pub mod weights;
 
 #[cfg(feature = "alloc")]
@@ -108,3 +109,4 @@ pub use memory::MemDtype;
 pub use model::Model;
 pub use options::{MemInit, OptionWord, PositionKeys, SessionOptions, UnknownWord};
 pub use session::{Linear, Probe, Session};
+pub use vocab::{VocabError, Vocabulary};

@@ -5,12 +5,17 @@
 //! give the same text on the host. The last line is
 //! `demo tokens=N digest=0xHHHHHHHH instructions_per_token=Y`, `digest` being FNV-1a over the
 //! generated token ids as little-endian u32s.
+//!
+//! A model image with a vocabulary (a word-level model) reads the prompt as words, looked up in
+//! the image's vocabulary (`<unk>` for a word it lacks; lower-cased first, ASCII letters only,
+//! when the vocabulary is lower-case), and prints the words it generates joined by spaces, a line
+//! per `<eos>`, as `txl generate` writes them.
 
 use defmt::info;
 use heapless::{String, Vec};
 use txl_core::digest::Fnv1a;
 use txl_core::sampling::{Sampler, Sampling};
-use txl_core::Session;
+use txl_core::{Session, Vocabulary};
 
 use crate::args::{DemoArgs, MAX_PROMPT};
 use crate::counter::{self, InstructionCounter};
@@ -27,7 +32,11 @@ pub fn run(
 ) -> Result<(), Failure> {
     let n_token = session.model().config().n_token;
     let tgt_len = session.options().tgt_len as usize;
-    let prompt: Vec<u32, MAX_PROMPT> = args.prompt.iter().map(|&b| u32::from(b)).collect();
+    let vocabulary = session.model().image().vocabulary();
+    let prompt: Vec<u32, MAX_PROMPT> = match &vocabulary {
+        Some(vocabulary) => prompt_words(vocabulary, &args.prompt)?,
+        None => args.prompt.iter().map(|&b| u32::from(b)).collect(),
+    };
     if prompt.is_empty() {
         return Err(Failure::Args("the prompt is empty"));
     }
@@ -46,6 +55,9 @@ pub fn run(
     let mut sampler = Sampler::new(sampling);
     let mut text = TextLines::new();
     text.push_all(&args.prompt);
+    if vocabulary.is_some() {
+        text.line_start = args.prompt.iter().all(u8::is_ascii_whitespace);
+    }
     let mut next = None;
     for segment in prompt.chunks(tgt_len) {
         session.forward_last(segment, |_, row| next = Some(sampler.pick(row)))?;
@@ -55,7 +67,10 @@ pub fn run(
     while generated < args.length {
         let token = next.unwrap_or(0);
         digest.write(&token.to_le_bytes());
-        text.push(token.min(255) as u8);
+        match &vocabulary {
+            Some(vocabulary) => text.push_word(vocabulary.symbol(token).unwrap_or("<?>")),
+            None => text.push(token.min(255) as u8),
+        }
         generated += 1;
         if generated == args.length {
             break;
@@ -74,14 +89,79 @@ pub fn run(
     Ok(())
 }
 
-/// Prints bytes as lines of text (non-ASCII bytes as `?`).
+/// Longest prompt word looked up, in bytes.
+const MAX_WORD: usize = 64;
+
+/// The prompt's words as token ids of `vocabulary`, as `txl generate --prompt` takes them for a
+/// word-level model: split at whitespace, no `<eos>` after the last line, `<eos>` at each line
+/// break, `<unk>` (or `<UNK>`) for a word the vocabulary lacks.
+fn prompt_words(vocabulary: &Vocabulary<'_>, prompt: &[u8]) -> Result<Vec<u32, MAX_PROMPT>, Failure> {
+    let text = core::str::from_utf8(prompt).map_err(|_| Failure::Args("the prompt is not UTF-8"))?;
+    let unk = vocabulary.find("<unk>").or_else(|| vocabulary.find("<UNK>"));
+    let mut ids = Vec::new();
+    let mut lines = text.split('\n').peekable();
+    while let Some(line) = lines.next() {
+        for word in line.split_whitespace() {
+            let mut lowered: String<MAX_WORD> = String::new();
+            let word = if vocabulary.lower_case() {
+                for c in word.chars() {
+                    lowered
+                        .push(c.to_ascii_lowercase())
+                        .map_err(|_| Failure::Args("a prompt word is longer than 64 bytes"))?;
+                }
+                lowered.as_str()
+            } else {
+                word
+            };
+            let id = vocabulary.find(word).or(unk).ok_or(Failure::Args(
+                "a prompt word is not in the vocabulary, which has no <unk>",
+            ))?;
+            ids.push(id)
+                .map_err(|_| Failure::Args("the prompt has too many words"))?;
+        }
+        if lines.peek().is_some() {
+            if let Some(eos) = vocabulary.eos() {
+                ids.push(eos)
+                    .map_err(|_| Failure::Args("the prompt has too many words"))?;
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// Prints bytes (non-ASCII bytes as `?`) or words as lines of text.
 struct TextLines {
     line: String<LINE>,
+    /// No word on this line yet (words are joined by spaces).
+    line_start: bool,
 }
 
 impl TextLines {
     fn new() -> TextLines {
-        TextLines { line: String::new() }
+        TextLines {
+            line: String::new(),
+            line_start: true,
+        }
+    }
+
+    /// Appends a word: after a space unless the line is new; `<eos>` ends the line.
+    fn push_word(&mut self, word: &str) {
+        if word == txl_core::vocab::EOS {
+            self.flush();
+            self.line_start = true;
+            return;
+        }
+        if !self.line_start {
+            self.push(b' ');
+        }
+        for c in word.chars() {
+            let mut bytes = [0u8; 4];
+            if self.line.push_str(c.encode_utf8(&mut bytes)).is_err() {
+                self.flush();
+                let _ = self.line.push(c);
+            }
+        }
+        self.line_start = false;
     }
 
     fn push_all(&mut self, bytes: &[u8]) {

@@ -3,9 +3,9 @@
 //! root; stable Rust is enough). The output is the same on every run, so `git status`
 //! afterwards shows whether the committed seeds are current.
 //!
-//! - `image`: random-weight images of `txl_fuzz::tiny_config` in f32, f16 and int8, and of a
-//!   second config with the other switches (pre-LN, shared biases, untied output weights, one
-//!   table, clamping, same_length).
+//! - `image`: random-weight images of `txl_fuzz::tiny_config` in f32, f16 and int8 (and int8
+//!   with a vocabulary section), and of a second config with the other switches (pre-LN, shared
+//!   biases, untied output weights, one table, clamping, same_length).
 //! - `safetensors` / `torch`: the checkpoint of `txl_fuzz::CHECKPOINT_CONFIG` as
 //!   `save_pretrained` and `torch.save` lay it out, plus the `no_mem` fixture's files (real
 //!   output of `transformers` and PyTorch, for another config: they reach the shape checks).
@@ -14,6 +14,7 @@
 //! - `config`: every fixture's `config.json` and the checkpoint targets' config.
 //! - `firmware_args`: the command lines of the firmware's tests and README.
 //! - `state`: the saved state of each session the target restores into.
+//! - `vocab`: the fixture vocabularies' pickles, and a vocabulary line with a text after it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,34 @@ fn main() {
     config_seeds(&corpus.join("config"), &fixtures);
     firmware_args_seeds(&corpus.join("firmware_args"));
     state_seeds(&corpus.join("state"));
+    vocab_seeds(&corpus.join("vocab"), &fixtures);
+}
+
+// ---------------------------------------------------------------------------------------
+// vocab
+// ---------------------------------------------------------------------------------------
+
+/// The fixture vocabularies' pickles (the legacy `cache.pt` starts with its pickles) and a
+/// vocabulary line with a text after it.
+fn vocab_seeds(dir: &Path, fixtures: &Path) {
+    let dir = fresh(dir);
+    let words = fixtures.join("words");
+    write(&dir, "hf_vocab.pkl", &fs::read(words.join("vocab.pkl")).unwrap());
+    let legacy = fs::read(words.join("lower/legacy/cache.pt")).unwrap();
+    write(
+        &dir,
+        "legacy_cache_pt_head",
+        &legacy[..legacy.len().min(24 << 10)],
+    );
+    let symbols = fs::read_to_string(words.join("vocab.txt"))
+        .unwrap()
+        .replace('\n', " ");
+    let heldout = fs::read_to_string(words.join("heldout.txt")).unwrap();
+    write(
+        &dir,
+        "vocab_and_text.txt",
+        format!("{symbols}\n{heldout}").as_bytes(),
+    );
 }
 
 /// A fresh, empty `dir`.
@@ -100,6 +129,21 @@ fn image_seeds(dir: &Path) {
         &dir,
         "other_f32.txl",
         &random_image(&other, 2, RandomInit::for_config(&other)).unwrap(),
+    );
+    // With a vocabulary section (multi-byte UTF-8 included), to reach its checks.
+    let symbols: Vec<String> = (0..tiny.n_token)
+        .map(|i| match i {
+            0 => "<eos>".to_string(),
+            1 => "<unk>".to_string(),
+            _ => format!("wörd{i}"),
+        })
+        .collect();
+    let section = txl_core::vocab::encode_section(&symbols, true).unwrap();
+    write(
+        &dir,
+        "tiny_int8_vocab.txl",
+        &txl_core::image::set_vocabulary(&quantize_weights(&model, Target::Int8).unwrap(), Some(&section))
+            .unwrap(),
     );
 }
 

@@ -6,12 +6,14 @@
 //! otherwise almost always stop at `BadChecksum`, which the core's unit tests cover). Those four
 //! bytes choose the session instead ([`options`]): `tgt_len` 1 to 4, `mem_len` 0 to 7,
 //! `clamp_len` 0 to 7, `same_length`, the memory start, the cache dtype, the position-key mode,
-//! and the tokens.
+//! and the tokens. An image with a vocabulary section reads every symbol back.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use txl_core::{AlignedBytes, Error, MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
+use txl_core::{
+    AlignedBytes, Error, MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions, Vocabulary,
+};
 
 /// Largest arena tried; a bigger one is skipped.
 const MAX_ARENA_BYTES: usize = 4 << 20;
@@ -31,8 +33,26 @@ fuzz_target!(|data: &[u8]| {
     let Ok(model) = Model::parse(image.bytes()) else {
         return;
     };
+    if let Some(vocabulary) = model.image().vocabulary() {
+        read_vocabulary(&vocabulary, model.config().n_token);
+    }
     run(&model, options(choice), choice[2]);
 });
+
+/// Every symbol of a parsed vocabulary reads back, and ids past the end are `None`.
+fn read_vocabulary(vocabulary: &Vocabulary<'_>, n_token: u32) {
+    assert_eq!(vocabulary.len(), n_token as usize);
+    for id in 0..n_token {
+        let symbol = vocabulary.symbol(id).expect("a parsed symbol reads back");
+        assert!(!symbol.is_empty());
+    }
+    assert_eq!(vocabulary.symbol(n_token), None);
+    let mut text = String::new();
+    vocabulary
+        .write_text(&[0, n_token - 1, n_token], &mut text)
+        .expect("a String takes any text");
+    let _ = vocabulary.find("<eos>");
+}
 
 /// The session options the four bytes `choice` pick.
 fn options([a, b, ..]: [u8; 4]) -> SessionOptions {

@@ -30,4 +30,5 @@ fi
 
 "$venv/bin/python" "$here/make_fixtures.py" "$@"
 "$venv/bin/python" "$here/pytorch_quantization.py"
+"$venv/bin/python" "$here/make_vocab_fixtures.py"
 exec "$venv/bin/python" "$here/make_original_fixtures.py"

@@ -15,3 +15,4 @@ pub mod generate;
 pub mod image_file;
 pub mod npy;
 pub mod tokens;
+pub mod vocab;

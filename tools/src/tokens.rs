@@ -1,4 +1,5 @@
-//! Reading token files: whitespace-separated decimal ids, or one token per byte.
+//! Reading token files: whitespace-separated decimal ids, one token per byte, or text tokenized
+//! with the model's vocabulary.
 //!
 //! A file of `n` bytes holds at most `n` tokens, kept as 4-byte ids: the ids are allocated
 //! fallibly, so a file too large for memory is an error naming it, not an abort.
@@ -6,6 +7,9 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
+use txl_core::Model;
+
+use crate::vocab::Vocabulary;
 
 /// Reads whitespace-separated decimal token ids.
 pub fn read_token_ids(path: &Path) -> Result<Vec<u32>> {
@@ -26,6 +30,26 @@ pub fn read_byte_tokens(path: &Path) -> Result<Vec<u32>> {
     let mut ids = with_room(path, bytes.len())?;
     ids.extend(bytes.into_iter().map(u32::from));
     Ok(ids)
+}
+
+/// Reads text and tokenizes it with `model`'s vocabulary as the original code's
+/// `Vocab.encode_file(ordered=True, add_eos=True)` does ([`Vocabulary::encode`]); a model
+/// without a vocabulary (byte-level) takes every byte as one token, as [`read_byte_tokens`].
+pub fn read_text_tokens(path: &Path, model: &Model<'_>) -> Result<Vec<u32>> {
+    let Some(vocabulary) = model.image().vocabulary() else {
+        return read_byte_tokens(path);
+    };
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow!(
+            "{}: not UTF-8 text (byte {}); a model with a vocabulary reads words",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    Vocabulary::from_image(&vocabulary)
+        .encode(&text)
+        .with_context(|| format!("tokenizing {}", path.display()))
 }
 
 /// An empty vector with room for the `count` tokens of the file at `path`.

@@ -468,7 +468,7 @@ fn every_example_in_the_help_and_the_readme_parses() {
         .filter_map(|l| l.split_whitespace().next())
         .filter(|&name| name != "help")
         .collect();
-    assert_eq!(commands.len(), 9, "{top}");
+    assert_eq!(commands.len(), 10, "{top}");
     for name in commands {
         let sub = examples_in(&help(&[name, "--help"]));
         assert!(!sub.is_empty(), "`txl {name} --help` has no examples");

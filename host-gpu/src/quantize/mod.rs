@@ -25,7 +25,7 @@ mod search;
 
 use half::f16;
 use serde::Serialize;
-use txl_core::image::{write_image, Payload};
+use txl_core::image::{set_vocabulary, write_image, Payload};
 use txl_core::tensors::{for_each_tensor, Shape, TensorName};
 use txl_core::{Config, Model, SessionOptions};
 
@@ -242,10 +242,11 @@ enum Plan {
     Quantized(std::rc::Rc<int8::Int8Matrix>),
 }
 
-/// The source model's tensors, in f32.
+/// The source model's tensors, in f32, and its vocabulary section (kept in every image built).
 struct Source {
     config: Config,
     tensors: Vec<(TensorName, Shape, Vec<f32>)>,
+    vocabulary: Option<Vec<u8>>,
 }
 
 impl Source {
@@ -268,7 +269,12 @@ impl Source {
             tensors.push((name, shape, data));
             index += 1;
         });
-        Source { config, tensors }
+        let vocabulary = image.vocabulary().map(|v| v.section_bytes().to_vec());
+        Source {
+            config,
+            tensors,
+            vocabulary,
+        }
     }
 
     /// Builds an image storing tensor `i` as `plans[i]`; returns it and each tensor's SQNR.
@@ -322,7 +328,10 @@ impl Source {
                 (*name, payload)
             })
             .collect();
-        let image = write_image(&self.config, &payloads)?;
+        let mut image = write_image(&self.config, &payloads)?;
+        if let Some(section) = &self.vocabulary {
+            image = set_vocabulary(&image, Some(section))?;
+        }
         Ok((image, sqnr))
     }
 

@@ -102,15 +102,24 @@ pub struct TokenSource {
     /// Every byte of the file is one token id (byte-level models).
     #[arg(long, value_name = "FILE")]
     pub bytes: Option<PathBuf>,
+    /// Text, tokenized with the image's vocabulary as the original code's
+    /// Vocab.encode_file(add_eos=True): words split at whitespace, <eos> at each line end
+    /// (when the vocabulary has it), <unk> for unknown words, lower-cased when the vocabulary
+    /// is. Without a vocabulary (byte-level models), the same as --bytes. A character model of
+    /// the original code (enwik8, text8) reads text written as its symbols: see README.md,
+    /// "Word-level models", for the one-line conversion of raw text.
+    #[arg(long, value_name = "FILE")]
+    pub text: Option<PathBuf>,
 }
 
 impl TokenSource {
-    /// Reads the tokens.
-    pub fn read(&self) -> Result<Vec<u32>> {
-        match (&self.tokens, &self.bytes) {
-            (Some(path), _) => tokens::read_token_ids(path),
-            (_, Some(path)) => tokens::read_byte_tokens(path),
-            _ => bail!("give --tokens FILE or --bytes FILE"),
+    /// Reads the tokens (`--text` with `model`'s vocabulary).
+    pub fn read(&self, model: &Model<'_>) -> Result<Vec<u32>> {
+        match (&self.tokens, &self.bytes, &self.text) {
+            (Some(path), _, _) => tokens::read_token_ids(path),
+            (_, Some(path), _) => tokens::read_byte_tokens(path),
+            (_, _, Some(path)) => tokens::read_text_tokens(path, model),
+            _ => bail!("give --tokens FILE, --bytes FILE or --text FILE"),
         }
     }
 }
@@ -191,9 +200,14 @@ pub struct QuantizeArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "calib_tokens")]
     pub calib_bytes: Option<PathBuf>,
     /// Calibration text as whitespace-separated token ids.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "calib_text")]
     pub calib_tokens: Option<PathBuf>,
-    /// Use at most this many calibration tokens (with --calib-bytes or --calib-tokens).
+    /// Calibration text, tokenized with the image's vocabulary as --text is (without one, the
+    /// same as --calib-bytes).
+    #[arg(long, value_name = "FILE", conflicts_with = "calib_bytes")]
+    pub calib_text: Option<PathBuf>,
+    /// Use at most this many calibration tokens (with --calib-bytes, --calib-tokens or
+    /// --calib-text).
     #[arg(long, default_value_t = CALIB_LIMIT)]
     pub calib_limit: usize,
     /// Activation smoothing: auto (try strengths, keep the best), off, or a strength in [0, 1].
@@ -224,6 +238,7 @@ impl QuantizeArgs {
         [
             (self.calib_bytes.is_some(), "--calib-bytes"),
             (self.calib_tokens.is_some(), "--calib-tokens"),
+            (self.calib_text.is_some(), "--calib-text"),
             (self.calib_limit != CALIB_LIMIT, "--calib-limit"),
             (self.smooth != Smoothing::Auto, "--smooth"),
             (self.method != Method::Round, "--method"),
@@ -235,19 +250,24 @@ impl QuantizeArgs {
         .find_map(|(given, flag)| given.then_some(flag))
     }
 
-    /// Reads the calibration text, if any was given, cut to `--calib-limit` tokens.
-    pub fn calibration(&self) -> Result<Option<Vec<u32>>> {
-        let mut calibration = match (&self.calib_bytes, &self.calib_tokens) {
-            (Some(path), _) => tokens::read_byte_tokens(path)?,
-            (_, Some(path)) => tokens::read_token_ids(path)?,
+    /// Reads the calibration text, if any was given, cut to `--calib-limit` tokens
+    /// (`--calib-text` with `model`'s vocabulary).
+    pub fn calibration(&self, model: &Model<'_>) -> Result<Option<Vec<u32>>> {
+        let mut calibration = match (&self.calib_bytes, &self.calib_tokens, &self.calib_text) {
+            (Some(path), _, _) => tokens::read_byte_tokens(path)?,
+            (_, Some(path), _) => tokens::read_token_ids(path)?,
+            (_, _, Some(path)) => tokens::read_text_tokens(path, model)?,
             _ => {
                 // These only act on calibration text: without it they would be ignored.
                 if self.calib_limit != CALIB_LIMIT {
-                    bail!("--calib-limit needs calibration text (--calib-bytes or --calib-tokens)");
+                    bail!(
+                        "--calib-limit needs calibration text (--calib-bytes, --calib-tokens or --calib-text)"
+                    );
                 }
                 if self.auto_keep_f16 != 0 {
                     bail!(
-                        "--auto-keep-f16 measures on calibration text: give --calib-bytes or --calib-tokens"
+                        "--auto-keep-f16 measures on calibration text: give --calib-bytes, --calib-tokens \
+                         or --calib-text"
                     );
                 }
                 return Ok(None);

@@ -37,7 +37,7 @@ impl Args {
         let cand_bytes = read_image(&self.candidate)?;
         let ref_model = parse_model(&ref_bytes, &self.reference)?;
         let cand_model = parse_model(&cand_bytes, &self.candidate)?;
-        let tokens = self.source.read()?;
+        let tokens = self.source.read(&ref_model)?;
         if tokens.len() < 2 {
             bail!("need at least 2 tokens to compare, got {}", tokens.len());
         }

@@ -21,7 +21,8 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl convert path/to/hf-checkpoint -o model-f16.txl --dtype f16\n  \
     txl convert work_dir/model.pt -o model.txl\n  \
     txl convert state_dict.pt -o model.txl --pre-lnorm --tgt-len 128 --mem-len 1600 --clamp-len 1000\n  \
-    txl convert tests/fixtures/original/no_mem/state_dict.pt -o no_mem.txl --cutoffs 20 --tgt-len 6";
+    txl convert tests/fixtures/original/no_mem/state_dict.pt -o no_mem.txl --cutoffs 20 --tgt-len 6\n  \
+    txl convert path/to/hf-checkpoint -o words.txl --vocab vocab.pkl";
 
 /// Arguments of `txl convert`.
 #[derive(clap::Args, Debug)]
@@ -38,6 +39,10 @@ pub struct Args {
     /// Weight precision of the image (f16 and int8 as `txl quantize` makes them).
     #[arg(long, value_enum, default_value_t = DtypeArg::F32)]
     pub dtype: DtypeArg,
+    /// The vocabulary: vocab.pkl (Hugging Face), the original code's cache.pt, or a file of one
+    /// symbol per line [default: vocab.pkl, vocab.txt or cache.pt beside the checkpoint].
+    #[arg(long, value_name = "FILE")]
+    pub vocab: Option<PathBuf>,
     #[command(flatten)]
     pub quantize: QuantizeArgs,
     #[command(flatten)]
@@ -107,7 +112,7 @@ impl Args {
             &self.src,
             &self.out,
             self.format,
-            &self.original.options(),
+            (&self.original.options(), self.vocab.as_deref()),
             quantize,
         )
         .map(|_| ())
@@ -122,15 +127,17 @@ pub fn convert(
     format: CheckpointFormat,
     quantize: Option<(DtypeArg, &QuantizeArgs)>,
 ) -> Result<usize> {
-    convert_with(src, out, format, &OriginalOptions::default(), quantize)
+    convert_with(src, out, format, (&OriginalOptions::default(), None), quantize)
 }
 
-/// [`convert`], with what an original training checkpoint may need (see [`OriginalArgs`]).
+/// [`convert`], with what an original training checkpoint may need (see [`OriginalArgs`]) and
+/// the vocabulary file (`--vocab`; without it, the one
+/// [`find_vocabulary`](crate::vocab::find_vocabulary) finds beside the checkpoint).
 pub fn convert_with(
     src: &Path,
     out: &Path,
     format: CheckpointFormat,
-    original: &OriginalOptions,
+    (original, vocab): (&OriginalOptions, Option<&Path>),
     quantize: Option<(DtypeArg, &QuantizeArgs)>,
 ) -> Result<usize> {
     let (checkpoint, kind) = load_checkpoint(src, format, original, std::io::stderr().is_terminal())?;
@@ -159,6 +166,9 @@ pub fn convert_with(
         );
     }
     let mut image = checkpoint.to_image()?;
+    if let Some(vocabulary) = crate::vocab::find_vocabulary(src, vocab)? {
+        image = vocabulary.attach(&image)?;
+    }
     let aligned = AlignedBytes::copy_from(&image)?;
     // Check what we wrote reads back before anyone flashes it.
     let model = parse_model(&aligned, out)?;

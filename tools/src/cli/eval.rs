@@ -15,19 +15,24 @@ use crate::tokens;
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl eval model.txl --text heldout.txt --bytes --batch 8\n  \
-    txl eval model.txl --text ids.txt --backend cpu --batch 1 --json";
+    txl eval model.txl --text ids.txt --backend cpu --batch 1 --json\n  \
+    txl eval words.txl --text wiki.test.tokens --words --batch 8";
 
 /// Arguments of `txl eval`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Model image.
     pub model: PathBuf,
-    /// The text: whitespace-separated token ids, or bytes with --bytes.
+    /// The text: whitespace-separated token ids, bytes with --bytes, words with --words.
     #[arg(long, value_name = "FILE")]
     pub text: PathBuf,
     /// Every byte of the text is one token id (byte-level models).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "words")]
     pub bytes: bool,
+    /// Tokenize the text with the image's vocabulary, as `txl score --text` does (<eos> at each
+    /// line end, <unk> for unknown words); without a vocabulary, the same as --bytes.
+    #[arg(long)]
+    pub words: bool,
     /// Streams scored side by side.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
@@ -76,6 +81,8 @@ impl Args {
         let model = parse_model(&bytes, &self.model)?;
         let tokens = if self.bytes {
             tokens::read_byte_tokens(&self.text)?
+        } else if self.words {
+            tokens::read_text_tokens(&self.text, &model)?
         } else {
             tokens::read_token_ids(&self.text)?
         };

@@ -9,18 +9,23 @@ use txl_core::sampling::Sampling;
 use super::arena;
 use super::args::SessionArgs;
 use crate::image_file::{parse_model, read_image};
+use crate::vocab::Vocabulary;
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl generate model.txl --prompt \"In the beginning\" --length 200\n  \
     txl generate model.txl --prompt \"And God said\" --temperature 0.8 --seed 7\n  \
-    txl generate model.txl --prompt-tokens \"17 4 291\" --temperature 0 --ids";
+    txl generate model.txl --prompt-tokens \"17 4 291\" --temperature 0 --ids\n  \
+    txl generate words.txl --prompt \"The city of\" --length 50";
 
 /// Arguments of `txl generate`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Model image.
     pub model: PathBuf,
-    /// Prompt text, one token per byte (byte-level models).
+    /// Prompt text: one token per byte (byte-level models), or words looked up in the image's
+    /// vocabulary as `txl score --text` does (no <eos> after the last line unless the prompt
+    /// ends with a line break). Word models print their output as words joined by spaces,
+    /// <eos> as a line break.
     #[arg(long, conflicts_with = "prompt_tokens")]
     pub prompt: Option<String>,
     /// Prompt as whitespace-separated token ids.
@@ -35,7 +40,7 @@ pub struct Args {
     /// Seed of the sampler.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Print token ids instead of bytes as text.
+    /// Print token ids instead of text.
     #[arg(long)]
     pub ids: bool,
     #[command(flatten)]
@@ -47,8 +52,12 @@ impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<()> {
         let bytes = read_image(&self.model)?;
         let model = parse_model(&bytes, &self.model)?;
+        let vocabulary = model.image().vocabulary().map(|v| Vocabulary::from_image(&v));
         let prompt: Vec<u32> = match (&self.prompt, &self.prompt_tokens) {
-            (Some(text), _) => text.bytes().map(u32::from).collect(),
+            (Some(text), _) => match &vocabulary {
+                Some(vocabulary) => prompt_words(vocabulary, text)?,
+                None => text.bytes().map(u32::from).collect(),
+            },
             (_, Some(ids)) => ids
                 .split_whitespace()
                 .map(|w| w.parse().with_context(|| format!("bad token id {w:?}")))
@@ -71,12 +80,29 @@ impl Args {
                 write!(out, "{separator}{token}")?;
             }
             writeln!(out)?;
+        } else if let Some(vocabulary) = &vocabulary {
+            let prompt = self.prompt.as_deref().unwrap_or("");
+            let text = vocabulary.decode(&tokens);
+            // A space between the prompt's last word and the first new one.
+            let space =
+                !prompt.is_empty() && !prompt.ends_with(char::is_whitespace) && !text.starts_with('\n');
+            writeln!(out, "{prompt}{}{text}", if space { " " } else { "" })?;
         } else {
             write!(out, "{}", self.prompt.as_deref().unwrap_or(""))?;
             writeln!(out, "{}", bytes_as_text(&tokens))?;
         }
         Ok(())
     }
+}
+
+/// A prompt's ids with a word vocabulary: as `Vocabulary::encode`, without the `<eos>` of the
+/// last line unless the prompt ends with a line break (the text continues that line).
+fn prompt_words(vocabulary: &Vocabulary, text: &str) -> Result<Vec<u32>> {
+    let mut ids = vocabulary.encode(text).context("tokenizing --prompt")?;
+    if !text.ends_with(['\n', '\r']) && ids.last().is_some() && ids.last().copied() == vocabulary.eos() {
+        ids.pop();
+    }
+    Ok(ids)
 }
 
 /// Byte tokens as text (ids above 255 as 255), invalid UTF-8 replaced.

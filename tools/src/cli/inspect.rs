@@ -49,6 +49,20 @@ impl Args {
             c.tie_weight,
             c.tie_projs
         )?;
+        match model.image().vocabulary() {
+            Some(v) => {
+                let shown: Vec<String> = v.symbols().take(8).map(|s| format!("{s:?}")).collect();
+                let more = if v.len() > shown.len() { ", ..." } else { "" };
+                writeln!(
+                    out,
+                    "symbols       {}  lower_case {}  {}{more}",
+                    v.len(),
+                    v.lower_case(),
+                    shown.join(", ")
+                )?;
+            }
+            None => writeln!(out, "symbols       none (token ids are bytes, or given as ids)")?,
+        }
         writeln!(
             out,
             "layers        pre_lnorm {}  untie_r {}  layer_norm_epsilon {:e}",

@@ -23,6 +23,7 @@ mod compare;
 mod convert;
 mod demo;
 mod eval;
+mod export;
 mod generate;
 mod inspect;
 mod progress;
@@ -48,7 +49,8 @@ mod score;
         txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --report report.json\n  \
         txl compare model.txl model-int8.txl --bytes heldout.txt --mem-dtype int8\n  \
         txl eval model.txl --text heldout.txt --bytes --batch 8\n  \
-        txl bench model.txl"
+        txl bench model.txl\n  \
+        txl export model.txl --rust firmware/src/model"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -98,9 +100,18 @@ enum Command {
     /// Continue a prompt with the model.
     #[command(after_help = generate::EXAMPLES)]
     Generate(generate::Args),
-    /// Print a model image's config, tensors and the arena a session needs.
+    /// Print a model image's config, vocabulary, tensors and the arena a session needs.
     #[command(after_help = inspect::EXAMPLES)]
     Inspect(inspect::Args),
+    /// Write a Rust module for firmware: the image as an aligned static, the arena size and the
+    /// session options.
+    ///
+    /// The module (OUT_DIR/NAME.rs) includes a copy of the image (OUT_DIR/NAME.txl) with
+    /// include_bytes!, aligned to 16 bytes, and holds ARENA_BYTES and STATE_BYTES for the
+    /// session options given here (the model's defaults otherwise) and those options as a const
+    /// txl_core::SessionOptions. It needs txl-core alone: nothing of txl's tools at build time.
+    #[command(after_help = export::EXAMPLES)]
+    Export(export::Args),
     /// Convert the bundled demo model, score held-out text, generate a sample, quantize to int8.
     #[command(after_help = demo::EXAMPLES)]
     Demo(demo::Args),
@@ -118,6 +129,7 @@ impl Cli {
             Command::Bench(args) => args.run(out),
             Command::Generate(args) => args.run(out),
             Command::Inspect(args) => args.run(out),
+            Command::Export(args) => args.run(out),
             Command::Demo(args) => args.run(out),
         }
     }

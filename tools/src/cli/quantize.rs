@@ -16,6 +16,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --report report.json\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --auto-keep-f16 2\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --method compensated\n  \
+    txl quantize words.txl -o words-int8.txl --calib-text train.txt\n  \
     txl quantize model.txl -o model-f16.txl --dtype f16";
 
 /// Arguments of `txl quantize`.
@@ -56,7 +57,7 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
     arena::check_values::<f32>(parameters.saturating_mul(2), || {
         format!("quantizing {parameters} parameters")
     })?;
-    let calibration = args.calibration()?;
+    let calibration = args.calibration(model)?;
     let session = SessionOptions::from_config(model.config());
     // Without calibration text, smoothing cannot be measured: quantize the weights alone.
     let smoothing = match (&calibration, args.smooth) {

@@ -30,9 +30,13 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl score model.txl --bytes heldout.txt --mem-dtype int8 --position-keys segment\n  \
     txl score model.txl --bytes heldout.txt --tgt-len 1 --mem-dtype int8 --position-keys folded\n  \
     txl score model.txl --bytes heldout.txt --backend cpu --out logp-reference.npy\n  \
+    txl score words.txl --text wiki.test.tokens --json\n  \
     txl score model.txl --bytes part1.txt --state-out memory.state\n  \
     txl score model.txl --bytes part2.txt --state-in memory.state\n\
-    (part2 starts with part1's last byte: the two runs predict every byte once)";
+    (part2 starts with part1's last byte: the two runs predict every byte once)\n\
+    --text: words with the image's vocabulary (<eos> per line, <unk>), bits per word; an\n\
+    enwik8-style character model reads its symbols, e.g. from raw bytes:\n  \
+    od -An -v -tu1 -w1 raw.txt | awk '$1 == 10 { print \"\"; next } { printf \"%s \", $1 }' > symbols.txt";
 
 /// Arguments of `txl score`.
 #[derive(clap::Args, Debug)]
@@ -123,7 +127,7 @@ impl Args {
         }
         let bytes = read_image(&self.model)?;
         let model = parse_model(&bytes, &self.model)?;
-        let tokens = self.source.read()?;
+        let tokens = self.source.read(&model)?;
         if tokens.len() < 2 {
             bail!("need at least 2 tokens to score, got {}", tokens.len());
         }
@@ -273,7 +277,7 @@ fn read_state(path: &Path) -> Result<Vec<u8>> {
 
 /// The image's weight precision: the dtype of its weight matrices (`f32`, `f16`, `int8`), or
 /// `mixed` when they differ. Biases and gains are always f32 and do not count.
-fn precision(model: &Model<'_>) -> &'static str {
+pub(super) fn precision(model: &Model<'_>) -> &'static str {
     let image = model.image();
     let mut dtypes: Vec<Dtype> = Vec::new();
     let mut index = 0;
