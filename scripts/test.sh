@@ -46,6 +46,10 @@ echo "== firmware: fmt, clippy (every target, with a board of it), the QEMU runn
 
 echo "== cargo test"
 cargo test --workspace --locked
+
+echo "== the txl export example: fmt and clippy (its own crate; cargo test above exported the demo"
+echo "   model into it with scripts/export-example.sh and ran it in QEMU)"
+(cd examples/export-demo && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)
 cargo test -p txl-core --features fast-math --locked
 cargo test -p txl-tests --features txl-core/fast-math --locked --test fast_math
 
