@@ -238,7 +238,8 @@ enum Plan {
     F16,
     /// int8 with these smoothing factors, rounded plainly.
     Int8(Option<Vec<f32>>),
-    /// int8, already quantized.
+    /// int8, already quantized (by the calibrated quantizer's error-compensated rounding).
+    #[cfg_attr(not(feature = "reference"), allow(dead_code))]
     Quantized(std::rc::Rc<int8::Int8Matrix>),
 }
 
