@@ -17,7 +17,7 @@ use txl_core::{MemDtype, Model, PositionKeys, Session, SessionOptions};
 use txl_tools::npy;
 
 mod common;
-use common::{fixture, s, scratch_dir, stderr, txl, txl_in};
+use common::{fixture, quantize, s, scratch_dir, stderr, txl, txl_in};
 
 /// The stdout of a run that must succeed.
 fn stdout(output: &Output, what: &str) -> String {
@@ -248,27 +248,6 @@ fn f16_tensors(report: &Value) -> Vec<String> {
         .filter(|t| t["dtype"] == "f16")
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect()
-}
-
-/// `txl quantize IMAGE -o OUT --report REPORT FLAGS`: the image written and the report.
-fn quantize(image: &Path, dir: &Path, name: &str, flags: &[&str]) -> (Vec<u8>, Value) {
-    let out_path = dir.join(format!("{name}.txl"));
-    let report_path = dir.join(format!("{name}.json"));
-    let mut args = vec![
-        "quantize",
-        s(image),
-        "-o",
-        s(&out_path),
-        "--report",
-        s(&report_path),
-    ];
-    args.extend(flags);
-    let out = txl(&args);
-    assert!(out.status.success(), "quantize {flags:?}: {}", stderr(&out));
-    let image = std::fs::read(&out_path).unwrap_or_else(|_| panic!("-o: nothing at {}", out_path.display()));
-    let report = std::fs::read(&report_path)
-        .unwrap_or_else(|_| panic!("--report: nothing at {}", report_path.display()));
-    (image, serde_json::from_slice(&report).unwrap())
 }
 
 #[test]

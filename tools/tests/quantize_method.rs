@@ -2,33 +2,10 @@
 //! must change the image or the report, the report must say which method every int8 tensor
 //! got, and the method that needs calibration text is refused without it.
 
-use std::path::Path;
-
 use serde_json::Value;
 
 mod common;
-use common::{fixture, s, scratch_dir, stderr, txl};
-
-/// `txl quantize IMAGE -o OUT --report REPORT FLAGS`: the image written and the report.
-fn quantize(image: &Path, dir: &Path, name: &str, flags: &[&str]) -> (Vec<u8>, Value) {
-    let out_path = dir.join(format!("{name}.txl"));
-    let report_path = dir.join(format!("{name}.json"));
-    let mut args = vec![
-        "quantize",
-        s(image),
-        "-o",
-        s(&out_path),
-        "--report",
-        s(&report_path),
-    ];
-    args.extend(flags);
-    let out = txl(&args);
-    assert!(out.status.success(), "quantize {flags:?}: {}", stderr(&out));
-    let image = std::fs::read(&out_path).unwrap_or_else(|_| panic!("-o: nothing at {}", out_path.display()));
-    let report = std::fs::read(&report_path)
-        .unwrap_or_else(|_| panic!("--report: nothing at {}", report_path.display()));
-    (image, serde_json::from_slice(&report).unwrap())
-}
+use common::{fixture, quantize, s, scratch_dir, stderr, txl};
 
 /// The `method` of every int8 tensor of a report.
 fn tensor_methods(report: &Value) -> Vec<(String, Value)> {

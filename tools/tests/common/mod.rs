@@ -111,3 +111,24 @@ pub fn max_delta(a: &[f64], b: &[f64]) -> f64 {
         .map(|d| if d.is_nan() { f64::INFINITY } else { d })
         .fold(0.0, f64::max)
 }
+
+/// `txl quantize IMAGE -o OUT --report REPORT FLAGS`: the image written and the report.
+pub fn quantize(image: &Path, dir: &Path, name: &str, flags: &[&str]) -> (Vec<u8>, serde_json::Value) {
+    let out_path = dir.join(format!("{name}.txl"));
+    let report_path = dir.join(format!("{name}.json"));
+    let mut args = vec![
+        "quantize",
+        s(image),
+        "-o",
+        s(&out_path),
+        "--report",
+        s(&report_path),
+    ];
+    args.extend(flags);
+    let out = txl(&args);
+    assert!(out.status.success(), "quantize {flags:?}: {}", stderr(&out));
+    let image = std::fs::read(&out_path).unwrap_or_else(|_| panic!("-o: nothing at {}", out_path.display()));
+    let report = std::fs::read(&report_path)
+        .unwrap_or_else(|_| panic!("--report: nothing at {}", report_path.display()));
+    (image, serde_json::from_slice(&report).unwrap())
+}
