@@ -31,10 +31,15 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 }
 
 /// `W (rows, cols) @ x (cols) -> y (rows)` for f32 weights, `rows = y.len()`: four rows per
-/// pass with the `cortex-m-dsp` feature on a core with an FPU (`eabihf`), else one. Same bits
-/// either way.
+/// pass with the `cortex-m-dsp` feature on a core with an FPU (`eabihf`), sixteen with AVX on
+/// x86-64 (`std` feature, chosen at run time), else one. Same bits every way.
 #[inline]
 pub fn matvec_f32_rows(weight: &[f32], x: &[f32], y: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots(weight, x.len(), x, y) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::matvec_f32(weight, x, y);
     #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
@@ -42,10 +47,15 @@ pub fn matvec_f32_rows(weight: &[f32], x: &[f32], y: &mut [f32]) {
 }
 
 /// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()` (f32 rows at a stride: the
-/// cached keys of one head): four rows per pass with `cortex-m-dsp` on an FPU, else one. The
-/// bits of [`dot`]`(x, row)` for each row.
+/// cached keys of one head): four rows per pass with `cortex-m-dsp` on an FPU, sixteen with AVX
+/// on x86-64, else one. The bits of [`dot`]`(x, row)` for each row.
 #[inline]
 pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots(rows, stride, x, out) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::dots_strided(rows, stride, x, out);
     #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
@@ -55,10 +65,16 @@ pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
 }
 
 /// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order (the cached
-/// values of one head, weighted): four rows per pass with `cortex-m-dsp` on an FPU, else one.
-/// Per element the products are added in `k` order either way: the same bits.
+/// values of one head, weighted): four rows per pass with `cortex-m-dsp` on an FPU, eight
+/// elements a register with AVX on x86-64, else one. Per element the products are added in `k`
+/// order every way: the same bits.
 #[inline]
 pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::axpys(rows, stride, p, out) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::axpys_strided(rows, stride, p, out);
     #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
@@ -72,14 +88,50 @@ pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     }
 }
 
-/// [`matvec_f32_rows`] for f16 weights, widened exactly (by the FPU with `cortex-m-dsp`).
+/// [`matvec_f32_rows`] for f16 weights, widened exactly (by the FPU with `cortex-m-dsp`, by
+/// F16C on x86-64, sixteen rows per pass).
 #[inline]
 pub fn matvec_f16_rows(weight: &[half::f16], x: &[f32], y: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots(weight, x.len(), x, y) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::matvec_f16(weight, x, y);
     #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
     for (out, row) in y.iter_mut().zip(weight.chunks_exact(x.len())) {
         *out = dot_f16(row, x);
+    }
+}
+
+/// [`matvec_f32_rows`] for several inputs, `ys[p] = W xs[p]` (`W (rows, cols)`, `cols` the
+/// inputs' length, `rows` the outputs'): with AVX on x86-64 each block of sixteen weight rows is
+/// read once for all the inputs; the same bits as one call per input.
+#[inline]
+pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        let cols = xs.first().map_or(0, |x| x.len());
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots_each(weight, cols, xs, ys) };
+    }
+    for (x, y) in xs.iter().zip(ys.iter_mut()) {
+        matvec_f32_rows(weight, x, y);
+    }
+}
+
+/// [`matmul_f32_rows`] for f16 weights, widened exactly.
+#[inline]
+pub fn matmul_f16_rows(weight: &[half::f16], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        let cols = xs.first().map_or(0, |x| x.len());
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots_each(weight, cols, xs, ys) };
+    }
+    for (x, y) in xs.iter().zip(ys.iter_mut()) {
+        matvec_f16_rows(weight, x, y);
     }
 }
 
@@ -96,8 +148,8 @@ pub fn dot_f16(a: &[half::f16], b: &[f32]) -> f32 {
 }
 
 /// [`int8_row_sums`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: with the
-/// `cortex-m-dsp` feature each weight is loaded and widened once for both (Helium needs no
-/// widening and runs each input on its own).
+/// `cortex-m-dsp` feature, and with AVX2 on x86-64, each weight is loaded and widened once for
+/// both (Helium needs no widening and runs each input on its own).
 #[inline]
 pub fn int8_row_sums_pair(
     values: &[i8],
@@ -106,6 +158,11 @@ pub fn int8_row_sums_pair(
     widened: [&[u32]; 2],
     sums: [&mut [i32]; 2],
 ) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx2() {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { x86::row_sums_i8_pair(values, cols, xq, sums) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     cortex_m::row_sums_i8_pair(values, cols, xq, widened, sums);
     #[cfg(not(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve"))))]
@@ -145,10 +202,15 @@ pub fn widen_int8_input(xq: &[i8], widened: &mut [u32]) {
 /// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
 /// `values (rows, cols)`, `widened` being `xq` prepared by [`widen_int8_input`]: Helium with the
 /// `cortex-m-mve` and `cortex-m-dsp` features (16 columns an instruction), else four rows per
-/// pass with the `cortex-m-dsp` feature, AVX2 on x86-64 with the `std` feature when the CPU has
-/// it, else the scalar dot product. All give the same sums.
+/// pass with the `cortex-m-dsp` feature or with AVX2 on x86-64 (`std` feature, when the CPU has
+/// it), else the scalar dot product. All give the same sums.
 #[inline]
 pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums: &mut [i32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx2() {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { x86::row_sums_i8(values, cols, xq, sums) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         let _ = widened;
