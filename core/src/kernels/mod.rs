@@ -13,6 +13,9 @@ pub mod cortex_m;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod x86;
 
+#[cfg(target_arch = "aarch64")]
+pub mod aarch64;
+
 pub use scalar::*;
 
 /// `sum a[i] * b[i]` in i32: the Cortex-M DSP kernel with the `cortex-m-dsp` feature, AVX2 on
@@ -32,7 +35,8 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 
 /// `W (rows, cols) @ x (cols) -> y (rows)` for f32 weights, `rows = y.len()`: four rows per
 /// pass with the `cortex-m-dsp` feature on a core with an FPU (`eabihf`), sixteen with AVX on
-/// x86-64 (`std` feature, chosen at run time), else one. Same bits every way.
+/// x86-64 (`std` feature, chosen at run time), eight with NEON on aarch64, else one. Same bits
+/// every way.
 #[inline]
 pub fn matvec_f32_rows(weight: &[f32], x: &[f32], y: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -42,13 +46,15 @@ pub fn matvec_f32_rows(weight: &[f32], x: &[f32], y: &mut [f32]) {
     }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::matvec_f32(weight, x, y);
-    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    #[cfg(target_arch = "aarch64")]
+    aarch64::dots_each(weight, x.len(), &[x], &mut [y]);
+    #[cfg(not(any(target_arch = "aarch64", all(feature = "cortex-m-dsp", target_abi = "eabihf"))))]
     scalar::matvec_f32(weight, x, y);
 }
 
 /// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()` (f32 rows at a stride: the
 /// cached keys of one head): four rows per pass with `cortex-m-dsp` on an FPU, sixteen with AVX
-/// on x86-64, else one. The bits of [`dot`]`(x, row)` for each row.
+/// on x86-64, eight with NEON on aarch64, else one. The bits of [`dot`]`(x, row)` for each row.
 #[inline]
 pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -58,7 +64,9 @@ pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::dots_strided(rows, stride, x, out);
-    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    #[cfg(target_arch = "aarch64")]
+    aarch64::dots_each(rows, stride, &[x], &mut [out]);
+    #[cfg(not(any(target_arch = "aarch64", all(feature = "cortex-m-dsp", target_abi = "eabihf"))))]
     for (r, o) in out.iter_mut().enumerate() {
         *o = scalar::dot(x, &rows[r * stride..r * stride + x.len()]);
     }
@@ -66,8 +74,8 @@ pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
 
 /// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order (the cached
 /// values of one head, weighted): four rows per pass with `cortex-m-dsp` on an FPU, eight
-/// elements a register with AVX on x86-64, else one. Per element the products are added in `k`
-/// order every way: the same bits.
+/// elements a register with AVX on x86-64, four with NEON on aarch64, else one. Per element the
+/// products are added in `k` order every way: the same bits.
 #[inline]
 pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -77,7 +85,9 @@ pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::axpys_strided(rows, stride, p, out);
-    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    #[cfg(target_arch = "aarch64")]
+    aarch64::axpys(rows, stride, p, out);
+    #[cfg(not(any(target_arch = "aarch64", all(feature = "cortex-m-dsp", target_abi = "eabihf"))))]
     {
         let n = out.len();
         for (k, &weight) in p.iter().enumerate() {
@@ -106,8 +116,9 @@ pub fn matvec_f16_rows(weight: &[half::f16], x: &[f32], y: &mut [f32]) {
 }
 
 /// [`matvec_f32_rows`] for several inputs, `ys[p] = W xs[p]` (`W (rows, cols)`, `cols` the
-/// inputs' length, `rows` the outputs'): with AVX on x86-64 each block of sixteen weight rows is
-/// read once for all the inputs; the same bits as one call per input.
+/// inputs' length, `rows` the outputs'): with AVX on x86-64 (NEON on aarch64) each block of
+/// sixteen (eight) weight rows is read once for all the inputs; the same bits as one call per
+/// input.
 #[inline]
 pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -116,6 +127,9 @@ pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
         // SAFETY: the CPU has AVX and F16C, checked just above.
         return unsafe { x86::dots_each(weight, cols, xs, ys) };
     }
+    #[cfg(target_arch = "aarch64")]
+    aarch64::dots_each(weight, xs.first().map_or(0, |x| x.len()), xs, ys);
+    #[cfg(not(target_arch = "aarch64"))]
     for (x, y) in xs.iter().zip(ys.iter_mut()) {
         matvec_f32_rows(weight, x, y);
     }
@@ -202,8 +216,9 @@ pub fn widen_int8_input(xq: &[i8], widened: &mut [u32]) {
 /// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
 /// `values (rows, cols)`, `widened` being `xq` prepared by [`widen_int8_input`]: Helium with the
 /// `cortex-m-mve` and `cortex-m-dsp` features (16 columns an instruction), else four rows per
-/// pass with the `cortex-m-dsp` feature or with AVX2 on x86-64 (`std` feature, when the CPU has
-/// it), else the scalar dot product. All give the same sums.
+/// pass with the `cortex-m-dsp` feature, with AVX2 on x86-64 (`std` feature, when the CPU has
+/// it) or on aarch64 (`SDOT` when the CPU has it and the `std` feature can tell, else `SMULL`),
+/// else the scalar dot product. All give the same sums.
 #[inline]
 pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums: &mut [i32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -218,7 +233,18 @@ pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sum
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     cortex_m::row_sums_i8(values, cols, xq, widened, sums);
-    #[cfg(not(feature = "cortex-m-dsp"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        let _ = widened;
+        #[cfg(feature = "std")]
+        if aarch64::has_dotprod() {
+            // SAFETY: the CPU has the dot-product extension, checked just above.
+            unsafe { aarch64::row_sums_i8_sdot(values, cols, xq, sums) };
+            return;
+        }
+        aarch64::row_sums_i8_smull(values, cols, xq, sums);
+    }
+    #[cfg(not(any(target_arch = "aarch64", feature = "cortex-m-dsp")))]
     {
         let _ = widened;
         for (r, sum) in sums.iter_mut().enumerate() {
