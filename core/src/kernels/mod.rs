@@ -185,6 +185,18 @@ pub fn int8_row_sums_pair(
     }
 }
 
+/// [`quantize_activations`] (the input of an int8 product to int8, returning its scale): eight
+/// columns a step with AVX on x86-64 (`std` feature, chosen at run time). The same bits.
+#[inline]
+pub fn quantize_input(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::quantize_activations(x, act_scales, out) };
+    }
+    scalar::quantize_activations(x, act_scales, out)
+}
+
 /// Words of kernel scratch a product with `cols` inputs needs: the input quantized to int8 (one
 /// byte a column, rounded up to whole words) and, for the DSP kernels, the same values widened
 /// to 16-bit pairs (two bytes a column). Words keep every view of it aligned.

@@ -69,7 +69,7 @@ impl<'s> Int8Input<'s> {
     /// Quantizes `x` (`cols` long, times `act_scales` if any) into `scratch`.
     fn quantize(x: &[f32], act_scales: Option<&[f32]>, scratch: &'s mut [u32], cols: usize) -> Self {
         let (xq, widened) = super::split_scratch(scratch, cols);
-        let x_scale = quantize_activations(x, act_scales, xq);
+        let x_scale = super::quantize_input(x, act_scales, xq);
         super::widen_int8_input(xq, widened);
         Int8Input { xq, widened, x_scale }
     }

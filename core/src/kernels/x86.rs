@@ -16,13 +16,15 @@
 
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::{
-    __m128, __m128i, __m256, __m256i, _mm256_add_epi32, _mm256_add_ps, _mm256_castps128_ps256,
-    _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_cvtph_ps, _mm256_extracti128_si256,
-    _mm256_hadd_epi32, _mm256_insertf128_ps, _mm256_loadu_ps, _mm256_madd_epi16, _mm256_mul_ps,
-    _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_ps, _mm_add_epi32, _mm_add_ps,
-    _mm_castpd_si128, _mm_castsi128_pd, _mm_cvtph_ps, _mm_cvtsi128_si32, _mm_loadh_pd, _mm_loadl_epi64,
-    _mm_loadu_ps, _mm_loadu_si128, _mm_mul_ps, _mm_setzero_ps, _mm_shuffle_epi32, _mm_storeu_ps,
-    _mm_storeu_si128,
+    __m128, __m128i, __m256, __m256i, _mm256_add_epi32, _mm256_add_ps, _mm256_and_ps, _mm256_andnot_ps,
+    _mm256_blendv_ps, _mm256_castps128_ps256, _mm256_castsi256_si128, _mm256_cmp_ps, _mm256_cvtepi8_epi16,
+    _mm256_cvtph_ps, _mm256_cvttps_epi32, _mm256_extractf128_si256, _mm256_extracti128_si256,
+    _mm256_hadd_epi32, _mm256_insertf128_ps, _mm256_loadu_ps, _mm256_madd_epi16, _mm256_max_ps,
+    _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_ps, _mm_add_epi32,
+    _mm_add_ps, _mm_castpd_si128, _mm_castsi128_pd, _mm_cvtph_ps, _mm_cvtsi128_si32, _mm_loadh_pd,
+    _mm_loadl_epi64, _mm_loadu_ps, _mm_loadu_si128, _mm_mul_ps, _mm_packs_epi16, _mm_packs_epi32,
+    _mm_setzero_ps, _mm_shuffle_epi32, _mm_storel_epi64, _mm_storeu_ps, _mm_storeu_si128, _CMP_LT_OQ,
+    _CMP_ORD_Q,
 };
 
 use half::f16;
@@ -402,6 +404,82 @@ pub unsafe fn axpys(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `scalar::quantize_activations`, eight columns a step: the same largest `|v|` (NaNs ignored:
+/// `VMAXPS` returns its second operand, the running maximum, when the first is NaN), the same
+/// products, and the same rounding (`y + ±(0.5 - EPSILON / 4)` truncated; a NaN gives 0, as
+/// Rust's `as` does). A subnormal range, whose `127 / max` overflows, takes the portable path.
+///
+/// # Safety
+/// The CPU must support AVX ([`has_avx_f16c`]).
+#[target_feature(enable = "avx,f16c")]
+pub unsafe fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    let n = x
+        .len()
+        .min(out.len())
+        .min(act_scales.map_or(usize::MAX, |s| s.len()));
+    let body = n / 8 * 8;
+    // the values: `x`, or `x * act_scales`, eight at a time
+    let load = |i: usize| -> __m256 {
+        // SAFETY: `i + 8 <= body <= n`, inside `x` and the scales; the CPU has AVX.
+        unsafe {
+            let v = _mm256_loadu_ps(x.as_ptr().add(i));
+            match act_scales {
+                Some(scales) => _mm256_mul_ps(v, _mm256_loadu_ps(scales.as_ptr().add(i))),
+                None => v,
+            }
+        }
+    };
+    let value = |i: usize| match act_scales {
+        Some(scales) => x[i] * scales[i],
+        None => x[i],
+    };
+    let sign_bit = _mm256_set1_ps(-0.0);
+    let mut max = _mm256_setzero_ps();
+    for i in (0..body).step_by(8) {
+        max = _mm256_max_ps(_mm256_andnot_ps(sign_bit, load(i)), max);
+    }
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: `lanes` has room for eight f32.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), max) };
+    let mut max_abs = lanes.iter().fold(0.0f32, |m, &a| if a > m { a } else { m });
+    for i in body..n {
+        let a = value(i).abs();
+        if a > max_abs {
+            max_abs = a;
+        }
+    }
+    let inverse = 127.0 / max_abs;
+    if !(max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()) {
+        return scalar::quantize_activations(&x[..n], act_scales.map(|s| &s[..n]), &mut out[..n]);
+    }
+    const JUST_BELOW_HALF: f32 = 0.5 - 0.25 * f32::EPSILON;
+    let scale = _mm256_set1_ps(inverse);
+    let (half, minus_half) = (_mm256_set1_ps(JUST_BELOW_HALF), _mm256_set1_ps(-JUST_BELOW_HALF));
+    for i in (0..body).step_by(8) {
+        let y = _mm256_mul_ps(load(i), scale);
+        let y = _mm256_and_ps(y, _mm256_cmp_ps::<_CMP_ORD_Q>(y, y)); // NaN -> 0
+        let toward = _mm256_blendv_ps(
+            half,
+            minus_half,
+            _mm256_cmp_ps::<_CMP_LT_OQ>(y, _mm256_setzero_ps()),
+        );
+        let q = _mm256_cvttps_epi32(_mm256_add_ps(y, toward)); // in -127..=127
+        let words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extractf128_si256::<1>(q));
+        // SAFETY: `i + 8 <= n`: eight bytes of `out`.
+        unsafe { _mm_storel_epi64(out.as_mut_ptr().add(i).cast(), _mm_packs_epi16(words, words)) };
+    }
+    for (i, o) in out.iter_mut().enumerate().take(n).skip(body) {
+        let y = value(i) * inverse;
+        let toward = if y < 0.0 {
+            -JUST_BELOW_HALF
+        } else {
+            JUST_BELOW_HALF
+        };
+        *o = (y + toward) as i32 as i8;
+    }
+    max_abs / 127.0
+}
+
 /// Four i32 sums (eight lanes each) reduced to one vector `[s0, s1, s2, s3]`.
 ///
 /// # Safety
@@ -741,5 +819,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn avx_quantization_equals_the_portable_one() {
+        if !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            return;
+        }
+        for len in [0usize, 1, 7, 8, 9, 31, 64, 130] {
+            for seed in 0..40u32 {
+                let mut x = awkward_floats(len, seed * 31 + len as u32);
+                if seed % 4 == 0 {
+                    x.iter_mut()
+                        .for_each(|v| *v = if v.is_finite() { *v } else { 0.5 });
+                }
+                if seed % 8 == 1 {
+                    x.iter_mut()
+                        .for_each(|v| *v = f32::from_bits(v.to_bits() & 0x8000_0fff));
+                    // subnormal
+                }
+                let scales = awkward_floats(len, seed + 1000);
+                for act in [None, Some(scales.as_slice())] {
+                    let (mut fast, mut slow) = (vec![0i8; len], vec![0i8; len]);
+                    // SAFETY: AVX was detected above.
+                    let fast_scale = unsafe { super::quantize_activations(&x, act, &mut fast) };
+                    let slow_scale = super::super::scalar::quantize_activations(&x, act, &mut slow);
+                    assert!(same_bits(fast_scale, slow_scale), "length {len}, seed {seed}");
+                    assert_eq!(fast, slow, "length {len}, seed {seed}, scales {}", act.is_some());
+                }
+            }
+        }
+        // every rounding boundary of one range: k + 1/2 and its neighbours, both signs
+        let mut x: Vec<f32> = (0..=254).map(|k| k as f32 / 2.0).collect();
+        let neighbours: Vec<f32> = x
+            .iter()
+            .flat_map(|v| [f32::from_bits(v.to_bits() + 1), -v])
+            .collect();
+        x.extend(neighbours);
+        x.push(127.0);
+        let (mut fast, mut slow) = (vec![0i8; x.len()], vec![0i8; x.len()]);
+        // SAFETY: AVX was detected above.
+        unsafe { super::quantize_activations(&x, None, &mut fast) };
+        super::super::scalar::quantize_activations(&x, None, &mut slow);
+        assert_eq!(fast, slow);
     }
 }
