@@ -197,6 +197,21 @@ pub fn quantize_input(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> 
     scalar::quantize_activations(x, act_scales, out)
 }
 
+/// `values[i] = softmax_exp(values[i] - max)` for eight values
+/// ([`softmax_exp`](fast_math::softmax_exp)): eight lanes at once with AVX2 on x86-64 (`std`
+/// feature, not `fast-math`), computing `libm::expf`'s bits. The softmax adds them up in order.
+#[inline]
+pub fn softmax_exp8(values: &mut [f32; 8], max: f32) {
+    #[cfg(all(feature = "std", target_arch = "x86_64", not(feature = "fast-math")))]
+    if x86::has_avx2() && x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX2 and F16C, checked just above.
+        return unsafe { x86::softmax_exp8(values, max) };
+    }
+    for v in values.iter_mut() {
+        *v = fast_math::softmax_exp(*v - max);
+    }
+}
+
 /// Words of kernel scratch a product with `cols` inputs needs: the input quantized to int8 (one
 /// byte a column, rounded up to whole words) and, for the DSP kernels, the same values widened
 /// to 16-bit pairs (two bytes a column). Words keep every view of it aligned.

@@ -15,17 +15,7 @@
 //!   widened input (two inputs share each widened weight in the pair kernel).
 
 #[cfg(target_arch = "x86_64")]
-use core::arch::x86_64::{
-    __m128, __m128i, __m256, __m256i, _mm256_add_epi32, _mm256_add_ps, _mm256_and_ps, _mm256_andnot_ps,
-    _mm256_blendv_ps, _mm256_castps128_ps256, _mm256_castsi256_si128, _mm256_cmp_ps, _mm256_cvtepi8_epi16,
-    _mm256_cvtph_ps, _mm256_cvttps_epi32, _mm256_extractf128_si256, _mm256_extracti128_si256,
-    _mm256_hadd_epi32, _mm256_insertf128_ps, _mm256_loadu_ps, _mm256_madd_epi16, _mm256_max_ps,
-    _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_ps, _mm_add_epi32,
-    _mm_add_ps, _mm_castpd_si128, _mm_castsi128_pd, _mm_cvtph_ps, _mm_cvtsi128_si32, _mm_loadh_pd,
-    _mm_loadl_epi64, _mm_loadu_ps, _mm_loadu_si128, _mm_mul_ps, _mm_packs_epi16, _mm_packs_epi32,
-    _mm_setzero_ps, _mm_shuffle_epi32, _mm_storel_epi64, _mm_storeu_ps, _mm_storeu_si128, _CMP_LT_OQ,
-    _CMP_ORD_Q,
-};
+use core::arch::x86_64::*;
 
 use half::f16;
 
@@ -480,6 +470,85 @@ pub unsafe fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &
     max_abs / 127.0
 }
 
+/// `values[i] = libm::expf(values[i] - max)` for eight values, with `libm`'s own steps (its
+/// FreeBSD-derived `expf`): the same argument reduction `x = hi - lo` with `k` rounded as it
+/// rounds it, the same polynomial and division, and `y * 2^k` (for `k >= -126`, which
+/// `libm`'s `scalbnf` also does in one multiplication), every operation rounded once as there.
+/// A softmax's arguments are `<= 0`; a lane with anything else `libm` treats on its own path
+/// (NaN, `|x| >= 87.33655`, positive beyond `2^-14`) is recomputed by `libm::expf` itself.
+///
+/// # Safety
+/// The CPU must support AVX2 ([`has_avx2`]).
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn softmax_exp8(values: &mut [f32; 8], max: f32) {
+    // libm's constants, bit for bit
+    const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+    const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
+    const P1: f32 = f32::from_bits(0x3e2a_aa8f);
+    const P2: f32 = f32::from_bits(0xbb35_5215);
+    let f = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+    // SAFETY: `values` is eight readable f32.
+    let x = _mm256_sub_ps(unsafe { _mm256_loadu_ps(values.as_ptr()) }, _mm256_set1_ps(max));
+    let abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
+    // lanes libm takes another path for: NaN, |x| >= 87.33655 (0x42aeac50), x > 2^-14
+    let unusual = _mm256_or_ps(
+        _mm256_cmp_ps::<_CMP_NLT_UQ>(abs, f(0x42ae_ac50)),
+        _mm256_cmp_ps::<_CMP_GT_OQ>(x, f(0x3900_0000)),
+    );
+    // k: trunc(x / ln 2 - 1/2) beyond 1.5 ln 2 (0x3f851592), -1 beyond 0.5 ln 2 (0x3eb17218),
+    // else 0 (x <= 0 in every lane computed here)
+    let truncated = _mm256_cvttps_epi32(_mm256_add_ps(
+        _mm256_mul_ps(_mm256_set1_ps(INV_LN2), x),
+        _mm256_set1_ps(-0.5),
+    ));
+    let beyond_3_halves = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(abs, f(0x3f85_1592)));
+    let beyond_half = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(abs, f(0x3eb1_7218)));
+    let minus_one = _mm256_and_si256(beyond_half, _mm256_set1_epi32(-1));
+    let k = _mm256_blendv_epi8(minus_one, truncated, beyond_3_halves);
+    let kf = _mm256_cvtepi32_ps(k);
+    let hi = _mm256_sub_ps(x, _mm256_mul_ps(kf, _mm256_set1_ps(LN2_HI)));
+    let lo = _mm256_mul_ps(kf, _mm256_set1_ps(LN2_LO));
+    let r = _mm256_sub_ps(hi, lo);
+    let rr = _mm256_mul_ps(r, r);
+    let c = _mm256_sub_ps(
+        r,
+        _mm256_mul_ps(
+            rr,
+            _mm256_add_ps(_mm256_set1_ps(P1), _mm256_mul_ps(rr, _mm256_set1_ps(P2))),
+        ),
+    );
+    let quotient = _mm256_div_ps(_mm256_mul_ps(r, c), _mm256_sub_ps(_mm256_set1_ps(2.0), c));
+    let y = _mm256_add_ps(
+        _mm256_set1_ps(1.0),
+        _mm256_add_ps(_mm256_sub_ps(quotient, lo), hi),
+    );
+    // y * 2^k, 2^k built from its exponent bits (k >= -126 here)
+    let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+        k,
+        _mm256_set1_epi32(127),
+    )));
+    let scaled = _mm256_mul_ps(y, scale);
+    // |x| <= 2^-14 (0x39000000): libm returns 1 + x
+    let tiny = _mm256_cmp_ps::<_CMP_LE_OQ>(abs, f(0x3900_0000));
+    let result = _mm256_blendv_ps(scaled, _mm256_add_ps(_mm256_set1_ps(1.0), x), tiny);
+    let unusual = _mm256_movemask_ps(unusual);
+    let mut args = [0.0f32; 8];
+    if unusual != 0 {
+        // SAFETY: `args` has room for eight f32.
+        unsafe { _mm256_storeu_ps(args.as_mut_ptr(), x) };
+    }
+    // SAFETY: `values` has room for eight f32.
+    unsafe { _mm256_storeu_ps(values.as_mut_ptr(), result) };
+    if unusual != 0 {
+        for (i, (v, arg)) in values.iter_mut().zip(args).enumerate() {
+            if unusual & (1 << i) != 0 {
+                *v = libm::expf(arg);
+            }
+        }
+    }
+}
+
 /// Four i32 sums (eight lanes each) reduced to one vector `[s0, s1, s2, s3]`.
 ///
 /// # Safety
@@ -863,5 +932,69 @@ mod tests {
         unsafe { super::quantize_activations(&x, None, &mut fast) };
         super::super::scalar::quantize_activations(&x, None, &mut slow);
         assert_eq!(fast, slow);
+    }
+
+    #[test]
+    fn avx2_softmax_exp_equals_libm_expf() {
+        if !super::has_avx2() || !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX2");
+            return;
+        }
+        let check = |args: &[f32; 8], max: f32| {
+            let mut fast = *args;
+            // SAFETY: AVX2 was detected above.
+            unsafe { super::softmax_exp8(&mut fast, max) };
+            for (f, a) in fast.iter().zip(args) {
+                let slow = libm::expf(a - max);
+                assert!(same_bits(*f, slow), "exp({a:e} - {max:e}): {f:e} vs {slow:e}");
+            }
+        };
+        // every 7th f32 from -0 down to past -104 (where exp is 0), and a few specials
+        let mut batch = [0.0f32; 8];
+        let mut filled = 0;
+        for bits in (0x8000_0000u32..=0xc2d0_0000).step_by(7) {
+            batch[filled] = f32::from_bits(bits);
+            filled += 1;
+            if filled == 8 {
+                check(&batch, 0.0);
+                filled = 0;
+            }
+        }
+        for special in [
+            [
+                0.0,
+                -0.0,
+                f32::NAN,
+                f32::NEG_INFINITY,
+                f32::INFINITY,
+                1e-5,
+                0.5,
+                100.0,
+            ],
+            [
+                -87.33655,
+                -87.336_55,
+                -87.3365,
+                -88.0,
+                -0.346_573_6,
+                -0.346_573_62,
+                -1.039_720_8,
+                -1.039_720_7,
+            ],
+            [
+                f32::MIN_POSITIVE,
+                -f32::MIN_POSITIVE,
+                -6.103_515_6e-5,
+                -6.103_515e-5,
+                -103.972_08,
+                -103.972,
+                -1e30,
+                3.0,
+            ],
+        ] {
+            check(&special, 0.0);
+        }
+        // through the subtraction of the maximum
+        check(&[1.0, 2.0, 3.0, -4.0, 5.5, 5.25, -90.0, 0.0], 5.5);
     }
 }
