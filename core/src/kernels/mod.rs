@@ -197,6 +197,14 @@ pub fn quantize_input(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> 
     scalar::quantize_activations(x, act_scales, out)
 }
 
+/// Whether this build has a kernel for [`softmax_exp8`] (x86-64 with `std`, not `fast-math`;
+/// it is then chosen at run time): elsewhere the softmax keeps its one loop.
+pub const SOFTMAX_EXP8: bool = cfg!(all(
+    feature = "std",
+    target_arch = "x86_64",
+    not(feature = "fast-math")
+));
+
 /// `values[i] = softmax_exp(values[i] - max)` for eight values
 /// ([`softmax_exp`](fast_math::softmax_exp)): eight lanes at once with AVX2 on x86-64 (`std`
 /// feature, not `fast-math`), computing `libm::expf`'s bits. The softmax adds them up in order.

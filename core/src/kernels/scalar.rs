@@ -444,8 +444,9 @@ pub fn softmax(x: &mut [f32]) {
     let m = max(x);
     let mut sum = 0.0;
     // eight `exp`s at a time where a kernel does them so (the same bits), added in order
-    let mut chunks = x.chunks_exact_mut(8);
-    for chunk in &mut chunks {
+    let by_eight = if super::SOFTMAX_EXP8 { x.len() / 8 * 8 } else { 0 };
+    let (eights, rest) = x.split_at_mut(by_eight);
+    for chunk in eights.chunks_exact_mut(8) {
         if let Ok(eight) = <&mut [f32; 8]>::try_from(chunk) {
             super::softmax_exp8(eight, m);
             for v in eight.iter() {
@@ -453,7 +454,7 @@ pub fn softmax(x: &mut [f32]) {
             }
         }
     }
-    for v in chunks.into_remainder() {
+    for v in rest.iter_mut() {
         *v = super::fast_math::softmax_exp(*v - m);
         sum += *v;
     }
