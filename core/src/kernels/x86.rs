@@ -215,6 +215,22 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     let wanted = outs.iter().map(|o| o.len()).min().unwrap_or(0);
     let n = rows_that_fit(rows.len(), stride, cols, wanted);
     let mut r = 0;
+    if let ([x_a, x_b], [out_a, out_b]) = (xs, &mut *outs) {
+        // two inputs: each loaded weight meets both, eight rows per pass
+        while r + 8 <= n {
+            // SAFETY: rows `r..r + 8` end at `(r + 7) * stride + cols <= rows.len()`, as
+            // `r + 8 <= n` and `rows_that_fit` bounds `n`; the CPU has AVX and F16C.
+            unsafe {
+                dots_pairs_two::<T, 4>(
+                    rows.as_ptr().add(r * stride),
+                    stride,
+                    [&x_a[..cols], &x_b[..cols]],
+                    [&mut out_a[r..r + 8], &mut out_b[r..r + 8]],
+                )
+            };
+            r += 8;
+        }
+    }
     while r + 16 <= n {
         for (x, out) in xs.iter().zip(outs.iter_mut()) {
             // SAFETY: rows `r..r + 16` end at `(r + 15) * stride + cols <= rows.len()`, as
@@ -292,6 +308,56 @@ unsafe fn dots_pairs<T: RowElement, const PAIRS: usize>(
             // SAFETY: row `r` has `cols` readable elements.
             let tail = unsafe { row_tail(base.add(r * stride), x, body) };
             out[r] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail;
+        }
+    }
+}
+
+/// [`dots_pairs`] for two inputs at once: each register of two weight rows is multiplied by
+/// both inputs, into two sets of accumulators (the same additions, in the same order, per row
+/// and input).
+///
+/// # Safety
+/// As for [`dots_pairs`]; both inputs have the same length.
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn dots_pairs_two<T: RowElement, const PAIRS: usize>(
+    base: *const T,
+    stride: usize,
+    x: [&[f32]; 2],
+    out: [&mut [f32]; 2],
+) {
+    let cols = x[0].len();
+    let body = cols / 4 * 4;
+    let mut acc = [[_mm256_setzero_ps(); PAIRS]; 2];
+    let mut c = 0;
+    while c < body {
+        // SAFETY: `c + 4 <= cols`: four readable columns in each input and in every row.
+        unsafe {
+            let quad_a = _mm_loadu_ps(x[0].as_ptr().add(c));
+            let quad_b = _mm_loadu_ps(x[1].as_ptr().add(c));
+            let xs_a = _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(quad_a), quad_a);
+            let xs_b = _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(quad_b), quad_b);
+            let [acc_a, acc_b] = &mut acc;
+            for (p, (acc_a, acc_b)) in acc_a.iter_mut().zip(acc_b.iter_mut()).enumerate() {
+                let row = base.add(2 * p * stride + c);
+                let w = T::two_quads(row, row.add(stride));
+                *acc_a = _mm256_add_ps(*acc_a, _mm256_mul_ps(w, xs_a));
+                *acc_b = _mm256_add_ps(*acc_b, _mm256_mul_ps(w, xs_b));
+            }
+        }
+        c += 4;
+    }
+    for ((acc, x), out) in acc.iter().zip(x).zip(out) {
+        for (p, acc) in acc.iter().enumerate() {
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: `lanes` has room for eight f32.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
+            for (half, lanes) in lanes.chunks_exact(4).enumerate() {
+                let r = 2 * p + half;
+                // SAFETY: row `r` has `cols` readable elements.
+                let tail = unsafe { row_tail(base.add(r * stride), x, body) };
+                out[r] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail;
+            }
         }
     }
 }
@@ -859,16 +925,26 @@ mod tests {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");
             return;
         }
-        for (n, cols) in [(0usize, 5usize), (1, 4), (17, 33), (40, 128), (35, 7)] {
+        for (n, cols) in [
+            (0usize, 5usize),
+            (1, 4),
+            (17, 33),
+            (40, 128),
+            (35, 7),
+            (18, 33),
+            (26, 130),
+            (8, 3),
+        ] {
             let rows = awkward_floats(n * cols, n as u32);
             let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32(*v)).collect();
-            let inputs: Vec<Vec<f32>> = (0..3).map(|p| awkward_floats(cols, 50 + p)).collect();
+            let count: usize = if n % 2 == 0 { 2 } else { 3 }; // two inputs take their own kernel
+            let inputs: Vec<Vec<f32>> = (0..count).map(|p| awkward_floats(cols, 50 + p as u32)).collect();
             let xs: Vec<&[f32]> = inputs.iter().map(|x| x.as_slice()).collect();
-            let mut out = vec![vec![0.0f32; n]; 3];
+            let mut out = vec![vec![0.0f32; n]; count];
             let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
             // SAFETY: AVX and F16C were detected above.
             unsafe { super::dots_each(&rows, cols, &xs, &mut outs) };
-            let mut out16 = vec![vec![0.0f32; n]; 3];
+            let mut out16 = vec![vec![0.0f32; n]; count];
             let mut outs16: Vec<&mut [f32]> = out16.iter_mut().map(|o| o.as_mut_slice()).collect();
             // SAFETY: AVX and F16C were detected above.
             unsafe { super::dots_each(&halves, cols, &xs, &mut outs16) };
