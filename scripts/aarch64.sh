@@ -39,7 +39,7 @@ cargo build --release -p txl-tools --target "$target" --locked
 txl() { qemu-aarch64 -L "$sysroot" "target/$target/release/txl" "$@"; }
 dir=target/aarch64-check
 mkdir -p "$dir"
-txl convert tests/fixtures/demo -o "$dir/demo.txl" >/dev/null
+txl convert tests/fixtures/demo -o "$dir/demo.txl" >/dev/null 2>&1
 txl convert tests/fixtures/demo -o "$dir/demo-f16.txl" --dtype f16 >/dev/null 2>&1
 txl quantize "$dir/demo.txl" -o "$dir/demo-int8.txl" --smooth off >/dev/null 2>&1
 head -c 256 tests/fixtures/demo/heldout.txt > "$dir/tokens.bin"
