@@ -8,11 +8,15 @@
 //!   the four accumulators of a row are four lanes, and one 256-bit register holds two rows;
 //!   sixteen rows (eight registers) go per pass over the input, so eight independent chains of
 //!   additions keep the adders busy, each lane doing exactly the scalar additions in the scalar
-//!   order. f16 weights are widened by `VCVTPH2PS` (exact) on the way in.
+//!   order. f16 weights are widened by `VCVTPH2PS` (exact) on the way in. With two inputs
+//!   ([`dots_each`], two positions of a segment) each register of weights meets both, eight rows
+//!   per pass into two sets of accumulators.
 //! - **Weighted rows** ([`axpys`]): `out[e] += p[k] * rows[k][e]` in `k` order per element,
 //!   eight elements a register.
 //! - **int8 rows** ([`row_sums_i8`], [`row_sums_i8_pair`]): four weight rows per pass share the
-//!   widened input (two inputs share each widened weight in the pair kernel).
+//!   widened input (two inputs share each widened weight in the pair kernel); the input is
+//!   quantized eight columns a step ([`quantize_activations`]).
+//! - **The softmax's `exp`** ([`softmax_exp8`]): `libm`'s `expf`, step for step, eight lanes.
 
 #[cfg(target_arch = "x86_64")]
 use core::arch::x86_64::*;
