@@ -98,6 +98,39 @@ pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     }
 }
 
+/// [`dots_strided`] for f16 rows (the cached keys of one head in f16 memory): `out[r] =
+/// dot_f16(rows[r * stride..][..x.len()], x)`, sixteen rows per pass with AVX and F16C on
+/// x86-64, else one. The same bits.
+#[inline]
+pub fn dots_strided_f16(rows: &[half::f16], stride: usize, x: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots(rows, stride, x, out) };
+    }
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_f16(&rows[r * stride..r * stride + x.len()], x);
+    }
+}
+
+/// [`axpys_strided`] for f16 rows (the cached values of one head in f16 memory): `out +=
+/// p[k] * widen(rows[k * stride..][..out.len()])` for each `k` in order, eight elements a
+/// register with AVX and F16C on x86-64, else one. The same bits.
+#[inline]
+pub fn axpys_strided_f16(rows: &[half::f16], stride: usize, p: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::axpys(rows, stride, p, out) };
+    }
+    let n = out.len();
+    for (k, &weight) in p.iter().enumerate() {
+        for (o, v) in out.iter_mut().zip(&rows[k * stride..k * stride + n]) {
+            *o += weight * scalar::f16_to_f32(*v);
+        }
+    }
+}
+
 /// [`matvec_f32_rows`] for f16 weights, widened exactly (by the FPU with `cortex-m-dsp`, by
 /// F16C on x86-64, sixteen rows per pass).
 #[inline]

@@ -115,6 +115,11 @@ pub trait RowElement: Copy {
     /// # Safety
     /// As for [`RowElement::two_quads`].
     unsafe fn quad(a: *const Self) -> __m128;
+    /// Eight elements at `a` as f32.
+    ///
+    /// # Safety
+    /// Eight elements must be readable at `a`, and the CPU must have AVX and F16C.
+    unsafe fn eight(a: *const Self) -> __m256;
     /// One element as f32, as the portable kernel widens it.
     fn widen(self) -> f32;
 }
@@ -132,6 +137,13 @@ impl RowElement for f32 {
     unsafe fn quad(a: *const f32) -> __m128 {
         // SAFETY: the caller gives four readable f32; no alignment needed.
         unsafe { _mm_loadu_ps(a) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn eight(a: *const f32) -> __m256 {
+        // SAFETY: the caller gives eight readable f32; no alignment needed.
+        unsafe { _mm256_loadu_ps(a) }
     }
 
     #[inline]
@@ -158,6 +170,13 @@ impl RowElement for f16 {
     unsafe fn quad(a: *const f16) -> __m128 {
         // SAFETY: the caller gives four readable f16 (8 bytes); no alignment needed.
         unsafe { _mm_cvtph_ps(_mm_loadl_epi64(a.cast())) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn eight(a: *const f16) -> __m256 {
+        // SAFETY: the caller gives eight readable f16 (16 bytes); no alignment needed.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(a.cast())) }
     }
 
     #[inline]
@@ -408,14 +427,15 @@ unsafe fn row_tail<T: RowElement>(row: *const T, x: &[f32], body: usize) -> f32 
     tail
 }
 
-/// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order: per element
-/// the products are rounded and added in `k` order, as in the portable loop, so the same bits.
-/// Thirty-two elements stay in registers while every `k` passes, then eight, then one.
+/// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order (f16 rows
+/// widened exactly): per element the products are rounded and added in `k` order, as in the
+/// portable loop, so the same bits. Thirty-two elements stay in registers while every `k`
+/// passes, then eight, then one.
 ///
 /// # Safety
-/// The CPU must support AVX ([`has_avx_f16c`]).
+/// The CPU must support AVX and F16C ([`has_avx_f16c`]).
 #[target_feature(enable = "avx,f16c")]
-pub unsafe fn axpys(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
+pub unsafe fn axpys<T: RowElement>(rows: &[T], stride: usize, p: &[f32], out: &mut [f32]) {
     let n = out.len();
     let k_count = rows_that_fit(rows.len(), stride, n, p.len());
     let p = &p[..k_count];
@@ -435,7 +455,7 @@ pub unsafe fn axpys(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
                 let w = _mm256_set1_ps(weight);
                 let row = rows.as_ptr().add(k * stride + e);
                 for (i, acc) in acc.iter_mut().enumerate() {
-                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(w, _mm256_loadu_ps(row.add(8 * i))));
+                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(w, T::eight(row.add(8 * i))));
                 }
             }
             for (i, acc) in acc.iter().enumerate() {
@@ -451,7 +471,7 @@ pub unsafe fn axpys(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
             let mut acc = _mm256_loadu_ps(o);
             for (k, &weight) in p.iter().enumerate() {
                 let row = rows.as_ptr().add(k * stride + e);
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(weight), _mm256_loadu_ps(row)));
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(weight), T::eight(row)));
             }
             _mm256_storeu_ps(o, acc);
         }
@@ -459,7 +479,7 @@ pub unsafe fn axpys(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     }
     for (i, o) in out.iter_mut().enumerate().skip(e) {
         for (k, &weight) in p.iter().enumerate() {
-            *o += weight * rows[k * stride + i];
+            *o += weight * rows[k * stride + i].widen();
         }
     }
 }
@@ -1076,5 +1096,49 @@ mod tests {
         }
         // through the subtraction of the maximum
         check(&[1.0, 2.0, 3.0, -4.0, 5.5, 5.25, -90.0, 0.0], 5.5);
+    }
+
+    #[test]
+    fn f16c_strided_rows_and_weighted_rows_equal_the_portable_loops() {
+        if !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            return;
+        }
+        let widen = super::super::scalar::f16_to_f32;
+        for (n, keys, extra) in [
+            (32usize, 64usize, 96usize),
+            (7, 5, 3),
+            (40, 17, 0),
+            (64, 1, 1),
+            (0, 3, 2),
+        ] {
+            let stride = n + extra;
+            let rows: Vec<f16> = awkward_floats(keys * stride, (n * 7 + keys) as u32)
+                .iter()
+                .map(|v| f16::from_f32(*v))
+                .collect();
+            let p = awkward_floats(keys, 11 + keys as u32);
+            let start = awkward_floats(n, 5);
+            let (mut fast, mut slow) = (start.clone(), start);
+            // SAFETY: AVX and F16C were detected above.
+            unsafe { super::axpys(&rows, stride, &p, &mut fast) };
+            for (k, &weight) in p.iter().enumerate() {
+                for (o, v) in slow.iter_mut().zip(&rows[k * stride..k * stride + n]) {
+                    *o += weight * widen(*v);
+                }
+            }
+            for (e, (f, s)) in fast.iter().zip(&slow).enumerate() {
+                assert!(same_bits(*f, *s), "{keys} f16 rows of {n}, element {e}");
+            }
+            // the keys' side: one product per row at the stride
+            let x = awkward_floats(n, 77);
+            let mut dots = vec![0.0f32; keys];
+            // SAFETY: AVX and F16C were detected above.
+            unsafe { super::dots(&rows, stride, &x, &mut dots) };
+            for (r, d) in dots.iter().enumerate() {
+                let slow = super::super::scalar::dot_f16(&rows[r * stride..r * stride + n], &x);
+                assert!(same_bits(*d, slow), "f16 row {r} of {keys} at stride {stride}");
+            }
+        }
     }
 }
