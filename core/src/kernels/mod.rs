@@ -98,39 +98,6 @@ pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     }
 }
 
-/// [`dots_strided`] for f16 rows (the cached keys of one head in f16 memory): `out[r] =
-/// dot_f16(rows[r * stride..][..x.len()], x)`, sixteen rows per pass with AVX and F16C on
-/// x86-64, else one. The same bits.
-#[inline]
-pub fn dots_strided_f16(rows: &[half::f16], stride: usize, x: &[f32], out: &mut [f32]) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx_f16c() {
-        // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { x86::dots(rows, stride, x, out) };
-    }
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = dot_f16(&rows[r * stride..r * stride + x.len()], x);
-    }
-}
-
-/// [`axpys_strided`] for f16 rows (the cached values of one head in f16 memory): `out +=
-/// p[k] * widen(rows[k * stride..][..out.len()])` for each `k` in order, eight elements a
-/// register with AVX and F16C on x86-64, else one. The same bits.
-#[inline]
-pub fn axpys_strided_f16(rows: &[half::f16], stride: usize, p: &[f32], out: &mut [f32]) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx_f16c() {
-        // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { x86::axpys(rows, stride, p, out) };
-    }
-    let n = out.len();
-    for (k, &weight) in p.iter().enumerate() {
-        for (o, v) in out.iter_mut().zip(&rows[k * stride..k * stride + n]) {
-            *o += weight * scalar::f16_to_f32(*v);
-        }
-    }
-}
-
 /// [`matvec_f32_rows`] for f16 weights, widened exactly (by the FPU with `cortex-m-dsp`, by
 /// F16C on x86-64, sixteen rows per pass).
 #[inline]
@@ -145,40 +112,6 @@ pub fn matvec_f16_rows(weight: &[half::f16], x: &[f32], y: &mut [f32]) {
     #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
     for (out, row) in y.iter_mut().zip(weight.chunks_exact(x.len())) {
         *out = dot_f16(row, x);
-    }
-}
-
-/// [`matvec_f32_rows`] for several inputs, `ys[p] = W xs[p]` (`W (rows, cols)`, `cols` the
-/// inputs' length, `rows` the outputs'): with AVX on x86-64 (NEON on aarch64) each block of
-/// sixteen (eight) weight rows is read once for all the inputs; the same bits as one call per
-/// input.
-#[inline]
-pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx_f16c() {
-        let cols = xs.first().map_or(0, |x| x.len());
-        // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { x86::dots_each(weight, cols, xs, ys) };
-    }
-    #[cfg(target_arch = "aarch64")]
-    aarch64::dots_each(weight, xs.first().map_or(0, |x| x.len()), xs, ys);
-    #[cfg(not(target_arch = "aarch64"))]
-    for (x, y) in xs.iter().zip(ys.iter_mut()) {
-        matvec_f32_rows(weight, x, y);
-    }
-}
-
-/// [`matmul_f32_rows`] for f16 weights, widened exactly.
-#[inline]
-pub fn matmul_f16_rows(weight: &[half::f16], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx_f16c() {
-        let cols = xs.first().map_or(0, |x| x.len());
-        // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { x86::dots_each(weight, cols, xs, ys) };
-    }
-    for (x, y) in xs.iter().zip(ys.iter_mut()) {
-        matvec_f16_rows(weight, x, y);
     }
 }
 
@@ -215,41 +148,6 @@ pub fn int8_row_sums_pair(
     #[cfg(not(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve"))))]
     for ((x, widened), sums) in xq.into_iter().zip(widened).zip(sums) {
         int8_row_sums(values, cols, x, widened, sums);
-    }
-}
-
-/// [`quantize_activations`] (the input of an int8 product to int8, returning its scale): eight
-/// columns a step with AVX on x86-64 (`std` feature, chosen at run time). The same bits.
-#[inline]
-pub fn quantize_input(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx_f16c() {
-        // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { x86::quantize_activations(x, act_scales, out) };
-    }
-    scalar::quantize_activations(x, act_scales, out)
-}
-
-/// Whether this build has a kernel for [`softmax_exp8`] (x86-64 with `std`, not `fast-math`;
-/// it is then chosen at run time): elsewhere the softmax keeps its one loop.
-pub const SOFTMAX_EXP8: bool = cfg!(all(
-    feature = "std",
-    target_arch = "x86_64",
-    not(feature = "fast-math")
-));
-
-/// `values[i] = softmax_exp(values[i] - max)` for eight values
-/// ([`softmax_exp`](fast_math::softmax_exp)): eight lanes at once with AVX2 on x86-64 (`std`
-/// feature, not `fast-math`), computing `libm::expf`'s bits. The softmax adds them up in order.
-#[inline]
-pub fn softmax_exp8(values: &mut [f32; 8], max: f32) {
-    #[cfg(all(feature = "std", target_arch = "x86_64", not(feature = "fast-math")))]
-    if x86::has_avx2() && x86::has_avx_f16c() {
-        // SAFETY: the CPU has AVX2 and F16C, checked just above.
-        return unsafe { x86::softmax_exp8(values, max) };
-    }
-    for v in values.iter_mut() {
-        *v = fast_math::softmax_exp(*v - max);
     }
 }
 
@@ -318,5 +216,111 @@ pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sum
         for (r, sum) in sums.iter_mut().enumerate() {
             *sum = dot_i8(&values[r * cols..(r + 1) * cols], xq);
         }
+    }
+}
+
+// Added with the host kernels (x86-64: AVX, AVX2, F16C; aarch64: NEON): several inputs per
+// pass over f32 and f16 rows, the f16 memory's rows at a stride, the int8 input's
+// quantization, the softmax's `exp` eight at a time.
+
+/// [`matvec_f32_rows`] for several inputs, `ys[p] = W xs[p]` (`W (rows, cols)`, `cols` the
+/// inputs' length, `rows` the outputs'): with AVX on x86-64 (NEON on aarch64) each block of
+/// sixteen (eight) weight rows is read once for all the inputs; the same bits as one call per
+/// input.
+#[inline]
+pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        let cols = xs.first().map_or(0, |x| x.len());
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots_each(weight, cols, xs, ys) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    aarch64::dots_each(weight, xs.first().map_or(0, |x| x.len()), xs, ys);
+    #[cfg(not(target_arch = "aarch64"))]
+    for (x, y) in xs.iter().zip(ys.iter_mut()) {
+        matvec_f32_rows(weight, x, y);
+    }
+}
+
+/// [`matmul_f32_rows`] for f16 weights, widened exactly.
+#[inline]
+pub fn matmul_f16_rows(weight: &[half::f16], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        let cols = xs.first().map_or(0, |x| x.len());
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots_each(weight, cols, xs, ys) };
+    }
+    for (x, y) in xs.iter().zip(ys.iter_mut()) {
+        matvec_f16_rows(weight, x, y);
+    }
+}
+
+/// [`dots_strided`] for f16 rows (the cached keys of one head in f16 memory): `out[r] =
+/// dot_f16(rows[r * stride..][..x.len()], x)`, sixteen rows per pass with AVX and F16C on
+/// x86-64, else one. The same bits.
+#[inline]
+pub fn dots_strided_f16(rows: &[half::f16], stride: usize, x: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots(rows, stride, x, out) };
+    }
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_f16(&rows[r * stride..r * stride + x.len()], x);
+    }
+}
+
+/// [`axpys_strided`] for f16 rows (the cached values of one head in f16 memory): `out +=
+/// p[k] * widen(rows[k * stride..][..out.len()])` for each `k` in order, eight elements a
+/// register with AVX and F16C on x86-64, else one. The same bits.
+#[inline]
+pub fn axpys_strided_f16(rows: &[half::f16], stride: usize, p: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::axpys(rows, stride, p, out) };
+    }
+    let n = out.len();
+    for (k, &weight) in p.iter().enumerate() {
+        for (o, v) in out.iter_mut().zip(&rows[k * stride..k * stride + n]) {
+            *o += weight * scalar::f16_to_f32(*v);
+        }
+    }
+}
+
+/// [`quantize_activations`] (the input of an int8 product to int8, returning its scale): eight
+/// columns a step with AVX on x86-64 (`std` feature, chosen at run time). The same bits.
+#[inline]
+pub fn quantize_input(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::quantize_activations(x, act_scales, out) };
+    }
+    scalar::quantize_activations(x, act_scales, out)
+}
+
+/// Whether this build has a kernel for [`softmax_exp8`] (x86-64 with `std`, not `fast-math`;
+/// it is then chosen at run time): elsewhere the softmax keeps its one loop.
+pub const SOFTMAX_EXP8: bool = cfg!(all(
+    feature = "std",
+    target_arch = "x86_64",
+    not(feature = "fast-math")
+));
+
+/// `values[i] = softmax_exp(values[i] - max)` for eight values
+/// ([`softmax_exp`](fast_math::softmax_exp)): eight lanes at once with AVX2 on x86-64 (`std`
+/// feature, not `fast-math`), computing `libm::expf`'s bits. The softmax adds them up in order.
+#[inline]
+pub fn softmax_exp8(values: &mut [f32; 8], max: f32) {
+    #[cfg(all(feature = "std", target_arch = "x86_64", not(feature = "fast-math")))]
+    if x86::has_avx2() && x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX2 and F16C, checked just above.
+        return unsafe { x86::softmax_exp8(values, max) };
+    }
+    for v in values.iter_mut() {
+        *v = fast_math::softmax_exp(*v - max);
     }
 }
