@@ -13,6 +13,9 @@ pub mod cortex_m;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod x86;
 
+#[cfg(target_arch = "aarch64")]
+pub mod aarch64;
+
 pub use scalar::*;
 
 /// `sum a[i] * b[i]` in i32: the Cortex-M DSP kernel with the `cortex-m-dsp` feature, AVX2 on
@@ -31,37 +34,60 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 }
 
 /// `W (rows, cols) @ x (cols) -> y (rows)` for f32 weights, `rows = y.len()`: four rows per
-/// pass with the `cortex-m-dsp` feature on a core with an FPU (`eabihf`), else one. Same bits
-/// either way.
+/// pass with the `cortex-m-dsp` feature on a core with an FPU (`eabihf`), sixteen with AVX on
+/// x86-64 (`std` feature, chosen at run time), eight with NEON on aarch64, else one. Same bits
+/// every way.
 #[inline]
 pub fn matvec_f32_rows(weight: &[f32], x: &[f32], y: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots(weight, x.len(), x, y) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::matvec_f32(weight, x, y);
-    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    #[cfg(target_arch = "aarch64")]
+    aarch64::dots_each(weight, x.len(), &[x], &mut [y]);
+    #[cfg(not(any(target_arch = "aarch64", all(feature = "cortex-m-dsp", target_abi = "eabihf"))))]
     scalar::matvec_f32(weight, x, y);
 }
 
 /// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()` (f32 rows at a stride: the
-/// cached keys of one head): four rows per pass with `cortex-m-dsp` on an FPU, else one. The
-/// bits of [`dot`]`(x, row)` for each row.
+/// cached keys of one head): four rows per pass with `cortex-m-dsp` on an FPU, sixteen with AVX
+/// on x86-64, eight with NEON on aarch64, else one. The bits of [`dot`]`(x, row)` for each row.
 #[inline]
 pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots(rows, stride, x, out) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::dots_strided(rows, stride, x, out);
-    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    #[cfg(target_arch = "aarch64")]
+    aarch64::dots_each(rows, stride, &[x], &mut [out]);
+    #[cfg(not(any(target_arch = "aarch64", all(feature = "cortex-m-dsp", target_abi = "eabihf"))))]
     for (r, o) in out.iter_mut().enumerate() {
         *o = scalar::dot(x, &rows[r * stride..r * stride + x.len()]);
     }
 }
 
 /// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order (the cached
-/// values of one head, weighted): four rows per pass with `cortex-m-dsp` on an FPU, else one.
-/// Per element the products are added in `k` order either way: the same bits.
+/// values of one head, weighted): four rows per pass with `cortex-m-dsp` on an FPU, eight
+/// elements a register with AVX on x86-64, four with NEON on aarch64, else one. Per element the
+/// products are added in `k` order every way: the same bits.
 #[inline]
 pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::axpys(rows, stride, p, out) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::axpys_strided(rows, stride, p, out);
-    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    #[cfg(target_arch = "aarch64")]
+    aarch64::axpys(rows, stride, p, out);
+    #[cfg(not(any(target_arch = "aarch64", all(feature = "cortex-m-dsp", target_abi = "eabihf"))))]
     {
         let n = out.len();
         for (k, &weight) in p.iter().enumerate() {
@@ -72,9 +98,15 @@ pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     }
 }
 
-/// [`matvec_f32_rows`] for f16 weights, widened exactly (by the FPU with `cortex-m-dsp`).
+/// [`matvec_f32_rows`] for f16 weights, widened exactly (by the FPU with `cortex-m-dsp`, by
+/// F16C on x86-64, sixteen rows per pass).
 #[inline]
 pub fn matvec_f16_rows(weight: &[half::f16], x: &[f32], y: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots(weight, x.len(), x, y) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     cortex_m::matvec_f16(weight, x, y);
     #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
@@ -96,8 +128,8 @@ pub fn dot_f16(a: &[half::f16], b: &[f32]) -> f32 {
 }
 
 /// [`int8_row_sums`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: with the
-/// `cortex-m-dsp` feature each weight is loaded and widened once for both (Helium needs no
-/// widening and runs each input on its own).
+/// `cortex-m-dsp` feature, and with AVX2 on x86-64, each weight is loaded and widened once for
+/// both (Helium needs no widening and runs each input on its own).
 #[inline]
 pub fn int8_row_sums_pair(
     values: &[i8],
@@ -106,6 +138,11 @@ pub fn int8_row_sums_pair(
     widened: [&[u32]; 2],
     sums: [&mut [i32]; 2],
 ) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx2() {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { x86::row_sums_i8_pair(values, cols, xq, sums) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     cortex_m::row_sums_i8_pair(values, cols, xq, widened, sums);
     #[cfg(not(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve"))))]
@@ -145,10 +182,16 @@ pub fn widen_int8_input(xq: &[i8], widened: &mut [u32]) {
 /// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
 /// `values (rows, cols)`, `widened` being `xq` prepared by [`widen_int8_input`]: Helium with the
 /// `cortex-m-mve` and `cortex-m-dsp` features (16 columns an instruction), else four rows per
-/// pass with the `cortex-m-dsp` feature, AVX2 on x86-64 with the `std` feature when the CPU has
-/// it, else the scalar dot product. All give the same sums.
+/// pass with the `cortex-m-dsp` feature, with AVX2 on x86-64 (`std` feature, when the CPU has
+/// it) or on aarch64 (`SDOT` when the CPU has it and the `std` feature can tell, else `SMULL`),
+/// else the scalar dot product. All give the same sums.
 #[inline]
 pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums: &mut [i32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx2() {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { x86::row_sums_i8(values, cols, xq, sums) };
+    }
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         let _ = widened;
@@ -156,11 +199,128 @@ pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sum
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     cortex_m::row_sums_i8(values, cols, xq, widened, sums);
-    #[cfg(not(feature = "cortex-m-dsp"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        let _ = widened;
+        #[cfg(feature = "std")]
+        if aarch64::has_dotprod() {
+            // SAFETY: the CPU has the dot-product extension, checked just above.
+            unsafe { aarch64::row_sums_i8_sdot(values, cols, xq, sums) };
+            return;
+        }
+        aarch64::row_sums_i8_smull(values, cols, xq, sums);
+    }
+    #[cfg(not(any(target_arch = "aarch64", feature = "cortex-m-dsp")))]
     {
         let _ = widened;
         for (r, sum) in sums.iter_mut().enumerate() {
             *sum = dot_i8(&values[r * cols..(r + 1) * cols], xq);
         }
+    }
+}
+
+// Added with the host kernels (x86-64: AVX, AVX2, F16C; aarch64: NEON): several inputs per
+// pass over f32 and f16 rows, the f16 memory's rows at a stride, the int8 input's
+// quantization, the softmax's `exp` eight at a time.
+
+/// [`matvec_f32_rows`] for several inputs, `ys[p] = W xs[p]` (`W (rows, cols)`, `cols` the
+/// inputs' length, `rows` the outputs'): with AVX on x86-64 (NEON on aarch64) each block of
+/// sixteen (eight) weight rows is read once for all the inputs; the same bits as one call per
+/// input.
+#[inline]
+pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        let cols = xs.first().map_or(0, |x| x.len());
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots_each(weight, cols, xs, ys) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    aarch64::dots_each(weight, xs.first().map_or(0, |x| x.len()), xs, ys);
+    #[cfg(not(target_arch = "aarch64"))]
+    for (x, y) in xs.iter().zip(ys.iter_mut()) {
+        matvec_f32_rows(weight, x, y);
+    }
+}
+
+/// [`matmul_f32_rows`] for f16 weights, widened exactly.
+#[inline]
+pub fn matmul_f16_rows(weight: &[half::f16], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        let cols = xs.first().map_or(0, |x| x.len());
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots_each(weight, cols, xs, ys) };
+    }
+    for (x, y) in xs.iter().zip(ys.iter_mut()) {
+        matvec_f16_rows(weight, x, y);
+    }
+}
+
+/// [`dots_strided`] for f16 rows (the cached keys of one head in f16 memory): `out[r] =
+/// dot_f16(rows[r * stride..][..x.len()], x)`, sixteen rows per pass with AVX and F16C on
+/// x86-64, else one. The same bits.
+#[inline]
+pub fn dots_strided_f16(rows: &[half::f16], stride: usize, x: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots(rows, stride, x, out) };
+    }
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_f16(&rows[r * stride..r * stride + x.len()], x);
+    }
+}
+
+/// [`axpys_strided`] for f16 rows (the cached values of one head in f16 memory): `out +=
+/// p[k] * widen(rows[k * stride..][..out.len()])` for each `k` in order, eight elements a
+/// register with AVX and F16C on x86-64, else one. The same bits.
+#[inline]
+pub fn axpys_strided_f16(rows: &[half::f16], stride: usize, p: &[f32], out: &mut [f32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::axpys(rows, stride, p, out) };
+    }
+    let n = out.len();
+    for (k, &weight) in p.iter().enumerate() {
+        for (o, v) in out.iter_mut().zip(&rows[k * stride..k * stride + n]) {
+            *o += weight * scalar::f16_to_f32(*v);
+        }
+    }
+}
+
+/// [`quantize_activations`] (the input of an int8 product to int8, returning its scale): eight
+/// columns a step with AVX on x86-64 (`std` feature, chosen at run time). The same bits.
+#[inline]
+pub fn quantize_input(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::quantize_activations(x, act_scales, out) };
+    }
+    scalar::quantize_activations(x, act_scales, out)
+}
+
+/// Whether this build has a kernel for [`softmax_exp8`] (x86-64 with `std`, not `fast-math`;
+/// it is then chosen at run time): elsewhere the softmax keeps its one loop.
+pub const SOFTMAX_EXP8: bool = cfg!(all(
+    feature = "std",
+    target_arch = "x86_64",
+    not(feature = "fast-math")
+));
+
+/// `values[i] = softmax_exp(values[i] - max)` for eight values
+/// ([`softmax_exp`](fast_math::softmax_exp)): eight lanes at once with AVX2 on x86-64 (`std`
+/// feature, not `fast-math`), computing `libm::expf`'s bits. The softmax adds them up in order.
+#[inline]
+pub fn softmax_exp8(values: &mut [f32; 8], max: f32) {
+    #[cfg(all(feature = "std", target_arch = "x86_64", not(feature = "fast-math")))]
+    if x86::has_avx2() && x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX2 and F16C, checked just above.
+        return unsafe { x86::softmax_exp8(values, max) };
+    }
+    for v in values.iter_mut() {
+        *v = fast_math::softmax_exp(*v - max);
     }
 }

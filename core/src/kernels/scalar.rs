@@ -69,7 +69,7 @@ impl<'s> Int8Input<'s> {
     /// Quantizes `x` (`cols` long, times `act_scales` if any) into `scratch`.
     fn quantize(x: &[f32], act_scales: Option<&[f32]>, scratch: &'s mut [u32], cols: usize) -> Self {
         let (xq, widened) = super::split_scratch(scratch, cols);
-        let x_scale = quantize_activations(x, act_scales, xq);
+        let x_scale = super::quantize_input(x, act_scales, xq);
         super::widen_int8_input(xq, widened);
         Int8Input { xq, widened, x_scale }
     }
@@ -175,10 +175,32 @@ pub fn matvec_pair_split(
         }
         _ => {
             let end = split + rest_a.len();
-            for (x, first, rest) in [(x[0], first_a, rest_a), (x[1], first_b, rest_b)] {
-                matvec(&weight.row_range(0, split), x, first, scratch);
-                if !rest.is_empty() {
-                    matvec(&weight.row_range(split, end), x, rest, scratch);
+            matmul(&weight.row_range(0, split), &x, &mut [first_a, first_b], scratch);
+            if end > split {
+                matmul(&weight.row_range(split, end), &x, &mut [rest_a, rest_b], scratch);
+            }
+        }
+    }
+}
+
+/// `W (rows, cols) @ xs[p] (cols) -> ys[p] (rows)` for every input `p`, in the matrix's dtype,
+/// with the bits of one [`matvec`] per input: f32 and f16 weights are read once for all the
+/// inputs (per block of rows where a kernel does so), int8 weights once per pair of inputs
+/// (`scratch` holds [`scratch_words`](super::scratch_words)`(cols)` words for each input of a
+/// pair).
+pub fn matmul(weight: &Matrix<'_>, xs: &[&[f32]], ys: &mut [&mut [f32]], scratch: &mut [u32]) {
+    match weight.data {
+        MatrixData::F32(w) => super::matmul_f32_rows(w, xs, ys),
+        MatrixData::F16(w) => super::matmul_f16_rows(w, xs, ys),
+        MatrixData::Int8 { .. } => {
+            for (x, y) in xs.chunks(2).zip(ys.chunks_mut(2)) {
+                match (x, y) {
+                    ([x_a, x_b], [y_a, y_b]) => matvec_pair(weight, [x_a, x_b], [y_a, y_b], scratch),
+                    (x, y) => {
+                        for (x, y) in x.iter().zip(y.iter_mut()) {
+                            matvec(weight, x, y, scratch);
+                        }
+                    }
                 }
             }
         }
@@ -421,7 +443,18 @@ pub fn log_softmax(x: &mut [f32]) {
 pub fn softmax(x: &mut [f32]) {
     let m = max(x);
     let mut sum = 0.0;
-    for v in x.iter_mut() {
+    // eight `exp`s at a time where a kernel does them so (the same bits), added in order
+    let by_eight = if super::SOFTMAX_EXP8 { x.len() / 8 * 8 } else { 0 };
+    let (eights, rest) = x.split_at_mut(by_eight);
+    for chunk in eights.chunks_exact_mut(8) {
+        if let Ok(eight) = <&mut [f32; 8]>::try_from(chunk) {
+            super::softmax_exp8(eight, m);
+            for v in eight.iter() {
+                sum += *v;
+            }
+        }
+    }
+    for v in rest.iter_mut() {
         *v = super::fast_math::softmax_exp(*v - m);
         sum += *v;
     }

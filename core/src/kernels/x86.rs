@@ -1,15 +1,29 @@
-//! x86-64 kernels with AVX2, chosen at run time (feature `std`: the detection needs the standard
-//! library). Integer sums are exact in any order, so they give the scalar kernels' bits.
+//! x86-64 kernels with AVX, AVX2 and F16C, chosen at run time (feature `std`: the detection
+//! needs the standard library). Each gives the scalar kernels' bits: integer sums are exact in
+//! any order, and the float kernels keep every row's (or element's) own order of rounding:
+//!
+//! - **f32 and f16 rows** ([`dots`]): the portable [`dot`](super::scalar::dot) sums a row in
+//!   four accumulators, column `c` into accumulator `c % 4`, multiplying and then adding (two
+//!   roundings, no fused multiply-add), and finishes with `(a0 + a1) + (a2 + a3) + tail`. Here
+//!   the four accumulators of a row are four lanes, and one 256-bit register holds two rows;
+//!   sixteen rows (eight registers) go per pass over the input, so eight independent chains of
+//!   additions keep the adders busy, each lane doing exactly the scalar additions in the scalar
+//!   order. f16 weights are widened by `VCVTPH2PS` (exact) on the way in. With two inputs
+//!   ([`dots_each`], two positions of a segment) each register of weights meets both, eight rows
+//!   per pass into two sets of accumulators.
+//! - **Weighted rows** ([`axpys`]): `out[e] += p[k] * rows[k][e]` in `k` order per element,
+//!   eight elements a register.
+//! - **int8 rows** ([`row_sums_i8`], [`row_sums_i8_pair`]): four weight rows per pass share the
+//!   widened input (two inputs share each widened weight in the pair kernel); the input is
+//!   quantized eight columns a step ([`quantize_activations`]).
+//! - **The softmax's `exp`** ([`softmax_exp8`]): `libm`'s `expf`, step for step, eight lanes.
 
 #[cfg(target_arch = "x86_64")]
-use core::arch::x86_64::{
-    __m256i, _mm256_add_epi32, _mm256_castsi256_si128, _mm256_cvtepi8_epi16, _mm256_extracti128_si256,
-    _mm256_madd_epi16, _mm256_setzero_si256, _mm_add_epi32, _mm_add_ps, _mm_cvtph_ps, _mm_cvtsi128_si32,
-    _mm_loadl_epi64, _mm_loadu_ps, _mm_loadu_si128, _mm_mul_ps, _mm_setzero_ps, _mm_shuffle_epi32,
-    _mm_storeu_ps,
-};
+use core::arch::x86_64::*;
 
 use half::f16;
+
+use super::scalar;
 
 /// Whether this CPU has AVX2 (detected once, then cached by the standard library).
 #[inline]
@@ -21,6 +35,13 @@ pub fn has_avx2() -> bool {
 #[inline]
 pub fn has_f16c() -> bool {
     std::is_x86_feature_detected!("f16c")
+}
+
+/// Whether this CPU has AVX and F16C, what [`dots`] and [`axpys`] need (every x86-64 CPU with
+/// AVX since 2012 has both).
+#[inline]
+pub fn has_avx_f16c() -> bool {
+    std::is_x86_feature_detected!("avx") && has_f16c()
 }
 
 /// `sum a[i] * b[i]` for `a` and `b` of one length, f16 weights widened by `VCVTPH2PS` (exact):
@@ -50,7 +71,7 @@ pub unsafe fn dot_f16(a: &[f16], b: &[f32]) -> f32 {
     unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
     let mut tail = 0.0;
     for (w, x) in a[body..n].iter().zip(&b[body..n]) {
-        tail += super::scalar::f16_to_f32(*w) * x;
+        tail += scalar::f16_to_f32(*w) * x;
     }
     (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
 }
@@ -79,7 +100,653 @@ pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let halves = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256::<1>(acc));
     let pairs = _mm_add_epi32(halves, _mm_shuffle_epi32::<0b01_00_11_10>(halves));
     let total = _mm_add_epi32(pairs, _mm_shuffle_epi32::<0b10_11_00_01>(pairs));
-    _mm_cvtsi128_si32(total) + super::scalar::dot_i8(&a[body..n], &b[body..n])
+    _mm_cvtsi128_si32(total) + scalar::dot_i8(&a[body..n], &b[body..n])
+}
+
+/// A weight type the row kernels read: f32 as it is, f16 widened exactly by F16C.
+pub trait RowElement: Copy {
+    /// Four elements at `a` and four at `b` as f32: `[a0, a1, a2, a3 | b0, b1, b2, b3]`.
+    ///
+    /// # Safety
+    /// Four elements must be readable at each pointer, and the CPU must have AVX and F16C.
+    unsafe fn two_quads(a: *const Self, b: *const Self) -> __m256;
+    /// Four elements at `a` as f32.
+    ///
+    /// # Safety
+    /// As for [`RowElement::two_quads`].
+    unsafe fn quad(a: *const Self) -> __m128;
+    /// Eight elements at `a` as f32.
+    ///
+    /// # Safety
+    /// Eight elements must be readable at `a`, and the CPU must have AVX and F16C.
+    unsafe fn eight(a: *const Self) -> __m256;
+    /// One element as f32, as the portable kernel widens it.
+    fn widen(self) -> f32;
+}
+
+impl RowElement for f32 {
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn two_quads(a: *const f32, b: *const f32) -> __m256 {
+        // SAFETY: the caller gives four readable f32 at each pointer; no alignment needed.
+        unsafe { _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(_mm_loadu_ps(a)), _mm_loadu_ps(b)) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn quad(a: *const f32) -> __m128 {
+        // SAFETY: the caller gives four readable f32; no alignment needed.
+        unsafe { _mm_loadu_ps(a) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn eight(a: *const f32) -> __m256 {
+        // SAFETY: the caller gives eight readable f32; no alignment needed.
+        unsafe { _mm256_loadu_ps(a) }
+    }
+
+    #[inline]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl RowElement for f16 {
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn two_quads(a: *const f16, b: *const f16) -> __m256 {
+        // SAFETY: the caller gives four readable f16 (8 bytes) at each pointer; the 64-bit loads
+        // need no alignment.
+        unsafe {
+            let low = _mm_loadl_epi64(a.cast());
+            let both: __m128i = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(low), b.cast()));
+            _mm256_cvtph_ps(both)
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn quad(a: *const f16) -> __m128 {
+        // SAFETY: the caller gives four readable f16 (8 bytes); no alignment needed.
+        unsafe { _mm_cvtph_ps(_mm_loadl_epi64(a.cast())) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn eight(a: *const f16) -> __m256 {
+        // SAFETY: the caller gives eight readable f16 (16 bytes); no alignment needed.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(a.cast())) }
+    }
+
+    #[inline]
+    fn widen(self) -> f32 {
+        scalar::f16_to_f32(self)
+    }
+}
+
+/// Rows of `cols` elements at `stride` that fit in `len` elements, at most `wanted`.
+fn rows_that_fit(len: usize, stride: usize, cols: usize, wanted: usize) -> usize {
+    if len < cols {
+        return 0;
+    }
+    match (len - cols).checked_div(stride) {
+        Some(more) => wanted.min(1 + more),
+        None => wanted, // stride 0: every row is the first
+    }
+}
+
+/// `out[r] = rows[r * stride..][..x.len()] · x` for each `r < out.len()`, with the bits of
+/// `scalar::dot` (f32 rows) or `scalar::dot_f16` (f16 rows) for each row: sixteen rows per
+/// pass, then two, then one. Rows past the end of `rows` are left as they are, as the portable
+/// kernels' `zip` leaves them.
+///
+/// # Safety
+/// The CPU must support AVX and F16C ([`has_avx_f16c`]).
+#[target_feature(enable = "avx,f16c")]
+pub unsafe fn dots<T: RowElement>(rows: &[T], stride: usize, x: &[f32], out: &mut [f32]) {
+    let cols = x.len();
+    let n = rows_that_fit(rows.len(), stride, cols, out.len());
+    let mut r = 0;
+    while r + 16 <= n {
+        // SAFETY: rows `r..r + 16` end at `(r + 15) * stride + cols <= rows.len()`, as
+        // `r + 16 <= n` and `rows_that_fit` bounds `n`; the CPU has AVX and F16C.
+        unsafe { dots_pairs::<T, 8>(rows.as_ptr().add(r * stride), stride, x, &mut out[r..r + 16]) };
+        r += 16;
+    }
+    while r + 2 <= n {
+        // SAFETY: as above, for rows `r..r + 2`.
+        unsafe { dots_pairs::<T, 1>(rows.as_ptr().add(r * stride), stride, x, &mut out[r..r + 2]) };
+        r += 2;
+    }
+    if r < n {
+        // SAFETY: as above, for row `r`.
+        out[r] = unsafe { dot_one(rows.as_ptr().add(r * stride), x) };
+    }
+}
+
+/// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p`, `cols` the inputs'
+/// length: [`dots`] for each input, with the bits of each, but each block of sixteen rows is
+/// read from memory once for all the inputs (then from the L1 cache). The rows of the shortest
+/// output are computed.
+///
+/// # Safety
+/// The CPU must support AVX and F16C ([`has_avx_f16c`]).
+#[target_feature(enable = "avx,f16c")]
+pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
+    let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
+    let wanted = outs.iter().map(|o| o.len()).min().unwrap_or(0);
+    let n = rows_that_fit(rows.len(), stride, cols, wanted);
+    let mut r = 0;
+    if let ([x_a, x_b], [out_a, out_b]) = (xs, &mut *outs) {
+        // two inputs: each loaded weight meets both, eight rows per pass
+        while r + 8 <= n {
+            // SAFETY: rows `r..r + 8` end at `(r + 7) * stride + cols <= rows.len()`, as
+            // `r + 8 <= n` and `rows_that_fit` bounds `n`; the CPU has AVX and F16C.
+            unsafe {
+                dots_pairs_two::<T, 4>(
+                    rows.as_ptr().add(r * stride),
+                    stride,
+                    [&x_a[..cols], &x_b[..cols]],
+                    [&mut out_a[r..r + 8], &mut out_b[r..r + 8]],
+                )
+            };
+            r += 8;
+        }
+    }
+    while r + 16 <= n {
+        for (x, out) in xs.iter().zip(outs.iter_mut()) {
+            // SAFETY: rows `r..r + 16` end at `(r + 15) * stride + cols <= rows.len()`, as
+            // `r + 16 <= n` and `rows_that_fit` bounds `n`; the CPU has AVX and F16C.
+            unsafe {
+                dots_pairs::<T, 8>(
+                    rows.as_ptr().add(r * stride),
+                    stride,
+                    &x[..cols],
+                    &mut out[r..r + 16],
+                )
+            };
+        }
+        r += 16;
+    }
+    while r + 2 <= n {
+        for (x, out) in xs.iter().zip(outs.iter_mut()) {
+            // SAFETY: as above, for rows `r..r + 2`.
+            unsafe {
+                dots_pairs::<T, 1>(
+                    rows.as_ptr().add(r * stride),
+                    stride,
+                    &x[..cols],
+                    &mut out[r..r + 2],
+                )
+            };
+        }
+        r += 2;
+    }
+    if r < n {
+        for (x, out) in xs.iter().zip(outs.iter_mut()) {
+            // SAFETY: as above, for row `r`.
+            out[r] = unsafe { dot_one(rows.as_ptr().add(r * stride), &x[..cols]) };
+        }
+    }
+}
+
+/// `2 * PAIRS` rows from `base` at `stride`, into `out` (`2 * PAIRS` long): rows `2p` and
+/// `2p + 1` share register `p`, four lanes each.
+///
+/// # Safety
+/// `2 * PAIRS` rows of `x.len()` elements must be readable from `base` at `stride`; the CPU
+/// must support AVX and F16C.
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn dots_pairs<T: RowElement, const PAIRS: usize>(
+    base: *const T,
+    stride: usize,
+    x: &[f32],
+    out: &mut [f32],
+) {
+    let cols = x.len();
+    let body = cols / 4 * 4;
+    let mut acc = [_mm256_setzero_ps(); PAIRS];
+    let mut c = 0;
+    while c < body {
+        // SAFETY: `c + 4 <= cols`: four readable columns in `x` and in every row.
+        unsafe {
+            let quad = _mm_loadu_ps(x.as_ptr().add(c));
+            let xs = _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(quad), quad);
+            for (p, acc) in acc.iter_mut().enumerate() {
+                let row = base.add(2 * p * stride + c);
+                let w = T::two_quads(row, row.add(stride));
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(w, xs));
+            }
+        }
+        c += 4;
+    }
+    for (p, acc) in acc.iter().enumerate() {
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` has room for eight f32.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
+        for (half, lanes) in lanes.chunks_exact(4).enumerate() {
+            let r = 2 * p + half;
+            // SAFETY: row `r` has `cols` readable elements.
+            let tail = unsafe { row_tail(base.add(r * stride), x, body) };
+            out[r] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail;
+        }
+    }
+}
+
+/// [`dots_pairs`] for two inputs at once: each register of two weight rows is multiplied by
+/// both inputs, into two sets of accumulators (the same additions, in the same order, per row
+/// and input).
+///
+/// # Safety
+/// As for [`dots_pairs`]; both inputs have the same length.
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn dots_pairs_two<T: RowElement, const PAIRS: usize>(
+    base: *const T,
+    stride: usize,
+    x: [&[f32]; 2],
+    out: [&mut [f32]; 2],
+) {
+    let cols = x[0].len();
+    let body = cols / 4 * 4;
+    let mut acc = [[_mm256_setzero_ps(); PAIRS]; 2];
+    let mut c = 0;
+    while c < body {
+        // SAFETY: `c + 4 <= cols`: four readable columns in each input and in every row.
+        unsafe {
+            let quad_a = _mm_loadu_ps(x[0].as_ptr().add(c));
+            let quad_b = _mm_loadu_ps(x[1].as_ptr().add(c));
+            let xs_a = _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(quad_a), quad_a);
+            let xs_b = _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(quad_b), quad_b);
+            let [acc_a, acc_b] = &mut acc;
+            for (p, (acc_a, acc_b)) in acc_a.iter_mut().zip(acc_b.iter_mut()).enumerate() {
+                let row = base.add(2 * p * stride + c);
+                let w = T::two_quads(row, row.add(stride));
+                *acc_a = _mm256_add_ps(*acc_a, _mm256_mul_ps(w, xs_a));
+                *acc_b = _mm256_add_ps(*acc_b, _mm256_mul_ps(w, xs_b));
+            }
+        }
+        c += 4;
+    }
+    for ((acc, x), out) in acc.iter().zip(x).zip(out) {
+        for (p, acc) in acc.iter().enumerate() {
+            let mut lanes = [0.0f32; 8];
+            // SAFETY: `lanes` has room for eight f32.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
+            for (half, lanes) in lanes.chunks_exact(4).enumerate() {
+                let r = 2 * p + half;
+                // SAFETY: row `r` has `cols` readable elements.
+                let tail = unsafe { row_tail(base.add(r * stride), x, body) };
+                out[r] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail;
+            }
+        }
+    }
+}
+
+/// One row at `row` (`x.len()` readable elements) · `x`, four lanes as the four accumulators.
+///
+/// # Safety
+/// As for [`dots_pairs`], with one row.
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn dot_one<T: RowElement>(row: *const T, x: &[f32]) -> f32 {
+    let body = x.len() / 4 * 4;
+    let mut acc = _mm_setzero_ps();
+    let mut c = 0;
+    while c < body {
+        // SAFETY: `c + 4 <= x.len()`: four readable columns in `x` and in the row.
+        unsafe {
+            acc = _mm_add_ps(
+                acc,
+                _mm_mul_ps(T::quad(row.add(c)), _mm_loadu_ps(x.as_ptr().add(c))),
+            )
+        };
+        c += 4;
+    }
+    let mut lanes = [0.0f32; 4];
+    // SAFETY: `lanes` has room for four f32.
+    unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
+    // SAFETY: the row has `x.len()` readable elements.
+    let tail = unsafe { row_tail(row, x, body) };
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
+}
+
+/// The portable kernels' `tail`: columns `body..x.len()` added in order to 0.
+///
+/// # Safety
+/// `x.len()` elements must be readable at `row`.
+#[inline]
+unsafe fn row_tail<T: RowElement>(row: *const T, x: &[f32], body: usize) -> f32 {
+    let mut tail = 0.0;
+    for (c, x) in x.iter().enumerate().skip(body) {
+        // SAFETY: `c < x.len()`.
+        tail += unsafe { *row.add(c) }.widen() * x;
+    }
+    tail
+}
+
+/// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order (f16 rows
+/// widened exactly): per element the products are rounded and added in `k` order, as in the
+/// portable loop, so the same bits. Thirty-two elements stay in registers while every `k`
+/// passes, then eight, then one.
+///
+/// # Safety
+/// The CPU must support AVX and F16C ([`has_avx_f16c`]).
+#[target_feature(enable = "avx,f16c")]
+pub unsafe fn axpys<T: RowElement>(rows: &[T], stride: usize, p: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    let k_count = rows_that_fit(rows.len(), stride, n, p.len());
+    let p = &p[..k_count];
+    let mut e = 0;
+    while e + 32 <= n {
+        // SAFETY: every read is at `k * stride + e + i` with `k < k_count` and `e + i < n`,
+        // inside `rows` by `rows_that_fit`; the loads and stores of `out` are inside it.
+        unsafe {
+            let o = out.as_mut_ptr().add(e);
+            let mut acc = [
+                _mm256_loadu_ps(o),
+                _mm256_loadu_ps(o.add(8)),
+                _mm256_loadu_ps(o.add(16)),
+                _mm256_loadu_ps(o.add(24)),
+            ];
+            for (k, &weight) in p.iter().enumerate() {
+                let w = _mm256_set1_ps(weight);
+                let row = rows.as_ptr().add(k * stride + e);
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(w, T::eight(row.add(8 * i))));
+                }
+            }
+            for (i, acc) in acc.iter().enumerate() {
+                _mm256_storeu_ps(o.add(8 * i), *acc);
+            }
+        }
+        e += 32;
+    }
+    while e + 8 <= n {
+        // SAFETY: as above, for elements `e..e + 8`.
+        unsafe {
+            let o = out.as_mut_ptr().add(e);
+            let mut acc = _mm256_loadu_ps(o);
+            for (k, &weight) in p.iter().enumerate() {
+                let row = rows.as_ptr().add(k * stride + e);
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(weight), T::eight(row)));
+            }
+            _mm256_storeu_ps(o, acc);
+        }
+        e += 8;
+    }
+    for (i, o) in out.iter_mut().enumerate().skip(e) {
+        for (k, &weight) in p.iter().enumerate() {
+            *o += weight * rows[k * stride + i].widen();
+        }
+    }
+}
+
+/// `scalar::quantize_activations`, eight columns a step: the same largest `|v|` (NaNs ignored:
+/// `VMAXPS` returns its second operand, the running maximum, when the first is NaN), the same
+/// products, and the same rounding (`y + ±(0.5 - EPSILON / 4)` truncated; a NaN gives 0, as
+/// Rust's `as` does). A subnormal range, whose `127 / max` overflows, takes the portable path.
+///
+/// # Safety
+/// The CPU must support AVX ([`has_avx_f16c`]).
+#[target_feature(enable = "avx,f16c")]
+pub unsafe fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    let n = x
+        .len()
+        .min(out.len())
+        .min(act_scales.map_or(usize::MAX, |s| s.len()));
+    let body = n / 8 * 8;
+    // the values: `x`, or `x * act_scales`, eight at a time
+    let load = |i: usize| -> __m256 {
+        // SAFETY: `i + 8 <= body <= n`, inside `x` and the scales; the CPU has AVX.
+        unsafe {
+            let v = _mm256_loadu_ps(x.as_ptr().add(i));
+            match act_scales {
+                Some(scales) => _mm256_mul_ps(v, _mm256_loadu_ps(scales.as_ptr().add(i))),
+                None => v,
+            }
+        }
+    };
+    let value = |i: usize| match act_scales {
+        Some(scales) => x[i] * scales[i],
+        None => x[i],
+    };
+    let sign_bit = _mm256_set1_ps(-0.0);
+    let mut max = _mm256_setzero_ps();
+    for i in (0..body).step_by(8) {
+        max = _mm256_max_ps(_mm256_andnot_ps(sign_bit, load(i)), max);
+    }
+    let mut lanes = [0.0f32; 8];
+    // SAFETY: `lanes` has room for eight f32.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), max) };
+    let mut max_abs = lanes.iter().fold(0.0f32, |m, &a| if a > m { a } else { m });
+    for i in body..n {
+        let a = value(i).abs();
+        if a > max_abs {
+            max_abs = a;
+        }
+    }
+    let inverse = 127.0 / max_abs;
+    if !(max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()) {
+        return scalar::quantize_activations(&x[..n], act_scales.map(|s| &s[..n]), &mut out[..n]);
+    }
+    const JUST_BELOW_HALF: f32 = 0.5 - 0.25 * f32::EPSILON;
+    let scale = _mm256_set1_ps(inverse);
+    let (half, minus_half) = (_mm256_set1_ps(JUST_BELOW_HALF), _mm256_set1_ps(-JUST_BELOW_HALF));
+    for i in (0..body).step_by(8) {
+        let y = _mm256_mul_ps(load(i), scale);
+        let y = _mm256_and_ps(y, _mm256_cmp_ps::<_CMP_ORD_Q>(y, y)); // NaN -> 0
+        let toward = _mm256_blendv_ps(
+            half,
+            minus_half,
+            _mm256_cmp_ps::<_CMP_LT_OQ>(y, _mm256_setzero_ps()),
+        );
+        let q = _mm256_cvttps_epi32(_mm256_add_ps(y, toward)); // in -127..=127
+        let words = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extractf128_si256::<1>(q));
+        // SAFETY: `i + 8 <= n`: eight bytes of `out`.
+        unsafe { _mm_storel_epi64(out.as_mut_ptr().add(i).cast(), _mm_packs_epi16(words, words)) };
+    }
+    for (i, o) in out.iter_mut().enumerate().take(n).skip(body) {
+        let y = value(i) * inverse;
+        let toward = if y < 0.0 {
+            -JUST_BELOW_HALF
+        } else {
+            JUST_BELOW_HALF
+        };
+        *o = (y + toward) as i32 as i8;
+    }
+    max_abs / 127.0
+}
+
+/// `values[i] = libm::expf(values[i] - max)` for eight values, with `libm`'s own steps (its
+/// FreeBSD-derived `expf`): the same argument reduction `x = hi - lo` with `k` rounded as it
+/// rounds it, the same polynomial and division, and `y * 2^k` (for `k >= -126`, which
+/// `libm`'s `scalbnf` also does in one multiplication), every operation rounded once as there.
+/// A softmax's arguments are `<= 0`; a lane with anything else `libm` treats on its own path
+/// (NaN, `|x| >= 87.33655`, positive beyond `2^-14`) is recomputed by `libm::expf` itself.
+///
+/// # Safety
+/// The CPU must support AVX2 ([`has_avx2`]).
+#[target_feature(enable = "avx2,f16c")]
+pub unsafe fn softmax_exp8(values: &mut [f32; 8], max: f32) {
+    // libm's constants, bit for bit
+    const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+    const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
+    const P1: f32 = f32::from_bits(0x3e2a_aa8f);
+    const P2: f32 = f32::from_bits(0xbb35_5215);
+    let f = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+    // SAFETY: `values` is eight readable f32.
+    let x = _mm256_sub_ps(unsafe { _mm256_loadu_ps(values.as_ptr()) }, _mm256_set1_ps(max));
+    let abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
+    // lanes libm takes another path for: NaN, |x| >= 87.33655 (0x42aeac50), x > 2^-14
+    let unusual = _mm256_or_ps(
+        _mm256_cmp_ps::<_CMP_NLT_UQ>(abs, f(0x42ae_ac50)),
+        _mm256_cmp_ps::<_CMP_GT_OQ>(x, f(0x3900_0000)),
+    );
+    // k: trunc(x / ln 2 - 1/2) beyond 1.5 ln 2 (0x3f851592), -1 beyond 0.5 ln 2 (0x3eb17218),
+    // else 0 (x <= 0 in every lane computed here)
+    let truncated = _mm256_cvttps_epi32(_mm256_add_ps(
+        _mm256_mul_ps(_mm256_set1_ps(INV_LN2), x),
+        _mm256_set1_ps(-0.5),
+    ));
+    let beyond_3_halves = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(abs, f(0x3f85_1592)));
+    let beyond_half = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(abs, f(0x3eb1_7218)));
+    let minus_one = _mm256_and_si256(beyond_half, _mm256_set1_epi32(-1));
+    let k = _mm256_blendv_epi8(minus_one, truncated, beyond_3_halves);
+    let kf = _mm256_cvtepi32_ps(k);
+    let hi = _mm256_sub_ps(x, _mm256_mul_ps(kf, _mm256_set1_ps(LN2_HI)));
+    let lo = _mm256_mul_ps(kf, _mm256_set1_ps(LN2_LO));
+    let r = _mm256_sub_ps(hi, lo);
+    let rr = _mm256_mul_ps(r, r);
+    let c = _mm256_sub_ps(
+        r,
+        _mm256_mul_ps(
+            rr,
+            _mm256_add_ps(_mm256_set1_ps(P1), _mm256_mul_ps(rr, _mm256_set1_ps(P2))),
+        ),
+    );
+    let quotient = _mm256_div_ps(_mm256_mul_ps(r, c), _mm256_sub_ps(_mm256_set1_ps(2.0), c));
+    let y = _mm256_add_ps(
+        _mm256_set1_ps(1.0),
+        _mm256_add_ps(_mm256_sub_ps(quotient, lo), hi),
+    );
+    // y * 2^k, 2^k built from its exponent bits (k >= -126 here)
+    let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+        k,
+        _mm256_set1_epi32(127),
+    )));
+    let scaled = _mm256_mul_ps(y, scale);
+    // |x| <= 2^-14 (0x39000000): libm returns 1 + x
+    let tiny = _mm256_cmp_ps::<_CMP_LE_OQ>(abs, f(0x3900_0000));
+    let result = _mm256_blendv_ps(scaled, _mm256_add_ps(_mm256_set1_ps(1.0), x), tiny);
+    let unusual = _mm256_movemask_ps(unusual);
+    let mut args = [0.0f32; 8];
+    if unusual != 0 {
+        // SAFETY: `args` has room for eight f32.
+        unsafe { _mm256_storeu_ps(args.as_mut_ptr(), x) };
+    }
+    // SAFETY: `values` has room for eight f32.
+    unsafe { _mm256_storeu_ps(values.as_mut_ptr(), result) };
+    if unusual != 0 {
+        for (i, (v, arg)) in values.iter_mut().zip(args).enumerate() {
+            if unusual & (1 << i) != 0 {
+                *v = libm::expf(arg);
+            }
+        }
+    }
+}
+
+/// Four i32 sums (eight lanes each) reduced to one vector `[s0, s1, s2, s3]`.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn reduce_four(acc: [__m256i; 4]) -> __m128i {
+    let pairs = _mm256_hadd_epi32(
+        _mm256_hadd_epi32(acc[0], acc[1]),
+        _mm256_hadd_epi32(acc[2], acc[3]),
+    );
+    _mm_add_epi32(
+        _mm256_castsi256_si128(pairs),
+        _mm256_extracti128_si256::<1>(pairs),
+    )
+}
+
+/// `sums[r] = values[r * cols..][..cols] · xq` in i32 for each `r < sums.len()`: four rows per
+/// pass share each widened slice of the input, 16 columns a step. Equal to `scalar::dot_i8` per
+/// row (integer sums are exact).
+///
+/// # Safety
+/// The CPU must support AVX2 ([`has_avx2`]).
+#[target_feature(enable = "avx2")]
+pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
+    let xq = &xq[..cols];
+    let n = rows_that_fit(values.len(), cols, cols, sums.len());
+    let body = cols / 16 * 16;
+    let mut r = 0;
+    while r + 4 <= n {
+        let mut acc = [_mm256_setzero_si256(); 4];
+        let mut c = 0;
+        while c < body {
+            // SAFETY: `c + 16 <= cols`, and rows `r..r + 4` are inside `values` (`r + 4 <= n`).
+            unsafe {
+                let x = _mm256_cvtepi8_epi16(_mm_loadu_si128(xq.as_ptr().add(c).cast()));
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let w = values.as_ptr().add((r + i) * cols + c);
+                    let w = _mm256_cvtepi8_epi16(_mm_loadu_si128(w.cast()));
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(w, x));
+                }
+            }
+            c += 16;
+        }
+        let mut four = [0i32; 4];
+        // SAFETY: `four` has room for four i32, and the CPU has AVX2.
+        unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc)) };
+        for (i, (sum, total)) in sums[r..r + 4].iter_mut().zip(four).enumerate() {
+            let row = &values[(r + i) * cols..(r + i + 1) * cols];
+            *sum = total + scalar::dot_i8(&row[body..], &xq[body..]);
+        }
+        r += 4;
+    }
+    for (i, sum) in sums.iter_mut().enumerate().take(n).skip(r) {
+        // SAFETY: the CPU has AVX2, as this function requires.
+        *sum = unsafe { dot_i8(&values[i * cols..(i + 1) * cols], xq) };
+    }
+}
+
+/// [`row_sums_i8`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: each widened slice
+/// of four weight rows meets both inputs.
+///
+/// # Safety
+/// The CPU must support AVX2 ([`has_avx2`]).
+#[target_feature(enable = "avx2")]
+pub unsafe fn row_sums_i8_pair(values: &[i8], cols: usize, xq: [&[i8]; 2], sums: [&mut [i32]; 2]) {
+    let xq = [&xq[0][..cols], &xq[1][..cols]];
+    let [sums_a, sums_b] = sums;
+    let n = rows_that_fit(values.len(), cols, cols, sums_a.len().min(sums_b.len()));
+    let body = cols / 16 * 16;
+    let mut r = 0;
+    while r + 4 <= n {
+        let mut acc = [[_mm256_setzero_si256(); 4]; 2];
+        let mut c = 0;
+        while c < body {
+            // SAFETY: `c + 16 <= cols`, and rows `r..r + 4` are inside `values` (`r + 4 <= n`).
+            unsafe {
+                let xa = _mm256_cvtepi8_epi16(_mm_loadu_si128(xq[0].as_ptr().add(c).cast()));
+                let xb = _mm256_cvtepi8_epi16(_mm_loadu_si128(xq[1].as_ptr().add(c).cast()));
+                let [acc_a, acc_b] = &mut acc;
+                for (i, (acc_a, acc_b)) in acc_a.iter_mut().zip(acc_b).enumerate() {
+                    let w = values.as_ptr().add((r + i) * cols + c);
+                    let w = _mm256_cvtepi8_epi16(_mm_loadu_si128(w.cast()));
+                    *acc_a = _mm256_add_epi32(*acc_a, _mm256_madd_epi16(w, xa));
+                    *acc_b = _mm256_add_epi32(*acc_b, _mm256_madd_epi16(w, xb));
+                }
+            }
+            c += 16;
+        }
+        for (p, sums) in [&mut *sums_a, &mut *sums_b].into_iter().enumerate() {
+            let mut four = [0i32; 4];
+            // SAFETY: `four` has room for four i32, and the CPU has AVX2.
+            unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc[p])) };
+            for (i, (sum, total)) in sums[r..r + 4].iter_mut().zip(four).enumerate() {
+                let row = &values[(r + i) * cols..(r + i + 1) * cols];
+                *sum = total + scalar::dot_i8(&row[body..], &xq[p][body..]);
+            }
+        }
+        r += 4;
+    }
+    for i in r..n {
+        let row = &values[i * cols..(i + 1) * cols];
+        // SAFETY: the CPU has AVX2, as this function requires.
+        unsafe {
+            sums_a[i] = dot_i8(row, xq[0]);
+            sums_b[i] = dot_i8(row, xq[1]);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -129,6 +796,349 @@ mod tests {
             // SAFETY: AVX2 was detected above.
             let fast = unsafe { super::dot_i8(&a, &b) };
             assert_eq!(fast, super::super::scalar::dot_i8(&a, &b), "length {len}");
+        }
+    }
+
+    /// Pseudo-random f32s with the values that test an order of rounding: wide exponents,
+    /// signed zeros, subnormals, infinities and a NaN now and then.
+    fn awkward_floats(count: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed;
+        (0..count)
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                match state >> 26 {
+                    0 => -0.0,
+                    1 => f32::from_bits(state & 0x807f_ffff), // subnormal
+                    2 if state & 0x100 == 0 => f32::INFINITY,
+                    3 if state & 0x300 == 0 => f32::NAN,
+                    _ => {
+                        let mantissa = (state >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+                        mantissa * [1.0, 1e-3, 3e4, 1e-30, 7.0][(state % 5) as usize]
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn same_bits(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    #[test]
+    fn avx_f32_rows_equal_the_scalar_dot_per_row() {
+        if !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            return;
+        }
+        for cols in [0usize, 1, 3, 4, 5, 7, 8, 31, 32, 33, 128, 130] {
+            for extra in [0usize, 3] {
+                let stride = cols + extra;
+                for n in [0usize, 1, 2, 3, 15, 16, 17, 33, 40] {
+                    let rows = awkward_floats(n * stride, (cols * 131 + n) as u32);
+                    let x = awkward_floats(cols, 7 + cols as u32);
+                    let mut fast = vec![1.5f32; n];
+                    // SAFETY: AVX and F16C were detected above.
+                    unsafe { super::dots(&rows, stride, &x, &mut fast) };
+                    for (r, f) in fast.iter().enumerate() {
+                        let slow = super::super::scalar::dot(&rows[r * stride..r * stride + cols], &x);
+                        assert!(
+                            same_bits(*f, slow),
+                            "{n} rows of {cols} at stride {stride}, row {r}: {f:e} vs {slow:e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn f16c_rows_equal_the_scalar_dot_for_every_half() {
+        if !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            return;
+        }
+        // every f16 bit pattern as a weight, in rows of several widths
+        let weights: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        for cols in [4usize, 29, 61, 128] {
+            let n = weights.len() / cols;
+            let x = awkward_floats(cols, cols as u32);
+            let x: Vec<f32> = x.iter().map(|v| if v.is_finite() { *v } else { 0.25 }).collect();
+            let mut fast = vec![0.0f32; n];
+            // SAFETY: AVX and F16C were detected above.
+            unsafe { super::dots(&weights, cols, &x, &mut fast) };
+            for (r, f) in fast.iter().enumerate() {
+                let slow = super::super::scalar::dot_f16(&weights[r * cols..(r + 1) * cols], &x);
+                assert!(same_bits(*f, slow), "width {cols}, row {r}: {f:e} vs {slow:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn avx_weighted_rows_add_in_the_scalar_order() {
+        if !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            return;
+        }
+        for n in [0usize, 1, 7, 8, 9, 31, 32, 33, 64, 70] {
+            for (keys, extra) in [(0usize, 0usize), (1, 0), (5, 3), (64, 1)] {
+                let stride = n + extra;
+                let rows = awkward_floats(keys * stride, (n * 17 + keys) as u32);
+                let p = awkward_floats(keys, 3 + keys as u32);
+                let start = awkward_floats(n, 99);
+                let (mut fast, mut slow) = (start.clone(), start);
+                // SAFETY: AVX and F16C were detected above.
+                unsafe { super::axpys(&rows, stride, &p, &mut fast) };
+                for (k, &weight) in p.iter().enumerate() {
+                    for (o, v) in slow.iter_mut().zip(&rows[k * stride..k * stride + n]) {
+                        *o += weight * v;
+                    }
+                }
+                for (e, (f, s)) in fast.iter().zip(&slow).enumerate() {
+                    assert!(
+                        same_bits(*f, *s),
+                        "{keys} keys of {n}, element {e}: {f:e} vs {s:e}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn avx2_row_sums_equal_the_scalar_dot_per_row() {
+        if !super::has_avx2() {
+            eprintln!("SKIPPED: this CPU has no AVX2");
+            return;
+        }
+        let mut state = 5u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (state >> 24) as i8
+        };
+        for cols in [0usize, 1, 15, 16, 17, 33, 128, 250] {
+            for n in [0usize, 1, 3, 4, 5, 8, 11] {
+                let mut values: Vec<i8> = (0..n * cols).map(|_| next()).collect();
+                values.iter_mut().step_by(7).for_each(|v| *v = -128);
+                let xa: Vec<i8> = (0..cols).map(|_| next()).collect();
+                let mut xb: Vec<i8> = (0..cols).map(|_| next()).collect();
+                xb.iter_mut().step_by(5).for_each(|v| *v = -128);
+                let slow = |x: &[i8]| -> Vec<i32> {
+                    values
+                        .chunks_exact(cols.max(1))
+                        .take(n)
+                        .map(|row| super::super::scalar::dot_i8(row, x))
+                        .collect()
+                };
+                let mut one = vec![0i32; n];
+                // SAFETY: AVX2 was detected above.
+                unsafe { super::row_sums_i8(&values, cols, &xb, &mut one) };
+                let (mut a, mut b) = (vec![0i32; n], vec![0i32; n]);
+                // SAFETY: AVX2 was detected above.
+                unsafe { super::row_sums_i8_pair(&values, cols, [&xa, &xb], [&mut a, &mut b]) };
+                if cols > 0 {
+                    assert_eq!(one, slow(&xb), "{n} rows of {cols}");
+                    assert_eq!(a, slow(&xa), "{n} rows of {cols}, first of a pair");
+                    assert_eq!(b, slow(&xb), "{n} rows of {cols}, second of a pair");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_for_several_inputs_equal_the_scalar_dot_per_row_and_input() {
+        if !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            return;
+        }
+        for (n, cols) in [
+            (0usize, 5usize),
+            (1, 4),
+            (17, 33),
+            (40, 128),
+            (35, 7),
+            (18, 33),
+            (26, 130),
+            (8, 3),
+        ] {
+            let rows = awkward_floats(n * cols, n as u32);
+            let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32(*v)).collect();
+            let count: usize = if n % 2 == 0 { 2 } else { 3 }; // two inputs take their own kernel
+            let inputs: Vec<Vec<f32>> = (0..count).map(|p| awkward_floats(cols, 50 + p as u32)).collect();
+            let xs: Vec<&[f32]> = inputs.iter().map(|x| x.as_slice()).collect();
+            let mut out = vec![vec![0.0f32; n]; count];
+            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
+            // SAFETY: AVX and F16C were detected above.
+            unsafe { super::dots_each(&rows, cols, &xs, &mut outs) };
+            let mut out16 = vec![vec![0.0f32; n]; count];
+            let mut outs16: Vec<&mut [f32]> = out16.iter_mut().map(|o| o.as_mut_slice()).collect();
+            // SAFETY: AVX and F16C were detected above.
+            unsafe { super::dots_each(&halves, cols, &xs, &mut outs16) };
+            for (p, x) in xs.iter().enumerate() {
+                for r in 0..n {
+                    let row = r * cols..(r + 1) * cols;
+                    let slow = super::super::scalar::dot(&rows[row.clone()], x);
+                    assert!(
+                        same_bits(out[p][r], slow),
+                        "f32, input {p}, row {r} of {n}x{cols}"
+                    );
+                    let slow = super::super::scalar::dot_f16(&halves[row], x);
+                    assert!(
+                        same_bits(out16[p][r], slow),
+                        "f16, input {p}, row {r} of {n}x{cols}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn avx_quantization_equals_the_portable_one() {
+        if !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            return;
+        }
+        for len in [0usize, 1, 7, 8, 9, 31, 64, 130] {
+            for seed in 0..40u32 {
+                let mut x = awkward_floats(len, seed * 31 + len as u32);
+                if seed % 4 == 0 {
+                    x.iter_mut()
+                        .for_each(|v| *v = if v.is_finite() { *v } else { 0.5 });
+                }
+                if seed % 8 == 1 {
+                    x.iter_mut()
+                        .for_each(|v| *v = f32::from_bits(v.to_bits() & 0x8000_0fff));
+                    // subnormal
+                }
+                let scales = awkward_floats(len, seed + 1000);
+                for act in [None, Some(scales.as_slice())] {
+                    let (mut fast, mut slow) = (vec![0i8; len], vec![0i8; len]);
+                    // SAFETY: AVX was detected above.
+                    let fast_scale = unsafe { super::quantize_activations(&x, act, &mut fast) };
+                    let slow_scale = super::super::scalar::quantize_activations(&x, act, &mut slow);
+                    assert!(same_bits(fast_scale, slow_scale), "length {len}, seed {seed}");
+                    assert_eq!(fast, slow, "length {len}, seed {seed}, scales {}", act.is_some());
+                }
+            }
+        }
+        // every rounding boundary of one range: k + 1/2 and its neighbours, both signs
+        let mut x: Vec<f32> = (0..=254).map(|k| k as f32 / 2.0).collect();
+        let neighbours: Vec<f32> = x
+            .iter()
+            .flat_map(|v| [f32::from_bits(v.to_bits() + 1), -v])
+            .collect();
+        x.extend(neighbours);
+        x.push(127.0);
+        let (mut fast, mut slow) = (vec![0i8; x.len()], vec![0i8; x.len()]);
+        // SAFETY: AVX was detected above.
+        unsafe { super::quantize_activations(&x, None, &mut fast) };
+        super::super::scalar::quantize_activations(&x, None, &mut slow);
+        assert_eq!(fast, slow);
+    }
+
+    #[test]
+    fn avx2_softmax_exp_equals_libm_expf() {
+        if !super::has_avx2() || !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX2");
+            return;
+        }
+        let check = |args: &[f32; 8], max: f32| {
+            let mut fast = *args;
+            // SAFETY: AVX2 was detected above.
+            unsafe { super::softmax_exp8(&mut fast, max) };
+            for (f, a) in fast.iter().zip(args) {
+                let slow = libm::expf(a - max);
+                assert!(same_bits(*f, slow), "exp({a:e} - {max:e}): {f:e} vs {slow:e}");
+            }
+        };
+        // every 7th f32 from -0 down to past -104 (where exp is 0), and a few specials
+        let mut batch = [0.0f32; 8];
+        let mut filled = 0;
+        for bits in (0x8000_0000u32..=0xc2d0_0000).step_by(7) {
+            batch[filled] = f32::from_bits(bits);
+            filled += 1;
+            if filled == 8 {
+                check(&batch, 0.0);
+                filled = 0;
+            }
+        }
+        for special in [
+            [
+                0.0,
+                -0.0,
+                f32::NAN,
+                f32::NEG_INFINITY,
+                f32::INFINITY,
+                1e-5,
+                0.5,
+                100.0,
+            ],
+            [
+                -87.33655,
+                -87.336_55,
+                -87.3365,
+                -88.0,
+                -0.346_573_6,
+                -0.346_573_62,
+                -1.039_720_8,
+                -1.039_720_7,
+            ],
+            [
+                f32::MIN_POSITIVE,
+                -f32::MIN_POSITIVE,
+                -6.103_515_6e-5,
+                -6.103_515e-5,
+                -103.972_08,
+                -103.972,
+                -1e30,
+                3.0,
+            ],
+        ] {
+            check(&special, 0.0);
+        }
+        // through the subtraction of the maximum
+        check(&[1.0, 2.0, 3.0, -4.0, 5.5, 5.25, -90.0, 0.0], 5.5);
+    }
+
+    #[test]
+    fn f16c_strided_rows_and_weighted_rows_equal_the_portable_loops() {
+        if !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            return;
+        }
+        let widen = super::super::scalar::f16_to_f32;
+        for (n, keys, extra) in [
+            (32usize, 64usize, 96usize),
+            (7, 5, 3),
+            (40, 17, 0),
+            (64, 1, 1),
+            (0, 3, 2),
+        ] {
+            let stride = n + extra;
+            let rows: Vec<f16> = awkward_floats(keys * stride, (n * 7 + keys) as u32)
+                .iter()
+                .map(|v| f16::from_f32(*v))
+                .collect();
+            let p = awkward_floats(keys, 11 + keys as u32);
+            let start = awkward_floats(n, 5);
+            let (mut fast, mut slow) = (start.clone(), start);
+            // SAFETY: AVX and F16C were detected above.
+            unsafe { super::axpys(&rows, stride, &p, &mut fast) };
+            for (k, &weight) in p.iter().enumerate() {
+                for (o, v) in slow.iter_mut().zip(&rows[k * stride..k * stride + n]) {
+                    *o += weight * widen(*v);
+                }
+            }
+            for (e, (f, s)) in fast.iter().zip(&slow).enumerate() {
+                assert!(same_bits(*f, *s), "{keys} f16 rows of {n}, element {e}");
+            }
+            // the keys' side: one product per row at the stride
+            let x = awkward_floats(n, 77);
+            let mut dots = vec![0.0f32; keys];
+            // SAFETY: AVX and F16C were detected above.
+            unsafe { super::dots(&rows, stride, &x, &mut dots) };
+            for (r, d) in dots.iter().enumerate() {
+                let slow = super::super::scalar::dot_f16(&rows[r * stride..r * stride + n], &x);
+                assert!(same_bits(*d, slow), "f16 row {r} of {keys} at stride {stride}");
+            }
         }
     }
 }

@@ -1,4 +1,5 @@
-//! `txl bench`: tokens per second per precision, as ratios against f32 in the same run.
+//! `txl bench`: tokens per second per precision, as ratios against f32 in the same run; or
+//! (`--recompute`) the paper's Table 9: the cached memory against recomputing the context.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -7,9 +8,11 @@ use txl_core::rng::Rng;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
-use txl_core::{scoring, AlignedBytes, MemDtype, OptionWord, SessionOptions};
+use txl_core::{
+    scoring, AlignedBytes, Config, MemDtype, MemInit, Model, OptionWord, Session, SessionOptions,
+};
 use txl_host_gpu::quantize::{self, Target};
-use txl_host_gpu::{Backend, Reference};
+use txl_host_gpu::{random_image, Backend, RandomInit, Reference};
 
 use super::arena;
 use super::args::SessionArgs;
@@ -17,16 +20,42 @@ use crate::image_file::{parse_model, read_image};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl bench model.txl\n  \
-    txl bench model.txl --tokens 4096 --tgt-len 1 --json";
+    txl bench model.txl --tokens 4096 --tgt-len 1 --json\n  \
+    txl bench model.txl --recompute --lengths 800,1800 --tokens 2\n  \
+    txl bench --recompute --enwik8-base --tokens 1";
+
+/// The paper's Table 9 (Dai et al., 2019): attention length and how many times slower the
+/// vanilla Transformer predicts a token than Transformer-XL with its cache.
+const PAPER_TABLE_9: [(u32, f64); 4] = [(800, 363.0), (1800, 773.0), (2800, 1409.0), (3800, 1874.0)];
+
+/// The cached model predicts at least this many tokens per length: each takes a fraction of a
+/// vanilla prediction, and more of them give a steadier time.
+const MIN_CACHED_TOKENS: usize = 64;
 
 /// Arguments of `txl bench`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Model image (f32; the f16 and int8 variants are quantized from it in memory).
-    pub model: PathBuf,
-    /// Tokens per measurement (pseudo-random ids).
-    #[arg(long, default_value_t = 1024)]
-    pub tokens: usize,
+    #[arg(required_unless_present = "enwik8_base")]
+    pub model: Option<PathBuf>,
+    /// Tokens per measurement (pseudo-random ids); with --recompute, the predictions each
+    /// vanilla measurement makes [default: 1024; 4 with --recompute].
+    #[arg(long)]
+    pub tokens: Option<usize>,
+    /// Instead of the precisions, the paper's Table 9: for each attention length L, the time
+    /// to predict a token with the cached memory of L positions (tgt_len 1, mem_len L, the
+    /// memory full from the start) against a vanilla model that recomputes a window of L tokens
+    /// from scratch for each prediction (the same weights, tgt_len L, no memory), and their
+    /// ratio next to the paper's. The cached model predicts at least 64 tokens.
+    #[arg(long)]
+    pub recompute: bool,
+    /// The attention lengths L of --recompute, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [800, 1800, 2800, 3800], requires = "recompute")]
+    pub lengths: Vec<u32>,
+    /// With --recompute, time a model shaped like the paper's enwik8 base (12 layers, d_model
+    /// 512, 8 heads of 64, d_inner 2048, 204 byte tokens) with random weights instead of MODEL.
+    #[arg(long, requires = "recompute", conflicts_with = "model")]
+    pub enwik8_base: bool,
     #[command(flatten)]
     pub session: SessionArgs,
     /// Print one JSON object on stdout instead of a table.
@@ -64,17 +93,24 @@ struct Measurement {
 impl Args {
     /// Measures; prints the table (or `--json`) on `out`.
     pub fn run(self, out: &mut dyn Write) -> Result<()> {
+        if self.recompute {
+            return self.run_recompute(out);
+        }
         if self.session.mem_dtype != MemDtype::F32 {
             bail!(
                 "--mem-dtype {} does not apply to bench, which measures f32, f16 and int8 memory in its variants",
                 self.session.mem_dtype
             );
         }
-        let bytes = read_image(&self.model)?;
-        let model = parse_model(&bytes, &self.model)?;
+        let Some(path) = &self.model else {
+            bail!("bench needs a MODEL (only --recompute has --enwik8-base)");
+        };
+        let bytes = read_image(path)?;
+        let model = parse_model(&bytes, path)?;
         let options = self.session.options(&model);
-        let count = self.tokens.max(2);
-        let what = || format!("--tokens {}", self.tokens);
+        let requested = self.tokens.unwrap_or(1024);
+        let count = requested.max(2);
+        let what = || format!("--tokens {requested}");
         // Each token, and its scores: an f32 from the core, an f64 from the reference.
         arena::check_values::<(u32, f32, f64)>(count, what)?;
         let mut tokens = arena::reserve(count, what)?;
@@ -97,7 +133,7 @@ impl Args {
         let mut rows = Vec::new();
         for (label, image, mem_dtype) in &variants {
             let aligned = AlignedBytes::copy_from(image)?;
-            let variant = parse_model(&aligned, &self.model)?;
+            let variant = parse_model(&aligned, path)?;
             let variant_options = SessionOptions {
                 mem_dtype: *mem_dtype,
                 ..options
@@ -171,6 +207,202 @@ fn print_table(report: &Report, out: &mut dyn Write) -> Result<()> {
             out,
             "{:<32} {:>12} {:>12.0} {:>9.2}x",
             m.variant, m.image_bytes, m.tokens_per_second, m.ratio_to_f32
+        )?;
+    }
+    Ok(())
+}
+
+/// What `txl bench --recompute --json` prints.
+#[derive(Debug, Serialize)]
+struct RecomputeReport {
+    /// Which model ran: the image's path, or `enwik8-base (random weights)`.
+    model: String,
+    n_layer: u32,
+    d_model: u32,
+    n_head: u32,
+    d_head: u32,
+    d_inner: u32,
+    n_token: u32,
+    /// Tokens each vanilla measurement predicts.
+    tokens: usize,
+    /// Tokens each cached measurement predicts.
+    cached_tokens: usize,
+    /// One row per attention length, in the order given.
+    lengths: Vec<RecomputeRow>,
+}
+
+/// One attention length of Table 9.
+#[derive(Debug, Serialize)]
+struct RecomputeRow {
+    /// Attention length L.
+    length: u32,
+    /// Seconds per predicted token with the cached memory of L positions.
+    cached_seconds_per_token: f64,
+    /// Seconds per predicted token recomputing a window of L tokens.
+    vanilla_seconds_per_token: f64,
+    /// `vanilla / cached`.
+    speedup: f64,
+    /// The paper's figure for this length, if it has one.
+    paper_speedup: Option<f64>,
+}
+
+/// The paper's enwik8 base model (Dai et al., 2019, and its released configuration): 12 layers,
+/// d_model 512, 8 heads of 64, d_inner 2048, a full softmax over 204 byte tokens.
+fn enwik8_base() -> Config {
+    Config {
+        n_token: 204,
+        d_model: 512,
+        d_embed: 512,
+        n_head: 8,
+        d_head: 64,
+        d_inner: 2048,
+        n_layer: 12,
+        cutoffs: [0; txl_core::config::MAX_CUTOFFS],
+        n_cutoffs: 0,
+        div_val: 1,
+        tie_weight: true,
+        tie_projs: 0,
+        pre_lnorm: false,
+        untie_r: true,
+        layer_norm_epsilon: 1e-5,
+        tgt_len: 512,
+        mem_len: 512,
+        clamp_len: 0,
+        same_length: false,
+    }
+}
+
+impl Args {
+    /// `--recompute`: Table 9 on this engine.
+    fn run_recompute(&self, out: &mut dyn Write) -> Result<()> {
+        if self.session.tgt_len.is_some() || self.session.mem_len.is_some() {
+            bail!(
+                "--recompute sets tgt_len and mem_len itself (from --lengths); drop --tgt-len and --mem-len"
+            );
+        }
+        if self.lengths.is_empty() || self.lengths.contains(&0) {
+            bail!("--lengths needs one or more attention lengths above 0");
+        }
+        let (bytes, name) = match &self.model {
+            Some(path) => (read_image(path)?, path.display().to_string()),
+            None => {
+                let config = enwik8_base();
+                let image = random_image(&config, 1, RandomInit::for_config(&config))?;
+                (
+                    AlignedBytes::copy_from(&image)?,
+                    "enwik8-base (random weights)".to_string(),
+                )
+            }
+        };
+        let model = Model::parse(bytes.bytes()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        let config = *model.config();
+        let count = self.tokens.unwrap_or(4).max(1);
+        let cached_count = count.max(MIN_CACHED_TOKENS);
+        let base = self.session.options(&model);
+        let mut rows = Vec::new();
+        for &length in &self.lengths {
+            let cached = SessionOptions {
+                tgt_len: 1,
+                mem_len: length,
+                mem_init: MemInit::Zeros,
+                ..base
+            };
+            let vanilla = SessionOptions {
+                tgt_len: length,
+                mem_len: 0,
+                mem_init: MemInit::Empty,
+                ..base
+            };
+            arena::check_core(&[(&model, cached)])?;
+            arena::check_core(&[(&model, vanilla)])?;
+            let window = length as usize;
+            let what = || format!("--lengths {length} with --tokens {count}");
+            let total = window
+                .checked_add(cached_count)
+                .ok_or_else(|| anyhow::anyhow!("{}: too many tokens", what()))?;
+            let mut tokens = arena::reserve(total, what)?;
+            tokens.extend(pseudo_random_tokens(total, config.n_token));
+
+            // (a) the cached memory of L positions, one token a step
+            let cached_time = {
+                let mut arena_bytes = scoring::arena_for(&model, &cached).map_err(arena::explain(&cached))?;
+                let mut session = Session::new(&model, arena_bytes.bytes_mut(), cached)?;
+                let started = Instant::now();
+                for token in &tokens[..cached_count] {
+                    session.forward(core::slice::from_ref(token), |_, _| {})?;
+                }
+                started.elapsed().as_secs_f64() / cached_count as f64
+            };
+            // (b) a vanilla model: each prediction recomputes its window of L tokens
+            let vanilla_time = {
+                let mut arena_bytes =
+                    scoring::arena_for(&model, &vanilla).map_err(arena::explain(&vanilla))?;
+                let mut session = Session::new(&model, arena_bytes.bytes_mut(), vanilla)?;
+                let started = Instant::now();
+                for t in 0..count {
+                    session.forward_last(&tokens[t..t + window], |_, _| {})?;
+                }
+                started.elapsed().as_secs_f64() / count as f64
+            };
+
+            rows.push(RecomputeRow {
+                length,
+                cached_seconds_per_token: cached_time,
+                vanilla_seconds_per_token: vanilla_time,
+                speedup: vanilla_time / cached_time,
+                paper_speedup: PAPER_TABLE_9
+                    .iter()
+                    .find(|(l, _)| *l == length)
+                    .map(|(_, ratio)| *ratio),
+            });
+        }
+        let report = RecomputeReport {
+            model: name,
+            n_layer: config.n_layer,
+            d_model: config.d_model,
+            n_head: config.n_head,
+            d_head: config.d_head,
+            d_inner: config.d_inner,
+            n_token: config.n_token,
+            tokens: count,
+            cached_tokens: cached_count,
+            lengths: rows,
+        };
+        if self.json {
+            writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        } else {
+            print_recompute_table(&report, out)?;
+        }
+        Ok(())
+    }
+}
+
+fn print_recompute_table(report: &RecomputeReport, out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "Table 9 (Dai et al., 2019) on this engine, one thread: {} ({} layers, d_model {}, {} heads of {}, d_inner {}, {} tokens)",
+        report.model, report.n_layer, report.d_model, report.n_head, report.d_head, report.d_inner, report.n_token
+    )?;
+    writeln!(
+        out,
+        "cached: tgt_len 1, mem_len L ({} tokens); vanilla: a window of L tokens recomputed per token ({} tokens)",
+        report.cached_tokens, report.tokens
+    )?;
+    writeln!(
+        out,
+        "{:>16} {:>16} {:>17} {:>10} {:>10}",
+        "attention len", "cached ms/token", "vanilla ms/token", "speedup", "paper"
+    )?;
+    for row in &report.lengths {
+        let paper = row.paper_speedup.map_or("-".to_string(), |p| format!("{p:.0}x"));
+        writeln!(
+            out,
+            "{:>16} {:>16.3} {:>17.1} {:>9.0}x {:>10}",
+            row.length,
+            row.cached_seconds_per_token * 1e3,
+            row.vanilla_seconds_per_token * 1e3,
+            row.speedup,
+            paper
         )?;
     }
     Ok(())
