@@ -47,6 +47,9 @@ echo "== firmware: fmt, clippy (every target, with a board of it), the QEMU runn
 echo "== cargo test"
 cargo test --workspace --locked
 
+echo "== aarch64 Linux under QEMU user mode: the core's tests (NEON; SDOT and SMULL) and the demo model's digests"
+scripts/aarch64.sh
+
 echo "== the txl export example: fmt and clippy (its own crate; cargo test above exported the demo"
 echo "   model into it with scripts/export-example.sh and ran it in QEMU)"
 (cd examples/export-demo && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)

@@ -298,7 +298,15 @@ impl<'a> Memory<'a> {
             Store::Int8 { values, scales } => {
                 self.key_dots_int8(values, scales, (layer, lo, head), query_head, scratch, out)
             }
-            Store::F16(_) => self.key_dots_one_by_one(layer, lo, head, query_head, out),
+            Store::F16(s) => {
+                let mut done = 0;
+                for (at, count) in self.runs(layer, lo, out.len()) {
+                    let at = at + head * d_head;
+                    let rows = &s[at..at + (count - 1) * self.width + d_head];
+                    kernels::dots_strided_f16(rows, self.width, query_head, &mut out[done..done + count]);
+                    done += count;
+                }
+            }
         }
     }
 
@@ -405,13 +413,15 @@ impl<'a> Memory<'a> {
             Store::Int8 { values, scales } => {
                 self.add_values_int8(values, scales, (layer, lo, head), p, scratch, out_head)
             }
-            Store::F16(_) => self.add_values_one_by_one(layer, lo, head, p, out_head),
-        }
-    }
-
-    fn add_values_one_by_one(&self, layer: usize, lo: usize, head: usize, p: &[f32], out_head: &mut [f32]) {
-        for (t, &weight) in p.iter().enumerate() {
-            self.add_value(layer, lo + t, head, weight, out_head);
+            Store::F16(s) => {
+                let mut done = 0;
+                for (at, count) in self.runs(layer, lo, p.len()) {
+                    let at = at + head * d_head;
+                    let rows = &s[at..at + (count - 1) * self.width + d_head];
+                    kernels::axpys_strided_f16(rows, self.width, &p[done..done + count], out_head);
+                    done += count;
+                }
+            }
         }
     }
 
