@@ -182,13 +182,26 @@ fn query_half(words: &[u32], c: usize) -> i32 {
 /// [`key_sums`] in plain Rust (`words` as [`QueryWords::words`]): the reference every kernel
 /// must match.
 pub fn key_sums_portable(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
+    let groups = d_head / 4;
+    let half = |w: u32, high: bool| (if high { w >> 16 } else { w }) as u16 as i16 as i32;
     for (t, sum) in sums.iter_mut().enumerate() {
         let key = &keys[t * stride..t * stride + d_head];
-        *sum = key
-            .iter()
-            .enumerate()
-            .map(|(c, &k)| k as i32 * query_half(words, c))
-            .fold(0i32, i32::wrapping_add);
+        let mut acc = 0i32;
+        // whole groups of four columns: words 2g (columns 4g, 4g + 2) and 2g + 1 (4g + 1, 4g + 3)
+        for (k, w) in key.chunks_exact(4).zip(words.chunks_exact(2)).take(groups) {
+            let q = [
+                half(w[0], false),
+                half(w[1], false),
+                half(w[0], true),
+                half(w[1], true),
+            ];
+            let dot = (0..4).fold(0i32, |d, i| d.wrapping_add(k[i] as i32 * q[i]));
+            acc = acc.wrapping_add(dot);
+        }
+        for (c, &k) in key.iter().enumerate().skip(4 * groups) {
+            acc = acc.wrapping_add(k as i32 * query_half(words, c));
+        }
+        *sum = acc;
     }
 }
 
