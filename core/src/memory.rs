@@ -298,15 +298,46 @@ impl<'a> Memory<'a> {
             Store::Int8 { values, scales } => {
                 self.key_dots_int8(values, scales, (layer, lo, head), query_head, scratch, out)
             }
-            Store::F16(s) => {
-                let mut done = 0;
-                for (at, count) in self.runs(layer, lo, out.len()) {
-                    let at = at + head * d_head;
-                    let rows = &s[at..at + (count - 1) * self.width + d_head];
-                    kernels::dots_strided_f16(rows, self.width, query_head, &mut out[done..done + count]);
-                    done += count;
-                }
-            }
+            Store::F16(s) => self.key_dots_f16(s, (layer, lo, head), query_head, out),
+        }
+    }
+
+    /// [`Memory::key_dots`] over f16 keys, several per pass where a kernel does so. Out of line
+    /// as [`Memory::key_dots_int8`].
+    #[inline(never)]
+    fn key_dots_f16(
+        &self,
+        keys: &[f16],
+        (layer, lo, head): (usize, usize, usize),
+        query_head: &[f32],
+        out: &mut [f32],
+    ) {
+        let d_head = self.d_head;
+        let mut done = 0;
+        for (at, count) in self.runs(layer, lo, out.len()) {
+            let at = at + head * d_head;
+            let rows = &keys[at..at + (count - 1) * self.width + d_head];
+            kernels::dots_strided_f16(rows, self.width, query_head, &mut out[done..done + count]);
+            done += count;
+        }
+    }
+
+    /// [`Memory::add_values`] over f16 values, out of line as [`Memory::key_dots_int8`].
+    #[inline(never)]
+    fn add_values_f16(
+        &self,
+        values: &[f16],
+        (layer, lo, head): (usize, usize, usize),
+        p: &[f32],
+        out_head: &mut [f32],
+    ) {
+        let d_head = self.d_head;
+        let mut done = 0;
+        for (at, count) in self.runs(layer, lo, p.len()) {
+            let at = at + head * d_head;
+            let rows = &values[at..at + (count - 1) * self.width + d_head];
+            kernels::axpys_strided_f16(rows, self.width, &p[done..done + count], out_head);
+            done += count;
         }
     }
 
@@ -413,15 +444,7 @@ impl<'a> Memory<'a> {
             Store::Int8 { values, scales } => {
                 self.add_values_int8(values, scales, (layer, lo, head), p, scratch, out_head)
             }
-            Store::F16(s) => {
-                let mut done = 0;
-                for (at, count) in self.runs(layer, lo, p.len()) {
-                    let at = at + head * d_head;
-                    let rows = &s[at..at + (count - 1) * self.width + d_head];
-                    kernels::axpys_strided_f16(rows, self.width, &p[done..done + count], out_head);
-                    done += count;
-                }
-            }
+            Store::F16(s) => self.add_values_f16(s, (layer, lo, head), p, out_head),
         }
     }
 
