@@ -52,8 +52,7 @@ impl<'a> QueryWords<'a> {
         }
         let words = &mut words[..query_words(query.len())];
         let top = HALF_MAX.min(libm::floorf(SUM_LIMIT / query.len().max(1) as f32));
-        let step = if max_abs > 0.0 { max_abs / top } else { 0.0 };
-        let inverse = if max_abs > 0.0 { top / max_abs } else { 0.0 };
+        let (step, inverse) = usable_steps(max_abs / top, top / max_abs);
         let half = |c: usize| -> u32 { query.get(c).map_or(0, |&v| round(v * inverse)) as i16 as u16 as u32 };
         for (g, pair) in words.chunks_exact_mut(2).enumerate() {
             let c = 4 * g;
@@ -76,10 +75,22 @@ fn largest_magnitude(values: impl Iterator<Item = f32>) -> f32 {
     max
 }
 
-/// `y` rounded to the nearest integer, halves away from zero (`|y| <= 32767.5`, so the
-/// sum is exact to the half; the same bits on every target, which is what matters here).
+/// `(step, inverse)` as given, or `(0, 0)` (every value quantized to zero) when there is nothing
+/// to quantize or the values are so small (subnormal) that the inverse overflows: their
+/// products are below anything the f32 arithmetic after them would keep.
+fn usable_steps(step: f32, inverse: f32) -> (f32, f32) {
+    if step > 0.0 && inverse > 0.0 && inverse.is_finite() {
+        (step, inverse)
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+/// `y` rounded to the nearest integer, halves away from zero, within the 16-bit range (`|y|`
+/// is at most `HALF_MAX` and a rounding error by construction; the clamp keeps any input safe).
+/// The same bits on every target, which is what matters here.
 fn round(y: f32) -> i32 {
-    (y + 0.5f32.copysign(y)) as i32
+    ((y + 0.5f32.copysign(y)) as i32).clamp(-(HALF_MAX as i32), HALF_MAX as i32)
 }
 
 /// The weights of a probability · value sum (each probability times its value's scale)
@@ -112,7 +123,7 @@ impl<'a> ProbabilityWords<'a> {
             return None;
         }
         let step = (max / HALF_MAX).max(sum / room);
-        let inverse = if step > 0.0 { 1.0 / step } else { 0.0 };
+        let (step, inverse) = usable_steps(step, 1.0 / step);
         let weights: &mut [i32] = bytemuck::cast_slice_mut(w);
         for w in weights.iter_mut() {
             *w = round(f32::from_bits(*w as u32) * inverse);
@@ -210,7 +221,7 @@ pub fn value_sums_portable(values: &[i8], stride: usize, weights: &[i32], acc: &
     for (t, &weight) in weights.iter().enumerate() {
         let value = &values[t * stride..t * stride + acc.len()];
         for (a, &v) in acc.iter_mut().zip(value) {
-            *a = a.wrapping_add(weight * v as i32);
+            *a = a.wrapping_add(weight.wrapping_mul(v as i32));
         }
     }
 }
@@ -250,6 +261,23 @@ mod tests {
         let mut w = [0.5f32, f32::INFINITY];
         assert!(ProbabilityWords::quantize_in_place(&mut w).is_none());
         assert_eq!(w, [0.5, f32::INFINITY]);
+    }
+
+    /// Found by fuzzing: subnormal weights made the step's inverse infinite, and a weight
+    /// saturated to `i32::MAX`. Values that small quantize to zero now.
+    #[test]
+    fn subnormal_values_quantize_to_zero() {
+        let tiny = f32::from_bits(1); // the smallest subnormal
+        let mut w = [tiny, 0.0, tiny];
+        let q = ProbabilityWords::quantize_in_place(&mut w).unwrap();
+        assert_eq!((q.weights, q.step), (&[0, 0, 0][..], 0.0));
+        let mut words = [0u32; 2];
+        let q = QueryWords::quantize(&[tiny, -tiny, 0.0], &mut words).unwrap();
+        assert_eq!((q.words, q.step), (&[0, 0][..], 0.0));
+        // and a normal value next to them still uses the full range
+        let mut w = [1.0f32, tiny];
+        let q = ProbabilityWords::quantize_in_place(&mut w).unwrap();
+        assert_eq!(q.weights, &[32767, 0][..]);
     }
 
     #[test]
