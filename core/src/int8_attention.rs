@@ -290,32 +290,59 @@ mod tests {
         assert!(w.weights.iter().all(|&x| x.abs() <= 32767));
     }
 
+    /// The integer products against the same products in f64 from the unquantized f32 side:
+    /// each may be off by at most half a 16-bit step per term (plus f32 rounding), at every
+    /// head width (whole and partial groups of four) and an odd key count.
     #[test]
-    fn kernels_match_the_portable_sums() {
+    fn integer_products_are_the_f64_products_to_half_a_step() {
         for d_head in [1usize, 3, 4, 8, 13, 32, 64] {
             let stride = d_head + 5;
             let count = 9;
-            let keys: alloc::vec::Vec<i8> = pseudo_random(stride * count, 7 + d_head as u32)
-                .map(|x| (x % 255) as i32 as i8)
-                .map(|x| x.max(-127))
+            let keys: alloc::vec::Vec<i8> = pseudo_random((count - 1) * stride + d_head, 7 + d_head as u32)
+                .map(|x| ((x % 255) as i32 - 127) as i8)
                 .collect();
+            let key = |t: usize| &keys[t * stride..t * stride + d_head];
+            let key_scales: alloc::vec::Vec<f32> = (0..count).map(|t| 0.01 + t as f32 * 0.003).collect();
             let query: alloc::vec::Vec<f32> = pseudo_random(d_head, 3)
                 .map(|x| (x % 2001) as f32 / 1000.0 - 1.0)
                 .collect();
             let mut words = alloc::vec![0u32; query_words(d_head)];
             let q = QueryWords::quantize(&query, &mut words).unwrap();
-            let (mut fast, mut portable) = ([0i32; 9], [0i32; 9]);
-            key_sums(&keys, stride, d_head, &q, &mut fast);
-            key_sums_portable(&keys, stride, d_head, q.words, &mut portable);
-            assert_eq!(fast, portable, "key sums, d_head {d_head}");
+            let mut dots = [0.0f32; 9];
+            key_dots(&keys, stride, d_head, key_scales.iter().copied(), &q, &mut dots);
+            for (t, &got) in dots.iter().enumerate() {
+                let exact: f64 = key(t)
+                    .iter()
+                    .zip(&query)
+                    .map(|(&k, &x)| k as f64 * x as f64)
+                    .sum::<f64>()
+                    * key_scales[t] as f64;
+                let bound = q.step as f64 / 2.0
+                    * key(t).iter().map(|&k| (k as f64).abs()).sum::<f64>()
+                    * key_scales[t] as f64;
+                assert!(
+                    (got as f64 - exact).abs() <= bound * 1.001 + 1e-6 * exact.abs(),
+                    "d_head {d_head} key {t}: {got} vs {exact}"
+                );
+            }
 
-            let weights: alloc::vec::Vec<i32> = pseudo_random(count, 11)
-                .map(|x| (x % 65535) as i32 - 32767)
+            let p: alloc::vec::Vec<f32> = pseudo_random(count, 11)
+                .map(|x| (x % 1000) as f32 / 1000.0)
                 .collect();
-            let (mut fast, mut portable) = (alloc::vec![3i32; d_head], alloc::vec![3i32; d_head]);
-            value_sums(&keys, stride, &weights, &mut fast);
-            value_sums_portable(&keys, stride, &weights, &mut portable);
-            assert_eq!(fast, portable, "value sums, d_head {d_head}");
+            let mut w = p.clone();
+            let weights = ProbabilityWords::quantize_in_place(&mut w).unwrap();
+            let mut acc = alloc::vec![0i32; d_head];
+            value_sums(&keys, stride, weights.weights, &mut acc);
+            for (c, &sum) in acc.iter().enumerate() {
+                let got = sum as f64 * weights.step as f64;
+                let exact: f64 = (0..count).map(|t| p[t] as f64 * key(t)[c] as f64).sum();
+                let bound =
+                    weights.step as f64 / 2.0 * (0..count).map(|t| (key(t)[c] as f64).abs()).sum::<f64>();
+                assert!(
+                    (got - exact).abs() <= bound * 1.001 + 1e-6 * exact.abs(),
+                    "d_head {d_head} column {c}: {got} vs {exact}"
+                );
+            }
         }
     }
 }

@@ -27,12 +27,12 @@ pub const CHECKPOINT_CONFIG: &str = r#"{
 static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
 
 /// A directory of this process's own (`/dev/shm` when there is one, else the temporary
-/// directory) holding [`CHECKPOINT_CONFIG`] as `config.json` (except for the `original` target,
-/// whose checkpoints have none); made on the first call, reused,
+/// directory) holding `config` as `config.json` when one is given (the `original` target's
+/// checkpoints have none); made on the first call, reused,
 /// and removed when the process exits (libFuzzer ends with `exit`; after a crash it stays,
 /// next to the crash's input). Fuzzing runs each job in its own process, so jobs never share
 /// one.
-pub fn scratch_dir(target: &str) -> &'static Path {
+pub fn scratch_dir(target: &str, config: Option<&str>) -> &'static Path {
     SCRATCH.get_or_init(|| {
         let shm = Path::new("/dev/shm");
         let base = if shm.is_dir() {
@@ -42,8 +42,8 @@ pub fn scratch_dir(target: &str) -> &'static Path {
         };
         let dir = base.join(format!("txl-fuzz-{target}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("cannot make the scratch directory");
-        if target != ORIGINAL_TARGET {
-            std::fs::write(dir.join(CONFIG_FILE), CHECKPOINT_CONFIG).expect("cannot write config.json");
+        if let Some(config) = config {
+            std::fs::write(dir.join(CONFIG_FILE), config).expect("cannot write config.json");
         }
         // SAFETY: `remove_scratch` is an `extern "C" fn()` that does not unwind.
         unsafe { libc::atexit(remove_scratch) };
@@ -61,7 +61,7 @@ extern "C" fn remove_scratch() {
 /// from there as `format`. Loading may fail (most inputs are not checkpoints) but must not
 /// panic; a checkpoint that loads must make an image that parses, with the config read.
 pub fn load_checkpoint(target: &str, file_name: &str, format: CheckpointFormat, weights: &[u8]) {
-    let dir = scratch_dir(target);
+    let dir = scratch_dir(target, Some(CHECKPOINT_CONFIG));
     std::fs::write(dir.join(file_name), weights).expect("cannot write the weights file");
     if let Ok(checkpoint) = load_hf_checkpoint(dir, format, false) {
         check_image(&checkpoint);
@@ -85,7 +85,7 @@ pub const ORIGINAL_TARGET: &str = "original";
 /// and reads it as `txl convert` does, with no flags. Reading may fail but must not panic; a
 /// checkpoint that loads must make an image that parses, with the config read.
 pub fn load_original_checkpoint(data: &[u8]) {
-    let dir = scratch_dir(ORIGINAL_TARGET);
+    let dir = scratch_dir(ORIGINAL_TARGET, None);
     std::fs::write(dir.join("model.pt"), data).expect("cannot write model.pt");
     let options = OriginalOptions::default();
     if let Ok((checkpoint, _)) = load_any_checkpoint(dir, CheckpointFormat::Auto, &options, false) {

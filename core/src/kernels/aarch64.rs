@@ -18,24 +18,13 @@ use core::arch::aarch64::{
     vld1q_s8, vmovq_n_f32, vmull_high_s8, vmull_s8, vmulq_f32, vpadalq_s16, vst1q_f32,
 };
 
-use super::scalar;
+use super::{rows_that_fit, scalar};
 
 /// Whether this CPU has the dot-product extension (`SDOT`; detected once, then cached).
 #[cfg(feature = "std")]
 #[inline]
 pub fn has_dotprod() -> bool {
     std::arch::is_aarch64_feature_detected!("dotprod")
-}
-
-/// Rows of `cols` elements at `stride` that fit in `len` elements, at most `wanted`.
-fn rows_that_fit(len: usize, stride: usize, cols: usize, wanted: usize) -> usize {
-    if len < cols {
-        return 0;
-    }
-    match (len - cols).checked_div(stride) {
-        Some(more) => wanted.min(1 + more),
-        None => wanted, // stride 0: every row is the first
-    }
 }
 
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p` (`cols` the inputs'

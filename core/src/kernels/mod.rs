@@ -18,6 +18,18 @@ pub mod aarch64;
 
 pub use scalar::*;
 
+/// Rows of `cols` elements at `stride` that fit in `len` elements, at most `wanted`.
+#[allow(dead_code)] // the SIMD kernels' (x86-64 with std, aarch64)
+pub(crate) fn rows_that_fit(len: usize, stride: usize, cols: usize, wanted: usize) -> usize {
+    if len < cols {
+        return 0;
+    }
+    match (len - cols).checked_div(stride) {
+        Some(more) => wanted.min(1 + more),
+        None => wanted, // stride 0: every row is the first
+    }
+}
+
 /// `sum a[i] * b[i]` in i32: the Cortex-M DSP kernel with the `cortex-m-dsp` feature, AVX2 on
 /// x86-64 with the `std` feature when the CPU has it, else the scalar one. All give the same bits.
 #[inline]

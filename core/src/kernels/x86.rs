@@ -23,7 +23,7 @@ use core::arch::x86_64::*;
 
 use half::f16;
 
-use super::scalar;
+use super::{rows_that_fit, scalar};
 
 /// Whether this CPU has AVX2 (detected once, then cached by the standard library).
 #[inline]
@@ -185,17 +185,6 @@ impl RowElement for f16 {
     }
 }
 
-/// Rows of `cols` elements at `stride` that fit in `len` elements, at most `wanted`.
-fn rows_that_fit(len: usize, stride: usize, cols: usize, wanted: usize) -> usize {
-    if len < cols {
-        return 0;
-    }
-    match (len - cols).checked_div(stride) {
-        Some(more) => wanted.min(1 + more),
-        None => wanted, // stride 0: every row is the first
-    }
-}
-
 /// `out[r] = rows[r * stride..][..x.len()] · x` for each `r < out.len()`, with the bits of
 /// `scalar::dot` (f32 rows) or `scalar::dot_f16` (f16 rows) for each row: sixteen rows per
 /// pass, then two, then one. Rows past the end of `rows` are left as they are, as the portable
@@ -322,13 +311,32 @@ unsafe fn dots_pairs<T: RowElement, const PAIRS: usize>(
         }
         c += 4;
     }
+    // SAFETY: as for this function.
+    unsafe { finish_pairs(&acc, base, stride, x, out) };
+}
+
+/// The rows' sums from [`dots_pairs`]' accumulators (a register of two rows, four lanes each):
+/// `out[r]` = the lanes added pairwise, then row `r`'s columns after the last group of four.
+///
+/// # Safety
+/// As for [`dots_pairs`].
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn finish_pairs<T: RowElement, const PAIRS: usize>(
+    acc: &[__m256; PAIRS],
+    base: *const T,
+    stride: usize,
+    x: &[f32],
+    out: &mut [f32],
+) {
+    let body = x.len() / 4 * 4;
     for (p, acc) in acc.iter().enumerate() {
         let mut lanes = [0.0f32; 8];
         // SAFETY: `lanes` has room for eight f32.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
         for (half, lanes) in lanes.chunks_exact(4).enumerate() {
             let r = 2 * p + half;
-            // SAFETY: row `r` has `cols` readable elements.
+            // SAFETY: row `r` has `x.len()` readable elements.
             let tail = unsafe { row_tail(base.add(r * stride), x, body) };
             out[r] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail;
         }
@@ -371,17 +379,8 @@ unsafe fn dots_pairs_two<T: RowElement, const PAIRS: usize>(
         c += 4;
     }
     for ((acc, x), out) in acc.iter().zip(x).zip(out) {
-        for (p, acc) in acc.iter().enumerate() {
-            let mut lanes = [0.0f32; 8];
-            // SAFETY: `lanes` has room for eight f32.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
-            for (half, lanes) in lanes.chunks_exact(4).enumerate() {
-                let r = 2 * p + half;
-                // SAFETY: row `r` has `cols` readable elements.
-                let tail = unsafe { row_tail(base.add(r * stride), x, body) };
-                out[r] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail;
-            }
-        }
+        // SAFETY: as for this function.
+        unsafe { finish_pairs(acc, base, stride, x, out) };
     }
 }
 
