@@ -224,3 +224,44 @@ pub fn core_session_variants(base: SessionOptions) -> Vec<SessionOptions> {
         })
         .collect()
 }
+
+/// A model in f32 with the texts the quantization tests score it on.
+#[derive(Debug)]
+pub struct QuantizationText {
+    /// The f32 image.
+    pub f32_image: AlignedBytes,
+    /// The text the scores are measured on, never used for calibration.
+    pub heldout: Vec<u32>,
+    /// The calibration text.
+    pub calibration: Vec<u32>,
+}
+
+/// The bundled demo model with `heldout.txt` and `calib.txt` as byte tokens, cut to
+/// `heldout_tokens` and `calibration_tokens` (the held-out text must have that many).
+pub fn demo_text(heldout_tokens: usize, calibration_tokens: usize) -> QuantizationText {
+    let demo = fixtures_dir().join("demo");
+    let checkpoint = load_hf_checkpoint(&demo, CheckpointFormat::Auto, false).unwrap();
+    let mut heldout = txl_tools::tokens::read_byte_tokens(&demo.join("heldout.txt")).unwrap();
+    assert!(
+        heldout.len() >= heldout_tokens,
+        "heldout.txt is shorter than {heldout_tokens} bytes"
+    );
+    heldout.truncate(heldout_tokens);
+    let mut calibration = txl_tools::tokens::read_byte_tokens(&demo.join("calib.txt")).unwrap();
+    calibration.truncate(calibration_tokens);
+    QuantizationText {
+        f32_image: AlignedBytes::copy_from(&checkpoint.to_image().unwrap()).unwrap(),
+        heldout,
+        calibration,
+    }
+}
+
+/// Tokens sampled from `model` at temperature 1 (the model's own distribution), from `seed`.
+pub fn sampled_text(model: &txl_core::Model<'_>, length: usize, seed: u64) -> Vec<u32> {
+    let options = SessionOptions::from_config(model.config());
+    let sampling = txl_core::sampling::Sampling::Temperature {
+        temperature: 1.0,
+        seed,
+    };
+    txl_tools::generate::generate(model, options, &[1], length, sampling).unwrap()
+}

@@ -6,10 +6,9 @@ use std::sync::OnceLock;
 use txl_core::AlignedBytes;
 use txl_core::{MemDtype, Model, PositionKeys, SessionOptions};
 use txl_host_gpu::quantize::{quantize, QuantizeOptions, Smoothing, Target};
-use txl_tests::fixtures_dir;
+use txl_tests::{demo_text, fixtures_dir, sampled_text, QuantizationText};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::compare::{compare, Comparison};
-use txl_tools::tokens::read_byte_tokens;
 
 /// Held-out tokens scored.
 const HELDOUT_TOKENS: usize = 8192;
@@ -59,11 +58,7 @@ const ADAPTIVE_INT8_MAX_MEAN_KL: f64 = 1.4e-3;
 /// `adaptive_div2`, int8 + int8 memory, mean KL in nats: measured 4.76e-4.
 const ADAPTIVE_INT8_INT8_MEMORY_MAX_MEAN_KL: f64 = 1.43e-3;
 
-struct Fixture {
-    f32_image: AlignedBytes,
-    heldout: Vec<u32>,
-    calibration: Vec<u32>,
-}
+type Fixture = QuantizationText;
 
 /// The f32 image and texts, built once for all tests of this file.
 fn fixture() -> &'static Fixture {
@@ -78,21 +73,7 @@ fn int8() -> &'static txl_host_gpu::quantize::Quantized {
 }
 
 fn load_fixture() -> Fixture {
-    let demo = fixtures_dir().join("demo");
-    let checkpoint = load_hf_checkpoint(&demo, CheckpointFormat::Auto, false).unwrap();
-    let mut heldout = read_byte_tokens(&demo.join("heldout.txt")).unwrap();
-    assert!(
-        heldout.len() >= HELDOUT_TOKENS,
-        "heldout.txt is shorter than {HELDOUT_TOKENS} bytes"
-    );
-    heldout.truncate(HELDOUT_TOKENS);
-    let mut calibration = read_byte_tokens(&demo.join("calib.txt")).unwrap();
-    calibration.truncate(CALIBRATION_TOKENS);
-    Fixture {
-        f32_image: AlignedBytes::copy_from(&checkpoint.to_image().unwrap()).unwrap(),
-        heldout,
-        calibration,
-    }
+    demo_text(HELDOUT_TOKENS, CALIBRATION_TOKENS)
 }
 
 fn measure(f: &Fixture, candidate: &[u8], mem_dtype: MemDtype) -> Comparison {
@@ -349,16 +330,6 @@ fn f32_weights_with_a_smaller_memory_lose_little() {
     );
     // A memory in another dtype must change something: an ignored option would pass the limits.
     assert!(f16_memory.max_abs_delta_logp > 0.0 && int8_memory.max_abs_delta_logp > 0.0);
-}
-
-/// Tokens sampled from `model` at temperature 1 (the model's own distribution), from `seed`.
-fn sampled_text(model: &Model<'_>, length: usize, seed: u64) -> Vec<u32> {
-    let options = SessionOptions::from_config(model.config());
-    let sampling = txl_core::sampling::Sampling::Temperature {
-        temperature: 1.0,
-        seed,
-    };
-    txl_tools::generate::generate(model, options, &[1], length, sampling).unwrap()
 }
 
 /// The adaptive-softmax, div_val 2 reference model (`adaptive_div2`: tied projections, three

@@ -4,10 +4,9 @@
 use txl_core::AlignedBytes;
 use txl_core::{MemDtype, Model, SessionOptions};
 use txl_host_gpu::quantize::{quantize, Method, QuantizeOptions, Quantized, Smoothing, Target};
-use txl_tests::fixtures_dir;
+use txl_tests::{demo_text, fixtures_dir, sampled_text, QuantizationText};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::compare::{compare, Comparison};
-use txl_tools::tokens::read_byte_tokens;
 
 /// Held-out tokens scored (as `quantized_accuracy.rs`).
 const HELDOUT_TOKENS: usize = 8192;
@@ -15,35 +14,10 @@ const HELDOUT_TOKENS: usize = 8192;
 const CALIBRATION_TOKENS: usize = 4096;
 
 /// The f32 image and its held-out and calibration tokens.
-struct Fixture {
-    f32_image: AlignedBytes,
-    heldout: Vec<u32>,
-    calibration: Vec<u32>,
-}
+type Fixture = QuantizationText;
 
 fn demo() -> Fixture {
-    let demo = fixtures_dir().join("demo");
-    let checkpoint = load_hf_checkpoint(&demo, CheckpointFormat::Auto, false).unwrap();
-    let mut heldout = read_byte_tokens(&demo.join("heldout.txt")).unwrap();
-    assert!(heldout.len() >= HELDOUT_TOKENS);
-    heldout.truncate(HELDOUT_TOKENS);
-    let mut calibration = read_byte_tokens(&demo.join("calib.txt")).unwrap();
-    calibration.truncate(CALIBRATION_TOKENS);
-    Fixture {
-        f32_image: AlignedBytes::copy_from(&checkpoint.to_image().unwrap()).unwrap(),
-        heldout,
-        calibration,
-    }
-}
-
-/// Tokens sampled from `model` at temperature 1, from `seed`.
-fn sampled_text(model: &Model<'_>, length: usize, seed: u64) -> Vec<u32> {
-    let options = SessionOptions::from_config(model.config());
-    let sampling = txl_core::sampling::Sampling::Temperature {
-        temperature: 1.0,
-        seed,
-    };
-    txl_tools::generate::generate(model, options, &[1], length, sampling).unwrap()
+    demo_text(HELDOUT_TOKENS, CALIBRATION_TOKENS)
 }
 
 /// `adaptive_div2` on text sampled from its f32 self, calibration and evaluation from different
