@@ -5,7 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== setup: Rust targets (the firmware's boards: Cortex-M4F/M7, M33/M55, RV32IMAC)"
+# Each step prints the minutes and seconds since the start, so a slow step is easy to find.
+step() { printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+
+step "setup: Rust targets (the firmware's boards: Cortex-M4F/M7, M33/M55, RV32IMAC)"
 for target in thumbv7em-none-eabihf thumbv8m.main-none-eabihf riscv32imac-unknown-none-elf; do
   if ! rustup target list --installed | grep -qx "$target"; then
     rustup target add "$target"
@@ -14,7 +17,7 @@ done
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
-echo "== setup: QEMU for the firmware tests (qemu-system-arm; qemu-system-riscv32 is in qemu-system-misc)"
+step "setup: QEMU for the firmware tests (qemu-system-arm; qemu-system-riscv32 is in qemu-system-misc)"
 qemu_packages=()
 command -v qemu-system-arm >/dev/null 2>&1 || qemu_packages+=(qemu-system-arm)
 command -v qemu-system-riscv32 >/dev/null 2>&1 || qemu_packages+=(qemu-system-misc)
@@ -24,39 +27,39 @@ if [ ${#qemu_packages[@]} -gt 0 ]; then
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${qemu_packages[@]}"
 fi
 
-echo "== cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --all -- --check
 (cd fuzz && cargo fmt -- --check)
 
-echo "== cargo clippy -D warnings"
+step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== cargo doc"
+step "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 
-echo "== txl-core for thumbv7em-none-eabihf (no_std, no alloc)"
+step "txl-core for thumbv7em-none-eabihf (no_std, no alloc)"
 cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked
 cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked --features fast-math
 
-echo "== firmware: fmt, clippy (every target, with a board of it), the QEMU runner's tests"
+step "firmware: fmt, clippy (every target, with a board of it), the QEMU runner's tests"
 (cd firmware && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)
 (cd firmware && TXL_BOARD=mps3-an547 cargo clippy --release --locked --target thumbv8m.main-none-eabihf --features mve -- -D warnings)
 (cd firmware && TXL_BOARD=riscv32-virt cargo clippy --release --locked --target riscv32imac-unknown-none-elf -- -D warnings)
 (cd firmware/host && cargo clippy --all-targets --locked -- -D warnings && cargo test --locked)
 
-echo "== cargo test"
+step "cargo test"
 cargo test --workspace --locked
 
-echo "== aarch64 Linux under QEMU user mode: the core's tests (NEON; SDOT and SMULL) and the demo model's digests"
+step "aarch64 Linux under QEMU user mode: the core's tests (NEON; SDOT and SMULL) and the demo model's digests"
 scripts/aarch64.sh
 
-echo "== the txl export example: fmt and clippy (its own crate; cargo test above exported the demo"
+step "the txl export example: fmt and clippy (its own crate; cargo test above exported the demo"
 echo "   model into it with scripts/export-example.sh and ran it in QEMU)"
 (cd examples/export-demo && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)
 cargo test -p txl-core --features fast-math --locked
 cargo test -p txl-tests --features txl-core/fast-math --locked --test fast_math
 
-echo "== Miri: the core's tests under the interpreter (nightly; catches undefined behaviour)"
+step "Miri: the core's tests under the interpreter (nightly; catches undefined behaviour)"
 if ! rustup toolchain list | grep -q '^nightly'; then
   rustup toolchain install nightly --profile minimal
 fi
@@ -66,20 +69,21 @@ fi
 cargo +nightly miri test -p txl-core --locked
 
 if [ "$(uname -m)" = x86_64 ]; then
-  echo "== AddressSanitizer: the core's tests with its AVX2 kernel chosen at run time (nightly)"
+  step "AddressSanitizer: the core's tests with its AVX2 kernel chosen at run time (nightly)"
   RUSTFLAGS="-Zsanitizer=address" cargo +nightly test -p txl-core --features std --locked \
     --target x86_64-unknown-linux-gnu --target-dir target/asan --lib --tests
 fi
 
-echo "== fuzzing: every cargo-fuzz target for 20 s from its seeds and regressions (fuzz/README.md)"
+step "fuzzing: every cargo-fuzz target for 20 s from its seeds and regressions (fuzz/README.md)"
 scripts/fuzz.sh 20
 
-echo "== NVRTC for the CUDA kernels' compile test (a PyPI wheel; needs no GPU and no CUDA)"
+step "NVRTC for the CUDA kernels' compile test (a PyPI wheel; needs no GPU and no CUDA)"
 nvrtc_lib=target/nvrtc/nvidia/cu13/lib
 if [ ! -e "$nvrtc_lib/libnvrtc.so.13" ]; then
   python3 -m pip install --quiet --disable-pip-version-check --upgrade --target target/nvrtc nvidia-cuda-nvrtc==13.0.88
 fi
 
-echo "== txl-host-gpu: the CUDA kernels compile with NVRTC"
+step "txl-host-gpu: the CUDA kernels compile with NVRTC"
 LD_LIBRARY_PATH="$PWD/$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   cargo test -p txl-tests --locked --test reference_cuda -- --ignored nvrtc_compiles_every_kernel
+step "done: every check passed"
