@@ -11,7 +11,7 @@ use crate::crc32::crc32;
 use crate::error::Error;
 use crate::tensors::{for_each_tensor, Shape, TensorLayout, TensorName};
 use crate::vocab::{Vocabulary, VOCAB_MAGIC};
-use crate::weights::{Matrix, MatrixData};
+use crate::weights::{int4_groups, int4_row_bytes, Matrix, MatrixData};
 
 /// The first eight bytes of every image.
 pub const MAGIC: [u8; 8] = *b"TXLMODEL";
@@ -47,15 +47,20 @@ pub enum Dtype {
     F16 = 1,
     /// Symmetric int8 with one f32 scale per row (and optionally one per column).
     Int8RowScaled = 2,
+    /// Symmetric int4, two values a byte, one f32 scale and one u8 multiplier code per row and
+    /// group of columns ([`crate::weights`] has the packing).
+    Int4GroupScaled = 3,
 }
 
 impl Dtype {
-    /// Bytes of one element's value (scales not included).
-    pub fn element_bytes(self) -> usize {
+    /// Bytes of the values of a `(rows, cols)` tensor (scales not included); a vector is one
+    /// row.
+    pub fn values_bytes(self, rows: usize, cols: usize) -> usize {
         match self {
-            Dtype::F32 => 4,
-            Dtype::F16 => 2,
-            Dtype::Int8RowScaled => 1,
+            Dtype::F32 => rows * cols * 4,
+            Dtype::F16 => rows * cols * 2,
+            Dtype::Int8RowScaled => rows * cols,
+            Dtype::Int4GroupScaled => rows * int4_row_bytes(cols),
         }
     }
 
@@ -64,6 +69,7 @@ impl Dtype {
             0 => Some(Dtype::F32),
             1 => Some(Dtype::F16),
             2 => Some(Dtype::Int8RowScaled),
+            3 => Some(Dtype::Int4GroupScaled),
             _ => None,
         }
     }
@@ -80,10 +86,13 @@ pub struct Entry {
     pub offset: usize,
     /// Payload length in bytes.
     pub bytes: usize,
-    /// Int8: offset of the `rows` f32 row scales.
+    /// Int8: offset of the `rows` f32 row scales. Int4: offset of the one f32 scale.
     pub row_scales_offset: usize,
-    /// Int8: offset of the `cols` f32 activation scales, or 0 when there are none.
+    /// Int8: offset of the `cols` f32 activation scales, or 0 when there are none. Int4:
+    /// offset of the `(rows, groups)` u8 multiplier codes.
     pub act_scales_offset: usize,
+    /// Int4: columns per group of a multiplier; 0 for the other dtypes.
+    pub group: usize,
 }
 
 /// A validated model image, borrowed in place (from flash on a device).
@@ -328,7 +337,12 @@ impl<'a> Image<'a> {
         if dtype != Dtype::F32 && !(name.is_matrix() && ndim == 2) {
             return Err(Error::TensorDtype(name));
         }
-        let reserved_clear = raw[50..52] == [0, 0] && raw[76..80].iter().all(|&b| b == 0);
+        let group = u16::from_le_bytes([raw[50], raw[51]]) as usize;
+        let group_ok = match dtype {
+            Dtype::Int4GroupScaled => group >= 8 && group % 8 == 0,
+            _ => group == 0,
+        };
+        let reserved_clear = group_ok && raw[76..80].iter().all(|&b| b == 0);
         if raw[49] as usize != ndim
             || read_u32(raw, 52) != dims[0]
             || read_u32(raw, 56) != dims[1]
@@ -350,19 +364,28 @@ impl<'a> Image<'a> {
         };
         let offset = read_u32(raw, 60) as usize;
         let length = read_u32(raw, 64) as usize;
-        if length != shape.len() * dtype.element_bytes() {
+        let (rows, cols) = shape.rows_cols();
+        if length != dtype.values_bytes(rows, cols) {
             return Err(bounds);
         }
         region(offset, length)?;
         let row_scales = read_u32(raw, 68) as usize;
         let act_scales = read_u32(raw, 72) as usize;
-        if dtype == Dtype::Int8RowScaled {
-            region(row_scales, dims[0] as usize * 4)?;
-            if act_scales != 0 {
-                region(act_scales, dims[1] as usize * 4)?;
+        match dtype {
+            Dtype::Int8RowScaled => {
+                region(row_scales, rows * 4)?;
+                if act_scales != 0 {
+                    region(act_scales, cols * 4)?;
+                }
             }
-        } else if row_scales != 0 || act_scales != 0 {
-            return Err(Error::TensorShape(name));
+            Dtype::Int4GroupScaled => {
+                region(row_scales, 4)?;
+                region(act_scales, rows * int4_groups(cols, group))?;
+            }
+            Dtype::F32 | Dtype::F16 if row_scales != 0 || act_scales != 0 => {
+                return Err(Error::TensorShape(name));
+            }
+            Dtype::F32 | Dtype::F16 => {}
         }
         Ok(())
     }
@@ -403,6 +426,7 @@ impl<'a> Image<'a> {
             bytes: read_u32(raw, 64) as usize,
             row_scales_offset: read_u32(raw, 68) as usize,
             act_scales_offset: read_u32(raw, 72) as usize,
+            group: u16::from_le_bytes([raw[50], raw[51]]) as usize,
         }
     }
 
@@ -415,10 +439,7 @@ impl<'a> Image<'a> {
     /// Matrix tensor `index`, in place, in whatever dtype it is stored.
     pub fn matrix(&self, index: usize) -> Matrix<'a> {
         let entry = self.entry(index);
-        let (rows, cols) = match entry.shape {
-            Shape::Matrix(r, c) => (r as usize, c as usize),
-            Shape::Vector(n) => (1, n as usize),
-        };
+        let (rows, cols) = entry.shape.rows_cols();
         let payload = &self.bytes[entry.offset..entry.offset + entry.bytes];
         // `parse` checked alignment and lengths, so these casts cannot fail.
         let data = match entry.dtype {
@@ -429,6 +450,15 @@ impl<'a> Image<'a> {
                 row_scales: self.f32_region(entry.row_scales_offset, rows),
                 act_scales: (entry.act_scales_offset != 0)
                     .then(|| self.f32_region(entry.act_scales_offset, cols)),
+            },
+            Dtype::Int4GroupScaled => MatrixData::Int4 {
+                values: payload,
+                scale: f32::from_bits(read_u32(self.bytes, entry.row_scales_offset)),
+                codes: {
+                    let at = entry.act_scales_offset;
+                    &self.bytes[at..at + rows * int4_groups(cols, entry.group)]
+                },
+                group: entry.group,
             },
         };
         Matrix { rows, cols, data }
@@ -458,6 +488,18 @@ pub enum Payload<'d> {
         /// `(cols)` activation scales, if any.
         act_scales: Option<&'d [f32]>,
     },
+    /// int4 values with their scales (matrices only), packed as [`crate::weights`] says:
+    /// `W[r][c] = (q[r][c] * int4_multiplier(codes[r][c / group])) as f32 * scale`.
+    Int4 {
+        /// `(rows, int4_row_bytes(cols))` packed values.
+        values: &'d [u8],
+        /// The matrix's scale.
+        scale: f32,
+        /// `(rows, int4_groups(cols, group))` multiplier codes.
+        codes: &'d [u8],
+        /// Columns per group: a multiple of 8, at least 8, at most 65,528.
+        group: usize,
+    },
 }
 
 #[cfg(feature = "alloc")]
@@ -467,14 +509,29 @@ impl Payload<'_> {
             Payload::F32(_) => Dtype::F32,
             Payload::F16(_) => Dtype::F16,
             Payload::Int8 { .. } => Dtype::Int8RowScaled,
+            Payload::Int4 { .. } => Dtype::Int4GroupScaled,
         }
     }
 
-    fn elements(&self) -> usize {
+    /// Whether the payload's lengths are those of a `(rows, cols)` tensor.
+    fn fits(&self, rows: usize, cols: usize) -> bool {
+        let values_ok = |len: usize| len == self.dtype().values_bytes(rows, cols);
         match self {
-            Payload::F32(d) => d.len(),
-            Payload::F16(d) => d.len(),
-            Payload::Int8 { values, .. } => values.len(),
+            Payload::F32(d) => d.len() == rows * cols,
+            Payload::F16(d) => d.len() == rows * cols,
+            Payload::Int8 {
+                values,
+                row_scales,
+                act_scales,
+            } => values_ok(values.len()) && row_scales.len() == rows && act_scales.is_none_or(|a| a.len() == cols),
+            Payload::Int4 {
+                values, codes, group, ..
+            } => {
+                (8..=65_528).contains(group)
+                    && group % 8 == 0
+                    && values_ok(values.len())
+                    && codes.len() == rows * int4_groups(cols, *group)
+            }
         }
     }
 
@@ -497,6 +554,9 @@ impl Payload<'_> {
                 Some(floats(row_scales)),
                 act_scales.map(floats),
             ],
+            Payload::Int4 {
+                values, scale, codes, ..
+            } => [Some(values.to_vec()), Some(floats(&[*scale])), Some(codes.to_vec())],
         }
     }
 }
@@ -534,22 +594,12 @@ pub fn write_image(
             });
         }
         let (dims, ndim) = shape.dims();
-        if payload.elements() != shape.len() {
-            return Err(Error::TensorShape(*name));
-        }
         if payload.dtype() != Dtype::F32 && !(name.is_matrix() && ndim == 2) {
             return Err(Error::TensorDtype(*name));
         }
-        if let Payload::Int8 {
-            row_scales,
-            act_scales,
-            ..
-        } = payload
-        {
-            let cols_ok = act_scales.is_none_or(|a| a.len() == dims[1] as usize);
-            if row_scales.len() != dims[0] as usize || !cols_ok {
-                return Err(Error::TensorShape(*name));
-            }
+        let (rows, cols) = shape.rows_cols();
+        if !payload.fits(rows, cols) {
+            return Err(Error::TensorShape(*name));
         }
         let mut entry = [0u8; ENTRY_BYTES];
         let text = alloc::format!("{name}");
@@ -562,6 +612,9 @@ pub fn write_image(
         entry[..text.len()].copy_from_slice(text.as_bytes());
         entry[48] = payload.dtype() as u8;
         entry[49] = ndim as u8;
+        if let Payload::Int4 { group, .. } = payload {
+            entry[50..52].copy_from_slice(&(*group as u16).to_le_bytes());
+        }
         entry[52..56].copy_from_slice(&dims[0].to_le_bytes());
         entry[56..60].copy_from_slice(&dims[1].to_le_bytes());
         let regions = payload.regions();

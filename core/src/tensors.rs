@@ -175,6 +175,14 @@ impl Shape {
         self.len() == 0
     }
 
+    /// `(rows, cols)`: a vector is one row.
+    pub fn rows_cols(self) -> (usize, usize) {
+        match self {
+            Shape::Vector(n) => (1, n as usize),
+            Shape::Matrix(r, c) => (r as usize, c as usize),
+        }
+    }
+
     /// The dimensions as a list (1 or 2 entries).
     pub fn dims(self) -> ([u32; 2], usize) {
         match self {

@@ -1,4 +1,5 @@
-//! Typed views of weight matrices in the image: f32, f16, or int8 with per-row scales.
+//! Typed views of weight matrices in the image: f32, f16, int8 with per-row scales, or int4
+//! with one scale and a multiplier per group of columns.
 //!
 //! An int8 matrix stores `q[r][c]` with one f32 scale per row and, optionally, one f32
 //! activation scale per column (SmoothQuant-style migration). The matrix it stands for is
@@ -7,6 +8,20 @@
 //! ```
 //! so `W @ x = row_scale * (q @ (act_scale * x))`: the activation scale is applied to the input
 //! before it is quantized.
+//!
+//! An int4 matrix stores `q[r][c]` in `-8..=7` (the quantizer writes `-7..=7`), two to a byte,
+//! one f32 scale for the whole matrix and one u8 code per row and group of `group` columns,
+//! which names an integer multiplier (four exponent bits, four mantissa bits:
+//! [`int4_multiplier`], 16 to 1,015,808, 3–6% apart):
+//! ```text
+//! W[r][c] = (q[r][c] * int4_multiplier(code[r][c / group])) as f32 * scale
+//! ```
+//! (`q * multiplier` is below 2^24, so exact in f32). The sums are integers to the end: `W x`
+//! is `scale * x_scale * Σ_g multiplier_g * (q_g · xq_g)`, exact in i64.
+//! Each row takes [`int4_row_bytes`]`(cols)` bytes: the columns in blocks of eight, block `b`
+//! in the four bytes at `4b`, byte `k` holding column `8b + k` in its low nibble and column
+//! `8b + k + 4` in its high one (columns past `cols` are zero). That order lets a DSP core turn
+//! a word into the same 16-bit pairs as four int8 columns with two masks and four `SXTB16`s.
 
 use half::f16;
 
@@ -26,6 +41,52 @@ pub enum MatrixData<'a> {
         /// `(cols)` scale applied to the input of each column, if any.
         act_scales: Option<&'a [f32]>,
     },
+    /// Symmetric int4, two values a byte, with one scale and a multiplier per group.
+    Int4 {
+        /// `(rows, int4_row_bytes(cols))` packed values.
+        values: &'a [u8],
+        /// The matrix's scale.
+        scale: f32,
+        /// `(rows, int4_groups(cols, group))` codes of each row's groups' multipliers.
+        codes: &'a [u8],
+        /// Columns per group: a multiple of 8, at least 8.
+        group: usize,
+    },
+}
+
+/// The multiplier an int4 group's code names: `(16 + code % 16) << (code / 16)`.
+#[inline]
+pub const fn int4_multiplier(code: u8) -> i32 {
+    (16 + (code & 15) as i32) << (code >> 4)
+}
+
+/// Bytes of one packed int4 row of `cols` columns: four per block of eight columns.
+pub const fn int4_row_bytes(cols: usize) -> usize {
+    4 * cols.div_ceil(8)
+}
+
+/// Groups of `group` columns in a row of `cols` (the last may be partial).
+pub const fn int4_groups(cols: usize, group: usize) -> usize {
+    cols.div_ceil(group)
+}
+
+/// Column `c` of a packed int4 row (see the module docs for the order).
+#[inline]
+pub fn int4_value(row: &[u8], c: usize) -> i8 {
+    let byte = row[c / 8 * 4 + c % 4];
+    let nibble = if c % 8 < 4 { byte << 4 } else { byte & 0xf0 };
+    (nibble as i8) >> 4
+}
+
+/// Packs `values` (`-8..=7`, one row of `values.len()` columns) into `row`
+/// ([`int4_row_bytes`] long) in the order [`int4_value`] reads.
+pub fn int4_pack_row(values: &[i8], row: &mut [u8]) {
+    row.fill(0);
+    for (c, &v) in values.iter().enumerate() {
+        let nibble = (v as u8) & 0x0f;
+        let at = c / 8 * 4 + c % 4;
+        row[at] |= if c % 8 < 4 { nibble } else { nibble << 4 };
+    }
 }
 
 /// A `(rows, cols)` row-major weight matrix, borrowed from the image.
@@ -64,6 +125,20 @@ impl<'a> Matrix<'a> {
                 row_scales: &row_scales[start..end],
                 act_scales,
             },
+            MatrixData::Int4 {
+                values,
+                scale,
+                codes,
+                group,
+            } => {
+                let (row_bytes, groups) = (int4_row_bytes(self.cols), int4_groups(self.cols, group));
+                MatrixData::Int4 {
+                    values: &values[start * row_bytes..end * row_bytes],
+                    scale,
+                    codes: &codes[start * groups..end * groups],
+                    group,
+                }
+            }
         };
         Matrix {
             rows: end - start,
@@ -93,6 +168,20 @@ impl<'a> Matrix<'a> {
                     *o = q as f32 * scale * act;
                 }
             }
+            MatrixData::Int4 {
+                values,
+                scale,
+                codes,
+                group,
+            } => {
+                let (row_bytes, groups) = (int4_row_bytes(self.cols), int4_groups(self.cols, group));
+                let packed = &values[row * row_bytes..(row + 1) * row_bytes];
+                let row_codes = &codes[row * groups..(row + 1) * groups];
+                for (c, o) in out.iter_mut().enumerate() {
+                    let q = int4_value(packed, c) as i32 * int4_multiplier(row_codes[c / group]);
+                    *o = q as f32 * scale;
+                }
+            }
         }
     }
 
@@ -106,6 +195,7 @@ impl<'a> Matrix<'a> {
                 row_scales,
                 act_scales,
             } => values.len() + row_scales.len() * 4 + act_scales.map_or(0, |a| a.len() * 4),
+            MatrixData::Int4 { values, codes, .. } => values.len() + 4 + codes.len(),
         }
     }
 }

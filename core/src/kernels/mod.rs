@@ -231,6 +231,15 @@ pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sum
     }
 }
 
+/// [`scalar::int4_row_sums`]: `sums[r]` for the packed int4 rows of `values`, the input `xq`
+/// prepared by [`widen_int8_input`] in `widened`, `xq.len()` the columns. Every kernel gives
+/// the same sums (they are exact integers).
+#[inline]
+pub fn int4_row_sums(values: &[u8], group: usize, multipliers: &[u8], xq: &[i8], widened: &[u32], sums: &mut [i64]) {
+    let _ = widened;
+    scalar::int4_row_sums(values, group, multipliers, xq, sums);
+}
+
 // Added with the host kernels (x86-64: AVX, AVX2, F16C; aarch64: NEON): several inputs per
 // pass over f32 and f16 rows, the f16 memory's rows at a stride, the int8 input's
 // quantization, the softmax's `exp` eight at a time.

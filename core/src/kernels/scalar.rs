@@ -2,7 +2,7 @@
 
 use half::f16;
 
-use crate::weights::{Matrix, MatrixData};
+use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes, int4_value, Matrix, MatrixData};
 
 /// Sum of `a[i] * b[i]` over the shorter of the two, in four interleaved f32 accumulators.
 #[inline]
@@ -51,6 +51,15 @@ pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [u32]
             let input = Int8Input::quantize(x, act_scales, scratch, cols);
             input.rows(values, row_scales, y);
         }
+        MatrixData::Int4 {
+            values,
+            scale,
+            codes,
+            group,
+        } => {
+            let input = Int8Input::quantize(x, None, scratch, cols);
+            input.int4_rows(values, scale, codes, group, y);
+        }
     }
 }
 
@@ -80,6 +89,32 @@ impl<'s> Int8Input<'s> {
         let cols = self.xq.len();
         super::int8_row_sums(values, cols, self.xq, self.widened, bytemuck::cast_slice_mut(y));
         self.scale(row_scales, y);
+    }
+
+    /// `y = W x` for int4 `values (y.len(), int4_row_bytes(cols))`: `y[r] = (sum over groups g
+    /// of multiplier[r][g] * (values[r][g] · xq[g])) * (scale * x_scale)`, the sum in i64
+    /// (exact for any `cols`).
+    fn int4_rows(&self, values: &[u8], scale: f32, codes: &[u8], group: usize, y: &mut [f32]) {
+        const BLOCK: usize = 8;
+        let cols = self.xq.len();
+        let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+        let step = scale * self.x_scale;
+        let mut sums = [0i64; BLOCK];
+        for (block, y) in y.chunks_mut(BLOCK).enumerate() {
+            let rows = block * BLOCK..block * BLOCK + y.len();
+            let sums = &mut sums[..y.len()];
+            super::int4_row_sums(
+                &values[rows.start * row_bytes..rows.end * row_bytes],
+                group,
+                &codes[rows.start * groups..rows.end * groups],
+                self.xq,
+                self.widened,
+                sums,
+            );
+            for (out, &sum) in y.iter_mut().zip(sums.iter()) {
+                *out = sum as f32 * step;
+            }
+        }
     }
 
     /// `y[r] = (sum in y[r]'s bits) * (row_scales[r] * x_scale)`.
@@ -113,6 +148,19 @@ pub fn matvec_split(
             let (values_first, values_rest) = values.split_at(split * cols);
             input.rows(values_first, scales_first, first);
             input.rows(values_rest, scales_rest, rest);
+        }
+        MatrixData::Int4 {
+            values,
+            scale,
+            codes,
+            group,
+        } => {
+            let input = Int8Input::quantize(x, None, scratch, cols);
+            let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+            let (values_first, values_rest) = values.split_at(split * row_bytes);
+            let (codes_first, codes_rest) = codes.split_at(split * groups);
+            input.int4_rows(values_first, scale, codes_first, group, first);
+            input.int4_rows(values_rest, scale, codes_rest, group, rest);
         }
         _ => {
             matvec(&weight.row_range(0, split), x, first, scratch);
@@ -192,6 +240,11 @@ pub fn matmul(weight: &Matrix<'_>, xs: &[&[f32]], ys: &mut [&mut [f32]], scratch
     match weight.data {
         MatrixData::F32(w) => super::matmul_f32_rows(w, xs, ys),
         MatrixData::F16(w) => super::matmul_f16_rows(w, xs, ys),
+        MatrixData::Int4 { .. } => {
+            for (x, y) in xs.iter().zip(ys.iter_mut()) {
+                matvec(weight, x, y, scratch);
+            }
+        }
         MatrixData::Int8 { .. } => {
             for (x, y) in xs.chunks(2).zip(ys.chunks_mut(2)) {
                 match (x, y) {
@@ -255,6 +308,46 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
                     .sum();
                 *out = acc as f32 * x_scale * act_scales.map_or(1.0, |a| a[c]);
             }
+        }
+        MatrixData::Int4 {
+            values,
+            scale,
+            codes,
+            group,
+        } => {
+            let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+            let (xq, _) = super::split_scratch(scratch, weight.rows);
+            let x_scale = quantize_with(xq, max_abs(x.iter().copied()), x.iter().copied());
+            for (c, out) in y.iter_mut().enumerate() {
+                let acc: i64 = xq
+                    .iter()
+                    .enumerate()
+                    .map(|(r, &a)| {
+                        let q = int4_value(&values[r * row_bytes..], c) as i64;
+                        a as i64 * q * int4_multiplier(codes[r * groups + c / group]) as i64
+                    })
+                    .sum();
+                *out = acc as f32 * (x_scale * scale);
+            }
+        }
+    }
+}
+
+/// `sums[r] = sum over groups g of int4_multiplier(codes[r][g]) * (values[r][g] · xq[g])` for
+/// each row `r < sums.len()` of the packed int4 `values (rows, int4_row_bytes(cols))`, `g` the
+/// columns `g * group .. (g + 1) * group` (the last group partial when `group` does not divide
+/// `cols`): each group's sum in i32, the weighted sum in i64.
+pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
+    let cols = xq.len();
+    let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+    for (r, sum) in sums.iter_mut().enumerate() {
+        let row = &values[r * row_bytes..(r + 1) * row_bytes];
+        let row_codes = &codes[r * groups..(r + 1) * groups];
+        *sum = 0;
+        for (g, &code) in row_codes.iter().enumerate() {
+            let columns = g * group..cols.min((g + 1) * group);
+            let group_sum: i32 = columns.map(|c| int4_value(row, c) as i32 * xq[c] as i32).sum();
+            *sum += int4_multiplier(code) as i64 * group_sum as i64;
         }
     }
 }
@@ -467,6 +560,7 @@ pub fn softmax(x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::{vec, vec::Vec};
 
     #[test]
     fn matvec_and_vecmat_agree_with_a_hand_computation() {
@@ -513,6 +607,100 @@ mod tests {
         vecmat(&[0.7, -0.4], &m, &mut quant, &mut [0; 3]);
         for (a, b) in exact.iter().zip(&quant) {
             assert!((a - b).abs() < 0.02 * a.abs().max(1.0), "{exact:?} vs {quant:?}");
+        }
+    }
+
+    /// An int4 matrix of `rows x cols` with every value in `-8..=7` and every multiplier code
+    /// (a fixed sequence), returned with its values unpacked.
+    fn int4_matrix(rows: usize, cols: usize, group: usize) -> (Vec<i8>, Vec<u8>, Vec<u8>) {
+        let mut state = 0x2545_f491_u32;
+        let mut next = move || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            state >> 8
+        };
+        let q: Vec<i8> = (0..rows * cols).map(|_| (next() % 16) as i8 - 8).collect();
+        let mut packed = vec![0u8; rows * int4_row_bytes(cols)];
+        for (row, out) in q.chunks(cols).zip(packed.chunks_mut(int4_row_bytes(cols))) {
+            crate::weights::int4_pack_row(row, out);
+        }
+        let codes = (0..rows * int4_groups(cols, group)).map(|_| next() as u8).collect();
+        (q, packed, codes)
+    }
+
+    #[test]
+    fn int4_values_unpack_as_packed_at_every_position() {
+        let cols = 21;
+        let values: Vec<i8> = (0..cols).map(|c| (c % 16) as i8 - 8).collect();
+        let mut row = vec![0u8; int4_row_bytes(cols)];
+        crate::weights::int4_pack_row(&values, &mut row);
+        for (c, &v) in values.iter().enumerate() {
+            assert_eq!(int4_value(&row, c), v, "column {c}");
+        }
+        // the documented order: byte k of a block holds columns k (low) and k + 4 (high)
+        assert_eq!(row[0], ((-8i8 as u8) & 0xf) | (((-4i8) as u8) << 4));
+    }
+
+    #[test]
+    fn int4_sums_are_the_exact_integer_sums_and_matvec_matches_the_dense_matrix() {
+        // 37 columns (not a multiple of 8 or of the group), 11 rows (more than one block)
+        let (rows, cols, group) = (11, 37, 16);
+        let (q, packed, codes) = int4_matrix(rows, cols, group);
+        let groups = int4_groups(cols, group);
+        let scale = 3e-7;
+        let multiplier = |r: usize, c: usize| int4_multiplier(codes[r * groups + c / group]) as i64;
+        let x: Vec<f32> = (0..cols).map(|c| ((c * 7 % 13) as f32 - 6.0) * 0.37).collect();
+        let mut xq = vec![0i8; cols];
+        quantize_activations(&x, None, &mut xq);
+        let mut sums = vec![0i64; rows];
+        super::super::int4_row_sums(&packed, group, &codes, &xq, &[], &mut sums);
+        for r in 0..rows {
+            let expected: i64 = (0..cols).map(|c| q[r * cols + c] as i64 * xq[c] as i64 * multiplier(r, c)).sum();
+            assert_eq!(sums[r], expected, "row {r}");
+        }
+        let m = Matrix {
+            rows,
+            cols,
+            data: MatrixData::Int4 {
+                values: &packed,
+                scale,
+                codes: &codes,
+                group,
+            },
+        };
+        let dense: Vec<f64> = (0..rows * cols)
+            .map(|i| q[i] as f64 * multiplier(i / cols, i % cols) as f64 * scale as f64)
+            .collect();
+        let mut row = vec![0.0f32; cols];
+        for r in 0..rows {
+            m.row_to_f32(r, &mut row);
+            for c in 0..cols {
+                assert_eq!(row[c] as f64, dense[r * cols + c] as f32 as f64, "row {r} col {c}");
+            }
+        }
+        let mut y = vec![0.0f32; rows];
+        let mut scratch = vec![0u32; crate::kernels::scratch_words(cols)];
+        matvec(&m, &x, &mut y, &mut scratch);
+        let x_max = x.iter().fold(0.0f32, |a, v| a.max(v.abs())) as f64;
+        for r in 0..rows {
+            let exact: f64 = (0..cols).map(|c| dense[r * cols + c] * x[c] as f64).sum();
+            let row_abs: f64 = (0..cols).map(|c| dense[r * cols + c].abs()).sum();
+            // each input is off by at most half a step of max |x| / 127
+            let bound = row_abs * x_max / 254.0 + 1e-5 * exact.abs();
+            assert!((y[r] as f64 - exact).abs() <= bound, "row {r}: {} vs {exact}", y[r]);
+        }
+        let (mut first, mut rest) = (vec![0.0f32; 4], vec![0.0f32; rows - 4]);
+        matvec_split(&m, &x, &mut first, &mut rest, &mut scratch);
+        assert_eq!([&first[..], &rest[..]].concat(), y, "split rows give the same bits");
+        let p: Vec<f32> = (0..rows).map(|r| (r as f32 - 5.0) * 0.21).collect();
+        let mut t = vec![0.0f32; cols];
+        let mut scratch = vec![0u32; crate::kernels::scratch_words(rows)];
+        vecmat(&p, &m, &mut t, &mut scratch);
+        let p_max = p.iter().fold(0.0f32, |a, v| a.max(v.abs())) as f64;
+        for c in 0..cols {
+            let exact: f64 = (0..rows).map(|r| p[r] as f64 * dense[r * cols + c]).sum();
+            let col_abs: f64 = (0..rows).map(|r| dense[r * cols + c].abs()).sum();
+            let bound = col_abs * p_max / 254.0 + 1e-5 * exact.abs();
+            assert!((t[c] as f64 - exact).abs() <= bound, "col {c}: {} vs {exact}", t[c]);
         }
     }
 

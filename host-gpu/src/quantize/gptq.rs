@@ -1,4 +1,4 @@
-//! Error-compensated int8 rounding (GPTQ): each row is rounded one column at a time, and the
+//! Error-compensated int8 and int4 rounding (GPTQ): each row is rounded one column at a time, and the
 //! rounding error of a column is pushed onto the columns not yet rounded so that the layer's
 //! output on the calibration inputs, not the weights themselves, stays close.
 //!
@@ -11,11 +11,13 @@
 //! divided by `U_ii` is the update, and `U_ii²` the restricted diagonal.
 //!
 //! Everything here is f64: the Gram matrix, its factors, and the weights while they are being
-//! corrected. The row scales come from the same clip search as plain rounding ([`int8`]), so
-//! the result is an [`Int8Matrix`] the image stores unchanged.
+//! corrected. The scales come from the same clip search as plain rounding ([`int8`],
+//! [`int4`]), so the result is an [`Int8Matrix`] or [`Int4Matrix`] the image stores unchanged.
 //!
 //! [`int8`]: super::int8
+//! [`int4`]: super::int4
 
+use super::int4::{self, Int4Matrix};
 use super::int8::{self, Int8Matrix};
 
 /// Dampening added to the Gram matrix's diagonal, as a fraction of its mean diagonal.
@@ -174,9 +176,7 @@ fn inverse_factor(mut h: Vec<f64>, n: usize, dampening: f64) -> Option<Vec<f64>>
 /// Quantizes `weight (rows, cols)` like [`int8::quantize`] (same smoothing, same row scales)
 /// but rounds each row column by column with the error of every column pushed onto the
 /// columns after it through the inverse of `gram` (the inputs' `XᵀX`, `cols` wide), dampened
-/// by `dampening` times its mean diagonal. The columns go in decreasing order of their
-/// inputs' energy (GPTQ's activation order: the columns that matter most are rounded while
-/// the most columns are left to absorb their errors). Falls back to plain rounding when
+/// by `dampening` times its mean diagonal ([`compensate`]). Falls back to plain rounding when
 /// `gram` is empty, of the wrong width, or cannot be factored.
 pub fn quantize(
     weight: &[f32],
@@ -186,14 +186,72 @@ pub fn quantize(
     dampening: f64,
 ) -> Int8Matrix {
     let plain = int8::quantize(weight, cols, smooth);
-    if gram.n != cols || gram.is_empty() {
+    // The stored row is w[c] * smooth[c] and meets the input x[c] * act[c] (act = 1 / smooth).
+    let act = |c: usize| plain.act_scales.as_ref().map_or(1.0, |a| a[c] as f64);
+    let stored = |c: usize| smooth.map_or(1.0, |f| f[c] as f64);
+    let mut values = vec![0i8; weight.len()];
+    let compensated = compensate(weight, cols, &act, &stored, gram, dampening, &mut |r, c, w| {
+        let scale = plain.row_scales[r] as f64;
+        if scale <= 0.0 {
+            return w;
+        }
+        let q = (w / scale).round().clamp(-127.0, 127.0);
+        values[r * cols + c] = q as i8;
+        q * scale
+    });
+    if !compensated {
         return plain;
     }
+    Int8Matrix {
+        values,
+        row_scales: plain.row_scales,
+        act_scales: plain.act_scales,
+    }
+}
+
+/// Quantizes `weight (rows, cols)` to int4 with the row scales and group multipliers of
+/// [`int4::quantize`], each row rounded with its errors compensated as in [`quantize`]. Falls
+/// back to plain rounding like it.
+pub fn quantize_int4(weight: &[f32], cols: usize, group: usize, gram: &Gram, dampening: f64) -> Int4Matrix {
+    let plain = int4::quantize(weight, cols, group);
+    let mut values = vec![0i8; weight.len()];
+    let compensated = compensate(weight, cols, &|_| 1.0, &|_| 1.0, gram, dampening, &mut |r, c, w| {
+        let step = plain.step(r, c, cols) as f64;
+        if step <= 0.0 {
+            return w;
+        }
+        let q = (w / step).round().clamp(-(int4::Q_MAX as f64), int4::Q_MAX as f64);
+        values[r * cols + c] = q as i8;
+        q * step
+    });
+    if !compensated {
+        return plain;
+    }
+    Int4Matrix { values, ..plain }
+}
+
+/// The error-compensated rounding shared by every grid: each row of `weight (rows, cols)`,
+/// stored as `w[c] * stored(c)` and meeting the inputs `x[c] * act(c)`, is rounded column by
+/// column by `round(row, column, value) -> the value it stands for`, and each column's error
+/// is pushed onto the columns not yet rounded through the inverse of the dampened Gram matrix.
+/// The columns go in decreasing order of their inputs' energy (GPTQ's activation order: the
+/// columns that matter most are rounded while the most columns are left to absorb their
+/// errors). Returns false, rounding nothing, when `gram` is empty, of the wrong width, or
+/// cannot be factored.
+fn compensate(
+    weight: &[f32],
+    cols: usize,
+    act: &dyn Fn(usize) -> f64,
+    stored: &dyn Fn(usize) -> f64,
+    gram: &Gram,
+    dampening: f64,
+    round: &mut dyn FnMut(usize, usize, f64) -> f64,
+) -> bool {
+    if gram.n != cols || gram.is_empty() {
+        return false;
+    }
     let n = cols;
-    // The stored row is w[c] * smooth[c] and meets the input x[c] * act[c] (act = 1 / smooth):
-    // the Gram matrix of those inputs is act_i H_ij act_j.
-    let act = |c: usize| plain.act_scales.as_ref().map_or(1.0, |a| a[c] as f64);
-    let smooth = |c: usize| smooth.map_or(1.0, |f| f[c] as f64);
+    // the Gram matrix of the stored row's inputs is act_i H_ij act_j
     let energy = |c: usize| gram.sum[c * n + c] * act(c) * act(c);
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(|&a, &b| energy(b).total_cmp(&energy(a)));
@@ -205,27 +263,17 @@ pub fn quantize(
         }
     }
     let Some(u) = inverse_factor(h, n, dampening) else {
-        return plain;
+        return false;
     };
-    let mut values = vec![0i8; weight.len()];
     let mut row = vec![0.0f64; n]; // the row as stored, in `order`
-    for ((source, out), &scale) in weight
-        .chunks_exact(n)
-        .zip(values.chunks_exact_mut(n))
-        .zip(&plain.row_scales)
-    {
-        if scale <= 0.0 {
-            continue;
-        }
+    for (r, source) in weight.chunks_exact(n).enumerate() {
         for (w, &c) in row.iter_mut().zip(&order) {
-            *w = source[c] as f64 * smooth(c);
+            *w = source[c] as f64 * stored(c);
         }
-        let scale = scale as f64;
         for (i, &c) in order.iter().enumerate() {
-            let q = (row[i] / scale).round().clamp(-127.0, 127.0);
-            out[c] = q as i8;
+            let rounded = round(r, c, row[i]);
             // the error over U_ii, onto the later columns along row i of U
-            let error = (row[i] - q * scale) / u[i * n + i];
+            let error = (row[i] - rounded) / u[i * n + i];
             if error != 0.0 {
                 for (w, &uij) in row[i + 1..].iter_mut().zip(&u[i * n + i + 1..(i + 1) * n]) {
                     *w -= error * uij;
@@ -233,11 +281,7 @@ pub fn quantize(
             }
         }
     }
-    Int8Matrix {
-        values,
-        row_scales: plain.row_scales,
-        act_scales: plain.act_scales,
-    }
+    true
 }
 
 /// The relative output error of `approximation` against `weight` (both `(rows, cols)`) on the
@@ -387,6 +431,28 @@ mod tests {
             };
             assert!(direct(&compensated) > direct(&plain));
         }
+    }
+
+    #[test]
+    fn int4_compensation_keeps_the_grid_and_lowers_the_output_error() {
+        let mut rng = Rng::new(33);
+        let (rows, cols, group) = (32, 96, 32);
+        let weight: Vec<f32> = (0..rows * cols)
+            .map(|_| (normal(&mut rng) * 0.05) as f32)
+            .collect();
+        let x = correlated_inputs(&mut rng, 400, cols);
+        let gram = gram_of(&x, cols);
+        let plain = int4::quantize(&weight, cols, group);
+        let compensated = quantize_int4(&weight, cols, group, &gram, DAMPENING);
+        assert_eq!(plain.scale, compensated.scale);
+        assert_eq!(plain.codes, compensated.codes);
+        assert!(compensated.values.iter().all(|v| (-7..=7).contains(v)));
+        let plain_error = output_error(&weight, &plain.dequantize(cols), &gram).unwrap();
+        let compensated_error = output_error(&weight, &compensated.dequantize(cols), &gram).unwrap();
+        assert!(
+            compensated_error < 0.8 * plain_error,
+            "compensated {compensated_error:e} vs plain {plain_error:e}"
+        );
     }
 
     #[test]

@@ -93,11 +93,11 @@ pub fn sqnr_db(original: &[f32], approximation: &[f32]) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A heavy-tailed (Laplacian) row, as trained weight rows often are.
-    fn laplacian_row(n: usize) -> Vec<f32> {
+    pub(crate) fn laplacian_row(n: usize) -> Vec<f32> {
         let mut state = 0x9E37_79B9_7F4A_7C15u64;
         (0..n)
             .map(|_| {

@@ -1,4 +1,4 @@
-//! The quantizer: f32 image in, f16 or int8 image out, with a report of what it cost.
+//! The quantizer: f32 image in, f16, int8 or int4 image out, with a report of what it cost.
 //!
 //! int8 is per-row symmetric with the clipping range searched per row ([`int8`]), computed on
 //! the device as W8A8 (activations quantized per token). With calibration text, activation
@@ -10,11 +10,16 @@
 //! ([`gptq`]: GPTQ, weighed by the Gram matrix of each matrix's inputs, [`inputs`]) instead of
 //! to the nearest grid point; [`Method`] says which, or lets the measured bits per token on
 //! the calibration text choose per tensor.
+//!
+//! int4 ([`int4`]) has a scale per row and a multiplier per group of columns, is computed as
+//! W4A8, and goes to the linear layers ([`Target::Int4`], the embedding and output layers in
+//! int8) or to every matrix ([`Target::Int4All`]); the same rounding methods apply.
 
 #[cfg(feature = "reference")]
 pub mod calibrate;
 
 pub mod gptq;
+pub mod int4;
 pub mod int8;
 
 #[cfg(feature = "reference")]
@@ -41,11 +46,31 @@ pub enum Target {
     F16,
     /// Every matrix in int8 (W8A8), except those kept in f16.
     Int8,
+    /// The decoder layers' matrices in int4 (W4A8), the embedding and output layers in int8,
+    /// except those kept in f16.
+    Int4,
+    /// Every matrix in int4, except those kept in f16.
+    #[serde(rename = "int4-all")]
+    Int4All,
 }
 
 impl Target {
     /// The words that name the precisions.
-    pub const WORDS: &'static [&'static str] = &["f16", "int8"];
+    pub const WORDS: &'static [&'static str] = &["f16", "int8", "int4", "int4-all"];
+
+    /// Whether tensor `name` (a matrix) is int4 under this target.
+    pub fn is_int4(self, name: TensorName) -> bool {
+        match self {
+            Target::F16 | Target::Int8 => false,
+            Target::Int4 => matches!(name, TensorName::Layer(..)),
+            Target::Int4All => true,
+        }
+    }
+
+    /// Whether the target stores integer weights (int8 or int4), which calibration can tune.
+    pub fn is_integer(self) -> bool {
+        self != Target::F16
+    }
 }
 
 impl std::str::FromStr for Target {
@@ -55,6 +80,8 @@ impl std::str::FromStr for Target {
         match word {
             "f16" => Ok(Target::F16),
             "int8" => Ok(Target::Int8),
+            "int4" => Ok(Target::Int4),
+            "int4-all" => Ok(Target::Int4All),
             _ => Err(txl_core::UnknownWord {
                 option: "weight precision",
                 expected: Target::WORDS,
@@ -68,6 +95,8 @@ impl std::fmt::Display for Target {
         f.write_str(match self {
             Target::F16 => "f16",
             Target::Int8 => "int8",
+            Target::Int4 => "int4",
+            Target::Int4All => "int4-all",
         })
     }
 }
@@ -139,8 +168,10 @@ pub struct QuantizeOptions {
     pub keep_f16: Vec<String>,
     /// Also keep the `k` tensors whose int8 quantization alone costs most on the calibration text.
     pub auto_keep_f16: usize,
-    /// How int8 rows are rounded.
+    /// How int8 and int4 rows are rounded.
     pub method: Method,
+    /// Columns per multiplier of an int4 row ([`int4::GROUPS`]; a multiple of 8).
+    pub group: usize,
     /// Session settings used to evaluate on the calibration text.
     pub session: SessionOptions,
 }
@@ -154,6 +185,7 @@ impl QuantizeOptions {
             keep_f16: Vec::new(),
             auto_keep_f16: 0,
             method: Method::Round,
+            group: int4::DEFAULT_GROUP,
             session,
         }
     }
@@ -164,7 +196,7 @@ impl QuantizeOptions {
 pub struct TensorReport {
     /// Canonical name.
     pub name: String,
-    /// `f32`, `f16` or `int8`.
+    /// `f32`, `f16`, `int8` or `int4`.
     pub dtype: &'static str,
     /// Dimensions.
     pub shape: Vec<u32>,
@@ -172,10 +204,10 @@ pub struct TensorReport {
     pub sqnr_db: f64,
     /// Bits per token lost when only this tensor is int8 (sensitivity pass only).
     pub solo_delta_bits: Option<f64>,
-    /// How an int8 tensor was rounded: `round` or `compensated` (`None` if not int8).
+    /// How an int8 or int4 tensor was rounded: `round` or `compensated` (`None` if neither).
     pub method: Option<Method>,
-    /// The two roundings compared, for int8 tensors that have calibration inputs (`None`
-    /// otherwise).
+    /// The two roundings compared, for int8 and int4 tensors that have calibration inputs
+    /// (`None` otherwise).
     pub rounding: Option<RoundingReport>,
 }
 
@@ -241,6 +273,24 @@ enum Plan {
     /// int8, already quantized (by the calibrated quantizer's error-compensated rounding).
     #[cfg_attr(not(feature = "reference"), allow(dead_code))]
     Quantized(std::rc::Rc<int8::Int8Matrix>),
+    /// int4 with this many columns a group, rounded plainly.
+    Int4(usize),
+    /// int4, already quantized.
+    #[cfg_attr(not(feature = "reference"), allow(dead_code))]
+    Int4Quantized(std::rc::Rc<int4::Int4Matrix>),
+}
+
+impl Plan {
+    /// The dtype's name in the report.
+    #[cfg_attr(not(feature = "reference"), allow(dead_code))]
+    fn dtype(&self) -> &'static str {
+        match self {
+            Plan::F32 => "f32",
+            Plan::F16 => "f16",
+            Plan::Int8(_) | Plan::Quantized(_) => "int8",
+            Plan::Int4(_) | Plan::Int4Quantized(_) => "int4",
+        }
+    }
 }
 
 /// The source model's tensors, in f32, and its vocabulary section (kept in every image built).
@@ -284,6 +334,7 @@ impl Source {
             F32,
             F16(Vec<f16>),
             Int8(int8::Int8Matrix),
+            Int4(int4::Int4Matrix, Vec<u8>),
         }
         let mut stored = Vec::with_capacity(plans.len());
         let mut sqnr = Vec::with_capacity(plans.len());
@@ -308,6 +359,15 @@ impl Source {
                     let back = q.dequantize(cols);
                     (Stored::Int8((**q).clone()), Some(back))
                 }
+                Plan::Int4(group) => {
+                    let q = int4::quantize(data, cols, *group);
+                    let (back, packed) = (q.dequantize(cols), q.packed(cols));
+                    (Stored::Int4(q, packed), Some(back))
+                }
+                Plan::Int4Quantized(q) => {
+                    let (back, packed) = (q.dequantize(cols), q.packed(cols));
+                    (Stored::Int4((**q).clone(), packed), Some(back))
+                }
             };
             sqnr.push(approximation.map_or(f64::INFINITY, |a| int8::sqnr_db(data, &a)));
             stored.push(item);
@@ -324,6 +384,12 @@ impl Source {
                         values: &q.values,
                         row_scales: &q.row_scales,
                         act_scales: q.act_scales.as_deref(),
+                    },
+                    Stored::Int4(q, packed) => Payload::Int4 {
+                        values: packed,
+                        scale: q.scale,
+                        codes: &q.codes,
+                        group: q.group,
                     },
                 };
                 (*name, payload)
@@ -365,7 +431,16 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 /// `model` with its weights quantized to `target` and nothing measured: what `txl convert
 /// --dtype` and `txl quantize` make without calibration text, and what the firmware's build
 /// script embeds.
+/// int4 tensors have [`int4::DEFAULT_GROUP`] columns a group ([`quantize_weights_grouped`]
+/// chooses).
 pub fn quantize_weights(model: &Model<'_>, target: Target) -> Result<Vec<u8>, Error> {
+    quantize_weights_grouped(model, target, int4::DEFAULT_GROUP)
+}
+
+/// [`quantize_weights`] with `group` columns per multiplier of the int4 tensors (a multiple of
+/// 8, at least 8).
+pub fn quantize_weights_grouped(model: &Model<'_>, target: Target, group: usize) -> Result<Vec<u8>, Error> {
+    check_group(group)?;
     let source = Source::read(model);
     let plans: Vec<Plan> = source
         .tensors
@@ -373,10 +448,21 @@ pub fn quantize_weights(model: &Model<'_>, target: Target) -> Result<Vec<u8>, Er
         .map(|(name, _, _)| match (name.is_matrix(), target) {
             (false, _) => Plan::F32,
             (true, Target::F16) => Plan::F16,
-            (true, Target::Int8) => Plan::Int8(None),
+            (true, _) if target.is_int4(*name) => Plan::Int4(group),
+            (true, _) => Plan::Int8(None),
         })
         .collect();
     Ok(source.build(&plans)?.0)
+}
+
+/// Refuses a group size the image cannot hold.
+fn check_group(group: usize) -> Result<(), Error> {
+    if group < 8 || group % 8 != 0 || group > 65_528 {
+        return Err(Error::BadOptions(format!(
+            "an int4 group is a multiple of 8 columns from 8 to 65,528 (32, 64 or 128 are usual), not {group}"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

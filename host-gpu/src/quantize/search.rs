@@ -12,7 +12,7 @@ use super::{
     glob_match, Method, Plan, QuantizeOptions, Quantized, Report, RoundingReport, Smoothing, Source, Target,
     TensorReport,
 };
-use super::{gptq, int8};
+use super::{check_group, gptq, int4, int8};
 use crate::error::{filled, Error};
 
 /// Bits per token of `image` on `tokens`, measured with the core (the engine that runs int8).
@@ -30,6 +30,7 @@ pub fn quantize(
     calibration: Option<&[u32]>,
     mut progress: impl FnMut(&str),
 ) -> Result<Quantized, Error> {
+    check_group(options.group)?;
     let source = Source::read(model);
     let config = source.config;
     let keep = |name: TensorName| {
@@ -38,12 +39,12 @@ pub fn quantize(
     };
     if options.target == Target::F16 && options.method != Method::Round {
         return Err(Error::BadOptions(format!(
-            "the rounding method ({}) applies to int8 weights, not f16",
+            "the rounding method ({}) applies to int8 and int4 weights, not f16",
             options.method
         )));
     }
     let needs_calibration = (options.smoothing != Smoothing::Off || options.method == Method::Compensated)
-        && options.target == Target::Int8
+        && options.target.is_integer()
         || options.auto_keep_f16 > 0;
     if needs_calibration && calibration.is_none() {
         return Err(Error::BadOptions(
@@ -51,8 +52,8 @@ pub fn quantize(
                 .into(),
         ));
     }
-    let ranges = match (calibration, options.target) {
-        (Some(tokens), Target::Int8) => {
+    let ranges = match (calibration, options.target.is_integer()) {
+        (Some(tokens), true) => {
             progress("calibrating: activation ranges");
             Some(channel_ranges(model, options.session, tokens)?)
         }
@@ -70,6 +71,9 @@ pub fn quantize(
                 if options.target == Target::F16 || kept(*name) {
                     return Plan::F16;
                 }
+                if options.target.is_int4(*name) {
+                    return Plan::Int4(options.group);
+                }
                 let smooth = alpha.zip(ranges.as_ref()).and_then(|(alpha, ranges)| {
                     let range = input_range(&config, *name, ranges)?;
                     smoothing_factors(&model.image().matrix(index), data, range, alpha)
@@ -85,9 +89,10 @@ pub fn quantize(
     };
 
     // Smoothing: try the candidates, keep the best measured.
-    let candidates: Vec<Option<f32>> = match (options.target, options.smoothing, calibration) {
-        (Target::Int8, Smoothing::Auto, Some(_)) => vec![None, Some(0.25), Some(0.5), Some(0.75)],
-        (Target::Int8, Smoothing::Alpha(a), Some(_)) => vec![Some(a)],
+    // (int4 tensors are never smoothed: their format has no activation scales)
+    let candidates: Vec<Option<f32>> = match (options.target.is_integer(), options.smoothing, calibration) {
+        (true, Smoothing::Auto, Some(_)) => vec![None, Some(0.25), Some(0.5), Some(0.75)],
+        (true, Smoothing::Alpha(a), Some(_)) => vec![Some(a)],
         _ => vec![None],
     };
     let mut search = Vec::new();
@@ -105,13 +110,13 @@ pub fn quantize(
         }
     }
 
-    // Sensitivity: each matrix alone in int8; keep the costliest in f16.
+    // Sensitivity: each matrix alone in int8 or int4; keep the costliest in f16.
     let mut solo = vec![None; source.tensors.len()];
     let mut auto_kept: Vec<TensorName> = Vec::new();
     if let (Some(tokens), Some(reference), true) = (calibration, f32_bits, options.auto_keep_f16 > 0) {
         let all_int8 = plan_with(alpha, &keep);
         for (index, (name, _, _)) in source.tensors.iter().enumerate() {
-            if !matches!(all_int8[index], Plan::Int8(_)) {
+            if !matches!(all_int8[index], Plan::Int8(_) | Plan::Int4(_)) {
                 continue;
             }
             progress(&format!("sensitivity: {name}"));
@@ -134,12 +139,12 @@ pub fn quantize(
     let mut rounding = Rounding {
         methods: plans
             .iter()
-            .map(|plan| matches!(plan, Plan::Int8(_)).then_some(Method::Round))
+            .map(|plan| matches!(plan, Plan::Int8(_) | Plan::Int4(_)).then_some(Method::Round))
             .collect(),
         reports: vec![None; plans.len()],
     };
-    if let (Some(tokens), Target::Int8, Method::Compensated | Method::Auto) =
-        (calibration, options.target, options.method)
+    if let (Some(tokens), true, Method::Compensated | Method::Auto) =
+        (calibration, options.target.is_integer(), options.method)
     {
         progress("calibrating: input Gram matrices");
         let grams = input_grams(model, options.session, tokens)?;
@@ -153,31 +158,25 @@ pub fn quantize(
     if let (Some(tokens), Some(reference)) = (calibration, f32_bits) {
         progress("measuring");
         bits.push(("f32".to_string(), reference));
-        if options.target == Target::Int8 {
+        if options.target.is_integer() {
             let (f16_image, _) = source.build(&plan_with(None, &|_| true))?;
             bits.push((
                 "f16".to_string(),
                 bits_per_token(&f16_image, options.session, tokens)?,
             ));
         }
-        let label = match options.target {
-            Target::F16 => "f16",
-            Target::Int8 => "int8",
-        };
-        bits.push((
-            label.to_string(),
-            bits_per_token(&image, options.session, tokens)?,
-        ));
-        let memory = match options.target {
-            Target::F16 => MemDtype::F16,
-            Target::Int8 => MemDtype::Int8,
+        let label = options.target.to_string();
+        bits.push((label.clone(), bits_per_token(&image, options.session, tokens)?));
+        let (memory, memory_label) = match options.target {
+            Target::F16 => (MemDtype::F16, "f16"),
+            Target::Int8 | Target::Int4 | Target::Int4All => (MemDtype::Int8, "int8"),
         };
         let with_memory = SessionOptions {
             mem_dtype: memory,
             ..options.session
         };
         bits.push((
-            format!("{label} + {label} memory"),
+            format!("{label} + {memory_label} memory"),
             bits_per_token(&image, with_memory, tokens)?,
         ));
         layer_errors = measure_layer_errors(model, &image, options.session, tokens)?;
@@ -192,11 +191,7 @@ pub fn quantize(
         .map(
             |((((name, shape, _), plan), (&sqnr_db, &solo_delta_bits)), (&method, rounding))| TensorReport {
                 name: name.to_string(),
-                dtype: match plan {
-                    Plan::F32 => "f32",
-                    Plan::F16 => "f16",
-                    Plan::Int8(_) | Plan::Quantized(_) => "int8",
-                },
+                dtype: plan.dtype(),
                 shape: {
                     let (dims, n) = shape.dims();
                     dims[..n].to_vec()
@@ -229,10 +224,10 @@ struct Rounding {
     reports: Vec<Option<RoundingReport>>,
 }
 
-/// Quantizes every int8 tensor of `plans` both ways where it has calibration inputs, and keeps
-/// the compensated rounding everywhere ([`Method::Compensated`]) or, tensor by tensor in image
-/// order, where it lowers the calibration bits per token ([`Method::Auto`]). The plans become
-/// [`Plan::Quantized`].
+/// Quantizes every int8 and int4 tensor of `plans` both ways where it has calibration inputs,
+/// and keeps the compensated rounding everywhere ([`Method::Compensated`]) or, tensor by tensor
+/// in image order, where it lowers the calibration bits per token ([`Method::Auto`]). The plans
+/// become [`Plan::Quantized`] or [`Plan::Int4Quantized`].
 fn choose_rounding(
     source: &Source,
     plans: &mut [Plan],
@@ -245,45 +240,66 @@ fn choose_rounding(
     let mut reports = vec![None; plans.len()];
     let mut compensated = Vec::new();
     for (index, plan) in plans.iter_mut().enumerate() {
-        let Plan::Int8(smooth) = plan else {
-            continue;
-        };
         let (name, _, data) = &source.tensors[index];
         let cols = source.cols(index);
-        let plain = int8::quantize(data, cols, smooth.as_deref());
-        if let Some(gram) = grams.of(&source.config, *name) {
-            progress(&format!("compensating: {name}"));
-            let other = gptq::quantize(data, cols, smooth.as_deref(), gram, gptq::DAMPENING);
-            let (plain_back, other_back) = (plain.dequantize(cols), other.dequantize(cols));
+        let gram = grams.of(&source.config, *name);
+        // each rounding, as a plan and the matrix it stands for
+        let (plain, other) = match plan {
+            Plan::Int8(smooth) => {
+                let smooth = smooth.as_deref();
+                let plain = int8::quantize(data, cols, smooth);
+                let back = plain.dequantize(cols);
+                let other = gram.map(|gram| {
+                    progress(&format!("compensating: {name}"));
+                    let other = gptq::quantize(data, cols, smooth, gram, gptq::DAMPENING);
+                    let back = other.dequantize(cols);
+                    (Plan::Quantized(Rc::new(other)), back, gram)
+                });
+                ((Plan::Quantized(Rc::new(plain)), back), other)
+            }
+            Plan::Int4(group) => {
+                let plain = int4::quantize(data, cols, *group);
+                let back = plain.dequantize(cols);
+                let other = gram.map(|gram| {
+                    progress(&format!("compensating: {name}"));
+                    let other = gptq::quantize_int4(data, cols, *group, gram, gptq::DAMPENING);
+                    let back = other.dequantize(cols);
+                    (Plan::Int4Quantized(Rc::new(other)), back, gram)
+                });
+                ((Plan::Int4Quantized(Rc::new(plain)), back), other)
+            }
+            _ => continue,
+        };
+        if let Some((other, other_back, gram)) = other {
             let output_error = |back: &[f32]| gptq::output_error(data, back, gram).unwrap_or(f64::NAN);
             reports[index] = Some(RoundingReport {
-                round_sqnr_db: int8::sqnr_db(data, &plain_back),
+                round_sqnr_db: int8::sqnr_db(data, &plain.1),
                 compensated_sqnr_db: int8::sqnr_db(data, &other_back),
-                round_output_error: output_error(&plain_back),
+                round_output_error: output_error(&plain.1),
                 compensated_output_error: output_error(&other_back),
                 bits_per_token: None,
             });
-            compensated.push((index, Rc::new(other)));
+            compensated.push((index, other));
         }
-        *plan = Plan::Quantized(Rc::new(plain));
+        *plan = plain.0;
         methods[index] = Some(Method::Round);
     }
     match options.method {
         Method::Round => {}
         Method::Compensated => {
-            for (index, matrix) in compensated {
-                plans[index] = Plan::Quantized(matrix);
+            for (index, other) in compensated {
+                plans[index] = other;
                 methods[index] = Some(Method::Compensated);
             }
         }
         Method::Auto => {
             let mut best = bits_per_token(&source.build(plans)?.0, options.session, tokens)?;
-            for (index, matrix) in compensated {
+            for (index, other) in compensated {
                 progress(&format!(
                     "rounding: trying {} compensated",
                     source.tensors[index].0
                 ));
-                let previous = std::mem::replace(&mut plans[index], Plan::Quantized(matrix));
+                let previous = std::mem::replace(&mut plans[index], other);
                 let bits = bits_per_token(&source.build(plans)?.0, options.session, tokens)?;
                 if let Some(report) = &mut reports[index] {
                     report.bits_per_token = Some([best, bits]);

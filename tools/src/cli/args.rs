@@ -11,6 +11,7 @@ use anyhow::{bail, Result};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
 use txl_core::{MemDtype, MemInit, Model, OptionWord, PositionKeys, SessionOptions};
+use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
 use txl_host_gpu::quantize::{Method, Smoothing};
 use txl_host_gpu::Backend;
 
@@ -188,6 +189,11 @@ pub enum DtypeArg {
     F16,
     /// int8 weights with per-row scales; activations quantized per token (W8A8).
     Int8,
+    /// int4 decoder-layer weights (a scale per row, a multiplier per --group-size columns;
+    /// W4A8), the embedding and output layers in int8.
+    Int4,
+    /// int4 for every weight matrix, the embedding and output layers too.
+    Int4All,
 }
 
 /// `--calib-limit` when not given.
@@ -219,6 +225,10 @@ pub struct QuantizeArgs {
     /// bits per token on the calibration text; round without calibration text).
     #[arg(long, value_name = "round|compensated|auto", value_parser = method, default_value = "round")]
     pub method: Method,
+    /// Columns that share one multiplier in an int4 row: 32, 64 or 128 (any multiple of 8);
+    /// smaller groups follow the weights more closely and cost a byte more per group.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_GROUP)]
+    pub group_size: usize,
     /// Keep tensors matching this pattern in f16 (`*` matches anything; repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub keep_f16: Vec<String>,
@@ -242,6 +252,7 @@ impl QuantizeArgs {
             (self.calib_limit != CALIB_LIMIT, "--calib-limit"),
             (self.smooth != Smoothing::Auto, "--smooth"),
             (self.method != Method::Round, "--method"),
+            (self.group_size != DEFAULT_GROUP, "--group-size"),
             (!self.keep_f16.is_empty(), "--keep-f16"),
             (self.auto_keep_f16 != 0, "--auto-keep-f16"),
             (self.report.is_some(), "--report"),

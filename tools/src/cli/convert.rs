@@ -36,7 +36,7 @@ pub struct Args {
     /// Which weights file to read when the directory has both.
     #[arg(long, value_enum, default_value_t = CheckpointFormat::Auto)]
     pub format: CheckpointFormat,
-    /// Weight precision of the image (f16 and int8 as `txl quantize` makes them).
+    /// Weight precision of the image (f16, int8 and int4 as `txl quantize` makes them).
     #[arg(long, value_enum, default_value_t = DtypeArg::F32)]
     pub dtype: DtypeArg,
     /// The vocabulary: vocab.pkl (Hugging Face), the original code's cache.pt, or a file of one
@@ -105,7 +105,7 @@ impl Args {
     /// Converts; prints nothing on `out` (a note on stderr says what was written).
     pub fn run(self, _out: &mut dyn Write) -> Result<()> {
         if let Some(flag) = self.quantize.given().filter(|_| self.dtype == DtypeArg::F32) {
-            bail!("{flag} applies to quantization: add --dtype f16 or --dtype int8");
+            bail!("{flag} applies to quantization: add --dtype f16, int8, int4 or int4-all");
         }
         let quantize = (self.dtype != DtypeArg::F32).then_some((self.dtype, &self.quantize));
         convert_with(

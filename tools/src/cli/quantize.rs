@@ -1,10 +1,12 @@
-//! `txl quantize`: an f32 image to f16 or int8 weights, with a report of the cost on stderr.
+//! `txl quantize`: an f32 image to f16, int8 or int4 weights, with a report of the cost on
+//! stderr.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use txl_core::{Model, SessionOptions};
+use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
 use txl_host_gpu::quantize::{self, QuantizeOptions, Smoothing, Target};
 
 use super::args::{DtypeArg, QuantizeArgs};
@@ -17,6 +19,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --auto-keep-f16 2\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --method compensated\n  \
     txl quantize words.txl -o words-int8.txl --calib-text train.txt\n  \
+    txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt --method compensated\n  \
     txl quantize model.txl -o model-f16.txl --dtype f16";
 
 /// Arguments of `txl quantize`.
@@ -48,10 +51,15 @@ impl Args {
 /// `--report`. Returns the new image.
 pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -> Result<Vec<u8>> {
     let target = match dtype {
-        DtypeArg::F32 => bail!("the quantizer makes f16 or int8 images; f32 is what convert writes"),
+        DtypeArg::F32 => bail!("the quantizer makes f16, int8 or int4 images; f32 is what convert writes"),
         DtypeArg::F16 => Target::F16,
         DtypeArg::Int8 => Target::Int8,
+        DtypeArg::Int4 => Target::Int4,
+        DtypeArg::Int4All => Target::Int4All,
     };
+    if args.group_size != DEFAULT_GROUP && !matches!(target, Target::Int4 | Target::Int4All) {
+        bail!("--group-size sets int4 groups: add --dtype int4 or --dtype int4-all");
+    }
     // The quantizer keeps the weights in f32 (4 times an int8 image) beside each image it builds.
     let parameters = arena::parameters(model);
     arena::check_values::<f32>(parameters.saturating_mul(2), || {
@@ -74,6 +82,7 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         keep_f16: args.keep_f16.clone(),
         auto_keep_f16: args.auto_keep_f16,
         method: args.method,
+        group: args.group_size,
         session,
     };
     let spinner = progress::spinner();
