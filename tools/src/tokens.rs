@@ -1,5 +1,6 @@
-//! Reading token files: whitespace-separated decimal ids, one token per byte, or text tokenized
-//! with the model's vocabulary.
+//! Reading token files: whitespace-separated decimal ids, one token per byte (or, for a
+//! character model of the original code, per character mapped to its symbol's id), or text
+//! tokenized with the model's vocabulary.
 //!
 //! A file of `n` bytes holds at most `n` tokens, kept as 4-byte ids: the ids are allocated
 //! fallibly, so a file too large for memory is an error naming it, not an abort.
