@@ -1,5 +1,6 @@
-//! Reading token files: whitespace-separated decimal ids, one token per byte, or text tokenized
-//! with the model's vocabulary.
+//! Reading token files: whitespace-separated decimal ids, one token per byte (or, for a
+//! character model of the original code, per character mapped to its symbol's id), or text
+//! tokenized with the model's vocabulary.
 //!
 //! A file of `n` bytes holds at most `n` tokens, kept as 4-byte ids: the ids are allocated
 //! fallibly, so a file too large for memory is an error naming it, not an abort.
@@ -9,6 +10,7 @@ use std::path::Path;
 use anyhow::{anyhow, Context, Result};
 use txl_core::Model;
 
+use crate::vocab::characters::CharacterVocabulary;
 use crate::vocab::Vocabulary;
 
 /// Reads whitespace-separated decimal token ids.
@@ -30,6 +32,27 @@ pub fn read_byte_tokens(path: &Path) -> Result<Vec<u32>> {
     let mut ids = with_room(path, bytes.len())?;
     ids.extend(bytes.into_iter().map(u32::from));
     Ok(ids)
+}
+
+/// Reads raw bytes as `model` takes them: with a character vocabulary (the original code's
+/// enwik8 or text8 models, [`CharacterVocabulary`]) each byte or character becomes its
+/// symbol's id as the preparation script and `Vocab.encode_file` give it; otherwise every byte
+/// is one token id, as [`read_byte_tokens`].
+pub fn read_raw_text(path: &Path, model: &Model<'_>) -> Result<Vec<u32>> {
+    let characters = model
+        .image()
+        .vocabulary()
+        .and_then(|v| CharacterVocabulary::of(&Vocabulary::from_image(&v)));
+    let Some(characters) = characters else {
+        return read_byte_tokens(path);
+    };
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    characters.encode(&bytes, true).with_context(|| {
+        format!(
+            "{}: mapping its bytes to the vocabulary's characters",
+            path.display()
+        )
+    })
 }
 
 /// Reads text and tokenizes it with `model`'s vocabulary as the original code's

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use txl_tools::vocab::characters::{CharacterVocabulary, SymbolKind};
 use txl_tools::vocab::{add_vocabulary, find_vocabulary, read_vocabulary};
 
 mod common;
@@ -341,44 +342,31 @@ fn convert_picks_up_the_vocabulary_it_is_given() {
     assert!(stderr(&out).contains("300"), "{}", stderr(&out));
 }
 
-/// The README's one-liner that writes raw bytes as the original enwik8 preparation does (each
-/// byte its decimal value, a newline byte a line break), tokenized with a vocabulary numbered
-/// by frequency and without `<eos>`: the ids are the symbols' ranks, newlines left out, as the
-/// original `prep_enwik8.py` + `Vocab.encode_file(add_eos=False)` give them.
+/// Raw bytes read for a vocabulary made as the original enwik8 preparation makes it (each byte
+/// its decimal value, a newline byte a line break), numbered by frequency and without `<eos>`:
+/// the ids are the symbols' ranks, newlines left out, as the original `prep_enwik8.py` +
+/// `Vocab.encode_file(add_eos=False)` give them, both from the raw bytes (what `--bytes`
+/// reads) and from the prepared corpus (what `--text` reads).
 #[test]
-fn raw_bytes_reach_an_enwik8_style_model_as_the_readme_says() {
-    let have = |program: &str| {
-        std::process::Command::new(program)
-            .arg("--version")
-            .output()
-            .is_ok()
-    };
-    if !have("od") || !have("awk") {
-        eprintln!("skipped: needs od and awk");
-        return;
-    }
-    let dir = scratch_dir("enwik8");
-    let raw_path = fixture("demo").join("heldout.txt");
-    let raw = std::fs::read(&raw_path).unwrap();
+fn raw_bytes_reach_an_enwik8_style_vocabulary_as_the_preparation_gives_them() {
+    let raw = std::fs::read(fixture("demo").join("heldout.txt")).unwrap();
     let raw = &raw[..raw.len().min(3000)];
     assert!(
         raw.contains(&b'\n'),
         "the text must have line breaks to exercise them"
     );
-    std::fs::write(dir.join("raw.txt"), raw).unwrap();
-    let readme = text(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"));
-    let line = readme
-        .lines()
-        .find(|l| l.starts_with("od -An"))
-        .expect("the README's od line");
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(line)
-        .current_dir(&*dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let symbols_text = text(&dir.join("symbols.txt"));
+    // The prepared corpus: decimal values joined by spaces, a newline byte as a line break.
+    let units: Vec<String> = raw
+        .iter()
+        .map(|&b| {
+            if b == b'\n' {
+                "\n".to_string()
+            } else {
+                b.to_string()
+            }
+        })
+        .collect();
+    let symbols_text = units.join(" ");
 
     // The vocabulary: every byte value but the newline, by falling frequency (ties by value).
     let mut counts = [0usize; 256];
@@ -395,4 +383,9 @@ fn raw_bytes_reach_an_enwik8_style_model_as_the_readme_says() {
         .map(|b| order.iter().position(|o| o == b).unwrap() as u32)
         .collect();
     assert_eq!(vocabulary.encode(&symbols_text).unwrap(), expected);
+    let characters = CharacterVocabulary::of(&vocabulary).expect("a character vocabulary");
+    assert_eq!(characters.kind(), SymbolKind::ByteValues);
+    assert_eq!(characters.encode(raw, true).unwrap(), expected);
+    let kept: Vec<u8> = raw.iter().copied().filter(|&b| b != b'\n').collect();
+    assert_eq!(characters.decode(&expected), kept);
 }

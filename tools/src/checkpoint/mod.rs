@@ -220,8 +220,9 @@ pub fn load_hf_checkpoint_with_report(
 ///
 /// An original checkpoint is a PyTorch file (`src`, or `model.pt` in the directory `src`
 /// when it has no `config.json`) that holds a pickled `mem_transformer.MemTransformerLM`
-/// (read whatever lies next to it), or a `state_dict` under the original names with no
-/// `config.json` next to it. `original` supplies what such a file does not say; given for a
+/// (read whatever lies next to it), or a `state_dict` under the original names (perhaps all
+/// under `module.`, as a model wrapped in `DataParallel` saves them) with no `config.json`
+/// next to it. `original` supplies what such a file does not say; given for a
 /// Hugging Face checkpoint, it is an error rather than ignored. Returns the checkpoint, and
 /// which kind of original checkpoint it was (`None` for a Hugging Face one).
 pub fn load_checkpoint(

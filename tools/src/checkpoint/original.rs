@@ -10,7 +10,8 @@
 //! file) or from the walked tree (a legacy stream, see [`super::legacy_module_source`]).
 //!
 //! A `state_dict` saved by the same code (an `OrderedDict` of tensors under the original
-//! names, no `transformer.` prefix) has no attributes: every size is inferred from the tensor
+//! names, no `transformer.` prefix; all under `module.` when the model was wrapped in
+//! `DataParallel`, which is seen through) has no attributes: every size is inferred from the tensor
 //! shapes and key layout, and what shapes cannot tell comes from [`OriginalOptions`] (the
 //! `txl convert` flags, with the original `train.py`'s names and defaults).
 //!
@@ -34,7 +35,7 @@ use txl_core::ConfigError;
 use super::hf_config::f32_image_bytes;
 use super::legacy_module_source::LegacyModuleSource;
 use super::pickle_tree::{self, Value, MAX_DEPTH};
-use super::source::TensorSource;
+use super::source::{TensorSource, Unprefixed};
 use super::torch_source::TorchSource;
 use super::{resolve, Checkpoint};
 
@@ -166,7 +167,8 @@ fn saved_object(path: &Path) -> Result<Option<Value>> {
 }
 
 /// Which original checkpoint `path` holds, if it is one: a pickled `MemTransformerLM`, or a
-/// dict of tensors whose keys use the original names (no `transformer.` prefix). Refuses a
+/// dict of tensors whose keys use the original names (no `transformer.` prefix; perhaps all
+/// under one further prefix, `module.`: [`resolve::original_layout_prefix`]). Refuses a
 /// file whose pickle names a class that an original checkpoint cannot hold.
 pub fn detect(path: &Path) -> Result<Option<OriginalKind>> {
     let object = saved_object(path).with_context(|| format!("in {}", path.display()))?;
@@ -175,11 +177,9 @@ pub fn detect(path: &Path) -> Result<Option<OriginalKind>> {
             Some(OriginalKind::WholeModule)
         }
         Some(Value::Dict(items)) => {
-            let original = items
-                .borrow()
-                .iter()
-                .any(|(key, _)| key.as_str() == Some("word_emb.emb_layers.0.weight"));
-            original.then_some(OriginalKind::StateDict)
+            let items = items.borrow();
+            let original = resolve::original_layout_prefix(items.iter().filter_map(|(key, _)| key.as_str()));
+            original.map(|_| OriginalKind::StateDict)
         }
         Some(other) => bail!(
             "{} holds a pickled {}, not the original code's MemTransformerLM or a state_dict",
@@ -704,6 +704,20 @@ fn validate(config: &Config, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The state_dict at `path`, its keys seen without the further prefix they may sit under
+/// (`module.`, from a model wrapped in `DataParallel`).
+fn open_state_dict(path: &Path) -> Result<Unprefixed<TorchSource>> {
+    let inner = TorchSource::open(path)?;
+    let keys = inner.keys();
+    let Some(prefix) = resolve::original_layout_prefix(keys.iter().map(String::as_str)) else {
+        bail!(
+            "{} holds no state_dict of the original code's layout (no key ends in `word_emb.emb_layers.0.weight` under one prefix)",
+            path.display()
+        );
+    };
+    Ok(Unprefixed { inner, prefix })
+}
+
 /// Reads an original-code checkpoint (`torch.save(model)` or its `state_dict`) at `path`:
 /// the hyper-parameters from the pickled module's attributes, or from a state_dict's tensor
 /// shapes and `options`; ties (`tie_weight`, `tie_projs`) where the copies are equal bit for
@@ -724,15 +738,17 @@ pub fn load_original_checkpoint(
             whole_module_config(&root, options).with_context(|| format!("in {}", path.display()))?
         }
         OriginalKind::StateDict => {
-            let source = TorchSource::open(path)?;
+            let source = open_state_dict(path)?;
             state_dict_config(&source, options).with_context(|| format!("in {}", path.display()))?
         }
     };
-    let mut source: Box<dyn TensorSource> = if kind == OriginalKind::WholeModule && !is_zip(path)? {
-        let allowed = |module: &str, name: &str| allowed_global(module, name);
-        Box::new(LegacyModuleSource::open(path, &allowed)?)
-    } else {
-        Box::new(TorchSource::open(path)?)
+    let mut source: Box<dyn TensorSource> = match kind {
+        OriginalKind::WholeModule if !is_zip(path)? => {
+            let allowed = |module: &str, name: &str| allowed_global(module, name);
+            Box::new(LegacyModuleSource::open(path, &allowed)?)
+        }
+        OriginalKind::WholeModule => Box::new(TorchSource::open(path)?),
+        OriginalKind::StateDict => Box::new(open_state_dict(path)?),
     };
     let source = source.as_mut();
     settle_ties(&mut config, source)?;

@@ -93,12 +93,32 @@ impl Prefixes {
     }
 }
 
-fn detect_prefixes(source: &dyn TensorSource, keys: &HashSet<String>) -> Result<Prefixes> {
-    let anchors: BTreeSet<&str> = keys
-        .iter()
+/// The prefixes in front of [`ANCHOR`] among `keys`: each empty or ending in `.`. This is the
+/// one rule for where a checkpoint's model sits among its keys.
+pub(crate) fn anchor_prefixes<'a>(keys: impl IntoIterator<Item = &'a str>) -> BTreeSet<&'a str> {
+    keys.into_iter()
         .filter_map(|k| k.strip_suffix(ANCHOR))
         .filter(|prefix| prefix.is_empty() || prefix.ends_with('.'))
+        .collect()
+}
+
+/// The prefix of a state_dict in the original code's layout (no `transformer.`) among `keys`:
+/// none, or a further one such as `module.`, under which a model wrapped in `DataParallel`
+/// saves every key. `None` when the keys hold no such model, or several.
+pub(crate) fn original_layout_prefix<'a>(keys: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let anchors: Vec<&str> = anchor_prefixes(keys)
+        .into_iter()
+        .filter(|prefix| !prefix.ends_with("transformer."))
         .collect();
+    match anchors.as_slice() {
+        _ if anchors.contains(&"") => Some(String::new()),
+        [prefix] => Some(prefix.to_string()),
+        _ => None,
+    }
+}
+
+fn detect_prefixes(source: &dyn TensorSource, keys: &HashSet<String>) -> Result<Prefixes> {
+    let anchors = anchor_prefixes(keys.iter().map(String::as_str));
     let body = if anchors.contains("transformer.") {
         "transformer."
     } else if anchors.contains("") {

@@ -93,6 +93,42 @@ pub(crate) trait TensorSource {
     }
 }
 
+/// `inner` seen without `prefix` in front of its keys (`module.`, under which a model wrapped
+/// in `DataParallel` saves its state_dict); keys without the prefix are not seen.
+pub(crate) struct Unprefixed<S> {
+    pub inner: S,
+    pub prefix: String,
+}
+
+impl<S: TensorSource> Unprefixed<S> {
+    fn full(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+}
+
+impl<S: TensorSource> TensorSource for Unprefixed<S> {
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+
+    fn keys(&self) -> Vec<String> {
+        let keys = self.inner.keys();
+        keys.iter()
+            .filter_map(|k| k.strip_prefix(self.prefix.as_str()))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn meta(&self, key: &str) -> Option<TensorMeta> {
+        self.inner.meta(&self.full(key))
+    }
+
+    fn read_bytes(&mut self, key: &str) -> Result<(Vec<u8>, ByteOrder)> {
+        let full = self.full(key);
+        self.inner.read_bytes(&full)
+    }
+}
+
 /// The bytes `shape` takes at `element_bytes` each, in u128 (saturating): a shape read from a
 /// file can name more than the address space.
 pub(crate) fn byte_len(shape: &[usize], element_bytes: usize) -> u128 {

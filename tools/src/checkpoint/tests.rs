@@ -797,3 +797,53 @@ fn a_config_beyond_a_model_image_is_refused_naming_its_sizes() {
     let error = format!("{:#}", parse_hf_config(&json).unwrap_err());
     assert!(error.contains("n_token 4000000000"), "{error}");
 }
+
+/// A state_dict of the original code saved from a model wrapped in `DataParallel` has every
+/// key under `module.`: with no config.json it converts to the image of the unwrapped one.
+#[test]
+fn an_original_state_dict_under_module_converts_like_the_unwrapped_one() {
+    use super::source::TensorSource;
+    use super::torch_source::TorchSource;
+
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/original");
+    for (name, cutoffs) in [
+        ("adaptive_div2", None),
+        ("full_softmax_long", None),
+        ("no_mem", Some(vec![20])),
+    ] {
+        let plain = fixtures.join(name).join("state_dict.pt");
+        let mut source = TorchSource::open(&plain).unwrap();
+        let mut wrapped = TorchFile::default();
+        for key in source.keys() {
+            let shape = source.meta(&key).unwrap().shape;
+            let data = source.read_f32(&key).unwrap();
+            wrapped.add(&format!("module.{key}"), &shape, Dtype::F32, &data);
+        }
+        let dir = Scratch::new("module");
+        let path = dir.path().join("state_dict.pt");
+        wrapped.write(&path).unwrap();
+
+        let options = OriginalOptions {
+            cutoffs,
+            ..OriginalOptions::default()
+        };
+        let (expected, kind) = load_checkpoint(&plain, CheckpointFormat::Auto, &options, false).unwrap();
+        assert_eq!(kind, Some(OriginalKind::StateDict), "{name}");
+        let (read, kind) = load_checkpoint(&path, CheckpointFormat::Auto, &options, false)
+            .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        assert_eq!(kind, Some(OriginalKind::StateDict), "{name}");
+        assert_eq!(read.config, expected.config, "{name}");
+        assert_eq!(read.to_image().unwrap(), expected.to_image().unwrap(), "{name}");
+
+        // Two models under two prefixes: which one is meant cannot be told.
+        for key in source.keys() {
+            let shape = source.meta(&key).unwrap().shape;
+            let data = source.read_f32(&key).unwrap();
+            wrapped.add(&format!("other.{key}"), &shape, Dtype::F32, &data);
+        }
+        wrapped.write(&path).unwrap();
+        let error =
+            error_text(load_checkpoint(&path, CheckpointFormat::Auto, &options, false).map(|(c, _)| c));
+        assert!(error.contains("config.json"), "{name}: {error}");
+    }
+}

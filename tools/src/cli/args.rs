@@ -100,15 +100,18 @@ pub struct TokenSource {
     /// Whitespace-separated decimal token ids.
     #[arg(long, value_name = "FILE")]
     pub tokens: Option<PathBuf>,
-    /// Every byte of the file is one token id (byte-level models).
+    /// Raw text: every byte of the file is one token id (byte-level models). A character
+    /// model of the original code (enwik8, text8: a vocabulary of byte values or single
+    /// characters) maps each byte to its symbol's id as the original preparation did
+    /// (enwik8: newline bytes dropped; text8: UTF-8 characters, a space as `_`).
     #[arg(long, value_name = "FILE")]
     pub bytes: Option<PathBuf>,
     /// Text, tokenized with the image's vocabulary as the original code's
     /// Vocab.encode_file(add_eos=True): words split at whitespace, <eos> at each line end
     /// (when the vocabulary has it), <unk> for unknown words, lower-cased when the vocabulary
     /// is. Without a vocabulary (byte-level models), the same as --bytes. A character model of
-    /// the original code (enwik8, text8) reads text written as its symbols: see README.md,
-    /// "Word-level models", for the one-line conversion of raw text.
+    /// the original code (enwik8, text8) reads here text written as its symbols (the prepared
+    /// corpus); give raw text with --bytes.
     #[arg(long, value_name = "FILE")]
     pub text: Option<PathBuf>,
 }
@@ -118,7 +121,7 @@ impl TokenSource {
     pub fn read(&self, model: &Model<'_>) -> Result<Vec<u32>> {
         match (&self.tokens, &self.bytes, &self.text) {
             (Some(path), _, _) => tokens::read_token_ids(path),
-            (_, Some(path), _) => tokens::read_byte_tokens(path),
+            (_, Some(path), _) => tokens::read_raw_text(path, model),
             (_, _, Some(path)) => tokens::read_text_tokens(path, model),
             _ => bail!("give --tokens FILE, --bytes FILE or --text FILE"),
         }
@@ -202,7 +205,8 @@ const CALIB_LIMIT: usize = 16384;
 /// Quantizer settings shared by `convert --dtype` and `quantize`.
 #[derive(clap::Args, Debug)]
 pub struct QuantizeArgs {
-    /// Calibration text, one token per byte.
+    /// Calibration text, one token per byte (a character model of the original code: its
+    /// characters, as --bytes reads them).
     #[arg(long, value_name = "FILE", conflicts_with = "calib_tokens")]
     pub calib_bytes: Option<PathBuf>,
     /// Calibration text as whitespace-separated token ids.
@@ -265,7 +269,7 @@ impl QuantizeArgs {
     /// (`--calib-text` with `model`'s vocabulary).
     pub fn calibration(&self, model: &Model<'_>) -> Result<Option<Vec<u32>>> {
         let mut calibration = match (&self.calib_bytes, &self.calib_tokens, &self.calib_text) {
-            (Some(path), _, _) => tokens::read_byte_tokens(path)?,
+            (Some(path), _, _) => tokens::read_raw_text(path, model)?,
             (_, Some(path), _) => tokens::read_token_ids(path)?,
             (_, _, Some(path)) => tokens::read_text_tokens(path, model)?,
             _ => {

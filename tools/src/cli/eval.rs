@@ -26,7 +26,8 @@ pub struct Args {
     /// The text: whitespace-separated token ids, bytes with --bytes, words with --words.
     #[arg(long, value_name = "FILE")]
     pub text: PathBuf,
-    /// Every byte of the text is one token id (byte-level models).
+    /// Every byte of the text is one token id (byte-level models); a character model of the
+    /// original code (enwik8, text8) maps each byte to its symbol, as `txl score --bytes` does.
     #[arg(long, conflicts_with = "words")]
     pub bytes: bool,
     /// Tokenize the text with the image's vocabulary, as `txl score --text` does (<eos> at each
@@ -80,7 +81,7 @@ impl Args {
         let bytes = read_image(&self.model)?;
         let model = parse_model(&bytes, &self.model)?;
         let tokens = if self.bytes {
-            tokens::read_byte_tokens(&self.text)?
+            tokens::read_raw_text(&self.text, &model)?
         } else if self.words {
             tokens::read_text_tokens(&self.text, &model)?
         } else {

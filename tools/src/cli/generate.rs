@@ -5,10 +5,12 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use txl_core::sampling::Sampling;
+use txl_core::Model;
 
 use super::arena;
 use super::args::SessionArgs;
 use crate::image_file::{parse_model, read_image};
+use crate::vocab::characters::CharacterVocabulary;
 use crate::vocab::Vocabulary;
 
 pub const EXAMPLES: &str = "Examples:\n  \
@@ -25,7 +27,9 @@ pub struct Args {
     /// Prompt text: one token per byte (byte-level models), or words looked up in the image's
     /// vocabulary as `txl score --text` does (no <eos> after the last line unless the prompt
     /// ends with a line break). Word models print their output as words joined by spaces,
-    /// <eos> as a line break.
+    /// <eos> as a line break. A character model of the original code (enwik8, text8) reads
+    /// the prompt as raw text and writes raw text, as `txl score --bytes` reads it (enwik8:
+    /// newlines dropped; text8: a space is `_`).
     #[arg(long, conflicts_with = "prompt_tokens")]
     pub prompt: Option<String>,
     /// Prompt as whitespace-separated token ids.
@@ -52,11 +56,14 @@ impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<()> {
         let bytes = read_image(&self.model)?;
         let model = parse_model(&bytes, &self.model)?;
-        let vocabulary = model.image().vocabulary().map(|v| Vocabulary::from_image(&v));
+        let reading = Reading::of(&model);
         let prompt: Vec<u32> = match (&self.prompt, &self.prompt_tokens) {
-            (Some(text), _) => match &vocabulary {
-                Some(vocabulary) => prompt_words(vocabulary, text)?,
-                None => text.bytes().map(u32::from).collect(),
+            (Some(text), _) => match &reading {
+                Reading::Bytes => text.bytes().map(u32::from).collect(),
+                Reading::Characters(characters) => characters
+                    .encode(text.as_bytes(), false)
+                    .context("reading --prompt")?,
+                Reading::Words(vocabulary) => prompt_words(vocabulary, text)?,
             },
             (_, Some(ids)) => ids
                 .split_whitespace()
@@ -80,18 +87,49 @@ impl Args {
                 write!(out, "{separator}{token}")?;
             }
             writeln!(out)?;
-        } else if let Some(vocabulary) = &vocabulary {
-            let prompt = self.prompt.as_deref().unwrap_or("");
-            let text = vocabulary.decode(&tokens);
-            // A space between the prompt's last word and the first new one.
-            let space =
-                !prompt.is_empty() && !prompt.ends_with(char::is_whitespace) && !text.starts_with('\n');
-            writeln!(out, "{prompt}{}{text}", if space { " " } else { "" })?;
         } else {
-            write!(out, "{}", self.prompt.as_deref().unwrap_or(""))?;
-            writeln!(out, "{}", bytes_as_text(&tokens))?;
+            let prompt = self.prompt.as_deref().unwrap_or("");
+            match &reading {
+                Reading::Bytes => writeln!(out, "{prompt}{}", bytes_as_text(&tokens))?,
+                Reading::Characters(characters) => {
+                    // Raw bytes, whatever they are, as `--bytes` would read them back.
+                    out.write_all(prompt.as_bytes())?;
+                    out.write_all(&characters.decode(&tokens))?;
+                    writeln!(out)?;
+                }
+                Reading::Words(vocabulary) => {
+                    let text = vocabulary.decode(&tokens);
+                    // A space between the prompt's last word and the first new one.
+                    let space = !prompt.is_empty()
+                        && !prompt.ends_with(char::is_whitespace)
+                        && !text.starts_with('\n');
+                    writeln!(out, "{prompt}{}{text}", if space { " " } else { "" })?;
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// How a model reads and writes text.
+enum Reading {
+    /// No vocabulary: a byte is a token id.
+    Bytes,
+    /// A character vocabulary of the original code (enwik8, text8): raw text, mapped.
+    Characters(CharacterVocabulary),
+    /// A word vocabulary: words.
+    Words(Vocabulary),
+}
+
+impl Reading {
+    fn of(model: &Model<'_>) -> Reading {
+        let Some(vocabulary) = model.image().vocabulary().map(|v| Vocabulary::from_image(&v)) else {
+            return Reading::Bytes;
+        };
+        match CharacterVocabulary::of(&vocabulary) {
+            Some(characters) => Reading::Characters(characters),
+            None => Reading::Words(vocabulary),
+        }
     }
 }
 

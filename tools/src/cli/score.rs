@@ -34,9 +34,10 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl score model.txl --bytes part1.txt --state-out memory.state\n  \
     txl score model.txl --bytes part2.txt --state-in memory.state\n\
     (part2 starts with part1's last byte: the two runs predict every byte once)\n\
-    --text: words with the image's vocabulary (<eos> per line, <unk>), bits per word; an\n\
-    enwik8-style character model reads its symbols, e.g. from raw bytes:\n  \
-    od -An -v -tu1 -w1 raw.txt | awk '$1 == 10 { print \"\"; next } { printf \"%s \", $1 }' > symbols.txt";
+    --text: words with the image's vocabulary (<eos> per line, <unk>), bits per word. A\n\
+    character model of the original code (enwik8, text8) reads raw text with --bytes, each\n\
+    byte mapped to its symbol's id as the original preparation did:\n  \
+    txl score enwik8.txl --bytes test.txt.raw --json";
 
 /// Arguments of `txl score`.
 #[derive(clap::Args, Debug)]

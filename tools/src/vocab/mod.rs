@@ -9,7 +9,10 @@
 //! - [`Vocabulary::encode`] tokenizes as the original `Vocab.encode_file(ordered=True,
 //!   add_eos=True)` does ([`tokenize`]); [`Vocabulary::decode`] joins symbols with spaces and
 //!   writes `<eos>` as a line break.
+//! - [`characters`] tells the original code's character vocabularies (enwik8, text8) apart and
+//!   maps raw text to their ids and back, as their preparation scripts write the text.
 
+pub mod characters;
 pub mod corpus;
 pub mod pickle;
 pub mod text_file;
