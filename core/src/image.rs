@@ -523,7 +523,11 @@ impl Payload<'_> {
                 values,
                 row_scales,
                 act_scales,
-            } => values_ok(values.len()) && row_scales.len() == rows && act_scales.is_none_or(|a| a.len() == cols),
+            } => {
+                values_ok(values.len())
+                    && row_scales.len() == rows
+                    && act_scales.is_none_or(|a| a.len() == cols)
+            }
             Payload::Int4 {
                 values, codes, group, ..
             } => {
@@ -556,7 +560,11 @@ impl Payload<'_> {
             ],
             Payload::Int4 {
                 values, scale, codes, ..
-            } => [Some(values.to_vec()), Some(floats(&[*scale])), Some(codes.to_vec())],
+            } => [
+                Some(values.to_vec()),
+                Some(floats(&[*scale])),
+                Some(codes.to_vec()),
+            ],
         }
     }
 }

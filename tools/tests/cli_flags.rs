@@ -320,6 +320,66 @@ fn every_quantizer_flag_changes_the_image_or_the_report() {
         &[&calib[..], &["--auto-keep-f16", "2"]].concat(),
     );
     assert_eq!(f16_tensors(&report).len(), 2, "--auto-keep-f16 2");
+
+    // int4: the decoder layers' matrices (int4-all: every matrix), in groups of --group-size
+    let dtypes = |report: &Value| -> Vec<(String, String)> {
+        report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["dtype"] != "f32")
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap().to_string(),
+                    t["dtype"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let (int4, report) = quantize(&image, &dir, "int4", &["--dtype", "int4"]);
+    assert_eq!(report["target"], "int4", "--dtype int4");
+    for (name, dtype) in dtypes(&report) {
+        let expected = if name.starts_with("layers.") {
+            "int4"
+        } else {
+            "int8"
+        };
+        assert_eq!(dtype, expected, "--dtype int4: {name}");
+    }
+    assert!(int4.len() < int8.len(), "--dtype int4: no smaller than int8");
+    assert_eq!(precision(&int4, "int4"), "mixed", "--dtype int4");
+    let (int4_all, report) = quantize(&image, &dir, "int4-all", &["--dtype", "int4-all"]);
+    assert_eq!(report["target"], "int4-all", "--dtype int4-all");
+    assert!(
+        dtypes(&report).iter().all(|(_, dtype)| dtype == "int4"),
+        "--dtype int4-all"
+    );
+    assert_eq!(precision(&int4_all, "int4-all"), "int4", "--dtype int4-all");
+    let (groups_of_8, _) = quantize(&image, &dir, "group-8", &["--dtype", "int4", "--group-size", "8"]);
+    assert!(
+        groups_of_8.len() > int4.len(),
+        "--group-size 8: no more multipliers than 32"
+    );
+    let refused = txl(&[
+        "quantize",
+        s(&image),
+        "-o",
+        s(&dir.join("g.txl")),
+        "--group-size",
+        "64",
+    ]);
+    assert_refused(&refused, "--group-size", "--group-size with int8");
+    let refused = txl(&[
+        "quantize",
+        s(&image),
+        "-o",
+        s(&dir.join("g.txl")),
+        "--dtype",
+        "int4",
+        "--group-size",
+        "12",
+    ]);
+    assert_refused(&refused, "multiple of 8", "--group-size 12");
 }
 
 /// The session flags every subcommand shares, with a value each that differs from

@@ -235,7 +235,14 @@ pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sum
 /// prepared by [`widen_int8_input`] in `widened`, `xq.len()` the columns. Every kernel gives
 /// the same sums (they are exact integers).
 #[inline]
-pub fn int4_row_sums(values: &[u8], group: usize, multipliers: &[u8], xq: &[i8], widened: &[u32], sums: &mut [i64]) {
+pub fn int4_row_sums(
+    values: &[u8],
+    group: usize,
+    multipliers: &[u8],
+    xq: &[i8],
+    widened: &[u32],
+    sums: &mut [i64],
+) {
     let _ = widened;
     scalar::int4_row_sums(values, group, multipliers, xq, sums);
 }

@@ -346,7 +346,18 @@ pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums:
         *sum = 0;
         for (g, &code) in row_codes.iter().enumerate() {
             let columns = g * group..cols.min((g + 1) * group);
-            let group_sum: i32 = columns.map(|c| int4_value(row, c) as i32 * xq[c] as i32).sum();
+            // blocks of eight columns (a group is whole blocks), the row's last one maybe partial
+            let inputs = xq[columns.clone()].chunks(8);
+            let blocks = row[columns.start / 2..].chunks_exact(4);
+            let mut group_sum = 0i32;
+            for (block, inputs) in blocks.zip(inputs) {
+                let mut padded = [0i8; 8];
+                padded[..inputs.len()].copy_from_slice(inputs);
+                for (k, &byte) in block.iter().enumerate() {
+                    let (low, high) = (((byte << 4) as i8) >> 4, (byte as i8) >> 4);
+                    group_sum += low as i32 * padded[k] as i32 + high as i32 * padded[k + 4] as i32;
+                }
+            }
             *sum += int4_multiplier(code) as i64 * group_sum as i64;
         }
     }
@@ -623,7 +634,9 @@ mod tests {
         for (row, out) in q.chunks(cols).zip(packed.chunks_mut(int4_row_bytes(cols))) {
             crate::weights::int4_pack_row(row, out);
         }
-        let codes = (0..rows * int4_groups(cols, group)).map(|_| next() as u8).collect();
+        let codes = (0..rows * int4_groups(cols, group))
+            .map(|_| next() as u8)
+            .collect();
         (q, packed, codes)
     }
 
@@ -654,7 +667,9 @@ mod tests {
         let mut sums = vec![0i64; rows];
         super::super::int4_row_sums(&packed, group, &codes, &xq, &[], &mut sums);
         for r in 0..rows {
-            let expected: i64 = (0..cols).map(|c| q[r * cols + c] as i64 * xq[c] as i64 * multiplier(r, c)).sum();
+            let expected: i64 = (0..cols)
+                .map(|c| q[r * cols + c] as i64 * xq[c] as i64 * multiplier(r, c))
+                .sum();
             assert_eq!(sums[r], expected, "row {r}");
         }
         let m = Matrix {
@@ -674,7 +689,11 @@ mod tests {
         for r in 0..rows {
             m.row_to_f32(r, &mut row);
             for c in 0..cols {
-                assert_eq!(row[c] as f64, dense[r * cols + c] as f32 as f64, "row {r} col {c}");
+                assert_eq!(
+                    row[c] as f64,
+                    dense[r * cols + c] as f32 as f64,
+                    "row {r} col {c}"
+                );
             }
         }
         let mut y = vec![0.0f32; rows];
@@ -686,11 +705,19 @@ mod tests {
             let row_abs: f64 = (0..cols).map(|c| dense[r * cols + c].abs()).sum();
             // each input is off by at most half a step of max |x| / 127
             let bound = row_abs * x_max / 254.0 + 1e-5 * exact.abs();
-            assert!((y[r] as f64 - exact).abs() <= bound, "row {r}: {} vs {exact}", y[r]);
+            assert!(
+                (y[r] as f64 - exact).abs() <= bound,
+                "row {r}: {} vs {exact}",
+                y[r]
+            );
         }
         let (mut first, mut rest) = (vec![0.0f32; 4], vec![0.0f32; rows - 4]);
         matvec_split(&m, &x, &mut first, &mut rest, &mut scratch);
-        assert_eq!([&first[..], &rest[..]].concat(), y, "split rows give the same bits");
+        assert_eq!(
+            [&first[..], &rest[..]].concat(),
+            y,
+            "split rows give the same bits"
+        );
         let p: Vec<f32> = (0..rows).map(|r| (r as f32 - 5.0) * 0.21).collect();
         let mut t = vec![0.0f32; cols];
         let mut scratch = vec![0u32; crate::kernels::scratch_words(rows)];
@@ -700,7 +727,11 @@ mod tests {
             let exact: f64 = (0..rows).map(|r| p[r] as f64 * dense[r * cols + c]).sum();
             let col_abs: f64 = (0..rows).map(|r| dense[r * cols + c].abs()).sum();
             let bound = col_abs * p_max / 254.0 + 1e-5 * exact.abs();
-            assert!((t[c] as f64 - exact).abs() <= bound, "col {c}: {} vs {exact}", t[c]);
+            assert!(
+                (t[c] as f64 - exact).abs() <= bound,
+                "col {c}: {} vs {exact}",
+                t[c]
+            );
         }
     }
 

@@ -215,15 +215,25 @@ pub fn quantize(
 pub fn quantize_int4(weight: &[f32], cols: usize, group: usize, gram: &Gram, dampening: f64) -> Int4Matrix {
     let plain = int4::quantize(weight, cols, group);
     let mut values = vec![0i8; weight.len()];
-    let compensated = compensate(weight, cols, &|_| 1.0, &|_| 1.0, gram, dampening, &mut |r, c, w| {
-        let step = plain.step(r, c, cols) as f64;
-        if step <= 0.0 {
-            return w;
-        }
-        let q = (w / step).round().clamp(-(int4::Q_MAX as f64), int4::Q_MAX as f64);
-        values[r * cols + c] = q as i8;
-        q * step
-    });
+    let compensated = compensate(
+        weight,
+        cols,
+        &|_| 1.0,
+        &|_| 1.0,
+        gram,
+        dampening,
+        &mut |r, c, w| {
+            let step = plain.step(r, c, cols) as f64;
+            if step <= 0.0 {
+                return w;
+            }
+            let q = (w / step)
+                .round()
+                .clamp(-(int4::Q_MAX as f64), int4::Q_MAX as f64);
+            values[r * cols + c] = q as i8;
+            q * step
+        },
+    );
     if !compensated {
         return plain;
     }

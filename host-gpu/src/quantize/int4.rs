@@ -19,7 +19,9 @@ pub const DEFAULT_GROUP: usize = 32;
 pub const GROUPS: [usize; 3] = [32, 64, 128];
 
 /// Fractions of a group's widest step tried as its step (1.0 never clips).
-const CLIP_RATIOS: [f32; 12] = [1.0, 0.97, 0.94, 0.91, 0.88, 0.85, 0.82, 0.79, 0.76, 0.72, 0.68, 0.64];
+const CLIP_RATIOS: [f32; 12] = [
+    1.0, 0.97, 0.94, 0.91, 0.88, 0.85, 0.82, 0.79, 0.76, 0.72, 0.68, 0.64,
+];
 
 /// An int4 matrix, unpacked: `W[r][c] ≈ (values[r][c] * int4_multiplier(codes[r][c / group]))
 /// as f32 * scale`.
@@ -51,7 +53,7 @@ fn weight_of(q: f32, code: u8, scale: f32) -> f32 {
 
 /// The code whose multiplier is nearest `multiplier` (16 for anything below it).
 fn nearest_code(multiplier: f32) -> u8 {
-    if !(multiplier > 16.0) {
+    if multiplier.is_nan() || multiplier <= 16.0 {
         return 0;
     }
     let exponent = ((multiplier / 16.0).log2().floor() as i32).clamp(0, 15);
@@ -136,9 +138,9 @@ impl Int4Matrix {
             .chunks_exact(cols)
             .enumerate()
             .flat_map(|(r, row)| {
-                row.iter()
-                    .enumerate()
-                    .map(move |(c, &q)| weight_of(q as f32, self.codes[r * groups + c / self.group], self.scale))
+                row.iter().enumerate().map(move |(c, &q)| {
+                    weight_of(q as f32, self.codes[r * groups + c / self.group], self.scale)
+                })
             })
             .collect()
     }
@@ -148,7 +150,11 @@ impl Int4Matrix {
         let row_bytes = int4_row_bytes(cols);
         let rows = self.values.len() / cols;
         let mut packed = vec![0u8; rows * row_bytes];
-        for (row, out) in self.values.chunks_exact(cols).zip(packed.chunks_exact_mut(row_bytes)) {
+        for (row, out) in self
+            .values
+            .chunks_exact(cols)
+            .zip(packed.chunks_exact_mut(row_bytes))
+        {
             int4_pack_row(row, out);
         }
         packed
@@ -212,11 +218,18 @@ mod tests {
         }
         let error = |q: &Int4Matrix| -> f64 {
             let back = q.dequantize(cols);
-            weight.iter().zip(&back).map(|(a, b)| ((a - b) as f64).powi(2)).sum()
+            weight
+                .iter()
+                .zip(&back)
+                .map(|(a, b)| ((a - b) as f64).powi(2))
+                .sum()
         };
         let grouped = error(&quantize(&weight, cols, 32));
         let one_group = error(&quantize(&weight, cols, cols));
-        assert!(grouped < 0.5 * one_group, "groups of 32: {grouped}, one per row: {one_group}");
+        assert!(
+            grouped < 0.5 * one_group,
+            "groups of 32: {grouped}, one per row: {one_group}"
+        );
         // the widest step alone (no clip search): every group at ratio 1.0
         let widest = {
             let mut q = quantize(&weight, cols, 32);
@@ -228,7 +241,8 @@ mod tests {
                     let code = nearest_code(step / q.scale);
                     q.codes[r * groups + g] = code;
                     for (c, &w) in part.iter().enumerate() {
-                        q.values[r * cols + g * 32 + c] = grid_value(w, int4_multiplier(code) as f32 * q.scale) as i8;
+                        q.values[r * cols + g * 32 + c] =
+                            grid_value(w, int4_multiplier(code) as f32 * q.scale) as i8;
                     }
                 }
             }

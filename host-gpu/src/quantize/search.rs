@@ -8,11 +8,11 @@ use std::rc::Rc;
 
 use super::calibrate::{channel_ranges, smoothing_factors, ChannelRanges};
 use super::inputs::{input_grams, InputGrams};
+use super::{check_group, gptq, int4, int8};
 use super::{
     glob_match, Method, Plan, QuantizeOptions, Quantized, Report, RoundingReport, Smoothing, Source, Target,
     TensorReport,
 };
-use super::{check_group, gptq, int4, int8};
 use crate::error::{filled, Error};
 
 /// Bits per token of `image` on `tokens`, measured with the core (the engine that runs int8).

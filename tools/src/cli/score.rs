@@ -276,7 +276,7 @@ fn read_state(path: &Path) -> Result<Vec<u8>> {
     Ok(state)
 }
 
-/// The image's weight precision: the dtype of its weight matrices (`f32`, `f16`, `int8`), or
+/// The image's weight precision: the dtype of its weight matrices (`f32`, `f16`, `int8`, `int4`), or
 /// `mixed` when they differ. Biases and gains are always f32 and do not count.
 pub(super) fn precision(model: &Model<'_>) -> &'static str {
     let image = model.image();
@@ -293,6 +293,7 @@ pub(super) fn precision(model: &Model<'_>) -> &'static str {
         [Dtype::F32] => "f32",
         [Dtype::F16] => "f16",
         [Dtype::Int8RowScaled] => "int8",
+        [Dtype::Int4GroupScaled] => "int4",
         _ => "mixed",
     }
 }
