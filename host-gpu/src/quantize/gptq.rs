@@ -176,7 +176,7 @@ fn inverse_factor(mut h: Vec<f64>, n: usize, dampening: f64) -> Option<Vec<f64>>
 /// Quantizes `weight (rows, cols)` like [`int8::quantize`] (same smoothing, same row scales)
 /// but rounds each row column by column with the error of every column pushed onto the
 /// columns after it through the inverse of `gram` (the inputs' `XᵀX`, `cols` wide), dampened
-/// by `dampening` times its mean diagonal ([`compensate`]). Falls back to plain rounding when
+/// by `dampening` times its mean diagonal (see the module docs). Falls back to plain rounding when
 /// `gram` is empty, of the wrong width, or cannot be factored.
 pub fn quantize(
     weight: &[f32],
