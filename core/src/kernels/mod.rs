@@ -231,20 +231,25 @@ pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sum
     }
 }
 
-/// [`scalar::int4_row_sums`]: `sums[r]` for the packed int4 rows of `values`, the input `xq`
-/// prepared by [`widen_int8_input`] in `widened`, `xq.len()` the columns. Every kernel gives
-/// the same sums (they are exact integers).
+/// [`scalar::int4_row_sums`]: `sums[r]` for the packed int4 rows of `values` and their groups'
+/// multiplier `codes`, the input `xq` prepared by [`widen_int8_input`] in `widened`, `xq.len()`
+/// the columns. Every kernel gives the same sums (they are exact integers).
 #[inline]
 pub fn int4_row_sums(
     values: &[u8],
     group: usize,
-    multipliers: &[u8],
+    codes: &[u8],
     xq: &[i8],
     widened: &[u32],
     sums: &mut [i64],
 ) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx2() {
+        // SAFETY: the CPU has AVX2, checked just above.
+        return unsafe { x86::int4_row_sums(values, group, codes, xq, sums) };
+    }
     let _ = widened;
-    scalar::int4_row_sums(values, group, multipliers, xq, sums);
+    scalar::int4_row_sums(values, group, codes, xq, sums);
 }
 
 // Added with the host kernels (x86-64: AVX, AVX2, F16C; aarch64: NEON): several inputs per

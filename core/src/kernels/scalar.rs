@@ -345,22 +345,28 @@ pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums:
         let row_codes = &codes[r * groups..(r + 1) * groups];
         *sum = 0;
         for (g, &code) in row_codes.iter().enumerate() {
-            let columns = g * group..cols.min((g + 1) * group);
-            // blocks of eight columns (a group is whole blocks), the row's last one maybe partial
-            let inputs = xq[columns.clone()].chunks(8);
-            let blocks = row[columns.start / 2..].chunks_exact(4);
-            let mut group_sum = 0i32;
-            for (block, inputs) in blocks.zip(inputs) {
-                let mut padded = [0i8; 8];
-                padded[..inputs.len()].copy_from_slice(inputs);
-                for (k, &byte) in block.iter().enumerate() {
-                    let (low, high) = (((byte << 4) as i8) >> 4, (byte as i8) >> 4);
-                    group_sum += low as i32 * padded[k] as i32 + high as i32 * padded[k + 4] as i32;
-                }
-            }
+            let group_sum = int4_range_sum(row, xq, g * group..cols.min((g + 1) * group));
             *sum += int4_multiplier(code) as i64 * group_sum as i64;
         }
     }
+}
+
+/// `sum over c in columns of row[c] * xq[c]` for a packed int4 `row`, `columns.start` a multiple
+/// of 8 and `columns.end <= xq.len()`.
+pub(crate) fn int4_range_sum(row: &[u8], xq: &[i8], columns: core::ops::Range<usize>) -> i32 {
+    // blocks of eight columns, the last one maybe partial
+    let inputs = xq[columns.clone()].chunks(8);
+    let blocks = row[columns.start / 2..].chunks_exact(4);
+    let mut sum = 0i32;
+    for (block, inputs) in blocks.zip(inputs) {
+        let mut padded = [0i8; 8];
+        padded[..inputs.len()].copy_from_slice(inputs);
+        for (k, &byte) in block.iter().enumerate() {
+            let (low, high) = (((byte << 4) as i8) >> 4, (byte as i8) >> 4);
+            sum += low as i32 * padded[k] as i32 + high as i32 * padded[k + 4] as i32;
+        }
+    }
+    sum
 }
 
 /// Widens an f16 to f32 exactly (normals, subnormals, infinities and NaNs), with integer and one
