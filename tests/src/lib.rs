@@ -239,7 +239,13 @@ pub struct QuantizationText {
 /// The bundled demo model with `heldout.txt` and `calib.txt` as byte tokens, cut to
 /// `heldout_tokens` and `calibration_tokens` (the held-out text must have that many).
 pub fn demo_text(heldout_tokens: usize, calibration_tokens: usize) -> QuantizationText {
-    let demo = fixtures_dir().join("demo");
+    trained_text("demo", heldout_tokens, calibration_tokens)
+}
+
+/// [`demo_text`] for the trained byte-level model in `tests/fixtures/NAME` (`demo`, or
+/// `second`: another text and shape, `tools/reference/make_second_model.py`).
+pub fn trained_text(name: &str, heldout_tokens: usize, calibration_tokens: usize) -> QuantizationText {
+    let demo = fixtures_dir().join(name);
     let checkpoint = load_hf_checkpoint(&demo, CheckpointFormat::Auto, false).unwrap();
     let mut heldout = txl_tools::tokens::read_byte_tokens(&demo.join("heldout.txt")).unwrap();
     assert!(
@@ -254,6 +260,44 @@ pub fn demo_text(heldout_tokens: usize, calibration_tokens: usize) -> Quantizati
         heldout,
         calibration,
     }
+}
+
+/// One variant of PyTorch's own quantization of the trained model `name`
+/// (`tests/fixtures/NAME/pytorch_quantization.json`, `tools/reference/pytorch_quantization.py`),
+/// after checking that the file describes the committed weights (their SHA-256), `tokens`
+/// held-out tokens, an empty memory start and the model's own `tgt_len` and `mem_len`.
+pub fn pytorch_baseline(name: &str, variant: &str, tokens: usize) -> serde_json::Value {
+    use sha2::Digest as _;
+    let dir = fixtures_dir().join(name);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("pytorch_quantization.json")).unwrap())
+            .unwrap();
+    let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let sha: String = sha2::Sha256::digest(&weights)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        json["model_sha256"].as_str().unwrap(),
+        sha,
+        "{name}: the PyTorch baseline was measured on another model"
+    );
+    assert_eq!(
+        json["tokens"], tokens,
+        "{name}: the baseline was measured on another text length"
+    );
+    assert_eq!(json["mem_init"], "empty");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    assert_eq!(json["tgt_len"], config["tgt_len"], "{name}: tgt_len");
+    assert_eq!(json["mem_len"], config["mem_len"], "{name}: mem_len");
+    json["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == variant)
+        .unwrap_or_else(|| panic!("{name}: the baseline has no variant {variant}"))
+        .clone()
 }
 
 /// Tokens sampled from `model` at temperature 1 (the model's own distribution), from `seed`.

@@ -229,43 +229,10 @@ fn pytorch_dynamic_int8_relative_delta() -> f64 {
         .unwrap()
 }
 
-/// One variant of PyTorch's own quantization of the demo model
-/// (`tools/reference/pytorch_quantization.py`), after checking that the file describes the
-/// committed model, text and settings.
+/// One variant of PyTorch's own quantization of the demo model, checked to describe the committed
+/// model, text and settings.
 fn pytorch_variant(name: &str) -> serde_json::Value {
-    let demo = fixtures_dir().join("demo");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(demo.join("pytorch_quantization.json")).unwrap())
-            .unwrap();
-    let weights = std::fs::read(demo.join("model.safetensors")).unwrap();
-    assert_eq!(
-        json["model_sha256"].as_str().unwrap(),
-        sha256_hex(&weights),
-        "the PyTorch baseline was measured on another model"
-    );
-    assert_eq!(
-        json["tokens"], HELDOUT_TOKENS,
-        "the baseline was measured on another text length"
-    );
-    assert_eq!(json["mem_init"], "empty");
-    let config = Model::parse(fixture().f32_image.bytes()).unwrap();
-    assert_eq!(json["tgt_len"], config.config().tgt_len);
-    assert_eq!(json["mem_len"], config.config().mem_len);
-    json["variants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == name)
-        .unwrap_or_else(|| panic!("the baseline has no variant {name}"))
-        .clone()
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    txl_tests::pytorch_baseline("demo", name, HELDOUT_TOKENS)
 }
 
 #[test]

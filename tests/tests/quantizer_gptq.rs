@@ -80,18 +80,9 @@ fn calibration_bits(q: &Quantized) -> f64 {
 }
 
 /// PyTorch's dynamic int8 of the Linear layers on the demo model and the same held-out text
-/// (`tools/reference/pytorch_quantization.py`; `quantized_accuracy.rs` checks the file describes
-/// the committed model and text).
+/// (`tools/reference/pytorch_quantization.py`, checked to describe the committed model and text).
 fn pytorch_dynamic_int8_relative_delta() -> f64 {
-    let path = fixtures_dir().join("demo").join("pytorch_quantization.json");
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    assert_eq!(json["tokens"], HELDOUT_TOKENS);
-    json["variants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "dynamic_int8_linear")
-        .unwrap()["relative_delta"]
+    txl_tests::pytorch_baseline("demo", "dynamic_int8_linear", HELDOUT_TOKENS)["relative_delta"]
         .as_f64()
         .unwrap()
 }

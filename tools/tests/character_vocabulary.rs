@@ -154,6 +154,9 @@ fn an_enwik8_model_reads_and_writes_raw_bytes() {
         s(&dir.join("vocab.txt")),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+    let inspect = txl(&["inspect", s(&model)]);
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(text.contains("characters: byte values"), "inspect: {text}");
 
     // The ids by hand: each byte's symbol's position, `<unk>` (0) for `~`, newlines dropped.
     let expected: Vec<u32> = raw
@@ -241,6 +244,9 @@ fn a_text8_model_reads_and_writes_raw_text() {
     assert_eq!(symbols.len(), 50);
     let vocabulary = Vocabulary::new(symbols.clone(), true).unwrap();
     let model = model_with(&dir, "no_mem", &vocabulary, "text8");
+    let inspect = txl(&["inspect", s(&model)]);
+    let text = String::from_utf8_lossy(&inspect.stdout);
+    assert!(text.contains("characters: letters"), "inspect: {text}");
 
     let id_of = |c: char| -> u32 {
         let symbol = if c == ' ' {

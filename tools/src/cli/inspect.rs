@@ -11,6 +11,7 @@ use txl_core::Session;
 use super::arena;
 use super::args::SessionArgs;
 use crate::image_file::{parse_model, read_image};
+use crate::vocab::characters::SymbolKind;
 
 pub const EXAMPLES: &str = "Examples:\n  \
     txl inspect model.txl\n  \
@@ -53,9 +54,16 @@ impl Args {
             Some(v) => {
                 let shown: Vec<String> = v.symbols().take(8).map(|s| format!("{s:?}")).collect();
                 let more = if v.len() > shown.len() { ", ..." } else { "" };
+                let kind = match SymbolKind::of(&crate::vocab::Vocabulary::from_image(&v)) {
+                    Some(SymbolKind::ByteValues) => {
+                        "  characters: byte values (enwik8; --bytes reads raw bytes)"
+                    }
+                    Some(SymbolKind::Characters) => "  characters: letters (text8; --bytes reads raw text)",
+                    None => "",
+                };
                 writeln!(
                     out,
-                    "symbols       {}  lower_case {}  {}{more}",
+                    "symbols       {}  lower_case {}  {}{more}{kind}",
                     v.len(),
                     v.lower_case(),
                     shown.join(", ")
