@@ -124,6 +124,12 @@ fn image_seeds(dir: &Path) {
         "tiny_int8.txl",
         &quantize_weights(&model, Target::Int8).unwrap(),
     );
+    // int4 in groups of 8 (the tiny model's rows are short), every matrix
+    write(
+        &dir,
+        "tiny_int4.txl",
+        &txl_host_gpu::quantize::quantize_weights_grouped(&model, Target::Int4All, 8).unwrap(),
+    );
     let other = other_config();
     write(
         &dir,
