@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""PyTorch's own post-training quantization of the demo model, as a baseline.
+"""PyTorch's own post-training quantization of a trained model, as a baseline.
 
-Scores the first 8192 bytes of tests/fixtures/demo/heldout.txt with the demo
-model (Hugging Face `TransfoXLLMHeadModel`, transformers 4.37.2) exactly like
+Scores the first 8192 bytes of tests/fixtures/MODEL/heldout.txt with the model
+(`--model demo`, the default, or `--model second`: make_second_model.py's) (Hugging Face `TransfoXLLMHeadModel`, transformers 4.37.2) exactly like
 `txl score`: consecutive segments of tgt_len 64, memories carried, the memory
 starting empty, the model's own mem_len / same_length / clamp_len. Three
 variants of the model are compared:
@@ -13,13 +13,14 @@ variants of the model are compared:
 
 For each: bits per token, the relative change against f32, top-1 agreement with
 f32, mean KL(f32 || variant) in nats per position and the model size in bytes.
-The result goes to tests/fixtures/demo/pytorch_quantization.json.
+The result goes to tests/fixtures/MODEL/pytorch_quantization.json.
 
 Run after make_fixtures.py (regenerate.sh does); see tools/reference/README.md.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import hashlib
 import io
@@ -40,8 +41,6 @@ import make_fixtures as mf  # noqa: E402  (Case, score, FIXTURES, attention swit
 import transformers  # noqa: E402
 
 GENERATOR = "tools/reference/pytorch_quantization.py"
-DEMO = mf.FIXTURES / "demo"
-OUT = DEMO / "pytorch_quantization.json"
 N_TOKENS = 8192
 
 # bits per token of the float32 model on this setup as measured by the Rust core
@@ -49,13 +48,27 @@ N_TOKENS = 8192
 # committed demo weights (sha256 of model.safetensors below). A retrained demo
 # model (make_fixtures.py without --reuse-demo) gives a different value; then
 # the check only prints a warning.
-EXPECTED_F32_BITS = 2.161778
 EXPECTED_TOL = 1e-3
-EXPECTED_MODEL_SHA256 = "d78dd3aa7118e4ef8069456e191451310169d28d721e3a86b2b3a3012dab9c51"
+# the same for make_second_model.py's model (measured with txl score on the committed weights)
+SECOND_F32_BITS = 1.809998
+SECOND_SHA256 = "5c2f33664d09fe34e8423723d3b4efa36143310e18343e9246b4ed4a17bbc9aa"
+MODELS = {
+    "demo": {
+        "expected_f32_bits": 2.161778,
+        "model_sha256": "d78dd3aa7118e4ef8069456e191451310169d28d721e3a86b2b3a3012dab9c51",
+        # (tgt_len, mem_len, same_length, clamp_len)
+        "settings": (64, 64, True, -1),
+    },
+    "second": {
+        "expected_f32_bits": SECOND_F32_BITS,
+        "model_sha256": SECOND_SHA256,
+        "settings": (64, 64, False, -1),
+    },
+}
 
 
-def load_f32() -> nn.Module:
-    model = mf.TransfoXLLMHeadModel.from_pretrained(str(DEMO), torch_dtype=torch.float32)
+def load_f32(directory: Path) -> nn.Module:
+    model = mf.TransfoXLLMHeadModel.from_pretrained(str(directory), torch_dtype=torch.float32)
     return model.eval()
 
 
@@ -148,32 +161,39 @@ def compare(name: str, ref: tuple, var: tuple, model_bytes: int, extra: dict | N
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=sorted(MODELS), default="demo")
+    args = ap.parse_args()
+    expected = MODELS[args.model]
+    directory = mf.FIXTURES / args.model
+    out = directory / "pytorch_quantization.json"
     t0 = time.time()
     torch.set_num_threads(1)
     engine = torch.backends.quantized.engine
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, numpy {np.__version__}, "
           f"quantized engine {engine}, threads {torch.get_num_threads()}")
 
-    data = (DEMO / "heldout.txt").read_bytes()[:N_TOKENS]
+    data = (directory / "heldout.txt").read_bytes()[:N_TOKENS]
     assert len(data) == N_TOKENS
     tokens = list(data)
 
-    f32 = load_f32()
+    f32 = load_f32(directory)
     cfg = f32.config
-    assert (cfg.tgt_len, cfg.mem_len, cfg.same_length, cfg.clamp_len) == (64, 64, True, -1), cfg
+    assert (cfg.tgt_len, cfg.mem_len, cfg.same_length, cfg.clamp_len) == expected["settings"], cfg
     mf.use_patched_attention(False)  # float32: HF's own attention, unpatched
     n_params = parameter_count(f32)
 
     ref = score_rows(f32, tokens)
     f32_bits = float(-ref[0].mean() / math.log(2))
-    model_sha = hashlib.sha256((DEMO / "model.safetensors").read_bytes()).hexdigest()
-    if model_sha == EXPECTED_MODEL_SHA256:
-        print(f"[f32] bits/token {f32_bits:.6f} (expected {EXPECTED_F32_BITS:.6f})")
-        assert abs(f32_bits - EXPECTED_F32_BITS) < EXPECTED_TOL, \
-            f"f32 bits/token {f32_bits:.6f} differs from {EXPECTED_F32_BITS}: the evaluation setup differs"
+    model_sha = hashlib.sha256((directory / "model.safetensors").read_bytes()).hexdigest()
+    expected_bits = expected["expected_f32_bits"]
+    if model_sha == expected["model_sha256"]:
+        print(f"[f32] bits/token {f32_bits:.6f} (expected {expected_bits:.6f})")
+        assert abs(f32_bits - expected_bits) < EXPECTED_TOL, \
+            f"f32 bits/token {f32_bits:.6f} differs from {expected_bits}: the evaluation setup differs"
     else:
-        print(f"[f32] bits/token {f32_bits:.6f}; warning: model.safetensors is not the committed demo model "
-              f"(sha256 {model_sha[:16]}...), the expected {EXPECTED_F32_BITS:.6f} is not checked")
+        print(f"[f32] bits/token {f32_bits:.6f}; warning: model.safetensors is not the committed {args.model} "
+              f"model (sha256 {model_sha[:16]}...), the expected bits per token are not checked")
 
     variants = [compare("f32", ref, ref, 4 * n_params,
                         {"state_dict_bytes": state_dict_bytes(f32),
@@ -232,14 +252,14 @@ def main() -> None:
         },
         "variants": variants,
     }
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    out.write_text(json.dumps(result, indent=2) + "\n")
 
     print()
     print(f"{'variant':22s} {'bits/tok':>9s} {'rel':>10s} {'top1':>8s} {'KL nats':>10s} {'bytes':>9s}")
     for v in variants:
         print(f"{v['name']:22s} {v['bits_per_token']:9.6f} {v['relative_delta']:+10.6f} "
               f"{v['top1_agreement']:8.4f} {v['mean_kl']:10.3e} {v['model_bytes']:9d}")
-    print(f"\nwrote {OUT.relative_to(mf.REPO)}; wall time {time.time() - t0:.1f}s")
+    print(f"\nwrote {out.relative_to(mf.REPO)}; wall time {time.time() - t0:.1f}s")
 
 
 if __name__ == "__main__":

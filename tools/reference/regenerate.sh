@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate tests/fixtures: create a virtual environment (once), install the
 # pinned requirements, run make_fixtures.py, then pytorch_quantization.py
-# (PyTorch's quantization baseline on the demo model), then
+# (PyTorch's quantization baseline on the demo model), make_second_model.py
+# --reuse and its baseline (the second trained model, tests/fixtures/second), then
 # make_original_fixtures.py (tests/fixtures/original, from the weights just
 # written; regenerate_original.sh runs that step alone).  Extra arguments are
 # passed on to make_fixtures.py (e.g. --reuse-demo to skip retraining the demo
@@ -30,5 +31,7 @@ fi
 
 "$venv/bin/python" "$here/make_fixtures.py" "$@"
 "$venv/bin/python" "$here/pytorch_quantization.py"
+"$venv/bin/python" "$here/make_second_model.py" --reuse
+"$venv/bin/python" "$here/pytorch_quantization.py" --model second
 "$venv/bin/python" "$here/make_vocab_fixtures.py"
 exec "$venv/bin/python" "$here/make_original_fixtures.py"
