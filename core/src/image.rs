@@ -339,7 +339,7 @@ impl<'a> Image<'a> {
         }
         let group = u16::from_le_bytes([raw[50], raw[51]]) as usize;
         let group_ok = match dtype {
-            Dtype::Int4GroupScaled => group >= 8 && group % 8 == 0,
+            Dtype::Int4GroupScaled => int4_group_fits(group, shape.rows_cols().1),
             _ => group == 0,
         };
         let reserved_clear = group_ok && raw[76..80].iter().all(|&b| b == 0);
@@ -470,6 +470,13 @@ impl<'a> Image<'a> {
     }
 }
 
+/// Whether an int4 matrix of `cols` columns may have groups of `group`: a multiple of 8, from 8
+/// to the row's columns rounded up to 8 (a longer group would mean the same as that), which
+/// fits the entry's 16 bits.
+pub fn int4_group_fits(group: usize, cols: usize) -> bool {
+    group >= 8 && group % 8 == 0 && group <= cols.next_multiple_of(8).max(8) && group <= u16::MAX as usize
+}
+
 /// A tensor's elements handed to the writer.
 #[cfg(feature = "alloc")]
 #[derive(Clone, Copy, Debug)]
@@ -531,8 +538,7 @@ impl Payload<'_> {
             Payload::Int4 {
                 values, codes, group, ..
             } => {
-                (8..=65_528).contains(group)
-                    && group % 8 == 0
+                int4_group_fits(*group, cols)
                     && values_ok(values.len())
                     && codes.len() == rows * int4_groups(cols, *group)
             }

@@ -49,7 +49,7 @@ pub enum MatrixData<'a> {
         scale: f32,
         /// `(rows, int4_groups(cols, group))` codes of each row's groups' multipliers.
         codes: &'a [u8],
-        /// Columns per group: a multiple of 8, at least 8.
+        /// Columns per group: a multiple of 8, from 8 to `cols` rounded up to 8.
         group: usize,
     },
 }

@@ -90,11 +90,15 @@ fn directory(config: &txl_core::Config) -> Vec<(TensorName, Shape)> {
 }
 
 /// The three images the damage tests use: f32, f16 and int8 (the int8 one mixes all three).
-fn images_of_every_dtype(seed: u64) -> [(&'static str, Vec<u8>); 3] {
+fn images_of_every_dtype(seed: u64) -> [(&'static str, Vec<u8>); 4] {
     [
         ("f32", random_image(&small_config(), seed)),
         ("f16", quantized_image(&small_config(), seed + 1, Target::F16)),
         ("int8", quantized_image(&small_config(), seed + 2, Target::Int8)),
+        (
+            "int4",
+            quantized_image(&small_config(), seed + 3, Target::Int4All),
+        ),
     ]
 }
 
@@ -214,7 +218,7 @@ fn every_field_of_every_directory_entry_is_checked() {
     let names = directory(&small_config());
     for (kind, image) in images_of_every_dtype(16) {
         assert_eq!(parse_resealed(&image, |_| {}), Ok(()), "{kind}");
-        let mut dtypes_seen = [false; 3];
+        let mut dtypes_seen = [false; 4];
         for (index, &(name, shape)) in names.iter().enumerate() {
             let at = HEADER_BYTES + index * ENTRY_BYTES;
             let entry = image[at..at + ENTRY_BYTES].to_vec();
@@ -251,18 +255,19 @@ fn every_field_of_every_directory_entry_is_checked() {
             // f32; for matrices, another known dtype no longer matches the payload length.
             let dtype = entry[48];
             dtypes_seen[dtype as usize] = true;
-            for code in [3u8, 0x80, 0xFF] {
+            for code in [4u8, 0x80, 0xFF] {
                 check(
                     &format!("dtype {code}"),
                     &|e| e[48] = code,
                     Error::TensorDtype(name),
                 );
             }
-            for code in (0..3u8).filter(|&c| c != dtype) {
-                let expected = if name.is_matrix() {
-                    Error::TensorBounds(name)
-                } else {
-                    Error::TensorDtype(name)
+            for code in (0..4u8).filter(|&c| c != dtype) {
+                // int4 entries have a group size where the others have zeros
+                let expected = match (name.is_matrix(), dtype == 3 || code == 3) {
+                    (false, _) => Error::TensorDtype(name),
+                    (true, true) => Error::TensorShape(name),
+                    (true, false) => Error::TensorBounds(name),
                 };
                 check(&format!("dtype {dtype} -> {code}"), &|e| e[48] = code, expected);
             }
@@ -282,7 +287,20 @@ fn every_field_of_every_directory_entry_is_checked() {
                     check(&format!("dim at {at} = {value}"), &set(at, value), bad_shape);
                 }
             }
-            for reserved in [50, 51, 76, 77, 78, 79] {
+            let reserved: &[usize] = if dtype == 3 {
+                // int4: bytes 50..52 are the group size, a multiple of 8 from 8
+                for group in [0u16, 4, 12, 33] {
+                    check(
+                        &format!("group {group}"),
+                        &|e| e[50..52].copy_from_slice(&group.to_le_bytes()),
+                        bad_shape,
+                    );
+                }
+                &[76, 77, 78, 79]
+            } else {
+                &[50, 51, 76, 77, 78, 79]
+            };
+            for &reserved in reserved {
                 check(
                     &format!("reserved byte {reserved}"),
                     &|e| e[reserved] = 1,
@@ -327,6 +345,14 @@ fn every_field_of_every_directory_entry_is_checked() {
                         out_of_bounds,
                     );
                 }
+            } else if dtype == 3 {
+                // int4: the one f32 scale (68), then the multiplier codes (72)
+                for value in [row_scales + 4, offset, 0, !15u32] {
+                    check(&format!("scale at {value}"), &set(68, value), out_of_bounds);
+                }
+                for value in [0, row_scales, row_scales + 20, !15u32] {
+                    check(&format!("codes at {value}"), &set(72, value), out_of_bounds);
+                }
             } else {
                 assert_eq!((row_scales, act_scales), (0, 0));
                 for (at, value) in [(68, 16), (68, offset), (72, 16), (72, offset)] {
@@ -335,9 +361,10 @@ fn every_field_of_every_directory_entry_is_checked() {
             }
         }
         let expected_dtypes = match kind {
-            "f32" => [true, false, false],
-            "f16" => [true, true, false],
-            _ => [true, true, true],
+            "f32" => [true, false, false, false],
+            "f16" => [true, true, false, false],
+            "int8" => [true, true, true, false],
+            _ => [true, true, false, true],
         };
         assert_eq!(dtypes_seen, expected_dtypes, "{kind}: dtypes in the image");
     }
