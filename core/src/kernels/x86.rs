@@ -697,53 +697,66 @@ pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32
     }
 }
 
-/// [`scalar::int4_row_sums`] with AVX2: for groups of a multiple of 32 columns, 32 columns a
-/// step (sixteen packed bytes widened to 16 bits, each nibble sign-extended by a shift pair, the
-/// inputs reordered to match by one byte shuffle), the rest as the scalar code does. The same
-/// sums (exact integers).
+/// [`scalar::int4_row_sums`] with AVX2: for groups of a multiple of 32 columns, four rows per
+/// pass, 32 columns a step (sixteen packed bytes of each row widened to 16 bits, each nibble
+/// sign-extended by a shift pair; the inputs reordered to match by one byte shuffle, once for
+/// the four rows), the rest as the scalar code does. The same sums (exact integers).
 ///
 /// # Safety
 /// The CPU must support AVX2 ([`has_avx2`]).
 #[target_feature(enable = "avx2")]
 pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
     use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes};
+    const ROWS: usize = 4;
     let cols = xq.len();
-    if group % 32 != 0 {
-        return scalar::int4_row_sums(values, group, codes, xq, sums);
-    }
     let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+    let blocks = if group % 32 == 0 { sums.len() / ROWS } else { 0 };
     // the bytes of two blocks of eight inputs, low-nibble columns (0-3 of each block) first
     let order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
-    for (r, sum) in sums.iter_mut().enumerate() {
-        let row = &values[r * row_bytes..(r + 1) * row_bytes];
-        *sum = 0;
-        for (g, &code) in codes[r * groups..(r + 1) * groups].iter().enumerate() {
+    for block in 0..blocks {
+        let first = block * ROWS;
+        let rows: [&[u8]; ROWS] = core::array::from_fn(|i| &values[(first + i) * row_bytes..][..row_bytes]);
+        let out = &mut sums[first..first + ROWS];
+        out.fill(0);
+        for g in 0..groups {
             let (start, end) = (g * group, cols.min((g + 1) * group));
             let mut c = start;
-            let mut acc = _mm256_setzero_si256();
+            let mut acc = [_mm256_setzero_si256(); ROWS];
             while c + 32 <= end {
                 // SAFETY: columns `c..c + 32` are inside `xq` (`c + 32 <= end <= cols`) and their
-                // sixteen packed bytes inside `row`.
+                // sixteen packed bytes inside each row.
                 unsafe {
-                    let packed = _mm256_cvtepi8_epi16(_mm_loadu_si128(row.as_ptr().add(c / 2).cast()));
-                    let low = _mm256_srai_epi16::<12>(_mm256_slli_epi16::<12>(packed));
-                    let high = _mm256_srai_epi16::<12>(_mm256_slli_epi16::<8>(packed));
                     let first = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c).cast()), order);
                     let second = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c + 16).cast()), order);
                     let x_low = _mm256_cvtepi8_epi16(_mm_unpacklo_epi64(first, second));
                     let x_high = _mm256_cvtepi8_epi16(_mm_unpackhi_epi64(first, second));
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(low, x_low));
-                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(high, x_high));
+                    for (acc, row) in acc.iter_mut().zip(rows) {
+                        let packed = _mm256_cvtepi8_epi16(_mm_loadu_si128(row.as_ptr().add(c / 2).cast()));
+                        let low = _mm256_srai_epi16::<12>(_mm256_slli_epi16::<12>(packed));
+                        let high = _mm256_srai_epi16::<12>(_mm256_slli_epi16::<8>(packed));
+                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(low, x_low));
+                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(high, x_high));
+                    }
                 }
                 c += 32;
             }
-            let mut lanes = [0i32; 8];
-            // SAFETY: `lanes` has room for eight i32.
-            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), acc) };
-            let group_sum = lanes.iter().sum::<i32>() + scalar::int4_range_sum(row, xq, c..end);
-            *sum += int4_multiplier(code) as i64 * group_sum as i64;
+            let mut four = [0i32; ROWS];
+            // SAFETY: `four` has room for four i32, and the CPU has AVX2.
+            unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc)) };
+            for (i, (sum, part)) in out.iter_mut().zip(four).enumerate() {
+                let group_sum = part + scalar::int4_range_sum(rows[i], xq, c..end);
+                *sum += int4_multiplier(codes[(first + i) * groups + g]) as i64 * group_sum as i64;
+            }
         }
     }
+    let done = blocks * ROWS;
+    scalar::int4_row_sums(
+        &values[done * row_bytes..],
+        group,
+        &codes[done * groups..],
+        xq,
+        &mut sums[done..],
+    );
 }
 
 /// [`row_sums_i8`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: each widened slice
