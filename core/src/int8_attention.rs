@@ -165,6 +165,10 @@ pub fn key_sums(keys: &[i8], stride: usize, d_head: usize, query: &QueryWords<'_
             }
         }
     }
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if crate::kernels::attention_key_sums_avx2(keys, stride, d_head, query.words, sums) {
+        return;
+    }
     #[cfg(not(feature = "cortex-m-dsp"))]
     key_sums_portable(keys, stride, d_head, query.words, sums);
 }
@@ -178,6 +182,10 @@ pub fn value_sums(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]
         let body = acc.len() / 4 * 4;
         crate::kernels::cortex_m::value_sums_s8(values, stride, weights, acc);
         value_sums_portable(&values[body..], stride, weights, &mut acc[body..]);
+    }
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if crate::kernels::attention_value_sums_avx2(values, stride, weights, acc) {
+        return;
     }
     #[cfg(not(feature = "cortex-m-dsp"))]
     value_sums_portable(values, stride, weights, acc);
@@ -209,10 +217,15 @@ pub fn key_sums_portable(keys: &[i8], stride: usize, d_head: usize, words: &[u32
             let dot = (0..4).fold(0i32, |d, i| d.wrapping_add(k[i] as i32 * q[i]));
             acc = acc.wrapping_add(dot);
         }
-        for (c, &k) in key.iter().enumerate().skip(4 * groups) {
-            acc = acc.wrapping_add(k as i32 * query_half(words, c));
-        }
+        key_sums_columns(key, 4 * groups, words, &mut acc);
         *sum = acc;
+    }
+}
+
+/// Adds `key[c] * query[c]` for the columns `c >= first` of `key` to `sum` (wrapping).
+pub(crate) fn key_sums_columns(key: &[i8], first: usize, words: &[u32], sum: &mut i32) {
+    for (c, &k) in key.iter().enumerate().skip(first) {
+        *sum = sum.wrapping_add(k as i32 * query_half(words, c));
     }
 }
 

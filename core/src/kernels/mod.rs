@@ -252,6 +252,39 @@ pub fn int4_row_sums(
     scalar::int4_row_sums(values, group, codes, xq, sums);
 }
 
+/// [`crate::int8_attention::key_sums`] with AVX2 when the CPU has it; whether it ran.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub(crate) fn attention_key_sums_avx2(
+    keys: &[i8],
+    stride: usize,
+    d_head: usize,
+    words: &[u32],
+    sums: &mut [i32],
+) -> bool {
+    if !x86::has_avx2() {
+        return false;
+    }
+    // SAFETY: the CPU has AVX2, checked just above.
+    unsafe { x86::key_sums_i8(keys, stride, d_head, words, sums) };
+    true
+}
+
+/// [`crate::int8_attention::value_sums`] with AVX2 when the CPU has it; whether it ran.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub(crate) fn attention_value_sums_avx2(
+    values: &[i8],
+    stride: usize,
+    weights: &[i32],
+    acc: &mut [i32],
+) -> bool {
+    if !x86::has_avx2() {
+        return false;
+    }
+    // SAFETY: the CPU has AVX2, checked just above.
+    unsafe { x86::value_sums_i8(values, stride, weights, acc) };
+    true
+}
+
 // Added with the host kernels (x86-64: AVX, AVX2, F16C; aarch64: NEON): several inputs per
 // pass over f32 and f16 rows, the f16 memory's rows at a stride, the int8 input's
 // quantization, the softmax's `exp` eight at a time.

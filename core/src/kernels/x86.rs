@@ -759,6 +759,118 @@ pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8]
     );
 }
 
+/// [`int8_attention::key_sums_portable`](crate::int8_attention::key_sums_portable) with AVX2:
+/// four keys per pass, sixteen columns a step (each key's bytes put in the query words' order by
+/// one byte shuffle, then one multiply-add of 16-bit pairs), the columns past the last whole 16
+/// as the portable code does. Integer sums (wrapping, like the portable ones): the same bits.
+///
+/// # Safety
+/// The CPU must support AVX2 ([`has_avx2`]).
+#[target_feature(enable = "avx2")]
+pub unsafe fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
+    const KEYS: usize = 4;
+    let body = d_head / 16 * 16;
+    // a key's bytes 0..16 in the words' order: columns (0, 2, 1, 3) of each four
+    let order = _mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15);
+    let key = |t: usize| &keys[t * stride..t * stride + d_head];
+    let mut t = 0;
+    while t + KEYS <= sums.len() {
+        let rows: [&[i8]; KEYS] = core::array::from_fn(|i| key(t + i));
+        let mut acc = [_mm256_setzero_si256(); KEYS];
+        let mut c = 0;
+        while c < body {
+            // SAFETY: `c + 16 <= d_head`: the words hold `d_head` rounded up to four columns
+            // (eight halves per eight columns), and each key `d_head` bytes.
+            unsafe {
+                let query = _mm256_loadu_si256(words.as_ptr().add(c / 2).cast());
+                for (acc, row) in acc.iter_mut().zip(rows) {
+                    let k = _mm_shuffle_epi8(_mm_loadu_si128(row.as_ptr().add(c).cast()), order);
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(_mm256_cvtepi8_epi16(k), query));
+                }
+            }
+            c += 16;
+        }
+        let mut four = [0i32; KEYS];
+        // SAFETY: `four` has room for four i32, and the CPU has AVX2.
+        unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc)) };
+        for (i, (sum, part)) in sums[t..t + KEYS].iter_mut().zip(four).enumerate() {
+            let mut tail = 0;
+            crate::int8_attention::key_sums_columns(rows[i], body, words, &mut tail);
+            *sum = part.wrapping_add(tail);
+        }
+        t += KEYS;
+    }
+    let rest = &mut sums[t..];
+    if !rest.is_empty() {
+        crate::int8_attention::key_sums_portable(&keys[t * stride..], stride, d_head, words, rest);
+    }
+}
+
+/// [`int8_attention::value_sums_portable`](crate::int8_attention::value_sums_portable) with
+/// AVX2: sixteen columns a step, two keys per multiply-add (their values interleaved in 16-bit
+/// pairs against the pair of their weights), the columns past the last whole 16 as the portable
+/// code does. Integer sums (wrapping): the same bits.
+///
+/// # Safety
+/// The CPU must support AVX2 ([`has_avx2`]).
+#[target_feature(enable = "avx2")]
+pub unsafe fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    let columns = acc.len();
+    let body = columns / 16 * 16;
+    let pairs = weights.len() / 2;
+    let mut c = 0;
+    while c < body {
+        // columns c..c + 4 and c + 8..c + 12 in `low`, c + 4..c + 8 and c + 12..c + 16 in `high`
+        let (mut low, mut high) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for p in 0..=pairs {
+            let (a, b) = (2 * p, 2 * p + 1);
+            if a >= weights.len() {
+                break;
+            }
+            let weight_b = if b < weights.len() { weights[b] } else { 0 };
+            let both = _mm256_set1_epi32((weights[a] & 0xffff) | (weight_b << 16));
+            // SAFETY: value `t` has `columns` bytes at `t * stride`, and `c + 16 <= columns`;
+            // value `b` is read only when it exists.
+            unsafe {
+                let value_a =
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(values.as_ptr().add(a * stride + c).cast()));
+                let value_b = if b < weights.len() {
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(values.as_ptr().add(b * stride + c).cast()))
+                } else {
+                    _mm256_setzero_si256()
+                };
+                low = _mm256_add_epi32(
+                    low,
+                    _mm256_madd_epi16(_mm256_unpacklo_epi16(value_a, value_b), both),
+                );
+                high = _mm256_add_epi32(
+                    high,
+                    _mm256_madd_epi16(_mm256_unpackhi_epi16(value_a, value_b), both),
+                );
+            }
+        }
+        let mut out = [0i32; 16];
+        // SAFETY: `out` has room for sixteen i32, and the CPU has AVX2.
+        unsafe {
+            _mm256_storeu_si256(
+                out.as_mut_ptr().cast(),
+                _mm256_permute2x128_si256::<0x20>(low, high),
+            );
+            _mm256_storeu_si256(
+                out.as_mut_ptr().add(8).cast(),
+                _mm256_permute2x128_si256::<0x31>(low, high),
+            );
+        }
+        for (a, o) in acc[c..c + 16].iter_mut().zip(out) {
+            *a = a.wrapping_add(o);
+        }
+        c += 16;
+    }
+    if body < columns {
+        crate::int8_attention::value_sums_portable(&values[body..], stride, weights, &mut acc[body..]);
+    }
+}
+
 /// [`row_sums_i8`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: each widened slice
 /// of four weight rows meets both inputs.
 ///
@@ -1036,6 +1148,43 @@ mod tests {
                 unsafe { super::int4_row_sums(&values, group, &codes, &xq, &mut fast) };
                 super::super::scalar::int4_row_sums(&values, group, &codes, &xq, &mut slow);
                 assert_eq!(fast, slow, "{rows} rows of {cols}, groups of {group}");
+            }
+        }
+    }
+
+    #[test]
+    fn avx2_attention_sums_equal_the_portable_sums() {
+        use crate::int8_attention::{key_sums_portable, query_words, value_sums_portable};
+        if !super::has_avx2() {
+            eprintln!("SKIPPED: this CPU has no AVX2");
+            return;
+        }
+        let mut state = 17u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            state >> 8
+        };
+        for d_head in [1usize, 4, 15, 16, 17, 32, 47, 64, 100] {
+            for count in [0usize, 1, 3, 4, 5, 9, 33] {
+                let stride = d_head + 7;
+                let len = (count.max(1) - 1) * stride + d_head;
+                let mut keys: Vec<i8> = (0..len).map(|_| next() as i8).collect();
+                keys.iter_mut().step_by(11).for_each(|k| *k = -128);
+                let mut words: Vec<u32> = (0..query_words(d_head)).map(|_| next()).collect();
+                words[0] = 0x8001_7fff; // -32767 and 32767 in the halves
+                let (mut fast, mut slow) = (vec![0i32; count], vec![0i32; count]);
+                // SAFETY: AVX2 was detected above.
+                unsafe { super::key_sums_i8(&keys, stride, d_head, &words, &mut fast) };
+                key_sums_portable(&keys, stride, d_head, &words, &mut slow);
+                assert_eq!(fast, slow, "key sums: d_head {d_head}, {count} keys");
+
+                let weights: Vec<i32> = (0..count).map(|_| (next() % 65535) as i32 - 32767).collect();
+                let start: Vec<i32> = (0..d_head).map(|_| next() as i32).collect();
+                let (mut fast, mut slow) = (start.clone(), start);
+                // SAFETY: AVX2 was detected above.
+                unsafe { super::value_sums_i8(&keys, stride, &weights, &mut fast) };
+                value_sums_portable(&keys, stride, &weights, &mut slow);
+                assert_eq!(fast, slow, "value sums: d_head {d_head}, {count} keys");
             }
         }
     }
