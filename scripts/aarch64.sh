@@ -42,6 +42,7 @@ mkdir -p "$dir"
 txl convert tests/fixtures/demo -o "$dir/demo.txl" >/dev/null 2>&1
 txl convert tests/fixtures/demo -o "$dir/demo-f16.txl" --dtype f16 >/dev/null 2>&1
 txl quantize "$dir/demo.txl" -o "$dir/demo-int8.txl" --smooth off >/dev/null 2>&1
+txl quantize "$dir/demo.txl" -o "$dir/demo-int4.txl" --dtype int4 --smooth off >/dev/null 2>&1
 head -c 256 tests/fixtures/demo/heldout.txt > "$dir/tokens.bin"
 
 failed=0
@@ -67,6 +68,8 @@ for cpu in max cortex-a53; do
     check 0x150adb7c "$cpu" demo-f16.txl $flags
     # shellcheck disable=SC2086
     check 0xe85c1b29 "$cpu" demo-int8.txl $flags
+    # shellcheck disable=SC2086
+    check 0x08ab20e5 "$cpu" demo-int4.txl $flags
   done
 done
 if [ "$failed" -ne 0 ]; then
