@@ -124,11 +124,13 @@ impl Args {
 
         let f16 = quantize::quantize_weights(&model, Target::F16)?;
         let int8 = quantize::quantize_weights(&model, Target::Int8)?;
-        let variants: [(&str, &[u8], MemDtype); 4] = [
+        let int4 = quantize::quantize_weights(&model, Target::Int4)?;
+        let variants: [(&str, &[u8], MemDtype); 5] = [
             ("f32 weights, f32 memory", model.image().bytes(), MemDtype::F32),
             ("f16 weights, f16 memory", &f16, MemDtype::F16),
             ("int8 weights, f32 memory", &int8, MemDtype::F32),
             ("int8 weights, int8 memory", &int8, MemDtype::Int8),
+            ("int4 layers, int8 memory", &int4, MemDtype::Int8),
         ];
         let mut rows = Vec::new();
         for (label, image, mem_dtype) in &variants {
