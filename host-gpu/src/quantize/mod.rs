@@ -14,6 +14,11 @@
 //! int4 ([`int4`]) has a scale per row and a multiplier per group of columns, is computed as
 //! W4A8, and goes to the linear layers ([`Target::Int4`], the embedding and output layers in
 //! int8) or to every matrix ([`Target::Int4All`]); the same rounding methods apply.
+//!
+//! [`MixedPrecision`] mixes precisions by measurement: each matrix quantized alone costs some
+//! calibration bits per token, and the costliest int4 matrices stay int8 (`auto_keep_int8`), or
+//! matrices go up a precision, the largest gain per byte first, until the image would exceed a
+//! byte budget ([`quantize_mixed`]).
 
 #[cfg(feature = "reference")]
 pub mod calibrate;

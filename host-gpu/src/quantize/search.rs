@@ -580,3 +580,54 @@ fn input_range<'r>(config: &Config, name: TensorName, ranges: &'r ChannelRanges)
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{spend_budget, Level};
+
+    /// Three matrices, 10 bytes in int4, 20 in int8, 40 in f16: the budget buys the largest
+    /// gain per byte first, skips what no longer fits, and never goes over.
+    #[test]
+    fn the_budget_buys_the_largest_gain_per_byte_first() {
+        let bytes_of = |levels: &[Option<Level>]| -> Result<usize, crate::error::Error> {
+            Ok(levels
+                .iter()
+                .map(|l| match l {
+                    None => 0,
+                    Some(Level::Int4) => 10,
+                    Some(Level::Int8) => 20,
+                    Some(Level::F16) => 40,
+                })
+                .sum())
+        };
+        let start = [Some(Level::Int4), Some(Level::Int4), Some(Level::Int8), None];
+        // int4 costs 0.5, 0.1; int8 0.1, 0.05, 0.2
+        let solo = [Some(0.5), Some(0.1), Some(0.2), None];
+        let solo_int8 = [Some(0.1), Some(0.05), None, None];
+        let spend = |budget: usize| {
+            let mut levels = start.to_vec();
+            let mut kept_for = vec![None; levels.len()];
+            let bytes = bytes_of(&levels).unwrap();
+            spend_budget(
+                budget,
+                bytes,
+                &mut levels,
+                &mut kept_for,
+                (&solo, &solo_int8),
+                bytes_of,
+            )
+            .unwrap();
+            (levels, kept_for)
+        };
+        let (int4, int8, f16) = (Some(Level::Int4), Some(Level::Int8), Some(Level::F16));
+        assert_eq!(spend(40).0, start, "no room");
+        // 0 to int8 (0.4 for 10 bytes) first; nothing else fits in 55
+        let (levels, kept_for) = spend(55);
+        assert_eq!(levels, [int8, int4, int8, None]);
+        assert_eq!(kept_for, [Some("budget"), None, None, None]);
+        // then 2 to f16 (0.2 for 20), then 1 to int8 (0.05 for 10): 80 bytes
+        assert_eq!(spend(80).0, [int8, int8, f16, None]);
+        // everything
+        assert_eq!(spend(1000).0, [f16, f16, f16, None]);
+    }
+}
