@@ -227,7 +227,10 @@ fn convert_passes_the_quantizer_flags_on() {
         ["--smooth", "off"],
         ["--keep-f16", "crit.*"],
         ["--auto-keep-f16", "1"],
+        ["--auto-keep-int8", "1"],
+        ["--budget-bytes", "100000"],
         ["--report", s(&report_path)],
+        ["--report-png", s(&report_path)],
     ] {
         let mut args = vec!["convert", s(&src), "-o", s(&plain)];
         args.extend(flag);
@@ -380,6 +383,118 @@ fn every_quantizer_flag_changes_the_image_or_the_report() {
         "12",
     ]);
     assert_refused(&refused, "multiple of 8", "--group-size 12");
+
+    // --auto-keep-int8 K: the K int4 tensors that cost most alone, in int8.
+    let int4_calib = [&calib[..], &["--dtype", "int4", "--smooth", "off"]].concat();
+    let (plain_int4, report) = quantize(&image, &dir, "int4-calib", &int4_calib);
+    assert_eq!(report["budget_bytes"], Value::Null);
+    let kept_for = |report: &Value, why: &str| -> Vec<(String, String)> {
+        report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["kept_for"] == why)
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap().to_string(),
+                    t["dtype"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let (kept, report) = quantize(
+        &image,
+        &dir,
+        "keep-int8",
+        &[&int4_calib[..], &["--auto-keep-int8", "2"]].concat(),
+    );
+    let int8_kept = kept_for(&report, "auto-keep-int8");
+    assert_eq!(int8_kept.len(), 2, "--auto-keep-int8 2: {int8_kept:?}");
+    assert!(
+        int8_kept
+            .iter()
+            .all(|(name, dtype)| name.starts_with("layers.") && dtype == "int8"),
+        "--auto-keep-int8 2: {int8_kept:?}"
+    );
+    assert!(
+        kept.len() > plain_int4.len(),
+        "--auto-keep-int8 2: no larger image"
+    );
+    let refused = txl(&[
+        "quantize",
+        s(&image),
+        "-o",
+        s(&dir.join("k.txl")),
+        "--calib-tokens",
+        s(&tokens),
+        "--auto-keep-int8",
+        "1",
+    ]);
+    assert_refused(&refused, "int4", "--auto-keep-int8 with int8");
+
+    // --budget-bytes N: between the int4 and the int8 image, some int4 tensors go to int8 and
+    // the image stays within N; below the smallest image, refused.
+    let budget = (plain_int4.len() + int8.len()) / 2;
+    let budget_flag = budget.to_string();
+    let (fitted, report) = quantize(
+        &image,
+        &dir,
+        "budget",
+        &[&int4_calib[..], &["--budget-bytes", &budget_flag]].concat(),
+    );
+    assert!(
+        fitted.len() <= budget && fitted.len() > plain_int4.len(),
+        "--budget-bytes {budget}: {} bytes (int4 {})",
+        fitted.len(),
+        plain_int4.len()
+    );
+    assert_eq!(report["budget_bytes"], budget, "--budget-bytes");
+    assert_eq!(report["smallest_image_bytes"], plain_int4.len(), "--budget-bytes");
+    assert!(
+        !kept_for(&report, "budget").is_empty(),
+        "--budget-bytes {budget}: nothing raised"
+    );
+    let too_small = (plain_int4.len() - 10).to_string();
+    let refused_image = dir.join("b.txl");
+    let mut args = vec!["quantize", s(&image), "-o", s(&refused_image)];
+    args.extend(&int4_calib);
+    args.extend(["--budget-bytes", too_small.as_str()]);
+    assert_refused(&txl(&args), "10 over the budget", "--budget-bytes below int4");
+    assert!(
+        !dir.join("b.txl").exists(),
+        "--budget-bytes below int4: an image was written"
+    );
+}
+
+/// The size and the distinct colours of a PNG file.
+fn png_size_and_colours(path: &Path) -> ((u32, u32), usize) {
+    let file = std::fs::File::open(path).unwrap_or_else(|_| panic!("nothing at {}", path.display()));
+    let mut reader = png::Decoder::new(std::io::BufReader::new(file))
+        .read_info()
+        .unwrap_or_else(|e| panic!("{}: not a PNG: {e}", path.display()));
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    let step = info.color_type.samples();
+    let colours: std::collections::HashSet<&[u8]> = pixels[..info.buffer_size()].chunks_exact(step).collect();
+    ((info.width, info.height), colours.len())
+}
+
+#[test]
+fn report_png_draws_the_report() {
+    let dir = scratch_dir("quantize-png");
+    let (image, tokens) = small_model(&dir);
+    for (name, flags) in [
+        ("measured", vec!["--calib-tokens", s(&tokens), "--dtype", "int4"]),
+        ("unmeasured", vec![]),
+    ] {
+        let png = dir.join(format!("{name}.png"));
+        let mut args = vec!["--report-png", s(&png)];
+        args.extend(flags);
+        quantize(&image, &dir, name, &args);
+        let (size, colours) = png_size_and_colours(&png);
+        assert_eq!(size, (1200, 1000), "--report-png ({name})");
+        assert!(colours > 10, "--report-png ({name}): {colours} colours");
+    }
 }
 
 /// The session flags every subcommand shares, with a value each that differs from
@@ -1108,7 +1223,12 @@ fn quantizer_flags_that_need_calibration_text_are_refused_without_it() {
     let dir = scratch_dir("quantize-no-text");
     let (image, _) = small_model(&dir);
     let out = dir.join("int8.txl");
-    for (flag, value) in [("--calib-limit", "100"), ("--auto-keep-f16", "2")] {
+    for (flag, value) in [
+        ("--calib-limit", "100"),
+        ("--auto-keep-f16", "2"),
+        ("--auto-keep-int8", "2"),
+        ("--budget-bytes", "100000"),
+    ] {
         for command in [
             vec!["quantize", s(&image), "-o", s(&out), flag, value],
             vec![

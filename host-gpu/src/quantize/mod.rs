@@ -14,6 +14,11 @@
 //! int4 ([`int4`]) has a scale per row and a multiplier per group of columns, is computed as
 //! W4A8, and goes to the linear layers ([`Target::Int4`], the embedding and output layers in
 //! int8) or to every matrix ([`Target::Int4All`]); the same rounding methods apply.
+//!
+//! [`MixedPrecision`] mixes precisions by measurement: each matrix quantized alone costs some
+//! calibration bits per token, and the costliest int4 matrices stay int8 (`auto_keep_int8`), or
+//! matrices go up a precision, the largest gain per byte first, until the image would exceed a
+//! byte budget ([`quantize_mixed`]).
 
 #[cfg(feature = "reference")]
 pub mod calibrate;
@@ -32,11 +37,12 @@ use half::f16;
 use serde::Serialize;
 use txl_core::image::{set_vocabulary, write_image, Payload};
 use txl_core::tensors::{for_each_tensor, Shape, TensorName};
+use txl_core::weights::{int4_groups, int4_row_bytes};
 use txl_core::{Config, Model, SessionOptions};
 
 use crate::error::Error;
 #[cfg(feature = "reference")]
-pub use search::quantize;
+pub use search::{quantize, quantize_mixed};
 
 /// The weight precision to produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -191,6 +197,19 @@ impl QuantizeOptions {
     }
 }
 
+/// Precision chosen tensor by tensor from measurements on the calibration text, beyond
+/// [`QuantizeOptions`]: both need calibration text ([`quantize_mixed`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MixedPrecision {
+    /// An int4 target keeps the `k` int4 tensors whose quantization alone costs most in int8.
+    pub auto_keep_int8: usize,
+    /// The image may hold at most this many bytes: starting from the smallest image the other
+    /// options make, tensors go up a precision (int4 to int8, int8 to f16) one at a time, the
+    /// largest measured gain in bits per token per byte added first, as long as the image stays
+    /// within the budget. f16 counts as lossless.
+    pub budget_bytes: Option<usize>,
+}
+
 /// One tensor in the report.
 #[derive(Clone, Debug, Serialize)]
 pub struct TensorReport {
@@ -202,8 +221,15 @@ pub struct TensorReport {
     pub shape: Vec<u32>,
     /// Signal-to-quantization-noise ratio in dB (infinite when stored exactly).
     pub sqnr_db: f64,
-    /// Bits per token lost when only this tensor is int8 (sensitivity pass only).
+    /// Calibration bits per token lost when only this tensor is quantized, to the target's
+    /// precision for it (int8, or int4 for the target's int4 tensors; sensitivity pass only).
     pub solo_delta_bits: Option<f64>,
+    /// The same with the tensor in int8, for the target's int4 tensors (measured for
+    /// [`MixedPrecision`]).
+    pub solo_delta_bits_int8: Option<f64>,
+    /// Why the tensor is stored above the target's precision: `keep-f16` (a pattern),
+    /// `auto-keep-f16`, `auto-keep-int8` or `budget` (`None`: it is not).
+    pub kept_for: Option<&'static str>,
     /// How an int8 or int4 tensor was rounded: `round` or `compensated` (`None` if neither).
     pub method: Option<Method>,
     /// The two roundings compared, for int8 and int4 tensors that have calibration inputs
@@ -250,6 +276,11 @@ pub struct Report {
     pub calibration_tokens: usize,
     /// Bytes of the image written.
     pub image_bytes: usize,
+    /// The byte budget ([`MixedPrecision::budget_bytes`]), if any.
+    pub budget_bytes: Option<usize>,
+    /// With a budget: the bytes of the smallest image the other options make, where the
+    /// budget's search starts.
+    pub smallest_image_bytes: Option<usize>,
     /// Parameters of the model.
     pub parameters: usize,
 }
@@ -293,6 +324,15 @@ impl Plan {
     }
 }
 
+/// A tensor as the image stores it.
+enum Stored {
+    F32,
+    F16(Vec<f16>),
+    Int8(int8::Int8Matrix),
+    /// The matrix and its packed values.
+    Int4(int4::Int4Matrix, Vec<u8>),
+}
+
 /// The source model's tensors, in f32, and its vocabulary section (kept in every image built).
 struct Source {
     config: Config,
@@ -330,19 +370,10 @@ impl Source {
 
     /// Builds an image storing tensor `i` as `plans[i]`; returns it and each tensor's SQNR.
     fn build(&self, plans: &[Plan]) -> Result<(Vec<u8>, Vec<f64>), Error> {
-        enum Stored {
-            F32,
-            F16(Vec<f16>),
-            Int8(int8::Int8Matrix),
-            Int4(int4::Int4Matrix, Vec<u8>),
-        }
         let mut stored = Vec::with_capacity(plans.len());
         let mut sqnr = Vec::with_capacity(plans.len());
         for ((_, shape, data), plan) in self.tensors.iter().zip(plans) {
-            let cols = match shape {
-                Shape::Matrix(_, c) => *c as usize,
-                Shape::Vector(n) => *n as usize,
-            };
+            let cols = shape.rows_cols().1;
             let (item, approximation) = match plan {
                 Plan::F32 => (Stored::F32, None),
                 Plan::F16 => {
@@ -372,10 +403,53 @@ impl Source {
             sqnr.push(approximation.map_or(f64::INFINITY, |a| int8::sqnr_db(data, &a)));
             stored.push(item);
         }
+        Ok((self.write(&stored)?, sqnr))
+    }
+
+    /// Bytes of the image [`Source::build`] makes of `plans`, without quantizing anything: the
+    /// same writer, given zeros of the lengths each plan stores.
+    #[cfg_attr(not(feature = "reference"), allow(dead_code))]
+    fn image_bytes(&self, plans: &[Plan]) -> Result<usize, Error> {
+        let stored: Vec<Stored> = self
+            .tensors
+            .iter()
+            .zip(plans)
+            .map(|((_, shape, _), plan)| {
+                let (rows, cols) = shape.rows_cols();
+                let values = rows * cols;
+                let int8 = |act_scales: Option<usize>| int8::Int8Matrix {
+                    values: vec![0; values],
+                    row_scales: vec![0.0; rows],
+                    act_scales: act_scales.map(|n| vec![0.0; n]),
+                };
+                let int4 = |group: usize| {
+                    let q = int4::Int4Matrix {
+                        values: Vec::new(),
+                        scale: 0.0,
+                        codes: vec![0; rows * int4_groups(cols, group)],
+                        group,
+                    };
+                    Stored::Int4(q, vec![0; rows * int4_row_bytes(cols)])
+                };
+                match plan {
+                    Plan::F32 => Stored::F32,
+                    Plan::F16 => Stored::F16(vec![f16::ZERO; values]),
+                    Plan::Int8(smooth) => Stored::Int8(int8(smooth.as_ref().map(Vec::len))),
+                    Plan::Quantized(q) => Stored::Int8(int8(q.act_scales.as_ref().map(Vec::len))),
+                    Plan::Int4(group) => int4(*group),
+                    Plan::Int4Quantized(q) => int4(q.group),
+                }
+            })
+            .collect();
+        Ok(self.write(&stored)?.len())
+    }
+
+    /// The image of the tensors stored as `stored`, with the source's vocabulary.
+    fn write(&self, stored: &[Stored]) -> Result<Vec<u8>, Error> {
         let payloads: Vec<(TensorName, Payload<'_>)> = self
             .tensors
             .iter()
-            .zip(&stored)
+            .zip(stored)
             .map(|((name, _, data), item)| {
                 let payload = match item {
                     Stored::F32 => Payload::F32(data),
@@ -399,16 +473,13 @@ impl Source {
         if let Some(section) = &self.vocabulary {
             image = set_vocabulary(&image, Some(section))?;
         }
-        Ok((image, sqnr))
+        Ok(image)
     }
 
     /// Columns of tensor `index` (a vector's length).
     #[cfg(feature = "reference")]
     fn cols(&self, index: usize) -> usize {
-        match self.tensors[index].1 {
-            Shape::Matrix(_, c) => c as usize,
-            Shape::Vector(n) => n as usize,
-        }
+        self.tensors[index].1.rows_cols().1
     }
 
     #[cfg(feature = "reference")]
@@ -468,6 +539,40 @@ fn check_group(group: usize) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::glob_match;
+
+    /// The size the budget counts with is the size of the image built, whatever the mix of
+    /// precisions, smoothing and group sizes.
+    #[cfg(feature = "reference")]
+    #[test]
+    fn image_bytes_are_the_bytes_built() {
+        use super::{Plan, Source};
+        use crate::{random_image, small_config, RandomInit};
+
+        let image = random_image(&small_config(), 5, RandomInit::default()).unwrap();
+        let bytes = txl_core::AlignedBytes::copy_from(&image).unwrap();
+        let model = txl_core::Model::parse(bytes.bytes()).unwrap();
+        let source = Source::read(&model);
+        for shift in 0..6 {
+            let plans: Vec<Plan> = source
+                .tensors
+                .iter()
+                .enumerate()
+                .map(|(index, (name, _, _))| {
+                    let cols = source.cols(index);
+                    match (name.is_matrix(), (index + shift) % 6) {
+                        (false, _) | (true, 0) => Plan::F32,
+                        (true, 1) => Plan::F16,
+                        (true, 2) => Plan::Int8(None),
+                        (true, 3) => Plan::Int8(Some(vec![1.5; cols])),
+                        (true, 4) => Plan::Int4(8),
+                        (true, _) => Plan::Int4(32),
+                    }
+                })
+                .collect();
+            let built = source.build(&plans).unwrap().0.len();
+            assert_eq!(source.image_bytes(&plans).unwrap(), built, "shift {shift}");
+        }
+    }
 
     #[test]
     fn globs_match_names() {

@@ -10,8 +10,8 @@ use super::calibrate::{channel_ranges, smoothing_factors, ChannelRanges};
 use super::inputs::{input_grams, InputGrams};
 use super::{check_group, gptq, int4, int8};
 use super::{
-    glob_match, Method, Plan, QuantizeOptions, Quantized, Report, RoundingReport, Smoothing, Source, Target,
-    TensorReport,
+    glob_match, Method, MixedPrecision, Plan, QuantizeOptions, Quantized, Report, RoundingReport, Smoothing,
+    Source, Target, TensorReport,
 };
 use crate::error::{filled, Error};
 
@@ -28,27 +28,51 @@ pub fn quantize(
     model: &Model<'_>,
     options: &QuantizeOptions,
     calibration: Option<&[u32]>,
+    progress: impl FnMut(&str),
+) -> Result<Quantized, Error> {
+    quantize_mixed(model, options, &MixedPrecision::default(), calibration, progress)
+}
+
+/// A matrix's precision while the plans are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Int4,
+    Int8,
+    F16,
+}
+
+/// [`quantize`], with some tensors kept at a higher precision as `mixed` says.
+pub fn quantize_mixed(
+    model: &Model<'_>,
+    options: &QuantizeOptions,
+    mixed: &MixedPrecision,
+    calibration: Option<&[u32]>,
     mut progress: impl FnMut(&str),
 ) -> Result<Quantized, Error> {
     check_group(options.group)?;
     let source = Source::read(model);
     let config = source.config;
-    let keep = |name: TensorName| {
-        let text = name.to_string();
-        options.keep_f16.iter().any(|p| glob_match(p, &text))
-    };
     if options.target == Target::F16 && options.method != Method::Round {
         return Err(Error::BadOptions(format!(
             "the rounding method ({}) applies to int8 and int4 weights, not f16",
             options.method
         )));
     }
+    let int4_target = matches!(options.target, Target::Int4 | Target::Int4All);
+    if mixed.auto_keep_int8 > 0 && !int4_target {
+        return Err(Error::BadOptions(format!(
+            "keeping tensors in int8 (--auto-keep-int8) applies to int4 targets, not {}",
+            options.target
+        )));
+    }
     let needs_calibration = (options.smoothing != Smoothing::Off || options.method == Method::Compensated)
         && options.target.is_integer()
-        || options.auto_keep_f16 > 0;
+        || options.auto_keep_f16 > 0
+        || mixed.auto_keep_int8 > 0
+        || mixed.budget_bytes.is_some();
     if needs_calibration && calibration.is_none() {
         return Err(Error::BadOptions(
-            "activation smoothing, error-compensated rounding and the sensitivity pass need calibration text (--calib-bytes or --calib-tokens)"
+            "activation smoothing, error-compensated rounding, the sensitivity pass and the byte budget need calibration text (--calib-bytes or --calib-tokens)"
                 .into(),
         ));
     }
@@ -59,26 +83,41 @@ pub fn quantize(
         }
         _ => None,
     };
-    let plan_with = |alpha: Option<f32>, kept: &dyn Fn(TensorName) -> bool| -> Vec<Plan> {
-        source
-            .tensors
+    // Each tensor's precision (`None`: a vector, f32) and why it is above the target's.
+    let mut levels: Vec<Option<Level>> = source
+        .tensors
+        .iter()
+        .map(|(name, _, _)| {
+            name.is_matrix().then_some(match options.target {
+                Target::F16 => Level::F16,
+                _ if options.target.is_int4(*name) => Level::Int4,
+                _ => Level::Int8,
+            })
+        })
+        .collect();
+    let mut kept_for: Vec<Option<&'static str>> = vec![None; levels.len()];
+    for ((name, _, _), (level, why)) in source.tensors.iter().zip(levels.iter_mut().zip(&mut kept_for)) {
+        let text = name.to_string();
+        if level.is_some_and(|l| l != Level::F16) && options.keep_f16.iter().any(|p| glob_match(p, &text)) {
+            (*level, *why) = (Some(Level::F16), Some("keep-f16"));
+        }
+    }
+    let plan_with = |alpha: Option<f32>, levels: &[Option<Level>]| -> Vec<Plan> {
+        levels
             .iter()
             .enumerate()
-            .map(|(index, (name, _, data))| {
-                if !name.is_matrix() {
-                    return Plan::F32;
+            .map(|(index, level)| match level {
+                None => Plan::F32,
+                Some(Level::F16) => Plan::F16,
+                Some(Level::Int4) => Plan::Int4(options.group),
+                Some(Level::Int8) => {
+                    let (name, _, data) = &source.tensors[index];
+                    let smooth = alpha.zip(ranges.as_ref()).and_then(|(alpha, ranges)| {
+                        let range = input_range(&config, *name, ranges)?;
+                        smoothing_factors(&model.image().matrix(index), data, range, alpha)
+                    });
+                    Plan::Int8(smooth)
                 }
-                if options.target == Target::F16 || kept(*name) {
-                    return Plan::F16;
-                }
-                if options.target.is_int4(*name) {
-                    return Plan::Int4(options.group);
-                }
-                let smooth = alpha.zip(ranges.as_ref()).and_then(|(alpha, ranges)| {
-                    let range = input_range(&config, *name, ranges)?;
-                    smoothing_factors(&model.image().matrix(index), data, range, alpha)
-                });
-                Plan::Int8(smooth)
             })
             .collect()
     };
@@ -101,7 +140,7 @@ pub fn quantize(
         let mut best = f64::INFINITY;
         for candidate in candidates {
             progress(&format!("smoothing: trying alpha {candidate:?}"));
-            let (image, _) = source.build(&plan_with(candidate, &keep))?;
+            let (image, _) = source.build(&plan_with(candidate, &levels))?;
             let bits = bits_per_token(&image, options.session, tokens)?;
             search.push((candidate, bits));
             if bits < best {
@@ -110,32 +149,78 @@ pub fn quantize(
         }
     }
 
-    // Sensitivity: each matrix alone in int8 or int4; keep the costliest in f16.
+    // Sensitivity: each matrix alone in int8 or int4 (an int4 one also in int8, for `mixed`).
     let mut solo = vec![None; source.tensors.len()];
-    let mut auto_kept: Vec<TensorName> = Vec::new();
-    if let (Some(tokens), Some(reference), true) = (calibration, f32_bits, options.auto_keep_f16 > 0) {
-        let all_int8 = plan_with(alpha, &keep);
+    let mut solo_int8 = vec![None; source.tensors.len()];
+    let sensitivity = options.auto_keep_f16 > 0 || mixed.auto_keep_int8 > 0 || mixed.budget_bytes.is_some();
+    if let (Some(tokens), Some(reference), true) = (calibration, f32_bits, sensitivity) {
+        let int4_also_int8 = mixed.auto_keep_int8 > 0 || mixed.budget_bytes.is_some();
         for (index, (name, _, _)) in source.tensors.iter().enumerate() {
-            if !matches!(all_int8[index], Plan::Int8(_) | Plan::Int4(_)) {
-                continue;
+            let mut measure = |level: Level| -> Result<f64, Error> {
+                progress(&format!("sensitivity: {name} {level:?}"));
+                let mut alone = vec![None; levels.len()];
+                alone[index] = Some(level);
+                let plans = plan_with(alpha, &alone);
+                let (image, _) = source.build(&plans)?;
+                Ok(bits_per_token(&image, options.session, tokens)? - reference)
+            };
+            match levels[index] {
+                Some(Level::Int8) => solo[index] = Some(measure(Level::Int8)?),
+                Some(Level::Int4) => {
+                    solo[index] = Some(measure(Level::Int4)?);
+                    if int4_also_int8 {
+                        solo_int8[index] = Some(measure(Level::Int8)?);
+                    }
+                }
+                _ => {}
             }
-            progress(&format!("sensitivity: {name}"));
-            let mut plans = vec![Plan::F32; source.tensors.len()];
-            plans[index] = all_int8[index].clone();
-            let (image, _) = source.build(&plans)?;
-            solo[index] = Some(bits_per_token(&image, options.session, tokens)? - reference);
         }
-        let mut ranked: Vec<usize> = (0..solo.len()).filter(|&i| solo[i].is_some()).collect();
-        ranked.sort_by(|&a, &b| solo[b].partial_cmp(&solo[a]).unwrap_or(std::cmp::Ordering::Equal));
-        auto_kept = ranked
-            .iter()
-            .take(options.auto_keep_f16)
-            .map(|&i| source.tensors[i].0)
+    }
+    // The costliest first, among the tensors at `level` with a measured cost.
+    let ranked = |levels: &[Option<Level>], level: Level| -> Vec<usize> {
+        let mut ranked: Vec<usize> = (0..solo.len())
+            .filter(|&i| solo[i].is_some() && levels[i] == Some(level))
             .collect();
+        ranked.sort_by(|&a, &b| solo[b].partial_cmp(&solo[a]).unwrap_or(std::cmp::Ordering::Equal));
+        ranked
+    };
+    if options.auto_keep_f16 > 0 {
+        let mut costly: Vec<usize> = ranked(&levels, Level::Int8);
+        costly.extend(ranked(&levels, Level::Int4));
+        costly.sort_by(|&a, &b| solo[b].partial_cmp(&solo[a]).unwrap_or(std::cmp::Ordering::Equal));
+        for index in costly.into_iter().take(options.auto_keep_f16) {
+            (levels[index], kept_for[index]) = (Some(Level::F16), Some("auto-keep-f16"));
+        }
+    }
+    for index in ranked(&levels, Level::Int4)
+        .into_iter()
+        .take(mixed.auto_keep_int8)
+    {
+        (levels[index], kept_for[index]) = (Some(Level::Int8), Some("auto-keep-int8"));
+    }
+    let mut smallest_image_bytes = None;
+    if let Some(budget) = mixed.budget_bytes {
+        progress("fitting the byte budget");
+        let smallest = source.image_bytes(&plan_with(alpha, &levels))?;
+        if smallest > budget {
+            return Err(Error::BadOptions(format!(
+                "the smallest image these options make is {smallest} bytes, {} over the budget of {budget} bytes: \
+                 a smaller precision (int4 or int4-all, larger int4 groups) or a larger budget",
+                smallest - budget
+            )));
+        }
+        smallest_image_bytes = Some(smallest);
+        spend_budget(
+            budget,
+            smallest,
+            &mut levels,
+            &mut kept_for,
+            (&solo, &solo_int8),
+            |levels| source.image_bytes(&plan_with(alpha, levels)),
+        )?;
     }
 
-    let kept = |name: TensorName| keep(name) || auto_kept.contains(&name);
-    let mut plans = plan_with(alpha, &kept);
+    let mut plans = plan_with(alpha, &levels);
     let mut rounding = Rounding {
         methods: plans
             .iter()
@@ -152,6 +237,14 @@ pub fn quantize(
     }
     progress("writing the image");
     let (image, sqnr) = source.build(&plans)?;
+    if let Some(budget) = mixed.budget_bytes {
+        if image.len() > budget {
+            return Err(Error::BadOptions(format!(
+                "the image came to {} bytes, over the budget of {budget} bytes",
+                image.len()
+            )));
+        }
+    }
 
     let mut bits = Vec::new();
     let mut layer_errors = Vec::new();
@@ -159,7 +252,8 @@ pub fn quantize(
         progress("measuring");
         bits.push(("f32".to_string(), reference));
         if options.target.is_integer() {
-            let (f16_image, _) = source.build(&plan_with(None, &|_| true))?;
+            let all_f16: Vec<Option<Level>> = levels.iter().map(|l| l.map(|_| Level::F16)).collect();
+            let (f16_image, _) = source.build(&plan_with(None, &all_f16))?;
             bits.push((
                 "f16".to_string(),
                 bits_per_token(&f16_image, options.session, tokens)?,
@@ -186,10 +280,17 @@ pub fn quantize(
         .tensors
         .iter()
         .zip(&plans)
-        .zip(sqnr.iter().zip(&solo))
+        .zip(sqnr.iter().zip(solo.iter().zip(&solo_int8)))
         .zip(rounding.methods.iter().zip(rounding.reports))
+        .zip(&kept_for)
         .map(
-            |((((name, shape, _), plan), (&sqnr_db, &solo_delta_bits)), (&method, rounding))| TensorReport {
+            |(
+                (
+                    (((name, shape, _), plan), (&sqnr_db, (&solo_delta_bits, &solo_delta_bits_int8))),
+                    (&method, rounding),
+                ),
+                &kept_for,
+            )| TensorReport {
                 name: name.to_string(),
                 dtype: plan.dtype(),
                 shape: {
@@ -198,6 +299,8 @@ pub fn quantize(
                 },
                 sqnr_db,
                 solo_delta_bits,
+                solo_delta_bits_int8,
+                kept_for,
                 method,
                 rounding,
             },
@@ -213,9 +316,81 @@ pub fn quantize(
         bits_per_token: bits,
         calibration_tokens: calibration.map_or(0, <[u32]>::len),
         image_bytes: image.len(),
+        budget_bytes: mixed.budget_bytes,
+        smallest_image_bytes,
         parameters: source.parameters(),
     };
     Ok(Quantized { image, report })
+}
+
+/// Spends a byte budget: from `levels` (an image of `bytes` bytes), raises one matrix a
+/// precision at a time (int4 to int8, int8 to f16), each time the one with the largest measured
+/// gain in bits per token per byte added among those the budget still has room for, until none
+/// fits or gains. A tensor's cost at a precision is its measured solo cost (`solo` at the
+/// precision it started at, `solo_int8` at int8 for one that started at int4); f16 counts as
+/// lossless. `bytes_of` gives the bytes of an image with the levels given: each raise is checked
+/// against it, so the image stays within the budget whatever the layout.
+fn spend_budget(
+    budget: usize,
+    mut bytes: usize,
+    levels: &mut [Option<Level>],
+    kept_for: &mut [Option<&'static str>],
+    (solo, solo_int8): (&[Option<f64>], &[Option<f64>]),
+    bytes_of: impl Fn(&[Option<Level>]) -> Result<usize, Error>,
+) -> Result<(), Error> {
+    let start = levels.to_vec();
+    let cost = |index: usize, level: Level| -> Option<f64> {
+        match (start[index]?, level) {
+            (_, Level::F16) => Some(0.0),
+            (Level::Int4, Level::Int4) | (Level::Int8, Level::Int8) => solo[index],
+            (Level::Int4, Level::Int8) => solo_int8[index],
+            _ => None,
+        }
+    };
+    let raise = |level: Level| match level {
+        Level::Int4 => Some(Level::Int8),
+        Level::Int8 => Some(Level::F16),
+        Level::F16 => None,
+    };
+    // The bytes each tensor adds at each precision above its start, computed once (each tensor
+    // is aligned on its own in the image, so they do not depend on the others).
+    let mut extra = vec![[0usize; 3]; levels.len()];
+    for (index, level) in start.iter().enumerate() {
+        let mut trial = start.clone();
+        let mut level = *level;
+        while let Some(to) = level.and_then(raise) {
+            trial[index] = Some(to);
+            extra[index][to as usize] = bytes_of(&trial)?.saturating_sub(bytes);
+            level = Some(to);
+        }
+    }
+    let mut blocked = vec![false; levels.len()];
+    loop {
+        // (tensor, precision, gain in bits per token, bytes added)
+        let best = (0..levels.len())
+            .filter(|&index| !blocked[index])
+            .filter_map(|index| {
+                let from = levels[index]?;
+                let to = raise(from)?;
+                let gain = cost(index, from)? - cost(index, to)?;
+                let add = extra[index][to as usize]
+                    .saturating_sub(extra[index][from as usize])
+                    .max(1);
+                (gain > 0.0 && bytes + add <= budget).then_some((index, to, gain / add as f64))
+            })
+            .max_by(|a, b| a.2.total_cmp(&b.2));
+        let Some((index, to, _)) = best else { break };
+        let from = levels[index];
+        levels[index] = Some(to);
+        let now = bytes_of(levels)?;
+        if now > budget {
+            (levels[index], blocked[index]) = (from, true);
+            continue;
+        }
+        bytes = now;
+        kept_for[index] = Some("budget");
+    }
+    Ok(())
 }
 
 /// How each tensor was rounded, and the two roundings compared.
@@ -403,5 +578,56 @@ fn input_range<'r>(config: &Config, name: TensorName, ranges: &'r ChannelRanges)
         TensorName::ClusterWeight => Some(&ranges.cluster_head),
         TensorName::EmbProj(t) => Some(&ranges.emb_proj[t as usize]),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{spend_budget, Level};
+
+    /// Three matrices, 10 bytes in int4, 20 in int8, 40 in f16: the budget buys the largest
+    /// gain per byte first, skips what no longer fits, and never goes over.
+    #[test]
+    fn the_budget_buys_the_largest_gain_per_byte_first() {
+        let bytes_of = |levels: &[Option<Level>]| -> Result<usize, crate::error::Error> {
+            Ok(levels
+                .iter()
+                .map(|l| match l {
+                    None => 0,
+                    Some(Level::Int4) => 10,
+                    Some(Level::Int8) => 20,
+                    Some(Level::F16) => 40,
+                })
+                .sum())
+        };
+        let start = [Some(Level::Int4), Some(Level::Int4), Some(Level::Int8), None];
+        // int4 costs 0.5, 0.1; int8 0.1, 0.05, 0.2
+        let solo = [Some(0.5), Some(0.1), Some(0.2), None];
+        let solo_int8 = [Some(0.1), Some(0.05), None, None];
+        let spend = |budget: usize| {
+            let mut levels = start.to_vec();
+            let mut kept_for = vec![None; levels.len()];
+            let bytes = bytes_of(&levels).unwrap();
+            spend_budget(
+                budget,
+                bytes,
+                &mut levels,
+                &mut kept_for,
+                (&solo, &solo_int8),
+                bytes_of,
+            )
+            .unwrap();
+            (levels, kept_for)
+        };
+        let (int4, int8, f16) = (Some(Level::Int4), Some(Level::Int8), Some(Level::F16));
+        assert_eq!(spend(40).0, start, "no room");
+        // 0 to int8 (0.4 for 10 bytes) first; nothing else fits in 55
+        let (levels, kept_for) = spend(55);
+        assert_eq!(levels, [int8, int4, int8, None]);
+        assert_eq!(kept_for, [Some("budget"), None, None, None]);
+        // then 2 to f16 (0.2 for 20), then 1 to int8 (0.05 for 10): 80 bytes
+        assert_eq!(spend(80).0, [int8, int8, f16, None]);
+        // everything
+        assert_eq!(spend(1000).0, [f16, f16, f16, None]);
     }
 }

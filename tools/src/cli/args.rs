@@ -240,9 +240,24 @@ pub struct QuantizeArgs {
     /// text, which it needs).
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub auto_keep_f16: usize,
+    /// With --dtype int4 or int4-all: keep the K int4 tensors whose quantization costs most
+    /// (each measured alone on the calibration text, which it needs) in int8.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub auto_keep_int8: usize,
+    /// Make an image of at most N bytes: starting from the smallest image the other flags make,
+    /// raise one tensor at a time (int4 to int8, int8 to f16), the largest gain in calibration
+    /// bits per token per byte added first, while the image fits. Refused when even the
+    /// smallest image does not fit. Needs calibration text; the report says why each tensor
+    /// got its precision.
+    #[arg(long, value_name = "N")]
+    pub budget_bytes: Option<usize>,
     /// Write the full report as JSON.
     #[arg(long, value_name = "FILE.json")]
     pub report: Option<PathBuf>,
+    /// Draw the report as a PNG picture: each tensor's SQNR (coloured by dtype), each layer's
+    /// output error and the calibration bits per token of each precision.
+    #[arg(long, value_name = "FILE.png")]
+    pub report_png: Option<PathBuf>,
 }
 
 impl QuantizeArgs {
@@ -259,7 +274,10 @@ impl QuantizeArgs {
             (self.group_size != DEFAULT_GROUP, "--group-size"),
             (!self.keep_f16.is_empty(), "--keep-f16"),
             (self.auto_keep_f16 != 0, "--auto-keep-f16"),
+            (self.auto_keep_int8 != 0, "--auto-keep-int8"),
+            (self.budget_bytes.is_some(), "--budget-bytes"),
             (self.report.is_some(), "--report"),
+            (self.report_png.is_some(), "--report-png"),
         ]
         .into_iter()
         .find_map(|(given, flag)| given.then_some(flag))
@@ -279,10 +297,15 @@ impl QuantizeArgs {
                         "--calib-limit needs calibration text (--calib-bytes, --calib-tokens or --calib-text)"
                     );
                 }
-                if self.auto_keep_f16 != 0 {
+                let measuring = [
+                    (self.auto_keep_f16 != 0, "--auto-keep-f16"),
+                    (self.auto_keep_int8 != 0, "--auto-keep-int8"),
+                    (self.budget_bytes.is_some(), "--budget-bytes"),
+                ];
+                if let Some((_, flag)) = measuring.into_iter().find(|(given, _)| *given) {
                     bail!(
-                        "--auto-keep-f16 measures on calibration text: give --calib-bytes, --calib-tokens \
-                         or --calib-text"
+                        "{flag} measures on calibration text: give --calib-bytes, --calib-tokens or \
+                         --calib-text"
                     );
                 }
                 return Ok(None);

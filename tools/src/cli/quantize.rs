@@ -1,13 +1,15 @@
 //! `txl quantize`: an f32 image to f16, int8 or int4 weights, with a report of the cost on
 //! stderr.
 
+pub mod report_png;
+
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use txl_core::{Model, SessionOptions};
 use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
-use txl_host_gpu::quantize::{self, QuantizeOptions, Smoothing, Target};
+use txl_host_gpu::quantize::{self, MixedPrecision, QuantizeOptions, Smoothing, Target};
 
 use super::args::{DtypeArg, QuantizeArgs};
 use super::{arena, progress};
@@ -20,6 +22,9 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --method compensated\n  \
     txl quantize words.txl -o words-int8.txl --calib-text train.txt\n  \
     txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt --method compensated\n  \
+    txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt --auto-keep-int8 4\n  \
+    txl quantize model.txl -o model-mixed.txl --dtype int4 --calib-bytes train.txt --budget-bytes 450000 \
+    --report-png report.png\n  \
     txl quantize model.txl -o model-f16.txl --dtype f16";
 
 /// Arguments of `txl quantize`.
@@ -48,7 +53,7 @@ impl Args {
 }
 
 /// Quantizes `model` to `dtype` as `args` say; prints the report on stderr and writes it to
-/// `--report`. Returns the new image.
+/// `--report` (and as a picture to `--report-png`). Returns the new image.
 pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -> Result<Vec<u8>> {
     let target = match dtype {
         DtypeArg::F32 => bail!("the quantizer makes f16, int8 or int4 images; f32 is what convert writes"),
@@ -85,8 +90,12 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         group: args.group_size,
         session,
     };
+    let mixed = MixedPrecision {
+        auto_keep_int8: args.auto_keep_int8,
+        budget_bytes: args.budget_bytes,
+    };
     let spinner = progress::spinner();
-    let quantized = quantize::quantize(model, &options, calibration.as_deref(), |step| {
+    let quantized = quantize::quantize_mixed(model, &options, &mixed, calibration.as_deref(), |step| {
         spinner.set_message(step.to_string())
     })?;
     spinner.finish_and_clear();
@@ -95,21 +104,32 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         let json = serde_json::to_string_pretty(&quantized.report)?;
         write_file(path, json.as_bytes())?;
     }
+    if let Some(path) = &args.report_png {
+        write_file(path, &report_png::png(&quantized.report)?)?;
+    }
     Ok(quantized.image)
 }
 
 /// The report as a table on stderr.
 fn print_report(report: &quantize::Report) {
     eprintln!(
-        "{:<40} {:>6} {:>9} {:>12}",
-        "tensor", "dtype", "SQNR dB", "solo Δ bits"
+        "{:<40} {:>6} {:>9} {:>12} {:>12}  kept for",
+        "tensor", "dtype", "SQNR dB", "solo Δ bits", "… in int8"
     );
+    let signed = |d: Option<f64>| d.map_or(String::new(), |d| format!("{d:+.5}"));
     for t in &report.tensors {
         if t.dtype == "f32" {
             continue;
         }
-        let solo = t.solo_delta_bits.map_or(String::new(), |d| format!("{d:+.5}"));
-        eprintln!("{:<40} {:>6} {:>9.2} {:>12}", t.name, t.dtype, t.sqnr_db, solo);
+        eprintln!(
+            "{:<40} {:>6} {:>9.2} {:>12} {:>12}  {}",
+            t.name,
+            t.dtype,
+            t.sqnr_db,
+            signed(t.solo_delta_bits),
+            signed(t.solo_delta_bits_int8),
+            t.kept_for.unwrap_or("")
+        );
     }
     if let Some(alpha) = report.smoothing_alpha {
         eprintln!("activation smoothing: alpha {alpha}");
@@ -130,4 +150,7 @@ fn print_report(report: &quantize::Report) {
         "image {} bytes for {} parameters",
         report.image_bytes, report.parameters
     );
+    if let (Some(budget), Some(smallest)) = (report.budget_bytes, report.smallest_image_bytes) {
+        eprintln!("budget {budget} bytes (the smallest image: {smallest} bytes)");
+    }
 }
