@@ -65,11 +65,14 @@ enum Command {
     /// (or one of those files, with config.json beside it). Tied tensors are stored once.
     #[command(after_help = convert::EXAMPLES)]
     Convert(convert::Args),
-    /// Quantize a model image to f16 or int8 (W8A8) weights, with a report of the cost.
+    /// Quantize a model image to f16, int8 (W8A8) or int4 (W4A8) weights, with a report of the cost.
     ///
-    /// int8 is per-row symmetric with the clipping range searched per row. With calibration
-    /// text (never the text you evaluate on), activation smoothing is tried and kept where it
-    /// lowers the measured bits per token, and the report measures each precision.
+    /// int8 is per-row symmetric with the clipping range searched per row; int4 has a
+    /// multiplier per group of --group-size columns. With calibration text (never the text you
+    /// evaluate on), activation smoothing is tried and kept where it lowers the measured bits per
+    /// token, rows can be rounded with their errors compensated (--method), tensors kept at a
+    /// higher precision within a byte budget (--budget-bytes), and the report measures each
+    /// precision (--report JSON, --report-png picture).
     #[command(after_help = quantize::EXAMPLES)]
     Quantize(quantize::Args),
     /// Compare a candidate image (e.g. quantized) with a reference on the same tokens.
