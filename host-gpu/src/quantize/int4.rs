@@ -77,10 +77,16 @@ fn group_error(group: &[f32], code: u8, scale: f32) -> f64 {
         .sum()
 }
 
-/// Quantizes `weight (rows, cols)` with `group` columns per multiplier (a multiple of 8; a
-/// group longer than the row becomes the row, rounded up to 8, which means the same).
+/// The group a matrix of `cols` columns stores for `group` asked (a multiple of 8): a group
+/// longer than the row becomes the row, rounded up to 8, which means the same and is the one
+/// encoding the image accepts.
+pub fn stored_group(cols: usize, group: usize) -> usize {
+    group.min(cols.next_multiple_of(8)).max(8)
+}
+
+/// Quantizes `weight (rows, cols)` with `group` columns per multiplier ([`stored_group`]).
 pub fn quantize(weight: &[f32], cols: usize, group: usize) -> Int4Matrix {
-    let group = group.min(cols.next_multiple_of(8)).max(8);
+    let group = stored_group(cols, group);
     let rows = weight.len() / cols;
     let groups = int4_groups(cols, group);
     let widest_step = |part: &[f32]| part.iter().fold(0.0f32, |m, v| m.max(v.abs())) / Q_MAX;

@@ -423,6 +423,7 @@ impl Source {
                     act_scales: act_scales.map(|n| vec![0.0; n]),
                 };
                 let int4 = |group: usize| {
+                    let group = int4::stored_group(cols, group);
                     let q = int4::Int4Matrix {
                         values: Vec::new(),
                         scale: 0.0,
