@@ -1126,7 +1126,7 @@ fn int4_pairs(
 /// [`scalar::int4_row_sums`](super::scalar::int4_row_sums) with the DSP extension, two rows per
 /// pass, `pairs` being `xq` widened by [`widen_input`]: the columns in whole blocks of eight
 /// run in the kernels above, a partial last block in the portable code. Groups of more than
-/// [`INT4_MAX_GROUP`] columns (or not a multiple of 8) take the portable code. The same sums.
+/// 256 columns (`INT4_MAX_GROUP`; or not a multiple of 8) take the portable code. The same sums.
 pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], pairs: &[u32], sums: &mut [i64]) {
     use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes};
     if group == 0 || group % 8 != 0 || group > INT4_MAX_GROUP {

@@ -234,8 +234,8 @@ pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sum
 /// [`scalar::int4_row_sums`]: `sums[r]` for the packed int4 rows of `values` and their groups'
 /// multiplier `codes`, the input `xq` prepared by [`widen_int8_input`] in `widened`, `xq.len()`
 /// the columns: with AVX2 on x86-64, two rows per pass with the `cortex-m-dsp` feature (`AND`
-/// + `SMLAD`; the Helium build widens the input itself), else the portable code. Every kernel
-/// gives the same sums (they are exact integers).
+/// and `SMLAD`; the Helium build widens the input itself), else the portable code. Every
+/// kernel gives the same sums (they are exact integers).
 #[inline]
 pub fn int4_row_sums(
     values: &[u8],
