@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `TXL_BOARD` | the board (`src/board.rs`); the build's target must be the board's | `mps2-an386` |
 //! | `TXL_MODEL` | a txl model image (`txl convert` output) | the bundled demo model, converted |
-//! | `TXL_DTYPE` | precision of the converted demo model (`f32`, `f16`, `int8`) | [`DEFAULT_DTYPE`] |
+//! | `TXL_DTYPE` | precision of the converted demo model (`f32`, `f16`, `int8`, `int4`, `int4-all`) | [`DEFAULT_DTYPE`] |
 //! | `TXL_TOKENS` | the token file `score` reads: every byte is one token id | 256 bytes of held-out text |
 //! | `TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN` | session options | the model's config |
 //! | `TXL_SAME_LENGTH` (`true`/`false`), `TXL_MEM_INIT` (`empty`/`zeros`) | session options | config / `empty` |

@@ -24,7 +24,7 @@ BOARD is one of:
   mps3-an547    Cortex-M55  (Arm MPS3 AN547)
   riscv32-virt  RV32IMAC    (QEMU's RISC-V virt machine)
 
---table [BOARD...]  builds the bundled demo model in int8, f16 and f32 for each board (all by
+--table [BOARD...]  builds the bundled demo model in int8, int4, f16 and f32 for each board (all by
                     default), scores the default tokens and prints firmware/README.md's tables,
                     one per board: image bytes, arena bytes, instructions per token and per MAC.
 --boards            lists the boards: name, Rust target, core and the firmware features its build
@@ -78,7 +78,7 @@ board_table() {
   echo
   echo "| weights | image bytes | arena bytes | instructions / token | instructions / MAC | command |"
   echo "|---|---:|---:|---:|---:|---|"
-  for dtype in int8 f16 f32; do
+  for dtype in int8 int4 f16 f32; do
     log=$(TXL_DTYPE=$dtype run_board "$board" score)
     image=$(sed -n 's/.*: image \([0-9]*\) bytes.*/\1/p' <<<"$log")
     arena=$(sed -n 's/^arena bytes \([0-9]*\).*/\1/p' <<<"$log")

@@ -8,9 +8,12 @@
 //! gives each kernel's figure over all four shapes (`shape=all`), one product per shape and
 //! position, as one token of the demo model computes them. `int8_matvec_pair` is the int8
 //! product for two positions at once, as a segment runs it (its MACs count both positions).
+//! `int4_matvec` is the int4 product (W4A8) with groups of [`INT4_GROUP`] columns, the default
+//! of `txl quantize --dtype int4`.
 //!
-//! Before counting, `bench` checks the attention's integer kernels against the portable code on
-//! odd shapes (`bench check kernel=attention_int8 shapes=N ok`; a mismatch fails the run).
+//! Before counting, `bench` checks the attention's integer kernels and the int4 product's
+//! against the portable code on odd shapes (`bench check kernel=attention_int8 shapes=N ok`,
+//! `bench check kernel=int4 shapes=N ok`; a mismatch fails the run).
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
 //! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
@@ -23,7 +26,7 @@ use alloc::vec::Vec;
 
 use defmt::info;
 use half::f16;
-use txl_core::weights::{Matrix, MatrixData};
+use txl_core::weights::{int4_groups, int4_pack_row, int4_row_bytes, Matrix, MatrixData};
 use txl_core::{int8_attention, kernels};
 
 use crate::counter::{self, InstructionCounter};
@@ -31,6 +34,9 @@ use crate::Failure;
 
 /// `(rows, cols)` of the demo model's linear layers.
 const SHAPES: [(usize, usize); 4] = [(384, 128), (128, 128), (256, 128), (128, 256)];
+
+/// Columns per group of the int4 product's multipliers.
+const INT4_GROUP: usize = 32;
 
 /// Times each product runs, for a steadier count.
 const REPEATS: u64 = 4;
@@ -40,6 +46,7 @@ const REPEATS: u64 = 4;
 enum Kernel {
     Int8,
     Int8Pair,
+    Int4,
     F16,
     F32,
 }
@@ -49,6 +56,7 @@ impl Kernel {
         match self {
             Kernel::Int8 => "int8_matvec",
             Kernel::Int8Pair => "int8_matvec_pair",
+            Kernel::Int4 => "int4_matvec",
             Kernel::F16 => "f16_matvec",
             Kernel::F32 => "f32_matvec",
         }
@@ -77,7 +85,15 @@ impl Numbers {
 pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     let shapes = check_int8_attention()?;
     info!("bench check kernel=attention_int8 shapes={=usize} ok", shapes);
-    for kernel in [Kernel::Int8, Kernel::Int8Pair, Kernel::F16, Kernel::F32] {
+    let shapes = check_int4()?;
+    info!("bench check kernel=int4 shapes={=usize} ok", shapes);
+    for kernel in [
+        Kernel::Int8,
+        Kernel::Int8Pair,
+        Kernel::Int4,
+        Kernel::F16,
+        Kernel::F32,
+    ] {
         let (mut all_macs, mut all_instructions) = (0u64, 0u64);
         for (rows, cols) in SHAPES {
             let instructions = measure(kernel, rows, cols, counter);
@@ -139,6 +155,76 @@ fn check_int8_attention() -> Result<usize, Failure> {
             }
             shapes += 1;
         }
+    }
+    Ok(shapes)
+}
+
+/// An int4 matrix of `rows x cols` with pseudo-random values in `-8..=7` (`-8` included, which
+/// the quantizer never writes but the format allows) and codes in `0..=255`, packed: the values
+/// and the codes.
+fn int4_matrix(numbers: &mut Numbers, rows: usize, cols: usize, group: usize) -> (Vec<u8>, Vec<u8>) {
+    let row_bytes = int4_row_bytes(cols);
+    let mut packed = vec![0u8; rows * row_bytes];
+    let mut row = vec![0i8; cols];
+    for out in packed.chunks_exact_mut(row_bytes) {
+        for v in row.iter_mut() {
+            *v = (numbers.next() % 16) as i8 - 8;
+        }
+        int4_pack_row(&row, out);
+    }
+    let codes = (0..rows * int4_groups(cols, group))
+        .map(|_| (numbers.next() >> 24) as u8)
+        .collect();
+    (packed, codes)
+}
+
+/// The int4 product's sums (as this board runs them: `kernels::int4_row_sums`) against the
+/// portable ones, on shapes with odd rows, columns that end in a partial block or group, groups
+/// of 8 to 128 columns, inputs at both ends of the int8 range and in between; then the extreme
+/// sums (every weight `-8`, every input `-128`) in groups of 128 and 256 columns. Returns the
+/// number of shapes checked.
+fn check_int4() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x1234_4321);
+    let mut shapes = 0;
+    let mut check = |values: &[u8], group: usize, codes: &[u8], xq: &[i8], rows: usize| {
+        let mut widened = vec![0u32; kernels::scratch_words(xq.len())];
+        kernels::widen_int8_input(xq, &mut widened);
+        let (mut fast, mut portable) = (vec![7i64; rows], vec![-7i64; rows]);
+        kernels::int4_row_sums(values, group, codes, xq, &widened, &mut fast);
+        kernels::scalar::int4_row_sums(values, group, codes, xq, &mut portable);
+        shapes += 1;
+        if fast == portable {
+            Ok(())
+        } else {
+            Err(Failure::KernelMismatch("int4_row_sums"))
+        }
+    };
+    for group in [8usize, 16, 32, 64, 128] {
+        for cols in [1usize, 7, 8, 9, 15, 24, 31, 33, 63, 64, 100, 129, 136, 257] {
+            for rows in [1usize, 2, 3, 5, 8] {
+                let (values, codes) = int4_matrix(&mut numbers, rows, cols, group);
+                let inputs = numbers.next() % 4;
+                let xq: Vec<i8> = (0..cols)
+                    .map(|_| match inputs {
+                        0 => -128,
+                        1 => 127,
+                        _ => (numbers.next() >> 24) as u8 as i8,
+                    })
+                    .collect();
+                check(&values, group, &codes, &xq, rows)?;
+            }
+        }
+    }
+    for group in [128usize, 256] {
+        let (cols, rows) = (2 * group + 8, 3);
+        let row_bytes = int4_row_bytes(cols);
+        let mut values = vec![0u8; rows * row_bytes];
+        let weights = vec![-8i8; cols];
+        for out in values.chunks_exact_mut(row_bytes) {
+            int4_pack_row(&weights, out);
+        }
+        let codes = vec![0xffu8; rows * int4_groups(cols, group)];
+        check(&values, group, &codes, &vec![-128i8; cols], rows)?;
     }
     Ok(shapes)
 }
@@ -247,7 +333,14 @@ fn measure(kernel: Kernel, rows: usize, cols: usize, counter: &InstructionCounte
     let halves: Vec<f16> = weights.iter().map(|&w| f16::from_f32(w)).collect();
     let values: Vec<i8> = weights.iter().map(|&w| (w * 127.0) as i8).collect();
     let row_scales = vec![1.0 / 127.0; rows];
+    let (packed, codes) = int4_matrix(&mut numbers, rows, cols, INT4_GROUP);
     let data = match kernel {
+        Kernel::Int4 => MatrixData::Int4 {
+            values: &packed,
+            scale: 1.0 / (7.0 * 16.0),
+            codes: &codes,
+            group: INT4_GROUP,
+        },
         Kernel::Int8 | Kernel::Int8Pair => MatrixData::Int8 {
             values: &values,
             row_scales: &row_scales,

@@ -271,6 +271,14 @@ fn demo_image_int8() -> Vec<u8> {
     quantize_weights(&model, Target::Int8).expect("the demo model quantizes")
 }
 
+/// The demo checkpoint with int4 linear layers (groups of 32 columns, the int8 embedding and
+/// output layer), as the firmware's build script quantizes it for `TXL_DTYPE=int4`.
+fn demo_image_int4() -> Vec<u8> {
+    let f32_image = AlignedBytes::copy_from(&demo_image_f32()).unwrap();
+    let model = Model::parse(f32_image.bytes()).expect("the image parses");
+    quantize_weights(&model, Target::Int4).expect("the demo model quantizes")
+}
+
 /// The firmware's count of multiply-accumulates (for its instructions per MAC), compiled here.
 #[path = "../../firmware/src/macs.rs"]
 #[allow(dead_code)]
@@ -368,7 +376,13 @@ fn firmware_bench_reports_every_kernel() {
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("no instructions_per_mac in {line}"))
     };
-    let kernels = ["int8_matvec", "int8_matvec_pair", "f16_matvec", "f32_matvec"];
+    let kernels = [
+        "int8_matvec",
+        "int8_matvec_pair",
+        "int4_matvec",
+        "f16_matvec",
+        "f32_matvec",
+    ];
     for kernel in kernels {
         let per_shape = run
             .lines
@@ -396,6 +410,15 @@ fn firmware_bench_reports_every_kernel() {
         "{}",
         run.transcript()
     );
+    // the int4 product equals the portable sums on odd shapes (5 groups x 14 widths x 5 row
+    // counts, and the extreme sums in groups of 128 and 256 columns)
+    assert!(
+        run.lines
+            .iter()
+            .any(|l| l.contains("bench check kernel=int4 shapes=352 ok")),
+        "{}",
+        run.transcript()
+    );
     // one head's attention over 64 keys of 32: 2 x 64 x 32 MACs, f32 and int8 memory
     for kernel in ["attention_f32", "attention_int8"] {
         let line = run
@@ -414,6 +437,13 @@ fn firmware_bench_reports_every_kernel() {
 #[test]
 fn int8_firmware_is_bit_exact_with_the_host() {
     check_bit_exact("int8", demo_image_int8());
+}
+
+/// int4 weights (W4A8): the DSP kernel's sums on the device, the portable (or AVX2) ones on the
+/// host, the same bits.
+#[test]
+fn int4_firmware_is_bit_exact_with_the_host() {
+    check_bit_exact("int4", demo_image_int4());
 }
 
 #[test]
@@ -715,14 +745,19 @@ const BOARD_TOKENS: usize = 128;
 /// scores `BOARD_TOKENS` tokens with the host's digest and bits per token; the int8 build also
 /// resumes after a reset with the uninterrupted digest.
 fn check_board(board: &Board) {
+    check_board_images(board, [("int8", demo_image_int8()), ("f32", demo_image_f32())]);
+}
+
+/// [`check_board`] for the given `TXL_DTYPE`s and the images they stand for.
+fn check_board_images<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N]) {
     require_target_and_qemu(board);
     let heldout =
         std::fs::read(workspace().join("tests/fixtures/demo/heldout.txt")).expect("reading heldout.txt");
     let bytes = &heldout[..BOARD_TOKENS];
-    let tokens_path = work_dir().join(format!("tokens-{}.bin", board.name));
+    let tokens_path = work_dir().join(format!("tokens-{}-{}.bin", board.name, images[0].0));
     std::fs::write(&tokens_path, bytes).expect("writing the tokens");
     let tokens: Vec<u32> = bytes.iter().map(|&b| u32::from(b)).collect();
-    for (dtype, image) in [("int8", demo_image_int8()), ("f32", demo_image_f32())] {
+    for (dtype, image) in images {
         let aligned = AlignedBytes::copy_from(&image).unwrap();
         let model = Model::parse(aligned.bytes()).expect("the image parses");
         let elf = build_firmware(
@@ -775,6 +810,13 @@ fn cortex_m33_mps2_an505_is_bit_exact_with_the_host() {
 #[test]
 fn cortex_m55_mps3_an547_is_bit_exact_with_the_host() {
     check_board(&board::MPS3_AN547);
+}
+
+/// int4 weights on the M55, whose Helium build runs the DSP int4 kernel on an input it widens
+/// itself.
+#[test]
+fn int4_firmware_on_the_cortex_m55_mps3_an547_is_bit_exact_with_the_host() {
+    check_board_images(&board::MPS3_AN547, [("int4", demo_image_int4())]);
 }
 
 /// The Helium kernel (`--features mve`) is built for the M55 and for nothing else: the build

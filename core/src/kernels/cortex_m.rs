@@ -896,3 +896,305 @@ pub fn value_sums_s8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
         };
     }
 }
+
+// int4 weights (W4A8). A packed word holds eight columns, byte `k` column `k` in its low nibble
+// and column `k + 4` in its high one (`crate::weights`). Masking the word with `0xF000F000`
+// after a shift of 12, 4, 8 or 0 bits leaves two nibbles alone at the top of the two 16-bit
+// halves, each half then `4096 * q` exactly (a signed 16-bit value): columns (0, 2), (1, 3),
+// (4, 6) and (5, 7), the pairs `widen_input` lays out for columns 0..4 and 4..8. So one AND
+// (with a shifted register) and one `SMLAD` take two columns, and a group's sum comes out times
+// 4096: exact in i32 while `|sum| < 2^19`, which a group of up to 256 columns guarantees
+// (`|q * x| <= 8 * 128`); an `ASR #12` gives the group's sum and `SMLAL` adds it, times the
+// group's multiplier, to the row's i64 sum.
+
+/// Largest group [`int4_row_sums`] runs in the DSP kernel (see above); larger groups take the
+/// portable code.
+const INT4_MAX_GROUP: usize = 256;
+
+/// Every code's multiplier, for the kernel's table lookup.
+static INT4_MULTIPLIERS: [i32; 256] = {
+    let mut table = [0i32; 256];
+    let mut code = 0;
+    while code < 256 {
+        table[code] = crate::weights::int4_multiplier(code as u8);
+        code += 1;
+    }
+    table
+};
+
+/// The arguments of the int4 kernels, read by offset in the assembly: keep the order.
+#[repr(C)]
+struct Int4Pass {
+    /// The first pair's row 0, at its first group; row 1 at `rows + stride`.
+    rows: *const u8,
+    /// Bytes from one row to the next (0 reads row 0 twice, for one pair).
+    stride: usize,
+    /// The widened inputs of the first group's columns.
+    pairs: *const u32,
+    /// The end of the last group's widened inputs.
+    pairs_end: *const u32,
+    /// Bytes of widened inputs per group: 16 per block of eight columns.
+    group_bytes: usize,
+    /// The first pair's row 0's code of the first group; row 1's at `codes + codes_stride`.
+    codes: *const u8,
+    /// Codes from one row to the next.
+    codes_stride: usize,
+    /// The pairs' rows' sums, two per pair.
+    sums: *mut i64,
+    /// [`INT4_MULTIPLIERS`].
+    multipliers: *const i32,
+    /// Pairs of rows (at least one).
+    count: usize,
+}
+
+extern "C" {
+    /// For `pass.count` pairs of rows (pair `p`: rows `2p` and `2p + 1` at `pass.stride`) and
+    /// the groups of whole blocks `pass` describes (at least one group of at least one block):
+    /// `sums[r] = sum over groups g of multiplier(code_r[g]) * (row_r[g] · x[g])`, one block
+    /// of eight columns per pass of the inner loop.
+    fn txl_int4_rows2(pass: *const Int4Pass);
+    /// [`txl_int4_rows2`] two blocks per pass of the inner loop: for groups of an even number
+    /// of blocks.
+    fn txl_int4_rows2_x2(pass: *const Int4Pass);
+}
+
+// Inner loop, per block of eight columns: two LDRD for the four input pairs, then for each of
+// the two rows one LDR, four AND and four SMLAD: 20 instructions per 16 multiply-accumulates,
+// plus a compare and a branch per `unroll` blocks. Registers there: r0 row 0 (row 1 at +r1), r1
+// the stride, r2 the inputs, r3 the group's end, r4/r5 the group sums of rows 0/1, r6-r9 the
+// input pairs, r10 the weight word, r11 the masked word, r12 the mask, lr the codes. Per group:
+// the two `ASR`s, two codes and their multipliers from the table, two `SMLAL` into the i64 sums
+// kept in the frame. Frame: [sp] table, [sp+4] codes stride, [sp+8] inputs' end, [sp+12] group
+// bytes, [sp+16] the output, [sp+20] the pair's rows, [sp+24] and [sp+32] its sums, [sp+40] its
+// codes, [sp+44] the inputs' start, [sp+48] the pairs left.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".macro txl_int4_row acc",
+    "and r11, r12, r10, lsl #12",
+    "smlad \\acc, r11, r6, \\acc",
+    "and r11, r12, r10, lsl #4",
+    "smlad \\acc, r11, r7, \\acc",
+    "and r11, r12, r10, lsl #8",
+    "smlad \\acc, r11, r8, \\acc",
+    "and r11, r10, r12",
+    "smlad \\acc, r11, r9, \\acc",
+    ".endm",
+    ".macro txl_int4_block",
+    "ldrd r6, r7, [r2], #8",
+    "ldrd r8, r9, [r2], #8",
+    "ldr r10, [r0, r1]",
+    "txl_int4_row r5",
+    "ldr r10, [r0], #4",
+    "txl_int4_row r4",
+    ".endm",
+    ".macro txl_int4_fn name, unroll",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "\\name:",
+    "push {{r4-r11, lr}}",
+    "sub sp, sp, #56",
+    "ldr r1, [r0, #32]", // multipliers
+    "ldr r2, [r0, #24]", // codes stride
+    "strd r1, r2, [sp]",
+    "ldrd r1, r2, [r0, #12]", // inputs' end, group bytes
+    "strd r1, r2, [sp, #8]",
+    "ldr r1, [r0, #28]", // sums
+    "ldr r2, [r0]",      // rows
+    "strd r1, r2, [sp, #16]",
+    "ldr r1, [r0, #20]", // codes
+    "ldr r2, [r0, #8]",  // inputs
+    "strd r1, r2, [sp, #40]",
+    "ldr r1, [r0, #36]", // pairs of rows
+    "str r1, [sp, #48]",
+    "ldr r1, [r0, #4]", // stride
+    "mov r12, #0xf000f000",
+    "0:", // a pair of rows
+    "movs r4, #0",
+    "movs r5, #0",
+    "strd r4, r5, [sp, #24]",
+    "strd r4, r5, [sp, #32]",
+    "ldr r0, [sp, #20]",
+    "ldr lr, [sp, #40]",
+    "ldr r2, [sp, #44]",
+    "1:", // a group
+    "ldr r3, [sp, #12]",
+    "add r3, r3, r2",
+    "2:", // `unroll` blocks
+    ".rept \\unroll",
+    "txl_int4_block",
+    ".endr",
+    "cmp r2, r3",
+    "bne 2b",
+    "asr r4, r4, #12",
+    "asr r5, r5, #12",
+    "ldrd r6, r7, [sp]",
+    "ldrb r8, [lr, r7]",
+    "ldrb r9, [lr], #1",
+    "ldr r8, [r6, r8, lsl #2]",
+    "ldr r9, [r6, r9, lsl #2]",
+    "ldrd r10, r11, [sp, #24]",
+    "smlal r10, r11, r4, r9",
+    "strd r10, r11, [sp, #24]",
+    "ldrd r10, r11, [sp, #32]",
+    "smlal r10, r11, r5, r8",
+    "strd r10, r11, [sp, #32]",
+    "movs r4, #0",
+    "movs r5, #0",
+    "ldr r3, [sp, #8]",
+    "cmp r2, r3",
+    "bne 1b",
+    "ldr r3, [sp, #16]", // the pair's sums out, then on to the next pair
+    "ldrd r6, r7, [sp, #24]",
+    "strd r6, r7, [r3], #8",
+    "ldrd r6, r7, [sp, #32]",
+    "strd r6, r7, [r3], #8",
+    "ldr r0, [sp, #20]",
+    "add r0, r0, r1, lsl #1",
+    "strd r3, r0, [sp, #16]",
+    "ldr r7, [sp, #4]",
+    "ldr r6, [sp, #40]",
+    "add r6, r6, r7, lsl #1",
+    "str r6, [sp, #40]",
+    "ldr r6, [sp, #48]",
+    "subs r6, r6, #1",
+    "str r6, [sp, #48]",
+    "bne 0b",
+    "add sp, sp, #56",
+    "pop {{r4-r11, pc}}",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_int4_fn txl_int4_rows2, 1",
+    "txl_int4_fn txl_int4_rows2_x2, 2",
+);
+
+/// `sums[2p + k] =` the int4 sums of row `2p + k` (at `rows[(2p + k) * stride..]`, `stride` 0
+/// for one row read twice into two sums) over `groups` groups of `blocks` whole blocks of eight
+/// columns each, `pairs` the widened inputs of those columns, `codes` row 0's codes of those
+/// groups (row `r`'s at `codes[r * codes_stride..]`), for `sums.len() / 2` pairs of rows.
+fn int4_pairs(
+    rows: &[u8],
+    stride: usize,
+    pairs: &[u32],
+    (groups, blocks): (usize, usize),
+    codes: &[u8],
+    codes_stride: usize,
+    sums: &mut [i64],
+) {
+    let count = sums.len() / 2;
+    if groups == 0 || blocks == 0 || count == 0 {
+        return sums.fill(0);
+    }
+    let last = 2 * count - 1;
+    assert!(
+        last * stride + 4 * groups * blocks <= rows.len()
+            && 4 * groups * blocks <= pairs.len()
+            && last * codes_stride + groups <= codes.len(),
+        "int4 rows out of bounds"
+    );
+    let pass = Int4Pass {
+        rows: rows.as_ptr(),
+        stride,
+        pairs: pairs.as_ptr(),
+        pairs_end: pairs[4 * groups * blocks..].as_ptr(),
+        group_bytes: 16 * blocks,
+        codes: codes.as_ptr(),
+        codes_stride,
+        sums: sums.as_mut_ptr(),
+        multipliers: INT4_MULTIPLIERS.as_ptr(),
+        count,
+    };
+    // SAFETY: checked just above: each of the `2 * count` rows holds the `4 * groups * blocks`
+    // bytes read (a word at a time, unaligned loads being allowed on Armv7E-M and Armv8-M
+    // Mainline), `pairs` the `4 * groups * blocks` words read (word-aligned, as `LDRD` needs),
+    // each row's codes the `groups` bytes read; every code indexes the 256-entry table; `sums`
+    // holds the `2 * count` i64s written. The kernels preserve the callee-saved
+    // registers and the stack pointer (AAPCS).
+    unsafe {
+        if blocks % 2 == 0 {
+            txl_int4_rows2_x2(&pass)
+        } else {
+            txl_int4_rows2(&pass)
+        }
+    };
+}
+
+/// [`scalar::int4_row_sums`](super::scalar::int4_row_sums) with the DSP extension, two rows per
+/// pass, `pairs` being `xq` widened by [`widen_input`]: the columns in whole blocks of eight
+/// run in the kernels above, a partial last block in the portable code. Groups of more than
+/// 256 columns (`INT4_MAX_GROUP`; or not a multiple of 8) take the portable code. The same sums.
+pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], pairs: &[u32], sums: &mut [i64]) {
+    use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes};
+    if group == 0 || group % 8 != 0 || group > INT4_MAX_GROUP {
+        return super::scalar::int4_row_sums(values, group, codes, xq, sums);
+    }
+    let cols = xq.len();
+    let rows = sums.len();
+    let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+    let (values, codes) = (&values[..rows * row_bytes], &codes[..rows * groups]);
+    let blocks = cols / 8;
+    let full_groups = 8 * blocks / group; // the groups of whole blocks only
+    let body = full_groups * group;
+    let rest_blocks = blocks - body / 8; // the last group's whole blocks, if it is partial
+    let pairs = &pairs[..4 * blocks];
+    let whole = (full_groups, group / 8);
+    let even = rows / 2 * 2;
+    int4_pairs(values, row_bytes, pairs, whole, codes, groups, &mut sums[..even]);
+    if even < rows {
+        // the last row alone, read twice
+        let (values, codes) = (&values[even * row_bytes..], &codes[even * groups..]);
+        let mut alone = [0i64; 2];
+        int4_pairs(values, 0, pairs, whole, codes, 0, &mut alone);
+        sums[even] = alone[0];
+    }
+    if rest_blocks > 0 {
+        // the whole blocks of a partial last group
+        let (values, pairs, codes) = (&values[body / 2..], &pairs[body / 2..], &codes[full_groups..]);
+        for (r, sum) in sums.iter_mut().enumerate() {
+            let mut rest = [0i64; 2];
+            let (values, codes) = (&values[r * row_bytes..], &codes[r * groups..]);
+            int4_pairs(values, 0, pairs, (1, rest_blocks), codes, 0, &mut rest);
+            *sum += rest[0];
+        }
+    }
+    if 8 * blocks < cols {
+        // a partial last block
+        for (r, sum) in sums.iter_mut().enumerate() {
+            let row = &values[r * row_bytes..(r + 1) * row_bytes];
+            let tail = super::scalar::int4_range_sum(row, xq, 8 * blocks..cols);
+            *sum += int4_multiplier(codes[(r + 1) * groups - 1]) as i64 * tail as i64;
+        }
+    }
+}
+
+/// Columns [`int4_row_sums_widening`] widens on the stack; wider inputs take the portable code.
+const INT4_WIDEN_COLS: usize = 512;
+
+/// [`int4_row_sums`] for an input not yet widened (the Helium build's inputs are not): widens
+/// `xq` on the stack first (into uninitialized words: zeroing the buffer on every call cost the
+/// demo model about 10% more instructions a token).
+pub fn int4_row_sums_widening(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
+    if xq.len() > INT4_WIDEN_COLS {
+        return super::scalar::int4_row_sums(values, group, codes, xq, sums);
+    }
+    let mut space = core::mem::MaybeUninit::<[u32; INT4_WIDEN_COLS / 2]>::uninit();
+    let base = space.as_mut_ptr().cast::<u32>();
+    let words = 2 * (xq.len() / 4);
+    for (g, x) in xq.chunks_exact(4).enumerate() {
+        let x = word(x);
+        // SAFETY: `2 * g + 1 < words <= INT4_WIDEN_COLS / 2`, inside `space`; `write` does not
+        // read the uninitialized word it replaces.
+        unsafe {
+            base.add(2 * g).write(sxtb16(x));
+            base.add(2 * g + 1).write(sxtb16_ror8(x));
+        }
+    }
+    // SAFETY: the loop above wrote the first `words` words of `space` (the widening of every
+    // whole group of four columns), which the slice covers and nothing else.
+    let pairs = unsafe { core::slice::from_raw_parts(base, words) };
+    int4_row_sums(values, group, codes, xq, pairs, sums);
+}

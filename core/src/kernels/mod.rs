@@ -233,7 +233,9 @@ pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sum
 
 /// [`scalar::int4_row_sums`]: `sums[r]` for the packed int4 rows of `values` and their groups'
 /// multiplier `codes`, the input `xq` prepared by [`widen_int8_input`] in `widened`, `xq.len()`
-/// the columns. Every kernel gives the same sums (they are exact integers).
+/// the columns: with AVX2 on x86-64, two rows per pass with the `cortex-m-dsp` feature (`AND`
+/// and `SMLAD`; the Helium build widens the input itself), else the portable code. Every
+/// kernel gives the same sums (they are exact integers).
 #[inline]
 pub fn int4_row_sums(
     values: &[u8],
@@ -248,8 +250,18 @@ pub fn int4_row_sums(
         // SAFETY: the CPU has AVX2, checked just above.
         return unsafe { x86::int4_row_sums(values, group, codes, xq, sums) };
     }
-    let _ = widened;
-    scalar::int4_row_sums(values, group, codes, xq, sums);
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    cortex_m::int4_row_sums(values, group, codes, xq, widened, sums);
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        let _ = widened;
+        cortex_m::int4_row_sums_widening(values, group, codes, xq, sums);
+    }
+    #[cfg(not(feature = "cortex-m-dsp"))]
+    {
+        let _ = widened;
+        scalar::int4_row_sums(values, group, codes, xq, sums);
+    }
 }
 
 /// [`crate::int8_attention::key_sums`] with AVX2 when the CPU has it; whether it ran.
