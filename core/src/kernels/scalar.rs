@@ -112,7 +112,7 @@ impl<'s> Int8Input<'s> {
                 sums,
             );
             for (out, &sum) in y.iter_mut().zip(sums.iter()) {
-                *out = sum as f32 * step;
+                *out = i64_to_f32(sum) * step;
             }
         }
     }
@@ -327,7 +327,7 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
                         a as i64 * q * int4_multiplier(codes[r * groups + c / group]) as i64
                     })
                     .sum();
-                *out = acc as f32 * (x_scale * scale);
+                *out = i64_to_f32(acc) * (x_scale * scale);
             }
         }
     }
@@ -348,6 +348,27 @@ pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums:
             let group_sum = int4_range_sum(row, xq, g * group..cols.min((g + 1) * group));
             *sum += int4_multiplier(code) as i64 * group_sum as i64;
         }
+    }
+}
+
+/// `value as f32` (round to nearest, ties to even), without the software `i64` conversion a
+/// 32-bit core calls: a value outside `i32` keeps its top 32 bits, the bits below folded into
+/// the lowest (so a tie and a value just past it still round apart), converted as a `u32` and
+/// scaled by a power of two (exact).
+#[inline]
+pub fn i64_to_f32(value: i64) -> f32 {
+    if let Ok(small) = i32::try_from(value) {
+        return small as f32;
+    }
+    let magnitude = value.unsigned_abs();
+    let shift = 32 - magnitude.leading_zeros();
+    let below = magnitude & ((1u64 << shift) - 1);
+    let kept = (magnitude >> shift) as u32 | u32::from(below != 0);
+    let result = kept as f32 * f32::from_bits((127 + shift) << 23);
+    if value < 0 {
+        -result
+    } else {
+        result
     }
 }
 
@@ -644,6 +665,34 @@ mod tests {
             .map(|_| next() as u8)
             .collect();
         (q, packed, codes)
+    }
+
+    #[test]
+    fn i64_to_f32_rounds_as_the_cast_does() {
+        let mut values = vec![0i64, 1, -1, i64::MAX, i64::MIN, i64::MIN + 1];
+        for k in 24..63 {
+            let p = 1i64 << k;
+            for base in [p, p + (p >> 24), p + (p >> 23), 3 * (p >> 1)] {
+                // around each rounding boundary: the tie, and one either side of it
+                for d in [-2i64, -1, 0, 1, 2] {
+                    values.push(base.saturating_add(d));
+                    values.push(base.saturating_add(d).saturating_neg());
+                }
+            }
+        }
+        for v in [i32::MAX as i64, i32::MIN as i64] {
+            values.extend([v - 1, v, v + 1]);
+        }
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..if cfg!(miri) { 100 } else { 100_000 } {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            values.push((state >> (state % 40)) as i64 * if state & 1 == 0 { 1 } else { -1 });
+        }
+        for v in values {
+            assert_eq!(i64_to_f32(v).to_bits(), (v as f32).to_bits(), "{v}");
+        }
     }
 
     #[test]
