@@ -560,10 +560,17 @@ def cosine_lr(step: int, steps: int) -> float:
 
 
 def train_demo(train: bytes, steps: int) -> TransfoXLLMHeadModel:
-    """Train with the Transformer-XL recurrence: DEMO_STREAMS parallel streams over
-    contiguous slices of the training text, mems carried between consecutive segments."""
-    torch.manual_seed(DEMO_SEED)
-    cfg = make_config(**DEMO_CONFIG)
+    """The demo model trained on `train` (train_byte_model with the demo's settings)."""
+    return train_byte_model(train, steps, DEMO_CONFIG, DEMO_SEED, "demo")
+
+
+def train_byte_model(train: bytes, steps: int, config: dict, seed: int, label: str) -> TransfoXLLMHeadModel:
+    """Train a byte-level model with the Transformer-XL recurrence: DEMO_STREAMS parallel
+    streams over contiguous slices of the training text, mems carried between consecutive
+    segments (back to the start, memory cleared, when a stream runs out), Adam with the
+    cosine_lr schedule, gradients clipped at 0.25."""
+    torch.manual_seed(seed)
+    cfg = make_config(**config)
     model = TransfoXLLMHeadModel(cfg)
     model.train()
     tgt_len, bsz = cfg.tgt_len, DEMO_STREAMS
@@ -573,11 +580,12 @@ def train_demo(train: bytes, steps: int) -> TransfoXLLMHeadModel:
     opt = torch.optim.Adam(model.parameters(), lr=DEMO_LR)
 
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"[demo] {n_params} parameters, {len(train)} training bytes, {bsz} streams x {tgt_len} bytes, {steps} steps")
+    print(f"[{label}] {n_params} parameters, {len(train)} training bytes, {bsz} streams x {tgt_len} bytes, "
+          f"{steps} steps")
     t0 = time.time()
     mems, pos, acc, acc_n = None, 0, 0.0, 0
     for step in range(steps):
-        if pos + tgt_len + 1 > stream_len:  # wrap around (does not happen with the default settings)
+        if pos + tgt_len + 1 > stream_len:  # wrap around (not with the demo's settings; with shorter texts)
             pos, mems = 0, None
         x = streams[:, pos : pos + tgt_len]
         y = streams[:, pos + 1 : pos + tgt_len + 1]
@@ -594,7 +602,7 @@ def train_demo(train: bytes, steps: int) -> TransfoXLLMHeadModel:
         acc += loss.item()
         acc_n += 1
         if (step + 1) % 250 == 0 or step + 1 == steps:
-            print(f"[demo] step {step + 1:5d}  train {acc / acc_n / math.log(2):.3f} bits/byte"
+            print(f"[{label}] step {step + 1:5d}  train {acc / acc_n / math.log(2):.3f} bits/byte"
                   f"  lr {cosine_lr(step, steps):.2e}  {time.time() - t0:.0f}s", flush=True)
             acc, acc_n = 0.0, 0
     model.eval()

@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_fixtures as mf  # noqa: E402  (make_config, save_model, load_model, bits_per_byte, ...)
@@ -38,10 +35,7 @@ CONFIG = dict(n_token=256, cutoffs=[], d_model=96, d_embed=96, n_head=4, d_head=
               pre_lnorm=True, untie_r=False, tie_word_embeddings=True, proj_share_all_but_first=True,
               dropout=0.1)
 SEED = 4321
-STREAMS = 16
-STEPS = 1500
-LR = 2e-3
-WARMUP = 100
+STEPS = 1500  # of 16 streams x 64 bytes, with the demo's learning-rate schedule
 HELDOUT_FRACTION = 0.05
 CALIB_BYTES = 16_000
 # The text this script was run on (CPython 3.11's pydoc_data.topics): another CPython version
@@ -56,55 +50,6 @@ def load_corpus() -> bytes:
     text = "".join(topics.topics[key] for key in sorted(topics.topics))
     lines = [line.rstrip() for line in text.splitlines()]
     return ("\n".join(line for line in lines if line) + "\n").encode("utf-8")
-
-
-def cosine_lr(step: int, steps: int) -> float:
-    """Linear warm-up, then cosine decay to 2 % of the peak learning rate."""
-    if step < WARMUP:
-        return LR * (step + 1) / WARMUP
-    progress = (step - WARMUP) / max(1, steps - WARMUP)
-    return LR * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def train(data_bytes: bytes, steps: int) -> mf.TransfoXLLMHeadModel:
-    """STREAMS parallel streams over contiguous slices of the text, mems carried between
-    consecutive segments, wrapping around at the end (the text is short)."""
-    torch.manual_seed(SEED)
-    cfg = mf.make_config(**CONFIG)
-    model = mf.TransfoXLLMHeadModel(cfg)
-    model.train()
-    tgt_len = cfg.tgt_len
-    data = torch.frombuffer(bytearray(data_bytes), dtype=torch.uint8).long()
-    stream_len = data.numel() // STREAMS
-    streams = data[: stream_len * STREAMS].view(STREAMS, stream_len)
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"[second] {n_params} parameters, {len(data_bytes)} training bytes, {steps} steps")
-    t0 = time.time()
-    mems, pos, acc, acc_n = None, 0, 0.0, 0
-    for step in range(steps):
-        if pos + tgt_len + 1 > stream_len:
-            pos, mems = 0, None
-        x = streams[:, pos : pos + tgt_len]
-        y = streams[:, pos + 1 : pos + tgt_len + 1]
-        pos += tgt_len
-        for g in opt.param_groups:
-            g["lr"] = cosine_lr(step, steps)
-        out = model(input_ids=x, mems=mems)
-        mems = out.mems
-        loss = -out.prediction_scores.gather(2, y[..., None]).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 0.25)
-        opt.step()
-        acc += loss.item()
-        acc_n += 1
-        if (step + 1) % 250 == 0 or step + 1 == steps:
-            print(f"[second] step {step + 1:5d}  train {acc / acc_n / math.log(2):.3f} bits/byte"
-                  f"  {time.time() - t0:.0f}s", flush=True)
-            acc, acc_n = 0.0, 0
-    model.eval()
-    return model
 
 
 def main() -> None:
@@ -130,7 +75,7 @@ def main() -> None:
         assert (OUT / "model.safetensors").exists(), "--reuse needs the committed model"
         print("[second] reusing the committed model (no training)")
     else:
-        model = train(training, args.steps)
+        model = mf.train_byte_model(training, args.steps, CONFIG, SEED, "second")
         if OUT.exists():
             shutil.rmtree(OUT)
         mf.save_model(model, OUT, ["safetensors"])
