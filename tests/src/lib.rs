@@ -7,10 +7,11 @@ use anyhow::{Context, Result};
 use serde::Deserialize;
 use txl_core::rng::Rng;
 use txl_core::{AlignedBytes, Config, MemInit, OptionWord, PositionKeys, SessionOptions};
-use txl_host_gpu::quantize::{quantize, QuantizeOptions, Target};
+use txl_host_gpu::quantize::{quantize, Method, QuantizeOptions, Quantized, Smoothing, Target};
 pub use txl_host_gpu::small_config;
 use txl_host_gpu::RandomInit;
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
+use txl_tools::compare::{compare, Comparison};
 
 /// `tests/fixtures`, or `$TXL_FIXTURES` (for test binaries run on another machine, as
 /// `scripts/gpu-check.sh run` does).
@@ -234,6 +235,46 @@ pub struct QuantizationText {
     pub heldout: Vec<u32>,
     /// The calibration text.
     pub calibration: Vec<u32>,
+}
+
+impl QuantizationText {
+    /// The f32 model quantized to `target`, rows rounded by `method`, calibrated on the
+    /// calibration text with activation smoothing searched.
+    pub fn quantized(&self, target: Target, method: Method) -> Quantized {
+        let model = txl_core::Model::parse(self.f32_image.bytes()).unwrap();
+        let options = QuantizeOptions {
+            smoothing: Smoothing::Auto,
+            method,
+            ..QuantizeOptions::weights_only(target, SessionOptions::from_config(model.config()))
+        };
+        quantize(&model, &options, Some(&self.calibration), |_| {}).unwrap()
+    }
+
+    /// `q` against the f32 model on the held-out text, both with the model's session settings;
+    /// printed with `name`.
+    pub fn measure(&self, name: &str, q: &Quantized) -> Comparison {
+        let reference = txl_core::Model::parse(self.f32_image.bytes()).unwrap();
+        let candidate = AlignedBytes::copy_from(&q.image).unwrap();
+        let candidate = txl_core::Model::parse(candidate.bytes()).unwrap();
+        let options = SessionOptions::from_config(reference.config());
+        let result = compare(
+            (&reference, options),
+            (&candidate, options),
+            &self.heldout,
+            |_| {},
+        )
+        .unwrap();
+        println!(
+            "{name}, {} {}: held-out relative Δ {:+.4}%, mean KL {:.3e}, top-1 {:.4}; image {} bytes",
+            q.report.target,
+            q.report.method,
+            100.0 * result.relative_delta,
+            result.mean_kl,
+            result.top1_agreement,
+            q.image.len()
+        );
+        result
+    }
 }
 
 /// The bundled demo model with `heldout.txt` and `calib.txt` as byte tokens, cut to

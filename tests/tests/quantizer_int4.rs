@@ -2,45 +2,15 @@
 //! calibrated on one text, measured on another, against f32 and against the int8 image.
 
 use txl_core::AlignedBytes;
-use txl_core::{Model, SessionOptions};
-use txl_host_gpu::quantize::{quantize, Method, QuantizeOptions, Quantized, Smoothing, Target};
+use txl_core::Model;
+use txl_host_gpu::quantize::{Method, Quantized, Target};
 use txl_tests::{demo_text, fixtures_dir, sampled_text, QuantizationText};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
-use txl_tools::compare::{compare, Comparison};
 
 /// Held-out tokens scored (as `quantized_accuracy.rs`; tgt_len 64, mem_len 64 from the config).
 const HELDOUT_TOKENS: usize = 8192;
 /// Calibration tokens (from the training text).
 const CALIBRATION_TOKENS: usize = 4096;
-
-fn quantized(f: &QuantizationText, target: Target, method: Method) -> Quantized {
-    let model = Model::parse(f.f32_image.bytes()).unwrap();
-    let options = QuantizeOptions {
-        smoothing: Smoothing::Auto,
-        method,
-        ..QuantizeOptions::weights_only(target, SessionOptions::from_config(model.config()))
-    };
-    quantize(&model, &options, Some(&f.calibration), |_| {}).unwrap()
-}
-
-/// The candidate against f32 on the held-out text.
-fn measure(name: &str, f: &QuantizationText, q: &Quantized) -> Comparison {
-    let reference = Model::parse(f.f32_image.bytes()).unwrap();
-    let candidate = AlignedBytes::copy_from(&q.image).unwrap();
-    let candidate = Model::parse(candidate.bytes()).unwrap();
-    let options = SessionOptions::from_config(reference.config());
-    let result = compare((&reference, options), (&candidate, options), &f.heldout, |_| {}).unwrap();
-    println!(
-        "{name}, {} {}: held-out relative Δ {:+.4}%, mean KL {:.3e}, top-1 agreement {:.4}; image {} bytes",
-        q.report.target,
-        q.report.method,
-        100.0 * result.relative_delta,
-        result.mean_kl,
-        result.top1_agreement,
-        q.image.len()
-    );
-    result
-}
 
 /// Every matrix of the report has the dtype `target` gives it, and where both roundings were
 /// compared the compensated one has the lower output error on the calibration inputs.
@@ -88,7 +58,7 @@ const ADAPTIVE_INT4_COMPENSATED_MAX_DELTA: f64 = 0.009;
 #[test]
 fn int4_on_the_demo_model_stays_within_its_limits() {
     let f = demo_text(HELDOUT_TOKENS, CALIBRATION_TOKENS);
-    let int8 = quantized(&f, Target::Int8, Method::Round);
+    let int8 = f.quantized(Target::Int8, Method::Round);
     for (target, method, limit) in [
         (Target::Int4, Method::Round, DEMO_INT4_ROUND_MAX_DELTA),
         (Target::Int4, Method::Compensated, DEMO_INT4_COMPENSATED_MAX_DELTA),
@@ -98,9 +68,9 @@ fn int4_on_the_demo_model_stays_within_its_limits() {
             DEMO_INT4_ALL_COMPENSATED_MAX_DELTA,
         ),
     ] {
-        let q = quantized(&f, target, method);
+        let q = f.quantized(target, method);
         check_report(&q, target);
-        let r = measure("demo", &f, &q);
+        let r = f.measure("demo", &q);
         assert!(
             r.relative_delta.abs() <= limit,
             "{target} {method}: relative Δ {:+.4}% over {:.2}%",
@@ -128,9 +98,9 @@ fn int4_on_an_adaptive_softmax_model_stays_within_its_limit() {
         heldout,
         calibration,
     };
-    let q = quantized(&f, Target::Int4, Method::Compensated);
+    let q = f.quantized(Target::Int4, Method::Compensated);
     check_report(&q, Target::Int4);
-    let r = measure("adaptive_div2", &f, &q);
+    let r = f.measure("adaptive_div2", &q);
     assert!(
         r.relative_delta.abs() <= ADAPTIVE_INT4_COMPENSATED_MAX_DELTA,
         "relative Δ {:+.4}%",

@@ -8,11 +8,9 @@
 
 use std::sync::OnceLock;
 
-use txl_core::AlignedBytes;
 use txl_core::{Model, SessionOptions};
-use txl_host_gpu::quantize::{quantize, Method, QuantizeOptions, Quantized, Smoothing, Target};
+use txl_host_gpu::quantize::{Method, Target};
 use txl_tests::{pytorch_baseline, trained_text, QuantizationText};
-use txl_tools::compare::{compare, Comparison};
 
 const HELDOUT_TOKENS: usize = 8192;
 const CALIBRATION_TOKENS: usize = 4096;
@@ -20,37 +18,6 @@ const CALIBRATION_TOKENS: usize = 4096;
 fn second() -> &'static QuantizationText {
     static TEXT: OnceLock<QuantizationText> = OnceLock::new();
     TEXT.get_or_init(|| trained_text("second", HELDOUT_TOKENS, CALIBRATION_TOKENS))
-}
-
-fn quantized(target: Target, method: Method) -> Quantized {
-    let f = second();
-    let model = Model::parse(f.f32_image.bytes()).unwrap();
-    let options = QuantizeOptions {
-        smoothing: Smoothing::Auto,
-        method,
-        ..QuantizeOptions::weights_only(target, SessionOptions::from_config(model.config()))
-    };
-    quantize(&model, &options, Some(&f.calibration), |_| {}).unwrap()
-}
-
-/// The candidate against f32 on the held-out text.
-fn measure(q: &Quantized) -> Comparison {
-    let f = second();
-    let reference = Model::parse(f.f32_image.bytes()).unwrap();
-    let candidate = AlignedBytes::copy_from(&q.image).unwrap();
-    let candidate = Model::parse(candidate.bytes()).unwrap();
-    let options = SessionOptions::from_config(reference.config());
-    let result = compare((&reference, options), (&candidate, options), &f.heldout, |_| {}).unwrap();
-    println!(
-        "second, {} {}: held-out relative Δ {:+.4}%, mean KL {:.3e}, top-1 {:.4}; image {} bytes",
-        q.report.target,
-        q.report.method,
-        100.0 * result.relative_delta,
-        result.mean_kl,
-        result.top1_agreement,
-        q.image.len()
-    );
-    result
 }
 
 #[test]
@@ -87,7 +54,7 @@ fn compensated_int8_loses_less_than_pytorch_dynamic_int8() {
     let pytorch = pytorch_baseline("second", "dynamic_int8_linear", HELDOUT_TOKENS)["relative_delta"]
         .as_f64()
         .unwrap();
-    let r = measure(&quantized(Target::Int8, Method::Compensated));
+    let r = second().measure("second", &second().quantized(Target::Int8, Method::Compensated));
     println!(
         "  PyTorch dynamic int8 (Linear layers only): {:+.4}%",
         100.0 * pytorch
@@ -103,7 +70,7 @@ fn compensated_int8_loses_less_than_pytorch_dynamic_int8() {
 
 #[test]
 fn int4_stays_within_its_limits() {
-    let int8_bytes = quantized(Target::Int8, Method::Round).image.len();
+    let int8_bytes = second().quantized(Target::Int8, Method::Round).image.len();
     for (target, method, limit) in [
         (Target::Int4, Method::Round, INT4_ROUND_MAX_DELTA),
         (Target::Int4, Method::Compensated, INT4_COMPENSATED_MAX_DELTA),
@@ -113,13 +80,13 @@ fn int4_stays_within_its_limits() {
             INT4_ALL_COMPENSATED_MAX_DELTA,
         ),
     ] {
-        let q = quantized(target, method);
+        let q = second().quantized(target, method);
         let ratio = q.image.len() as f64 / int8_bytes as f64;
         println!("  image {} bytes = {ratio:.4} x the int8 image", q.image.len());
         if target == Target::Int4 {
             assert!(ratio <= INT4_IMAGE_MAX_RATIO, "int4 image ratio {ratio:.4}");
         }
-        let r = measure(&q);
+        let r = second().measure("second", &q);
         assert!(
             r.relative_delta.abs() <= limit,
             "{target} {method}: {:+.4}% over {:.2}%",
