@@ -216,6 +216,20 @@ fn convert_passes_the_quantizer_flags_on() {
     let n_bytes = std::fs::metadata(&tokens).unwrap().len();
     assert_eq!(report["calibration_tokens"], n_bytes, "convert --calib-bytes");
     assert_eq!(report["target"], "f16", "convert --dtype f16 --report");
+    // The full report compares every precision, each measured on the calibration text.
+    let precisions: Vec<(String, f64)> = report["precisions"]
+        .as_array()
+        .expect("--report: no precisions")
+        .iter()
+        .map(|p| {
+            (
+                p["precision"].as_str().unwrap().to_string(),
+                p["bits_per_token"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = precisions.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["f16", "int8", "int4", "int4-all"], "--report precisions");
 
     // An f32 conversion quantizes nothing: each flag is refused rather than dropped.
     let report_path = dir.join("unused.json");

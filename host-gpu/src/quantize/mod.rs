@@ -23,6 +23,9 @@
 #[cfg(feature = "reference")]
 pub mod calibrate;
 
+#[cfg(feature = "reference")]
+pub mod compare;
+
 pub mod gptq;
 pub mod int4;
 pub mod int8;
@@ -283,6 +286,27 @@ pub struct Report {
     pub smallest_image_bytes: Option<usize>,
     /// Parameters of the model.
     pub parameters: usize,
+    /// Every precision quantized plainly and measured the same way, for comparison (filled
+    /// by `compare::compare_precisions` when asked for; empty otherwise).
+    pub precisions: Vec<PrecisionReport>,
+}
+
+/// One precision, every matrix stored in it (int4's embedding and output layers in int8),
+/// rounded to the nearest grid point without smoothing.
+#[derive(Clone, Debug, Serialize)]
+pub struct PrecisionReport {
+    /// The precision.
+    pub precision: Target,
+    /// Bytes of its image.
+    pub image_bytes: usize,
+    /// Each tensor's weight SQNR in dB, in the order of [`Report::tensors`] (`None`
+    /// for a tensor stored exactly: the f32 vectors).
+    pub sqnr_db: Vec<Option<f64>>,
+    /// Relative RMS error of each layer's output against the f32 model on the calibration
+    /// text (empty without calibration text).
+    pub layer_errors: Vec<f64>,
+    /// Calibration bits per token (`None` without calibration text).
+    pub bits_per_token: Option<f64>,
 }
 
 /// The quantized image and its report.

@@ -16,7 +16,7 @@ use super::{
 use crate::error::{filled, Error};
 
 /// Bits per token of `image` on `tokens`, measured with the core (the engine that runs int8).
-fn bits_per_token(image: &[u8], options: SessionOptions, tokens: &[u32]) -> Result<f64, Error> {
+pub(super) fn bits_per_token(image: &[u8], options: SessionOptions, tokens: &[u32]) -> Result<f64, Error> {
     let bytes = AlignedBytes::copy_from(image)?;
     let model = Model::parse(bytes.bytes())?;
     Ok(txl_core::scoring::score(&model, tokens, options, 0, |_| {})?.bits_per_token())
@@ -319,6 +319,7 @@ pub fn quantize_mixed(
         budget_bytes: mixed.budget_bytes,
         smallest_image_bytes,
         parameters: source.parameters(),
+        precisions: Vec::new(),
     };
     Ok(Quantized { image, report })
 }
@@ -520,7 +521,7 @@ impl Probe for LayerOutputs {
 }
 
 /// Relative RMS error of each layer's output, candidate image against the reference model.
-fn measure_layer_errors(
+pub(super) fn measure_layer_errors(
     reference: &Model<'_>,
     candidate: &[u8],
     options: SessionOptions,

@@ -251,11 +251,13 @@ pub struct QuantizeArgs {
     /// got its precision.
     #[arg(long, value_name = "N")]
     pub budget_bytes: Option<usize>,
-    /// Write the full report as JSON.
+    /// Write the full report as JSON. With it (or --report-png) the model is also quantized
+    /// plainly to f16, int8, int4 and int4-all and each is measured the same way, for
+    /// comparison (`precisions` in the JSON).
     #[arg(long, value_name = "FILE.json")]
     pub report: Option<PathBuf>,
-    /// Draw the report as a PNG picture: each tensor's SQNR (coloured by dtype), each layer's
-    /// output error and the calibration bits per token of each precision.
+    /// Draw the report as a PNG picture: each tensor's SQNR and each layer's output error in
+    /// every precision beside this image's, and the calibration bits per token of each.
     #[arg(long, value_name = "FILE.png")]
     pub report_png: Option<PathBuf>,
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use txl_core::{Model, SessionOptions};
 use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
-use txl_host_gpu::quantize::{self, MixedPrecision, QuantizeOptions, Smoothing, Target};
+use txl_host_gpu::quantize::{self, compare, MixedPrecision, QuantizeOptions, Smoothing, Target};
 
 use super::args::{DtypeArg, QuantizeArgs};
 use super::{arena, progress};
@@ -95,9 +95,16 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         budget_bytes: args.budget_bytes,
     };
     let spinner = progress::spinner();
-    let quantized = quantize::quantize_mixed(model, &options, &mixed, calibration.as_deref(), |step| {
+    let mut quantized = quantize::quantize_mixed(model, &options, &mixed, calibration.as_deref(), |step| {
         spinner.set_message(step.to_string())
     })?;
+    if args.report.is_some() || args.report_png.is_some() {
+        // The full report sets the image beside every precision, quantized plainly.
+        quantized.report.precisions =
+            compare::compare_precisions(model, &options, calibration.as_deref(), |step| {
+                spinner.set_message(step.to_string())
+            })?;
+    }
     spinner.finish_and_clear();
     print_report(&quantized.report);
     if let Some(path) = &args.report {
@@ -143,6 +150,26 @@ fn print_report(report: &quantize::Report) {
             eprintln!(
                 "  {label:<20} {bits:.5} bits/token ({:+.3}%)",
                 100.0 * (bits - reference) / reference
+            );
+        }
+    }
+    if !report.precisions.is_empty() {
+        eprintln!("each precision, plain rounding:");
+        let reference = report.bits_per_token.first().map(|(_, bits)| *bits);
+        for p in &report.precisions {
+            let change = match (p.bits_per_token, reference) {
+                (Some(bits), Some(reference)) => {
+                    format!(
+                        "  {bits:.5} bits/token ({:+.3}%)",
+                        100.0 * (bits - reference) / reference
+                    )
+                }
+                _ => String::new(),
+            };
+            eprintln!(
+                "  {:<20} {:>10} bytes{change}",
+                p.precision.to_string(),
+                p.image_bytes
             );
         }
     }

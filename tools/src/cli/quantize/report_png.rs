@@ -12,7 +12,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use plotters::style::{register_font, FontStyle};
-use txl_host_gpu::quantize::Report;
+use txl_host_gpu::quantize::{PrecisionReport, Report, Target};
 
 /// Width and height of the picture in pixels.
 pub const SIZE: (u32, u32) = (1200, 1000);
@@ -132,111 +132,239 @@ fn segment_label(labels: &[String], at: &SegmentValue<usize>) -> String {
     }
 }
 
-/// Each stored tensor's weight SQNR, a bar coloured by dtype.
-fn draw_sqnr(area: &DrawingArea<BitMapBackend<'_>, Shift>, report: &Report) -> Result<()> {
-    let tensors: Vec<_> = report
-        .tensors
-        .iter()
-        .filter(|t| t.dtype != "f32" && t.sqnr_db.is_finite())
-        .collect();
-    let caption = "weight SQNR per tensor (dB)";
-    if tensors.is_empty() {
-        return draw_unmeasured(area, caption);
-    }
-    let top = tensors.iter().map(|t| t.sqnr_db).fold(1.0f64, f64::max) * 1.35;
-    let mut chart = drawn(
-        ChartBuilder::on(area)
-            .caption(caption, (FONT, 18))
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(50)
-            .build_cartesian_2d(segments(tensors.len()), 0.0..top),
-    )?;
-    let names: Vec<String> = tensors.iter().map(|t| short_name(&t.name)).collect();
-    drawn(
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(tensors.len().min(40))
-            .x_label_formatter(&|at| segment_label(&names, at))
-            .x_label_style((FONT, 11))
-            .label_style((FONT, 13))
-            .draw(),
-    )?;
-    for dtype in DTYPES {
-        let colour = dtype_colour(dtype);
-        let bars = tensors
+/// The colour of `dtype` quantized plainly for comparison: the dtype's colour, lighter.
+fn plain_colour(precision: Target) -> RGBColor {
+    let RGBColor(r, g, b) = match precision {
+        Target::Int4All => RGBColor(143, 89, 2),
+        other => dtype_colour(&other.to_string()),
+    };
+    let lighter = |c: u8| ((c as u16 + 2 * 255) / 3) as u8;
+    RGBColor(lighter(r), lighter(g), lighter(b))
+}
+
+/// The colour of the image's own layer errors.
+const IMAGE_COLOUR: RGBColor = RGBColor(117, 80, 123);
+
+/// One series of a grouped bar chart: its legend, and a colour and value (if any) per group.
+struct Series {
+    label: String,
+    legend: RGBColor,
+    bars: Vec<Option<(f64, RGBColor)>>,
+}
+
+/// Bars in groups, one bar per series in each group and a gap after it, each group labelled;
+/// `log` draws the values on a logarithmic axis.
+fn draw_grouped(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    caption: &str,
+    groups: &[String],
+    series: &[Series],
+    log: bool,
+) -> Result<()> {
+    let values = || {
+        series
             .iter()
-            .enumerate()
-            .filter(|(_, t)| t.dtype == dtype)
-            .map(|(i, t)| bar(i, t.sqnr_db, colour));
-        drawn(chart.draw_series(bars))?
-            .label(dtype)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled()));
+            .flat_map(|s| s.bars.iter().flatten().map(|&(v, _)| v))
+    };
+    let high = values()
+        .filter(|v| v.is_finite())
+        .fold(f64::MIN_POSITIVE, f64::max);
+    let slots = series.len() + 1;
+    let x = segments(groups.len() * slots);
+    // One label every `every` groups, at most 40 along the axis.
+    let every = groups.len().div_ceil(40).max(1);
+    let label = |at: &SegmentValue<usize>| match at {
+        SegmentValue::CenterOf(i) if i % slots == (slots - 2) / 2 && (i / slots) % every == 0 => {
+            groups.get(i / slots).cloned().unwrap_or_default()
+        }
+        _ => String::new(),
+    };
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(caption, (FONT, 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(70);
+    let bars = |bottom: f64, top: f64| {
+        series.iter().enumerate().map(move |(k, s)| {
+            let bars: Vec<_> = s
+                .bars
+                .iter()
+                .enumerate()
+                .filter_map(|(g, bar)| bar.map(|(v, colour)| (g * slots + k, v.clamp(bottom, top), colour)))
+                .map(move |(i, v, colour)| {
+                    let mut rect = Rectangle::new(
+                        [(SegmentValue::Exact(i), bottom), (SegmentValue::Exact(i + 1), v)],
+                        colour.filled(),
+                    );
+                    rect.set_margin(0, 0, 1, 1);
+                    rect
+                })
+                .collect();
+            (s.label.clone(), s.legend, bars)
+        })
+    };
+    macro_rules! finish {
+        ($chart:expr, $bottom:expr, $top:expr) => {{
+            let mut chart = $chart;
+            drawn(
+                chart
+                    .configure_mesh()
+                    .disable_x_mesh()
+                    .x_labels(groups.len() * slots)
+                    .x_label_formatter(&label)
+                    .x_label_style((FONT, 11))
+                    .label_style((FONT, 13))
+                    .draw(),
+            )?;
+            for (name, colour, rects) in bars($bottom, $top) {
+                drawn(chart.draw_series(rects))?
+                    .label(name)
+                    .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], colour.filled()));
+            }
+            drawn(
+                chart
+                    .configure_series_labels()
+                    .position(SeriesLabelPosition::UpperRight)
+                    .background_style(WHITE.mix(0.9))
+                    .border_style(BLACK)
+                    .label_font((FONT, 13))
+                    .draw(),
+            )?;
+        }};
     }
-    drawn(
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .label_font((FONT, 14))
-            .draw(),
-    )?;
+    if log {
+        let low = values().filter(|v| *v > 0.0).fold(high, f64::min) / 2.0;
+        // The bars in the lower half: room above them for the legend.
+        let top = high * (high / low).powf(1.6).max(10.0);
+        finish!(
+            drawn(builder.build_cartesian_2d(x, (low..top).log_scale()))?,
+            low,
+            top
+        );
+    } else {
+        let top = high * 1.45;
+        finish!(drawn(builder.build_cartesian_2d(x, 0.0..top))?, 0.0, top);
+    }
     Ok(())
 }
 
-/// Each layer's relative RMS output error against the f32 model on the calibration text.
+/// Each stored tensor's weight SQNR, the image's bar coloured by its dtype, beside the SQNR
+/// of every precision quantized plainly ([`Report::precisions`]; int4 from int4-all, which
+/// holds every matrix in int4).
+fn draw_sqnr(area: &DrawingArea<BitMapBackend<'_>, Shift>, report: &Report) -> Result<()> {
+    let caption = "weight SQNR per tensor (dB): this image, and each precision plainly rounded";
+    let compared: Vec<&PrecisionReport> = report
+        .precisions
+        .iter()
+        .filter(|p| p.precision != Target::Int4)
+        .collect();
+    let shown: Vec<usize> = (0..report.tensors.len())
+        .filter(|&i| {
+            let t = &report.tensors[i];
+            (t.dtype != "f32" && t.sqnr_db.is_finite())
+                || compared
+                    .iter()
+                    .any(|p| p.sqnr_db.get(i).copied().flatten().is_some())
+        })
+        .collect();
+    if shown.is_empty() {
+        return draw_unmeasured(area, caption);
+    }
+    let mut series: Vec<Series> = compared
+        .iter()
+        .map(|p| Series {
+            label: format!("{} plain", p.precision),
+            legend: plain_colour(p.precision),
+            bars: shown
+                .iter()
+                .map(|&i| {
+                    p.sqnr_db
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .map(|v| (v, plain_colour(p.precision)))
+                })
+                .collect(),
+        })
+        .collect();
+    series.push(Series {
+        label: "this image".into(),
+        legend: RGBColor(85, 87, 83),
+        bars: shown
+            .iter()
+            .map(|&i| {
+                let t = &report.tensors[i];
+                (t.sqnr_db.is_finite()).then(|| (t.sqnr_db, dtype_colour(t.dtype)))
+            })
+            .collect(),
+    });
+    let names: Vec<String> = shown
+        .iter()
+        .map(|&i| short_name(&report.tensors[i].name))
+        .collect();
+    draw_grouped(area, caption, &names, &series, false)?;
+    // The image's bars take each tensor's dtype colour: name them in a second legend.
+    let style = TextStyle::from((FONT, 13)).color(&BLACK);
+    drawn(area.draw_text("this image:", &style, (90, 31)))?;
+    for (k, dtype) in DTYPES.iter().enumerate() {
+        let x = 200 + 80 * k as i32;
+        drawn(area.draw(&Rectangle::new(
+            [(x, 32), (x + 14, 42)],
+            dtype_colour(dtype).filled(),
+        )))?;
+        drawn(area.draw_text(dtype, &style, (x + 18, 31)))?;
+    }
+    Ok(())
+}
+
+/// Each layer's relative RMS output error against the f32 model on the calibration text, for
+/// this image and for every precision quantized plainly, on a logarithmic axis.
 fn draw_layer_errors(area: &DrawingArea<BitMapBackend<'_>, Shift>, report: &Report) -> Result<()> {
     let caption = "output error per layer (relative RMS against f32, calibration text)";
     let errors = &report.layer_errors;
     if errors.is_empty() {
         return draw_unmeasured(area, caption);
     }
-    let top = errors
+    let layers = |values: &[f64], colour: RGBColor| -> Vec<Option<(f64, RGBColor)>> {
+        (0..errors.len())
+            .map(|l| values.get(l).map(|&e| (e, colour)))
+            .collect()
+    };
+    let mut series: Vec<Series> = report
+        .precisions
         .iter()
-        .copied()
-        .filter(|e| e.is_finite())
-        .fold(f64::MIN_POSITIVE, f64::max)
-        * 1.15;
-    let mut chart = drawn(
-        ChartBuilder::on(area)
-            .caption(caption, (FONT, 18))
-            .margin(10)
-            .x_label_area_size(30)
-            .y_label_area_size(70)
-            .build_cartesian_2d(segments(errors.len()), 0.0..top),
-    )?;
+        .filter(|p| !p.layer_errors.is_empty())
+        .map(|p| Series {
+            label: format!("{} plain", p.precision),
+            legend: plain_colour(p.precision),
+            bars: layers(&p.layer_errors, plain_colour(p.precision)),
+        })
+        .collect();
+    series.push(Series {
+        label: "this image".into(),
+        legend: IMAGE_COLOUR,
+        bars: layers(errors, IMAGE_COLOUR),
+    });
     let labels: Vec<String> = (0..errors.len()).map(|l| format!("layer {l}")).collect();
-    drawn(
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(errors.len().min(40))
-            .x_label_formatter(&|at| segment_label(&labels, at))
-            .label_style((FONT, 13))
-            .draw(),
-    )?;
-    let colour = RGBColor(117, 80, 123);
-    drawn(
-        chart.draw_series(
-            errors
-                .iter()
-                .enumerate()
-                .map(|(i, &e)| bar(i, e.min(top), colour)),
-        ),
-    )?;
-    Ok(())
+    draw_grouped(area, caption, &labels, &series, true)
 }
 
 /// The calibration bits per token of each precision, as the change against f32 in percent,
 /// each bar labelled with its bits.
 fn draw_bits(area: &DrawingArea<BitMapBackend<'_>, Shift>, report: &Report) -> Result<()> {
     let caption = "calibration bits per token: change against f32 (%), bits on each bar";
-    let bits = &report.bits_per_token;
+    let mut bits = report.bits_per_token.clone();
     let Some(&(_, reference)) = bits.first() else {
         return draw_unmeasured(area, caption);
     };
+    // Each precision quantized plainly (f16 only if the report does not have it: the same).
+    let has_f16 = bits.iter().any(|(label, _)| label == "f16");
+    for p in &report.precisions {
+        if let (Some(b), false) = (p.bits_per_token, p.precision == Target::F16 && has_f16) {
+            bits.push((format!("{} plain", p.precision), b));
+        }
+    }
     let change: Vec<f64> = bits
         .iter()
         .map(|(_, b)| 100.0 * (b - reference) / reference)
@@ -263,9 +391,13 @@ fn draw_bits(area: &DrawingArea<BitMapBackend<'_>, Shift>, report: &Report) -> R
             .label_style((FONT, 13))
             .draw(),
     )?;
-    let colour = |label: &str| match label.split([' ', '-']).next().unwrap_or(label) {
-        "f32" => RGBColor(85, 87, 83),
-        dtype => dtype_colour(dtype),
+    let colour = |label: &str| match (
+        label.split(' ').next().unwrap_or(label),
+        label.ends_with(" plain"),
+    ) {
+        ("f32", _) => RGBColor(85, 87, 83),
+        (precision, true) => precision.parse().map_or(BLACK, plain_colour),
+        (dtype, false) => dtype_colour(dtype.split('-').next().unwrap_or(dtype)),
     };
     drawn(
         chart.draw_series(
@@ -291,7 +423,7 @@ fn draw_bits(area: &DrawingArea<BitMapBackend<'_>, Shift>, report: &Report) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use txl_host_gpu::quantize::{Method, Target, TensorReport};
+    use txl_host_gpu::quantize::{Method, TensorReport};
 
     fn tensor(name: &str, dtype: &'static str, sqnr_db: f64) -> TensorReport {
         TensorReport {
@@ -346,6 +478,21 @@ mod tests {
             budget_bytes: Some(1200),
             smallest_image_bytes: Some(900),
             parameters: 500,
+            precisions: [
+                (Target::F16, 70.0, 1e-4),
+                (Target::Int8, 38.0, 1e-2),
+                (Target::Int4, 20.0, 5e-2),
+            ]
+            .into_iter()
+            .chain([(Target::Int4All, 19.0, 8e-2)])
+            .map(|(precision, sqnr, error)| PrecisionReport {
+                precision,
+                image_bytes: 800,
+                sqnr_db: vec![Some(sqnr), Some(sqnr), Some(sqnr), None],
+                layer_errors: vec![error, 2.0 * error],
+                bits_per_token: Some(2.0 + error),
+            })
+            .collect(),
         };
         let (size, pixels) = decode(&png(&report).unwrap());
         assert_eq!(size, SIZE);
@@ -355,10 +502,14 @@ mod tests {
                 .filter(|p| **p == [colour.0, colour.1, colour.2])
                 .count()
         };
-        // Each dtype's bar (and legend), and the text's black.
+        // Each dtype's bar (and legend), each precision's plain bars, and the text's black.
         for dtype in DTYPES {
             assert!(count(dtype_colour(dtype)) > 500, "no {dtype} bar");
         }
+        for precision in [Target::F16, Target::Int8, Target::Int4, Target::Int4All] {
+            assert!(count(plain_colour(precision)) > 300, "no plain {precision} bar");
+        }
+        assert!(count(IMAGE_COLOUR) > 300, "no layer error bar for the image");
         assert!(count(RGBColor(0, 0, 0)) > 500, "no text");
         let distinct: std::collections::HashSet<[u8; 3]> = pixels.iter().copied().collect();
         assert!(distinct.len() > 20, "{} colours", distinct.len());
@@ -368,6 +519,7 @@ mod tests {
             tensors: report.tensors[..1].to_vec(),
             layer_errors: vec![0.02],
             bits_per_token: report.bits_per_token[..1].to_vec(),
+            precisions: Vec::new(),
             ..report.clone()
         };
         let (size, pixels) = decode(&png(&single).unwrap());
@@ -378,9 +530,22 @@ mod tests {
         let unmeasured = Report {
             layer_errors: Vec::new(),
             bits_per_token: Vec::new(),
+            precisions: report
+                .precisions
+                .iter()
+                .map(|p| PrecisionReport {
+                    layer_errors: Vec::new(),
+                    bits_per_token: None,
+                    ..p.clone()
+                })
+                .collect(),
             ..report
         };
-        let (size, _) = decode(&png(&unmeasured).unwrap());
+        let (size, pixels) = decode(&png(&unmeasured).unwrap());
         assert_eq!(size, SIZE);
+        assert!(pixels.contains(&{
+            let RGBColor(r, g, b) = plain_colour(Target::Int8);
+            [r, g, b]
+        }));
     }
 }
