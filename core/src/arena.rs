@@ -39,32 +39,50 @@ pub struct ArenaLayout {
     pub attn_vec: usize,
     /// f32 `(n_head * d_head)` one query plus the position bias `v`.
     pub query_pos: usize,
-    /// f32 `(2, n_head * d_head)` one position's key and value before they are stored; two
-    /// positions' with `tgt_len >= 2` (the linear layers take positions in pairs).
+    /// f32 `(per_pass, 2, n_head * d_head)` the keys and values of the positions one pass of
+    /// the linear layers takes, before they are stored (`per_pass`: see
+    /// [`ArenaLayout::with_positions_per_pass`]).
     pub key_value: usize,
     /// f32 `(2, mem_len + tgt_len)` one query's attention scores and its position terms; with
     /// int8 memory, then `max(d_head, 2 ⌈d_head / 4⌉)` words of one head's integer sums.
     pub scores: usize,
-    /// f32 `(d_inner)` one feed-forward hidden row (two with `tgt_len >= 2`).
+    /// f32 `(per_pass, d_inner)` feed-forward hidden rows.
     pub ff_inner: usize,
-    /// f32 `(d_model)` one sinusoid position embedding, one head's folded position query
-    /// `W_r,hᵀ (q + v)_h`, or one sub-layer output row.
+    /// f32 `(per_pass, d_model)` one sinusoid position embedding, one head's folded position
+    /// query `W_r,hᵀ (q + v)_h`, or sub-layer output rows.
     pub row: usize,
     /// f32 `(d_embed)` an embedding row, or the hidden state projected for one output cluster.
     pub embed_row: usize,
     /// f32 `(n_token)` one row of log-probabilities.
     pub log_probs: usize,
-    /// u32 words of kernel scratch for one activation row of the widest input (two with
-    /// `tgt_len >= 2`),
+    /// u32 words of kernel scratch for `per_pass` activation rows of the widest input,
     /// `max(d_model, d_inner, n_head * d_head, d_embed)` columns: see
     /// [`kernels::scratch_words`](crate::kernels::scratch_words).
     pub quantized: usize,
 }
 
+/// Positions one pass of the linear layers takes in a session made by
+/// [`Session::new`](crate::Session::new): pairs, which read each weight once for two positions.
+pub const DEFAULT_POSITIONS_PER_PASS: usize = 2;
+
 impl ArenaLayout {
-    /// The buffers `config` needs under `options`.
+    /// The buffers `config` needs under `options`, with the linear layers on pairs of
+    /// positions ([`DEFAULT_POSITIONS_PER_PASS`]).
     pub fn new(config: &Config, options: &SessionOptions) -> Result<ArenaLayout, Error> {
-        if options.tgt_len == 0 {
+        Self::with_positions_per_pass(config, options, DEFAULT_POSITIONS_PER_PASS)
+    }
+
+    /// The buffers `config` needs under `options` when the linear layers take up to
+    /// `positions` positions of a segment per pass (1 to
+    /// [`MAX_POSITIONS_PER_PASS`](crate::kernels::MAX_POSITIONS_PER_PASS), and no more than
+    /// `tgt_len`): each weight is read once per pass, so more positions read the weights less
+    /// often, at the cost of `positions` rows of the feed-forward and key/value buffers.
+    pub fn with_positions_per_pass(
+        config: &Config,
+        options: &SessionOptions,
+        positions: usize,
+    ) -> Result<ArenaLayout, Error> {
+        if options.tgt_len == 0 || positions == 0 || positions > crate::kernels::MAX_POSITIONS_PER_PASS {
             return Err(Error::BadOptions);
         }
         let overflow = Error::SizeOverflow;
@@ -89,8 +107,7 @@ impl ArenaLayout {
             PositionKeys::FoldedIntoQuery => 0,
         };
         let widest_input = [d_model, config.d_inner as usize, qkv, config.d_embed as usize];
-        // segments of two or more positions run the linear layers on pairs of positions
-        let pair = if tgt >= 2 { 2 } else { 1 };
+        let per_pass = positions.min(tgt);
         let layout = ArenaLayout {
             keys: cache,
             values: cache,
@@ -107,14 +124,14 @@ impl ArenaLayout {
             queries: floats(tgt, qkv)?,
             attn_vec: floats(tgt, qkv)?,
             query_pos: floats(1, qkv)?,
-            key_value: floats(2 * pair, qkv)?,
+            key_value: floats(2 * per_pass, qkv)?,
             scores: crate::attention::scores_len(capacity, config.d_head as usize, options.mem_dtype)
                 .ok_or(overflow)?,
-            ff_inner: floats(pair, config.d_inner as usize)?,
-            row: floats(pair, d_model)?,
+            ff_inner: floats(per_pass, config.d_inner as usize)?,
+            row: floats(per_pass, d_model)?,
             embed_row: floats(1, config.max_emb_dim() as usize)?,
             log_probs: floats(1, config.n_token as usize)?,
-            quantized: pair * crate::kernels::scratch_words(widest_input.into_iter().max().unwrap_or(0)),
+            quantized: per_pass * crate::kernels::scratch_words(widest_input.into_iter().max().unwrap_or(0)),
         };
         layout.checked_total().ok_or(overflow)?;
         Ok(layout)

@@ -75,6 +75,13 @@ struct Int8Input<'s> {
 }
 
 impl<'s> Int8Input<'s> {
+    /// No input (a placeholder in an array of inputs).
+    const NONE: Int8Input<'static> = Int8Input {
+        xq: &[],
+        widened: &[],
+        x_scale: 0.0,
+    };
+
     /// Quantizes `x` (`cols` long, times `act_scales` if any) into `scratch`.
     fn quantize(x: &[f32], act_scales: Option<&[f32]>, scratch: &'s mut [u32], cols: usize) -> Self {
         let (xq, widened) = super::split_scratch(scratch, cols);
@@ -257,6 +264,153 @@ pub fn matmul(weight: &Matrix<'_>, xs: &[&[f32]], ys: &mut [&mut [f32]], scratch
                 }
             }
         }
+    }
+}
+
+/// Most positions one pass of the linear layers takes ([`matmul_split`]'s inputs).
+pub const MAX_POSITIONS_PER_PASS: usize = 16;
+
+/// Bytes of weights a block of rows of [`matmul_split`] reads for all its inputs at once: the
+/// block stays in the first-level cache while each input meets it.
+const ROW_BLOCK_BYTES: usize = 16 * 1024;
+
+/// [`matmul`] with each output split in two like [`matvec_split`]: `W @ xs[p] -> [firsts[p] |
+/// rests[p]]` for every input `p` (at most [`MAX_POSITIONS_PER_PASS`]; `rests[p]` may be
+/// empty), each input quantized once (`scratch` holds [`scratch_words`](super::scratch_words)
+/// `(cols)` words for each input). Up to two inputs it is [`matvec_split`] or
+/// [`matvec_pair_split`]; with more, int8 and int4 weights are read in blocks of rows, each
+/// block once for all the inputs (the pair kernel on each pair), and f32 and f16 weights as
+/// [`matmul`] reads them. Every output row has the bits of one [`matvec`] per input: a row's
+/// integer sum is exact in any order, and the float kernels sum each row in their own order
+/// whichever rows they take together.
+pub fn matmul_split<'y>(
+    weight: &Matrix<'_>,
+    xs: &[&[f32]],
+    firsts: &mut [&'y mut [f32]],
+    rests: &mut [&'y mut [f32]],
+    scratch: &mut [u32],
+) {
+    let count = xs
+        .len()
+        .min(firsts.len())
+        .min(rests.len())
+        .min(MAX_POSITIONS_PER_PASS);
+    let (xs, firsts, rests) = (&xs[..count], &mut firsts[..count], &mut rests[..count]);
+    match (xs, firsts, rests) {
+        ([], _, _) => {}
+        ([x], [first], [rest]) => matvec_split(weight, x, first, rest, scratch),
+        ([x_a, x_b], [first_a, first_b], [rest_a, rest_b]) => {
+            matvec_pair_split(weight, [x_a, x_b], [first_a, first_b], [rest_a, rest_b], scratch)
+        }
+        (xs, firsts, rests) => match weight.data {
+            MatrixData::Int8 { .. } | MatrixData::Int4 { .. } => {
+                integer_rows_blocked(weight, xs, firsts, rests, scratch)
+            }
+            MatrixData::F32(_) | MatrixData::F16(_) => {
+                let split = firsts[0].len();
+                matmul(&weight.row_range(0, split), xs, firsts, scratch);
+                let end = split + rests[0].len();
+                if end > split {
+                    matmul(&weight.row_range(split, end), xs, rests, scratch);
+                }
+            }
+        },
+    }
+}
+
+/// [`matmul_split`] for int8 and int4 weights and three or more inputs: the inputs quantized
+/// once, then the rows in blocks of about [`ROW_BLOCK_BYTES`], each block's sums for every
+/// input (int8 inputs in pairs) before the next block is read.
+fn integer_rows_blocked<'y>(
+    weight: &Matrix<'_>,
+    xs: &[&[f32]],
+    firsts: &mut [&'y mut [f32]],
+    rests: &mut [&'y mut [f32]],
+    scratch: &mut [u32],
+) {
+    let cols = weight.cols;
+    let act_scales = match weight.data {
+        MatrixData::Int8 { act_scales, .. } => act_scales,
+        _ => None,
+    };
+    let mut inputs: [Int8Input<'_>; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Int8Input::NONE);
+    let mut quantized = 0;
+    for ((slot, x), words) in inputs
+        .iter_mut()
+        .zip(xs)
+        .zip(scratch.chunks_exact_mut(super::scratch_words(cols)))
+    {
+        *slot = Int8Input::quantize(x, act_scales, words, cols);
+        quantized += 1;
+    }
+    // (a scratch too short for every input leaves the outputs of the rest as they are)
+    let inputs = &inputs[..quantized];
+    let split = firsts[0].len();
+    let rows = split + rests[0].len();
+    let row_bytes = match weight.data {
+        MatrixData::Int4 { .. } => int4_row_bytes(cols),
+        _ => cols,
+    };
+    // a multiple of 8 rows: whole passes of every kernel
+    let block = (ROW_BLOCK_BYTES / row_bytes.max(1)).max(8) / 8 * 8;
+    let mut start = 0;
+    while start < rows {
+        let end = (start + block)
+            .min(rows)
+            .min(if start < split { split } else { rows });
+        let (outputs, at) = if start < split {
+            (&mut *firsts, start)
+        } else {
+            (&mut *rests, start - split)
+        };
+        let out = at..at + (end - start);
+        match weight.data {
+            MatrixData::Int8 {
+                values, row_scales, ..
+            } => {
+                let values = &values[start * cols..end * cols];
+                let scales = &row_scales[start..end];
+                let mut p = 0;
+                while p < inputs.len() {
+                    if p + 1 < inputs.len() {
+                        let (head, tail) = outputs.split_at_mut(p + 1);
+                        let (y_a, y_b) = (&mut head[p][out.clone()], &mut tail[0][out.clone()]);
+                        let (a, b) = (&inputs[p], &inputs[p + 1]);
+                        super::int8_row_sums_pair(
+                            values,
+                            cols,
+                            [a.xq, b.xq],
+                            [a.widened, b.widened],
+                            [
+                                bytemuck::cast_slice_mut(&mut *y_a),
+                                bytemuck::cast_slice_mut(&mut *y_b),
+                            ],
+                        );
+                        a.scale(scales, y_a);
+                        b.scale(scales, y_b);
+                        p += 2;
+                    } else {
+                        inputs[p].rows(values, scales, &mut outputs[p][out.clone()]);
+                        p += 1;
+                    }
+                }
+            }
+            MatrixData::Int4 {
+                values,
+                scale,
+                codes,
+                group,
+            } => {
+                let groups = int4_groups(cols, group);
+                let values = &values[start * row_bytes..end * row_bytes];
+                let codes = &codes[start * groups..end * groups];
+                for (input, y) in inputs.iter().zip(outputs.iter_mut()) {
+                    input.int4_rows(values, scale, codes, group, &mut y[out.clone()]);
+                }
+            }
+            MatrixData::F32(_) | MatrixData::F16(_) => {}
+        }
+        start = end;
     }
 }
 

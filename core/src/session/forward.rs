@@ -16,7 +16,7 @@ use super::{Linear, Probe, RunState, Session};
 use crate::attention::{self, AttentionShape};
 use crate::embedding;
 use crate::error::Error;
-use crate::kernels;
+use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
 use crate::options::PositionKeys;
 use crate::output;
 use crate::position::{position_embedding, split_distances, PositionScores, SplitTable};
@@ -103,8 +103,8 @@ impl Session<'_, '_> {
     }
 
     /// `q, k, v = W_qkv x` for each position `i`: `q` into `queries`, `k` and `v` into the
-    /// memory ring at position `mlen + i`, after the remembered ones. Positions go in pairs,
-    /// which read the weights once.
+    /// memory ring at position `mlen + i`, after the remembered ones. The positions go
+    /// `per_pass` at a time, which read the weights once.
     fn project_qkv(&mut self, layer: usize, shape: &AttentionShape, probe: &mut impl Probe) {
         let d_model = self.model.config().d_model as usize;
         let width = self.model.config().qkv_width() as usize; // n_head * d_head
@@ -112,24 +112,22 @@ impl Session<'_, '_> {
         let s = &mut self.state;
         let mut i = 0;
         while i < shape.qlen {
-            let pair = i + 1 < shape.qlen;
-            let count = if pair { 2 } else { 1 };
+            let count = self.per_pass.min(shape.qlen - i);
             let inputs = &s.attn_input[i * d_model..(i + count) * d_model];
             for x in inputs.chunks_exact(d_model) {
                 probe.linear_input(layer, Linear::Qkv, x);
             }
             let queries = &mut s.queries[i * width..(i + count) * width];
             let key_values = &mut s.key_value[..count * 2 * width];
-            // W_qkv (3 * n_head * d_head, d_model) @ x (d_model) -> [q | k | v], q into
-            // `queries`, [k | v] (2 * n_head * d_head) into `key_value`
-            if pair {
-                let (x_a, x_b) = inputs.split_at(d_model);
-                let (q_a, q_b) = queries.split_at_mut(width);
-                let (kv_a, kv_b) = key_values.split_at_mut(2 * width);
-                kernels::matvec_pair_split(&qkv, [x_a, x_b], [q_a, q_b], [kv_a, kv_b], s.quantized_input);
-            } else {
-                kernels::matvec_split(&qkv, inputs, queries, key_values, s.quantized_input);
-            }
+            // W_qkv (3 * n_head * d_head, d_model) @ x (d_model) -> [q | k | v] for each
+            // position, q into `queries`, [k | v] (2 * n_head * d_head) into `key_value`
+            kernels::matmul_split(
+                &qkv,
+                &rows(inputs, d_model)[..count],
+                &mut rows_mut(queries, width)[..count],
+                &mut rows_mut(key_values, 2 * width)[..count],
+                s.quantized_input,
+            );
             for (k, kv) in key_values.chunks_exact(2 * width).enumerate() {
                 let (key, value) = kv.split_at(width);
                 self.memory.write(layer, shape.mlen + i + k, key, value);
@@ -228,8 +226,8 @@ impl Session<'_, '_> {
         }
     }
 
-    /// `h = h + o_net(a)` for each position, then `h = LayerNorm(h)` (post-LN). Positions go
-    /// in pairs, which read the weights once.
+    /// `h = h + o_net(a)` for each position, then `h = LayerNorm(h)` (post-LN). The positions
+    /// go `per_pass` at a time, which read the weights once.
     fn attention_output(&mut self, layer: usize, qlen: usize, probe: &mut impl Probe) {
         let config = self.model.config();
         let d_model = config.d_model as usize;
@@ -238,20 +236,20 @@ impl Session<'_, '_> {
         let s = &mut self.state;
         let mut i = 0;
         while i < qlen {
-            let count = if i + 1 < qlen { 2 } else { 1 };
+            let count = self.per_pass.min(qlen - i);
             let a = &s.attn_vec[i * width..(i + count) * width];
             for a in a.chunks_exact(width) {
                 probe.linear_input(layer, Linear::ONet, a);
             }
             let branch = &mut s.branch[..count * d_model];
             // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model)
-            if count == 2 {
-                let (a_a, a_b) = a.split_at(width);
-                let (out_a, out_b) = branch.split_at_mut(d_model);
-                kernels::matvec_pair(&w.o_net, [a_a, a_b], [out_a, out_b], s.quantized_input);
-            } else {
-                kernels::matvec(&w.o_net, a, branch, s.quantized_input);
-            }
+            kernels::matmul_split(
+                &w.o_net,
+                &rows(a, width)[..count],
+                &mut rows_mut(branch, d_model)[..count],
+                &mut no_rest()[..count],
+                s.quantized_input,
+            );
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
             for (h, out) in hidden.chunks_exact_mut(d_model).zip(branch.chunks_exact(d_model)) {
                 kernels::add_assign(h, out);
@@ -266,8 +264,8 @@ impl Session<'_, '_> {
 
     /// The position-wise feed-forward sub-layer of `layer`, for each position:
     /// `h = LayerNorm(h + W_2 ReLU(W_1 h + b_1) + b_2)`, or with pre-LN
-    /// `h = h + W_2 ReLU(W_1 LayerNorm(h) + b_1) + b_2`. Positions go in pairs, which read
-    /// the weights once.
+    /// `h = h + W_2 ReLU(W_1 LayerNorm(h) + b_1) + b_2`. The positions go `per_pass` at a
+    /// time, which read the weights once.
     fn feed_forward(&mut self, layer: usize, qlen: usize, probe: &mut impl Probe) {
         let config = self.model.config();
         let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
@@ -276,7 +274,7 @@ impl Session<'_, '_> {
         let s = &mut self.state;
         let mut i = 0;
         while i < qlen {
-            let count = if i + 1 < qlen { 2 } else { 1 };
+            let count = self.per_pass.min(qlen - i);
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
             let x: &[f32] = if config.pre_lnorm {
                 let normed = &mut s.branch[..count * d_model];
@@ -291,36 +289,29 @@ impl Session<'_, '_> {
                 probe.linear_input(layer, Linear::Ff1, x);
             }
             let inner = &mut s.ff_inner[..count * d_inner];
-            // the attention input is spent: its first rows take the output
-            let ff_out = &mut s.attn_input[..count * d_model];
-            if count == 2 {
-                let (x_a, x_b) = x.split_at(d_model);
-                let (inner_a, inner_b) = inner.split_at_mut(d_inner);
-                // W_1 (d_inner, d_model) @ x (d_model) -> inner (d_inner), both positions
-                kernels::matvec_pair(&w.ff1_weight, [x_a, x_b], [inner_a, inner_b], s.quantized_input);
-            } else {
-                // W_1 (d_inner, d_model) @ x (d_model) -> inner (d_inner)
-                kernels::matvec(&w.ff1_weight, x, inner, s.quantized_input);
-            }
+            // W_1 (d_inner, d_model) @ x (d_model) -> inner (d_inner), each position
+            kernels::matmul_split(
+                &w.ff1_weight,
+                &rows(x, d_model)[..count],
+                &mut rows_mut(inner, d_inner)[..count],
+                &mut no_rest()[..count],
+                s.quantized_input,
+            );
             for inner in inner.chunks_exact_mut(d_inner) {
                 kernels::add_assign(inner, w.ff1_bias);
                 kernels::relu(inner);
                 probe.linear_input(layer, Linear::Ff2, inner);
             }
-            if count == 2 {
-                let (inner_a, inner_b) = inner.split_at(d_inner);
-                let (out_a, out_b) = ff_out.split_at_mut(d_model);
-                // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model), both positions
-                kernels::matvec_pair(
-                    &w.ff2_weight,
-                    [inner_a, inner_b],
-                    [out_a, out_b],
-                    s.quantized_input,
-                );
-            } else {
-                // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model)
-                kernels::matvec(&w.ff2_weight, inner, ff_out, s.quantized_input);
-            }
+            // the attention input is spent: its first rows take the output
+            let ff_out = &mut s.attn_input[..count * d_model];
+            // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model), each position
+            kernels::matmul_split(
+                &w.ff2_weight,
+                &rows(inner, d_inner)[..count],
+                &mut rows_mut(ff_out, d_model)[..count],
+                &mut no_rest()[..count],
+                s.quantized_input,
+            );
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
             for (h, out) in hidden
                 .chunks_exact_mut(d_model)
@@ -416,4 +407,28 @@ impl Session<'_, '_> {
         }
         self.memory.set_len(mem_len);
     }
+}
+
+/// `buffer`'s rows of `width` (the first [`MAX_POSITIONS_PER_PASS`] of them; empty slices
+/// after the last), one per position of a pass.
+fn rows(buffer: &[f32], width: usize) -> [&[f32]; MAX_POSITIONS_PER_PASS] {
+    let mut rows: [&[f32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
+    for (slot, row) in rows.iter_mut().zip(buffer.chunks_exact(width)) {
+        *slot = row;
+    }
+    rows
+}
+
+/// [`rows`] of a buffer the pass writes.
+fn rows_mut(buffer: &mut [f32], width: usize) -> [&mut [f32]; MAX_POSITIONS_PER_PASS] {
+    let mut rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+    for (slot, row) in rows.iter_mut().zip(buffer.chunks_exact_mut(width)) {
+        *slot = row;
+    }
+    rows
+}
+
+/// Empty second parts of the outputs, for a product whose outputs are not split.
+fn no_rest<'y>() -> [&'y mut [f32]; MAX_POSITIONS_PER_PASS] {
+    Default::default()
 }

@@ -134,6 +134,8 @@ pub struct Session<'m, 'a> {
     options: SessionOptions,
     memory: Memory<'a>,
     state: RunState<'a>,
+    /// Positions one pass of the linear layers takes (at most `tgt_len`).
+    per_pass: usize,
 }
 
 impl<'m, 'a> Session<'m, 'a> {
@@ -142,10 +144,36 @@ impl<'m, 'a> Session<'m, 'a> {
         Ok(ArenaLayout::new(model.config(), options)?.total_bytes())
     }
 
-    /// Starts a session in `arena` (16-byte aligned, at least [`Session::arena_bytes`]).
+    /// Exact arena bytes of a session made by [`Session::with_positions_per_pass`].
+    pub fn arena_bytes_for_positions_per_pass(
+        model: &Model<'_>,
+        options: &SessionOptions,
+        positions: usize,
+    ) -> Result<usize, Error> {
+        Ok(ArenaLayout::with_positions_per_pass(model.config(), options, positions)?.total_bytes())
+    }
+
+    /// Starts a session in `arena` (16-byte aligned, at least [`Session::arena_bytes`]). Its
+    /// linear layers take the positions of a segment in pairs
+    /// ([`DEFAULT_POSITIONS_PER_PASS`](crate::arena::DEFAULT_POSITIONS_PER_PASS)).
     pub fn new(model: &Model<'m>, arena: &'a mut [u8], options: SessionOptions) -> Result<Self, Error> {
+        Self::with_positions_per_pass(model, arena, options, crate::arena::DEFAULT_POSITIONS_PER_PASS)
+    }
+
+    /// [`Session::new`] with the linear layers taking up to `positions` positions of a segment
+    /// per pass (1 to [`MAX_POSITIONS_PER_PASS`](crate::kernels::MAX_POSITIONS_PER_PASS)):
+    /// each weight is read once per pass, so on a CPU whose caches do not hold the weights,
+    /// long segments run faster with more positions, for a larger arena
+    /// ([`Session::arena_bytes_for_positions_per_pass`]). The results are the same bits
+    /// whatever the number.
+    pub fn with_positions_per_pass(
+        model: &Model<'m>,
+        arena: &'a mut [u8],
+        options: SessionOptions,
+        positions: usize,
+    ) -> Result<Self, Error> {
         let config = *model.config();
-        let layout = ArenaLayout::new(&config, &options)?;
+        let layout = ArenaLayout::with_positions_per_pass(&config, &options, positions)?;
         let needed = layout.total_bytes();
         if arena.len() < needed {
             return Err(Error::ArenaTooSmall {
@@ -175,6 +203,7 @@ impl<'m, 'a> Session<'m, 'a> {
             options,
             memory,
             state,
+            per_pass: positions.min(options.tgt_len as usize),
         };
         session.compute_position_keys();
         session.reset();

@@ -1,0 +1,103 @@
+//! The linear layers take a segment's positions one, two (the default) or more at a time: the
+//! log-probabilities are the same bits whatever the number, in every weight dtype, and the
+//! arena grows with it.
+
+mod common;
+
+use common::{arena, tiny_config, tiny_image, Weights};
+use txl_core::kernels::MAX_POSITIONS_PER_PASS;
+use txl_core::{Error, MemDtype, Model, Session, SessionOptions};
+
+/// Every log-probability of `tokens` in segments of `options.tgt_len`, the linear layers on
+/// `positions` positions a pass.
+fn log_probs(model: &Model<'_>, options: SessionOptions, positions: usize, tokens: &[u32]) -> Vec<u32> {
+    let bytes = Session::arena_bytes_for_positions_per_pass(model, &options, positions).unwrap();
+    let mut memory = arena(bytes);
+    let arena = bytemuck::cast_slice_mut(&mut memory);
+    let mut session = Session::with_positions_per_pass(model, arena, options, positions).unwrap();
+    let mut bits = Vec::new();
+    for segment in tokens.chunks(options.tgt_len as usize) {
+        session
+            .forward(segment, |_, row| bits.extend(row.iter().map(|v| v.to_bits())))
+            .unwrap();
+    }
+    bits
+}
+
+#[test]
+fn every_number_of_positions_per_pass_gives_the_same_bits() {
+    let config = tiny_config();
+    // the interpreter is about 10^4 times slower: one segment of int8 weights (the code that
+    // reads rows in blocks), three positions a pass against pairs
+    let miri = cfg!(miri);
+    let tokens: Vec<u32> = (0..if miri { 5 } else { 23 })
+        .map(|t| (t * 7 + 3) % config.n_token)
+        .collect();
+    let tgt_lens: &[u32] = if miri { &[5] } else { &[1, 5, 7] };
+    let every_weights = [Weights::F32, Weights::F16, Weights::Int8, Weights::Int8Smoothed];
+    let weights_kinds: &[Weights] = if miri { &[Weights::Int8] } else { &every_weights };
+    let mem_dtypes: &[MemDtype] = if miri {
+        &[MemDtype::F32]
+    } else {
+        &[MemDtype::F32, MemDtype::Int8]
+    };
+    let positions_tried: &[usize] = if miri {
+        &[3]
+    } else {
+        &[1, 3, 4, MAX_POSITIONS_PER_PASS]
+    };
+    for &weights in weights_kinds {
+        let image = tiny_image(&config, weights, 11);
+        let model = Model::parse(image.bytes()).unwrap();
+        for &tgt_len in tgt_lens {
+            for &mem_dtype in mem_dtypes {
+                let options = SessionOptions {
+                    tgt_len,
+                    mem_dtype,
+                    ..SessionOptions::from_config(&config)
+                };
+                let pairs = log_probs(&model, options, 2, &tokens);
+                let default_bytes = Session::arena_bytes(&model, &options).unwrap();
+                assert_eq!(
+                    Session::arena_bytes_for_positions_per_pass(&model, &options, 2).unwrap(),
+                    default_bytes
+                );
+                for &positions in positions_tried {
+                    let bits = log_probs(&model, options, positions, &tokens);
+                    assert!(
+                        bits == pairs,
+                        "{weights:?}, tgt_len {tgt_len}, {mem_dtype:?} memory: {positions} positions a pass"
+                    );
+                    let bytes =
+                        Session::arena_bytes_for_positions_per_pass(&model, &options, positions).unwrap();
+                    let wider = positions.min(tgt_len as usize) > 2.min(tgt_len as usize);
+                    assert_eq!(
+                        bytes > default_bytes,
+                        wider,
+                        "{positions} positions, tgt_len {tgt_len}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_number_of_positions_out_of_range_is_refused() {
+    let config = tiny_config();
+    let image = tiny_image(&config, Weights::F32, 3);
+    let model = Model::parse(image.bytes()).unwrap();
+    let options = SessionOptions::from_config(&config);
+    for positions in [0, MAX_POSITIONS_PER_PASS + 1] {
+        assert!(matches!(
+            Session::arena_bytes_for_positions_per_pass(&model, &options, positions),
+            Err(Error::BadOptions)
+        ));
+        let mut memory = arena(4096);
+        let arena = bytemuck::cast_slice_mut(&mut memory);
+        assert!(matches!(
+            Session::with_positions_per_pass(&model, arena, options, positions),
+            Err(Error::BadOptions)
+        ));
+    }
+}
