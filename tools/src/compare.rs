@@ -2,7 +2,7 @@
 //! per token of each, KL divergence, top-1 agreement and the largest log-probability change.
 
 use serde::Serialize;
-use txl_core::{kernels, Model, Session, SessionOptions};
+use txl_core::{kernels, Model, SessionOptions};
 
 /// What [`compare`] measured.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -46,8 +46,8 @@ pub fn compare(
     }
     let mut ref_arena = txl_core::scoring::arena_for(ref_model, &ref_options)?;
     let mut cand_arena = txl_core::scoring::arena_for(cand_model, &cand_options)?;
-    let mut ref_session = Session::new(ref_model, ref_arena.bytes_mut(), ref_options)?;
-    let mut cand_session = Session::new(cand_model, cand_arena.bytes_mut(), cand_options)?;
+    let mut ref_session = txl_core::scoring::start(ref_model, &mut ref_arena, ref_options)?;
+    let mut cand_session = txl_core::scoring::start(cand_model, &mut cand_arena, cand_options)?;
 
     let n_token = ref_model.config().n_token as usize;
     let segment_len = ref_options.tgt_len as usize;

@@ -1,7 +1,7 @@
 //! Text generation with the core: feed a prompt, then one token at a time.
 
 use txl_core::sampling::{Sampler, Sampling};
-use txl_core::{Model, Session, SessionOptions};
+use txl_core::{Model, SessionOptions};
 
 /// Continues `prompt` by `count` tokens; returns the new tokens. Room for them is asked of
 /// the allocator up front and fallibly: a `count` it refuses is
@@ -20,7 +20,7 @@ pub fn generate(
             bytes: count.saturating_mul(4),
         })?;
     let mut arena = txl_core::scoring::arena_for(model, &options)?;
-    let mut session = Session::new(model, arena.bytes_mut(), options)?;
+    let mut session = txl_core::scoring::start(model, &mut arena, options)?;
     let mut sampler = Sampler::new(sampling);
     let mut next = None;
     for segment in prompt.chunks(options.tgt_len as usize) {

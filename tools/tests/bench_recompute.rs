@@ -87,7 +87,27 @@ fn recompute_times_the_cache_against_the_vanilla_model_at_each_length() {
         assert_eq!(base[key], value, "--enwik8-base {key}: {base}");
     }
 
-    // without --recompute the flags of Table 9 are refused, not dropped
+    // --enwik8-base without --recompute: each precision on that shape
+    let precisions = report(&[
+        "bench",
+        "--enwik8-base",
+        "--tokens",
+        "2",
+        "--tgt-len",
+        "2",
+        "--mem-len",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(
+        precisions["model"], "enwik8-base (random weights)",
+        "{precisions}"
+    );
+    let f32_bytes = precisions["results"][0]["image_bytes"].as_u64().unwrap();
+    assert!(f32_bytes > 160_000_000, "--enwik8-base: {f32_bytes} bytes in f32");
+
+    // without --recompute the flags of Table 9 are refused, not dropped; with an image,
+    // --enwik8-base is refused too
     for flags in [&["--lengths", "3"][..], &["--enwik8-base"][..]] {
         let mut args = vec!["bench", s(&image), "--tokens", "8"];
         args.extend(flags);

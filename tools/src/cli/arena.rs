@@ -12,7 +12,7 @@
 
 use anyhow::{anyhow, bail, Result};
 use txl_core::tensors::for_each_tensor;
-use txl_core::{Error, MemDtype, Model, PositionKeys, Session, SessionOptions};
+use txl_core::{scoring, Error, MemDtype, Model, PositionKeys, Session, SessionOptions};
 use txl_host_gpu::Backend;
 
 /// The options that size a session: `tgt_len 32, mem_len 40000000`.
@@ -27,9 +27,24 @@ fn overflow(options: &SessionOptions) -> anyhow::Error {
     )
 }
 
-/// The arena bytes of one core session; an overflow is an error naming the options.
+/// The arena bytes of one core session as a device runs it ([`Session::arena_bytes`]); an
+/// overflow is an error naming the options.
 pub fn arena_bytes(model: &Model<'_>, options: &SessionOptions) -> Result<usize> {
-    match Session::arena_bytes(model, options) {
+    explained(Session::arena_bytes(model, options), options)
+}
+
+/// The arena bytes of one core session as this host runs it ([`scoring::start`]: more
+/// positions per pass than a device session).
+fn host_arena_bytes(model: &Model<'_>, options: &SessionOptions) -> Result<usize> {
+    let positions = scoring::POSITIONS_PER_PASS;
+    explained(
+        Session::arena_bytes_for_positions_per_pass(model, options, positions),
+        options,
+    )
+}
+
+fn explained(bytes: Result<usize, Error>, options: &SessionOptions) -> Result<usize> {
+    match bytes {
         Ok(bytes) => Ok(bytes),
         Err(Error::SizeOverflow) => Err(overflow(options)),
         Err(error) => Err(error.into()),
@@ -44,7 +59,7 @@ pub fn check_core(sessions: &[(&Model<'_>, SessionOptions)]) -> Result<()> {
     let mut total = 0usize;
     for (model, options) in sessions {
         total = total
-            .checked_add(arena_bytes(model, options)?)
+            .checked_add(host_arena_bytes(model, options)?)
             .ok_or_else(|| overflow(options))?;
     }
     let who = match sessions.len() {

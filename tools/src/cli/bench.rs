@@ -8,9 +8,7 @@ use txl_core::rng::Rng;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
-use txl_core::{
-    scoring, AlignedBytes, Config, MemDtype, MemInit, Model, OptionWord, Session, SessionOptions,
-};
+use txl_core::{scoring, AlignedBytes, Config, MemDtype, MemInit, Model, OptionWord, SessionOptions};
 use txl_host_gpu::quantize::{self, Target};
 use txl_host_gpu::{random_image, Backend, RandomInit, Reference};
 
@@ -52,9 +50,10 @@ pub struct Args {
     /// The attention lengths L of --recompute, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = [800, 1800, 2800, 3800], requires = "recompute")]
     pub lengths: Vec<u32>,
-    /// With --recompute, time a model shaped like the paper's enwik8 base (12 layers, d_model
-    /// 512, 8 heads of 64, d_inner 2048, 204 byte tokens) with random weights instead of MODEL.
-    #[arg(long, requires = "recompute", conflicts_with = "model")]
+    /// Time a model shaped like the paper's enwik8 base (12 layers, d_model 512, 8 heads of
+    /// 64, d_inner 2048, 204 byte tokens; 41 M parameters, 164 MB in f32) with random weights
+    /// instead of MODEL: one whose weights do not fit in a CPU's caches.
+    #[arg(long, conflicts_with = "model")]
     pub enwik8_base: bool,
     #[command(flatten)]
     pub session: SessionArgs,
@@ -66,6 +65,8 @@ pub struct Args {
 /// What `txl bench --json` prints.
 #[derive(Debug, Serialize)]
 struct Report {
+    /// The image's path, or the random model of `--enwik8-base`.
+    model: String,
     /// Tokens per measurement.
     tokens: usize,
     tgt_len: u32,
@@ -102,11 +103,8 @@ impl Args {
                 self.session.mem_dtype
             );
         }
-        let Some(path) = &self.model else {
-            bail!("bench needs a MODEL (only --recompute has --enwik8-base)");
-        };
-        let bytes = read_image(path)?;
-        let model = parse_model(&bytes, path)?;
+        let (bytes, name) = self.model_bytes()?;
+        let model = Model::parse(bytes.bytes()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         let options = self.session.options(&model);
         let requested = self.tokens.unwrap_or(1024);
         let count = requested.max(2);
@@ -135,7 +133,7 @@ impl Args {
         let mut rows = Vec::new();
         for (label, image, mem_dtype) in &variants {
             let aligned = AlignedBytes::copy_from(image)?;
-            let variant = parse_model(&aligned, path)?;
+            let variant = Model::parse(aligned.bytes()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
             let variant_options = SessionOptions {
                 mem_dtype: *mem_dtype,
                 ..options
@@ -156,6 +154,7 @@ impl Args {
 
         let baseline = rows[0].2;
         let report = Report {
+            model: name,
             tokens: tokens.len(),
             tgt_len: options.tgt_len,
             mem_len: options.mem_len,
@@ -275,6 +274,26 @@ fn enwik8_base() -> Config {
 }
 
 impl Args {
+    /// MODEL's bytes, or with `--enwik8-base` an image of that shape with random weights; and
+    /// what to call it.
+    fn model_bytes(&self) -> Result<(AlignedBytes, String)> {
+        Ok(match &self.model {
+            Some(path) => {
+                let bytes = read_image(path)?;
+                parse_model(&bytes, path)?; // its errors say what to do
+                (bytes, path.display().to_string())
+            }
+            None => {
+                let config = enwik8_base();
+                let image = random_image(&config, 1, RandomInit::for_config(&config))?;
+                (
+                    AlignedBytes::copy_from(&image)?,
+                    "enwik8-base (random weights)".to_string(),
+                )
+            }
+        })
+    }
+
     /// `--recompute`: Table 9 on this engine.
     fn run_recompute(&self, out: &mut dyn Write) -> Result<()> {
         if self.session.tgt_len.is_some() || self.session.mem_len.is_some() {
@@ -285,17 +304,7 @@ impl Args {
         if self.lengths.is_empty() || self.lengths.contains(&0) {
             bail!("--lengths needs one or more attention lengths above 0");
         }
-        let (bytes, name) = match &self.model {
-            Some(path) => (read_image(path)?, path.display().to_string()),
-            None => {
-                let config = enwik8_base();
-                let image = random_image(&config, 1, RandomInit::for_config(&config))?;
-                (
-                    AlignedBytes::copy_from(&image)?,
-                    "enwik8-base (random weights)".to_string(),
-                )
-            }
-        };
+        let (bytes, name) = self.model_bytes()?;
         let model = Model::parse(bytes.bytes()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         let config = *model.config();
         let count = self.tokens.unwrap_or(4).max(1);
@@ -328,7 +337,7 @@ impl Args {
             // (a) the cached memory of L positions, one token a step
             let cached_time = {
                 let mut arena_bytes = scoring::arena_for(&model, &cached).map_err(arena::explain(&cached))?;
-                let mut session = Session::new(&model, arena_bytes.bytes_mut(), cached)?;
+                let mut session = scoring::start(&model, &mut arena_bytes, cached)?;
                 let started = Instant::now();
                 for token in &tokens[..cached_count] {
                     session.forward(core::slice::from_ref(token), |_, _| {})?;
@@ -339,7 +348,7 @@ impl Args {
             let vanilla_time = {
                 let mut arena_bytes =
                     scoring::arena_for(&model, &vanilla).map_err(arena::explain(&vanilla))?;
-                let mut session = Session::new(&model, arena_bytes.bytes_mut(), vanilla)?;
+                let mut session = scoring::start(&model, &mut arena_bytes, vanilla)?;
                 let started = Instant::now();
                 for t in 0..count {
                     session.forward_last(&tokens[t..t + window], |_, _| {})?;

@@ -15,7 +15,7 @@ use txl_core::digest::Digest;
 use txl_core::image::Dtype;
 use txl_core::scoring::{LastToken, Scores};
 use txl_core::tensors::for_each_tensor;
-use txl_core::{scoring, Model, OptionWord, Session, SessionOptions};
+use txl_core::{scoring, Model, OptionWord, SessionOptions};
 use txl_host_gpu::{Backend, Reference};
 
 use super::args::{BackendArg, Engine, SessionArgs, TokenSource};
@@ -233,7 +233,7 @@ impl Args {
         progress: impl FnMut(usize),
     ) -> Result<Scores> {
         let mut arena = scoring::arena_for(model, &options).map_err(arena::explain(&options))?;
-        let mut session = Session::new(model, arena.bytes_mut(), options)?;
+        let mut session = scoring::start(model, &mut arena, options)?;
         if let Some(path) = &self.state_in {
             let state = read_state(path)?;
             let len = session
