@@ -72,6 +72,16 @@ fn every_options(base: SessionOptions) -> Vec<SessionOptions> {
 /// 17 tokens: segments of 3 leave a short last one, segments of 2 fill a memory of 7 over four.
 const TOKENS: [u32; 17] = [1, 7, 13, 19, 2, 5, 5, 0, 3, 11, 17, 8, 4, 9, 14, 6, 12];
 
+/// The tokens each session scores: under the interpreter (about 10^4 times slower) the first
+/// eight, which still wrap the ring of both of its option sets (capacities 7 and 6).
+fn tokens() -> &'static [u32] {
+    if cfg!(miri) {
+        &TOKENS[..8]
+    } else {
+        &TOKENS
+    }
+}
+
 /// `|a - b|` for each pair, a NaN counting as infinitely far.
 fn deltas<'a>(a: &'a [f32], b: &'a [f32]) -> impl Iterator<Item = f32> + 'a {
     assert_eq!(a.len(), b.len());
@@ -97,13 +107,13 @@ fn each_mode(model: &Model<'_>, mut check: impl FnMut(SessionOptions, &[f32], &[
             ..SessionOptions::from_config(&config)
         };
         for kept in every_options(base) {
-            let expected = log_probs(model, kept, &TOKENS);
-            assert_eq!(expected.len(), TOKENS.len() * config.n_token as usize);
+            let expected = log_probs(model, kept, tokens());
+            assert_eq!(expected.len(), tokens().len() * config.n_token as usize);
             let per_segment = SessionOptions {
                 position_keys: PositionKeys::PerSegment,
                 ..kept
             };
-            let recomputed = log_probs(model, per_segment, &TOKENS);
+            let recomputed = log_probs(model, per_segment, tokens());
             assert!(
                 expected
                     .iter()
@@ -115,7 +125,7 @@ fn each_mode(model: &Model<'_>, mut check: impl FnMut(SessionOptions, &[f32], &[
                 position_keys: PositionKeys::FoldedIntoQuery,
                 ..kept
             };
-            check(folded, &expected, &log_probs(model, folded, &TOKENS));
+            check(folded, &expected, &log_probs(model, folded, tokens()));
         }
     }
 }
@@ -178,7 +188,7 @@ fn folded_keys_with_int8_weights_are_as_close_to_the_f32_weights_as_kept_keys() 
         let model = Model::parse(image.bytes()).unwrap();
         let (mut kept_error, mut folded_error, mut between, mut count) = (0.0f64, 0.0f64, 0.0f64, 0usize);
         each_mode(&model, |folded, kept, ours| {
-            let reference = log_probs(&exact, folded, &TOKENS);
+            let reference = log_probs(&exact, folded, tokens());
             let sum = |a, b| deltas(a, b).map(f64::from).sum::<f64>();
             kept_error += sum(kept, &reference);
             folded_error += sum(ours, &reference);

@@ -215,9 +215,10 @@ pub unsafe fn dots<T: RowElement>(rows: &[T], stride: usize, x: &[f32], out: &mu
 }
 
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p`, `cols` the inputs'
-/// length: [`dots`] for each input, with the bits of each, but each block of sixteen rows is
-/// read from memory once for all the inputs (then from the L1 cache). The rows of the shortest
-/// output are computed.
+/// length: [`dots`] for each input, with the bits of each. Eight rows at a time meet every
+/// input, two inputs per pass (each loaded weight multiplies both), so each block of rows is
+/// read from memory once for all the inputs (then from the first-level cache). The rows of the
+/// shortest output are computed.
 ///
 /// # Safety
 /// The CPU must support AVX and F16C ([`has_avx_f16c`]).
@@ -226,37 +227,33 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
     let wanted = outs.iter().map(|o| o.len()).min().unwrap_or(0);
     let n = rows_that_fit(rows.len(), stride, cols, wanted);
+    let inputs = xs.len().min(outs.len());
     let mut r = 0;
-    if let ([x_a, x_b], [out_a, out_b]) = (xs, &mut *outs) {
-        // two inputs: each loaded weight meets both, eight rows per pass
-        while r + 8 <= n {
-            // SAFETY: rows `r..r + 8` end at `(r + 7) * stride + cols <= rows.len()`, as
-            // `r + 8 <= n` and `rows_that_fit` bounds `n`; the CPU has AVX and F16C.
+    while r + 8 <= n {
+        // SAFETY: rows `r..r + 8` end at `(r + 7) * stride + cols <= rows.len()`, as
+        // `r + 8 <= n` and `rows_that_fit` bounds `n`: the offset is inside `rows`.
+        let base = unsafe { rows.as_ptr().add(r * stride) };
+        let mut p = 0;
+        while p + 2 <= inputs {
+            let (head, tail) = outs.split_at_mut(p + 1);
+            let pair = [&xs[p][..cols], &xs[p + 1][..cols]];
+            // SAFETY: eight rows of `cols` are readable from `base` (above); the CPU has AVX
+            // and F16C.
             unsafe {
                 dots_pairs_two::<T, 4>(
-                    rows.as_ptr().add(r * stride),
+                    base,
                     stride,
-                    [&x_a[..cols], &x_b[..cols]],
-                    [&mut out_a[r..r + 8], &mut out_b[r..r + 8]],
+                    pair,
+                    [&mut head[p][r..r + 8], &mut tail[0][r..r + 8]],
                 )
             };
-            r += 8;
+            p += 2;
         }
-    }
-    while r + 16 <= n {
-        for (x, out) in xs.iter().zip(outs.iter_mut()) {
-            // SAFETY: rows `r..r + 16` end at `(r + 15) * stride + cols <= rows.len()`, as
-            // `r + 16 <= n` and `rows_that_fit` bounds `n`; the CPU has AVX and F16C.
-            unsafe {
-                dots_pairs::<T, 8>(
-                    rows.as_ptr().add(r * stride),
-                    stride,
-                    &x[..cols],
-                    &mut out[r..r + 16],
-                )
-            };
+        if p < inputs {
+            // SAFETY: as for the pairs.
+            unsafe { dots_pairs::<T, 4>(base, stride, &xs[p][..cols], &mut outs[p][r..r + 8]) };
         }
-        r += 16;
+        r += 8;
     }
     while r + 2 <= n {
         for (x, out) in xs.iter().zip(outs.iter_mut()) {
