@@ -66,7 +66,11 @@ fi
 if ! rustup component list --toolchain nightly --installed | grep -q '^miri'; then
   rustup component add miri rust-src --toolchain nightly
 fi
-cargo +nightly miri test -p txl-core --locked
+# The unit tests and the whole sessions (state saved and restored, every position-key mode,
+# several positions per pass): every arena carving and kernel the portable build runs. The
+# vocabulary's tests are safe code, fuzzed instead (about 15 minutes in all, most of the budget).
+cargo +nightly miri test -p txl-core --locked --lib \
+  --test session_state --test position_keys --test positions_per_pass
 
 if [ "$(uname -m)" = x86_64 ]; then
   step "AddressSanitizer: the core's tests with its AVX2 kernel chosen at run time (nightly)"
