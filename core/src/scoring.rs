@@ -53,11 +53,13 @@ impl Scores {
     }
 }
 
-/// Positions the linear layers take per pass in the sessions [`score`] and [`start`] make. On a
-/// host the weights seldom stay in the caches between passes, so reading them once for eight
-/// positions instead of two is faster; the arena grows by six rows of the feed-forward, the
-/// key/value and the quantized-input buffers, and the results are the same bits.
-pub const POSITIONS_PER_PASS: usize = 8;
+/// Positions the linear layers take per pass in the sessions [`score`] and [`start`] make:
+/// pairs, as on a device. Eight or sixteen positions a pass (the same bits) measured no faster
+/// on an x86-64 host yet, within the ±30% noise of the machine the figures come from (README,
+/// "Speed on the host"): the AVX kernels share each loaded weight between two inputs only, so
+/// more positions save reads from memory but not loads; a kernel that holds a tile of positions
+/// in registers is what would make more worth it.
+pub const POSITIONS_PER_PASS: usize = 2;
 
 /// A zeroed arena for a session of `model` under `options` made by [`start`] (large enough for
 /// [`Session::new`] too: [`Session::arena_bytes`] is never more).

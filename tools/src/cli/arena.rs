@@ -33,8 +33,8 @@ pub fn arena_bytes(model: &Model<'_>, options: &SessionOptions) -> Result<usize>
     explained(Session::arena_bytes(model, options), options)
 }
 
-/// The arena bytes of one core session as this host runs it ([`scoring::start`]: more
-/// positions per pass than a device session).
+/// The arena bytes of one core session as this host runs it ([`scoring::start`], which may take
+/// more positions per pass than a device session).
 fn host_arena_bytes(model: &Model<'_>, options: &SessionOptions) -> Result<usize> {
     let positions = scoring::POSITIONS_PER_PASS;
     explained(
