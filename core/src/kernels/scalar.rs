@@ -124,6 +124,25 @@ impl<'s> Int8Input<'s> {
         }
     }
 
+    /// [`Int8Input::rows`] for two inputs, `y[p] = W x[p]`: the pair kernel reads each weight
+    /// once for both.
+    fn rows_pair(x: [&Self; 2], values: &[i8], row_scales: &[f32], y: [&mut [f32]; 2]) {
+        let [a, b] = x;
+        let [y_a, y_b] = y;
+        super::int8_row_sums_pair(
+            values,
+            a.xq.len(),
+            [a.xq, b.xq],
+            [a.widened, b.widened],
+            [
+                bytemuck::cast_slice_mut(&mut *y_a),
+                bytemuck::cast_slice_mut(&mut *y_b),
+            ],
+        );
+        a.scale(row_scales, y_a);
+        b.scale(row_scales, y_b);
+    }
+
     /// `y[r] = (sum in y[r]'s bits) * (row_scales[r] * x_scale)`.
     fn scale(&self, row_scales: &[f32], y: &mut [f32]) {
         for (out, &scale) in y.iter_mut().zip(row_scales) {
@@ -214,18 +233,7 @@ pub fn matvec_pair_split(
                 if y_a.is_empty() {
                     continue;
                 }
-                super::int8_row_sums_pair(
-                    values,
-                    cols,
-                    [input_a.xq, input_b.xq],
-                    [input_a.widened, input_b.widened],
-                    [
-                        bytemuck::cast_slice_mut(&mut *y_a),
-                        bytemuck::cast_slice_mut(&mut *y_b),
-                    ],
-                );
-                input_a.scale(scales, y_a);
-                input_b.scale(scales, y_b);
+                Int8Input::rows_pair([&input_a, &input_b], values, scales, [y_a, y_b]);
             }
         }
         _ => {
@@ -375,19 +383,7 @@ fn integer_rows_blocked<'y>(
                     if p + 1 < inputs.len() {
                         let (head, tail) = outputs.split_at_mut(p + 1);
                         let (y_a, y_b) = (&mut head[p][out.clone()], &mut tail[0][out.clone()]);
-                        let (a, b) = (&inputs[p], &inputs[p + 1]);
-                        super::int8_row_sums_pair(
-                            values,
-                            cols,
-                            [a.xq, b.xq],
-                            [a.widened, b.widened],
-                            [
-                                bytemuck::cast_slice_mut(&mut *y_a),
-                                bytemuck::cast_slice_mut(&mut *y_b),
-                            ],
-                        );
-                        a.scale(scales, y_a);
-                        b.scale(scales, y_b);
+                        Int8Input::rows_pair([&inputs[p], &inputs[p + 1]], values, scales, [y_a, y_b]);
                         p += 2;
                     } else {
                         inputs[p].rows(values, scales, &mut outputs[p][out.clone()]);
