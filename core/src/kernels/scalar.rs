@@ -372,12 +372,12 @@ fn integer_rows_blocked<'y>(
             (&mut *rests, start - split)
         };
         let out = at..at + (end - start);
-        match weight.data {
+        match weight.row_range(start, end).data {
             MatrixData::Int8 {
-                values, row_scales, ..
+                values,
+                row_scales: scales,
+                ..
             } => {
-                let values = &values[start * cols..end * cols];
-                let scales = &row_scales[start..end];
                 let mut p = 0;
                 while p < inputs.len() {
                     if p + 1 < inputs.len() {
@@ -397,9 +397,6 @@ fn integer_rows_blocked<'y>(
                 codes,
                 group,
             } => {
-                let groups = int4_groups(cols, group);
-                let values = &values[start * row_bytes..end * row_bytes];
-                let codes = &codes[start * groups..end * groups];
                 for (input, y) in inputs.iter().zip(outputs.iter_mut()) {
                     input.int4_rows(values, scale, codes, group, &mut y[out.clone()]);
                 }
