@@ -85,6 +85,7 @@ pub mod image;
 pub mod int8_attention;
 #[allow(unsafe_code)]
 pub mod kernels;
+pub mod macs;
 pub(crate) mod memory;
 pub mod model;
 pub mod options;

@@ -31,7 +31,6 @@ mod bench;
 mod board;
 mod counter;
 mod demo;
-mod macs;
 mod resume;
 mod score;
 

@@ -8,11 +8,11 @@
 
 use defmt::info;
 use heapless::Vec;
-use txl_core::Session;
+use txl_core::{macs, Session};
 
 use crate::counter::{self, InstructionCounter};
 use crate::resume::{self, Progress};
-use crate::{macs, Failure};
+use crate::Failure;
 
 /// Longest segment this mode feeds (`tgt_len` above it is refused).
 pub const MAX_SEGMENT: usize = 1024;

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use txl_core::arena::ArenaLayout;
 use txl_core::digest::Fnv1a;
+use txl_core::macs;
 use txl_core::sampling::Sampling;
 use txl_core::scoring;
 use txl_core::AlignedBytes;
@@ -278,11 +279,6 @@ fn demo_image_int4() -> Vec<u8> {
     let model = Model::parse(f32_image.bytes()).expect("the image parses");
     quantize_weights(&model, Target::Int4).expect("the demo model quantizes")
 }
-
-/// The firmware's count of multiply-accumulates (for its instructions per MAC), compiled here.
-#[path = "../../firmware/src/macs.rs"]
-#[allow(dead_code)]
-mod macs;
 
 /// Each position-key mode counts the MACs its forward pass does (firmware/README.md's formula):
 /// recomputed keys add `n_layer × klen·d_model·H` per segment, the fold `n_layer × H·d_model`

@@ -846,6 +846,63 @@ fn eval_flags_change_what_is_evaluated() {
     );
 }
 
+/// `bench` counts the multiply-accumulates of the options it was given (`txl_core::macs`, here
+/// for `--tgt-len 2 --mem-len 3`, which change the count) and holds each variant's rate against
+/// the limit of its kernels, measured in the same run.
+#[test]
+fn bench_reports_multiply_accumulates_against_the_measured_limit() {
+    let dir = scratch_dir("bench-limit");
+    let (image, _) = small_model(&dir);
+    #[rustfmt::skip]
+    let args = ["bench", s(&image), "--json", "--tokens", "16", "--tgt-len", "2", "--mem-len", "3"];
+    let report = json(&txl(&args), "bench --tgt-len 2 --mem-len 3");
+    let bytes = txl_tools::image_file::read_image(&image).unwrap();
+    let model = Model::parse(bytes.bytes()).unwrap();
+    let count = |tgt_len, mem_len| {
+        let options = SessionOptions {
+            tgt_len,
+            mem_len,
+            ..SessionOptions::from_config(model.config())
+        };
+        txl_core::macs::score_macs(model.config(), &options, 16) as f64 / 16.0
+    };
+    let macs = report["macs_per_token"].as_f64().unwrap();
+    assert_eq!(macs, count(2, 3), "bench --tgt-len 2 --mem-len 3: MACs per token");
+    assert_ne!(
+        macs,
+        count(6, 10),
+        "the model's own tgt_len and mem_len count otherwise"
+    );
+    let limit = |kind: &str| {
+        report["limits"][format!("{kind}_gmacs_per_second")]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        limit("f32") > 0.0 && limit("int8") > 0.0,
+        "limits: {}",
+        report["limits"]
+    );
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 6, "five core variants and the reference");
+    for m in results {
+        let variant = m["variant"].as_str().unwrap();
+        let gmacs = m["gmacs_per_second"].as_f64().unwrap();
+        let expected = m["tokens_per_second"].as_f64().unwrap() * macs / 1e9;
+        assert!(
+            (gmacs - expected).abs() <= 1e-9 * expected,
+            "{variant}: {gmacs} GMAC/s"
+        );
+        let kind = if variant.starts_with("int") { "int8" } else { "f32" };
+        let percent = m["percent_of_limit"].as_f64().unwrap();
+        let expected = 100.0 * gmacs / limit(kind);
+        assert!(
+            (percent - expected).abs() <= 1e-9 * expected,
+            "{variant}: {percent}% of {kind}'s limit"
+        );
+    }
+}
+
 #[test]
 fn bench_flags_reach_its_sessions_and_its_report() {
     let dir = scratch_dir("bench");

@@ -96,8 +96,11 @@ enum Command {
     Eval(eval::Args),
     /// Measure speed: tokens per second per precision, as ratios against f32 in the same run.
     ///
-    /// Scores the same pseudo-random tokens with the core for the f32 image and its f16 and int8
-    /// variants (quantized in memory), and with the full-precision reference (cpu32).
+    /// Scores the same pseudo-random tokens with the core for the f32 image and its f16, int8
+    /// and int4 variants (quantized in memory), and with the full-precision reference (cpu32).
+    /// Each speed is also given in multiply-accumulates a second and as a percentage of this
+    /// machine's limit: what the core's f32 or int8 kernels do with their weights in the
+    /// first-level cache, measured by the command first (about a fifth of a second).
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::Args),
     /// Continue a prompt with the model.

@@ -1,4 +1,5 @@
-//! Multiply-accumulates of the forward pass, counted from the config (for instructions per MAC).
+//! Multiply-accumulates of the forward pass, counted from the config: the firmware's
+//! instructions per MAC and `txl bench`'s multiply-accumulates per second.
 //!
 //! With `H = n_head * d_head`, per layer and position:
 //!
@@ -20,7 +21,7 @@
 //! `n_head * d_model` instead of `H` per key for the position term, and `2 * d_model` per head
 //! for each block of distances the position reaches (the folded query rotated to the block).
 
-use txl_core::{AttentionShape, Config, MemInit, PositionKeys, SessionOptions};
+use crate::{AttentionShape, Config, MemInit, PositionKeys, SessionOptions};
 
 /// MACs of scoring `tokens` tokens in segments of `tgt_len`, the memory carried as the session
 /// carries it.

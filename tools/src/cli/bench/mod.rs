@@ -1,5 +1,9 @@
-//! `txl bench`: tokens per second per precision, as ratios against f32 in the same run; or
-//! (`--recompute`) the paper's Table 9: the cached memory against recomputing the context.
+//! `txl bench`: tokens per second per precision, as ratios against f32 in the same run, and
+//! multiply-accumulates per second against the machine's limit measured in the same run
+//! ([`limit`]); or (`--recompute`) the paper's Table 9: the cached memory against recomputing
+//! the context.
+
+mod limit;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,6 +16,7 @@ use txl_core::{scoring, AlignedBytes, Config, MemDtype, MemInit, Model, OptionWo
 use txl_host_gpu::quantize::{self, Target};
 use txl_host_gpu::{random_image, Backend, RandomInit, Reference};
 
+use self::limit::Limits;
 use super::arena;
 use super::args::SessionArgs;
 use crate::image_file::{parse_model, read_image};
@@ -75,8 +80,21 @@ struct Report {
     same_length: bool,
     mem_init: &'static str,
     position_keys: &'static str,
+    /// Multiply-accumulates of the core's forward pass per token scored, with these options
+    /// (`txl_core::macs`): the linear layers, attention and the output layer.
+    macs_per_token: f64,
+    /// What the core's f32 and int8 kernels do with their weights in the first-level cache,
+    /// measured before the variants run.
+    limits: LimitsReport,
     /// One measurement per variant, f32 first.
     results: Vec<Measurement>,
+}
+
+/// [`Limits`] in G multiply-accumulates a second.
+#[derive(Debug, Serialize)]
+struct LimitsReport {
+    f32_gmacs_per_second: f64,
+    int8_gmacs_per_second: f64,
 }
 
 /// One variant's speed.
@@ -89,6 +107,18 @@ struct Measurement {
     tokens_per_second: f64,
     /// `tokens_per_second` over the f32 variant's.
     ratio_to_f32: f64,
+    /// `tokens_per_second × macs_per_token`, in G multiply-accumulates a second.
+    gmacs_per_second: f64,
+    /// `gmacs_per_second` over the limit of the variant's weights: int8's for int8 and int4
+    /// weights, f32's for f32 and f16 weights and the reference.
+    percent_of_limit: f64,
+}
+
+/// Which of the [`Limits`] a variant's speed is held against.
+#[derive(Debug, Clone, Copy)]
+enum Kernels {
+    F32,
+    Int8,
 }
 
 impl Args {
@@ -123,15 +153,21 @@ impl Args {
         let f16 = quantize::quantize_weights(&model, Target::F16)?;
         let int8 = quantize::quantize_weights(&model, Target::Int8)?;
         let int4 = quantize::quantize_weights(&model, Target::Int4)?;
-        let variants: [(&str, &[u8], MemDtype); 5] = [
-            ("f32 weights, f32 memory", model.image().bytes(), MemDtype::F32),
-            ("f16 weights, f16 memory", &f16, MemDtype::F16),
-            ("int8 weights, f32 memory", &int8, MemDtype::F32),
-            ("int8 weights, int8 memory", &int8, MemDtype::Int8),
-            ("int4 layers, int8 memory", &int4, MemDtype::Int8),
+        let variants: [(&str, &[u8], MemDtype, Kernels); 5] = [
+            (
+                "f32 weights, f32 memory",
+                model.image().bytes(),
+                MemDtype::F32,
+                Kernels::F32,
+            ),
+            ("f16 weights, f16 memory", &f16, MemDtype::F16, Kernels::F32),
+            ("int8 weights, f32 memory", &int8, MemDtype::F32, Kernels::Int8),
+            ("int8 weights, int8 memory", &int8, MemDtype::Int8, Kernels::Int8),
+            ("int4 layers, int8 memory", &int4, MemDtype::Int8, Kernels::Int8),
         ];
+        let limits = Limits::measure();
         let mut rows = Vec::new();
-        for (label, image, mem_dtype) in &variants {
+        for (label, image, mem_dtype, kernels) in &variants {
             let aligned = AlignedBytes::copy_from(image)?;
             let variant = Model::parse(aligned.bytes()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
             let variant_options = SessionOptions {
@@ -141,7 +177,12 @@ impl Args {
             let started = Instant::now();
             scoring::score(&variant, &tokens, variant_options, 0, |_| {})
                 .map_err(arena::explain(&variant_options))?;
-            rows.push((label.to_string(), image.len(), rate(tokens.len(), started)));
+            rows.push((
+                label.to_string(),
+                image.len(),
+                rate(tokens.len(), started),
+                *kernels,
+            ));
         }
         let mut reference = Reference::new(&model, Backend::Cpu32)?;
         let started = Instant::now();
@@ -150,8 +191,11 @@ impl Args {
             "reference cpu32 (f32 weights)".to_string(),
             model.image().bytes().len(),
             rate(tokens.len(), started),
+            Kernels::F32,
         ));
 
+        let macs_per_token =
+            txl_core::macs::score_macs(model.config(), &options, tokens.len()) as f64 / tokens.len() as f64;
         let baseline = rows[0].2;
         let report = Report {
             model: name,
@@ -162,13 +206,27 @@ impl Args {
             same_length: options.same_length,
             mem_init: options.mem_init.word(),
             position_keys: options.position_keys.word(),
+            macs_per_token,
+            limits: LimitsReport {
+                f32_gmacs_per_second: limits.f32_macs_per_second / 1e9,
+                int8_gmacs_per_second: limits.int8_macs_per_second / 1e9,
+            },
             results: rows
                 .into_iter()
-                .map(|(variant, image_bytes, tokens_per_second)| Measurement {
-                    variant,
-                    image_bytes,
-                    tokens_per_second,
-                    ratio_to_f32: tokens_per_second / baseline,
+                .map(|(variant, image_bytes, tokens_per_second, kernels)| {
+                    let macs_per_second = tokens_per_second * macs_per_token;
+                    let limit = match kernels {
+                        Kernels::F32 => limits.f32_macs_per_second,
+                        Kernels::Int8 => limits.int8_macs_per_second,
+                    };
+                    Measurement {
+                        variant,
+                        image_bytes,
+                        tokens_per_second,
+                        ratio_to_f32: tokens_per_second / baseline,
+                        gmacs_per_second: macs_per_second / 1e9,
+                        percent_of_limit: 100.0 * macs_per_second / limit,
+                    }
                 })
                 .collect(),
         };
@@ -195,19 +253,29 @@ fn rate(tokens: usize, started: Instant) -> f64 {
 fn print_table(report: &Report, out: &mut dyn Write) -> Result<()> {
     writeln!(
         out,
-        "{} tokens, tgt_len {}, mem_len {}, one thread:",
-        report.tokens, report.tgt_len, report.mem_len
+        "{} tokens, tgt_len {}, mem_len {}, one thread, {:.0} multiply-accumulates per token:",
+        report.tokens, report.tgt_len, report.mem_len, report.macs_per_token
     )?;
     writeln!(
         out,
-        "{:<32} {:>12} {:>12} {:>10}",
-        "variant", "image bytes", "tokens/s", "vs f32"
+        "limit (the core's kernels, weights in the first-level cache): f32 {:.1} GMAC/s, int8 {:.1} GMAC/s",
+        report.limits.f32_gmacs_per_second, report.limits.int8_gmacs_per_second
+    )?;
+    writeln!(
+        out,
+        "{:<32} {:>12} {:>12} {:>10} {:>8} {:>11}",
+        "variant", "image bytes", "tokens/s", "vs f32", "GMAC/s", "% of limit"
     )?;
     for m in &report.results {
         writeln!(
             out,
-            "{:<32} {:>12} {:>12.0} {:>9.2}x",
-            m.variant, m.image_bytes, m.tokens_per_second, m.ratio_to_f32
+            "{:<32} {:>12} {:>12.0} {:>9.2}x {:>8.2} {:>10.0}%",
+            m.variant,
+            m.image_bytes,
+            m.tokens_per_second,
+            m.ratio_to_f32,
+            m.gmacs_per_second,
+            m.percent_of_limit
         )?;
     }
     Ok(())

@@ -1,0 +1,125 @@
+//! The machine's limit, measured by `txl bench` itself: how many multiply-accumulates a second
+//! the core's fastest f32 and int8 kernels do on this CPU when the weights are already in the
+//! first-level cache. A forward pass reads its weights from further away and does other work
+//! between the products (attention, LayerNorm, the softmax), so its own rate over this limit
+//! says how far it is from what the kernels can do: the percentage `txl bench` prints.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use txl_core::kernels;
+
+/// Rows and columns of the probe's matrices: 16 KB of f32 weights (32 × 128), 16 KB of int8
+/// (64 × 256), within any first-level data cache of 32 KB, with the demo model's widths.
+const F32_SHAPE: (usize, usize) = (32, 128);
+const INT8_SHAPE: (usize, usize) = (64, 256);
+
+/// Each kernel is timed this many times, for at least [`SPAN`] each; the fastest counts (other
+/// work on the machine can only slow a run down).
+const REPEATS: usize = 3;
+const SPAN: Duration = Duration::from_millis(15);
+
+/// Multiply-accumulates a second of the fastest kernel of each kind.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Limits {
+    /// f32 weights: one input, or two inputs per pass over the rows (a segment's pairs).
+    pub f32_macs_per_second: f64,
+    /// int8 weights (W8A8): one input or two, the input already quantized.
+    pub int8_macs_per_second: f64,
+}
+
+impl Limits {
+    /// Runs the probe (about a fifth of a second).
+    pub fn measure() -> Limits {
+        Limits {
+            f32_macs_per_second: f32_limit(),
+            int8_macs_per_second: int8_limit(),
+        }
+    }
+}
+
+/// The fastest of `matvec_f32_rows` and `matmul_f32_rows` over two inputs.
+fn f32_limit() -> f64 {
+    let (rows, cols) = F32_SHAPE;
+    let weight: Vec<f32> = (0..rows * cols).map(|i| small_value(i) as f32 / 64.0).collect();
+    let x0: Vec<f32> = (0..cols).map(|i| small_value(i + 7) as f32 / 32.0).collect();
+    let x1: Vec<f32> = (0..cols).map(|i| small_value(i + 11) as f32 / 32.0).collect();
+    let (mut y0, mut y1) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+    let one = best_rate(rows * cols, || {
+        kernels::matvec_f32_rows(&weight, &x0, &mut y0);
+        std::hint::black_box(&mut y0);
+    });
+    let two = best_rate(2 * rows * cols, || {
+        kernels::matmul_f32_rows(&weight, &[&x0, &x1], &mut [&mut y0, &mut y1]);
+        std::hint::black_box((&mut y0, &mut y1));
+    });
+    one.max(two)
+}
+
+/// The fastest of `int8_row_sums` and `int8_row_sums_pair`.
+fn int8_limit() -> f64 {
+    let (rows, cols) = INT8_SHAPE;
+    let values: Vec<i8> = (0..rows * cols).map(small_value).collect();
+    let x0: Vec<i8> = (0..cols).map(|i| small_value(i + 7)).collect();
+    let x1: Vec<i8> = (0..cols).map(|i| small_value(i + 11)).collect();
+    let mut scratch0 = vec![0u32; kernels::scratch_words(cols)];
+    let mut scratch1 = vec![0u32; kernels::scratch_words(cols)];
+    let (xq0, widened0) = kernels::split_scratch(&mut scratch0, cols);
+    let (xq1, widened1) = kernels::split_scratch(&mut scratch1, cols);
+    xq0.copy_from_slice(&x0);
+    xq1.copy_from_slice(&x1);
+    kernels::widen_int8_input(xq0, widened0);
+    kernels::widen_int8_input(xq1, widened1);
+    let (mut s0, mut s1) = (vec![0i32; rows], vec![0i32; rows]);
+    let one = best_rate(rows * cols, || {
+        kernels::int8_row_sums(&values, cols, xq0, widened0, &mut s0);
+        std::hint::black_box(&mut s0);
+    });
+    let two = best_rate(2 * rows * cols, || {
+        kernels::int8_row_sums_pair(
+            &values,
+            cols,
+            [xq0, xq1],
+            [widened0, widened1],
+            [&mut s0, &mut s1],
+        );
+        std::hint::black_box((&mut s0, &mut s1));
+    });
+    one.max(two)
+}
+
+/// A value in -64..=63 that varies with `i` (the kernels' speed does not depend on it).
+fn small_value(i: usize) -> i8 {
+    ((i.wrapping_mul(2_654_435_761) >> 7) % 128) as i8 - 64
+}
+
+/// The best multiply-accumulates a second of `step` (`macs` each) over [`REPEATS`] timings.
+fn best_rate(macs: usize, mut step: impl FnMut()) -> f64 {
+    step(); // warm the caches
+    let mut best = 0.0f64;
+    for _ in 0..REPEATS {
+        let started = Instant::now();
+        let mut steps = 0u64;
+        while started.elapsed() < SPAN {
+            for _ in 0..64 {
+                step();
+            }
+            steps += 64;
+        }
+        let rate = (steps * macs as u64) as f64 / started.elapsed().as_secs_f64();
+        best = best.max(rate);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_measures_a_positive_rate_for_each_kind() {
+        let limits = Limits::measure();
+        assert!(limits.f32_macs_per_second > 0.0 && limits.f32_macs_per_second.is_finite());
+        assert!(limits.int8_macs_per_second > 0.0 && limits.int8_macs_per_second.is_finite());
+    }
+}
