@@ -314,6 +314,9 @@ unsafe fn dots_pairs<T: RowElement, const PAIRS: usize>(
 
 /// The rows' sums from [`dots_pairs`]' accumulators (a register of two rows, four lanes each):
 /// `out[r]` = the lanes added pairwise, then row `r`'s columns after the last group of four.
+/// Four registers (eight rows) at a time are summed in registers by two rounds of `VHADDPS`,
+/// which add lanes `0 + 1` and `2 + 3`, then those two sums: the portable
+/// `(a0 + a1) + (a2 + a3)`, in its order, for eight rows at once.
 ///
 /// # Safety
 /// As for [`dots_pairs`].
@@ -327,12 +330,39 @@ unsafe fn finish_pairs<T: RowElement, const PAIRS: usize>(
     out: &mut [f32],
 ) {
     let body = x.len() / 4 * 4;
-    for (p, acc) in acc.iter().enumerate() {
+    let mut quads = acc.chunks_exact(4);
+    for (q, four) in (&mut quads).enumerate() {
+        let first = 8 * q;
+        // Row r's lanes sit in register r / 2, half r % 2; after the two rounds the sums are
+        // in the order [r0, r2, r4, r6 | r1, r3, r5, r7].
+        let pairs_ab = _mm256_hadd_ps(four[0], four[1]);
+        let pairs_cd = _mm256_hadd_ps(four[2], four[3]);
+        let sums = _mm256_hadd_ps(pairs_ab, pairs_cd);
+        let mut tails = [0.0f32; 8];
+        if body < x.len() {
+            for (i, tail) in tails.iter_mut().enumerate() {
+                let r = first + [0, 2, 4, 6, 1, 3, 5, 7][i];
+                // SAFETY: row `r` has `x.len()` readable elements.
+                *tail = unsafe { row_tail(base.add(r * stride), x, body) };
+            }
+        }
+        // SAFETY: `tails` holds eight f32.
+        let sums = _mm256_add_ps(sums, unsafe { _mm256_loadu_ps(tails.as_ptr()) });
+        let (even, odd) = (_mm256_castps256_ps128(sums), _mm256_extractf128_ps::<1>(sums));
+        let rows = &mut out[first..first + 8];
+        // SAFETY: `rows` has room for eight f32, four at its start and four after them.
+        unsafe {
+            _mm_storeu_ps(rows.as_mut_ptr(), _mm_unpacklo_ps(even, odd));
+            _mm_storeu_ps(rows.as_mut_ptr().add(4), _mm_unpackhi_ps(even, odd));
+        }
+    }
+    let done = PAIRS / 4 * 4;
+    for (p, acc) in quads.remainder().iter().enumerate() {
         let mut lanes = [0.0f32; 8];
         // SAFETY: `lanes` has room for eight f32.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *acc) };
         for (half, lanes) in lanes.chunks_exact(4).enumerate() {
-            let r = 2 * p + half;
+            let r = 2 * (done + p) + half;
             // SAFETY: row `r` has `x.len()` readable elements.
             let tail = unsafe { row_tail(base.add(r * stride), x, body) };
             out[r] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail;
