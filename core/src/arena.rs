@@ -51,9 +51,11 @@ pub struct ArenaLayout {
     /// f32 `(per_pass, d_model)` one sinusoid position embedding, one head's folded position
     /// query `W_r,hᵀ (q + v)_h`, or sub-layer output rows.
     pub row: usize,
-    /// f32 `(d_embed)` an embedding row, or the hidden state projected for one output cluster.
+    /// f32 `(d_embed)` an embedding row, or the hidden state projected for one output cluster
+    /// (a row for each position of the output's pass, as `log_probs`).
     pub embed_row: usize,
-    /// f32 `(n_token)` one row of log-probabilities.
+    /// f32 `(n_token)` rows of log-probabilities: one, or one per position of a pass when a
+    /// pass takes more than [`DEFAULT_POSITIONS_PER_PASS`] positions.
     pub log_probs: usize,
     /// u32 words of kernel scratch for `per_pass` activation rows of the widest input,
     /// `max(d_model, d_inner, n_head * d_head, d_embed)` columns: see
@@ -108,6 +110,14 @@ impl ArenaLayout {
         };
         let widest_input = [d_model, config.d_inner as usize, qkv, config.d_embed as usize];
         let per_pass = positions.min(tgt);
+        // The output layer takes the positions of a pass together only when a session asks
+        // for more than pairs: a row of log-probabilities is `n_token` floats, the arena's
+        // largest buffer on a device with a word vocabulary, and device sessions keep one.
+        let output_rows = if per_pass > DEFAULT_POSITIONS_PER_PASS {
+            per_pass
+        } else {
+            1
+        };
         let layout = ArenaLayout {
             keys: cache,
             values: cache,
@@ -129,8 +139,8 @@ impl ArenaLayout {
                 .ok_or(overflow)?,
             ff_inner: floats(per_pass, config.d_inner as usize)?,
             row: floats(per_pass, d_model)?,
-            embed_row: floats(1, config.max_emb_dim() as usize)?,
-            log_probs: floats(1, config.n_token as usize)?,
+            embed_row: floats(output_rows, config.max_emb_dim() as usize)?,
+            log_probs: floats(output_rows, config.n_token as usize)?,
             quantized: per_pass * crate::kernels::scratch_words(widest_input.into_iter().max().unwrap_or(0)),
         };
         layout.checked_total().ok_or(overflow)?;

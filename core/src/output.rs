@@ -6,92 +6,140 @@
 //! `out_projs[i]^T` (when the model has projections).
 
 use crate::config::MAX_CUTOFFS;
-use crate::kernels;
+use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
 use crate::model::Model;
 
-/// `ln p(token | hidden) -> log_probs (n_token)` for every token. `projected` (at least
-/// `d_embed` floats) and `scratch` (at least `scratch_words(max(d_model, d_embed))`) are scratch.
-pub fn log_probs(
+/// `ln p(token | hiddens[p]) -> row p of log_probs` (rows of `n_token`) for every token and
+/// each of up to [`MAX_POSITIONS_PER_PASS`] positions, each cluster's weights read once for all
+/// of them. `projected` holds a row of `d_embed` floats for each position and `scratch`
+/// [`scratch_words`](kernels::scratch_words)`(max(d_model, d_embed))` words for each; positions
+/// past what they (or `log_probs`) hold are left out. Each row has the same bits however many
+/// positions go together ([`kernels::matmul_split`]).
+pub fn log_probs_of_positions(
     model: &Model<'_>,
-    hidden: &[f32],
+    hiddens: &[&[f32]],
     projected: &mut [f32],
     scratch: &mut [u32],
     log_probs: &mut [f32],
 ) {
     let config = model.config();
     let n_clusters = config.n_clusters();
+    let n_token = config.n_token as usize;
+    let max_width = config.max_emb_dim() as usize;
+    let count = hiddens
+        .len()
+        .min(MAX_POSITIONS_PER_PASS)
+        .min(log_probs.len() / n_token.max(1))
+        .min(projected.len() / max_width.max(1));
+    let hiddens = &hiddens[..count];
+    let log_probs = &mut log_probs[..count * n_token];
 
     // The head: shortlist logits, then the tail clusters' logits.
-    let shortlist = &mut log_probs[..config.cluster_range(0).1 as usize];
-    let head_hidden = project(model, 0, hidden, projected, scratch);
-    cluster_logits(model, 0, head_hidden, scratch, shortlist);
-    let mut tail_logits = [0.0f32; MAX_CUTOFFS];
-    let tail_logits = &mut tail_logits[..n_clusters];
-    if n_clusters > 0 {
-        // cluster_weight (n_clusters, d_embed) @ head_hidden (d_embed) + cluster_bias -> (n_clusters)
-        let cluster_weight = model.cluster_weight();
-        kernels::matvec_bias(
-            &cluster_weight,
-            model.cluster_bias(),
-            head_hidden,
-            tail_logits,
-            scratch,
-        );
-    }
-    let head_max = kernels::max(shortlist).max(kernels::max(tail_logits));
-    let head_sum: f32 = shortlist
-        .iter()
-        .chain(tail_logits.iter())
-        .map(|&v| kernels::fast_math::softmax_exp(v - head_max))
-        .sum();
-    let head_lse = head_max + libm::logf(head_sum);
-    for v in shortlist.iter_mut().chain(tail_logits.iter_mut()) {
-        *v -= head_lse;
+    let shortlist = config.cluster_range(0).1 as usize;
+    let heads = project(model, 0, hiddens, projected, scratch);
+    cluster_logits(model, 0, &heads, scratch, log_probs, 0..shortlist);
+    let mut tail_logits = [[0.0f32; MAX_CUTOFFS]; MAX_POSITIONS_PER_PASS];
+    for (p, (head, row)) in heads.iter().zip(log_probs.chunks_exact_mut(n_token)).enumerate() {
+        let tail_logits = &mut tail_logits[p][..n_clusters];
+        if n_clusters > 0 {
+            // cluster_weight (n_clusters, d_embed) @ head_hidden (d_embed) + cluster_bias -> (n_clusters)
+            let cluster_weight = model.cluster_weight();
+            kernels::matvec_bias(&cluster_weight, model.cluster_bias(), head, tail_logits, scratch);
+        }
+        let shortlist = &mut row[..shortlist];
+        let head_max = kernels::max(shortlist).max(kernels::max(tail_logits));
+        let head_sum: f32 = shortlist
+            .iter()
+            .chain(tail_logits.iter())
+            .map(|&v| kernels::fast_math::softmax_exp(v - head_max))
+            .sum();
+        let head_lse = head_max + libm::logf(head_sum);
+        for v in shortlist.iter_mut().chain(tail_logits.iter_mut()) {
+            *v -= head_lse;
+        }
     }
 
     // Each tail: ln p(cluster) + ln p(token | cluster).
     for cluster in 1..=n_clusters {
         let (start, end) = config.cluster_range(cluster);
-        let tail_hidden = project(model, cluster, hidden, projected, scratch);
-        let tail = &mut log_probs[start as usize..end as usize];
-        cluster_logits(model, cluster, tail_hidden, scratch, tail);
-        kernels::log_softmax(tail);
-        for v in tail.iter_mut() {
-            *v += tail_logits[cluster - 1];
+        let (start, end) = (start as usize, end as usize);
+        let tails = project(model, cluster, hiddens, projected, scratch);
+        cluster_logits(model, cluster, &tails, scratch, log_probs, start..end);
+        for (p, row) in log_probs.chunks_exact_mut(n_token).enumerate() {
+            let tail = &mut row[start..end];
+            kernels::log_softmax(tail);
+            for v in tail.iter_mut() {
+                *v += tail_logits[p][cluster - 1];
+            }
         }
     }
 }
 
-/// `hidden (d_model) @ out_projs[cluster] (d_model, width) -> (width)`, or `hidden` itself.
+/// `hidden (d_model) @ out_projs[cluster] (d_model, width) -> (width)` for each position, into
+/// consecutive rows of `projected` (rows of `max_emb_dim` floats), or the hiddens themselves.
 fn project<'p>(
     model: &Model<'_>,
     cluster: usize,
-    hidden: &'p [f32],
+    hiddens: &[&'p [f32]],
     projected: &'p mut [f32],
     scratch: &mut [u32],
-) -> &'p [f32] {
+) -> [&'p [f32]; MAX_POSITIONS_PER_PASS] {
     let config = model.config();
+    let mut rows: [&[f32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
     if !config.has_out_proj() {
-        return hidden;
+        rows[..hiddens.len()].copy_from_slice(hiddens);
+        return rows;
     }
     let width = config.emb_dim(config.emb_table_of_cluster(cluster)) as usize;
-    let out = &mut projected[..width];
-    kernels::vecmat(hidden, &model.out_proj(cluster), out, scratch);
-    out
+    let stride = config.max_emb_dim() as usize;
+    let out_proj = model.out_proj(cluster);
+    for (slot, (hidden, out)) in rows
+        .iter_mut()
+        .zip(hiddens.iter().zip(projected.chunks_exact_mut(stride)))
+    {
+        let out = &mut out[..width];
+        kernels::vecmat(hidden, &out_proj, out, scratch);
+        *slot = out;
+    }
+    rows
 }
 
-/// Logits of cluster `cluster`'s own tokens: `W_i (n_i, width) @ x (width) + b_i -> out (n_i)`.
-fn cluster_logits(model: &Model<'_>, cluster: usize, x: &[f32], scratch: &mut [u32], out: &mut [f32]) {
+/// Logits of cluster `cluster`'s own tokens for each input: `W_i (n_i, width) @ xs[p] (width) +
+/// b_i` into columns `tokens` (the cluster's) of row `p` of `log_probs` (rows of `n_token`),
+/// the weights read once for all the inputs.
+fn cluster_logits(
+    model: &Model<'_>,
+    cluster: usize,
+    xs: &[&[f32]; MAX_POSITIONS_PER_PASS],
+    scratch: &mut [u32],
+    log_probs: &mut [f32],
+    tokens: core::ops::Range<usize>,
+) {
     let config = model.config();
+    let n_token = config.n_token as usize;
     let table = config.emb_table_of_cluster(cluster);
     // With div_val = 1 one table covers every cluster: take the cluster's rows.
-    let first_row = if config.div_val == 1 {
-        config.cluster_range(cluster).0 as usize
-    } else {
-        0
-    };
-    let rows = out.len();
+    let first_row = if config.div_val == 1 { tokens.start } else { 0 };
+    let rows = tokens.len();
     let weight = model.out_weight(table).row_range(first_row, first_row + rows);
     let bias = &model.out_bias(table)[first_row..first_row + rows];
-    kernels::matvec_bias(&weight, bias, x, out, scratch);
+    let mut outs: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+    let mut count = 0;
+    for (slot, row) in outs.iter_mut().zip(log_probs.chunks_exact_mut(n_token)) {
+        *slot = &mut row[tokens.clone()];
+        count += 1;
+    }
+    let mut rests: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+    kernels::matmul_split(
+        &weight,
+        &xs[..count],
+        &mut outs[..count],
+        &mut rests[..count],
+        scratch,
+    );
+    for out in &mut outs[..count] {
+        for (v, b) in out.iter_mut().zip(bias) {
+            *v += b;
+        }
+    }
 }

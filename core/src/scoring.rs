@@ -18,6 +18,7 @@ use alloc::vec::Vec;
 use crate::aligned::AlignedBytes;
 use crate::digest::Digest;
 use crate::error::Error;
+use crate::kernels::MAX_POSITIONS_PER_PASS;
 use crate::model::Model;
 use crate::options::SessionOptions;
 use crate::session::Session;
@@ -53,13 +54,14 @@ impl Scores {
     }
 }
 
-/// Positions the linear layers take per pass in the sessions [`score`] and [`start`] make:
-/// pairs, as on a device. Eight or sixteen positions a pass (the same bits) measured no faster
-/// on an x86-64 host yet, within the ±30% noise of the machine the figures come from (README,
-/// "Speed on the host"): the AVX kernels share each loaded weight between two inputs only, so
-/// more positions save reads from memory but not loads; a kernel that holds a tile of positions
-/// in registers is what would make more worth it.
-pub const POSITIONS_PER_PASS: usize = 2;
+/// Positions the linear layers and the output layer take per pass in the sessions [`score`]
+/// and [`start`] make: the most a pass takes ([`MAX_POSITIONS_PER_PASS`]), so that a model
+/// whose weights do not fit in the CPU's caches reads them once for every sixteen positions of
+/// a segment. At the published WikiText-103 shape (285 M parameters, segments of 128) that
+/// scored f32 twice and int8 1.35 times as fast as pairs; on the small bundled model it was
+/// neither faster nor slower (README, "Speed on the host"). The bits are those of pairs, a
+/// device's sessions ([`Session::new`]); the arena is larger by the rows of the positions.
+pub const POSITIONS_PER_PASS: usize = MAX_POSITIONS_PER_PASS;
 
 /// A zeroed arena for a session of `model` under `options` made by [`start`] (large enough for
 /// [`Session::new`] too: [`Session::arena_bytes`] is never more).

@@ -73,13 +73,24 @@ fn score(image: &Path, tokens: &Path, flags: &[&str]) -> Value {
     json(&txl(&args), &format!("score {flags:?}"))
 }
 
-/// The arena bytes of one core session of `image`, with its config's options changed by `edit`.
+/// The arena bytes of one core session of `image` as a device runs it (pairs of positions a
+/// pass, `Session::arena_bytes`), with its config's options changed by `edit`.
 fn arena_bytes(image: &Path, edit: impl FnOnce(&mut SessionOptions)) -> u64 {
+    arena_bytes_for(image, edit, txl_core::arena::DEFAULT_POSITIONS_PER_PASS)
+}
+
+/// [`arena_bytes`] for the sessions the host commands run (`score`, `compare`, `generate`,
+/// `bench`), which take `scoring::POSITIONS_PER_PASS` positions a pass.
+fn host_arena_bytes(image: &Path, edit: impl FnOnce(&mut SessionOptions)) -> u64 {
+    arena_bytes_for(image, edit, txl_core::scoring::POSITIONS_PER_PASS)
+}
+
+fn arena_bytes_for(image: &Path, edit: impl FnOnce(&mut SessionOptions), positions: usize) -> u64 {
     let bytes = txl_tools::image_file::read_image(image).unwrap();
     let model = Model::parse(bytes.bytes()).unwrap();
     let mut options = SessionOptions::from_config(model.config());
     edit(&mut options);
-    Session::arena_bytes(&model, &options).unwrap() as u64
+    Session::arena_bytes_for_positions_per_pass(&model, &options, positions).unwrap() as u64
 }
 
 /// A memory length no machine has the arena for: about 1.5 TB on `adaptive_div2`.
@@ -751,7 +762,7 @@ fn compare_flags_change_what_is_compared() {
             "--mem-len", HUGE_MEM_LEN, "--position-keys", keys];
         refused_arena_bytes(&args)
     };
-    let expected = 2 * arena_bytes(&image, |o| {
+    let expected = 2 * host_arena_bytes(&image, |o| {
         o.mem_len = HUGE_MEM_LEN.parse().unwrap();
         o.position_keys = PositionKeys::PerSegment;
     });
@@ -767,7 +778,7 @@ fn compare_flags_change_what_is_compared() {
             folded[side]
         );
     }
-    let expected = 2 * arena_bytes(&image, |o| {
+    let expected = 2 * host_arena_bytes(&image, |o| {
         o.mem_len = HUGE_MEM_LEN.parse().unwrap();
         o.position_keys = PositionKeys::FoldedIntoQuery;
     });
@@ -943,7 +954,7 @@ fn bench_flags_reach_its_sessions_and_its_report() {
     ] {
         #[rustfmt::skip]
         let args = ["bench", s(&image), "--tokens", "16", "--mem-len", HUGE_MEM_LEN, flag, value];
-        let expected = arena_bytes(&image, |o| {
+        let expected = host_arena_bytes(&image, |o| {
             o.mem_len = huge;
             edit(o);
         });
@@ -1048,7 +1059,7 @@ fn generate_flags_change_what_is_generated() {
     );
     #[rustfmt::skip]
     let args = ["generate", s(&image), "--prompt", prompt, "--mem-len", HUGE_MEM_LEN, segment[0], segment[1]];
-    let expected = arena_bytes(&image, |o| {
+    let expected = host_arena_bytes(&image, |o| {
         o.mem_len = HUGE_MEM_LEN.parse().unwrap();
         o.position_keys = PositionKeys::PerSegment;
     });
@@ -1065,7 +1076,7 @@ fn generate_flags_change_what_is_generated() {
     // Folded: other bits (a sample may or may not change), and an arena without key tables.
     #[rustfmt::skip]
     let args = ["generate", s(&image), "--prompt", prompt, "--mem-len", HUGE_MEM_LEN, "--position-keys", "folded"];
-    let expected = arena_bytes(&image, |o| {
+    let expected = host_arena_bytes(&image, |o| {
         o.mem_len = HUGE_MEM_LEN.parse().unwrap();
         o.position_keys = PositionKeys::FoldedIntoQuery;
     });

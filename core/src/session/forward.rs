@@ -328,14 +328,31 @@ impl Session<'_, '_> {
     }
 
     /// The output: `log_probs = ln softmax(W_out h_i + b_out)` (full or adaptive) for each
-    /// position `i` from `first_output` on, handed to `on_row(i, log_probs)`.
+    /// position `i` from `first_output` on, handed to `on_row(i, log_probs)`. The positions go
+    /// as many at a time as the arena has rows of log-probabilities for (one, unless the
+    /// session takes more than pairs: [`ArenaLayout`](crate::arena::ArenaLayout)), each
+    /// cluster's weights read once for them.
     fn output(&mut self, qlen: usize, first_output: usize, mut on_row: impl FnMut(usize, &[f32])) {
-        let d_model = self.model.config().d_model as usize;
+        let config = self.model.config();
+        let (d_model, n_token) = (config.d_model as usize, config.n_token as usize);
         let s = &mut self.state;
-        let hidden = &s.hidden[..qlen * d_model];
-        for (i, h) in hidden.chunks_exact(d_model).enumerate().skip(first_output) {
-            output::log_probs(&self.model, h, s.embed_row, s.quantized_input, s.log_probs);
-            on_row(i, s.log_probs);
+        let at_once = (s.log_probs.len() / n_token.max(1)).clamp(1, MAX_POSITIONS_PER_PASS);
+        let mut i = first_output;
+        while i < qlen {
+            let count = at_once.min(qlen - i);
+            let hidden = &s.hidden[i * d_model..(i + count) * d_model];
+            let log_probs = &mut s.log_probs[..count * n_token];
+            output::log_probs_of_positions(
+                &self.model,
+                &rows(hidden, d_model)[..count],
+                s.embed_row,
+                s.quantized_input,
+                log_probs,
+            );
+            for (k, row) in log_probs.chunks_exact(n_token).enumerate() {
+                on_row(i + k, row);
+            }
+            i += count;
         }
     }
 

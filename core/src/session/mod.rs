@@ -76,9 +76,9 @@ struct RunState<'a> {
     branch: &'a mut [f32], // (pair, d_model)
     /// One token's embedding before its projection, or the hidden state projected for one
     /// output cluster.
-    embed_row: &'a mut [f32], // (max_emb_dim)
+    embed_row: &'a mut [f32], // (output rows, max_emb_dim)
     /// One position's log-probabilities.
-    log_probs: &'a mut [f32], // (n_token)
+    log_probs: &'a mut [f32], // (output rows, n_token)
     /// Kernel scratch: one matvec input row quantized per token, for int8 weights.
     quantized_input: &'a mut [u32], // (pair * scratch_words(max(d_model, d_inner, n_head * d_head, d_embed)))
 }
@@ -164,8 +164,9 @@ impl<'m, 'a> Session<'m, 'a> {
     /// per pass (1 to [`MAX_POSITIONS_PER_PASS`](crate::kernels::MAX_POSITIONS_PER_PASS)):
     /// each weight is read once per pass, so on a CPU whose caches do not hold the weights,
     /// long segments run faster with more positions, for a larger arena
-    /// ([`Session::arena_bytes_for_positions_per_pass`]). The results are the same bits
-    /// whatever the number.
+    /// ([`Session::arena_bytes_for_positions_per_pass`]). With more than pairs the output
+    /// layer takes the positions of a pass together too, for a row of log-probabilities per
+    /// position. The results are the same bits whatever the number.
     pub fn with_positions_per_pass(
         model: &Model<'m>,
         arena: &'a mut [u8],
