@@ -48,11 +48,10 @@ pub fn log_probs_of_positions(
         }
         let shortlist = &mut row[..shortlist];
         let head_max = kernels::max(shortlist).max(kernels::max(tail_logits));
-        let head_sum: f32 = shortlist
-            .iter()
-            .chain(tail_logits.iter())
-            .map(|&v| kernels::fast_math::softmax_exp(v - head_max))
-            .sum();
+        let mut head_sum = kernels::sum_exp(shortlist, head_max);
+        for &v in tail_logits.iter() {
+            head_sum += kernels::fast_math::softmax_exp(v - head_max);
+        }
         let head_lse = head_max + libm::logf(head_sum);
         for v in shortlist.iter_mut().chain(tail_logits.iter_mut()) {
             *v -= head_lse;

@@ -704,8 +704,28 @@ pub fn argmax(x: &[f32]) -> usize {
 /// ([`softmax_exp`](super::fast_math::softmax_exp)); the `ln` is always exact.
 pub fn log_sum_exp(x: &[f32]) -> f32 {
     let m = max(x);
-    let sum: f32 = x.iter().map(|&v| super::fast_math::softmax_exp(v - m)).sum();
-    m + libm::logf(sum)
+    m + libm::logf(sum_exp(x, m))
+}
+
+/// `sum exp(x[i] - m)`, added in order from 0. The `exp`s go eight at a time where a kernel
+/// does them so ([`softmax_exp8`](super::softmax_exp8): the same bits), else one at a time
+/// ([`softmax_exp`](super::fast_math::softmax_exp)).
+pub fn sum_exp(x: &[f32], m: f32) -> f32 {
+    let mut sum = 0.0;
+    let by_eight = if super::SOFTMAX_EXP8 { x.len() / 8 * 8 } else { 0 };
+    let (eights, rest) = x.split_at(by_eight);
+    for chunk in eights.chunks_exact(8) {
+        let mut eight = [0.0f32; 8];
+        eight.copy_from_slice(chunk);
+        super::softmax_exp8(&mut eight, m);
+        for v in eight {
+            sum += v;
+        }
+    }
+    for &v in rest {
+        sum += super::fast_math::softmax_exp(v - m);
+    }
+    sum
 }
 
 /// In place `x - ln sum exp(x)`.
