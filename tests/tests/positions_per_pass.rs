@@ -1,10 +1,11 @@
 //! Sessions whose linear layers take more positions a pass (`scoring::start`, every host
 //! command) give the bits of the device's pairs (`Session::new`) in every weight dtype, for
-//! matrices long enough that the integer kernels read them in several blocks of rows, and
-//! with the output rows of `qkv_net` split between the queries and the memory.
+//! matrices long enough that the integer kernels read them in several blocks of rows, with the
+//! output rows of `qkv_net` split between the queries and the memory, and the position keys
+//! computed several distances a pass.
 
 use txl_core::kernels::MAX_POSITIONS_PER_PASS;
-use txl_core::{AlignedBytes, Config, MemDtype, Model, Session, SessionOptions};
+use txl_core::{AlignedBytes, Config, MemDtype, Model, PositionKeys, Session, SessionOptions};
 use txl_host_gpu::quantize::Target;
 use txl_tests::{quantized_image, random_model, reference_config, tokens};
 
@@ -57,16 +58,22 @@ fn every_number_of_positions_per_pass_gives_the_bits_of_pairs() {
     ];
     for (name, image) in &images {
         let model = Model::parse(image.bytes()).unwrap();
-        for mem_dtype in [MemDtype::F32, MemDtype::Int8] {
+        // the position keys kept for the session (computed at its start), or recomputed for
+        // each segment: both go several distances a pass
+        #[rustfmt::skip]
+        let settings = [(MemDtype::F32, PositionKeys::PerSession), (MemDtype::Int8, PositionKeys::PerSession),
+            (MemDtype::F32, PositionKeys::PerSegment)];
+        for (mem_dtype, position_keys) in settings {
             let options = SessionOptions {
                 mem_dtype,
+                position_keys,
                 ..SessionOptions::from_config(&config)
             };
             let pairs = bits(&model, options, 2, &text);
             for positions in [1, 3, 8, MAX_POSITIONS_PER_PASS] {
                 assert!(
                     bits(&model, options, positions, &text) == pairs,
-                    "{name} weights, {mem_dtype:?} memory: {positions} positions a pass"
+                    "{name} weights, {mem_dtype:?} memory, {position_keys:?} keys: {positions} positions a pass"
                 );
             }
         }

@@ -150,11 +150,21 @@ impl Session<'_, '_> {
         let width = self.model.config().qkv_width() as usize;
         let r_net = self.model.layer(layer).r_net;
         let s = &mut self.state;
-        for d in 0..klen.min(self.options.distances()) {
-            let pos_emb = &s.position_embeddings[d * d_model..(d + 1) * d_model];
-            let key = &mut s.position_keys[d * width..(d + 1) * width];
+        let distances = klen.min(self.options.distances());
+        let mut d = 0;
+        while d < distances {
+            let count = self.per_pass.min(distances - d);
+            let pos_emb = &s.position_embeddings[d * d_model..(d + count) * d_model];
+            let keys = &mut s.position_keys[d * width..(d + count) * width];
             // W_r (n_head * d_head, d_model) @ pos_emb(d) (d_model) -> R_d (n_head * d_head)
-            kernels::matvec(&r_net, pos_emb, key, s.quantized_input);
+            kernels::matmul_split(
+                &r_net,
+                &rows(pos_emb, d_model)[..count],
+                &mut rows_mut(keys, width)[..count],
+                &mut no_rest()[..count],
+                s.quantized_input,
+            );
+            d += count;
         }
         0
     }
@@ -357,7 +367,7 @@ impl Session<'_, '_> {
     }
 
     /// Position keys `R_d = W_r pos_emb(d)` for every layer and distance `d < distances`,
-    /// computed once: they do not depend on the tokens. With [`PositionKeys::PerSegment`], only
+    /// computed once, `per_pass` distances at a time: they do not depend on the tokens. With [`PositionKeys::PerSegment`], only
     /// the table of `pos_emb(d)` is kept; with [`PositionKeys::FoldedIntoQuery`], the two small
     /// tables of `pos_emb` it splits the distances into ([`SplitTable`]).
     pub(super) fn compute_position_keys(&mut self) {
@@ -377,20 +387,35 @@ impl Session<'_, '_> {
             }
             return;
         }
-        for d in 0..distances {
-            let pos_emb = &mut s.branch[..d_model];
-            position_embedding(d, pos_emb);
-            if self.options.position_keys != PositionKeys::PerSession {
-                s.position_embeddings[d * d_model..(d + 1) * d_model].copy_from_slice(pos_emb);
-                continue;
+        if self.options.position_keys != PositionKeys::PerSession {
+            let rows = s.position_embeddings[..distances * d_model].chunks_exact_mut(d_model);
+            for (d, pos_emb) in rows.enumerate() {
+                position_embedding(d, pos_emb);
+            }
+            return;
+        }
+        // `per_pass` distances at a time, which read each layer's W_r once
+        let mut d = 0;
+        while d < distances {
+            let count = self.per_pass.min(distances - d);
+            let pos_emb = &mut s.branch[..count * d_model];
+            for (k, row) in pos_emb.chunks_exact_mut(d_model).enumerate() {
+                position_embedding(d + k, row);
             }
             for layer in 0..config.n_layer as usize {
                 let at = (layer * distances + d) * width;
                 let r_net = self.model.layer(layer).r_net;
-                let key = &mut s.position_keys[at..at + width];
+                let keys = &mut s.position_keys[at..at + count * width];
                 // W_r (n_head * d_head, d_model) @ pos_emb(d) (d_model) -> R_d (n_head * d_head)
-                kernels::matvec(&r_net, pos_emb, key, s.quantized_input);
+                kernels::matmul_split(
+                    &r_net,
+                    &rows(pos_emb, d_model)[..count],
+                    &mut rows_mut(keys, width)[..count],
+                    &mut no_rest()[..count],
+                    s.quantized_input,
+                );
             }
+            d += count;
         }
     }
 
