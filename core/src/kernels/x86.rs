@@ -727,7 +727,10 @@ pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32
 /// [`scalar::int4_row_sums`] with AVX2: for groups of a multiple of 32 columns, four rows per
 /// pass, 32 columns a step (sixteen packed bytes of each row widened to 16 bits, each nibble
 /// sign-extended by a shift pair; the inputs reordered to match by one byte shuffle, once for
-/// the four rows), the rest as the scalar code does. The same sums (exact integers).
+/// the four rows), the rest as the scalar code does. Each group's eight lanes of partial sums
+/// are weighed by the group's multiplier in 64-bit lanes (`VPMULDQ`), so a row is summed
+/// across lanes once, at its end, not once a group. The same sums (exact integers: the
+/// multiplier distributes over the lanes).
 ///
 /// # Safety
 /// The CPU must support AVX2 ([`has_avx2`]).
@@ -743,8 +746,9 @@ pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8]
     for block in 0..blocks {
         let first = block * ROWS;
         let rows: [&[u8]; ROWS] = core::array::from_fn(|i| &values[(first + i) * row_bytes..][..row_bytes]);
-        let out = &mut sums[first..first + ROWS];
-        out.fill(0);
+        // per row: four 64-bit lanes of weighed group sums, and the columns no step took
+        let mut weighed = [_mm256_setzero_si256(); ROWS];
+        let mut rest = [0i64; ROWS];
         for g in 0..groups {
             let (start, end) = (g * group, cols.min((g + 1) * group));
             let mut c = start;
@@ -767,13 +771,25 @@ pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8]
                 }
                 c += 32;
             }
-            let mut four = [0i32; ROWS];
-            // SAFETY: `four` has room for four i32, and the CPU has AVX2.
-            unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc)) };
-            for (i, (sum, part)) in out.iter_mut().zip(four).enumerate() {
-                let group_sum = part + scalar::int4_range_sum(rows[i], xq, c..end);
-                *sum += int4_multiplier(codes[(first + i) * groups + g]) as i64 * group_sum as i64;
+            for (i, (acc, weighed)) in acc.iter().zip(weighed.iter_mut()).enumerate() {
+                let multiplier = int4_multiplier(codes[(first + i) * groups + g]);
+                let m = _mm256_set1_epi64x(i64::from(multiplier));
+                // the even and the odd i32 lanes, each times the multiplier in i64
+                let even = _mm256_mul_epi32(*acc, m);
+                let odd = _mm256_mul_epi32(_mm256_srli_epi64::<32>(*acc), m);
+                *weighed = _mm256_add_epi64(*weighed, _mm256_add_epi64(even, odd));
+                if c < end {
+                    rest[i] += i64::from(multiplier) * i64::from(scalar::int4_range_sum(rows[i], xq, c..end));
+                }
             }
+        }
+        for ((sum, weighed), rest) in sums[first..first + ROWS].iter_mut().zip(weighed).zip(rest) {
+            let halves = _mm_add_epi64(
+                _mm256_castsi256_si128(weighed),
+                _mm256_extracti128_si256::<1>(weighed),
+            );
+            let total = _mm_add_epi64(halves, _mm_unpackhi_epi64(halves, halves));
+            *sum = _mm_cvtsi128_si64(total) + rest;
         }
     }
     let done = blocks * ROWS;
