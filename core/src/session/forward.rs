@@ -20,6 +20,7 @@ use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
 use crate::options::PositionKeys;
 use crate::output;
 use crate::position::{position_embedding, split_distances, PositionScores, SplitTable};
+use crate::weights::Matrix;
 
 impl Session<'_, '_> {
     /// The forward pass over one segment; output rows from position `first_output` on.
@@ -156,14 +157,7 @@ impl Session<'_, '_> {
             let count = self.per_pass.min(distances - d);
             let pos_emb = &s.position_embeddings[d * d_model..(d + count) * d_model];
             let keys = &mut s.position_keys[d * width..(d + count) * width];
-            // W_r (n_head * d_head, d_model) @ pos_emb(d) (d_model) -> R_d (n_head * d_head)
-            kernels::matmul_split(
-                &r_net,
-                &rows(pos_emb, d_model)[..count],
-                &mut rows_mut(keys, width)[..count],
-                &mut no_rest()[..count],
-                s.quantized_input,
-            );
+            position_keys_of(&r_net, pos_emb, keys, s.quantized_input);
             d += count;
         }
         0
@@ -406,14 +400,7 @@ impl Session<'_, '_> {
                 let at = (layer * distances + d) * width;
                 let r_net = self.model.layer(layer).r_net;
                 let keys = &mut s.position_keys[at..at + count * width];
-                // W_r (n_head * d_head, d_model) @ pos_emb(d) (d_model) -> R_d (n_head * d_head)
-                kernels::matmul_split(
-                    &r_net,
-                    &rows(pos_emb, d_model)[..count],
-                    &mut rows_mut(keys, width)[..count],
-                    &mut no_rest()[..count],
-                    s.quantized_input,
-                );
+                position_keys_of(&r_net, pos_emb, keys, s.quantized_input);
             }
             d += count;
         }
@@ -449,6 +436,22 @@ impl Session<'_, '_> {
         }
         self.memory.set_len(mem_len);
     }
+}
+
+/// `R_d = W_r pos_emb(d)` for each row of `pos_emb` (rows of `d_model`, at most
+/// [`MAX_POSITIONS_PER_PASS`]) into the same row of `keys` (rows of `n_head * d_head`), the
+/// weights read once for them all.
+fn position_keys_of(r_net: &Matrix<'_>, pos_emb: &[f32], keys: &mut [f32], scratch: &mut [u32]) {
+    let (d_model, width) = (r_net.cols, r_net.rows);
+    let count = (pos_emb.len() / d_model.max(1)).min(MAX_POSITIONS_PER_PASS);
+    // W_r (n_head * d_head, d_model) @ pos_emb(d) (d_model) -> R_d (n_head * d_head)
+    kernels::matmul_split(
+        r_net,
+        &rows(pos_emb, d_model)[..count],
+        &mut rows_mut(keys, width)[..count],
+        &mut no_rest()[..count],
+        scratch,
+    );
 }
 
 /// `buffer`'s rows of `width` (the first [`MAX_POSITIONS_PER_PASS`] of them; empty slices
