@@ -137,8 +137,6 @@ fn cluster_logits(
         scratch,
     );
     for out in &mut outs[..count] {
-        for (v, b) in out.iter_mut().zip(bias) {
-            *v += b;
-        }
+        kernels::add_assign(out, bias);
     }
 }

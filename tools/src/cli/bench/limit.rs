@@ -6,7 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use txl_core::kernels;
 
 /// Rows and columns of the probe's matrices: 16 KB of f32 weights (32 × 128), 16 KB of int8
@@ -20,7 +19,7 @@ const REPEATS: usize = 3;
 const SPAN: Duration = Duration::from_millis(15);
 
 /// Multiply-accumulates a second of the fastest kernel of each kind.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// f32 weights: one input, or two inputs per pass over the rows (a segment's pairs).
     pub f32_macs_per_second: f64,
