@@ -13,6 +13,9 @@ pub mod cortex_m;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod x86;
 
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub mod vnni;
+
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;
 
@@ -140,8 +143,8 @@ pub fn dot_f16(a: &[half::f16], b: &[f32]) -> f32 {
 }
 
 /// [`int8_row_sums`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: with the
-/// `cortex-m-dsp` feature, and with AVX2 on x86-64, each weight is loaded and widened once for
-/// both (Helium needs no widening and runs each input on its own).
+/// `cortex-m-dsp` feature, and with VNNI or AVX2 on x86-64, each weight is loaded (and widened
+/// or sign-flipped) once for both (Helium needs no widening and runs each input on its own).
 #[inline]
 pub fn int8_row_sums_pair(
     values: &[i8],
@@ -151,9 +154,19 @@ pub fn int8_row_sums_pair(
     sums: [&mut [i32]; 2],
 ) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx2() {
-        // SAFETY: the CPU has AVX2, checked just above.
-        return unsafe { x86::row_sums_i8_pair(values, cols, xq, sums) };
+    {
+        if vnni::has_avx512_vnni() {
+            // SAFETY: the CPU has AVX-512 VNNI (with VL) and AVX2, checked just above.
+            return unsafe { vnni::evex::row_sums_pair(values, cols, xq, sums) };
+        }
+        if vnni::has_avx_vnni() {
+            // SAFETY: the CPU has AVX-VNNI and AVX2, checked just above.
+            return unsafe { vnni::vex::row_sums_pair(values, cols, xq, sums) };
+        }
+        if x86::has_avx2() {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { x86::row_sums_i8_pair(values, cols, xq, sums) };
+        }
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     cortex_m::row_sums_i8_pair(values, cols, xq, widened, sums);
@@ -194,15 +207,25 @@ pub fn widen_int8_input(xq: &[i8], widened: &mut [u32]) {
 /// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
 /// `values (rows, cols)`, `widened` being `xq` prepared by [`widen_int8_input`]: Helium with the
 /// `cortex-m-mve` and `cortex-m-dsp` features (16 columns an instruction), else four rows per
-/// pass with the `cortex-m-dsp` feature, with AVX2 on x86-64 (`std` feature, when the CPU has
-/// it) or on aarch64 (`SDOT` when the CPU has it and the `std` feature can tell, else `SMULL`),
+/// pass with the `cortex-m-dsp` feature, with `VPDPBUSD` (AVX-512 VNNI or AVX-VNNI, 32 columns
+/// an instruction) or else AVX2 on x86-64 (`std` feature, when the CPU has it) or on aarch64 (`SDOT` when the CPU has it and the `std` feature can tell, else `SMULL`),
 /// else the scalar dot product. All give the same sums.
 #[inline]
 pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums: &mut [i32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx2() {
-        // SAFETY: the CPU has AVX2, checked just above.
-        return unsafe { x86::row_sums_i8(values, cols, xq, sums) };
+    {
+        if vnni::has_avx512_vnni() {
+            // SAFETY: the CPU has AVX-512 VNNI (with VL) and AVX2, checked just above.
+            return unsafe { vnni::evex::row_sums(values, cols, xq, sums) };
+        }
+        if vnni::has_avx_vnni() {
+            // SAFETY: the CPU has AVX-VNNI and AVX2, checked just above.
+            return unsafe { vnni::vex::row_sums(values, cols, xq, sums) };
+        }
+        if x86::has_avx2() {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { x86::row_sums_i8(values, cols, xq, sums) };
+        }
     }
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {

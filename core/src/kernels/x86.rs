@@ -15,7 +15,8 @@
 //!   eight elements a register.
 //! - **int8 rows** ([`row_sums_i8`], [`row_sums_i8_pair`]): four weight rows per pass share the
 //!   widened input (two inputs share each widened weight in the pair kernel); the input is
-//!   quantized eight columns a step ([`quantize_activations`]).
+//!   quantized eight columns a step ([`quantize_activations`]). CPUs with VNNI take
+//!   [`vnni`](super::vnni)'s kernels instead, 32 columns an instruction.
 //! - **The softmax's `exp`** ([`softmax_exp8`]): `libm`'s `expf`, step for step, eight lanes.
 
 #[cfg(target_arch = "x86_64")]
@@ -590,8 +591,9 @@ pub unsafe fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &
 /// FreeBSD-derived `expf`): the same argument reduction `x = hi - lo` with `k` rounded as it
 /// rounds it, the same polynomial and division, and `y * 2^k` (for `k >= -126`, which
 /// `libm`'s `scalbnf` also does in one multiplication), every operation rounded once as there.
-/// A softmax's arguments are `<= 0`; a lane with anything else `libm` treats on its own path
-/// (NaN, `|x| >= 87.33655`, positive beyond `2^-14`) is recomputed by `libm::expf` itself.
+/// A softmax's arguments are `<= 0`; at or below `-103.972084` (and `-inf`) the result is 0, as
+/// `libm` returns it; a lane with anything else `libm` treats on its own path (NaN, `|x| >=
+/// 87.33655`, positive beyond `2^-14`) is recomputed by `libm::expf` itself.
 ///
 /// # Safety
 /// The CPU must support AVX2 ([`has_avx2`]).
@@ -648,7 +650,13 @@ pub unsafe fn softmax_exp8(values: &mut [f32; 8], max: f32) {
     // |x| <= 2^-14 (0x39000000): libm returns 1 + x
     let tiny = _mm256_cmp_ps::<_CMP_LE_OQ>(abs, f(0x3900_0000));
     let result = _mm256_blendv_ps(scaled, _mm256_add_ps(_mm256_set1_ps(1.0), x), tiny);
-    let unusual = _mm256_movemask_ps(unusual);
+    // x <= -103.972084 (0xc2cff1b5) or -inf: libm's expf returns 0 (not a NaN: ordered)
+    let underflow = _mm256_and_ps(
+        _mm256_cmp_ps::<_CMP_GE_OQ>(abs, f(0x42cf_f1b5)),
+        _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps()),
+    );
+    let result = _mm256_andnot_ps(underflow, result);
+    let unusual = _mm256_movemask_ps(_mm256_andnot_ps(underflow, unusual));
     let mut args = [0.0f32; 8];
     if unusual != 0 {
         // SAFETY: `args` has room for eight f32.

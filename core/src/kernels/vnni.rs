@@ -1,0 +1,252 @@
+//! x86-64 int8 row kernels with `VPDPBUSD` (VNNI), chosen at run time (feature `std`): four
+//! byte products and their sum in one instruction, 32 columns a 256-bit register.
+//!
+//! `VPDPBUSD` multiplies unsigned bytes by signed bytes; the weights and the input are both
+//! signed. Each weight byte has its sign bit flipped on the way in (`w ^ 0x80`, which is the
+//! unsigned `w + 128`), so a lane sums `(w + 128) * x = w * x + 128 * x`, and a row's total is
+//! `values[r] · xq + 128 * Σ xq`. The input's sum is taken once per call and subtracted from every
+//! row. Every addition wraps in i32 (`VPDPBUSD`, not the saturating `VPDPBUSDS`), so the result
+//! is the exact `values[r] · xq` modulo 2³², which is the exact sum itself wherever the portable
+//! i32 sum is exact: the same bits as [`scalar::dot_i8`].
+//!
+//! Two builds of the same code: [`evex`] for CPUs with AVX-512 VNNI (and VL, for 256-bit
+//! registers: Ice Lake and later server parts, Zen 4 and later), [`vex`] for CPUs with AVX-VNNI
+//! only (Alder Lake and later client parts).
+
+use super::scalar;
+
+/// Whether this CPU has AVX-512 VNNI with 256-bit registers ([`evex`]'s kernels).
+#[inline]
+pub fn has_avx512_vnni() -> bool {
+    std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("avx512vnni")
+        && std::is_x86_feature_detected!("avx512vl")
+}
+
+/// Whether this CPU has AVX-VNNI ([`vex`]'s kernels).
+#[inline]
+pub fn has_avx_vnni() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("avxvnni")
+}
+
+/// `Σ xq[..body]` in i32 (wrapping, as the kernels' sums wrap).
+fn input_sum(xq: &[i8], body: usize) -> i32 {
+    xq[..body]
+        .iter()
+        .fold(0i32, |sum, &v| sum.wrapping_add(i32::from(v)))
+}
+
+/// The kernels, once for each instruction encoding: `$features` the target features,
+/// `$dpbusd` the `VPDPBUSD` intrinsic of that encoding.
+macro_rules! vnni_kernels {
+    ($module:ident, $features:literal, $dpbusd:ident, $doc:literal) => {
+        #[doc = $doc]
+        pub mod $module {
+            use core::arch::x86_64::*;
+
+            use super::super::rows_that_fit;
+            use super::{input_sum, scalar};
+
+            /// Rows a pass takes.
+            const ROWS: usize = 4;
+
+            /// `sums[r] = values[r * cols..][..cols] · xq` in i32 for each `r < sums.len()`
+            /// (rows past the end of `values` are left as they are): four rows per pass, 32
+            /// columns a step, the columns after the last whole 32 as `scalar::dot_i8` adds them.
+            /// Equal to `scalar::dot_i8` per row.
+            ///
+            /// # Safety
+            /// The CPU must support this module's instructions (see the module's check).
+            #[target_feature(enable = $features)]
+            pub unsafe fn row_sums(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
+                // SAFETY: the CPU has this module's features, as this function requires.
+                unsafe { row_sums_many::<1>(values, cols, [xq], [sums]) }
+            }
+
+            /// [`row_sums`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: each
+            /// loaded weight meets both.
+            ///
+            /// # Safety
+            /// As for [`row_sums`].
+            #[target_feature(enable = $features)]
+            pub unsafe fn row_sums_pair(values: &[i8], cols: usize, xq: [&[i8]; 2], sums: [&mut [i32]; 2]) {
+                // SAFETY: the CPU has this module's features, as this function requires.
+                unsafe { row_sums_many::<2>(values, cols, xq, sums) }
+            }
+
+            /// [`row_sums`] for `INPUTS` inputs, each register of weights (sign-flipped once)
+            /// multiplied into every input's accumulators.
+            ///
+            /// # Safety
+            /// As for [`row_sums`].
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn row_sums_many<const INPUTS: usize>(
+                values: &[i8],
+                cols: usize,
+                xq: [&[i8]; INPUTS],
+                sums: [&mut [i32]; INPUTS],
+            ) {
+                let xq = xq.map(|x| &x[..cols]);
+                let wanted = sums.iter().map(|s| s.len()).min().unwrap_or(0);
+                let n = rows_that_fit(values.len(), cols, cols, wanted);
+                let body = cols / 32 * 32;
+                // what the flipped sign adds to every row: 128 * Σ xq (wrapping)
+                let excess = xq.map(|x| input_sum(x, body).wrapping_mul(128));
+                let flip = _mm256_set1_epi8(i8::MIN);
+                let mut r = 0;
+                while r + ROWS <= n {
+                    let mut acc = [[_mm256_setzero_si256(); ROWS]; INPUTS];
+                    let mut c = 0;
+                    while c < body {
+                        // SAFETY: `c + 32 <= cols`, so 32 bytes are readable in every input and
+                        // in rows `r..r + ROWS`, which are inside `values` (`r + ROWS <= n`).
+                        unsafe {
+                            let x: [__m256i; INPUTS] =
+                                core::array::from_fn(|p| _mm256_loadu_si256(xq[p].as_ptr().add(c).cast()));
+                            for i in 0..ROWS {
+                                let w = values.as_ptr().add((r + i) * cols + c);
+                                let w = _mm256_xor_si256(_mm256_loadu_si256(w.cast()), flip);
+                                for p in 0..INPUTS {
+                                    acc[p][i] = $dpbusd(acc[p][i], w, x[p]);
+                                }
+                            }
+                        }
+                        c += 32;
+                    }
+                    for p in 0..INPUTS {
+                        let mut four = [0i32; ROWS];
+                        // SAFETY: `four` has room for four i32; the CPU has AVX2.
+                        unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc[p])) };
+                        for (i, (sum, total)) in sums[p][r..r + ROWS].iter_mut().zip(four).enumerate() {
+                            let row = &values[(r + i) * cols..(r + i + 1) * cols];
+                            let tail = scalar::dot_i8(&row[body..], &xq[p][body..]);
+                            *sum = total.wrapping_sub(excess[p]).wrapping_add(tail);
+                        }
+                    }
+                    r += ROWS;
+                }
+                for i in r..n {
+                    let row = &values[i * cols..(i + 1) * cols];
+                    for p in 0..INPUTS {
+                        sums[p][i] = scalar::dot_i8(row, xq[p]);
+                    }
+                }
+            }
+
+            /// Four i32 sums (eight lanes each, wrapping) reduced to one vector `[s0, s1, s2,
+            /// s3]`.
+            ///
+            /// # Safety
+            /// The CPU must support AVX2.
+            #[inline]
+            #[target_feature(enable = "avx2")]
+            unsafe fn reduce_four(acc: [__m256i; ROWS]) -> __m128i {
+                let pairs = _mm256_hadd_epi32(
+                    _mm256_hadd_epi32(acc[0], acc[1]),
+                    _mm256_hadd_epi32(acc[2], acc[3]),
+                );
+                _mm_add_epi32(
+                    _mm256_castsi256_si128(pairs),
+                    _mm256_extracti128_si256::<1>(pairs),
+                )
+            }
+        }
+    };
+}
+
+vnni_kernels!(
+    evex,
+    "avx2,avx512vnni,avx512vl",
+    _mm256_dpbusd_epi32,
+    "The kernels with AVX-512 VNNI's `VPDPBUSD` on 256-bit registers ([`has_avx512_vnni`])."
+);
+
+vnni_kernels!(
+    vex,
+    "avx2,avxvnni",
+    _mm256_dpbusd_avx_epi32,
+    "The kernels with AVX-VNNI's `VPDPBUSD` ([`has_avx_vnni`])."
+);
+
+#[cfg(test)]
+mod tests {
+    use super::super::scalar;
+
+    /// Every VNNI build this CPU has, by name, with its two kernels.
+    type RowSums = unsafe fn(&[i8], usize, &[i8], &mut [i32]);
+    type RowSumsPair = unsafe fn(&[i8], usize, [&[i8]; 2], [&mut [i32]; 2]);
+
+    fn builds() -> Vec<(&'static str, RowSums, RowSumsPair)> {
+        let mut builds: Vec<(&'static str, RowSums, RowSumsPair)> = Vec::new();
+        if super::has_avx512_vnni() {
+            builds.push(("AVX-512 VNNI", super::evex::row_sums, super::evex::row_sums_pair));
+        }
+        if super::has_avx_vnni() {
+            builds.push(("AVX-VNNI", super::vex::row_sums, super::vex::row_sums_pair));
+        }
+        builds
+    }
+
+    #[test]
+    fn vnni_row_sums_equal_the_scalar_dot_per_row() {
+        let builds = builds();
+        if builds.is_empty() {
+            eprintln!("SKIPPED: this CPU has neither AVX-512 VNNI nor AVX-VNNI");
+            return;
+        }
+        let mut state = 11u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (state >> 24) as i8
+        };
+        for (name, one_input, two_inputs) in builds {
+            for cols in [0usize, 1, 31, 32, 33, 64, 95, 128, 250, 4100] {
+                for n in [0usize, 1, 3, 4, 5, 8, 11] {
+                    let mut values: Vec<i8> = (0..n * cols).map(|_| next()).collect();
+                    values.iter_mut().step_by(7).for_each(|v| *v = -128);
+                    let xa: Vec<i8> = (0..cols).map(|_| next()).collect();
+                    let mut xb: Vec<i8> = (0..cols).map(|_| next()).collect();
+                    xb.iter_mut().step_by(5).for_each(|v| *v = -128);
+                    // the extremes, where a wrong correction or a saturating sum shows
+                    let extreme_w = vec![-128i8; n * cols];
+                    let extreme_x = vec![-128i8; cols];
+                    let slow = |values: &[i8], x: &[i8]| -> Vec<i32> {
+                        values
+                            .chunks_exact(cols.max(1))
+                            .take(n)
+                            .map(|row| scalar::dot_i8(row, x))
+                            .collect()
+                    };
+                    let mut one = vec![0i32; n];
+                    // SAFETY: the build's features were detected in `builds`.
+                    unsafe { one_input(&values, cols, &xb, &mut one) };
+                    let (mut a, mut b) = (vec![0i32; n], vec![0i32; n]);
+                    // SAFETY: as above.
+                    unsafe { two_inputs(&values, cols, [&xa, &xb], [&mut a, &mut b]) };
+                    let mut extreme = vec![0i32; n];
+                    // SAFETY: as above.
+                    unsafe { one_input(&extreme_w, cols, &extreme_x, &mut extreme) };
+                    if cols > 0 {
+                        assert_eq!(one, slow(&values, &xb), "{name}: {n} rows of {cols}");
+                        assert_eq!(
+                            a,
+                            slow(&values, &xa),
+                            "{name}: {n} rows of {cols}, first of a pair"
+                        );
+                        assert_eq!(
+                            b,
+                            slow(&values, &xb),
+                            "{name}: {n} rows of {cols}, second of a pair"
+                        );
+                        assert_eq!(
+                            extreme,
+                            slow(&extreme_w, &extreme_x),
+                            "{name}: -128s, {n} rows of {cols}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
