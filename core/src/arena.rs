@@ -211,7 +211,7 @@ pub(crate) struct Carver<'a> {
 impl<'a> Carver<'a> {
     /// `arena` must be 16-byte aligned; its length is checked by the caller.
     pub(crate) fn new(arena: &'a mut [u8]) -> Result<Carver<'a>, Error> {
-        if arena.as_ptr() as usize % ARENA_ALIGN != 0 {
+        if !(arena.as_ptr() as usize).is_multiple_of(ARENA_ALIGN) {
             return Err(Error::ArenaMisaligned);
         }
         Ok(Carver { rest: arena })

@@ -72,7 +72,7 @@ impl Config {
         if dims.contains(&0) {
             return Err(ConfigError::ZeroDimension);
         }
-        if self.d_model % 2 != 0 {
+        if !self.d_model.is_multiple_of(2) {
             return Err(ConfigError::OddModelWidth);
         }
         if self.n_cutoffs as usize > MAX_CUTOFFS {

@@ -251,7 +251,7 @@ impl<'a> Image<'a> {
         if stored != computed {
             return Err(Error::BadChecksum { stored, computed });
         }
-        if bytes.as_ptr() as usize % PAYLOAD_ALIGN != 0 {
+        if !(bytes.as_ptr() as usize).is_multiple_of(PAYLOAD_ALIGN) {
             return Err(Error::ImageMisaligned);
         }
         if read_u32(bytes, 20) as usize != HEADER_BYTES {
@@ -354,7 +354,7 @@ impl<'a> Image<'a> {
         // Each region must start aligned, after the previous one, and end before the CRC.
         let mut region = |offset: usize, length: usize| -> Result<(), Error> {
             let fits = offset >= *payload_floor
-                && offset % PAYLOAD_ALIGN == 0
+                && offset.is_multiple_of(PAYLOAD_ALIGN)
                 && offset.checked_add(length).is_some_and(|end| end <= payload_end);
             if !fits {
                 return Err(bounds);
@@ -474,7 +474,10 @@ impl<'a> Image<'a> {
 /// to the row's columns rounded up to 8 (a longer group would mean the same as that), which
 /// fits the entry's 16 bits.
 pub fn int4_group_fits(group: usize, cols: usize) -> bool {
-    group >= 8 && group % 8 == 0 && group <= cols.next_multiple_of(8).max(8) && group <= u16::MAX as usize
+    group >= 8
+        && group.is_multiple_of(8)
+        && group <= cols.next_multiple_of(8).max(8)
+        && group <= u16::MAX as usize
 }
 
 /// A tensor's elements handed to the writer.

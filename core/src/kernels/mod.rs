@@ -256,7 +256,7 @@ pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sum
 
 /// [`scalar::int4_row_sums`]: `sums[r]` for the packed int4 rows of `values` and their groups'
 /// multiplier `codes`, the input `xq` prepared by [`widen_int8_input`] in `widened`, `xq.len()`
-/// the columns: with AVX2 on x86-64, two rows per pass with the `cortex-m-dsp` feature (`AND`
+/// the columns: with VNNI or AVX2 on x86-64, two rows per pass with the `cortex-m-dsp` feature (`AND`
 /// and `SMLAD`; the Helium build widens the input itself), else the portable code. Every
 /// kernel gives the same sums (they are exact integers).
 #[inline]
@@ -269,9 +269,19 @@ pub fn int4_row_sums(
     sums: &mut [i64],
 ) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx2() {
-        // SAFETY: the CPU has AVX2, checked just above.
-        return unsafe { x86::int4_row_sums(values, group, codes, xq, sums) };
+    {
+        if vnni::has_avx512_vnni() {
+            // SAFETY: the CPU has AVX-512 VNNI (with VL) and AVX2, checked just above.
+            return unsafe { vnni::evex::int4_row_sums(values, group, codes, xq, sums) };
+        }
+        if vnni::has_avx_vnni() {
+            // SAFETY: the CPU has AVX-VNNI and AVX2, checked just above.
+            return unsafe { vnni::vex::int4_row_sums(values, group, codes, xq, sums) };
+        }
+        if x86::has_avx2() {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { x86::int4_row_sums(values, group, codes, xq, sums) };
+        }
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     cortex_m::int4_row_sums(values, group, codes, xq, widened, sums);

@@ -134,6 +134,109 @@ macro_rules! vnni_kernels {
                 }
             }
 
+            /// [`scalar::int4_row_sums`] for groups of a multiple of 32 columns: four rows per
+            /// pass, 32 columns a step. A step's sixteen packed bytes of a row become 32
+            /// unsigned bytes, the low nibbles then the high ones, each `w + 8` (the nibble with
+            /// its sign bit flipped); the input is put in the same order once for the four rows
+            /// (one byte shuffle), and its lane sums are taken by one more `VPDPBUSD` against
+            /// ones, so that `8 * Σ x` comes back out of each group's lanes before they are
+            /// weighed by the group's multiplier in 64-bit lanes (`VPMULDQ`). Other groups, and
+            /// the columns after the last whole 32 of each group, as the portable code. The same
+            /// sums (exact integers).
+            ///
+            /// # Safety
+            /// As for [`row_sums`].
+            #[target_feature(enable = $features)]
+            pub unsafe fn int4_row_sums(
+                values: &[u8],
+                group: usize,
+                codes: &[u8],
+                xq: &[i8],
+                sums: &mut [i64],
+            ) {
+                use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes};
+                let cols = xq.len();
+                let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+                let blocks = if group.is_multiple_of(32) {
+                    sums.len() / ROWS
+                } else {
+                    0
+                };
+                // the bytes of two blocks of eight inputs, low-nibble columns (0-3 of each) first
+                let order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+                let (nibble, sign, ones) = (
+                    _mm256_set1_epi8(0x0f),
+                    _mm256_set1_epi8(0x08),
+                    _mm256_set1_epi8(1),
+                );
+                for block in 0..blocks {
+                    let first = block * ROWS;
+                    let rows: [&[u8]; ROWS] =
+                        core::array::from_fn(|i| &values[(first + i) * row_bytes..][..row_bytes]);
+                    // per row: four 64-bit lanes of weighed group sums, and the columns no step took
+                    let mut weighed = [_mm256_setzero_si256(); ROWS];
+                    let mut rest = [0i64; ROWS];
+                    for g in 0..groups {
+                        let (start, end) = (g * group, cols.min((g + 1) * group));
+                        let mut c = start;
+                        let mut acc = [_mm256_setzero_si256(); ROWS];
+                        let mut input_lanes = _mm256_setzero_si256();
+                        while c + 32 <= end {
+                            // SAFETY: columns `c..c + 32` are inside `xq` (`c + 32 <= end <=
+                            // cols`) and their sixteen packed bytes inside each row.
+                            unsafe {
+                                let low = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c).cast()), order);
+                                let high =
+                                    _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c + 16).cast()), order);
+                                let x = _mm256_set_m128i(
+                                    _mm_unpackhi_epi64(low, high),
+                                    _mm_unpacklo_epi64(low, high),
+                                );
+                                input_lanes = $dpbusd(input_lanes, ones, x);
+                                for (acc, row) in acc.iter_mut().zip(rows) {
+                                    let packed = _mm_loadu_si128(row.as_ptr().add(c / 2).cast());
+                                    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed);
+                                    let w = _mm256_xor_si256(_mm256_and_si256(both, nibble), sign);
+                                    *acc = $dpbusd(*acc, w, x);
+                                }
+                            }
+                            c += 32;
+                        }
+                        let excess = _mm256_slli_epi32::<3>(input_lanes);
+                        for (i, (acc, weighed)) in acc.iter().zip(weighed.iter_mut()).enumerate() {
+                            let acc = _mm256_sub_epi32(*acc, excess);
+                            let multiplier = int4_multiplier(codes[(first + i) * groups + g]);
+                            let m = _mm256_set1_epi64x(i64::from(multiplier));
+                            // the even and the odd i32 lanes, each times the multiplier in i64
+                            let even = _mm256_mul_epi32(acc, m);
+                            let odd = _mm256_mul_epi32(_mm256_srli_epi64::<32>(acc), m);
+                            *weighed = _mm256_add_epi64(*weighed, _mm256_add_epi64(even, odd));
+                            if c < end {
+                                rest[i] += i64::from(multiplier)
+                                    * i64::from(scalar::int4_range_sum(rows[i], xq, c..end));
+                            }
+                        }
+                    }
+                    for ((sum, weighed), rest) in sums[first..first + ROWS].iter_mut().zip(weighed).zip(rest)
+                    {
+                        let halves = _mm_add_epi64(
+                            _mm256_castsi256_si128(weighed),
+                            _mm256_extracti128_si256::<1>(weighed),
+                        );
+                        let total = _mm_add_epi64(halves, _mm_unpackhi_epi64(halves, halves));
+                        *sum = _mm_cvtsi128_si64(total) + rest;
+                    }
+                }
+                let done = blocks * ROWS;
+                scalar::int4_row_sums(
+                    &values[done * row_bytes..],
+                    group,
+                    &codes[done * groups..],
+                    xq,
+                    &mut sums[done..],
+                );
+            }
+
             /// Four i32 sums (eight lanes each, wrapping) reduced to one vector `[s0, s1, s2,
             /// s3]`.
             ///
@@ -172,6 +275,65 @@ vnni_kernels!(
 #[cfg(test)]
 mod tests {
     use super::super::scalar;
+
+    /// Every VNNI build's int4 kernel this CPU has, by name.
+    type Int4RowSums = unsafe fn(&[u8], usize, &[u8], &[i8], &mut [i64]);
+
+    fn int4_builds() -> Vec<(&'static str, Int4RowSums)> {
+        let mut builds: Vec<(&'static str, Int4RowSums)> = Vec::new();
+        if super::has_avx512_vnni() {
+            builds.push(("AVX-512 VNNI", super::evex::int4_row_sums));
+        }
+        if super::has_avx_vnni() {
+            builds.push(("AVX-VNNI", super::vex::int4_row_sums));
+        }
+        builds
+    }
+
+    #[test]
+    fn vnni_int4_sums_equal_the_scalar_sums() {
+        let builds = int4_builds();
+        if builds.is_empty() {
+            eprintln!("SKIPPED: this CPU has neither AVX-512 VNNI nor AVX-VNNI");
+            return;
+        }
+        let mut state = 13u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (state >> 24) as u8
+        };
+        for (name, kernel) in builds {
+            for cols in [1usize, 8, 31, 32, 33, 64, 100, 128, 250, 1030] {
+                for group in [8usize, 16, 32, 64, 96, 128] {
+                    let rows = 9;
+                    let row_bytes = crate::weights::int4_row_bytes(cols);
+                    let groups = crate::weights::int4_groups(cols, group);
+                    // every nibble, -8 and 7 included; the bytes past `cols` zero as packed
+                    let mut values: Vec<u8> = (0..rows * row_bytes).map(|_| next()).collect();
+                    for (r, row) in values.chunks_exact_mut(row_bytes).enumerate() {
+                        let mut unpacked: Vec<i8> =
+                            (0..cols).map(|c| crate::weights::int4_value(row, c)).collect();
+                        unpacked[0] = -8;
+                        if r == 2 {
+                            unpacked.fill(-8);
+                        }
+                        if r == 3 {
+                            unpacked.fill(7);
+                        }
+                        crate::weights::int4_pack_row(&unpacked, row);
+                    }
+                    let codes: Vec<u8> = (0..rows * groups).map(|_| next()).collect();
+                    let mut xq: Vec<i8> = (0..cols).map(|_| next() as i8).collect();
+                    xq.iter_mut().step_by(3).for_each(|v| *v = -128);
+                    let (mut fast, mut slow) = (vec![0i64; rows], vec![0i64; rows]);
+                    // SAFETY: the build's features were detected in `int4_builds`.
+                    unsafe { kernel(&values, group, &codes, &xq, &mut fast) };
+                    scalar::int4_row_sums(&values, group, &codes, &xq, &mut slow);
+                    assert_eq!(fast, slow, "{name}: {rows} rows of {cols}, groups of {group}");
+                }
+            }
+        }
+    }
 
     /// Every VNNI build this CPU has, by name, with its two kernels.
     type RowSums = unsafe fn(&[i8], usize, &[i8], &mut [i32]);

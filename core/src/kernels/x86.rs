@@ -748,7 +748,11 @@ pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8]
     const ROWS: usize = 4;
     let cols = xq.len();
     let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
-    let blocks = if group % 32 == 0 { sums.len() / ROWS } else { 0 };
+    let blocks = if group.is_multiple_of(32) {
+        sums.len() / ROWS
+    } else {
+        0
+    };
     // the bytes of two blocks of eight inputs, low-nibble columns (0-3 of each block) first
     let order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
     for block in 0..blocks {

@@ -299,7 +299,7 @@ fn compensate(
 /// approximation`, i.e. `‖(W - Ŵ) Xᵀ‖² / ‖W Xᵀ‖²`. `None` for an empty or mismatched `gram`.
 pub fn output_error(weight: &[f32], approximation: &[f32], gram: &Gram) -> Option<f64> {
     let n = gram.n;
-    if gram.is_empty() || weight.len() % n.max(1) != 0 || weight.len() != approximation.len() {
+    if gram.is_empty() || !weight.len().is_multiple_of(n.max(1)) || weight.len() != approximation.len() {
         return None;
     }
     let quadratic = |v: &[f64]| -> f64 {

@@ -553,7 +553,7 @@ pub fn quantize_weights_grouped(model: &Model<'_>, target: Target, group: usize)
 
 /// Refuses a group size the image cannot hold.
 fn check_group(group: usize) -> Result<(), Error> {
-    if group < 8 || group % 8 != 0 || group > 65_528 {
+    if group < 8 || !group.is_multiple_of(8) || group > 65_528 {
         return Err(Error::BadOptions(format!(
             "an int4 group is a multiple of 8 columns from 8 to 65,528 (32, 64 or 128 are usual), not {group}"
         )));

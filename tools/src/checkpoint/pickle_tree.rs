@@ -294,7 +294,7 @@ impl<'a> Machine<'a> {
     }
 
     fn set_items(&mut self, items: Vec<Value>) -> Result<()> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             bail!("SETITEMS with an odd number of values");
         }
         let Value::Dict(dict) = self.top()? else {

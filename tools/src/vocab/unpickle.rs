@@ -152,7 +152,7 @@ fn set_items(target: &mut Value, items: Vec<Value>) -> Result<()> {
     let Value::Dict(dict) = target else {
         bail!("SETITEMS on something other than a dict");
     };
-    if items.len() % 2 != 0 {
+    if !items.len().is_multiple_of(2) {
         bail!("SETITEMS with an odd number of items");
     }
     let mut items = items.into_iter();

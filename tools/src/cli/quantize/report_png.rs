@@ -174,7 +174,7 @@ fn draw_grouped(
     // One label every `every` groups, at most 40 along the axis.
     let every = groups.len().div_ceil(40).max(1);
     let label = |at: &SegmentValue<usize>| match at {
-        SegmentValue::CenterOf(i) if i % slots == (slots - 2) / 2 && (i / slots) % every == 0 => {
+        SegmentValue::CenterOf(i) if i % slots == (slots - 2) / 2 && (i / slots).is_multiple_of(every) => {
             groups.get(i / slots).cloned().unwrap_or_default()
         }
         _ => String::new(),
