@@ -88,42 +88,22 @@ macro_rules! vnni_kernels {
                 sums: [&mut [i32]; INPUTS],
             ) {
                 let xq = xq.map(|x| &x[..cols]);
+                let mut sums = sums;
                 let wanted = sums.iter().map(|s| s.len()).min().unwrap_or(0);
                 let n = rows_that_fit(values.len(), cols, cols, wanted);
                 let body = cols / 32 * 32;
                 // what the flipped sign adds to every row: 128 * Σ xq (wrapping)
                 let excess = xq.map(|x| input_sum(x, body).wrapping_mul(128));
-                let flip = _mm256_set1_epi8(i8::MIN);
                 let mut r = 0;
+                while r + 2 * ROWS <= n {
+                    // SAFETY: rows `r..r + 2 * ROWS` are inside `values`; the CPU has this
+                    // module's features.
+                    unsafe { rows_pass::<INPUTS, { 2 * ROWS }>(values, cols, r, xq, excess, &mut sums) };
+                    r += 2 * ROWS;
+                }
                 while r + ROWS <= n {
-                    let mut acc = [[_mm256_setzero_si256(); ROWS]; INPUTS];
-                    let mut c = 0;
-                    while c < body {
-                        // SAFETY: `c + 32 <= cols`, so 32 bytes are readable in every input and
-                        // in rows `r..r + ROWS`, which are inside `values` (`r + ROWS <= n`).
-                        unsafe {
-                            let x: [__m256i; INPUTS] =
-                                core::array::from_fn(|p| _mm256_loadu_si256(xq[p].as_ptr().add(c).cast()));
-                            for i in 0..ROWS {
-                                let w = values.as_ptr().add((r + i) * cols + c);
-                                let w = _mm256_xor_si256(_mm256_loadu_si256(w.cast()), flip);
-                                for p in 0..INPUTS {
-                                    acc[p][i] = $dpbusd(acc[p][i], w, x[p]);
-                                }
-                            }
-                        }
-                        c += 32;
-                    }
-                    for p in 0..INPUTS {
-                        let mut four = [0i32; ROWS];
-                        // SAFETY: `four` has room for four i32; the CPU has AVX2.
-                        unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc[p])) };
-                        for (i, (sum, total)) in sums[p][r..r + ROWS].iter_mut().zip(four).enumerate() {
-                            let row = &values[(r + i) * cols..(r + i + 1) * cols];
-                            let tail = scalar::dot_i8(&row[body..], &xq[p][body..]);
-                            *sum = total.wrapping_sub(excess[p]).wrapping_add(tail);
-                        }
-                    }
+                    // SAFETY: as above, for rows `r..r + ROWS`.
+                    unsafe { rows_pass::<INPUTS, ROWS>(values, cols, r, xq, excess, &mut sums) };
                     r += ROWS;
                 }
                 for i in r..n {
@@ -235,6 +215,62 @@ macro_rules! vnni_kernels {
                     xq,
                     &mut sums[done..],
                 );
+            }
+
+            /// Rows `r..r + PASS` of [`row_sums_many`] (`PASS` a multiple of four), each
+            /// input's `excess` (`128 * Σ xq` over the whole 32s) taken back out.
+            ///
+            /// # Safety
+            /// Rows `r..r + PASS` of `cols` must be inside `values`, and `r + PASS` within every
+            /// output; the CPU must support this module's instructions.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn rows_pass<const INPUTS: usize, const PASS: usize>(
+                values: &[i8],
+                cols: usize,
+                r: usize,
+                xq: [&[i8]; INPUTS],
+                excess: [i32; INPUTS],
+                sums: &mut [&mut [i32]; INPUTS],
+            ) {
+                let body = cols / 32 * 32;
+                let flip = _mm256_set1_epi8(i8::MIN);
+                let mut acc = [[_mm256_setzero_si256(); PASS]; INPUTS];
+                let mut c = 0;
+                while c < body {
+                    // SAFETY: `c + 32 <= cols`, so 32 bytes are readable in every input and in
+                    // rows `r..r + PASS`, which are inside `values` (this function's contract).
+                    unsafe {
+                        let x: [__m256i; INPUTS] =
+                            core::array::from_fn(|p| _mm256_loadu_si256(xq[p].as_ptr().add(c).cast()));
+                        for i in 0..PASS {
+                            let w = values.as_ptr().add((r + i) * cols + c);
+                            let w = _mm256_xor_si256(_mm256_loadu_si256(w.cast()), flip);
+                            for p in 0..INPUTS {
+                                acc[p][i] = $dpbusd(acc[p][i], w, x[p]);
+                            }
+                        }
+                    }
+                    c += 32;
+                }
+                for p in 0..INPUTS {
+                    for q in 0..PASS / ROWS {
+                        let first = r + q * ROWS;
+                        let mut four = [0i32; ROWS];
+                        let quad = core::array::from_fn(|i| acc[p][q * ROWS + i]);
+                        // SAFETY: `four` has room for four i32; the CPU has AVX2.
+                        unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(quad)) };
+                        for (i, (sum, total)) in sums[p][first..first + ROWS]
+                            .iter_mut()
+                            .zip(four)
+                            .enumerate()
+                        {
+                            let row = &values[(first + i) * cols..(first + i + 1) * cols];
+                            let tail = scalar::dot_i8(&row[body..], &xq[p][body..]);
+                            *sum = total.wrapping_sub(excess[p]).wrapping_add(tail);
+                        }
+                    }
+                }
             }
 
             /// Four i32 sums (eight lanes each, wrapping) reduced to one vector `[s0, s1, s2,
@@ -364,7 +400,7 @@ mod tests {
         };
         for (name, one_input, two_inputs) in builds {
             for cols in [0usize, 1, 31, 32, 33, 64, 95, 128, 250, 4100] {
-                for n in [0usize, 1, 3, 4, 5, 8, 11] {
+                for n in [0usize, 1, 3, 4, 5, 8, 11, 12, 13] {
                     let mut values: Vec<i8> = (0..n * cols).map(|_| next()).collect();
                     values.iter_mut().step_by(7).for_each(|v| *v = -128);
                     let xa: Vec<i8> = (0..cols).map(|_| next()).collect();

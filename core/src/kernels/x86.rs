@@ -589,11 +589,12 @@ pub unsafe fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &
 
 /// `values[i] = libm::expf(values[i] - max)` for eight values, with `libm`'s own steps (its
 /// FreeBSD-derived `expf`): the same argument reduction `x = hi - lo` with `k` rounded as it
-/// rounds it, the same polynomial and division, and `y * 2^k` (for `k >= -126`, which
-/// `libm`'s `scalbnf` also does in one multiplication), every operation rounded once as there.
+/// rounds it, the same polynomial and division, and `y * 2^k` in the multiplications `libm`'s
+/// `scalbnf` does, every operation rounded once as there.
 /// A softmax's arguments are `<= 0`; at or below `-103.972084` (and `-inf`) the result is 0, as
-/// `libm` returns it; a lane with anything else `libm` treats on its own path (NaN, `|x| >=
-/// 87.33655`, positive beyond `2^-14`) is recomputed by `libm::expf` itself.
+/// `libm` returns it, and down to there a subnormal result is scaled in `scalbnf`'s two steps;
+/// a lane `libm` treats on another path (NaN, positive beyond `2^-14`) is recomputed by
+/// `libm::expf` itself.
 ///
 /// # Safety
 /// The CPU must support AVX2 ([`has_avx2`]).
@@ -609,11 +610,8 @@ pub unsafe fn softmax_exp8(values: &mut [f32; 8], max: f32) {
     // SAFETY: `values` is eight readable f32.
     let x = _mm256_sub_ps(unsafe { _mm256_loadu_ps(values.as_ptr()) }, _mm256_set1_ps(max));
     let abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
-    // lanes libm takes another path for: NaN, |x| >= 87.33655 (0x42aeac50), x > 2^-14
-    let unusual = _mm256_or_ps(
-        _mm256_cmp_ps::<_CMP_NLT_UQ>(abs, f(0x42ae_ac50)),
-        _mm256_cmp_ps::<_CMP_GT_OQ>(x, f(0x3900_0000)),
-    );
+    // lanes libm takes another path for: NaN, x > 2^-14
+    let unusual = _mm256_cmp_ps::<_CMP_NLE_UQ>(x, f(0x3900_0000));
     // k: trunc(x / ln 2 - 1/2) beyond 1.5 ln 2 (0x3f851592), -1 beyond 0.5 ln 2 (0x3eb17218),
     // else 0 (x <= 0 in every lane computed here)
     let truncated = _mm256_cvttps_epi32(_mm256_add_ps(
@@ -641,7 +639,12 @@ pub unsafe fn softmax_exp8(values: &mut [f32; 8], max: f32) {
         _mm256_set1_ps(1.0),
         _mm256_add_ps(_mm256_sub_ps(quotient, lo), hi),
     );
-    // y * 2^k, 2^k built from its exponent bits (k >= -126 here)
+    // y * 2^k as libm's scalbnf takes it: for k < -126 (a subnormal result, x below
+    // -87.33655) first y * 2^-102 (exact), then times 2^(k + 102) (rounded once); 2^k built
+    // from its exponent bits
+    let deep = _mm256_cmpgt_epi32(_mm256_set1_epi32(-126), k);
+    let y = _mm256_blendv_ps(y, _mm256_mul_ps(y, f(0x0c80_0000)), _mm256_castsi256_ps(deep));
+    let k = _mm256_add_epi32(k, _mm256_and_si256(deep, _mm256_set1_epi32(102)));
     let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
         k,
         _mm256_set1_epi32(127),
@@ -1354,6 +1357,15 @@ mod tests {
         let mut batch = [0.0f32; 8];
         let mut filled = 0;
         for bits in (0x8000_0000u32..=0xc2d0_0000).step_by(7) {
+            batch[filled] = f32::from_bits(bits);
+            filled += 1;
+            if filled == 8 {
+                check(&batch, 0.0);
+                filled = 0;
+            }
+        }
+        // every f32 whose exp is subnormal (-87.33655 down to -103.97208)
+        for bits in 0xc2ae_ac50u32..=0xc2cf_f1b5 {
             batch[filled] = f32::from_bits(bits);
             filled += 1;
             if filled == 8 {
