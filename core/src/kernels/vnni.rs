@@ -29,13 +29,6 @@ pub fn has_avx_vnni() -> bool {
     std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("avxvnni")
 }
 
-/// `Σ xq[..body]` in i32 (wrapping, as the kernels' sums wrap).
-fn input_sum(xq: &[i8], body: usize) -> i32 {
-    xq[..body]
-        .iter()
-        .fold(0i32, |sum, &v| sum.wrapping_add(i32::from(v)))
-}
-
 /// The kernels, once for each instruction encoding: `$features` the target features,
 /// `$dpbusd` the `VPDPBUSD` intrinsic of that encoding.
 macro_rules! vnni_kernels {
@@ -45,7 +38,7 @@ macro_rules! vnni_kernels {
             use core::arch::x86_64::*;
 
             use super::super::rows_that_fit;
-            use super::{input_sum, scalar};
+            use super::scalar;
 
             /// Rows a pass takes.
             const ROWS: usize = 4;
@@ -93,9 +86,12 @@ macro_rules! vnni_kernels {
                 let n = rows_that_fit(values.len(), cols, cols, wanted);
                 let body = cols / 32 * 32;
                 // what the flipped sign adds to every row: 128 * Σ xq (wrapping)
-                let excess = xq.map(|x| input_sum(x, body).wrapping_mul(128));
+                // SAFETY: `body <= cols`, each input's length; the CPU has this module's features.
+                let excess = xq.map(|x| unsafe { input_sum(x, body) }.wrapping_mul(128));
                 let mut r = 0;
-                while r + 2 * ROWS <= n {
+                // eight rows a pass for one input (eight chains of sums in flight); with two,
+                // four rows already give as many
+                while INPUTS == 1 && r + 2 * ROWS <= n {
                     // SAFETY: rows `r..r + 2 * ROWS` are inside `values`; the CPU has this
                     // module's features.
                     unsafe { rows_pass::<INPUTS, { 2 * ROWS }>(values, cols, r, xq, excess, &mut sums) };
@@ -215,6 +211,32 @@ macro_rules! vnni_kernels {
                     xq,
                     &mut sums[done..],
                 );
+            }
+
+            /// `Σ xq[..body]` in i32 (`body` a multiple of 32), by `VPDPBUSD` against ones:
+            /// once per input and call, however many rows the call takes.
+            ///
+            /// # Safety
+            /// `body <= xq.len()`; the CPU must support this module's instructions.
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn input_sum(xq: &[i8], body: usize) -> i32 {
+                let ones = _mm256_set1_epi8(1);
+                let mut lanes = _mm256_setzero_si256();
+                let mut c = 0;
+                while c < body {
+                    // SAFETY: `c + 32 <= body <= xq.len()`.
+                    lanes = $dpbusd(lanes, ones, unsafe {
+                        _mm256_loadu_si256(xq.as_ptr().add(c).cast())
+                    });
+                    c += 32;
+                }
+                let half = _mm_add_epi32(
+                    _mm256_castsi256_si128(lanes),
+                    _mm256_extracti128_si256::<1>(lanes),
+                );
+                let half = _mm_add_epi32(half, _mm_unpackhi_epi64(half, half));
+                _mm_cvtsi128_si32(_mm_add_epi32(half, _mm_shuffle_epi32::<1>(half)))
             }
 
             /// Rows `r..r + PASS` of [`row_sums_many`] (`PASS` a multiple of four), each
@@ -371,7 +393,7 @@ mod tests {
         }
     }
 
-    /// Every VNNI build this CPU has, by name, with its two kernels.
+    /// Every VNNI build this CPU has, by name, with its kernels for one and two inputs.
     type RowSums = unsafe fn(&[i8], usize, &[i8], &mut [i32]);
     type RowSumsPair = unsafe fn(&[i8], usize, [&[i8]; 2], [&mut [i32]; 2]);
 
