@@ -447,12 +447,20 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
             let (xq, _) = super::split_scratch(scratch, weight.rows);
             let scaled = || x.iter().zip(row_scales).map(|(v, s)| v * s);
             let x_scale = quantize_with(xq, max_abs(scaled()), scaled());
+            // the i32 sums in y's own words, a row at a time (contiguous; integer sums are the
+            // same in any order)
+            let len = y.len().min(cols);
+            let y = &mut y[..len];
+            let acc: &mut [i32] = bytemuck::cast_slice_mut(y);
+            acc.fill(0);
+            for (&a, row) in xq.iter().zip(values.chunks_exact(cols)) {
+                let a = i32::from(a);
+                for (sum, &w) in acc.iter_mut().zip(row) {
+                    *sum += a * i32::from(w);
+                }
+            }
             for (c, out) in y.iter_mut().enumerate() {
-                let acc: i32 = xq
-                    .iter()
-                    .zip(values[c..].iter().step_by(cols))
-                    .map(|(&a, &w)| a as i32 * w as i32)
-                    .sum();
+                let acc = out.to_bits() as i32;
                 *out = acc as f32 * x_scale * act_scales.map_or(1.0, |a| a[c]);
             }
         }
