@@ -279,7 +279,8 @@ macro_rules! vnni_kernels {
                     for q in 0..PASS / ROWS {
                         let first = r + q * ROWS;
                         let mut four = [0i32; ROWS];
-                        let quad = core::array::from_fn(|i| acc[p][q * ROWS + i]);
+                        let at = q * ROWS;
+                        let quad = [acc[p][at], acc[p][at + 1], acc[p][at + 2], acc[p][at + 3]];
                         // SAFETY: `four` has room for four i32; the CPU has AVX2.
                         unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(quad)) };
                         for (i, (sum, total)) in sums[p][first..first + ROWS]
