@@ -21,14 +21,15 @@ const SPAN: Duration = Duration::from_millis(15);
 /// Multiply-accumulates a second of the fastest kernel of each kind.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// f32 weights: one input, or two inputs per pass over the rows (a segment's pairs).
+    /// f32 weights: one input, or two or four inputs per pass over the rows (a segment's
+    /// positions).
     pub f32_macs_per_second: f64,
     /// int8 weights (W8A8): one input or two, the input already quantized.
     pub int8_macs_per_second: f64,
 }
 
 impl Limits {
-    /// Runs the probe (about a fifth of a second).
+    /// Runs the probe (about a quarter of a second).
     pub fn measure() -> Limits {
         Limits {
             f32_macs_per_second: f32_limit(),
@@ -37,7 +38,7 @@ impl Limits {
     }
 }
 
-/// The fastest of `matvec_f32_rows` and `matmul_f32_rows` over two inputs.
+/// The fastest of `matvec_f32_rows` and `matmul_f32_rows` over two and four inputs.
 fn f32_limit() -> f64 {
     let (rows, cols) = F32_SHAPE;
     let weight: Vec<f32> = (0..rows * cols).map(|i| small_value(i) as f32 / 64.0).collect();
@@ -52,7 +53,18 @@ fn f32_limit() -> f64 {
         kernels::matmul_f32_rows(&weight, &[&x0, &x1], &mut [&mut y0, &mut y1]);
         std::hint::black_box((&mut y0, &mut y1));
     });
-    one.max(two)
+    // four inputs: a segment's positions several at a time (AVX-512F's kernel, where it runs)
+    let (x2, x3) = (x0.clone(), x1.clone());
+    let (mut y2, mut y3) = (vec![0.0f32; rows], vec![0.0f32; rows]);
+    let four = best_rate(4 * rows * cols, || {
+        kernels::matmul_f32_rows(
+            &weight,
+            &[&x0, &x1, &x2, &x3],
+            &mut [&mut y0, &mut y1, &mut y2, &mut y3],
+        );
+        std::hint::black_box((&mut y0, &mut y1, &mut y2, &mut y3));
+    });
+    one.max(two).max(four)
 }
 
 /// The fastest of `int8_row_sums` and `int8_row_sums_pair`.
