@@ -38,6 +38,7 @@ macro_rules! vnni_kernels {
             use core::arch::x86_64::*;
 
             use super::super::rows_that_fit;
+            use super::super::x86::{i64_lanes_sum, reduce_four, weigh_group};
             use super::scalar;
 
             /// Rows a pass takes.
@@ -182,11 +183,8 @@ macro_rules! vnni_kernels {
                         for (i, (acc, weighed)) in acc.iter().zip(weighed.iter_mut()).enumerate() {
                             let acc = _mm256_sub_epi32(*acc, excess);
                             let multiplier = int4_multiplier(codes[(first + i) * groups + g]);
-                            let m = _mm256_set1_epi64x(i64::from(multiplier));
-                            // the even and the odd i32 lanes, each times the multiplier in i64
-                            let even = _mm256_mul_epi32(acc, m);
-                            let odd = _mm256_mul_epi32(_mm256_srli_epi64::<32>(acc), m);
-                            *weighed = _mm256_add_epi64(*weighed, _mm256_add_epi64(even, odd));
+                            // SAFETY: the CPU has AVX2, as this function requires.
+                            *weighed = unsafe { weigh_group(*weighed, acc, multiplier) };
                             if c < end {
                                 rest[i] += i64::from(multiplier)
                                     * i64::from(scalar::int4_range_sum(rows[i], xq, c..end));
@@ -195,12 +193,8 @@ macro_rules! vnni_kernels {
                     }
                     for ((sum, weighed), rest) in sums[first..first + ROWS].iter_mut().zip(weighed).zip(rest)
                     {
-                        let halves = _mm_add_epi64(
-                            _mm256_castsi256_si128(weighed),
-                            _mm256_extracti128_si256::<1>(weighed),
-                        );
-                        let total = _mm_add_epi64(halves, _mm_unpackhi_epi64(halves, halves));
-                        *sum = _mm_cvtsi128_si64(total) + rest;
+                        // SAFETY: the CPU has AVX2, as this function requires.
+                        *sum = unsafe { i64_lanes_sum(weighed) } + rest;
                     }
                 }
                 let done = blocks * ROWS;
@@ -294,24 +288,6 @@ macro_rules! vnni_kernels {
                         }
                     }
                 }
-            }
-
-            /// Four i32 sums (eight lanes each, wrapping) reduced to one vector `[s0, s1, s2,
-            /// s3]`.
-            ///
-            /// # Safety
-            /// The CPU must support AVX2.
-            #[inline]
-            #[target_feature(enable = "avx2")]
-            unsafe fn reduce_four(acc: [__m256i; ROWS]) -> __m128i {
-                let pairs = _mm256_hadd_epi32(
-                    _mm256_hadd_epi32(acc[0], acc[1]),
-                    _mm256_hadd_epi32(acc[2], acc[3]),
-                );
-                _mm_add_epi32(
-                    _mm256_castsi256_si128(pairs),
-                    _mm256_extracti128_si256::<1>(pairs),
-                )
             }
         }
     };

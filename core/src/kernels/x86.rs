@@ -676,13 +676,13 @@ pub unsafe fn softmax_exp8(values: &mut [f32; 8], max: f32) {
     }
 }
 
-/// Four i32 sums (eight lanes each) reduced to one vector `[s0, s1, s2, s3]`.
+/// Four i32 sums (eight lanes each, wrapping) reduced to one vector `[s0, s1, s2, s3]`.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn reduce_four(acc: [__m256i; 4]) -> __m128i {
+pub(super) unsafe fn reduce_four(acc: [__m256i; 4]) -> __m128i {
     let pairs = _mm256_hadd_epi32(
         _mm256_hadd_epi32(acc[0], acc[1]),
         _mm256_hadd_epi32(acc[2], acc[3]),
@@ -788,23 +788,16 @@ pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8]
             }
             for (i, (acc, weighed)) in acc.iter().zip(weighed.iter_mut()).enumerate() {
                 let multiplier = int4_multiplier(codes[(first + i) * groups + g]);
-                let m = _mm256_set1_epi64x(i64::from(multiplier));
-                // the even and the odd i32 lanes, each times the multiplier in i64
-                let even = _mm256_mul_epi32(*acc, m);
-                let odd = _mm256_mul_epi32(_mm256_srli_epi64::<32>(*acc), m);
-                *weighed = _mm256_add_epi64(*weighed, _mm256_add_epi64(even, odd));
+                // SAFETY: the CPU has AVX2, as this function requires.
+                *weighed = unsafe { weigh_group(*weighed, *acc, multiplier) };
                 if c < end {
                     rest[i] += i64::from(multiplier) * i64::from(scalar::int4_range_sum(rows[i], xq, c..end));
                 }
             }
         }
         for ((sum, weighed), rest) in sums[first..first + ROWS].iter_mut().zip(weighed).zip(rest) {
-            let halves = _mm_add_epi64(
-                _mm256_castsi256_si128(weighed),
-                _mm256_extracti128_si256::<1>(weighed),
-            );
-            let total = _mm_add_epi64(halves, _mm_unpackhi_epi64(halves, halves));
-            *sum = _mm_cvtsi128_si64(total) + rest;
+            // SAFETY: the CPU has AVX2, as this function requires.
+            *sum = unsafe { i64_lanes_sum(weighed) } + rest;
         }
     }
     let done = blocks * ROWS;
@@ -815,6 +808,35 @@ pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8]
         xq,
         &mut sums[done..],
     );
+}
+
+/// `weighed + multiplier * acc` for a group's eight i32 lane sums `acc`, in four i64 lanes: the
+/// even and the odd lanes each times the multiplier (`VPMULDQ`), then added. The int4 kernels
+/// weigh each group this way and sum a row's lanes once, at its end ([`i64_lanes_sum`]).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn weigh_group(weighed: __m256i, acc: __m256i, multiplier: i32) -> __m256i {
+    let m = _mm256_set1_epi64x(i64::from(multiplier));
+    let even = _mm256_mul_epi32(acc, m);
+    let odd = _mm256_mul_epi32(_mm256_srli_epi64::<32>(acc), m);
+    _mm256_add_epi64(weighed, _mm256_add_epi64(even, odd))
+}
+
+/// The sum of four i64 lanes.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn i64_lanes_sum(lanes: __m256i) -> i64 {
+    let halves = _mm_add_epi64(
+        _mm256_castsi256_si128(lanes),
+        _mm256_extracti128_si256::<1>(lanes),
+    );
+    _mm_cvtsi128_si64(_mm_add_epi64(halves, _mm_unpackhi_epi64(halves, halves)))
 }
 
 /// [`int8_attention::key_sums_portable`](crate::int8_attention::key_sums_portable) with AVX2:
