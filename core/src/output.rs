@@ -15,9 +15,15 @@ use crate::model::Model;
 /// [`scratch_words`](kernels::scratch_words)`(max(d_model, d_embed))` words for each; positions
 /// past what they (or `log_probs`) hold are left out. Each row has the same bits however many
 /// positions go together ([`kernels::matmul_split`]).
+///
+/// `targets[p] = Some(t)` asks only for `ln p(t)` at position `p` (scoring): an adaptive
+/// softmax then computes the head and `t`'s own cluster for it, not the other tail clusters,
+/// whose entries of the row are left as they were. `ln p(t)` has the same bits as in a full row.
+/// Positions with `None`, or past the end of `targets`, get the full row.
 pub fn log_probs_of_positions(
     model: &Model<'_>,
     hiddens: &[&[f32]],
+    targets: &[Option<u32>],
     projected: &mut [f32],
     scratch: &mut [u32],
     log_probs: &mut [f32],
@@ -37,7 +43,13 @@ pub fn log_probs_of_positions(
     // The head: shortlist logits, then the tail clusters' logits.
     let shortlist = config.cluster_range(0).1 as usize;
     let heads = project(model, 0, hiddens, projected, scratch);
-    cluster_logits(model, 0, &heads, scratch, log_probs, 0..shortlist);
+    {
+        let mut rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+        for (slot, row) in rows.iter_mut().zip(log_probs.chunks_exact_mut(n_token)) {
+            *slot = row;
+        }
+        cluster_logits(model, 0, &heads, scratch, &mut rows[..count], 0..shortlist);
+    }
     let mut tail_logits = [[0.0f32; MAX_CUTOFFS]; MAX_POSITIONS_PER_PASS];
     for (p, (head, row)) in heads.iter().zip(log_probs.chunks_exact_mut(n_token)).enumerate() {
         let tail_logits = &mut tail_logits[p][..n_clusters];
@@ -58,17 +70,41 @@ pub fn log_probs_of_positions(
         }
     }
 
-    // Each tail: ln p(cluster) + ln p(token | cluster).
+    // Each tail: ln p(cluster) + ln p(token | cluster), for the positions that need it.
     for cluster in 1..=n_clusters {
         let (start, end) = config.cluster_range(cluster);
         let (start, end) = (start as usize, end as usize);
-        let tails = project(model, cluster, hiddens, projected, scratch);
-        cluster_logits(model, cluster, &tails, scratch, log_probs, start..end);
-        for (p, row) in log_probs.chunks_exact_mut(n_token).enumerate() {
+        let needs = |p: usize| match targets.get(p) {
+            Some(Some(t)) => (start..end).contains(&(*t as usize)),
+            _ => true,
+        };
+        let mut chosen_hiddens: [&[f32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
+        let mut chosen_rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+        let mut chosen_logits = [0.0f32; MAX_POSITIONS_PER_PASS];
+        let mut chosen = 0;
+        for (p, (hidden, row)) in hiddens
+            .iter()
+            .zip(log_probs.chunks_exact_mut(n_token))
+            .enumerate()
+        {
+            if needs(p) {
+                chosen_hiddens[chosen] = hidden;
+                chosen_rows[chosen] = row;
+                chosen_logits[chosen] = tail_logits[p][cluster - 1];
+                chosen += 1;
+            }
+        }
+        if chosen == 0 {
+            continue;
+        }
+        let tails = project(model, cluster, &chosen_hiddens[..chosen], projected, scratch);
+        let rows = &mut chosen_rows[..chosen];
+        cluster_logits(model, cluster, &tails, scratch, rows, start..end);
+        for (row, &cluster_logit) in rows.iter_mut().zip(&chosen_logits) {
             let tail = &mut row[start..end];
             kernels::log_softmax(tail);
             for v in tail.iter_mut() {
-                *v += tail_logits[p][cluster - 1];
+                *v += cluster_logit;
             }
         }
     }
@@ -104,27 +140,28 @@ fn project<'p>(
 }
 
 /// Logits of cluster `cluster`'s own tokens for each input: `W_i (n_i, width) @ xs[p] (width) +
-/// b_i` into columns `tokens` (the cluster's) of row `p` of `log_probs` (rows of `n_token`),
-/// the weights read once for all the inputs.
+/// b_i` into columns `tokens` (the cluster's) of `rows[p]` (rows of `n_token`), the weights read
+/// once for all the inputs.
 fn cluster_logits(
     model: &Model<'_>,
     cluster: usize,
     xs: &[&[f32]; MAX_POSITIONS_PER_PASS],
     scratch: &mut [u32],
-    log_probs: &mut [f32],
+    rows: &mut [&mut [f32]],
     tokens: core::ops::Range<usize>,
 ) {
     let config = model.config();
-    let n_token = config.n_token as usize;
     let table = config.emb_table_of_cluster(cluster);
     // With div_val = 1 one table covers every cluster: take the cluster's rows.
     let first_row = if config.div_val == 1 { tokens.start } else { 0 };
-    let rows = tokens.len();
-    let weight = model.out_weight(table).row_range(first_row, first_row + rows);
-    let bias = &model.out_bias(table)[first_row..first_row + rows];
+    let tokens_here = tokens.len();
+    let weight = model
+        .out_weight(table)
+        .row_range(first_row, first_row + tokens_here);
+    let bias = &model.out_bias(table)[first_row..first_row + tokens_here];
     let mut outs: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
     let mut count = 0;
-    for (slot, row) in outs.iter_mut().zip(log_probs.chunks_exact_mut(n_token)) {
+    for (slot, row) in outs.iter_mut().zip(rows.iter_mut()) {
         *slot = &mut row[tokens.clone()];
         count += 1;
     }

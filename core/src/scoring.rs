@@ -130,9 +130,25 @@ pub fn score_in(
         rows: reserve(rows_kept.checked_mul(n_token).ok_or(Error::SizeOverflow)?)?,
         rows_kept,
     };
+    // each position's next token: only its log-probability is needed, past the kept rows
+    let mut targets: Vec<Option<u32>> = Vec::new();
+    targets
+        .try_reserve_exact(tgt_len.min(fed.len()))
+        .map_err(|_| Error::AllocationFailed {
+            bytes: tgt_len
+                .min(fed.len())
+                .saturating_mul(core::mem::size_of::<Option<u32>>()),
+        })?;
     let mut start = 0;
     for segment in fed.chunks(tgt_len) {
-        session.forward(segment, |i, row| {
+        targets.clear();
+        targets.extend(
+            (start..start + segment.len()).map(|position| match tokens.get(position + 1) {
+                Some(&next) if position >= rows_kept => Some(next),
+                _ => None,
+            }),
+        );
+        session.forward_scoring(segment, &targets, |i, row| {
             let position = start + i;
             if let Some(&next) = tokens.get(position + 1) {
                 scores.logp.push(row[next as usize]);

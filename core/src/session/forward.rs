@@ -28,10 +28,12 @@ impl Session<'_, '_> {
         &mut self,
         tokens: &[u32],
         first_output: usize,
+        targets: &[Option<u32>],
         on_row: impl FnMut(usize, &[f32]),
         probe: &mut impl Probe,
     ) -> Result<(), Error> {
         self.check_segment(tokens)?;
+        self.check_targets(targets)?;
         let shape = self.attention_shape(tokens.len());
         let d_model = self.model.config().d_model as usize;
         self.embed(tokens);
@@ -44,7 +46,7 @@ impl Session<'_, '_> {
                 probe.layer_output(layer, i, h);
             }
         }
-        self.output(shape.qlen, first_output, on_row);
+        self.output(shape.qlen, first_output, targets, on_row);
         self.memory.commit(shape.qlen);
         Ok(())
     }
@@ -332,11 +334,18 @@ impl Session<'_, '_> {
     }
 
     /// The output: `log_probs = ln softmax(W_out h_i + b_out)` (full or adaptive) for each
-    /// position `i` from `first_output` on, handed to `on_row(i, log_probs)`. The positions go
+    /// position `i` from `first_output` on, handed to `on_row(i, log_probs)`; where `targets[i]`
+    /// is `Some(t)`, only `log_probs[t]` is asked for ([`output::log_probs_of_positions`]). The positions go
     /// as many at a time as the arena has rows of log-probabilities for (one, unless the
     /// session takes more than pairs: [`ArenaLayout`](crate::arena::ArenaLayout)), each
     /// cluster's weights read once for them.
-    fn output(&mut self, qlen: usize, first_output: usize, mut on_row: impl FnMut(usize, &[f32])) {
+    fn output(
+        &mut self,
+        qlen: usize,
+        first_output: usize,
+        targets: &[Option<u32>],
+        mut on_row: impl FnMut(usize, &[f32]),
+    ) {
         let config = self.model.config();
         let (d_model, n_token) = (config.d_model as usize, config.n_token as usize);
         let s = &mut self.state;
@@ -349,6 +358,7 @@ impl Session<'_, '_> {
             output::log_probs_of_positions(
                 &self.model,
                 &rows(hidden, d_model)[..count],
+                targets.get(i..).unwrap_or_default(),
                 s.embed_row,
                 s.quantized_input,
                 log_probs,

@@ -238,7 +238,22 @@ impl<'m, 'a> Session<'m, 'a> {
     /// position `i`, where `log_probs[t] = ln p(token t follows tokens[..=i] | memory)`.
     /// Afterwards the memory holds the last `mem_len` positions.
     pub fn forward(&mut self, tokens: &[u32], on_row: impl FnMut(usize, &[f32])) -> Result<(), Error> {
-        self.forward_from(tokens, 0, on_row, &mut ())
+        self.forward_from(tokens, 0, &[], on_row, &mut ())
+    }
+
+    /// Like [`Session::forward`], for scoring: where `targets[i]` is `Some(t)`, only
+    /// `log_probs[t]` of position `i`'s row is asked for, and an adaptive softmax computes its
+    /// head and `t`'s cluster only, not the other tail clusters (whose entries of the row are
+    /// then unspecified). `log_probs[t]` has the bits it has in [`Session::forward`]'s full row.
+    /// Positions with `None`, or past the end of `targets`, get full rows. A target that is not a
+    /// token of the model is an error, before anything runs.
+    pub fn forward_scoring(
+        &mut self,
+        tokens: &[u32],
+        targets: &[Option<u32>],
+        on_row: impl FnMut(usize, &[f32]),
+    ) -> Result<(), Error> {
+        self.forward_from(tokens, 0, targets, on_row, &mut ())
     }
 
     /// Like [`Session::forward`], and shows `probe` the inputs of every linear layer and every
@@ -249,13 +264,21 @@ impl<'m, 'a> Session<'m, 'a> {
         on_row: impl FnMut(usize, &[f32]),
         probe: &mut impl Probe,
     ) -> Result<(), Error> {
-        self.forward_from(tokens, 0, on_row, probe)
+        self.forward_from(tokens, 0, &[], on_row, probe)
     }
 
     /// Like [`Session::forward`], but computes the output row of the last position only (for
     /// generation).
     pub fn forward_last(&mut self, tokens: &[u32], on_row: impl FnMut(usize, &[f32])) -> Result<(), Error> {
-        self.forward_from(tokens, tokens.len().saturating_sub(1), on_row, &mut ())
+        self.forward_from(tokens, tokens.len().saturating_sub(1), &[], on_row, &mut ())
+    }
+
+    fn check_targets(&self, targets: &[Option<u32>]) -> Result<(), Error> {
+        let n_token = self.model.config().n_token;
+        match targets.iter().flatten().find(|&&t| t >= n_token) {
+            Some(&token) => Err(Error::TokenOutOfRange { token, n_token }),
+            None => Ok(()),
+        }
     }
 
     fn check_segment(&self, tokens: &[u32]) -> Result<(), Error> {
