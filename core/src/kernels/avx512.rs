@@ -30,7 +30,7 @@ const ROWS: usize = 16;
 
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p` and row `r`, `cols`
 /// the shortest input's length, the rows of the shortest output: the bits of
-/// [`scalar::dot`] for each row and input. Inputs go four to a register (a last group of fewer
+/// [`scalar::dot`](super::scalar::dot) for each row and input. Inputs go four to a register (a last group of fewer
 /// leaves its other lanes at zero and their sums unused); rows sixteen a pass, then one.
 ///
 /// # Safety
