@@ -870,13 +870,29 @@ pub unsafe fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u3
             }
             c += 16;
         }
+        // eight more columns where the head has them (heads of 24, 40, ...)
+        let mut eights = [0i32; KEYS];
+        let done = if body + 8 <= d_head { body + 8 } else { body };
+        if done > body {
+            // SAFETY: `body + 8 <= d_head`: eight bytes of each key, and the words of eight
+            // columns (four) from word `body / 2`.
+            unsafe {
+                let query = _mm_loadu_si128(words.as_ptr().add(body / 2).cast());
+                for (eight, row) in eights.iter_mut().zip(rows) {
+                    let k = _mm_shuffle_epi8(_mm_loadl_epi64(row.as_ptr().add(body).cast()), order);
+                    let lanes = _mm_madd_epi16(_mm_cvtepi8_epi16(k), query);
+                    let pairs = _mm_add_epi32(lanes, _mm_unpackhi_epi64(lanes, lanes));
+                    *eight = _mm_cvtsi128_si32(_mm_add_epi32(pairs, _mm_shuffle_epi32::<1>(pairs)));
+                }
+            }
+        }
         let mut four = [0i32; KEYS];
         // SAFETY: `four` has room for four i32, and the CPU has AVX2.
         unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc)) };
         for (i, (sum, part)) in sums[t..t + KEYS].iter_mut().zip(four).enumerate() {
             let mut tail = 0;
-            crate::int8_attention::key_sums_columns(rows[i], body, words, &mut tail);
-            *sum = part.wrapping_add(tail);
+            crate::int8_attention::key_sums_columns(rows[i], done, words, &mut tail);
+            *sum = part.wrapping_add(eights[i]).wrapping_add(tail);
         }
         t += KEYS;
     }
@@ -946,8 +962,44 @@ pub unsafe fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: 
         }
         c += 16;
     }
-    if body < columns {
-        crate::int8_attention::value_sums_portable(&values[body..], stride, weights, &mut acc[body..]);
+    // eight more columns where the head has them (heads of 24, 40, ...)
+    let done = if body + 8 <= columns { body + 8 } else { body };
+    if done > body {
+        // columns body..body + 4 in `low`, body + 4..body + 8 in `high`
+        let (mut low, mut high) = (_mm_setzero_si128(), _mm_setzero_si128());
+        for p in 0..=pairs {
+            let (a, b) = (2 * p, 2 * p + 1);
+            if a >= weights.len() {
+                break;
+            }
+            let weight_b = if b < weights.len() { weights[b] } else { 0 };
+            let both = _mm_set1_epi32((weights[a] & 0xffff) | (weight_b << 16));
+            // SAFETY: value `t` has `columns` bytes at `t * stride`, and `body + 8 <= columns`;
+            // value `b` is read only when it exists.
+            unsafe {
+                let value_a =
+                    _mm_cvtepi8_epi16(_mm_loadl_epi64(values.as_ptr().add(a * stride + body).cast()));
+                let value_b = if b < weights.len() {
+                    _mm_cvtepi8_epi16(_mm_loadl_epi64(values.as_ptr().add(b * stride + body).cast()))
+                } else {
+                    _mm_setzero_si128()
+                };
+                low = _mm_add_epi32(low, _mm_madd_epi16(_mm_unpacklo_epi16(value_a, value_b), both));
+                high = _mm_add_epi32(high, _mm_madd_epi16(_mm_unpackhi_epi16(value_a, value_b), both));
+            }
+        }
+        let mut out = [0i32; 8];
+        // SAFETY: `out` has room for eight i32.
+        unsafe {
+            _mm_storeu_si128(out.as_mut_ptr().cast(), low);
+            _mm_storeu_si128(out.as_mut_ptr().add(4).cast(), high);
+        }
+        for (a, o) in acc[body..done].iter_mut().zip(out) {
+            *a = a.wrapping_add(o);
+        }
+    }
+    if done < columns {
+        crate::int8_attention::value_sums_portable(&values[done..], stride, weights, &mut acc[done..]);
     }
 }
 
@@ -1244,7 +1296,7 @@ mod tests {
             state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
             state >> 8
         };
-        for d_head in [1usize, 4, 15, 16, 17, 32, 47, 64, 100] {
+        for d_head in [1usize, 4, 8, 15, 16, 17, 24, 25, 32, 40, 47, 64, 100] {
             for count in [0usize, 1, 3, 4, 5, 9, 33] {
                 let stride = d_head + 7;
                 let len = (count.max(1) - 1) * stride + d_head;
