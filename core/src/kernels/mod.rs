@@ -339,7 +339,7 @@ pub(crate) fn attention_value_sums_avx2(
 
 /// [`matvec_f32_rows`] for several inputs, `ys[p] = W xs[p]` (`W (rows, cols)`, `cols` the
 /// inputs' length, `rows` the outputs'): with AVX-512F on x86-64 and three inputs or more,
-/// eight rows a pass against four inputs a register ([`avx512`]); else with AVX on x86-64 (NEON
+/// sixteen rows a pass against four inputs a register (`kernels::avx512`); else with AVX on x86-64 (NEON
 /// on aarch64) each block of sixteen (eight) weight rows is read once for all the inputs; the
 /// same bits as one call per input.
 #[inline]
