@@ -923,8 +923,7 @@ pub unsafe fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: 
             if a >= weights.len() {
                 break;
             }
-            let weight_b = if b < weights.len() { weights[b] } else { 0 };
-            let both = _mm256_set1_epi32((weights[a] & 0xffff) | (weight_b << 16));
+            let both = _mm256_set1_epi32(weight_pair(weights, a));
             // SAFETY: value `t` has `columns` bytes at `t * stride`, and `c + 16 <= columns`;
             // value `b` is read only when it exists.
             unsafe {
@@ -972,8 +971,7 @@ pub unsafe fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: 
             if a >= weights.len() {
                 break;
             }
-            let weight_b = if b < weights.len() { weights[b] } else { 0 };
-            let both = _mm_set1_epi32((weights[a] & 0xffff) | (weight_b << 16));
+            let both = _mm_set1_epi32(weight_pair(weights, a));
             // SAFETY: value `t` has `columns` bytes at `t * stride`, and `body + 8 <= columns`;
             // value `b` is read only when it exists.
             unsafe {
@@ -1001,6 +999,14 @@ pub unsafe fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: 
     if done < columns {
         crate::int8_attention::value_sums_portable(&values[done..], stride, weights, &mut acc[done..]);
     }
+}
+
+/// Weights `a` and `a + 1` (0 past the end) as the two 16-bit halves of one word, low first:
+/// what `VPMADDWD` multiplies a pair of interleaved values by in [`value_sums_i8`].
+#[inline]
+fn weight_pair(weights: &[i32], a: usize) -> i32 {
+    let b = weights.get(a + 1).copied().unwrap_or(0);
+    (weights[a] & 0xffff) | (b << 16)
 }
 
 /// [`row_sums_i8`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: each widened slice
