@@ -812,6 +812,25 @@ mod tests {
     }
 
     #[test]
+    fn a_pickle_that_puts_a_container_inside_itself_is_refused() {
+        let allowed = |module: &str, name: &str| allowed_global(module, name);
+        // EMPTY_DICT, BINPUT 0, MARK, a key, BINGET 0, SETITEMS, STOP: `d = {}; d["k"] = d`.
+        let dict = b"\x80\x02}q\x00(X\x01\x00\x00\x00kh\x00u.";
+        // EMPTY_LIST, BINPUT 0, BINGET 0, APPEND, STOP: `l = []; l.append(l)`.
+        let list = b"\x80\x02]q\x00h\x00a.";
+        for pickle in [&dict[..], &list[..]] {
+            let error = pickle_tree::read_pickle(pickle, 0, &allowed)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("reference cycle"), "{error}");
+        }
+        // One list reached twice is shared, not a cycle: `l = []; [l, l]`.
+        let shared = b"\x80\x02](]q\x00h\x00e.";
+        let (value, _) = pickle_tree::read_pickle(shared, 0, &allowed).unwrap();
+        assert_eq!(value.type_name(), "list");
+    }
+
+    #[test]
     fn a_deeply_nested_pickle_is_read_and_dropped_without_recursion() {
         // A million lists, each appended into the one below it, then STOP.
         let depth = 1_000_000;

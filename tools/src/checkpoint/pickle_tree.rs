@@ -178,8 +178,108 @@ pub(crate) fn read_pickle(
         marks: Vec::new(),
         memo: std::collections::HashMap::new(),
     };
-    let value = machine.run(allowed)?;
-    Ok((value, machine.pos))
+    let result = machine.run(allowed);
+    // A container put into itself (through the memo) is a cycle `Rc` never frees. Checkpoints
+    // have none (tied weights are one object reached twice, not a loop), so a cycle is
+    // refused, after every container the reading made is emptied to free it.
+    let mut roots: Vec<Value> = machine.stack.drain(..).collect();
+    roots.extend(machine.memo.drain().map(|(_, value)| value));
+    roots.extend(result.as_ref().ok().cloned());
+    if holds_cycle(&roots) {
+        empty_containers(roots);
+        result?;
+        bail!("the pickle puts a list, dict or object inside itself (a reference cycle), which a checkpoint never does");
+    }
+    drop(roots);
+    Ok((result?, machine.pos))
+}
+
+/// The address of a list's, tuple's, dict's or object's shared node: its identity.
+fn container_id(value: &Value) -> Option<usize> {
+    match value {
+        Value::Tuple(items) => Some(Rc::as_ptr(items) as *const () as usize),
+        Value::List(items) => Some(Rc::as_ptr(items) as *const () as usize),
+        Value::Dict(items) => Some(Rc::as_ptr(items) as *const () as usize),
+        Value::Object(object) => Some(Rc::as_ptr(object) as *const () as usize),
+        _ => None,
+    }
+}
+
+/// The values a container holds (shared, not moved).
+fn children(value: &Value) -> Vec<Value> {
+    match value {
+        Value::Tuple(items) => items.to_vec(),
+        Value::List(items) => items.borrow().clone(),
+        Value::Dict(items) => items
+            .borrow()
+            .iter()
+            .flat_map(|(k, v)| [k.clone(), v.clone()])
+            .collect(),
+        Value::Object(object) => object.borrow().state.iter().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a container reachable from `roots` reaches itself: a depth-first walk on the heap
+/// (a pickle nests as deep as it likes), each container walked once.
+fn holds_cycle(roots: &[Value]) -> bool {
+    let mut finished = std::collections::HashSet::new();
+    let mut on_path = std::collections::HashSet::new();
+    for root in roots {
+        let Some(root_id) = container_id(root) else {
+            continue;
+        };
+        if finished.contains(&root_id) {
+            continue;
+        }
+        on_path.insert(root_id);
+        let mut path = vec![(root_id, children(root).into_iter())];
+        while let Some((id, pending)) = path.last_mut() {
+            let Some(child) = pending.next() else {
+                on_path.remove(id);
+                finished.insert(*id);
+                path.pop();
+                continue;
+            };
+            let Some(child_id) = container_id(&child) else {
+                continue;
+            };
+            if on_path.contains(&child_id) {
+                return true;
+            }
+            if !finished.contains(&child_id) {
+                on_path.insert(child_id);
+                path.push((child_id, children(&child).into_iter()));
+            }
+        }
+    }
+    false
+}
+
+/// Empties every list, dict and object reachable from `roots`, which frees them even in a
+/// cycle (a tuple is made from values that already exist, so every cycle passes through one
+/// of these).
+fn empty_containers(roots: Vec<Value>) {
+    let mut seen = std::collections::HashSet::new();
+    let mut pending = roots;
+    while let Some(value) = pending.pop() {
+        let Some(id) = container_id(&value) else { continue };
+        if !seen.insert(id) {
+            continue;
+        }
+        match &value {
+            Value::Tuple(items) => pending.extend(items.iter().cloned()),
+            Value::List(items) => pending.append(&mut items.borrow_mut()),
+            Value::Dict(items) => {
+                for (key, item) in items.borrow_mut().drain(..) {
+                    pending.push(key);
+                    pending.push(item);
+                }
+            }
+            Value::Object(object) => pending.extend(object.borrow_mut().state.take()),
+            _ => {}
+        }
+    }
 }
 
 struct Machine<'a> {
@@ -839,4 +939,25 @@ pub(crate) fn legacy_storage_offsets(
         at += 8 + bytes;
     }
     Ok(offsets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emptying_the_containers_frees_a_cycle() {
+        let list = Rc::new(RefCell::new(Vec::new()));
+        let dict = Rc::new(RefCell::new(Vec::new()));
+        list.borrow_mut().push(Value::Dict(dict.clone()));
+        dict.borrow_mut()
+            .push((Value::Str("k".into()), Value::List(list.clone())));
+        let roots = vec![Value::List(list.clone())];
+        assert!(holds_cycle(&roots));
+        let (list_alive, dict_alive) = (Rc::downgrade(&list), Rc::downgrade(&dict));
+        drop((list, dict));
+        assert!(list_alive.upgrade().is_some(), "the cycle keeps itself alive");
+        empty_containers(roots);
+        assert!(list_alive.upgrade().is_none() && dict_alive.upgrade().is_none());
+    }
 }
