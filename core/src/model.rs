@@ -56,6 +56,7 @@ struct GlobalIndices {
 pub struct Model<'a> {
     image: Image<'a>,
     globals: GlobalIndices,
+    fast_f32: bool,
 }
 
 impl<'a> Model<'a> {
@@ -89,7 +90,30 @@ impl<'a> Model<'a> {
                 g.out_proj[cluster] = g.emb_proj[config.emb_table_of_cluster(cluster)];
             }
         }
-        Ok(Model { image, globals: g })
+        Ok(Model {
+            image,
+            globals: g,
+            fast_f32: false,
+        })
+    }
+
+    /// Sums the products of the f32 weight matrices with fused multiply-adds in sixteen lanes
+    /// ([`kernels::fma`](crate::kernels::fma)) when `on`, instead of the exact order. Off by
+    /// default. The results differ from the exact ones by a few ulps a sum; they are the same
+    /// on every machine, so a fast-f32 run has digests of its own. Attention, LayerNorm, the
+    /// softmaxes and f16, int8 and int4 matrices are unchanged.
+    pub fn set_fast_f32(&mut self, on: bool) {
+        self.fast_f32 = on;
+    }
+
+    /// Whether [`set_fast_f32`](Model::set_fast_f32) is on.
+    pub fn fast_f32(&self) -> bool {
+        self.fast_f32
+    }
+
+    /// Matrix tensor `index` of the image, in the fused order when fast f32 is on.
+    fn matrix(&self, index: usize) -> Matrix<'a> {
+        self.image.matrix(index).with_fast_f32(self.fast_f32)
     }
 
     /// The model's hyper-parameters.
@@ -104,17 +128,17 @@ impl<'a> Model<'a> {
 
     /// `(tokens of table i, emb_dim(i))` embedding table `i`.
     pub fn emb_layer(&self, table: usize) -> Matrix<'a> {
-        self.image.matrix(self.globals.emb_layer[table])
+        self.matrix(self.globals.emb_layer[table])
     }
 
     /// `(d_model, emb_dim(i))` embedding projection `i` (only when `has_emb_proj`).
     pub fn emb_proj(&self, table: usize) -> Matrix<'a> {
-        self.image.matrix(self.globals.emb_proj[table])
+        self.matrix(self.globals.emb_proj[table])
     }
 
     /// `(tokens of layer i, emb_dim(i))` output weight `i` (the embedding table when tied).
     pub fn out_weight(&self, table: usize) -> Matrix<'a> {
-        self.image.matrix(self.globals.out_weight[table])
+        self.matrix(self.globals.out_weight[table])
     }
 
     /// `(tokens of layer i)` output bias `i`.
@@ -124,12 +148,12 @@ impl<'a> Model<'a> {
 
     /// `(d_model, width)` output projection of cluster `i` (only when `has_out_proj`).
     pub fn out_proj(&self, cluster: usize) -> Matrix<'a> {
-        self.image.matrix(self.globals.out_proj[cluster])
+        self.matrix(self.globals.out_proj[cluster])
     }
 
     /// `(n_clusters, d_embed)` head logits of the tail clusters.
     pub fn cluster_weight(&self) -> Matrix<'a> {
-        self.image.matrix(self.globals.cluster_weight)
+        self.matrix(self.globals.cluster_weight)
     }
 
     /// `(n_clusters)`.
@@ -141,7 +165,7 @@ impl<'a> Model<'a> {
     pub fn layer(&self, layer: usize) -> LayerWeights<'a> {
         let layout = self.image.layout();
         let tensor = |t: LayerTensor| self.image.f32_tensor(layout.layer_index(layer, t));
-        let matrix = |t: LayerTensor| self.image.matrix(layout.layer_index(layer, t));
+        let matrix = |t: LayerTensor| self.matrix(layout.layer_index(layer, t));
         let (r_w_bias, r_r_bias) = if self.config().untie_r {
             (tensor(LayerTensor::RWBias), tensor(LayerTensor::RRBias))
         } else {

@@ -30,6 +30,11 @@ use half::f16;
 pub enum MatrixData<'a> {
     /// f32, row-major.
     F32(&'a [f32]),
+    /// f32, row-major, whose products are summed in the fused order of
+    /// [`kernels::fma`](crate::kernels::fma) (a model with
+    /// [`set_fast_f32`](crate::Model::set_fast_f32) on): the same numbers as `F32` to a few ulps,
+    /// not the same bits.
+    F32Fma(&'a [f32]),
     /// f16, row-major.
     F16(&'a [f16]),
     /// Symmetric int8, row-major, with scales.
@@ -110,11 +115,24 @@ impl<'a> Matrix<'a> {
         }
     }
 
+    /// The matrix with its f32 products in the fused order ([`MatrixData::F32Fma`]) when
+    /// `fast` and it is f32; any other matrix as it is.
+    pub fn with_fast_f32(self, fast: bool) -> Matrix<'a> {
+        match self.data {
+            MatrixData::F32(d) if fast => Matrix {
+                data: MatrixData::F32Fma(d),
+                ..self
+            },
+            _ => self,
+        }
+    }
+
     /// Rows `start..end` as a matrix of their own.
     pub fn row_range(&self, start: usize, end: usize) -> Matrix<'a> {
         let (a, b) = (start * self.cols, end * self.cols);
         let data = match self.data {
             MatrixData::F32(d) => MatrixData::F32(&d[a..b]),
+            MatrixData::F32Fma(d) => MatrixData::F32Fma(&d[a..b]),
             MatrixData::F16(d) => MatrixData::F16(&d[a..b]),
             MatrixData::Int8 {
                 values,
@@ -151,7 +169,7 @@ impl<'a> Matrix<'a> {
     pub fn row_to_f32(&self, row: usize, out: &mut [f32]) {
         let range = row * self.cols..(row + 1) * self.cols;
         match self.data {
-            MatrixData::F32(d) => out.copy_from_slice(&d[range]),
+            MatrixData::F32(d) | MatrixData::F32Fma(d) => out.copy_from_slice(&d[range]),
             MatrixData::F16(d) => {
                 for (o, v) in out.iter_mut().zip(&d[range]) {
                     *o = crate::kernels::f16_to_f32(*v);
@@ -188,7 +206,7 @@ impl<'a> Matrix<'a> {
     /// Bytes of the matrix's payload (values, scales).
     pub fn stored_bytes(&self) -> usize {
         match self.data {
-            MatrixData::F32(d) => d.len() * 4,
+            MatrixData::F32(d) | MatrixData::F32Fma(d) => d.len() * 4,
             MatrixData::F16(d) => d.len() * 2,
             MatrixData::Int8 {
                 values,

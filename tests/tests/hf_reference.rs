@@ -24,17 +24,19 @@ fn formats(model: &FixtureModel) -> Vec<CheckpointFormat> {
         .collect()
 }
 
-/// Scores every case of `model` from `format` with `position_keys`; returns (case, worst |Δ|)
-/// pairs.
+/// Scores every case of `model` from `format` with `position_keys` (and the f32 products in the
+/// fused order when `fast_f32`); returns (case, worst |Δ|) pairs.
 fn check_model(
     model: &FixtureModel,
     format: CheckpointFormat,
     position_keys: PositionKeys,
+    fast_f32: bool,
 ) -> Vec<(String, f64)> {
     let checkpoint = load_hf_checkpoint(&model.path(), format, false)
         .unwrap_or_else(|e| panic!("{} ({format:?}): {e:#}", model.name));
     let image = AlignedBytes::copy_from(&checkpoint.to_image().unwrap()).unwrap();
-    let core_model = Model::parse(image.bytes()).unwrap();
+    let mut core_model = Model::parse(image.bytes()).unwrap();
+    core_model.set_fast_f32(fast_f32);
     let n_token = core_model.config().n_token as usize;
     let tokens = model.tokens().unwrap();
     let mut results = Vec::new();
@@ -73,7 +75,8 @@ fn check_model(
             .fold(0.0, f64::max);
         assert_eq!(scores.logp.len(), reference.data.len());
         assert_eq!(scores.rows.len(), rows.data.len());
-        let name = format!("{} {:?} {} {position_keys}", model.name, format, case.name);
+        let fast = if fast_f32 { " fast-f32" } else { "" };
+        let name = format!("{} {:?} {} {position_keys}{fast}", model.name, format, case.name);
         results.push((name, worst));
     }
     results
@@ -90,7 +93,7 @@ fn core_f32_matches_hugging_face_float64_on_every_fixture() {
             .into_iter()
             .flat_map(|format| PositionKeys::ALL.iter().map(move |keys| (format, keys)))
         {
-            for (case, worst) in check_model(model, format, position_keys) {
+            for (case, worst) in check_model(model, format, position_keys, false) {
                 println!("{case:<60} max |Δ ln p| = {worst:.3e}");
                 checked += 1;
                 if worst > TOLERANCE {
@@ -100,6 +103,31 @@ fn core_f32_matches_hugging_face_float64_on_every_fixture() {
         }
     }
     assert!(checked >= 60, "only {checked} cases checked");
+    assert!(
+        failures.is_empty(),
+        "over tolerance {TOLERANCE:e}:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// `Model::set_fast_f32` (`txl score --fast-f32`) stays within the same tolerance of Hugging
+/// Face: the fused order moves each sum by a few ulps.
+#[test]
+fn core_fast_f32_matches_hugging_face_float64_on_every_fixture() {
+    let manifest = Manifest::load().unwrap();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for model in &manifest.models {
+        let format = formats(model)[0];
+        for (case, worst) in check_model(model, format, PositionKeys::PerSession, true) {
+            println!("{case:<60} max |Δ ln p| = {worst:.3e}");
+            checked += 1;
+            if worst > TOLERANCE {
+                failures.push(format!("{case}: {worst:.3e}"));
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} cases checked");
     assert!(
         failures.is_empty(),
         "over tolerance {TOLERANCE:e}:\n{}",

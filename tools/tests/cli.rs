@@ -215,17 +215,19 @@ fn bench_reports_every_precision_against_f32() {
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let results = report["results"].as_array().unwrap();
-    assert_eq!(results.len(), 6);
+    assert_eq!(results.len(), 7);
     assert_eq!(results[0]["ratio_to_f32"], 1.0);
-    assert_eq!(results[4]["variant"], "int4 layers, int8 memory");
+    assert_eq!(results[1]["variant"], "f32 weights, fast f32 (FMA)");
+    assert_eq!(results[5]["variant"], "int4 layers, int8 memory");
     for r in results {
         assert!(r["tokens_per_second"].as_f64().unwrap() > 0.0, "{r}");
     }
     // The int8 image is about a quarter of the f32 one.
     let f32_bytes = results[0]["image_bytes"].as_f64().unwrap();
-    assert!(results[2]["image_bytes"].as_f64().unwrap() < 0.4 * f32_bytes);
+    assert_eq!(results[1]["image_bytes"].as_f64().unwrap(), f32_bytes);
+    assert!(results[3]["image_bytes"].as_f64().unwrap() < 0.4 * f32_bytes);
     // ... and the int4 one smaller still
-    assert!(results[4]["image_bytes"].as_f64().unwrap() < results[2]["image_bytes"].as_f64().unwrap());
+    assert!(results[5]["image_bytes"].as_f64().unwrap() < results[3]["image_bytes"].as_f64().unwrap());
 }
 
 /// The settings of case `case` of fixture model `model` in `manifest.json`, as `txl score`

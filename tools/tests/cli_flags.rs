@@ -650,6 +650,28 @@ fn score_source_backend_and_output_flags() {
         digests.push(summary["digest"].clone());
     }
 
+    // --fast-f32: other bits (its own digest), the same scores to a few ulps, reported; the
+    // reference refuses it
+    let fast = score(&image, &tokens, &["--fast-f32"]);
+    assert_eq!(fast["fast_f32"], true, "--fast-f32: not reported");
+    assert_eq!(base["fast_f32"], false, "without --fast-f32");
+    assert!(!digests.contains(&fast["digest"]), "--fast-f32: the exact bits");
+    let (exact_nll, fast_nll) = (base["nll"].as_f64().unwrap(), fast["nll"].as_f64().unwrap());
+    assert!(
+        (exact_nll - fast_nll).abs() < 1e-5 * exact_nll,
+        "--fast-f32: nll {fast_nll} vs {exact_nll}"
+    );
+    let out = txl(&[
+        "score",
+        s(&image),
+        "--tokens",
+        s(&tokens),
+        "--backend",
+        "cpu",
+        "--fast-f32",
+    ]);
+    assert_refused(&out, "--fast-f32", "score --backend cpu --fast-f32");
+
     let logp = dir.join("logp.npy");
     let mut rows_seen = Vec::new();
     for k in [2usize, 5] {
@@ -890,12 +912,12 @@ fn bench_reports_multiply_accumulates_against_the_measured_limit() {
             .unwrap()
     };
     assert!(
-        limit("f32") > 0.0 && limit("int8") > 0.0,
+        limit("f32") > 0.0 && limit("int8") > 0.0 && limit("fast_f32") > 0.0,
         "limits: {}",
         report["limits"]
     );
     let results = report["results"].as_array().unwrap();
-    assert_eq!(results.len(), 6, "five core variants and the reference");
+    assert_eq!(results.len(), 7, "six core variants and the reference");
     for m in results {
         let variant = m["variant"].as_str().unwrap();
         let gmacs = m["gmacs_per_second"].as_f64().unwrap();
@@ -904,7 +926,13 @@ fn bench_reports_multiply_accumulates_against_the_measured_limit() {
             (gmacs - expected).abs() <= 1e-9 * expected,
             "{variant}: {gmacs} GMAC/s"
         );
-        let kind = if variant.starts_with("int") { "int8" } else { "f32" };
+        let kind = if variant.starts_with("int") {
+            "int8"
+        } else if variant.contains("fast f32") {
+            "fast_f32"
+        } else {
+            "f32"
+        };
         let percent = m["percent_of_limit"].as_f64().unwrap();
         let expected = 100.0 * gmacs / limit(kind);
         assert!(

@@ -7,6 +7,8 @@ pub mod scalar;
 
 pub mod fast_math;
 
+pub mod fma;
+
 #[cfg(feature = "cortex-m-dsp")]
 pub mod cortex_m;
 
@@ -18,6 +20,9 @@ pub mod vnni;
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod avx512;
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub mod x86_fma;
 
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;

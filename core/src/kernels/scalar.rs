@@ -42,6 +42,7 @@ pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [u32]
     let cols = weight.cols;
     match weight.data {
         MatrixData::F32(w) => super::matvec_f32_rows(w, x, y),
+        MatrixData::F32Fma(w) => super::fma::matvec_fma_rows(w, x, y),
         MatrixData::F16(w) => super::matvec_f16_rows(w, x, y),
         MatrixData::Int8 {
             values,
@@ -254,6 +255,7 @@ pub fn matvec_pair_split(
 pub fn matmul(weight: &Matrix<'_>, xs: &[&[f32]], ys: &mut [&mut [f32]], scratch: &mut [u32]) {
     match weight.data {
         MatrixData::F32(w) => super::matmul_f32_rows(w, xs, ys),
+        MatrixData::F32Fma(w) => super::fma::matmul_fma_rows(w, xs, ys),
         MatrixData::F16(w) => super::matmul_f16_rows(w, xs, ys),
         MatrixData::Int4 { .. } => {
             for (x, y) in xs.iter().zip(ys.iter_mut()) {
@@ -314,7 +316,7 @@ pub fn matmul_split<'y>(
             MatrixData::Int8 { .. } | MatrixData::Int4 { .. } => {
                 integer_rows_blocked(weight, xs, firsts, rests, scratch)
             }
-            MatrixData::F32(_) | MatrixData::F16(_) => {
+            MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => {
                 let split = firsts[0].len();
                 matmul(&weight.row_range(0, split), xs, firsts, scratch);
                 let end = split + rests[0].len();
@@ -401,7 +403,7 @@ fn integer_rows_blocked<'y>(
                     input.int4_rows(values, scale, codes, group, &mut y[out.clone()]);
                 }
             }
-            MatrixData::F32(_) | MatrixData::F16(_) => {}
+            MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => {}
         }
         start = end;
     }
@@ -423,7 +425,8 @@ pub fn matvec_bias(weight: &Matrix<'_>, bias: &[f32], x: &[f32], y: &mut [f32], 
 pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]) {
     let cols = weight.cols;
     match weight.data {
-        MatrixData::F32(w) => {
+        // the transposed product keeps the exact order in a fast-f32 model too
+        MatrixData::F32(w) | MatrixData::F32Fma(w) => {
             y.fill(0.0);
             for (&xr, row) in x.iter().zip(w.chunks_exact(cols)) {
                 for (out, w) in y.iter_mut().zip(row) {

@@ -26,6 +26,8 @@ pub struct Limits {
     pub f32_macs_per_second: f64,
     /// int8 weights (W8A8): one input or two, the input already quantized.
     pub int8_macs_per_second: f64,
+    /// f32 weights in the fused order (`--fast-f32`'s kernels): one input, or four per pass.
+    pub fast_f32_macs_per_second: f64,
 }
 
 impl Limits {
@@ -34,6 +36,7 @@ impl Limits {
         Limits {
             f32_macs_per_second: f32_limit(),
             int8_macs_per_second: int8_limit(),
+            fast_f32_macs_per_second: fast_f32_limit(),
         }
     }
 }
@@ -65,6 +68,25 @@ fn f32_limit() -> f64 {
         std::hint::black_box((&mut y0, &mut y1, &mut y2, &mut y3));
     });
     one.max(two).max(four)
+}
+
+/// The fastest of `matmul_fma_rows` over one input and over four.
+fn fast_f32_limit() -> f64 {
+    let (rows, cols) = F32_SHAPE;
+    let weight: Vec<f32> = (0..rows * cols).map(|i| small_value(i) as f32 / 64.0).collect();
+    let xs: Vec<Vec<f32>> = (0..4)
+        .map(|p| (0..cols).map(|i| small_value(i + 7 + p) as f32 / 32.0).collect())
+        .collect();
+    let mut ys = vec![vec![0.0f32; rows]; 4];
+    let x: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
+    let mut y: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
+    let mut rate = |inputs: usize| {
+        best_rate(inputs * rows * cols, || {
+            kernels::fma::matmul_fma_rows(&weight, &x[..inputs], &mut y[..inputs]);
+            std::hint::black_box(&mut y);
+        })
+    };
+    rate(1).max(rate(4))
 }
 
 /// The fastest of `int8_row_sums` and `int8_row_sums_pair`.
@@ -132,5 +154,6 @@ mod tests {
         let limits = Limits::measure();
         assert!(limits.f32_macs_per_second > 0.0 && limits.f32_macs_per_second.is_finite());
         assert!(limits.int8_macs_per_second > 0.0 && limits.int8_macs_per_second.is_finite());
+        assert!(limits.fast_f32_macs_per_second > 0.0 && limits.fast_f32_macs_per_second.is_finite());
     }
 }

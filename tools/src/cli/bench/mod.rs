@@ -95,6 +95,7 @@ struct Report {
 struct LimitsReport {
     f32_gmacs_per_second: f64,
     int8_gmacs_per_second: f64,
+    fast_f32_gmacs_per_second: f64,
 }
 
 /// One variant's speed.
@@ -109,8 +110,9 @@ struct Measurement {
     ratio_to_f32: f64,
     /// `tokens_per_second × macs_per_token`, in G multiply-accumulates a second.
     gmacs_per_second: f64,
-    /// `gmacs_per_second` over the limit of the variant's weights: int8's for int8 and int4
-    /// weights, f32's for f32 and f16 weights and the reference.
+    /// `gmacs_per_second` over the limit of the variant's kernels: int8's for int8 and int4
+    /// weights, fast f32's for the fast f32 variant, f32's for f32 and f16 weights and the
+    /// reference.
     percent_of_limit: f64,
 }
 
@@ -119,6 +121,7 @@ struct Measurement {
 enum Kernels {
     F32,
     Int8,
+    FastF32,
 }
 
 impl Args {
@@ -153,12 +156,18 @@ impl Args {
         let f16 = quantize::quantize_weights(&model, Target::F16)?;
         let int8 = quantize::quantize_weights(&model, Target::Int8)?;
         let int4 = quantize::quantize_weights(&model, Target::Int4)?;
-        let variants: [(&str, &[u8], MemDtype, Kernels); 5] = [
+        let variants: [(&str, &[u8], MemDtype, Kernels); 6] = [
             (
                 "f32 weights, f32 memory",
                 model.image().bytes(),
                 MemDtype::F32,
                 Kernels::F32,
+            ),
+            (
+                "f32 weights, fast f32 (FMA)",
+                model.image().bytes(),
+                MemDtype::F32,
+                Kernels::FastF32,
             ),
             ("f16 weights, f16 memory", &f16, MemDtype::F16, Kernels::F32),
             ("int8 weights, f32 memory", &int8, MemDtype::F32, Kernels::Int8),
@@ -169,7 +178,8 @@ impl Args {
         let mut rows = Vec::new();
         for (label, image, mem_dtype, kernels) in &variants {
             let aligned = AlignedBytes::copy_from(image)?;
-            let variant = Model::parse(aligned.bytes()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+            let mut variant = Model::parse(aligned.bytes()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+            variant.set_fast_f32(matches!(kernels, Kernels::FastF32));
             let variant_options = SessionOptions {
                 mem_dtype: *mem_dtype,
                 ..options
@@ -210,6 +220,7 @@ impl Args {
             limits: LimitsReport {
                 f32_gmacs_per_second: limits.f32_macs_per_second / 1e9,
                 int8_gmacs_per_second: limits.int8_macs_per_second / 1e9,
+                fast_f32_gmacs_per_second: limits.fast_f32_macs_per_second / 1e9,
             },
             results: rows
                 .into_iter()
@@ -218,6 +229,7 @@ impl Args {
                     let limit = match kernels {
                         Kernels::F32 => limits.f32_macs_per_second,
                         Kernels::Int8 => limits.int8_macs_per_second,
+                        Kernels::FastF32 => limits.fast_f32_macs_per_second,
                     };
                     Measurement {
                         variant,
@@ -258,8 +270,10 @@ fn print_table(report: &Report, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "limit (the core's kernels, weights in the first-level cache): f32 {:.1} GMAC/s, int8 {:.1} GMAC/s",
-        report.limits.f32_gmacs_per_second, report.limits.int8_gmacs_per_second
+        "limit (the core's kernels, weights in the first-level cache): f32 {:.1} GMAC/s, int8 {:.1} GMAC/s, fast f32 {:.1} GMAC/s",
+        report.limits.f32_gmacs_per_second,
+        report.limits.int8_gmacs_per_second,
+        report.limits.fast_f32_gmacs_per_second
     )?;
     writeln!(
         out,
