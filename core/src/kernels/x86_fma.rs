@@ -175,12 +175,62 @@ unsafe fn pass_512<const R: usize, const P: usize>(
         }
     }
     let mut sums = [[0.0f32; P]; R];
+    if R == 4 && P == 4 {
+        // all sixteen trees at once: lane `4p + i` of the result is row `i`, input `p`
+        let mut lanes = [0.0f32; LANES];
+        let flat: [__m512; LANES] = core::array::from_fn(|k| acc[k / P][k % P]);
+        // SAFETY: `lanes` has room for sixteen f32.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), add_lanes_of_sixteen(flat)) };
+        for (i, sums) in sums.iter_mut().enumerate() {
+            for (p, sum) in sums.iter_mut().enumerate() {
+                *sum = lanes[4 * p + i];
+            }
+        }
+        return sums;
+    }
     for (sums, acc) in sums.iter_mut().zip(&acc) {
         for (sum, &acc) in sums.iter_mut().zip(acc) {
             *sum = add_lanes_512(acc);
         }
     }
     sums
+}
+
+/// The fused order's tree for sixteen registers `a[k]` at once, each level adding the pairs
+/// [`add_lanes_512`] adds, two registers' worth per instruction: lane `4q + j` of the result
+/// is the sum of `a[4j + q]`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn add_lanes_of_sixteen(a: [__m512; LANES]) -> __m512 {
+    // `l + (l + 8)`: lanes 0–7 of `s8[j]` are `a[2j]`'s, lanes 8–15 `a[2j + 1]`'s
+    let s8: [__m512; 8] = core::array::from_fn(|j| {
+        let (x, y) = (a[2 * j], a[2 * j + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x44>(x, y),
+            _mm512_shuffle_f32x4::<0xee>(x, y),
+        )
+    });
+    // `l + (l + 4)`: quarter `q` of `s4[m]` is `a[4m + q]`'s
+    let s4: [__m512; 4] = core::array::from_fn(|m| {
+        let (x, y) = (s8[2 * m], s8[2 * m + 1]);
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x88>(x, y),
+            _mm512_shuffle_f32x4::<0xdd>(x, y),
+        )
+    });
+    // `l + (l + 2)`: quarter `q` of `s2[n]` is `a[8n + q]`'s two lanes, then `a[8n + 4 + q]`'s
+    let s2: [__m512; 2] = core::array::from_fn(|n| {
+        let (x, y) = (_mm512_castps_pd(s4[2 * n]), _mm512_castps_pd(s4[2 * n + 1]));
+        _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)),
+        )
+    });
+    // `l + (l + 1)`: quarter `q` is `a[q]`, `a[4 + q]`, `a[8 + q]`, `a[12 + q]`
+    _mm512_add_ps(
+        _mm512_shuffle_ps::<0x88>(s2[0], s2[1]),
+        _mm512_shuffle_ps::<0xdd>(s2[0], s2[1]),
+    )
 }
 
 /// Inputs an AVX2 pass takes (two rows times two inputs times two registers: 8 accumulators
