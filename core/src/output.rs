@@ -44,7 +44,7 @@ pub fn log_probs_of_positions(
     let shortlist = config.cluster_range(0).1 as usize;
     let heads = project(model, 0, hiddens, projected, scratch);
     {
-        let mut rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+        let mut rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
         for (slot, row) in rows.iter_mut().zip(log_probs.chunks_exact_mut(n_token)) {
             *slot = row;
         }
@@ -79,7 +79,8 @@ pub fn log_probs_of_positions(
             _ => true,
         };
         let mut chosen_hiddens: [&[f32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
-        let mut chosen_rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+        let mut chosen_rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] =
+            core::array::from_fn(|_| Default::default());
         let mut chosen_logits = [0.0f32; MAX_POSITIONS_PER_PASS];
         let mut chosen = 0;
         for (p, (hidden, row)) in hiddens
@@ -159,13 +160,13 @@ fn cluster_logits(
         .out_weight(table)
         .row_range(first_row, first_row + tokens_here);
     let bias = &model.out_bias(table)[first_row..first_row + tokens_here];
-    let mut outs: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+    let mut outs: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
     let mut count = 0;
     for (slot, row) in outs.iter_mut().zip(rows.iter_mut()) {
         *slot = &mut row[tokens.clone()];
         count += 1;
     }
-    let mut rests: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+    let mut rests: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
     kernels::matmul_split(
         &weight,
         &xs[..count],

@@ -55,12 +55,13 @@ impl Scores {
 }
 
 /// Positions the linear layers and the output layer take per pass in the sessions [`score`]
-/// and [`start`] make: the most a pass takes ([`MAX_POSITIONS_PER_PASS`]), so that a model
-/// whose weights do not fit in the CPU's caches reads them once for every sixteen positions of
-/// a segment. At the published WikiText-103 shape (285 M parameters, segments of 128) that
-/// scored f32 twice and int8 1.35 times as fast as pairs; on the small bundled model it was
-/// neither faster nor slower (README, "Speed on the host"). The bits are those of pairs, a
-/// device's sessions ([`Session::new`]); the arena is larger by the rows of the positions.
+/// and [`start`] make: the most a pass takes ([`MAX_POSITIONS_PER_PASS`]: 64 on a host), so
+/// that a model whose weights do not fit in the CPU's caches reads them once for every 64
+/// positions of a segment. At the published WikiText-103 shape (285 M parameters, segments of
+/// 128) sixteen a pass scored f32 twice and int8 1.35 times as fast as pairs, and 64 f32 1.16
+/// and int8 1.08 times as fast as sixteen; on the small bundled model neither was faster or
+/// slower (README, "Speed on the host"). The bits are those of pairs, a device's sessions
+/// ([`Session::new`]); the arena is larger by the rows of the positions.
 pub const POSITIONS_PER_PASS: usize = MAX_POSITIONS_PER_PASS;
 
 /// A zeroed arena for a session of `model` under `options` made by [`start`] (large enough for

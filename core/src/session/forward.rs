@@ -476,7 +476,7 @@ fn rows(buffer: &[f32], width: usize) -> [&[f32]; MAX_POSITIONS_PER_PASS] {
 
 /// [`rows`] of a buffer the pass writes.
 fn rows_mut(buffer: &mut [f32], width: usize) -> [&mut [f32]; MAX_POSITIONS_PER_PASS] {
-    let mut rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = Default::default();
+    let mut rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
     for (slot, row) in rows.iter_mut().zip(buffer.chunks_exact_mut(width)) {
         *slot = row;
     }
@@ -485,5 +485,5 @@ fn rows_mut(buffer: &mut [f32], width: usize) -> [&mut [f32]; MAX_POSITIONS_PER_
 
 /// Empty second parts of the outputs, for a product whose outputs are not split.
 fn no_rest<'y>() -> [&'y mut [f32]; MAX_POSITIONS_PER_PASS] {
-    Default::default()
+    core::array::from_fn(|_| Default::default())
 }
