@@ -344,9 +344,10 @@ mod tests {
             let mantissa = (state >> 9) as f32 / (1u32 << 23) as f32 - 0.5;
             mantissa * [1.0f32, 1e-3, 1e3, 7.5][(state & 3) as usize]
         };
-        for cols in [0usize, 1, 7, 8, 9, 15, 16, 17, 31, 48, 130] {
-            for rows in [0usize, 1, 3, 4, 5, 9] {
-                for inputs in [1usize, 2, 3, 6, 7, 13] {
+        // wide rows and many inputs: several blocks of rows, many groups of inputs
+        for cols in [0usize, 1, 7, 8, 9, 15, 16, 17, 31, 48, 130, 256, 300, 529] {
+            for rows in [0usize, 1, 3, 4, 5, 9, 13] {
+                for inputs in [1usize, 2, 3, 6, 7, 13, 67] {
                     let weight: Vec<f32> = (0..rows * cols).map(|_| next()).collect();
                     let xs: Vec<Vec<f32>> =
                         (0..inputs).map(|_| (0..cols).map(|_| next()).collect()).collect();
