@@ -1,5 +1,6 @@
-//! x86-64 f32 rows with AVX-512F for several inputs at once (a segment's positions), chosen at
-//! run time (feature `std`), with the bits of the portable [`dot`](super::scalar::dot).
+//! x86-64 f32 and f16 rows with AVX-512F for several inputs at once (a segment's positions),
+//! chosen at run time (feature `std`), with the bits of the portable [`dot`](super::scalar::dot)
+//! and [`dot_f16`](super::scalar::dot_f16).
 //!
 //! The portable dot product sums a row in four accumulators, column `c` into `c % 4`,
 //! multiplying and then adding, and finishes with `(a0 + a1) + (a2 + a3) + tail`. Here one
@@ -10,15 +11,21 @@
 //! weight meets four inputs and a built input meets sixteen rows: sixteen multiply-accumulates a
 //! multiply and an add, every lane doing the portable additions in the portable order (no fused
 //! multiply-add, which would round once instead of twice).
+//!
+//! f16 rows are widened exactly (F16C) into a buffer 256 columns of a pass's rows at a time,
+//! which every group of inputs then reads: a weight is widened once per pass, not once per
+//! group. Each row's four sums carry over from one chunk of columns to the next.
 
 use core::arch::x86_64::*;
 
 use super::rows_that_fit;
+use super::x86::RowElement;
 
-/// Whether this CPU has AVX-512F ([`dots_four_inputs`]).
+/// Whether this CPU has AVX-512F ([`dots_four_inputs`]; every such CPU has F16C too, which
+/// the f16 rows also need, checked here all the same).
 #[inline]
 pub fn has_avx512f() -> bool {
-    std::is_x86_feature_detected!("avx512f")
+    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("f16c")
 }
 
 /// Inputs one register holds, four lanes each.
@@ -28,118 +35,187 @@ const INPUTS: usize = 4;
 /// rows).
 const ROWS: usize = 16;
 
+/// Columns of f16 rows widened at a time (16 KB of f32 for a pass of sixteen rows), a multiple
+/// of four.
+const CHUNK: usize = 256;
+
+/// Groups of four inputs whose sums a block of rows keeps between chunks of columns (more
+/// inputs are taken this many groups at a time).
+const KEPT_GROUPS: usize = 16;
+
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p` and row `r`, `cols`
 /// the shortest input's length, the rows of the shortest output: the bits of
-/// [`scalar::dot`](super::scalar::dot) for each row and input. Inputs go four to a register (a last group of fewer
-/// leaves its other lanes at zero and their sums unused); rows sixteen a pass, then one.
+/// [`scalar::dot`](super::scalar::dot) (f32 rows) or [`scalar::dot_f16`](super::scalar::dot_f16)
+/// (f16 rows) for each row and input. Inputs go four to a register (a last group of fewer
+/// repeats its first and leaves those sums unused); rows sixteen a pass, then one. f16 rows are
+/// widened exactly by F16C 256 columns at a time into a buffer every group of inputs then
+/// reads, so each weight is widened once, not once per group; each row's four sums carry over
+/// from one chunk to the next in the portable order.
 ///
 /// # Safety
-/// The CPU must support AVX-512F ([`has_avx512f`]).
-#[target_feature(enable = "avx512f")]
-pub unsafe fn dots_four_inputs(rows: &[f32], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
+/// The CPU must support AVX-512F and F16C ([`has_avx512f`]).
+#[target_feature(enable = "avx512f,avx,f16c")]
+pub unsafe fn dots_four_inputs<T: RowElement>(
+    rows: &[T],
+    stride: usize,
+    xs: &[&[f32]],
+    outs: &mut [&mut [f32]],
+) {
     let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
     let wanted = outs.iter().map(|o| o.len()).min().unwrap_or(0);
     let n = rows_that_fit(rows.len(), stride, cols, wanted);
     let inputs = xs.len().min(outs.len());
-    // the inputs in groups of four; a block of rows meets every group before the next block is
-    // read, so each row comes from memory once
-    let groups = inputs.div_ceil(INPUTS);
-    let group = |g: usize| -> ([&[f32]; INPUTS], usize) {
-        let first = g * INPUTS;
-        let count = INPUTS.min(inputs - first);
-        // a last group of fewer repeats its first input in the other lanes (their sums unused)
-        let input = |p: usize| &xs[first + if p < count { p } else { 0 }][..cols];
-        (core::array::from_fn(input), count)
-    };
-    let mut r = 0;
-    while r < n {
-        let block = if r + ROWS <= n { ROWS } else { 1 };
-        for g in 0..groups {
-            let (inputs, count) = group(g);
-            // SAFETY: rows `r..r + block` end at `(r + block - 1) * stride + cols <=
-            // rows.len()` (`rows_that_fit` bounds `n`); the CPU has AVX-512F.
+    let body = cols / 4 * 4;
+    // f32 rows are read in place, in one chunk; f16 rows in chunks widened into `widened`
+    let chunk = if T::IN_PLACE { body.max(4) } else { CHUNK };
+    let mut widened = [0.0f32; ROWS * CHUNK];
+    let mut kept = [[_mm512_setzero_ps(); ROWS]; KEPT_GROUPS];
+    for first_group in (0..inputs.div_ceil(INPUTS)).step_by(KEPT_GROUPS) {
+        let groups = KEPT_GROUPS.min(inputs.div_ceil(INPUTS) - first_group);
+        let group = |g: usize| -> ([&[f32]; INPUTS], usize) {
+            let first = (first_group + g) * INPUTS;
+            let count = INPUTS.min(inputs - first);
+            // a last group of fewer repeats its first input in the other lanes (sums unused)
+            let input = |p: usize| &xs[first + if p < count { p } else { 0 }][..cols];
+            (core::array::from_fn(input), count)
+        };
+        let mut r = 0;
+        while r < n {
+            let block = if r + ROWS <= n { ROWS } else { 1 };
+            // SAFETY: rows `r..r + block` end at `(r + block - 1) * stride + cols <= rows.len()`
+            // (`rows_that_fit` bounds `n`).
             let base = unsafe { rows.as_ptr().add(r * stride) };
-            let outs = &mut outs[g * INPUTS..g * INPUTS + count];
-            if block == ROWS {
-                // SAFETY: as above.
-                let sums = unsafe { pass::<ROWS>(base, stride, cols, &inputs, count) };
-                for (p, out) in outs.iter_mut().enumerate() {
-                    for (i, sums) in sums.iter().enumerate() {
+            for kept in kept[..groups].iter_mut() {
+                *kept = [_mm512_setzero_ps(); ROWS];
+            }
+            let mut c = 0;
+            while c < body {
+                let len = chunk.min(body - c);
+                let (weights, weights_stride) = if T::IN_PLACE {
+                    // SAFETY: `c < body <= cols`, inside row `r`; `IN_PLACE` rows are f32.
+                    (unsafe { base.add(c).cast::<f32>() }, stride)
+                } else {
+                    for i in 0..block {
+                        // SAFETY: columns `c..c + len` of row `r + i` are readable (`c + len <=
+                        // body <= cols`), and `widened` holds `CHUNK >= len` per row.
+                        unsafe {
+                            T::widen_into(base.add(i * stride + c), len, widened.as_mut_ptr().add(i * CHUNK))
+                        };
+                    }
+                    (widened.as_ptr(), CHUNK)
+                };
+                for (g, kept) in kept[..groups].iter_mut().enumerate() {
+                    let (inputs, _) = group(g);
+                    // SAFETY: `block` rows of `len` f32 at `weights_stride` from `weights`, and
+                    // columns `c..c + len` of each input.
+                    unsafe {
+                        if block == ROWS {
+                            steps::<ROWS>(weights, weights_stride, len, &inputs, c, kept);
+                        } else {
+                            steps::<1>(weights, weights_stride, len, &inputs, c, &mut kept[..1]);
+                        }
+                    }
+                }
+                c += len;
+            }
+            for (g, kept) in kept[..groups].iter().enumerate() {
+                let (inputs, count) = group(g);
+                let outs = &mut outs[(first_group + g) * INPUTS..][..count];
+                for (i, acc) in kept[..block].iter().enumerate() {
+                    // SAFETY: row `r + i` has `cols` readable elements.
+                    let row = unsafe { base.add(i * stride) };
+                    // SAFETY: as above.
+                    let sums = unsafe { finish(*acc, row, cols, &inputs) };
+                    for (p, out) in outs.iter_mut().enumerate() {
                         out[r + i] = sums[p];
                     }
                 }
-            } else {
-                // SAFETY: as above.
-                let sums = unsafe { pass::<1>(base, stride, cols, &inputs, count) };
-                for (p, out) in outs.iter_mut().enumerate() {
-                    out[r] = sums[0][p];
-                }
             }
+            r += block;
         }
-        r += block;
     }
 }
 
-/// `PASS` rows from `base` at `stride` against the four inputs of `group` (each `cols` long;
-/// the first `count` are wanted): `sums[i][p]` = row `i` · input `p`, in the portable order.
+/// Adds columns `from..from + len` (a multiple of four) to the four sums of `PASS` rows for the
+/// four inputs of `group`: the rows' f32 weights at `weights` (row `i` at `i * stride`, column
+/// `from` first), `acc[i]` lanes `4p..4p + 4` input `p`'s, in the portable order.
 ///
 /// # Safety
-/// `PASS` rows of `cols` elements must be readable from `base` at `stride`; the CPU must
-/// support AVX-512F.
+/// `PASS` rows of `len` f32 must be readable from `weights` at `stride`, columns `from..from +
+/// len` of each input; `acc` must have `PASS` entries; the CPU must support AVX-512F.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn pass<const PASS: usize>(
-    base: *const f32,
+unsafe fn steps<const PASS: usize>(
+    weights: *const f32,
     stride: usize,
-    cols: usize,
+    len: usize,
     group: &[&[f32]; INPUTS],
-    count: usize,
-) -> [[f32; INPUTS]; PASS] {
-    let body = cols / 4 * 4;
-    let mut acc = [_mm512_setzero_ps(); PASS];
+    from: usize,
+    acc: &mut [__m512],
+) {
+    let mut sums = [_mm512_setzero_ps(); PASS];
+    sums.copy_from_slice(&acc[..PASS]);
     let mut c = 0;
-    while c < body {
-        // the four inputs' columns c..c + 4, input p in lanes 4p..4p + 4
-        // SAFETY: `c + 4 <= cols`: four readable columns in each input.
+    while c < len {
+        // the four inputs' columns, input p in lanes 4p..4p + 4
+        // SAFETY: `from + c + 4 <= from + len`: four readable columns in each input.
         let x = unsafe {
-            let x = _mm512_castps128_ps512(_mm_loadu_ps(group[0].as_ptr().add(c)));
-            let x = _mm512_insertf32x4::<1>(x, _mm_loadu_ps(group[1].as_ptr().add(c)));
-            let x = _mm512_insertf32x4::<2>(x, _mm_loadu_ps(group[2].as_ptr().add(c)));
-            _mm512_insertf32x4::<3>(x, _mm_loadu_ps(group[3].as_ptr().add(c)))
+            let at = from + c;
+            let x = _mm512_castps128_ps512(_mm_loadu_ps(group[0].as_ptr().add(at)));
+            let x = _mm512_insertf32x4::<1>(x, _mm_loadu_ps(group[1].as_ptr().add(at)));
+            let x = _mm512_insertf32x4::<2>(x, _mm_loadu_ps(group[2].as_ptr().add(at)));
+            _mm512_insertf32x4::<3>(x, _mm_loadu_ps(group[3].as_ptr().add(at)))
         };
-        for (i, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: row `i` has `cols` readable elements and `c + 4 <= cols`.
-            let w = unsafe { _mm512_broadcast_f32x4(_mm_loadu_ps(base.add(i * stride + c))) };
-            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(w, x));
+        for (i, sum) in sums.iter_mut().enumerate() {
+            // SAFETY: row `i` has `len` readable f32 and `c + 4 <= len`.
+            let w = unsafe { _mm512_broadcast_f32x4(_mm_loadu_ps(weights.add(i * stride + c))) };
+            *sum = _mm512_add_ps(*sum, _mm512_mul_ps(w, x));
         }
         c += 4;
     }
-    let mut sums = [[0.0f32; INPUTS]; PASS];
-    for (i, (acc, sums)) in acc.iter().zip(sums.iter_mut()).enumerate() {
-        let mut lanes = [0.0f32; 4 * INPUTS];
-        // SAFETY: `lanes` has room for sixteen f32.
-        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *acc) };
-        for (p, sum) in sums.iter_mut().enumerate().take(count) {
-            let a = &lanes[4 * p..4 * p + 4];
-            let mut tail = 0.0;
-            for (k, x) in group[p].iter().enumerate().skip(body) {
-                // SAFETY: `k < cols`, inside row `i`.
-                tail += unsafe { *base.add(i * stride + k) } * x;
-            }
-            *sum = (a[0] + a[1]) + (a[2] + a[3]) + tail;
+    acc[..PASS].copy_from_slice(&sums);
+}
+
+/// One row's four sums for each input of `group` (`acc`, lanes `4p..4p + 4` input `p`'s) and
+/// the columns past the last multiple of four, finished in the portable order.
+///
+/// # Safety
+/// `cols` elements must be readable from `row`.
+#[inline]
+#[target_feature(enable = "avx512f,avx,f16c")]
+unsafe fn finish<T: RowElement>(
+    acc: __m512,
+    row: *const T,
+    cols: usize,
+    group: &[&[f32]; INPUTS],
+) -> [f32; INPUTS] {
+    let body = cols / 4 * 4;
+    let mut lanes = [0.0f32; 4 * INPUTS];
+    // SAFETY: `lanes` has room for sixteen f32.
+    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
+    let mut sums = [0.0f32; INPUTS];
+    for (p, sum) in sums.iter_mut().enumerate() {
+        let a = &lanes[4 * p..4 * p + 4];
+        let mut tail = 0.0;
+        for (k, x) in group[p][body..cols].iter().enumerate() {
+            // SAFETY: `body + k < cols`, inside the row.
+            tail += unsafe { *row.add(body + k) }.widen() * x;
         }
+        *sum = (a[0] + a[1]) + (a[2] + a[3]) + tail;
     }
     sums
 }
 
 #[cfg(test)]
 mod tests {
+    use half::f16;
+
     use super::super::scalar;
 
     #[test]
-    fn avx512_rows_for_several_inputs_equal_the_scalar_dot() {
+    fn avx512_rows_for_several_inputs_equal_the_scalar_dots() {
         if !super::has_avx512f() {
-            eprintln!("SKIPPED: this CPU has no AVX-512F");
+            eprintln!("SKIPPED: this CPU has no AVX-512F (with F16C)");
             return;
         }
         let mut state = 17u32;
@@ -149,26 +225,34 @@ mod tests {
             let mantissa = (state >> 9) as f32 / (1u32 << 23) as f32 - 0.5;
             mantissa * [1.0f32, 1e-3, 1e3, 7.5][(state & 3) as usize]
         };
-        for cols in [0usize, 1, 3, 4, 5, 17, 64, 130] {
+        // past 256 columns f16 rows are widened in chunks, past 64 inputs they go 64 at a time
+        for cols in [0usize, 1, 3, 4, 5, 17, 64, 130, 256, 259, 530] {
             for n in [0usize, 1, 7, 16, 17, 33] {
-                for inputs in [1usize, 3, 4, 5, 8, 11, 16] {
+                for inputs in [1usize, 3, 4, 5, 8, 11, 16, 67] {
                     let stride = cols + 3;
                     let rows: Vec<f32> = (0..n * stride).map(|_| next()).collect();
                     let xs: Vec<Vec<f32>> =
                         (0..inputs).map(|_| (0..cols).map(|_| next()).collect()).collect();
-                    let mut outs = vec![vec![f32::NAN; n]; inputs];
+                    // the same values as f16 rows (rounded once, then widened exactly)
+                    let rows_f16: Vec<f16> = rows.iter().map(|&v| f16::from_f32(v)).collect();
                     let x_refs: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
+                    let mut outs = vec![vec![f32::NAN; n]; inputs];
+                    let mut outs_f16 = vec![vec![f32::NAN; n]; inputs];
                     let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
-                    // SAFETY: AVX-512F was detected above.
-                    unsafe { super::dots_four_inputs(&rows, stride, &x_refs, &mut out_refs) };
-                    for (p, (x, out)) in xs.iter().zip(&outs).enumerate() {
-                        for (r, got) in out.iter().enumerate() {
-                            let want = scalar::dot(&rows[r * stride..r * stride + cols], x);
-                            assert_eq!(
-                                got.to_bits(),
-                                want.to_bits(),
-                                "row {r} of {n}, input {p} of {inputs}, {cols} columns"
-                            );
+                    let mut f16_refs: Vec<&mut [f32]> = outs_f16.iter_mut().map(|o| &mut o[..]).collect();
+                    // SAFETY: AVX-512F and F16C were detected above.
+                    unsafe {
+                        super::dots_four_inputs(&rows, stride, &x_refs, &mut out_refs);
+                        super::dots_four_inputs(&rows_f16, stride, &x_refs, &mut f16_refs);
+                    }
+                    for (p, x) in xs.iter().enumerate() {
+                        for r in 0..n {
+                            let row = r * stride..r * stride + cols;
+                            let want = scalar::dot(&rows[row.clone()], x);
+                            let want_f16 = scalar::dot_f16(&rows_f16[row], x);
+                            let what = format!("row {r} of {n}, input {p} of {inputs}, {cols} columns");
+                            assert_eq!(outs[p][r].to_bits(), want.to_bits(), "f32 {what}");
+                            assert_eq!(outs_f16[p][r].to_bits(), want_f16.to_bits(), "f16 {what}");
                         }
                     }
                 }

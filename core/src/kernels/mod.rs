@@ -352,7 +352,7 @@ pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if xs.len() > 2 && avx512::has_avx512f() {
         let cols = xs.first().map_or(0, |x| x.len());
-        // SAFETY: the CPU has AVX-512F, checked just above.
+        // SAFETY: the CPU has AVX-512F and F16C, checked just above.
         return unsafe { avx512::dots_four_inputs(weight, cols, xs, ys) };
     }
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -369,9 +369,16 @@ pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     }
 }
 
-/// [`matmul_f32_rows`] for f16 weights, widened exactly.
+/// [`matmul_f32_rows`] for f16 weights, widened exactly (by F16C on x86-64, four weights a
+/// step, in the AVX-512F kernel for three inputs or more).
 #[inline]
 pub fn matmul_f16_rows(weight: &[half::f16], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if xs.len() > 2 && avx512::has_avx512f() {
+        let cols = xs.first().map_or(0, |x| x.len());
+        // SAFETY: the CPU has AVX-512F and F16C, checked just above.
+        return unsafe { avx512::dots_four_inputs(weight, cols, xs, ys) };
+    }
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if x86::has_avx_f16c() {
         let cols = xs.first().map_or(0, |x| x.len());

@@ -123,6 +123,15 @@ pub trait RowElement: Copy {
     unsafe fn eight(a: *const Self) -> __m256;
     /// One element as f32, as the portable kernel widens it.
     fn widen(self) -> f32;
+    /// Whether the rows are f32 already, to be read in place (else [`RowElement::widen_into`]
+    /// first).
+    const IN_PLACE: bool;
+    /// Writes `len` elements from `src` (a multiple of four) to `dst` as f32.
+    ///
+    /// # Safety
+    /// `len` elements must be readable at `src` and writable at `dst`; the CPU must have AVX
+    /// and F16C.
+    unsafe fn widen_into(src: *const Self, len: usize, dst: *mut f32);
 }
 
 impl RowElement for f32 {
@@ -150,6 +159,14 @@ impl RowElement for f32 {
     #[inline]
     fn widen(self) -> f32 {
         self
+    }
+
+    const IN_PLACE: bool = true;
+
+    #[inline]
+    unsafe fn widen_into(src: *const f32, len: usize, dst: *mut f32) {
+        // SAFETY: the caller gives `len` readable and writable elements.
+        unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
     }
 }
 
@@ -183,6 +200,24 @@ impl RowElement for f16 {
     #[inline]
     fn widen(self) -> f32 {
         scalar::f16_to_f32(self)
+    }
+
+    const IN_PLACE: bool = false;
+
+    #[inline]
+    #[target_feature(enable = "avx,f16c")]
+    unsafe fn widen_into(src: *const f16, len: usize, dst: *mut f32) {
+        let mut c = 0;
+        while c + 8 <= len {
+            // SAFETY: eight readable elements at `src + c` and writable at `dst + c`.
+            unsafe { _mm256_storeu_ps(dst.add(c), Self::eight(src.add(c))) };
+            c += 8;
+        }
+        while c + 4 <= len {
+            // SAFETY: four readable elements at `src + c` and writable at `dst + c`.
+            unsafe { _mm_storeu_ps(dst.add(c), Self::quad(src.add(c))) };
+            c += 4;
+        }
     }
 }
 
