@@ -68,7 +68,9 @@ pub unsafe fn dots_four_inputs<T: RowElement>(
     let body = cols / 4 * 4;
     // f32 rows are read in place, in one chunk; f16 rows in chunks widened into `widened`
     let chunk = if T::IN_PLACE { body.max(4) } else { CHUNK };
-    let mut widened = [0.0f32; ROWS * CHUNK];
+    // written before it is read, and only for f16 rows: no zeroing on every call
+    let mut widened = core::mem::MaybeUninit::<[f32; ROWS * CHUNK]>::uninit();
+    let widened = widened.as_mut_ptr().cast::<f32>();
     let mut kept = [[_mm512_setzero_ps(); ROWS]; KEPT_GROUPS];
     for first_group in (0..inputs.div_ceil(INPUTS)).step_by(KEPT_GROUPS) {
         let groups = KEPT_GROUPS.min(inputs.div_ceil(INPUTS) - first_group);
@@ -98,11 +100,9 @@ pub unsafe fn dots_four_inputs<T: RowElement>(
                     for i in 0..block {
                         // SAFETY: columns `c..c + len` of row `r + i` are readable (`c + len <=
                         // body <= cols`), and `widened` holds `CHUNK >= len` per row.
-                        unsafe {
-                            T::widen_into(base.add(i * stride + c), len, widened.as_mut_ptr().add(i * CHUNK))
-                        };
+                        unsafe { widen_into(base.add(i * stride + c), len, widened.add(i * CHUNK)) };
                     }
-                    (widened.as_ptr(), CHUNK)
+                    (widened.cast_const(), CHUNK)
                 };
                 for (g, kept) in kept[..groups].iter_mut().enumerate() {
                     let (inputs, _) = group(g);
@@ -133,6 +133,26 @@ pub unsafe fn dots_four_inputs<T: RowElement>(
             }
             r += block;
         }
+    }
+}
+
+/// Writes `len` elements (a multiple of four) from `src` to `dst` as f32, eight at a time.
+///
+/// # Safety
+/// `len` elements must be readable at `src` and writable at `dst`; the CPU must support AVX
+/// and F16C.
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn widen_into<T: RowElement>(src: *const T, len: usize, dst: *mut f32) {
+    let mut c = 0;
+    while c + 8 <= len {
+        // SAFETY: eight readable elements at `src + c` and writable at `dst + c`.
+        unsafe { _mm256_storeu_ps(dst.add(c), T::eight(src.add(c))) };
+        c += 8;
+    }
+    if c < len {
+        // SAFETY: four elements left (`len` is a multiple of four), readable and writable.
+        unsafe { _mm_storeu_ps(dst.add(c), T::quad(src.add(c))) };
     }
 }
 

@@ -123,15 +123,9 @@ pub trait RowElement: Copy {
     unsafe fn eight(a: *const Self) -> __m256;
     /// One element as f32, as the portable kernel widens it.
     fn widen(self) -> f32;
-    /// Whether the rows are f32 already, to be read in place (else [`RowElement::widen_into`]
-    /// first).
+    /// Whether the rows are f32 already, to be read in place (else widened first, by
+    /// [`RowElement::eight`] and [`RowElement::quad`]).
     const IN_PLACE: bool;
-    /// Writes `len` elements from `src` (a multiple of four) to `dst` as f32.
-    ///
-    /// # Safety
-    /// `len` elements must be readable at `src` and writable at `dst`; the CPU must have AVX
-    /// and F16C.
-    unsafe fn widen_into(src: *const Self, len: usize, dst: *mut f32);
 }
 
 impl RowElement for f32 {
@@ -162,12 +156,6 @@ impl RowElement for f32 {
     }
 
     const IN_PLACE: bool = true;
-
-    #[inline]
-    unsafe fn widen_into(src: *const f32, len: usize, dst: *mut f32) {
-        // SAFETY: the caller gives `len` readable and writable elements.
-        unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
-    }
 }
 
 impl RowElement for f16 {
@@ -203,22 +191,6 @@ impl RowElement for f16 {
     }
 
     const IN_PLACE: bool = false;
-
-    #[inline]
-    #[target_feature(enable = "avx,f16c")]
-    unsafe fn widen_into(src: *const f16, len: usize, dst: *mut f32) {
-        let mut c = 0;
-        while c + 8 <= len {
-            // SAFETY: eight readable elements at `src + c` and writable at `dst + c`.
-            unsafe { _mm256_storeu_ps(dst.add(c), Self::eight(src.add(c))) };
-            c += 8;
-        }
-        while c + 4 <= len {
-            // SAFETY: four readable elements at `src + c` and writable at `dst + c`.
-            unsafe { _mm_storeu_ps(dst.add(c), Self::quad(src.add(c))) };
-            c += 4;
-        }
-    }
 }
 
 /// `out[r] = rows[r * stride..][..x.len()] · x` for each `r < out.len()`, with the bits of
