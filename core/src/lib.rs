@@ -41,8 +41,8 @@
 //! - Approximate silently: the f32 math is exact (`libm`'s `expf`, `sqrtf`, `sin`, `cos`), and the
 //!   only approximations are the ones the image, the options or the opt-in `fast-math` feature
 //!   ask for (f16 / int8; micromath's `exp`). Faster kernels (`cortex-m-dsp`, `cortex-m-mve`,
-//!   AVX, AVX2 and F16C with `std` on x86-64, NEON (and SDOT with `std`) on aarch64) keep the
-//!   portable code's order of rounding: the same bits.
+//!   AVX, AVX2, F16C, AVX-512, VNNI and AMX with `std` on x86-64, NEON (and SDOT with `std`)
+//!   on aarch64) keep the portable code's order of rounding: the same bits.
 //!
 //! ## Example
 //! ```

@@ -906,6 +906,18 @@ fn bench_reports_multiply_accumulates_against_the_measured_limit() {
         count(6, 10),
         "the model's own tgt_len and mem_len count otherwise"
     );
+    assert_held_against_their_limits(&report, macs, 2);
+    // three positions or more a pass: int8 weights are held against the segments' int8 limit
+    #[rustfmt::skip]
+    let args = ["bench", s(&image), "--json", "--tokens", "16", "--tgt-len", "4", "--mem-len", "3"];
+    let report = json(&txl(&args), "bench --tgt-len 4 --mem-len 3");
+    assert_held_against_their_limits(&report, count(4, 3), 4);
+}
+
+/// Each variant's GMAC/s is its tokens per second times `macs`, and its percentage is of its
+/// kernels' limit in the same report (int8 weights in segments of `tgt_len` 3 or more: the
+/// segments' int8 limit).
+fn assert_held_against_their_limits(report: &serde_json::Value, macs: f64, tgt_len: u32) {
     let limit = |kind: &str| {
         report["limits"][format!("{kind}_gmacs_per_second")]
             .as_f64()
@@ -913,6 +925,11 @@ fn bench_reports_multiply_accumulates_against_the_measured_limit() {
     };
     assert!(
         limit("f32") > 0.0 && limit("int8") > 0.0 && limit("fast_f32") > 0.0,
+        "limits: {}",
+        report["limits"]
+    );
+    assert!(
+        limit("int8_segments") >= limit("int8"),
         "limits: {}",
         report["limits"]
     );
@@ -926,7 +943,9 @@ fn bench_reports_multiply_accumulates_against_the_measured_limit() {
             (gmacs - expected).abs() <= 1e-9 * expected,
             "{variant}: {gmacs} GMAC/s"
         );
-        let kind = if variant.starts_with("int") {
+        let kind = if variant.starts_with("int8") && tgt_len >= 3 {
+            "int8_segments"
+        } else if variant.starts_with("int") {
             "int8"
         } else if variant.contains("fast f32") {
             "fast_f32"

@@ -19,6 +19,9 @@ pub mod x86;
 pub mod vnni;
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub mod amx;
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod avx512;
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -182,6 +185,25 @@ pub fn int8_row_sums_pair(
     for ((x, widened), sums) in xq.into_iter().zip(widened).zip(sums) {
         int8_row_sums(values, cols, x, widened, sums);
     }
+}
+
+/// [`scalar::int8_vecmat_sums`] (the int8 transposed product's sums), compiled for AVX-512BW
+/// or AVX2 on x86-64 when the CPU has them (the same code, the same integers, sixteen or eight
+/// columns a register).
+#[inline]
+pub fn int8_vecmat_sums(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    {
+        if std::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: the CPU has AVX-512F and BW, checked just above.
+            return unsafe { x86::int8_vecmat_sums_avx512(xq, values, cols, acc) };
+        }
+        if x86::has_avx2() {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { x86::int8_vecmat_sums_avx2(xq, values, cols, acc) };
+        }
+    }
+    scalar::int8_vecmat_sums(xq, values, cols, acc);
 }
 
 /// Words of kernel scratch a product with `cols` inputs needs: the input quantized to int8 (one

@@ -365,50 +365,98 @@ fn integer_rows_blocked<'y>(
     };
     // a multiple of 8 rows: whole passes of every kernel
     let block = (ROW_BLOCK_BYTES / row_bytes.max(1)).max(8) / 8 * 8;
-    let mut start = 0;
-    while start < rows {
-        let end = (start + block)
-            .min(rows)
-            .min(if start < split { split } else { rows });
-        let (outputs, at) = if start < split {
-            (&mut *firsts, start)
-        } else {
-            (&mut *rests, start - split)
-        };
-        let out = at..at + (end - start);
-        match weight.row_range(start, end).data {
-            MatrixData::Int8 {
-                values,
-                row_scales: scales,
-                ..
-            } => {
-                let mut p = 0;
-                while p < inputs.len() {
-                    if p + 1 < inputs.len() {
-                        let (head, tail) = outputs.split_at_mut(p + 1);
-                        let (y_a, y_b) = (&mut head[p][out.clone()], &mut tail[0][out.clone()]);
-                        Int8Input::rows_pair([&inputs[p], &inputs[p + 1]], values, scales, [y_a, y_b]);
-                        p += 2;
-                    } else {
-                        inputs[p].rows(values, scales, &mut outputs[p][out.clone()]);
-                        p += 1;
+    // rows the tile kernel took at the start of each part
+    let tiled = int8_rows_tiled(weight, inputs, firsts, rests);
+    for (part_start, part_end, tiled) in [(0, split, tiled[0]), (split, rows, tiled[1])] {
+        let mut start = part_start + tiled;
+        while start < part_end {
+            let end = (start + block).min(part_end);
+            let (outputs, at) = if part_start == 0 {
+                (&mut *firsts, start)
+            } else {
+                (&mut *rests, start - split)
+            };
+            let out = at..at + (end - start);
+            match weight.row_range(start, end).data {
+                MatrixData::Int8 {
+                    values,
+                    row_scales: scales,
+                    ..
+                } => {
+                    let mut p = 0;
+                    while p < inputs.len() {
+                        if p + 1 < inputs.len() {
+                            let (head, tail) = outputs.split_at_mut(p + 1);
+                            let (y_a, y_b) = (&mut head[p][out.clone()], &mut tail[0][out.clone()]);
+                            Int8Input::rows_pair([&inputs[p], &inputs[p + 1]], values, scales, [y_a, y_b]);
+                            p += 2;
+                        } else {
+                            inputs[p].rows(values, scales, &mut outputs[p][out.clone()]);
+                            p += 1;
+                        }
                     }
                 }
-            }
-            MatrixData::Int4 {
-                values,
-                scale,
-                codes,
-                group,
-            } => {
-                for (input, y) in inputs.iter().zip(outputs.iter_mut()) {
-                    input.int4_rows(values, scale, codes, group, &mut y[out.clone()]);
+                MatrixData::Int4 {
+                    values,
+                    scale,
+                    codes,
+                    group,
+                } => {
+                    for (input, y) in inputs.iter().zip(outputs.iter_mut()) {
+                        input.int4_rows(values, scale, codes, group, &mut y[out.clone()]);
+                    }
                 }
+                MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => {}
             }
-            MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => {}
+            start = end;
         }
-        start = end;
     }
+}
+
+/// With AMX (x86-64, `std`), the int8 sums of the first whole tiles of rows of each part
+/// (`firsts`, then `rests`) for every input at once, scaled into the outputs; returns how many
+/// rows of each part that was (none elsewhere, or for other dtypes).
+#[cfg_attr(not(all(feature = "std", target_arch = "x86_64")), allow(unused_variables))]
+fn int8_rows_tiled<'y>(
+    weight: &Matrix<'_>,
+    inputs: &[Int8Input<'_>],
+    firsts: &mut [&'y mut [f32]],
+    rests: &mut [&'y mut [f32]],
+) -> [usize; 2] {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if matches!(weight.data, MatrixData::Int8 { .. }) && super::amx::has_amx_int8() {
+        let cols = weight.cols;
+        let xq: [&[i8]; MAX_POSITIONS_PER_PASS] =
+            core::array::from_fn(|p| inputs.get(p).map_or(&[][..], |i| i.xq));
+        let xq = &xq[..inputs.len()];
+        let split = firsts.first().map_or(0, |y| y.len());
+        let rows = split + rests.first().map_or(0, |y| y.len());
+        let mut tiled = [0; 2];
+        for (part, (outputs, (start, end))) in [firsts, rests]
+            .into_iter()
+            .zip([(0, split), (split, rows)])
+            .enumerate()
+        {
+            let MatrixData::Int8 {
+                values, row_scales, ..
+            } = weight.row_range(start, end).data
+            else {
+                continue;
+            };
+            let mut sums: [&mut [i32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| &mut [][..]);
+            for (sum, y) in sums.iter_mut().zip(outputs.iter_mut()) {
+                *sum = bytemuck::cast_slice_mut(&mut y[..end - start]);
+            }
+            // SAFETY: the CPU has AMX int8 and the system granted the tiles, checked just above.
+            let done = unsafe { super::amx::row_sums_many(values, cols, xq, &mut sums[..inputs.len()]) };
+            for (input, y) in inputs.iter().zip(outputs.iter_mut()) {
+                input.scale(&row_scales[..done], &mut y[..done]);
+            }
+            tiled[part] = done;
+        }
+        return tiled;
+    }
+    [0; 2]
 }
 
 /// `W (rows, cols) @ x (cols) + b (rows) -> y (rows)`.
@@ -457,13 +505,7 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
             let len = y.len().min(cols);
             let y = &mut y[..len];
             let acc: &mut [i32] = bytemuck::cast_slice_mut(y);
-            acc.fill(0);
-            for (&a, row) in xq.iter().zip(values.chunks_exact(cols)) {
-                let a = i32::from(a);
-                for (sum, &w) in acc.iter_mut().zip(row) {
-                    *sum += a * i32::from(w);
-                }
-            }
+            super::int8_vecmat_sums(xq, values, cols, acc);
             for (c, out) in y.iter_mut().enumerate() {
                 let acc = out.to_bits() as i32;
                 *out = acc as f32 * x_scale * act_scales.map_or(1.0, |a| a[c]);
@@ -489,6 +531,20 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
                     .sum();
                 *out = i64_to_f32(acc) * (x_scale * scale);
             }
+        }
+    }
+}
+
+/// `acc[c] = Σ_r xq[r] * values[r][c]` in i32 for `c < acc.len()` (`values (xq.len(), cols)`,
+/// `acc.len() <= cols`), a row at a time into the output's words (contiguous; the integer sums
+/// are the same in any order). Every addition wraps, as the SIMD builds' do.
+#[inline(always)]
+pub fn int8_vecmat_sums(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
+    acc.fill(0);
+    for (&a, row) in xq.iter().zip(values.chunks_exact(cols)) {
+        let a = i32::from(a);
+        for (sum, &w) in acc.iter_mut().zip(row) {
+            *sum = sum.wrapping_add(a * i32::from(w));
         }
     }
 }

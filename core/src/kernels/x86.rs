@@ -32,6 +32,24 @@ pub fn has_avx2() -> bool {
     std::is_x86_feature_detected!("avx2")
 }
 
+/// [`scalar::int8_vecmat_sums`] compiled for AVX2 (the compiler vectorises its loop).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn int8_vecmat_sums_avx2(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
+    scalar::int8_vecmat_sums(xq, values, cols, acc);
+}
+
+/// [`scalar::int8_vecmat_sums`] compiled for AVX-512F and BW.
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub unsafe fn int8_vecmat_sums_avx512(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
+    scalar::int8_vecmat_sums(xq, values, cols, acc);
+}
+
 /// Whether this CPU converts f16 to f32 in hardware (F16C; detected once, then cached).
 #[inline]
 pub fn has_f16c() -> bool {
@@ -1070,6 +1088,36 @@ pub unsafe fn row_sums_i8_pair(values: &[i8], cols: usize, xq: [&[i8]; 2], sums:
 #[cfg(test)]
 mod tests {
     use half::f16;
+
+    #[test]
+    fn int8_transposed_sums_equal_the_portable_loop() {
+        // odd widths (vector bodies and their tails), the byte range's extremes
+        for (rows, cols, len) in [(1, 1, 1), (7, 33, 33), (64, 100, 97), (129, 256, 256)] {
+            let value = |i: usize, seed: usize| ((i * 2_654_435_761 + seed * 40_503) >> 9) as u8 as i8;
+            let mut values: Vec<i8> = (0..rows * cols).map(|i| value(i, 1)).collect();
+            let mut xq: Vec<i8> = (0..rows).map(|i| value(i, 2)).collect();
+            values[0] = i8::MIN;
+            xq[0] = i8::MIN;
+            let mut want = vec![0i32; len];
+            super::scalar::int8_vecmat_sums(&xq, &values, cols, &mut want);
+            let mut got = vec![7i32; len];
+            if super::has_avx2() {
+                // SAFETY: the CPU has AVX2, checked just above.
+                unsafe { super::int8_vecmat_sums_avx2(&xq, &values, cols, &mut got) };
+                assert_eq!(got, want, "AVX2, {rows} x {cols}");
+            } else {
+                eprintln!("SKIPPED (AVX2 part): this CPU has no AVX2");
+            }
+            if std::is_x86_feature_detected!("avx512bw") {
+                got.fill(7);
+                // SAFETY: the CPU has AVX-512F and BW, checked just above.
+                unsafe { super::int8_vecmat_sums_avx512(&xq, &values, cols, &mut got) };
+                assert_eq!(got, want, "AVX-512, {rows} x {cols}");
+            } else {
+                eprintln!("SKIPPED (AVX-512 part): this CPU has no AVX-512BW");
+            }
+        }
+    }
 
     #[test]
     fn f16c_dot_equals_the_scalar_dot_for_every_half() {

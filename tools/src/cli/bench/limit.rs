@@ -26,6 +26,9 @@ pub struct Limits {
     pub f32_macs_per_second: f64,
     /// int8 weights (W8A8): one input or two, the input already quantized.
     pub int8_macs_per_second: f64,
+    /// int8 weights for a segment's positions, 64 a pass: the AMX tile kernel where the CPU
+    /// and system have it, else the same kernels as [`Limits::int8_macs_per_second`].
+    pub int8_segments_macs_per_second: f64,
     /// f32 weights in the fused order (`--fast-f32`'s kernels): one input, or four per pass.
     pub fast_f32_macs_per_second: f64,
 }
@@ -33,9 +36,11 @@ pub struct Limits {
 impl Limits {
     /// Runs the probe (about a quarter of a second).
     pub fn measure() -> Limits {
+        let int8 = int8_limit();
         Limits {
             f32_macs_per_second: f32_limit(),
-            int8_macs_per_second: int8_limit(),
+            int8_macs_per_second: int8,
+            int8_segments_macs_per_second: int8_tiles_limit().unwrap_or(int8),
             fast_f32_macs_per_second: fast_f32_limit(),
         }
     }
@@ -121,6 +126,28 @@ fn int8_limit() -> f64 {
     one.max(two)
 }
 
+/// The AMX tile kernel over 64 inputs (x86-64 only), if this machine can run it.
+fn int8_tiles_limit() -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if kernels::amx::has_amx_int8() {
+        const INPUTS: usize = 64;
+        let (rows, cols) = INT8_SHAPE;
+        let values: Vec<i8> = (0..rows * cols).map(small_value).collect();
+        let xs: Vec<Vec<i8>> = (0..INPUTS)
+            .map(|p| (0..cols).map(|i| small_value(i + 7 + p)).collect())
+            .collect();
+        let xq: Vec<&[i8]> = xs.iter().map(|x| &x[..]).collect();
+        let mut out = vec![vec![0i32; rows]; INPUTS];
+        return Some(best_rate(INPUTS * rows * cols, || {
+            let mut sums: Vec<&mut [i32]> = out.iter_mut().map(|s| &mut s[..]).collect();
+            // SAFETY: `has_amx_int8` returned true just above.
+            unsafe { kernels::amx::row_sums_many(&values, cols, &xq, &mut sums) };
+            std::hint::black_box(&mut sums);
+        }));
+    }
+    None
+}
+
 /// A value in -64..=63 that varies with `i` (the kernels' speed does not depend on it).
 fn small_value(i: usize) -> i8 {
     ((i.wrapping_mul(2_654_435_761) >> 7) % 128) as i8 - 64
@@ -154,6 +181,7 @@ mod tests {
         let limits = Limits::measure();
         assert!(limits.f32_macs_per_second > 0.0 && limits.f32_macs_per_second.is_finite());
         assert!(limits.int8_macs_per_second > 0.0 && limits.int8_macs_per_second.is_finite());
+        assert!(limits.int8_segments_macs_per_second >= limits.int8_macs_per_second);
         assert!(limits.fast_f32_macs_per_second > 0.0 && limits.fast_f32_macs_per_second.is_finite());
     }
 }
