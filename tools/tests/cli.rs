@@ -162,6 +162,43 @@ fn inspect_reports_the_arena_the_core_computes() {
     assert!(text.contains(&format!("arena bytes   {arena}")), "{text}");
 }
 
+/// `read_image` reads an image whole and places it so that the payloads of the most common
+/// place within a 64-byte line (by bytes) start on a line: the kernels' 64-byte loads then do
+/// not straddle two.
+#[test]
+fn images_are_read_with_their_large_payloads_on_cache_lines() {
+    let dir = scratch_dir("placement");
+    for name in ["full_softmax_long", "adaptive_div2"] {
+        let path = convert_fixture(name, &dir);
+        let image = txl_tools::image_file::read_image(&path).unwrap();
+        let bytes = image.bytes();
+        assert_eq!(
+            bytes,
+            std::fs::read(&path).unwrap(),
+            "{name}: the bytes of the file"
+        );
+        let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        let entries: Vec<(usize, usize)> = (0..word(16))
+            .map(|i| (word(128 + 80 * i + 60), word(128 + 80 * i + 64)))
+            .collect();
+        let mut bytes_at = [0usize; 4];
+        for &(offset, length) in &entries {
+            bytes_at[offset % 64 / 16] += length;
+        }
+        let most = (0..4)
+            .max_by_key(|&k| (bytes_at[k], std::cmp::Reverse(k)))
+            .unwrap();
+        for &(offset, _) in entries.iter().filter(|(offset, _)| offset % 64 / 16 == most) {
+            let address = bytes.as_ptr() as usize + offset;
+            assert_eq!(
+                address % 64,
+                0,
+                "{name}: the payload at {offset} (places {bytes_at:?})"
+            );
+        }
+    }
+}
+
 #[test]
 fn the_reference_backends_follow_the_score_contract_and_eval_runs() {
     let dir = scratch_dir("backends");

@@ -81,6 +81,52 @@ const INPUTS_512: usize = 4;
 /// The CPU must support AVX-512F ([`has_avx512f`](super::avx512::has_avx512f)).
 #[target_feature(enable = "avx512f")]
 pub unsafe fn rows_avx512(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+    let misaligned = xs
+        .iter()
+        .any(|x| !(x.as_ptr() as usize).is_multiple_of(LINE_BYTES));
+    if misaligned && cols > 0 && (INPUTS_512..=MAX_COPIED_INPUTS).contains(&xs.len()) {
+        // each input read once into a line-aligned copy, so that no load straddles two lines
+        return ALIGNED_INPUTS.with_borrow_mut(|buffer| {
+            // each copy a whole number of lines, the first on a line boundary
+            let stride = cols.div_ceil(LANES) * LANES;
+            // (every column a kernel reads is written below; the rest is never read)
+            let needed = xs.len() * stride + LANES;
+            if buffer.len() < needed {
+                buffer.resize(needed, 0.0);
+            }
+            let skip = buffer.as_ptr().align_offset(LINE_BYTES).min(LANES);
+            let copied = &mut buffer[skip..skip + xs.len() * stride];
+            for (x, copy) in xs.iter().zip(copied.chunks_exact_mut(stride)) {
+                copy[..cols].copy_from_slice(&x[..cols]);
+            }
+            let copied: &[f32] = copied;
+            let aligned: [&[f32]; MAX_COPIED_INPUTS] =
+                core::array::from_fn(|p| copied.get(p * stride..p * stride + cols).unwrap_or(&[]));
+            // SAFETY: the CPU has AVX-512F (this function's contract); the copies are aligned.
+            unsafe { rows_avx512_from(weight, cols, &aligned[..xs.len()], ys) }
+        });
+    }
+    // SAFETY: the CPU has AVX-512F (this function's contract).
+    unsafe { rows_avx512_from(weight, cols, xs, ys) }
+}
+
+/// Bytes of a cache line, and of an AVX-512 register.
+const LINE_BYTES: usize = 64;
+
+/// Most inputs [`rows_avx512`] copies to align them (a pass of the session's linear layers).
+const MAX_COPIED_INPUTS: usize = 64;
+
+std::thread_local! {
+    /// [`rows_avx512`]'s aligned copies of its inputs, reused from call to call.
+    static ALIGNED_INPUTS: core::cell::RefCell<Vec<f32>> = const { core::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`rows_avx512`] on inputs as they are.
+///
+/// # Safety
+/// As [`rows_avx512`].
+#[target_feature(enable = "avx512f")]
+unsafe fn rows_avx512_from(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     blocked::<4, INPUTS_512>(weight, cols, xs, ys, |base, group, count, rows| {
         // SAFETY: `blocked` hands `rows` readable rows of `cols` from `base` and inputs of at
         // least `cols`; the CPU has AVX-512F (this function's contract).
@@ -349,10 +395,14 @@ mod tests {
             for rows in [0usize, 1, 3, 4, 5, 9, 13] {
                 for inputs in [1usize, 2, 3, 6, 7, 13, 67] {
                     let weight: Vec<f32> = (0..rows * cols).map(|_| next()).collect();
-                    let xs: Vec<Vec<f32>> =
-                        (0..inputs).map(|_| (0..cols).map(|_| next()).collect()).collect();
+                    // each input one element into its buffer: never on a line boundary, so
+                    // that AVX-512 copies them (from four inputs to 64) to aligned lines
+                    let buffers: Vec<Vec<f32>> = (0..inputs)
+                        .map(|_| (0..=cols).map(|_| next()).collect())
+                        .collect();
+                    let xs: Vec<&[f32]> = buffers.iter().map(|x| &x[1..]).collect();
                     let mut ys = vec![vec![f32::NAN; rows]; inputs];
-                    let x_refs: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
+                    let x_refs: Vec<&[f32]> = xs.clone();
                     let mut y_refs: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
                     // SAFETY: the caller checked the CPU.
                     unsafe { kernel(&weight, cols, &x_refs, &mut y_refs) };
