@@ -37,15 +37,17 @@ const INPUT_TILE_BYTES: usize = TILE * STEP;
 /// Whether the tile registers are usable: 0 not yet asked, 1 no, 2 yes.
 static AMX_STATE: AtomicU8 = AtomicU8::new(0);
 
-/// Whether this CPU has AMX with int8 products and the operating system lets this process use
-/// the tile registers ([`row_sums_many`]). The first call asks Linux for them
+/// Whether this CPU has AMX with int8 products (and AVX-512F) and the operating system lets this
+/// process use the tile registers ([`row_sums_many`]). The first call asks Linux for them
 /// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); the answer is kept.
 pub fn has_amx_int8() -> bool {
     match AMX_STATE.load(Ordering::Relaxed) {
         1 => false,
         2 => true,
         _ => {
-            let usable = cpu_has_amx_int8() && os_grants_tiles();
+            // (AVX-512F for the transposes; every CPU with AMX has it, but a virtual machine
+            // could say otherwise)
+            let usable = cpu_has_amx_int8() && std::is_x86_feature_detected!("avx512f") && os_grants_tiles();
             AMX_STATE.store(if usable { 2 } else { 1 }, Ordering::Relaxed);
             usable
         }
@@ -136,7 +138,7 @@ fn lay_out_inputs(xq: &[&[i8]], cols: usize, layout: &mut Vec<u8>) {
                 let row_bytes: &mut [u8] = bytemuck::cast_slice_mut(row);
                 row_bytes[..columns.len()].copy_from_slice(bytemuck::cast_slice(columns));
             }
-            // SAFETY: every CPU with AMX has AVX-512F (and only such a CPU gets here).
+            // SAFETY: `has_amx_int8` checked AVX-512F (and only such a CPU gets here).
             let tile = unsafe { transpose(&words) };
             layout[(block * steps + step) * INPUT_TILE_BYTES..][..INPUT_TILE_BYTES]
                 .copy_from_slice(bytemuck::cast_slice(&tile));
@@ -220,7 +222,7 @@ pub unsafe fn row_sums_many(values: &[i8], cols: usize, xq: &[&[i8]], sums: &mut
                     }
                     let r = row + row_tile * TILE;
                     // the tile's columns are the inputs: each becomes sixteen sums of one output
-                    // SAFETY: every CPU with AMX has AVX-512F.
+                    // SAFETY: `has_amx_int8` checked AVX-512F (this function's contract).
                     let by_input = unsafe { transpose(tile) };
                     for (p, lane) in (first..inputs).zip(by_input.iter()) {
                         sums[p][r..r + TILE].copy_from_slice(lane);
@@ -240,7 +242,7 @@ pub unsafe fn row_sums_many(values: &[i8], cols: usize, xq: &[&[i8]], sums: &mut
 /// interleaved by 32-bit then 64-bit elements, then 128-bit lanes gathered across four rows.
 ///
 /// # Safety
-/// The CPU must support AVX-512F (every CPU with AMX does).
+/// The CPU must support AVX-512F.
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn transpose(tile: &[[i32; TILE]; TILE]) -> [[i32; TILE]; TILE] {
