@@ -39,7 +39,9 @@ static AMX_STATE: AtomicU8 = AtomicU8::new(0);
 
 /// Whether this CPU has AMX with int8 products (and AVX-512F) and the operating system lets this
 /// process use the tile registers ([`row_sums_many`]). The first call asks Linux for them
-/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); the answer is kept.
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); the answer is kept. Linux refuses
+/// when a thread's alternate signal stack is too small for the tile state, and then the other
+/// int8 kernels run.
 pub fn has_amx_int8() -> bool {
     match AMX_STATE.load(Ordering::Relaxed) {
         1 => false,

@@ -4,6 +4,8 @@
 //! Both read the rows in blocks of about 256 KB; a block meets every group of inputs
 //! before the next is read, so a row comes from memory once however many positions a segment
 //! has, and a group's inputs stay in the first-level cache while the block's rows pass them.
+//! Inputs that start off a 64-byte line are first copied onto lines (once per call), so that
+//! no register load straddles two lines.
 //! The last partial step of sixteen columns loads zeros past the row's end, and
 //! `fma(0, 0, lane)` is `lane` (a lane never holds `-0.0`: it starts at `+0.0`, and an exact
 //! zero sum rounds to `+0.0`), so it adds nothing.
@@ -81,44 +83,53 @@ const INPUTS_512: usize = 4;
 /// The CPU must support AVX-512F ([`has_avx512f`](super::avx512::has_avx512f)).
 #[target_feature(enable = "avx512f")]
 pub unsafe fn rows_avx512(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
-    let misaligned = xs
-        .iter()
-        .any(|x| !(x.as_ptr() as usize).is_multiple_of(LINE_BYTES));
-    if misaligned && cols > 0 && (INPUTS_512..=MAX_COPIED_INPUTS).contains(&xs.len()) {
-        // each input read once into a line-aligned copy, so that no load straddles two lines
-        return ALIGNED_INPUTS.with_borrow_mut(|buffer| {
-            // each copy a whole number of lines, the first on a line boundary
-            let stride = cols.div_ceil(LANES) * LANES;
-            // (every column a kernel reads is written below; the rest is never read)
-            let needed = xs.len() * stride + LANES;
-            if buffer.len() < needed {
-                buffer.resize(needed, 0.0);
-            }
-            let skip = buffer.as_ptr().align_offset(LINE_BYTES).min(LANES);
-            let copied = &mut buffer[skip..skip + xs.len() * stride];
-            for (x, copy) in xs.iter().zip(copied.chunks_exact_mut(stride)) {
-                copy[..cols].copy_from_slice(&x[..cols]);
-            }
-            let copied: &[f32] = copied;
-            let aligned: [&[f32]; MAX_COPIED_INPUTS] =
-                core::array::from_fn(|p| copied.get(p * stride..p * stride + cols).unwrap_or(&[]));
-            // SAFETY: the CPU has AVX-512F (this function's contract); the copies are aligned.
-            unsafe { rows_avx512_from(weight, cols, &aligned[..xs.len()], ys) }
-        });
-    }
-    // SAFETY: the CPU has AVX-512F (this function's contract).
-    unsafe { rows_avx512_from(weight, cols, xs, ys) }
+    on_lines(xs, cols, INPUTS_512, |xs| {
+        // SAFETY: the CPU has AVX-512F (this function's contract).
+        unsafe { rows_avx512_from(weight, cols, xs, ys) }
+    })
 }
 
 /// Bytes of a cache line, and of an AVX-512 register.
 const LINE_BYTES: usize = 64;
 
-/// Most inputs [`rows_avx512`] copies to align them (a pass of the session's linear layers).
+/// Most inputs [`on_lines`] copies (a pass of the session's linear layers).
 const MAX_COPIED_INPUTS: usize = 64;
 
 std::thread_local! {
-    /// [`rows_avx512`]'s aligned copies of its inputs, reused from call to call.
+    /// [`on_lines`]'s copies, reused from call to call.
     static ALIGNED_INPUTS: core::cell::RefCell<Vec<f32>> = const { core::cell::RefCell::new(Vec::new()) };
+}
+
+/// `kernel(xs)`, or, when an input starts off a 64-byte line and there are from `least` to 64
+/// of them, `kernel` on copies of their first `cols` columns that each start on a line: a
+/// kernel's register loads then never straddle two lines (which costs a second load). The
+/// copies are made once per call and hold the same values, so the sums are the same.
+#[inline]
+fn on_lines<R>(xs: &[&[f32]], cols: usize, least: usize, kernel: impl FnOnce(&[&[f32]]) -> R) -> R {
+    let misaligned = xs
+        .iter()
+        .any(|x| !(x.as_ptr() as usize).is_multiple_of(LINE_BYTES));
+    if !(misaligned && cols > 0 && (least..=MAX_COPIED_INPUTS).contains(&xs.len())) {
+        return kernel(xs);
+    }
+    ALIGNED_INPUTS.with_borrow_mut(|buffer| {
+        // each copy a whole number of lines, the first on a line boundary
+        let stride = cols.div_ceil(LANES) * LANES;
+        // (every column a kernel reads is written below; the rest is never read)
+        let needed = xs.len() * stride + LANES;
+        if buffer.len() < needed {
+            buffer.resize(needed, 0.0);
+        }
+        let skip = buffer.as_ptr().align_offset(LINE_BYTES).min(LANES);
+        let copied = &mut buffer[skip..skip + xs.len() * stride];
+        for (x, copy) in xs.iter().zip(copied.chunks_exact_mut(stride)) {
+            copy[..cols].copy_from_slice(&x[..cols]);
+        }
+        let copied: &[f32] = copied;
+        let aligned: [&[f32]; MAX_COPIED_INPUTS] =
+            core::array::from_fn(|p| copied.get(p * stride..p * stride + cols).unwrap_or(&[]));
+        kernel(&aligned[..xs.len()])
+    })
 }
 
 /// [`rows_avx512`] on inputs as they are.
@@ -290,6 +301,18 @@ const INPUTS_256: usize = 2;
 /// The CPU must support AVX2 and FMA ([`has_avx2_fma`]).
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn rows_avx2(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+    on_lines(xs, cols, INPUTS_256, |xs| {
+        // SAFETY: the CPU has AVX2 and FMA (this function's contract).
+        unsafe { rows_avx2_from(weight, cols, xs, ys) }
+    })
+}
+
+/// [`rows_avx2`] on inputs as they are.
+///
+/// # Safety
+/// As [`rows_avx2`].
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_avx2_from(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     blocked::<2, INPUTS_256>(weight, cols, xs, ys, |base, group, count, rows| {
         // SAFETY: as in `rows_avx512`; the CPU has AVX2 and FMA.
         unsafe {
@@ -396,7 +419,7 @@ mod tests {
                 for inputs in [1usize, 2, 3, 6, 7, 13, 67] {
                     let weight: Vec<f32> = (0..rows * cols).map(|_| next()).collect();
                     // each input one element into its buffer: never on a line boundary, so
-                    // that AVX-512 copies them (from four inputs to 64) to aligned lines
+                    // that the kernels copy them to lines (from a group's inputs to 64)
                     let buffers: Vec<Vec<f32>> = (0..inputs)
                         .map(|_| (0..=cols).map(|_| next()).collect())
                         .collect();
