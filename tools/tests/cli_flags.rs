@@ -907,6 +907,17 @@ fn bench_reports_multiply_accumulates_against_the_measured_limit() {
         "the model's own tgt_len and mem_len count otherwise"
     );
     assert_held_against_their_limits(&report, macs, 2);
+    let extensions: Vec<&str> = report["extensions"]
+        .as_array()
+        .expect("bench --json names the extensions its kernels choose from")
+        .iter()
+        .map(|name| name.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        extensions,
+        txl_core::kernels::run_time_extensions(),
+        "this CPU's extensions"
+    );
     // three positions or more a pass: int8 weights are held against the segments' int8 limit
     #[rustfmt::skip]
     let args = ["bench", s(&image), "--json", "--tokens", "16", "--tgt-len", "4", "--mem-len", "3"];

@@ -32,6 +32,33 @@ pub mod aarch64;
 
 pub use scalar::*;
 
+/// The instruction-set extensions this CPU has that the kernels choose from at run time
+/// (feature `std`), by name: what a benchmark ran with. Empty where the kernels choose none at
+/// run time (NEON on aarch64 is always built in; `SDOT` is chosen).
+#[cfg(feature = "std")]
+pub fn run_time_extensions() -> std::vec::Vec<&'static str> {
+    let mut chosen = std::vec::Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    for (name, present) in [
+        ("AVX+F16C", x86::has_avx_f16c()),
+        ("AVX2", x86::has_avx2()),
+        ("FMA", x86_fma::has_avx2_fma()),
+        ("AVX-512F", avx512::has_avx512f()),
+        ("AVX-512 VNNI", vnni::has_avx512_vnni()),
+        ("AVX-VNNI", vnni::has_avx_vnni()),
+        ("AMX-INT8", amx::has_amx_int8()),
+    ] {
+        if present {
+            chosen.push(name);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if aarch64::has_dotprod() {
+        chosen.push("SDOT");
+    }
+    chosen
+}
+
 /// Rows of `cols` elements at `stride` that fit in `len` elements, at most `wanted`.
 #[allow(dead_code)] // the SIMD kernels' (x86-64 with std, aarch64)
 pub(crate) fn rows_that_fit(len: usize, stride: usize, cols: usize, wanted: usize) -> usize {
@@ -477,5 +504,23 @@ pub fn softmax_exp8(values: &mut [f32; 8], max: f32) {
     }
     for v in values.iter_mut() {
         *v = fast_math::softmax_exp(*v - max);
+    }
+}
+
+#[cfg(all(test, feature = "std", target_arch = "x86_64"))]
+mod extension_tests {
+    #[test]
+    fn the_extensions_named_are_the_cpus() {
+        let named = super::run_time_extensions();
+        for (name, present) in [
+            ("AVX2", std::is_x86_feature_detected!("avx2")),
+            ("AVX-512F", std::is_x86_feature_detected!("avx512f")),
+            (
+                "AVX-512 VNNI",
+                std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx2"),
+            ),
+        ] {
+            assert_eq!(named.contains(&name), present, "{name} in {named:?}");
+        }
     }
 }

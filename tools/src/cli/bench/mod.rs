@@ -86,6 +86,9 @@ struct Report {
     /// What the core's f32 and int8 kernels do with their weights in the first-level cache,
     /// measured before the variants run.
     limits: LimitsReport,
+    /// The instruction-set extensions this CPU has that the core's kernels choose from at run
+    /// time (`txl_core::kernels::run_time_extensions`).
+    extensions: Vec<&'static str>,
     /// One measurement per variant, f32 first.
     results: Vec<Measurement>,
 }
@@ -221,6 +224,7 @@ impl Args {
             mem_init: options.mem_init.word(),
             position_keys: options.position_keys.word(),
             macs_per_token,
+            extensions: txl_core::kernels::run_time_extensions(),
             limits: LimitsReport {
                 f32_gmacs_per_second: limits.f32_macs_per_second / 1e9,
                 int8_gmacs_per_second: limits.int8_macs_per_second / 1e9,
@@ -274,6 +278,15 @@ fn print_table(report: &Report, out: &mut dyn Write) -> Result<()> {
         out,
         "{} tokens, tgt_len {}, mem_len {}, one thread, {:.0} multiply-accumulates per token:",
         report.tokens, report.tgt_len, report.mem_len, report.macs_per_token
+    )?;
+    let extensions = if report.extensions.is_empty() {
+        "none (portable code)".to_string()
+    } else {
+        report.extensions.join(", ")
+    };
+    writeln!(
+        out,
+        "extensions the kernels choose from at run time: {extensions}"
     )?;
     writeln!(
         out,
