@@ -27,6 +27,8 @@ pub const NAME_BYTES: usize = 48;
 pub const PAYLOAD_ALIGN: usize = 16;
 /// Bytes of the trailing CRC-32.
 pub const CRC_BYTES: usize = 4;
+/// Header offset of the tensor count: how many directory entries follow the header.
+pub const TENSOR_COUNT_AT: usize = 16;
 /// Header offset of `vocab_offset`: where the optional vocabulary section starts, 0 for none.
 pub const VOCAB_OFFSET_AT: usize = 116;
 
@@ -86,7 +88,7 @@ pub fn load_phase(prefix: &[u8]) -> usize {
     if prefix.len() < HEADER_BYTES || prefix[..MAGIC.len()] != MAGIC {
         return 0;
     }
-    let count = read_u32(prefix, 16) as usize;
+    let count = read_u32(prefix, TENSOR_COUNT_AT) as usize;
     // payload bytes by their offset's place within a line: offset % 64 = 16k
     let mut bytes_at = [0u64; 4];
     for raw in prefix[HEADER_BYTES..].chunks_exact(ENTRY_BYTES).take(count) {
@@ -183,7 +185,7 @@ fn encode_header(config: &Config, image_bytes: u32, tensor_count: u32) -> [u8; H
     let mut put = |at: usize, value: u32| header[at..at + 4].copy_from_slice(&value.to_le_bytes());
     put(8, FORMAT_VERSION);
     put(12, image_bytes);
-    put(16, tensor_count);
+    put(TENSOR_COUNT_AT, tensor_count);
     put(20, HEADER_BYTES as u32);
     put(24, config.n_token);
     put(28, config.d_model);
@@ -287,7 +289,7 @@ impl<'a> Image<'a> {
         }
         let config = decode_config(&bytes[..HEADER_BYTES])?;
         let layout = TensorLayout::new(&config);
-        let count = read_u32(bytes, 16) as usize;
+        let count = read_u32(bytes, TENSOR_COUNT_AT) as usize;
         if count != layout.count() {
             return Err(Error::TensorCount {
                 expected: layout.count(),
@@ -747,7 +749,7 @@ mod tests {
     fn prefix(entries: &[(u32, u32)]) -> [u8; HEADER_BYTES + 4 * ENTRY_BYTES] {
         let mut bytes = [0u8; HEADER_BYTES + 4 * ENTRY_BYTES];
         bytes[..MAGIC.len()].copy_from_slice(&MAGIC);
-        bytes[16..20].copy_from_slice(&(entries.len() as u32).to_le_bytes());
+        bytes[TENSOR_COUNT_AT..][..4].copy_from_slice(&(entries.len() as u32).to_le_bytes());
         for (i, &(offset, length)) in entries.iter().enumerate() {
             let raw = &mut bytes[HEADER_BYTES + i * ENTRY_BYTES..][..ENTRY_BYTES];
             raw[60..64].copy_from_slice(&offset.to_le_bytes());

@@ -33,7 +33,8 @@ pub fn read_image(path: &Path) -> Result<AlignedBytes> {
     let mut prefix = vec![0u8; len.min(image::HEADER_BYTES)];
     file.read_exact(&mut prefix).with_context(reading)?;
     if prefix.len() == image::HEADER_BYTES {
-        let count = u32::from_le_bytes([prefix[16], prefix[17], prefix[18], prefix[19]]) as usize;
+        let at = image::TENSOR_COUNT_AT;
+        let count = u32::from_le_bytes([prefix[at], prefix[at + 1], prefix[at + 2], prefix[at + 3]]) as usize;
         // (a damaged count reads at most a megabyte here; parsing reports it)
         let directory = count
             .saturating_mul(image::ENTRY_BYTES)

@@ -170,12 +170,37 @@ fn rows_for_tiles(len: usize, cols: usize, wanted: usize) -> usize {
 /// # Safety
 /// [`has_amx_int8`] must have returned true.
 pub unsafe fn row_sums_many(values: &[i8], cols: usize, xq: &[&[i8]], sums: &mut [&mut [i32]]) -> usize {
-    let inputs = xq.len().min(sums.len());
-    let wanted = sums[..inputs].iter().map(|s| s.len()).min().unwrap_or(0);
-    let rows = rows_for_tiles(values.len(), cols, wanted);
-    let steps = cols.div_ceil(STEP);
-    if inputs == 0 || rows == 0 || xq[..inputs].iter().any(|x| x.len() < cols) {
-        return 0;
+    // SAFETY: this function's contract.
+    let [done] = unsafe { row_sums_parts(values, cols, xq, [sums]) };
+    done
+}
+
+/// [`row_sums_many`] for rows split among outputs: part `k`'s rows follow part `k - 1`'s, as
+/// many as its shortest output holds, and `parts[k][p][i]` is the sum of part `k`'s row `i`
+/// with input `p`. The inputs are laid out once for every part; returns each part's rows
+/// taken from its start (whole tiles; a part's last step may read on into the next part's
+/// rows).
+///
+/// # Safety
+/// [`has_amx_int8`] must have returned true.
+pub unsafe fn row_sums_parts<const PARTS: usize>(
+    values: &[i8],
+    cols: usize,
+    xq: &[&[i8]],
+    mut parts: [&mut [&mut [i32]]; PARTS],
+) -> [usize; PARTS] {
+    let inputs = parts.iter().fold(xq.len(), |n, sums| n.min(sums.len()));
+    let part_rows = parts
+        .each_ref()
+        .map(|sums| sums[..inputs].iter().map(|s| s.len()).min().unwrap_or(0));
+    let mut taken = [0; PARTS];
+    let mut start = 0;
+    for (&rows, taken) in part_rows.iter().zip(taken.iter_mut()) {
+        *taken = rows_for_tiles(values.len().saturating_sub(start * cols), cols, rows);
+        start += rows;
+    }
+    if inputs == 0 || taken.iter().all(|&t| t == 0) || xq[..inputs].iter().any(|x| x.len() < cols) {
+        return [0; PARTS];
     }
     INPUT_LAYOUT.with_borrow_mut(|layout| {
         lay_out_inputs(&xq[..inputs], cols, layout);
@@ -183,61 +208,79 @@ pub unsafe fn row_sums_many(values: &[i8], cols: usize, xq: &[&[i8]], sums: &mut
         // SAFETY: the CPU has AMX-TILE and the tile state is granted (this function's
         // contract); the configuration is 64 readable bytes.
         unsafe { asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack)) };
-        let blocks = inputs.div_ceil(TILE);
-        let mut row = 0;
-        while row < rows {
-            let row_tiles = if row + 2 * TILE <= rows { 2 } else { 1 };
-            let mut block = 0;
-            while block < blocks {
-                let input_tiles = if block + 2 <= blocks { 2 } else { 1 };
-                let mut out = [[[0i32; TILE]; TILE]; 4];
-                // the first inputs' pass brings the next pass's rows towards the cache
-                let next_rows = if block == 0 {
-                    let (start, end) = (
-                        row + row_tiles * TILE,
-                        (row + row_tiles * TILE + 2 * TILE).min(rows),
-                    );
-                    &values[start.min(end) * cols..end * cols]
-                } else {
-                    &[]
-                };
-                // SAFETY: rows `row..row + row_tiles * 16`, each read in `steps` whole steps of
-                // 64 bytes, are inside `values` (`rows_for_tiles`); the layout holds
-                // `steps` input tiles for each of `blocks` blocks; `out` has room for four tiles
-                // of 16 rows of 64 bytes.
-                unsafe {
-                    tile_products(
-                        values.as_ptr().add(row * cols),
-                        cols,
-                        layout.as_ptr().add(block * steps * INPUT_TILE_BYTES),
-                        steps,
-                        (row_tiles, input_tiles),
-                        next_rows,
-                        &mut out,
-                    )
-                };
-                for (t, tile) in out.iter().enumerate() {
-                    let (row_tile, input_tile) = (t / 2, t % 2);
-                    let first = (block + input_tile) * TILE;
-                    if row_tile >= row_tiles || input_tile >= input_tiles {
-                        continue;
-                    }
-                    let r = row + row_tile * TILE;
-                    // the tile's columns are the inputs: each becomes sixteen sums of one output
-                    // SAFETY: `has_amx_int8` checked AVX-512F (this function's contract).
-                    let by_input = unsafe { transpose(tile) };
-                    for (p, lane) in (first..inputs).zip(by_input.iter()) {
-                        sums[p][r..r + TILE].copy_from_slice(lane);
-                    }
-                }
-                block += input_tiles;
-            }
-            row += row_tiles * TILE;
+        let mut start = 0;
+        for ((sums, &rows), &part_rows) in parts.iter_mut().zip(&taken).zip(&part_rows) {
+            // SAFETY: `rows_for_tiles` bounded `rows` within the values from `start`; the CPU
+            // has AMX and AVX-512F (this function's contract); the layout holds the inputs.
+            unsafe { tile_rows(&values[start * cols..], cols, rows, layout, &mut sums[..inputs]) };
+            start += part_rows;
         }
         // SAFETY: the tiles are configured; releasing them returns the state to its start.
         unsafe { asm!("tilerelease", options(nostack)) };
     });
-    rows
+    taken
+}
+
+/// The first `rows` (a multiple of 16) rows of `values` against the inputs laid out in
+/// `layout`, into `sums[p][..rows]`.
+///
+/// # Safety
+/// The tiles are configured ([`TileConfig::all_full`]) and the CPU has AVX-512F; `rows` is at
+/// most [`rows_for_tiles`] of `values`; `layout` holds [`lay_out_inputs`] of `sums.len()`
+/// inputs of `cols` columns.
+unsafe fn tile_rows(values: &[i8], cols: usize, rows: usize, layout: &[u8], sums: &mut [&mut [i32]]) {
+    let (steps, inputs) = (cols.div_ceil(STEP), sums.len());
+    let blocks = inputs.div_ceil(TILE);
+    let mut row = 0;
+    while row < rows {
+        let row_tiles = if row + 2 * TILE <= rows { 2 } else { 1 };
+        let mut block = 0;
+        while block < blocks {
+            let input_tiles = if block + 2 <= blocks { 2 } else { 1 };
+            let mut out = [[[0i32; TILE]; TILE]; 4];
+            // the first inputs' pass brings the next pass's rows towards the cache
+            let next_rows = if block == 0 {
+                let (start, end) = (
+                    row + row_tiles * TILE,
+                    (row + row_tiles * TILE + 2 * TILE).min(rows),
+                );
+                &values[start.min(end) * cols..end * cols]
+            } else {
+                &[]
+            };
+            // SAFETY: rows `row..row + row_tiles * 16`, each read in `steps` whole steps of 64
+            // bytes, are inside `values` (`rows_for_tiles`); the layout holds `steps` input
+            // tiles for each of `blocks` blocks; `out` has room for four tiles of 16 rows of 64
+            // bytes; the tiles are configured (this function's contract).
+            unsafe {
+                tile_products(
+                    values.as_ptr().add(row * cols),
+                    cols,
+                    layout.as_ptr().add(block * steps * INPUT_TILE_BYTES),
+                    steps,
+                    (row_tiles, input_tiles),
+                    next_rows,
+                    &mut out,
+                )
+            };
+            for (t, tile) in out.iter().enumerate() {
+                let (row_tile, input_tile) = (t / 2, t % 2);
+                let first = (block + input_tile) * TILE;
+                if row_tile >= row_tiles || input_tile >= input_tiles {
+                    continue;
+                }
+                let r = row + row_tile * TILE;
+                // the tile's columns are the inputs: each becomes sixteen sums of one output
+                // SAFETY: the CPU has AVX-512F (this function's contract).
+                let by_input = unsafe { transpose(tile) };
+                for (p, lane) in (first..inputs).zip(by_input.iter()) {
+                    sums[p][r..r + TILE].copy_from_slice(lane);
+                }
+            }
+            block += input_tiles;
+        }
+        row += row_tiles * TILE;
+    }
 }
 
 /// `tile` with its rows and columns exchanged, in AVX-512F registers: pairs of rows
@@ -411,6 +454,47 @@ mod tests {
         (0..len)
             .map(|i| ((i * 2654435761 + seed * 40503) >> 7) as u8 as i8)
             .collect()
+    }
+
+    #[test]
+    fn amx_row_sums_in_parts_equal_the_scalar_dot_per_row() {
+        if !has_amx_int8() {
+            eprintln!("SKIPPED amx_row_sums_in_parts_equal_the_scalar_dot_per_row: no AMX int8 here");
+            return;
+        }
+        // (cols, first part's rows, second part's rows, rows each part takes): a first part
+        // whose last step reads on into the second part's rows, which alone would fall back
+        for (cols, first, second, tiled) in [
+            (100, 32, 7, [32, 0]),
+            (100, 32, 0, [16, 0]),
+            (128, 40, 33, [32, 32]),
+            (96, 0, 48, [0, 32]),
+        ] {
+            let rows = first + second;
+            let values = pattern(rows * cols, cols);
+            let xs: Vec<Vec<i8>> = (0..19).map(|p| pattern(cols, 3 * p + 2)).collect();
+            let xq: Vec<&[i8]> = xs.iter().map(|x| x.as_slice()).collect();
+            let mut out_first = vec![vec![i32::MIN; first]; xs.len()];
+            let mut out_second = vec![vec![i32::MIN; second]; xs.len()];
+            let mut sums_first: Vec<&mut [i32]> = out_first.iter_mut().map(|s| s.as_mut_slice()).collect();
+            let mut sums_second: Vec<&mut [i32]> = out_second.iter_mut().map(|s| s.as_mut_slice()).collect();
+            // SAFETY: `has_amx_int8` returned true above.
+            let done =
+                unsafe { row_sums_parts(&values, cols, &xq, [&mut sums_first[..], &mut sums_second[..]]) };
+            assert_eq!(done, tiled, "{cols} columns, parts of {first} and {second} rows");
+            for (p, x) in xs.iter().enumerate() {
+                for (part, (out, start)) in [(&out_first, 0), (&out_second, first)].into_iter().enumerate() {
+                    for (i, &got) in out[p].iter().enumerate() {
+                        let want = if i < done[part] {
+                            scalar::dot_i8(&values[(start + i) * cols..][..cols], x)
+                        } else {
+                            i32::MIN // rows past the whole tiles are the caller's
+                        };
+                        assert_eq!(got, want, "{cols} columns: part {part}, row {i}, input {p}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -221,7 +221,7 @@ pub fn int8_row_sums_pair(
 pub fn int8_vecmat_sums(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        if std::is_x86_feature_detected!("avx512bw") {
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") {
             // SAFETY: the CPU has AVX-512F and BW, checked just above.
             return unsafe { x86::int8_vecmat_sums_avx512(xq, values, cols, acc) };
         }
@@ -517,7 +517,9 @@ mod extension_tests {
             ("AVX-512F", std::is_x86_feature_detected!("avx512f")),
             (
                 "AVX-512 VNNI",
-                std::is_x86_feature_detected!("avx512vnni") && std::is_x86_feature_detected!("avx2"),
+                std::is_x86_feature_detected!("avx512vnni")
+                    && std::is_x86_feature_detected!("avx512vl")
+                    && std::is_x86_feature_detected!("avx2"),
             ),
         ] {
             assert_eq!(named.contains(&name), present, "{name} in {named:?}");

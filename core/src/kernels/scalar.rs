@@ -424,35 +424,42 @@ fn int8_rows_tiled<'y>(
     rests: &mut [&'y mut [f32]],
 ) -> [usize; 2] {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if matches!(weight.data, MatrixData::Int8 { .. }) && super::amx::has_amx_int8() {
-        let cols = weight.cols;
+    if let MatrixData::Int8 {
+        values, row_scales, ..
+    } = weight.data
+    {
+        if !super::amx::has_amx_int8() {
+            return [0; 2];
+        }
         let xq: [&[i8]; MAX_POSITIONS_PER_PASS] =
             core::array::from_fn(|p| inputs.get(p).map_or(&[][..], |i| i.xq));
-        let xq = &xq[..inputs.len()];
-        let split = firsts.first().map_or(0, |y| y.len());
-        let rows = split + rests.first().map_or(0, |y| y.len());
-        let mut tiled = [0; 2];
-        for (part, (outputs, (start, end))) in [firsts, rests]
-            .into_iter()
-            .zip([(0, split), (split, rows)])
-            .enumerate()
-        {
-            let MatrixData::Int8 {
-                values, row_scales, ..
-            } = weight.row_range(start, end).data
-            else {
-                continue;
-            };
+        /// The outputs' words, where the kernel writes its i32 sums.
+        fn as_sums<'a>(outputs: &'a mut [&mut [f32]]) -> [&'a mut [i32]; MAX_POSITIONS_PER_PASS] {
             let mut sums: [&mut [i32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| &mut [][..]);
             for (sum, y) in sums.iter_mut().zip(outputs.iter_mut()) {
-                *sum = bytemuck::cast_slice_mut(&mut y[..end - start]);
+                *sum = bytemuck::cast_slice_mut(y);
             }
-            // SAFETY: the CPU has AMX int8 and the system granted the tiles, checked just above.
-            let done = unsafe { super::amx::row_sums_many(values, cols, xq, &mut sums[..inputs.len()]) };
+            sums
+        }
+        let n = inputs.len();
+        let (mut first_sums, mut rest_sums) = (as_sums(firsts), as_sums(rests));
+        // SAFETY: the CPU has AMX int8 and the system granted the tiles, checked just above.
+        let tiled = unsafe {
+            super::amx::row_sums_parts(
+                values,
+                weight.cols,
+                &xq[..n],
+                [&mut first_sums[..n], &mut rest_sums[..n]],
+            )
+        };
+        let split = firsts.first().map_or(0, |y| y.len());
+        for (outputs, (scales, done)) in [firsts, rests]
+            .into_iter()
+            .zip([(&row_scales[..split], tiled[0]), (&row_scales[split..], tiled[1])])
+        {
             for (input, y) in inputs.iter().zip(outputs.iter_mut()) {
-                input.scale(&row_scales[..done], &mut y[..done]);
+                input.scale(&scales[..done], &mut y[..done]);
             }
-            tiled[part] = done;
         }
         return tiled;
     }

@@ -1108,7 +1108,7 @@ mod tests {
             } else {
                 eprintln!("SKIPPED (AVX2 part): this CPU has no AVX2");
             }
-            if std::is_x86_feature_detected!("avx512bw") {
+            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") {
                 got.fill(7);
                 // SAFETY: the CPU has AVX-512F and BW, checked just above.
                 unsafe { super::int8_vecmat_sums_avx512(&xq, &values, cols, &mut got) };
