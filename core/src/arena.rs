@@ -37,14 +37,17 @@ pub struct ArenaLayout {
     pub queries: usize,
     /// f32 `(tgt_len, n_head * d_head)` attention output before `o_net`.
     pub attn_vec: usize,
-    /// f32 `(n_head * d_head)` one query plus the position bias `v`.
+    /// f32 `(n_head * d_head)` rows of queries plus the position bias `v`: one, or, when a
+    /// pass takes more than [`DEFAULT_POSITIONS_PER_PASS`] positions, one per position of a
+    /// pass up to sixteen (the attention then takes that many queries together).
     pub query_pos: usize,
     /// f32 `(per_pass, 2, n_head * d_head)` the keys and values of the positions one pass of
     /// the linear layers takes, before they are stored (`per_pass`: see
     /// [`ArenaLayout::with_positions_per_pass`]).
     pub key_value: usize,
-    /// f32 `(2, mem_len + tgt_len)` one query's attention scores and its position terms; with
-    /// int8 memory, then `max(d_head, 2 ⌈d_head / 4⌉)` words of one head's integer sums.
+    /// f32 `(2, mem_len + tgt_len)` a query's attention scores and its position terms; with
+    /// int8 memory, then `max(d_head, 2 ⌈d_head / 4⌉)` words of one head's integer sums. For
+    /// each row of `query_pos`.
     pub scores: usize,
     /// f32 `(per_pass, d_inner)` feed-forward hidden rows.
     pub ff_inner: usize,
@@ -110,14 +113,16 @@ impl ArenaLayout {
         };
         let widest_input = [d_model, config.d_inner as usize, qkv, config.d_embed as usize];
         let per_pass = positions.min(tgt);
-        // The output layer takes the positions of a pass together only when a session asks
-        // for more than pairs: a row of log-probabilities is `n_token` floats, the arena's
-        // largest buffer on a device with a word vocabulary, and device sessions keep one.
+        // The output layer and the attention take the positions of a pass together only when
+        // a session asks for more than pairs: a row of log-probabilities is `n_token` floats,
+        // the arena's largest buffer on a device with a word vocabulary, the attention's
+        // scratch grows with the memory, and device sessions keep one row of each.
         let output_rows = if per_pass > DEFAULT_POSITIONS_PER_PASS {
             per_pass
         } else {
             1
         };
+        let query_rows = output_rows.min(crate::attention::QUERIES_TOGETHER);
         let layout = ArenaLayout {
             keys: cache,
             values: cache,
@@ -133,9 +138,10 @@ impl ArenaLayout {
             normed: floats(tgt, d_model)?,
             queries: floats(tgt, qkv)?,
             attn_vec: floats(tgt, qkv)?,
-            query_pos: floats(1, qkv)?,
+            query_pos: floats(query_rows, qkv)?,
             key_value: floats(2 * per_pass, qkv)?,
             scores: crate::attention::scores_len(capacity, config.d_head as usize, options.mem_dtype)
+                .and_then(|len| len.checked_mul(query_rows))
                 .ok_or(overflow)?,
             ff_inner: floats(per_pass, config.d_inner as usize)?,
             row: floats(per_pass, d_model)?,

@@ -10,7 +10,7 @@
 //! pad-and-reshape "rel-shift"; [`PositionScores`] computes it from a table of `R_d`, or with
 //! `W_r` folded into the query.
 
-use crate::kernels;
+use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
 use crate::memory::{MemDtype, Memory};
 use crate::position::PositionScores;
 
@@ -120,6 +120,175 @@ pub(crate) fn attend_one(
         kernels::softmax(scores);
         memory.add_values(layer, lo, head, scores, int_scratch, &mut out[h.clone()]);
     }
+}
+
+/// Queries [`attend_block`] takes together at most. Every key and value a block reads serves
+/// all its queries; but in a sliding window (`same_length`) a block of `n` computes the
+/// content terms of up to `n - 1` keys per query that the query does not see, and the keys
+/// all its queries see, whose values it adds together, are `n - 1` fewer than a window.
+pub(crate) const QUERIES_TOGETHER: usize = 16;
+
+// the memory's several-query products take up to `MAX_POSITIONS_PER_PASS`
+const _: () = assert!(QUERIES_TOGETHER <= MAX_POSITIONS_PER_PASS);
+
+/// The queries `first..first + count` of a segment for one layer, together: [`attend_one`]
+/// for each, with its bits, each cached key and value read once per head for all of them.
+/// Taken when the memory is f32 ([`Memory::is_f32`]) and the position keys are a table of
+/// `R_d` (`position_keys`, distance `d` at `d * n_head * d_head`); `false` (nothing written)
+/// otherwise, or when the mask hides every key from a query.
+///
+/// `queries` and `queries_pos` hold `count` rows of `q_i + u` and `q_i + v`; `scratch` holds
+/// at least `count * 2 * memory.capacity()` floats; writes `count` rows of `out`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend_block(
+    shape: &AttentionShape,
+    first: usize,
+    queries: &[f32],
+    queries_pos: &[f32],
+    position_keys: &[f32],
+    memory: &Memory<'_>,
+    layer: usize,
+    scratch: &mut [f32],
+    out: &mut [f32],
+) -> bool {
+    let width = shape.n_head * shape.d_head;
+    let count = queries.len() / width.max(1);
+    if count == 0 || count > QUERIES_TOGETHER || !memory.is_f32() {
+        return false;
+    }
+    let mut visible = [(0, 0); QUERIES_TOGETHER];
+    for (b, range) in visible[..count].iter_mut().enumerate() {
+        match shape.visible_keys(first + b) {
+            Some(keys) => *range = keys,
+            None => return false,
+        }
+    }
+    let visible = &visible[..count];
+    // keys any query sees, and the farthest distance any needs from the table
+    let lo_first = visible.iter().map(|&(lo, _)| lo).min().unwrap_or(0);
+    let hi_last = visible.iter().map(|&(_, hi)| hi).max().unwrap_or(0);
+    let farthest = visible
+        .iter()
+        .enumerate()
+        .map(|(b, &(lo, _))| shape.mlen + first + b - lo)
+        .max()
+        .unwrap_or(0);
+    let distances = farthest.min(shape.max_distance) + 1;
+    let capacity = memory.capacity();
+    let (content, position) = scratch.split_at_mut(count * capacity);
+    let scale = (1.0 / libm::sqrt(shape.d_head as f64)) as f32;
+    out[..count * width].fill(0.0);
+    for head in 0..shape.n_head {
+        let h = head * shape.d_head..(head + 1) * shape.d_head;
+        let query_heads = heads_of(queries, width, &h);
+        let position_heads = heads_of(queries_pos, width, &h);
+        // the content terms (q_i + u) · k_j of keys lo_first..=hi_last, and the position terms
+        // (q_i + v) · R_d of distances 0..distances, each query's in one row
+        {
+            let mut rows = rows_of(content, capacity, hi_last - lo_first + 1);
+            memory.key_dots_each(layer, lo_first, head, &query_heads[..count], &mut rows[..count]);
+            let mut rows = rows_of(position, capacity, distances);
+            let at = head * shape.d_head;
+            let table = &position_keys[at..at + (distances - 1) * width + shape.d_head];
+            kernels::dots_strided_each(table, width, &position_heads[..count], &mut rows[..count]);
+        }
+        // each query's scores over the keys it sees, then their softmax, in place
+        for (b, &(lo, hi)) in visible.iter().enumerate() {
+            let i = first + b;
+            let positions = &position[b * capacity..b * capacity + distances];
+            let scores = &mut content[b * capacity + lo - lo_first..b * capacity + hi - lo_first + 1];
+            for (t, score) in scores.iter_mut().enumerate() {
+                let distance = (shape.mlen + i - (lo + t)).min(shape.max_distance);
+                *score = (*score + positions[distance]) * scale;
+            }
+            kernels::softmax(scores);
+        }
+        add_weighted_values(
+            memory,
+            layer,
+            head,
+            (lo_first, visible),
+            content,
+            capacity,
+            out,
+            &h,
+            width,
+        );
+    }
+    true
+}
+
+/// `out_b[h] += Σ_j p_b[j] v_j` over the keys `lo_b..=hi_b` each query `b` sees, in key order:
+/// first the keys before the ones all see (each query alone), then those (all the queries
+/// together), then the ones after them (each alone). `weights` holds query `b`'s weights of
+/// keys `lo_first..` in row `b` of `capacity`.
+#[allow(clippy::too_many_arguments)]
+fn add_weighted_values(
+    memory: &Memory<'_>,
+    layer: usize,
+    head: usize,
+    (lo_first, visible): (usize, &[(usize, usize)]),
+    weights: &mut [f32],
+    capacity: usize,
+    out: &mut [f32],
+    h: &core::ops::Range<usize>,
+    width: usize,
+) {
+    let count = visible.len();
+    let shared_lo = visible.iter().map(|&(lo, _)| lo).max().unwrap_or(0);
+    let shared_hi = visible.iter().map(|&(_, hi)| hi).min().unwrap_or(0);
+    let mut outs: [&mut [f32]; QUERIES_TOGETHER] = core::array::from_fn(|_| Default::default());
+    for (o, row) in outs.iter_mut().zip(out.chunks_exact_mut(width)) {
+        *o = &mut row[h.clone()];
+    }
+    let outs = &mut outs[..count];
+    let weights_of = |b: usize, keys: core::ops::RangeInclusive<usize>| {
+        b * capacity + keys.start() - lo_first..b * capacity + keys.end() - lo_first + 1
+    };
+    if shared_lo > shared_hi {
+        for (b, &(lo, hi)) in visible.iter().enumerate() {
+            let p = &mut weights[weights_of(b, lo..=hi)];
+            memory.add_values(layer, lo, head, p, &mut [], outs[b]);
+        }
+        return;
+    }
+    for (b, &(lo, _)) in visible.iter().enumerate() {
+        if lo < shared_lo {
+            let p = &mut weights[weights_of(b, lo..=shared_lo - 1)];
+            memory.add_values(layer, lo, head, p, &mut [], outs[b]);
+        }
+    }
+    {
+        let mut shared: [&[f32]; QUERIES_TOGETHER] = [&[]; QUERIES_TOGETHER];
+        for (b, p) in shared[..count].iter_mut().enumerate() {
+            *p = &weights[weights_of(b, shared_lo..=shared_hi)];
+        }
+        memory.add_values_each(layer, shared_lo, head, &shared[..count], outs);
+    }
+    for (b, &(_, hi)) in visible.iter().enumerate() {
+        if hi > shared_hi {
+            let p = &mut weights[weights_of(b, shared_hi + 1..=hi)];
+            memory.add_values(layer, shared_hi + 1, head, p, &mut [], outs[b]);
+        }
+    }
+}
+
+/// Head `h` of each row of `width` in `rows`.
+fn heads_of<'a>(rows: &'a [f32], width: usize, h: &core::ops::Range<usize>) -> [&'a [f32]; QUERIES_TOGETHER] {
+    let mut heads: [&[f32]; QUERIES_TOGETHER] = [&[]; QUERIES_TOGETHER];
+    for (head_row, row) in heads.iter_mut().zip(rows.chunks_exact(width)) {
+        *head_row = &row[h.clone()];
+    }
+    heads
+}
+
+/// The first `len` floats of each row of `capacity` in `buffer`.
+fn rows_of(buffer: &mut [f32], capacity: usize, len: usize) -> [&mut [f32]; QUERIES_TOGETHER] {
+    let mut rows: [&mut [f32]; QUERIES_TOGETHER] = core::array::from_fn(|_| Default::default());
+    for (row, chunk) in rows.iter_mut().zip(buffer.chunks_exact_mut(capacity)) {
+        *row = &mut chunk[..len];
+    }
+    rows
 }
 
 #[cfg(test)]

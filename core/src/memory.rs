@@ -14,7 +14,7 @@
 use half::f16;
 
 use crate::int8_attention;
-use crate::kernels;
+use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
 
 /// How the cached keys and values are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -299,6 +299,75 @@ impl<'a> Memory<'a> {
                 self.key_dots_int8(values, scales, (layer, lo, head), query_head, scratch, out)
             }
             Store::F16(s) => self.key_dots_f16(s, (layer, lo, head), query_head, out),
+        }
+    }
+
+    /// Whether the keys and values are f32, which [`Memory::key_dots_each`] and
+    /// [`Memory::add_values_each`] take.
+    pub fn is_f32(&self) -> bool {
+        matches!((&self.keys, &self.values), (Store::F32(_), Store::F32(_)))
+    }
+
+    /// [`Memory::key_dots`] for several queries of one head over f32 keys: `outs[q][t] =
+    /// queries[q] · key[layer][lo + t][head]` for `t` below the shortest output's length, with
+    /// the bits of one `key_dots` per query; each key is read once for all the queries. Other
+    /// keys write nothing ([`Memory::is_f32`]).
+    pub fn key_dots_each(
+        &self,
+        layer: usize,
+        lo: usize,
+        head: usize,
+        queries: &[&[f32]],
+        outs: &mut [&mut [f32]],
+    ) {
+        let Store::F32(s) = &self.keys else {
+            return;
+        };
+        let count = outs.iter().map(|o| o.len()).min().unwrap_or(0);
+        let d_head = self.d_head;
+        let mut done = 0;
+        for (at, run) in self.runs(layer, lo, count) {
+            let at = at + head * d_head;
+            let rows = &s[at..at + (run - 1) * self.width + d_head];
+            let mut parts: [&mut [f32]; MAX_POSITIONS_PER_PASS] =
+                core::array::from_fn(|_| Default::default());
+            for (part, out) in parts.iter_mut().zip(outs.iter_mut()) {
+                *part = &mut out[done..done + run];
+            }
+            let queries = &queries[..queries.len().min(MAX_POSITIONS_PER_PASS)];
+            kernels::dots_strided_each(rows, self.width, queries, &mut parts[..queries.len()]);
+            done += run;
+        }
+    }
+
+    /// [`Memory::add_values`] for several queries of one head over f32 values: `outs[q] +=
+    /// Σ_t ps[q][t] * value[layer][lo + t][head]` for `t` below the shortest list's length, with
+    /// the bits of one `add_values` per query; each value is read once for all the queries.
+    /// Other values add nothing ([`Memory::is_f32`]).
+    pub fn add_values_each(
+        &self,
+        layer: usize,
+        lo: usize,
+        head: usize,
+        ps: &[&[f32]],
+        outs: &mut [&mut [f32]],
+    ) {
+        let Store::F32(s) = &self.values else {
+            return;
+        };
+        let count = ps.iter().map(|p| p.len()).min().unwrap_or(0);
+        let d_head = self.d_head;
+        let mut done = 0;
+        for (at, run) in self.runs(layer, lo, count) {
+            let at = at + head * d_head;
+            let rows = &s[at..at + (run - 1) * self.width + d_head];
+            let mut parts: [&[f32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
+            for (part, p) in parts.iter_mut().zip(ps) {
+                *part = &p[done..done + run];
+            }
+            let lists = ps.len().min(MAX_POSITIONS_PER_PASS);
+            kernels::axpys_strided_each(rows, self.width, &parts[..lists], outs);
+            done += run;
         }
     }
 

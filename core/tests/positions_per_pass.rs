@@ -1,12 +1,13 @@
 //! The linear layers take a segment's positions one, two (the default) or more at a time: the
 //! log-probabilities are the same bits whatever the number, in every weight dtype, and the
-//! arena grows with it.
+//! arena grows with it. With more than two, the attention takes up to sixteen queries together
+//! too: the same bits as one at a time, under every mask.
 
 mod common;
 
 use common::{arena, tiny_config, tiny_image, Weights};
 use txl_core::kernels::MAX_POSITIONS_PER_PASS;
-use txl_core::{Error, MemDtype, Model, Session, SessionOptions};
+use txl_core::{Config, Error, MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
 
 /// Every log-probability of `tokens` in segments of `options.tgt_len`, the linear layers on
 /// `positions` positions a pass.
@@ -79,6 +80,72 @@ fn every_number_of_positions_per_pass_gives_the_same_bits() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
+    // heads of 19: the products' columns past the register widths; 3 * 19 != d_model
+    let config = Config {
+        d_model: 12,
+        d_embed: 12,
+        n_head: 3,
+        d_head: 19,
+        ..tiny_config()
+    };
+    let image = tiny_image(&config, Weights::F32, 5);
+    let model = Model::parse(image.bytes()).unwrap();
+    let miri = cfg!(miri);
+    let tokens: Vec<u32> = (0..if miri { 6 } else { 90 })
+        .map(|t| (t * 5 + 1) % config.n_token)
+        .collect();
+    // (tgt_len, mem_len): no memory, a memory shorter and longer than a block of queries,
+    // segments of several blocks with a last one short; the ring wraps in the later segments
+    let shapes: &[(u32, u32)] = if miri {
+        &[(3, 2)]
+    } else {
+        &[(7, 0), (20, 5), (40, 20), (17, 33)]
+    };
+    for &(tgt_len, mem_len) in shapes {
+        for same_length in [false, true] {
+            // clamp_len 3: the farther distances share R_3
+            for clamp_len in [0, 3] {
+                for mem_init in [MemInit::Empty, MemInit::Zeros] {
+                    let options = SessionOptions {
+                        tgt_len,
+                        mem_len,
+                        clamp_len,
+                        same_length,
+                        mem_init,
+                        ..SessionOptions::from_config(&config)
+                    };
+                    let one_at_a_time = log_probs(&model, options, 2, &tokens);
+                    let positions_tried: &[usize] = if miri {
+                        &[3]
+                    } else {
+                        &[3, 16, MAX_POSITIONS_PER_PASS]
+                    };
+                    for &positions in positions_tried {
+                        assert!(
+                            log_probs(&model, options, positions, &tokens) == one_at_a_time,
+                            "tgt_len {tgt_len}, mem_len {mem_len}, same_length {same_length}, clamp_len \
+                             {clamp_len}, {mem_init:?}: {positions} positions a pass"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // the keys recomputed per segment are a table too; folded keys take one query at a time
+    for position_keys in [PositionKeys::PerSegment, PositionKeys::FoldedIntoQuery] {
+        let options = SessionOptions {
+            tgt_len: 20,
+            mem_len: 5,
+            position_keys,
+            ..SessionOptions::from_config(&config)
+        };
+        let positions = if miri { 3 } else { MAX_POSITIONS_PER_PASS };
+        assert!(log_probs(&model, options, positions, &tokens) == log_probs(&model, options, 2, &tokens));
     }
 }
 

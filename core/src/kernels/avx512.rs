@@ -226,6 +226,98 @@ unsafe fn finish<T: RowElement>(
     sums
 }
 
+/// Weight lists an [`axpys_each`] pass takes: four lists of one sixty-four element chunk are
+/// sixteen accumulators, and each loaded row chunk meets all four.
+const LISTS: usize = 4;
+
+/// `outs[q] += ps[q][k] * rows[k * stride..][..n]` for each `k` in order, `n` the shortest
+/// output's length and `k` below the shortest list's, for every list `q`: the bits of
+/// [`x86::axpys`](super::x86::axpys) for each list (each element adds its products in `k`
+/// order, rounding the product and then the sum; no fused multiply-add). Four lists a pass,
+/// sixty-four elements at a time (masked past `n`), so each loaded row chunk meets four lists.
+///
+/// # Safety
+/// The CPU must support AVX-512F ([`has_avx512f`]).
+#[target_feature(enable = "avx512f")]
+pub unsafe fn axpys_each(rows: &[f32], stride: usize, ps: &[&[f32]], outs: &mut [&mut [f32]]) {
+    let n = outs.iter().map(|o| o.len()).min().unwrap_or(0);
+    let wanted = ps.iter().map(|p| p.len()).min().unwrap_or(0);
+    let k_count = rows_that_fit(rows.len(), stride, n, wanted);
+    let lists = ps.len().min(outs.len());
+    let mut first = 0;
+    while first < lists {
+        let count = LISTS.min(lists - first);
+        let group = &ps[first..first + count];
+        let outs = &mut outs[first..first + count];
+        let mut e = 0;
+        while e < n {
+            // SAFETY: rows `k < k_count` have `n` readable elements from `k * stride`
+            // (`rows_that_fit`), each output `n`, each list `k_count`; the CPU has AVX-512F.
+            unsafe {
+                match count {
+                    4 => axpys_chunk::<4>(rows.as_ptr(), stride, k_count, group, outs, (e, n)),
+                    3 => axpys_chunk::<3>(rows.as_ptr(), stride, k_count, group, outs, (e, n)),
+                    2 => axpys_chunk::<2>(rows.as_ptr(), stride, k_count, group, outs, (e, n)),
+                    _ => axpys_chunk::<1>(rows.as_ptr(), stride, k_count, group, outs, (e, n)),
+                }
+            }
+            e += 4 * 16;
+        }
+        first += count;
+    }
+}
+
+/// Elements `e..min(e + 64, n)` of the first `Q` outputs: four registers each, masked past
+/// `n`, the rows' products added in `k` order.
+///
+/// # Safety
+/// Rows `k < k_count` must have `n` readable elements from `rows + k * stride`; each output
+/// `n` elements, each list `k_count`; the CPU must support AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn axpys_chunk<const Q: usize>(
+    rows: *const f32,
+    stride: usize,
+    k_count: usize,
+    ps: &[&[f32]],
+    outs: &mut [&mut [f32]],
+    (e, n): (usize, usize),
+) {
+    let mask = |i: usize| -> __mmask16 {
+        let from = e + 16 * i;
+        let len = n.saturating_sub(from).min(16);
+        ((1u32 << len) - 1) as __mmask16
+    };
+    let masks: [__mmask16; 4] = core::array::from_fn(mask);
+    let mut acc = [[_mm512_setzero_ps(); 4]; Q];
+    for (acc, out) in acc.iter_mut().zip(outs.iter()) {
+        for (i, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: the mask's lanes are elements below `n` of an output of `n`.
+            *acc = unsafe { _mm512_maskz_loadu_ps(masks[i], out.as_ptr().add(e + 16 * i)) };
+        }
+    }
+    for k in 0..k_count {
+        let mut row = [_mm512_setzero_ps(); 4];
+        for (i, row) in row.iter_mut().enumerate() {
+            // SAFETY: the mask's lanes are elements below `n` of row `k < k_count`.
+            *row = unsafe { _mm512_maskz_loadu_ps(masks[i], rows.add(k * stride + e + 16 * i)) };
+        }
+        for (acc, p) in acc.iter_mut().zip(ps) {
+            // SAFETY: `k < k_count <= p.len()`.
+            let weight = _mm512_set1_ps(unsafe { *p.get_unchecked(k) });
+            for (acc, &row) in acc.iter_mut().zip(&row) {
+                *acc = _mm512_add_ps(*acc, _mm512_mul_ps(weight, row));
+            }
+        }
+    }
+    for (acc, out) in acc.iter().zip(outs.iter_mut()) {
+        for (i, &acc) in acc.iter().enumerate() {
+            // SAFETY: as for the loads.
+            unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(e + 16 * i), masks[i], acc) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use half::f16;
@@ -273,6 +365,47 @@ mod tests {
                             let what = format!("row {r} of {n}, input {p} of {inputs}, {cols} columns");
                             assert_eq!(outs[p][r].to_bits(), want.to_bits(), "f32 {what}");
                             assert_eq!(outs_f16[p][r].to_bits(), want_f16.to_bits(), "f16 {what}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn avx512_weighted_rows_for_several_lists_equal_the_portable_sums() {
+        if !super::has_avx512f() {
+            eprintln!("SKIPPED: this CPU has no AVX-512F (with F16C)");
+            return;
+        }
+        let mut state = 5u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let mantissa = (state >> 9) as f32 / (1u32 << 23) as f32 - 0.5;
+            mantissa * [1.0f32, 1e-3, 1e3, 7.5][(state & 3) as usize]
+        };
+        // elements: a masked register, whole ones, and past one pass of sixty-four
+        for n in [1usize, 4, 15, 16, 19, 64, 65, 130] {
+            for keys in [0usize, 1, 2, 9, 40] {
+                for lists in [1usize, 2, 3, 4, 5, 9] {
+                    let stride = n + 5;
+                    let rows: Vec<f32> = (0..keys * stride).map(|_| next()).collect();
+                    let ps: Vec<Vec<f32>> = (0..lists).map(|_| (0..keys).map(|_| next()).collect()).collect();
+                    let starts: Vec<Vec<f32>> =
+                        (0..lists).map(|_| (0..n).map(|_| next()).collect()).collect();
+                    let mut outs = starts.clone();
+                    let p_refs: Vec<&[f32]> = ps.iter().map(|p| &p[..]).collect();
+                    let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+                    // SAFETY: AVX-512F was detected above.
+                    unsafe { super::axpys_each(&rows, stride, &p_refs, &mut out_refs) };
+                    for (q, (p, start)) in ps.iter().zip(&starts).enumerate() {
+                        for e in 0..n {
+                            let mut want = start[e];
+                            for (k, &weight) in p.iter().enumerate() {
+                                want += weight * rows[k * stride + e];
+                            }
+                            let what = format!("element {e} of {n}, list {q} of {lists}, {keys} keys");
+                            assert_eq!(outs[q][e].to_bits(), want.to_bits(), "{what}");
                         }
                     }
                 }

@@ -125,6 +125,32 @@ pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// [`dots_strided`] for several inputs of one length (the queries of one head against its
+/// cached keys): `outs[p][r] = xs[p] · rows[r * stride..][..cols]`, `cols` the shortest input's
+/// length, for the rows of the shortest output. With AVX-512F on x86-64 and three inputs or
+/// more, sixteen rows a pass against four inputs a register; with AVX (NEON on aarch64) each
+/// block of rows is read once for all the inputs; else one call per input. The bits of one
+/// [`dots_strided`] per input.
+#[inline]
+pub fn dots_strided_each(rows: &[f32], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if xs.len() > 2 && avx512::has_avx512f() {
+        // SAFETY: the CPU has AVX-512F and F16C, checked just above.
+        return unsafe { avx512::dots_four_inputs(rows, stride, xs, outs) };
+    }
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots_each(rows, stride, xs, outs) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    aarch64::dots_each(rows, stride, xs, outs);
+    #[cfg(not(target_arch = "aarch64"))]
+    for (x, out) in xs.iter().zip(outs.iter_mut()) {
+        dots_strided(rows, stride, x, out);
+    }
+}
+
 /// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order (the cached
 /// values of one head, weighted): four rows per pass with `cortex-m-dsp` on an FPU, eight
 /// elements a register with AVX on x86-64, four with NEON on aarch64, else one. Per element the
@@ -398,23 +424,28 @@ pub(crate) fn attention_value_sums_avx2(
 /// same bits as one call per input.
 #[inline]
 pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if xs.len() > 2 && avx512::has_avx512f() {
-        let cols = xs.first().map_or(0, |x| x.len());
-        // SAFETY: the CPU has AVX-512F and F16C, checked just above.
-        return unsafe { avx512::dots_four_inputs(weight, cols, xs, ys) };
-    }
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx_f16c() {
-        let cols = xs.first().map_or(0, |x| x.len());
-        // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { x86::dots_each(weight, cols, xs, ys) };
-    }
-    #[cfg(target_arch = "aarch64")]
-    aarch64::dots_each(weight, xs.first().map_or(0, |x| x.len()), xs, ys);
-    #[cfg(not(target_arch = "aarch64"))]
+    #[cfg(any(all(feature = "std", target_arch = "x86_64"), target_arch = "aarch64"))]
+    return dots_strided_each(weight, xs.first().map_or(0, |x| x.len()), xs, ys);
+    #[cfg(not(any(all(feature = "std", target_arch = "x86_64"), target_arch = "aarch64")))]
     for (x, y) in xs.iter().zip(ys.iter_mut()) {
         matvec_f32_rows(weight, x, y);
+    }
+}
+
+/// [`axpys_strided`] for several weight lists of one length (the queries of one head, each
+/// weighting the same cached values): `outs[q] += ps[q][k] * rows[k * stride..][..n]` for each
+/// `k` in order, `n` the shortest output's length, `k` below the shortest list's. With AVX-512F
+/// on x86-64, four lists a pass share each loaded row; else one call per list. The bits of one
+/// [`axpys_strided`] per list.
+#[inline]
+pub fn axpys_strided_each(rows: &[f32], stride: usize, ps: &[&[f32]], outs: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if ps.len() > 1 && avx512::has_avx512f() {
+        // SAFETY: the CPU has AVX-512F, checked just above.
+        return unsafe { avx512::axpys_each(rows, stride, ps, outs) };
+    }
+    for (p, out) in ps.iter().zip(outs.iter_mut()) {
+        axpys_strided(rows, stride, p, out);
     }
 }
 

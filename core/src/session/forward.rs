@@ -211,24 +211,59 @@ impl Session<'_, '_> {
                 d_head: shape.d_head,
             },
         };
-        for i in 0..shape.qlen {
-            // content query q + u (in place), position query q + v
-            let query = &mut queries[i * width..(i + 1) * width];
-            position_query.copy_from_slice(query);
-            kernels::add_assign(position_query, w.r_r_bias);
-            kernels::add_assign(query, w.r_w_bias);
-            let out = &mut attn_vec[i * width..(i + 1) * width];
-            attention::attend_one(
-                shape,
-                i,
-                query,
-                position_query,
-                &mut positions,
-                &self.memory,
-                layer,
-                scores,
-                out,
-            );
+        // the queries a block takes together (the rows of `position_query`)
+        let block = (position_query.len() / width.max(1)).clamp(1, attention::QUERIES_TOGETHER);
+        let mut first = 0;
+        while first < shape.qlen {
+            let count = block.min(shape.qlen - first);
+            let rows = first * width..(first + count) * width;
+            // content queries q + u (in place), position queries q + v
+            let (block_queries, block_queries_pos) =
+                (&mut queries[rows.clone()], &mut position_query[..count * width]);
+            block_queries_pos.copy_from_slice(block_queries);
+            for (query, query_pos) in block_queries
+                .chunks_exact_mut(width)
+                .zip(block_queries_pos.chunks_exact_mut(width))
+            {
+                kernels::add_assign(query_pos, w.r_r_bias);
+                kernels::add_assign(query, w.r_w_bias);
+            }
+            let out = &mut attn_vec[rows];
+            let together = match &positions {
+                PositionScores::Keys { keys, .. } if count > 1 => attention::attend_block(
+                    shape,
+                    first,
+                    block_queries,
+                    block_queries_pos,
+                    keys,
+                    &self.memory,
+                    layer,
+                    scores,
+                    out,
+                ),
+                _ => false,
+            };
+            if !together {
+                for (b, ((query, query_pos), out)) in block_queries
+                    .chunks_exact(width)
+                    .zip(block_queries_pos.chunks_exact(width))
+                    .zip(out.chunks_exact_mut(width))
+                    .enumerate()
+                {
+                    attention::attend_one(
+                        shape,
+                        first + b,
+                        query,
+                        query_pos,
+                        &mut positions,
+                        &self.memory,
+                        layer,
+                        scores,
+                        out,
+                    );
+                }
+            }
+            first += count;
         }
     }
 

@@ -61,12 +61,13 @@ struct RunState<'a> {
     queries: &'a mut [f32], // (tgt_len, n_head * d_head)
     /// Attention output `a`, the input of `o_net`.
     attn_vec: &'a mut [f32], // (tgt_len, n_head * d_head)
-    /// One position query `q + v`.
-    position_query: &'a mut [f32], // (n_head * d_head)
+    /// Position queries `q + v`: one, or one per query the attention takes together.
+    position_query: &'a mut [f32], // (query rows, n_head * d_head)
     /// One position's key and value, before the memory stores them.
     key_value: &'a mut [f32], // (pair, 2, n_head * d_head), pair = 2 if tgt_len >= 2 else 1
-    /// One query's attention scores over the keys it sees, their position terms, and with int8
-    /// memory one head's integer sums ([`crate::attention::scores_len`]).
+    /// A query's attention scores over the keys it sees, their position terms, and with int8
+    /// memory one head's integer sums ([`crate::attention::scores_len`]); for each row of
+    /// `position_query`.
     scores: &'a mut [f32],
     /// One position's feed-forward inner row `ReLU(W_1 x + b_1)`.
     ff_inner: &'a mut [f32], // (pair, d_inner)
