@@ -60,7 +60,8 @@
 //! ```
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
-// `unsafe` lives only in the kernels (SIMD intrinsics and Cortex-M instructions).
+// `unsafe` lives only in the kernels (SIMD intrinsics and Cortex-M instructions) and in the
+// host's arena buffer (a zeroed allocation, and the huge-page advice on Linux).
 #![deny(unsafe_code)]
 
 #[cfg(target_endian = "big")]
@@ -73,6 +74,7 @@ compile_error!("the `cortex-m-dsp` feature is for Arm Cortex-M targets with the 
 extern crate alloc;
 
 #[cfg(feature = "alloc")]
+#[allow(unsafe_code)]
 mod aligned;
 pub mod arena;
 pub(crate) mod attention;
