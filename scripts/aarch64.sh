@@ -4,8 +4,9 @@
 #   1. txl-core's tests (the NEON kernels against the portable ones, whole sessions), on QEMU's
 #      default CPU (NEON and the dot-product extension: SDOT) and on a Cortex-A53 (NEON without
 #      it: SMULL), so both int8 paths of the run-time choice run;
-#   2. `txl score` on the bundled demo model in f32, f16 and int8, in segments and streaming,
-#      whose digests must be the x86-64 host's and the firmware's.
+#   2. `txl score` on the bundled demo model in f32, f16, int8 and int4, and f32 with
+#      `--fast-f32`, in segments and streaming, whose digests must be the x86-64 host's (and,
+#      but for `--fast-f32`, the firmware's).
 # Installs what it needs first (the Rust target; Debian's gcc-aarch64-linux-gnu and qemu-user).
 # Fails on any test failure or digest mismatch. A few minutes, most of it the cross build.
 set -euo pipefail
@@ -70,6 +71,9 @@ for cpu in max cortex-a53; do
     check 0xe85c1b29 "$cpu" demo-int8.txl $flags
     # shellcheck disable=SC2086
     check 0x08ab20e5 "$cpu" demo-int4.txl $flags
+    # the fused order of --fast-f32 (NEON here, AVX-512F or AVX2 on the x86-64 host)
+    # shellcheck disable=SC2086
+    check 0x3e4161ff "$cpu" demo.txl --fast-f32 $flags
   done
 done
 if [ "$failed" -ne 0 ]; then

@@ -7,7 +7,8 @@
 //! tree, `l + (l + 8)` for `l < 8`, then `l + (l + 4)`, `l + (l + 2)` and `l + (l + 1)`. A
 //! 512-bit register is the sixteen lanes; two 256-bit registers are lanes 0–7 and 8–15.
 //! [`dot_fma`] is the portable reference (`fmaf` in software where the CPU has no FMA), the
-//! x86-64 kernels (AVX-512F, or AVX2 with FMA, chosen at run time) give its bits.
+//! x86-64 kernels (AVX-512F, or AVX2 with FMA, chosen at run time) and the aarch64 one (NEON)
+//! give its bits.
 //!
 //! Why: the exact order multiplies and then adds, two instructions where an FMA unit does both
 //! in one, so on an FMA-rich CPU the exact kernels peak at half its f32 rate. The fused order
@@ -57,7 +58,8 @@ pub fn dot_fma(row: &[f32], x: &[f32]) -> f32 {
 /// `ys[p] = W xs[p]` for f32 weights `W (rows, cols)` (`rows` the shortest output's length,
 /// `cols` the shortest input's), each sum in the fused order ([`dot_fma`]'s bits): with
 /// AVX-512F on x86-64 sixteen lanes a register, four rows against up to four inputs a pass; with
-/// AVX2 and FMA two registers a row; else the portable loop.
+/// AVX2 and FMA two registers a row; with NEON on aarch64 four registers a row, two rows against
+/// two inputs a pass; else the portable loop.
 pub fn matmul_fma_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -71,14 +73,19 @@ pub fn matmul_fma_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
             return unsafe { super::x86_fma::rows_avx2(weight, cols, xs, ys) };
         }
     }
-    let wanted = ys.iter().map(|y| y.len()).min().unwrap_or(0);
-    let rows = weight
-        .len()
-        .checked_div(cols)
-        .map_or(wanted, |fit| wanted.min(fit));
-    for (x, y) in xs.iter().zip(ys.iter_mut()) {
-        for (r, out) in y[..rows].iter_mut().enumerate() {
-            *out = dot_fma(&weight[r * cols..(r + 1) * cols], &x[..cols]);
+    #[cfg(target_arch = "aarch64")]
+    super::aarch64::rows_fma(weight, cols, xs, ys);
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        let wanted = ys.iter().map(|y| y.len()).min().unwrap_or(0);
+        let rows = weight
+            .len()
+            .checked_div(cols)
+            .map_or(wanted, |fit| wanted.min(fit));
+        for (x, y) in xs.iter().zip(ys.iter_mut()) {
+            for (r, out) in y[..rows].iter_mut().enumerate() {
+                *out = dot_fma(&weight[r * cols..(r + 1) * cols], &x[..cols]);
+            }
         }
     }
 }
