@@ -3,10 +3,8 @@
 //!
 //! Allocation is fallible: a size that comes from a file or an option is asked for once, and
 //! a refusal is [`Error::AllocationFailed`], never an abort. The bytes come zeroed from the
-//! allocator (fresh pages are not written twice), and on Linux a buffer of 2 MB or more asks
-//! for transparent huge pages: a model image or an arena of hundreds of MB is then first
-//! written with a few hundred page faults instead of tens of thousands, and the kernels that
-//! stream it miss the TLB less.
+//! allocator, so the fresh pages of a large image or arena are not written twice (once with
+//! zeros, then with their contents).
 //!
 //! ```
 //! use txl_core::AlignedBytes;
@@ -47,26 +45,6 @@ impl Eq for AlignedBytes {}
 /// The boundaries [`AlignedBytes::zeroed_at_phase`] measures from: a cache line, and an AVX-512
 /// register.
 const LINE: usize = 64;
-
-/// Asks Linux to back the whole 2 MB pages inside `len` bytes from `start` with transparent
-/// huge pages (`MADV_HUGEPAGE`). Advice only: where the system declines (huge pages off), the
-/// buffer is the same, on small pages.
-#[cfg(all(feature = "std", target_os = "linux", not(miri)))]
-fn advise_huge_pages(start: *mut u8, len: usize) {
-    const HUGE_PAGE: usize = 2 << 20;
-    const PAGE: usize = 4096;
-    if len < HUGE_PAGE {
-        return;
-    }
-    let first = (start as usize).next_multiple_of(PAGE);
-    let end = (start as usize + len) / PAGE * PAGE;
-    if end > first {
-        // SAFETY: the pages `first..end` lie inside the allocation of `len` bytes at `start`,
-        // which the caller owns; the advice changes how the system backs them, not their
-        // contents or whether they may be read and written.
-        unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE) };
-    }
-}
 
 impl AlignedBytes {
     /// `len` zero bytes.
@@ -112,8 +90,6 @@ impl AlignedBytes {
             if words_at.is_null() {
                 return Err(failed);
             }
-            #[cfg(all(feature = "std", target_os = "linux", not(miri)))]
-            advise_huge_pages(words_at.cast(), layout.size());
             // SAFETY: `words_at` comes from the global allocator with the layout of `words`
             // u128s (`Vec`'s own), all initialized (zero); length and capacity are `words`.
             unsafe { Vec::from_raw_parts(words_at, words, words) }
@@ -159,9 +135,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_buffer_on_huge_pages_is_zeroed_and_its_own() {
-        // past 2 MB (the huge-page advice on Linux; not under the slow interpreter), at a
-        // phase, then cloned and dropped
+    fn a_large_buffer_is_zeroed_and_its_own() {
+        // past 2 MB (the allocator's fresh pages; not under the slow interpreter), at a phase,
+        // then cloned and dropped
         let len = if cfg!(miri) { 4096 + 123 } else { (5 << 20) + 123 };
         let mut bytes = AlignedBytes::zeroed_at_phase(len, 48).unwrap();
         assert!(bytes.bytes().iter().all(|&b| b == 0));

@@ -61,7 +61,7 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 // `unsafe` lives only in the kernels (SIMD intrinsics and Cortex-M instructions) and in the
-// host's arena buffer (a zeroed allocation, and the huge-page advice on Linux).
+// host's aligned buffer (a zeroed allocation).
 #![deny(unsafe_code)]
 
 #[cfg(target_endian = "big")]
