@@ -167,7 +167,9 @@ impl<'m, 'a> Session<'m, 'a> {
     /// long segments run faster with more positions, for a larger arena
     /// ([`Session::arena_bytes_for_positions_per_pass`]). With more than pairs the output
     /// layer takes the positions of a pass together too, for a row of log-probabilities per
-    /// position. The results are the same bits whatever the number.
+    /// position, and the attention up to sixteen of them (with f32 memory and a table of
+    /// position keys: each cached key and value is read once for all of them), for a row of
+    /// scores per query. The results are the same bits whatever the number.
     pub fn with_positions_per_pass(
         model: &Model<'m>,
         arena: &'a mut [u8],
