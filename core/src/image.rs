@@ -11,7 +11,7 @@ use crate::crc32::crc32;
 use crate::error::Error;
 use crate::tensors::{for_each_tensor, Shape, TensorLayout, TensorName};
 use crate::vocab::{Vocabulary, VOCAB_MAGIC};
-use crate::weights::{int4_groups, int4_row_bytes, Matrix, MatrixData};
+use crate::weights::{int4_groups, int4_row_bytes, Matrix, MatrixData, Vector};
 
 /// The first eight bytes of every image.
 pub const MAGIC: [u8; 8] = *b"TXLMODEL";
@@ -364,7 +364,7 @@ impl<'a> Image<'a> {
         }
         let dtype = Dtype::from_u8(raw[48]).ok_or(Error::TensorDtype(name))?;
         let (dims, ndim) = shape.dims();
-        if dtype != Dtype::F32 && !(name.is_matrix() && ndim == 2) {
+        if !dtype_allowed(dtype, name, ndim) {
             return Err(Error::TensorDtype(name));
         }
         let group = u16::from_le_bytes([raw[50], raw[51]]) as usize;
@@ -460,10 +460,17 @@ impl<'a> Image<'a> {
         }
     }
 
-    /// The f32 elements of vector tensor `index`, in place (`parse` checked vectors are f32).
-    pub fn f32_tensor(&self, index: usize) -> &'a [f32] {
+    /// Vector tensor `index` (a bias, a LayerNorm gain, `u` or `v`), in place, f32 or f16.
+    pub fn vector(&self, index: usize) -> Vector<'a> {
         let entry = self.entry(index);
-        self.f32_region(entry.offset, entry.bytes / 4)
+        match entry.dtype {
+            Dtype::F16 => {
+                let payload = &self.bytes[entry.offset..entry.offset + entry.bytes];
+                // `parse` checked alignment and length, so this cast cannot fail.
+                Vector::F16(bytemuck::try_cast_slice(payload).unwrap_or(&[]))
+            }
+            _ => Vector::F32(self.f32_region(entry.offset, entry.bytes / 4)),
+        }
     }
 
     /// Matrix tensor `index`, in place, in whatever dtype it is stored.
@@ -500,6 +507,12 @@ impl<'a> Image<'a> {
     }
 }
 
+/// Whether tensor `name` of `ndim` dimensions may be stored as `dtype`: weight matrices in any
+/// dtype, the vectors and `u` / `v` in f32 or f16.
+fn dtype_allowed(dtype: Dtype, name: TensorName, ndim: usize) -> bool {
+    matches!(dtype, Dtype::F32 | Dtype::F16) || (name.is_matrix() && ndim == 2)
+}
+
 /// Whether an int4 matrix of `cols` columns may have groups of `group`: a multiple of 8, from 8
 /// to the row's columns rounded up to 8 (a longer group would mean the same as that), which
 /// fits the entry's 16 bits.
@@ -516,7 +529,7 @@ pub fn int4_group_fits(group: usize, cols: usize) -> bool {
 pub enum Payload<'d> {
     /// f32 elements, row-major.
     F32(&'d [f32]),
-    /// f16 elements, row-major (matrices only).
+    /// f16 elements, row-major.
     F16(&'d [half::f16]),
     /// int8 values with their scales (matrices only): `W[r][c] = values[r][c] * row_scales[r] *
     /// act_scales[c]`.
@@ -610,7 +623,7 @@ impl Payload<'_> {
 
 /// Builds an image from `config` and its tensors, given in canonical order
 /// ([`for_each_tensor`]). Fails with the first tensor that is missing, misplaced, misshapen,
-/// or in a dtype its kind cannot have (vectors are f32).
+/// or in a dtype its kind cannot have (vectors are f32 or f16).
 #[cfg(feature = "alloc")]
 pub fn write_image(
     config: &Config,
@@ -641,7 +654,7 @@ pub fn write_image(
             });
         }
         let (dims, ndim) = shape.dims();
-        if payload.dtype() != Dtype::F32 && !(name.is_matrix() && ndim == 2) {
+        if !dtype_allowed(payload.dtype(), *name, ndim) {
             return Err(Error::TensorDtype(*name));
         }
         let (rows, cols) = shape.rows_cols();

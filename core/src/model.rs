@@ -4,15 +4,15 @@ use crate::config::{Config, MAX_CLUSTERS};
 use crate::error::Error;
 use crate::image::Image;
 use crate::tensors::{for_each_tensor, LayerTensor, TensorName};
-use crate::weights::Matrix;
+use crate::weights::{Matrix, Vector};
 
 /// One decoder layer's weights, borrowed from the image.
 #[derive(Clone, Copy, Debug)]
 pub struct LayerWeights<'a> {
     /// `(n_head, d_head)` content bias `u`.
-    pub r_w_bias: &'a [f32],
+    pub r_w_bias: Vector<'a>,
     /// `(n_head, d_head)` position bias `v`.
-    pub r_r_bias: &'a [f32],
+    pub r_r_bias: Vector<'a>,
     /// `(3 * n_head * d_head, d_model)`: queries, keys, values.
     pub qkv: Matrix<'a>,
     /// `(n_head * d_head, d_model)`: position embedding to position keys.
@@ -20,21 +20,21 @@ pub struct LayerWeights<'a> {
     /// `(d_model, n_head * d_head)`: attention output.
     pub o_net: Matrix<'a>,
     /// `(d_model)` attention LayerNorm gain.
-    pub attn_norm_weight: &'a [f32],
+    pub attn_norm_weight: Vector<'a>,
     /// `(d_model)` attention LayerNorm bias.
-    pub attn_norm_bias: &'a [f32],
+    pub attn_norm_bias: Vector<'a>,
     /// `(d_inner, d_model)`.
     pub ff1_weight: Matrix<'a>,
     /// `(d_inner)`.
-    pub ff1_bias: &'a [f32],
+    pub ff1_bias: Vector<'a>,
     /// `(d_model, d_inner)`.
     pub ff2_weight: Matrix<'a>,
     /// `(d_model)`.
-    pub ff2_bias: &'a [f32],
+    pub ff2_bias: Vector<'a>,
     /// `(d_model)` feed-forward LayerNorm gain.
-    pub ff_norm_weight: &'a [f32],
+    pub ff_norm_weight: Vector<'a>,
     /// `(d_model)` feed-forward LayerNorm bias.
-    pub ff_norm_bias: &'a [f32],
+    pub ff_norm_bias: Vector<'a>,
 }
 
 /// Directory indices of the tensors outside the layer blocks, with ties resolved.
@@ -142,8 +142,8 @@ impl<'a> Model<'a> {
     }
 
     /// `(tokens of layer i)` output bias `i`.
-    pub fn out_bias(&self, table: usize) -> &'a [f32] {
-        self.image.f32_tensor(self.globals.out_bias[table])
+    pub fn out_bias(&self, table: usize) -> Vector<'a> {
+        self.image.vector(self.globals.out_bias[table])
     }
 
     /// `(d_model, width)` output projection of cluster `i` (only when `has_out_proj`).
@@ -157,21 +157,21 @@ impl<'a> Model<'a> {
     }
 
     /// `(n_clusters)`.
-    pub fn cluster_bias(&self) -> &'a [f32] {
-        self.image.f32_tensor(self.globals.cluster_bias)
+    pub fn cluster_bias(&self) -> Vector<'a> {
+        self.image.vector(self.globals.cluster_bias)
     }
 
     /// Layer `layer`'s weights (`layer < n_layer`).
     pub fn layer(&self, layer: usize) -> LayerWeights<'a> {
         let layout = self.image.layout();
-        let tensor = |t: LayerTensor| self.image.f32_tensor(layout.layer_index(layer, t));
+        let tensor = |t: LayerTensor| self.image.vector(layout.layer_index(layer, t));
         let matrix = |t: LayerTensor| self.matrix(layout.layer_index(layer, t));
         let (r_w_bias, r_r_bias) = if self.config().untie_r {
             (tensor(LayerTensor::RWBias), tensor(LayerTensor::RRBias))
         } else {
             (
-                self.image.f32_tensor(self.globals.shared_r_w_bias),
-                self.image.f32_tensor(self.globals.shared_r_r_bias),
+                self.image.vector(self.globals.shared_r_w_bias),
+                self.image.vector(self.globals.shared_r_r_bias),
             )
         };
         LayerWeights {

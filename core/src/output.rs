@@ -159,7 +159,7 @@ fn cluster_logits(
     let weight = model
         .out_weight(table)
         .row_range(first_row, first_row + tokens_here);
-    let bias = &model.out_bias(table)[first_row..first_row + tokens_here];
+    let bias = model.out_bias(table).range(first_row, first_row + tokens_here);
     let mut outs: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
     let mut count = 0;
     for (slot, row) in outs.iter_mut().zip(rows.iter_mut()) {
@@ -175,6 +175,6 @@ fn cluster_logits(
         scratch,
     );
     for out in &mut outs[..count] {
-        kernels::add_assign(out, bias);
+        kernels::add_vector(out, bias);
     }
 }

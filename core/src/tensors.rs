@@ -106,8 +106,8 @@ pub enum TensorName {
 }
 
 impl TensorName {
-    /// Whether this is a weight matrix, which may be stored in f16 or int8 (biases, gains and
-    /// `r_w_bias` / `r_r_bias` are always f32).
+    /// Whether this is a weight matrix, which may be stored in f16, int8 or int4 (biases, gains
+    /// and `r_w_bias` / `r_r_bias` are f32 or f16).
     pub fn is_matrix(self) -> bool {
         matches!(
             self,

@@ -59,6 +59,94 @@ pub enum MatrixData<'a> {
     },
 }
 
+/// A vector of the image (a bias, a LayerNorm gain, `u` or `v`): f32, or f16 that every read
+/// widens exactly to f32, so a computation sees the same numbers either way.
+#[derive(Clone, Copy, Debug)]
+pub enum Vector<'a> {
+    /// f32 elements.
+    F32(&'a [f32]),
+    /// f16 elements.
+    F16(&'a [f16]),
+}
+
+impl<'a> Vector<'a> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Vector::F32(v) => v.len(),
+            Vector::F16(v) => v.len(),
+        }
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Elements `start..end` as a vector of their own.
+    pub fn range(&self, start: usize, end: usize) -> Vector<'a> {
+        match self {
+            Vector::F32(v) => Vector::F32(&v[start..end]),
+            Vector::F16(v) => Vector::F16(&v[start..end]),
+        }
+    }
+
+    /// Elements `start..start + out.len()`, as f32, into `out` (f16 widened by
+    /// [`kernels::widen_f16`](crate::kernels::widen_f16)).
+    pub fn widen_into(&self, start: usize, out: &mut [f32]) {
+        let end = start + out.len();
+        match self {
+            Vector::F32(v) => out.copy_from_slice(&v[start..end]),
+            Vector::F16(v) => crate::kernels::widen_f16(&v[start..end], out),
+        }
+    }
+
+    /// The elements in order, as f32.
+    pub fn iter(&self) -> VectorElements<'a> {
+        VectorElements {
+            vector: *self,
+            next: 0,
+        }
+    }
+
+    /// Bytes of the payload.
+    pub fn stored_bytes(&self) -> usize {
+        match self {
+            Vector::F32(v) => v.len() * 4,
+            Vector::F16(v) => v.len() * 2,
+        }
+    }
+}
+
+/// The elements of a [`Vector`], as f32 ([`Vector::iter`]).
+#[derive(Clone, Debug)]
+pub struct VectorElements<'a> {
+    vector: Vector<'a>,
+    next: usize,
+}
+
+impl Iterator for VectorElements<'_> {
+    type Item = f32;
+
+    #[inline]
+    fn next(&mut self) -> Option<f32> {
+        let at = self.next;
+        let value = match self.vector {
+            Vector::F32(v) => *v.get(at)?,
+            Vector::F16(v) => crate::kernels::f16_to_f32(*v.get(at)?),
+        };
+        self.next += 1;
+        Some(value)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.vector.len() - self.next;
+        (left, Some(left))
+    }
+}
+
+impl ExactSizeIterator for VectorElements<'_> {}
+
 /// The multiplier an int4 group's code names: `(16 + code % 16) << (code / 16)`.
 #[inline]
 pub const fn int4_multiplier(code: u8) -> i32 {

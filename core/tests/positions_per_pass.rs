@@ -5,25 +5,9 @@
 
 mod common;
 
-use common::{arena, tiny_config, tiny_image, Weights};
+use common::{arena, log_prob_bits, tiny_config, tiny_image, Weights};
 use txl_core::kernels::MAX_POSITIONS_PER_PASS;
 use txl_core::{Config, Error, MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
-
-/// Every log-probability of `tokens` in segments of `options.tgt_len`, the linear layers on
-/// `positions` positions a pass.
-fn log_probs(model: &Model<'_>, options: SessionOptions, positions: usize, tokens: &[u32]) -> Vec<u32> {
-    let bytes = Session::arena_bytes_for_positions_per_pass(model, &options, positions).unwrap();
-    let mut memory = arena(bytes);
-    let arena = bytemuck::cast_slice_mut(&mut memory);
-    let mut session = Session::with_positions_per_pass(model, arena, options, positions).unwrap();
-    let mut bits = Vec::new();
-    for segment in tokens.chunks(options.tgt_len as usize) {
-        session
-            .forward(segment, |_, row| bits.extend(row.iter().map(|v| v.to_bits())))
-            .unwrap();
-    }
-    bits
-}
 
 #[test]
 fn every_number_of_positions_per_pass_gives_the_same_bits() {
@@ -57,14 +41,14 @@ fn every_number_of_positions_per_pass_gives_the_same_bits() {
                     mem_dtype,
                     ..SessionOptions::from_config(&config)
                 };
-                let pairs = log_probs(&model, options, 2, &tokens);
+                let pairs = log_prob_bits(&model, options, 2, &tokens);
                 let default_bytes = Session::arena_bytes(&model, &options).unwrap();
                 assert_eq!(
                     Session::arena_bytes_for_positions_per_pass(&model, &options, 2).unwrap(),
                     default_bytes
                 );
                 for &positions in positions_tried {
-                    let bits = log_probs(&model, options, positions, &tokens);
+                    let bits = log_prob_bits(&model, options, positions, &tokens);
                     assert!(
                         bits == pairs,
                         "{weights:?}, tgt_len {tgt_len}, {mem_dtype:?} memory: {positions} positions a pass"
@@ -119,7 +103,7 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
                         mem_init,
                         ..SessionOptions::from_config(&config)
                     };
-                    let one_at_a_time = log_probs(&model, options, 2, &tokens);
+                    let one_at_a_time = log_prob_bits(&model, options, 2, &tokens);
                     let positions_tried: &[usize] = if miri {
                         &[3]
                     } else {
@@ -127,7 +111,7 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
                     };
                     for &positions in positions_tried {
                         assert!(
-                            log_probs(&model, options, positions, &tokens) == one_at_a_time,
+                            log_prob_bits(&model, options, positions, &tokens) == one_at_a_time,
                             "tgt_len {tgt_len}, mem_len {mem_len}, same_length {same_length}, clamp_len \
                              {clamp_len}, {mem_init:?}: {positions} positions a pass"
                         );
@@ -145,7 +129,9 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
             ..SessionOptions::from_config(&config)
         };
         let positions = if miri { 3 } else { MAX_POSITIONS_PER_PASS };
-        assert!(log_probs(&model, options, positions, &tokens) == log_probs(&model, options, 2, &tokens));
+        assert!(
+            log_prob_bits(&model, options, positions, &tokens) == log_prob_bits(&model, options, 2, &tokens)
+        );
     }
 }
 

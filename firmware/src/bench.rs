@@ -13,7 +13,8 @@
 //!
 //! Before counting, `bench` checks the attention's integer kernels and the int4 product's
 //! against the portable code on odd shapes (`bench check kernel=attention_int8 shapes=N ok`,
-//! `bench check kernel=int4 shapes=N ok`; a mismatch fails the run).
+//! `bench check kernel=int4 shapes=N ok`), and the f16 widening of the vectors on every f16
+//! (`bench check kernel=widen_f16 values=N ok`); a mismatch fails the run.
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
 //! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
@@ -87,6 +88,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=attention_int8 shapes={=usize} ok", shapes);
     let shapes = check_int4()?;
     info!("bench check kernel=int4 shapes={=usize} ok", shapes);
+    let values = check_widen_f16()?;
+    info!("bench check kernel=widen_f16 values={=usize} ok", values);
     for kernel in [
         Kernel::Int8,
         Kernel::Int8Pair,
@@ -227,6 +230,31 @@ fn check_int4() -> Result<usize, Failure> {
         check(&values, group, &codes, &vec![-128i8; cols], rows)?;
     }
     Ok(shapes)
+}
+
+/// The f16 widening of the image's vectors (as this board runs it: `VCVTB`/`VCVTT` on the
+/// Arm boards with an FPU) against the portable conversion, for every one of the 65,536 f16
+/// bit patterns from a 4-byte aligned start, and again from the second (an unaligned start,
+/// whose first element the kernel leaves to the portable code, and an odd count). NaNs must
+/// stay NaNs (`VCVT` quiets a signalling one); every other value must keep its bits. Returns
+/// the values checked.
+fn check_widen_f16() -> Result<usize, Failure> {
+    let halves: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+    let mut checked = 0;
+    for start in [0usize, 1] {
+        let src = &halves[start..];
+        let mut wide = vec![0.0f32; src.len()];
+        kernels::widen_f16(src, &mut wide);
+        for (&half, &got) in src.iter().zip(&wide) {
+            let expected = kernels::scalar::f16_to_f32(half);
+            let same = got.to_bits() == expected.to_bits() || (got.is_nan() && expected.is_nan());
+            if !same {
+                return Err(Failure::KernelMismatch("widen_f16"));
+            }
+        }
+        checked += src.len();
+    }
+    Ok(checked)
 }
 
 /// Cached keys one head attends to.

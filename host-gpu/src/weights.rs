@@ -5,7 +5,7 @@
 //! This is the only place that reads [`txl_core::Model`]; nothing of the core's arithmetic is
 //! used.
 
-use txl_core::weights::Matrix;
+use txl_core::weights::{Matrix, Vector};
 use txl_core::{Config, Model};
 
 use crate::error::{filled, with_room, Error};
@@ -86,9 +86,9 @@ fn convert<T: Real>(v: &[f64]) -> Result<Vec<T>, Error> {
     Ok(out)
 }
 
-fn vector<T: Real>(v: &[f32]) -> Result<Vec<T>, Error> {
+fn vector<T: Real>(v: Vector<'_>) -> Result<Vec<T>, Error> {
     let mut out = with_room(v.len(), "a weight vector")?;
-    out.extend(v.iter().map(|&x| T::from_f64(x as f64)));
+    out.extend(v.iter().map(|x| T::from_f64(x as f64)));
     Ok(out)
 }
 
@@ -121,7 +121,7 @@ impl<T: Real> HostWeights<T> {
             // values are W_k x and W_v x with x = LayerNorm(0) = the LayerNorm bias when
             // pre_lnorm, else x = 0.
             let zero_input: Vec<f64> = if config.pre_lnorm {
-                w.attn_norm_bias.iter().map(|&v| v as f64).collect()
+                w.attn_norm_bias.iter().map(|v| v as f64).collect()
             } else {
                 vec![0.0; d_model]
             };

@@ -415,6 +415,14 @@ fn firmware_bench_reports_every_kernel() {
         "{}",
         run.transcript()
     );
+    // the f16 vectors' widening keeps every f16's bits (all 65,536, then all but the first)
+    assert!(
+        run.lines
+            .iter()
+            .any(|l| l.contains("bench check kernel=widen_f16 values=131071 ok")),
+        "{}",
+        run.transcript()
+    );
     // one head's attention over 64 keys of 32: 2 x 64 x 32 MACs, f32 and int8 memory
     for kernel in ["attention_f32", "attention_int8"] {
         let line = run

@@ -20,7 +20,7 @@ fn check_report(q: &Quantized, target: Target) {
         let layer = t.name.starts_with("layers.");
         let matrix = t.shape.len() == 2 && !t.name.ends_with("_bias");
         let expected = match (matrix, target, layer) {
-            (false, _, _) => "f32",
+            (false, _, _) => "f16", // the int4 targets store their vectors in f16
             (true, Target::Int4All, _) | (true, Target::Int4, true) => "int4",
             (true, _, _) => "int8",
         };
@@ -46,11 +46,12 @@ fn check_report(q: &Quantized, target: Target) {
 const DEMO_INT4_ROUND_MAX_DELTA: f64 = 0.008;
 /// Demo, int4 linear layers, compensated: relative Δ measured +0.028% (mean KL 1.1e-3).
 const DEMO_INT4_COMPENSATED_MAX_DELTA: f64 = 0.001;
-/// Demo, int4 everything, compensated: relative Δ measured -0.091% (mean KL 1.7e-3).
+/// Demo, int4 everything, compensated: relative Δ measured -0.077% (mean KL 1.7e-3).
 const DEMO_INT4_ALL_COMPENSATED_MAX_DELTA: f64 = 0.003;
-/// Demo: the int4 image (linear layers; G = 32) over the int8 image: measured 0.5512 (the
-/// f32 biases and LayerNorms, 2.7% of the int8 image, do not shrink).
-const DEMO_INT4_IMAGE_MAX_RATIO: f64 = 0.552;
+/// Demo: the int4 image (linear layers; G = 32; vectors in f16) over the int8 image (vectors
+/// in f32): measured 0.5368; the limit. With f32 vectors it was 0.5512: the biases and
+/// LayerNorms, 2.7% of the int8 image, do not shrink with the weights.
+const DEMO_INT4_IMAGE_MAX_RATIO: f64 = 0.55;
 /// adaptive_div2 (sampled text), int4 linear layers, compensated: relative Δ measured +0.28%
 /// (mean KL 1.3e-2: a random model's text is hard to predict, so the bits move more).
 const ADAPTIVE_INT4_COMPENSATED_MAX_DELTA: f64 = 0.009;

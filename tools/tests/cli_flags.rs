@@ -278,6 +278,24 @@ fn f16_tensors(report: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Whether `name` is a vector of the image (a bias, a LayerNorm gain, `u` or `v`).
+fn is_vector(name: &str) -> bool {
+    name.ends_with("bias") || name.ends_with("layer_norm.weight")
+}
+
+/// The dtypes of the report's vectors, each once.
+fn vector_dtypes(report: &Value) -> Vec<String> {
+    let mut dtypes: Vec<String> = report["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| is_vector(t["name"].as_str().unwrap()))
+        .map(|t| t["dtype"].as_str().unwrap().to_string())
+        .collect();
+    dtypes.dedup();
+    dtypes
+}
+
 #[test]
 fn every_quantizer_flag_changes_the_image_or_the_report() {
     let dir = scratch_dir("quantize");
@@ -355,7 +373,7 @@ fn every_quantizer_flag_changes_the_image_or_the_report() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|t| t["dtype"] != "f32")
+            .filter(|t| !is_vector(t["name"].as_str().unwrap()))
             .map(|t| {
                 (
                     t["name"].as_str().unwrap().to_string(),
@@ -366,6 +384,7 @@ fn every_quantizer_flag_changes_the_image_or_the_report() {
     };
     let (int4, report) = quantize(&image, &dir, "int4", &["--dtype", "int4"]);
     assert_eq!(report["target"], "int4", "--dtype int4");
+    assert_eq!(vector_dtypes(&report), ["f16"], "--dtype int4: vectors");
     for (name, dtype) in dtypes(&report) {
         let expected = if name.starts_with("layers.") {
             "int4"
@@ -383,6 +402,34 @@ fn every_quantizer_flag_changes_the_image_or_the_report() {
         "--dtype int4-all"
     );
     assert_eq!(precision(&int4_all, "int4-all"), "int4", "--dtype int4-all");
+    // --vectors: f16 by default with int4 (above), f32 with int8; either way on request
+    assert_eq!(vector_dtypes(&plain), ["f32"], "int8: vectors");
+    let (wide, report) = quantize(&image, &dir, "int4-v32", &["--dtype", "int4", "--vectors", "f32"]);
+    assert_eq!(vector_dtypes(&report), ["f32"], "--dtype int4 --vectors f32");
+    assert!(
+        wide.len() > int4.len(),
+        "--vectors f32: no larger than f16 vectors"
+    );
+    let (narrow, report) = quantize(&image, &dir, "int8-v16", &["--vectors", "f16"]);
+    assert_eq!(vector_dtypes(&report), ["f16"], "--dtype int8 --vectors f16");
+    assert!(
+        narrow.len() < int8.len(),
+        "--vectors f16: no smaller than f32 vectors"
+    );
+    let refused = txl(&[
+        "quantize",
+        s(&image),
+        "-o",
+        s(&dir.join("v.txl")),
+        "--vectors",
+        "int8",
+    ]);
+    let text = stderr(&refused);
+    assert_eq!(refused.status.code(), Some(2), "--vectors int8: {text}");
+    assert!(
+        text.contains("f32") && text.contains("f16"),
+        "--vectors int8: {text}"
+    );
     let (groups_of_8, _) = quantize(&image, &dir, "group-8", &["--dtype", "int4", "--group-size", "8"]);
     assert!(
         groups_of_8.len() > int4.len(),

@@ -546,6 +546,58 @@ pub fn matvec_f32(weight: &[f32], x: &[f32], y: &mut [f32]) {
 }
 
 #[cfg(target_abi = "eabihf")]
+/// `dst[i] = src[i]` widened exactly by the FPU (`VCVTB`/`VCVTT`), two elements a step; the
+/// portable `f16_to_f32`'s bits for every number (NaNs come out quiet, as from the f16 weight
+/// kernel). `src` not 4-byte aligned, and an odd last element, take the portable code.
+pub fn widen_f16(src: &[f16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let pairs = if (src.as_ptr() as usize).is_multiple_of(4) {
+        n / 2
+    } else {
+        0
+    };
+    if pairs > 0 {
+        // SAFETY: `pairs` pairs of f16 from a 4-byte aligned `src` and `2 * pairs` f32 into
+        // `dst`, both at least `2 * pairs` long (`n`); the routine touches nothing else.
+        unsafe { txl_widen_f16_pairs(src.as_ptr(), dst.as_mut_ptr(), pairs) };
+    }
+    for (d, &s) in dst[2 * pairs..n].iter_mut().zip(&src[2 * pairs..n]) {
+        *d = super::scalar::f16_to_f32(s);
+    }
+}
+
+#[cfg(target_abi = "eabihf")]
+extern "C" {
+    /// `dst[2k], dst[2k + 1]` = the two f16 of the word `src[k]`, widened, for `k < pairs`
+    /// (`pairs >= 1`, `src` 4-byte aligned).
+    fn txl_widen_f16_pairs(src: *const f16, dst: *mut f32, pairs: usize);
+}
+
+// txl_widen_f16_pairs: r0 the f16 words, r1 the f32 output, r2 the pairs; s0-s2 (caller-saved).
+#[cfg(target_abi = "eabihf")]
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_widen_f16_pairs,\"ax\",%progbits",
+    ".globl txl_widen_f16_pairs",
+    ".type txl_widen_f16_pairs,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_widen_f16_pairs:",
+    "1:",
+    "vldmia r0!, {{s0}}",
+    "vcvtb.f32.f16 s1, s0",
+    "vcvtt.f32.f16 s2, s0",
+    "vstmia r1!, {{s1-s2}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "bx lr",
+    ".size txl_widen_f16_pairs, . - txl_widen_f16_pairs",
+);
+
+#[cfg(target_abi = "eabihf")]
 /// `W (rows, cols) @ x (cols) -> y (rows)` for f16 weights, four rows per pass over `x`, each
 /// weight widened by the FPU; the bits of the portable `dot_f16` of each row. Falls back to it
 /// for rows that are not 4-byte aligned.

@@ -177,6 +177,38 @@ pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     }
 }
 
+/// Elements a vector of the image is widened by at a time, on the stack ([`add_vector`],
+/// [`layer_norm`]).
+pub const VECTOR_CHUNK: usize = 32;
+
+/// `dst = src` widened exactly to f32: by the FPU (`VCVTB`/`VCVTT`) with `cortex-m-dsp`, in
+/// integers ([`scalar::f16_to_f32`]) elsewhere; the same bits.
+pub fn widen_f16(src: &[half::f16], dst: &mut [f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    cortex_m::widen_f16(src, dst);
+    #[cfg(not(all(feature = "cortex-m-dsp", target_abi = "eabihf")))]
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = scalar::f16_to_f32(s);
+    }
+}
+
+/// `y += v` for a vector of the image (`v` at least as long as `y`), f32 or f16 (widened
+/// exactly, [`VECTOR_CHUNK`] elements at a time).
+pub fn add_vector(y: &mut [f32], v: crate::weights::Vector<'_>) {
+    use crate::weights::Vector;
+    match v {
+        Vector::F32(v) => add_assign(y, v),
+        Vector::F16(_) => {
+            let mut wide = [0.0f32; VECTOR_CHUNK];
+            for (start, chunk) in (0..).step_by(VECTOR_CHUNK).zip(y.chunks_mut(VECTOR_CHUNK)) {
+                let wide = &mut wide[..chunk.len()];
+                v.widen_into(start, wide);
+                add_assign(chunk, wide);
+            }
+        }
+    }
+}
+
 /// [`matvec_f32_rows`] for f16 weights, widened exactly (by the FPU with `cortex-m-dsp`, by
 /// F16C on x86-64, sixteen rows per pass).
 #[inline]

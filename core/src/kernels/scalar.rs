@@ -2,7 +2,7 @@
 
 use half::f16;
 
-use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes, int4_value, Matrix, MatrixData};
+use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes, int4_value, Matrix, MatrixData, Vector};
 
 /// Sum of `a[i] * b[i]` over the shorter of the two, in four interleaved f32 accumulators.
 #[inline]
@@ -467,9 +467,9 @@ fn int8_rows_tiled<'y>(
 }
 
 /// `W (rows, cols) @ x (cols) + b (rows) -> y (rows)`.
-pub fn matvec_bias(weight: &Matrix<'_>, bias: &[f32], x: &[f32], y: &mut [f32], scratch: &mut [u32]) {
+pub fn matvec_bias(weight: &Matrix<'_>, bias: Vector<'_>, x: &[f32], y: &mut [f32], scratch: &mut [u32]) {
     matvec(weight, x, y, scratch);
-    for (out, b) in y.iter_mut().zip(bias) {
+    for (out, b) in y.iter_mut().zip(bias.iter()) {
         *out += b;
     }
 }
@@ -739,24 +739,53 @@ pub fn relu(x: &mut [f32]) {
 }
 
 /// LayerNorm: `out = (x - mean) / sqrt(var + eps) * gain + bias`, biased variance, two passes.
-pub fn layer_norm(x: &[f32], gain: &[f32], bias: &[f32], eps: f32, out: &mut [f32]) {
-    let n = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / n;
-    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
-    let inv_std = 1.0 / libm::sqrtf(var + eps);
-    for (((o, v), g), b) in out.iter_mut().zip(x).zip(gain).zip(bias) {
-        *o = (v - mean) * inv_std * g + b;
-    }
+pub fn layer_norm(x: &[f32], gain: Vector<'_>, bias: Vector<'_>, eps: f32, out: &mut [f32]) {
+    let (mean, inv_std) = moments(x, eps);
+    with_f32_vectors(x.len(), gain, bias, |at, gain, bias| {
+        let range = at..at + gain.len();
+        for (((o, v), g), b) in out[range.clone()].iter_mut().zip(&x[range]).zip(gain).zip(bias) {
+            *o = (v - mean) * inv_std * g + b;
+        }
+    });
 }
 
 /// In place LayerNorm (see [`layer_norm`]).
-pub fn layer_norm_in_place(x: &mut [f32], gain: &[f32], bias: &[f32], eps: f32) {
+pub fn layer_norm_in_place(x: &mut [f32], gain: Vector<'_>, bias: Vector<'_>, eps: f32) {
+    let (mean, inv_std) = moments(x, eps);
+    with_f32_vectors(x.len(), gain, bias, |at, gain, bias| {
+        for ((v, g), b) in x[at..at + gain.len()].iter_mut().zip(gain).zip(bias) {
+            *v = (*v - mean) * inv_std * g + b;
+        }
+    });
+}
+
+/// LayerNorm's mean and `1 / sqrt(var + eps)` of `x`.
+fn moments(x: &[f32], eps: f32) -> (f32, f32) {
     let n = x.len() as f32;
     let mean = x.iter().sum::<f32>() / n;
     let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
-    let inv_std = 1.0 / libm::sqrtf(var + eps);
-    for ((v, g), b) in x.iter_mut().zip(gain).zip(bias) {
-        *v = (*v - mean) * inv_std * g + b;
+    (mean, 1.0 / libm::sqrtf(var + eps))
+}
+
+/// Calls `apply(at, gain, bias)` with elements `at..at + gain.len()` of the two vectors as f32
+/// slices, over `0..len`: at once when both are f32, else widened
+/// [`VECTOR_CHUNK`](super::VECTOR_CHUNK) at a time.
+fn with_f32_vectors(
+    len: usize,
+    gain: Vector<'_>,
+    bias: Vector<'_>,
+    mut apply: impl FnMut(usize, &[f32], &[f32]),
+) {
+    if let (Vector::F32(gain), Vector::F32(bias)) = (gain, bias) {
+        return apply(0, &gain[..len], &bias[..len]);
+    }
+    let mut wide_gain = [0.0f32; super::VECTOR_CHUNK];
+    let mut wide_bias = [0.0f32; super::VECTOR_CHUNK];
+    for at in (0..len).step_by(super::VECTOR_CHUNK) {
+        let n = super::VECTOR_CHUNK.min(len - at);
+        gain.widen_into(at, &mut wide_gain[..n]);
+        bias.widen_into(at, &mut wide_bias[..n]);
+        apply(at, &wide_gain[..n], &wide_bias[..n]);
     }
 }
 
@@ -1133,7 +1162,8 @@ mod tests {
     #[test]
     fn layer_norm_of_zero_is_the_bias() {
         let mut out = [0.0; 3];
-        layer_norm(&[0.0; 3], &[2.0; 3], &[0.5, -1.0, 3.0], 1e-5, &mut out);
+        let (gain, bias) = (Vector::F32(&[2.0; 3]), Vector::F32(&[0.5, -1.0, 3.0]));
+        layer_norm(&[0.0; 3], gain, bias, 1e-5, &mut out);
         assert_eq!(out, [0.5, -1.0, 3.0]);
     }
 }

@@ -225,8 +225,8 @@ impl Session<'_, '_> {
                 .chunks_exact_mut(width)
                 .zip(block_queries_pos.chunks_exact_mut(width))
             {
-                kernels::add_assign(query_pos, w.r_r_bias);
-                kernels::add_assign(query, w.r_w_bias);
+                kernels::add_vector(query_pos, w.r_r_bias);
+                kernels::add_vector(query, w.r_w_bias);
             }
             let out = &mut attn_vec[rows];
             let together = match &positions {
@@ -339,7 +339,7 @@ impl Session<'_, '_> {
                 s.quantized_input,
             );
             for inner in inner.chunks_exact_mut(d_inner) {
-                kernels::add_assign(inner, w.ff1_bias);
+                kernels::add_vector(inner, w.ff1_bias);
                 kernels::relu(inner);
                 probe.linear_input(layer, Linear::Ff2, inner);
             }
@@ -358,7 +358,7 @@ impl Session<'_, '_> {
                 .chunks_exact_mut(d_model)
                 .zip(ff_out.chunks_exact_mut(d_model))
             {
-                kernels::add_assign(out, w.ff2_bias);
+                kernels::add_vector(out, w.ff2_bias);
                 kernels::add_assign(h, out);
                 if !config.pre_lnorm {
                     kernels::layer_norm_in_place(h, w.ff_norm_weight, w.ff_norm_bias, eps);

@@ -8,7 +8,7 @@ use txl_core::config::MAX_CUTOFFS;
 use txl_core::image::{write_image, Payload};
 use txl_core::rng::Rng;
 use txl_core::tensors::{for_each_tensor, LayerTensor, Shape, TensorName};
-use txl_core::{AlignedBytes, Config};
+use txl_core::{AlignedBytes, Config, Model, Session, SessionOptions};
 
 /// How the image stores its weight matrices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,6 +18,17 @@ pub enum Weights {
     Int8,
     /// int8 with an activation scale per column (SmoothQuant-style), each in `[0.5, 2)`.
     Int8Smoothed,
+}
+
+/// How the image stores its vectors (biases, LayerNorm gains, `u`, `v`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vectors {
+    /// f32, as drawn.
+    F32,
+    /// f32 holding the values f16 rounds them to: the numbers of [`Vectors::F16`], stored wide.
+    F32OfF16,
+    /// f16.
+    F16,
 }
 
 /// Two layers, two heads of four, an adaptive softmax with two tail clusters: every part of
@@ -51,6 +62,16 @@ pub fn tiny_config() -> Config {
 
 /// An image of `config` with random weights from `seed`, matrices stored as `weights` says.
 pub fn tiny_image(config: &Config, weights: Weights, seed: u64) -> AlignedBytes {
+    tiny_image_with_vectors(config, weights, Vectors::F32, seed)
+}
+
+/// [`tiny_image`] with the vectors stored as `vectors` says.
+pub fn tiny_image_with_vectors(
+    config: &Config,
+    weights: Weights,
+    vectors: Vectors,
+    seed: u64,
+) -> AlignedBytes {
     let mut rng = Rng::new(seed);
     let mut tensors: Vec<(TensorName, Shape, Vec<f32>)> = Vec::new();
     for_each_tensor(config, |name, shape| {
@@ -65,6 +86,11 @@ pub fn tiny_image(config: &Config, weights: Weights, seed: u64) -> AlignedBytes 
             .collect();
         tensors.push((name, shape, values));
     });
+    if vectors != Vectors::F32 {
+        for (_, _, values) in tensors.iter_mut().filter(|(name, _, _)| !name.is_matrix()) {
+            values.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
+        }
+    }
     let halves: Vec<Vec<f16>> = tensors
         .iter()
         .map(|(_, _, v)| v.iter().map(|&x| f16::from_f32(x)).collect())
@@ -79,6 +105,7 @@ pub fn tiny_image(config: &Config, weights: Weights, seed: u64) -> AlignedBytes 
         .enumerate()
         .map(|(i, (name, _, values))| {
             let payload = match weights {
+                _ if !name.is_matrix() && vectors == Vectors::F16 => Payload::F16(&halves[i]),
                 _ if !name.is_matrix() => Payload::F32(values),
                 Weights::F32 => Payload::F32(values),
                 Weights::F16 => Payload::F16(&halves[i]),
@@ -126,4 +153,25 @@ fn quantize_rows(shape: Shape, values: &[f32], smoothing: Option<&mut Rng>) -> (
 /// A 16-byte-aligned arena of `bytes`.
 pub fn arena(bytes: usize) -> Vec<u128> {
     vec![0u128; bytes.div_ceil(16)]
+}
+
+/// Every log-probability of `tokens` in segments of `options.tgt_len`, the linear layers on
+/// `positions` positions a pass.
+pub fn log_prob_bits(
+    model: &Model<'_>,
+    options: SessionOptions,
+    positions: usize,
+    tokens: &[u32],
+) -> Vec<u32> {
+    let bytes = Session::arena_bytes_for_positions_per_pass(model, &options, positions).unwrap();
+    let mut memory = arena(bytes);
+    let arena = bytemuck::cast_slice_mut(&mut memory);
+    let mut session = Session::with_positions_per_pass(model, arena, options, positions).unwrap();
+    let mut bits = Vec::new();
+    for segment in tokens.chunks(options.tgt_len as usize) {
+        session
+            .forward(segment, |_, row| bits.extend(row.iter().map(|v| v.to_bits())))
+            .unwrap();
+    }
+    bits
 }

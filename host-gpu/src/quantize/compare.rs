@@ -1,11 +1,12 @@
-//! Every precision side by side: the model quantized plainly to f16, int8, int4 and int4-all,
+//! Every precision side by side: the model quantized plainly to f16, int8, int4 and int4-all
+//! (the vectors as each stores them by default),
 //! each measured the way the report measures the image it writes, so the report (and its
 //! picture) shows what each precision costs, not only the one chosen.
 
 use txl_core::Model;
 
 use super::search::{bits_per_token, measure_layer_errors};
-use super::{check_group, Plan, PrecisionReport, QuantizeOptions, Source, Target};
+use super::{check_group, PrecisionReport, QuantizeOptions, Source, Target};
 use crate::error::Error;
 
 /// The precisions compared, in the order the report lists them.
@@ -24,16 +25,7 @@ pub fn compare_precisions(
     let mut reports = Vec::with_capacity(COMPARED.len());
     for precision in COMPARED {
         progress(&format!("comparing precisions: {precision}"));
-        let plans: Vec<Plan> = source
-            .tensors
-            .iter()
-            .map(|(name, _, _)| match (name.is_matrix(), precision) {
-                (false, _) => Plan::F32,
-                (true, Target::F16) => Plan::F16,
-                (true, _) if precision.is_int4(*name) => Plan::Int4(options.group),
-                (true, _) => Plan::Int8(None),
-            })
-            .collect();
+        let plans = source.plain_plans(precision, options.group, precision.default_vectors());
         let (image, sqnr) = source.build(&plans)?;
         let (layer_errors, bits) = match calibration {
             Some(tokens) => (

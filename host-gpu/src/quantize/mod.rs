@@ -80,6 +80,63 @@ impl Target {
     pub fn is_integer(self) -> bool {
         self != Target::F16
     }
+
+    /// How the vectors are stored when not asked: f16 for the int4 targets, whose purpose is
+    /// the smallest image, f32 otherwise (those images keep their bits from before f16 vectors).
+    pub fn default_vectors(self) -> VectorDtype {
+        match self {
+            Target::Int4 | Target::Int4All => VectorDtype::F16,
+            Target::F16 | Target::Int8 => VectorDtype::F32,
+        }
+    }
+}
+
+/// How the vectors (biases, LayerNorm gains and biases, the attention biases `u` and `v`) are
+/// stored: they are a few percent of an int4 image, and f16 halves them at a cost far below
+/// the weights' (each element within 2^-11 of itself, relative, like f16 weights).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VectorDtype {
+    /// f32: exactly the source's.
+    F32,
+    /// f16, widened exactly on every read.
+    F16,
+}
+
+impl VectorDtype {
+    /// The words that name them.
+    pub const WORDS: &'static [&'static str] = &["f32", "f16"];
+
+    fn plan(self) -> Plan {
+        match self {
+            VectorDtype::F32 => Plan::F32,
+            VectorDtype::F16 => Plan::F16,
+        }
+    }
+}
+
+impl std::str::FromStr for VectorDtype {
+    type Err = txl_core::UnknownWord;
+
+    fn from_str(word: &str) -> Result<VectorDtype, Self::Err> {
+        match word {
+            "f32" => Ok(VectorDtype::F32),
+            "f16" => Ok(VectorDtype::F16),
+            _ => Err(txl_core::UnknownWord {
+                option: "vector precision",
+                expected: VectorDtype::WORDS,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for VectorDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            VectorDtype::F32 => "f32",
+            VectorDtype::F16 => "f16",
+        })
+    }
 }
 
 impl std::str::FromStr for Target {
@@ -181,6 +238,8 @@ pub struct QuantizeOptions {
     pub method: Method,
     /// Columns per multiplier of an int4 row ([`int4::GROUPS`]; a multiple of 8).
     pub group: usize,
+    /// How the vectors are stored ([`Target::default_vectors`] unless asked otherwise).
+    pub vectors: VectorDtype,
     /// Session settings used to evaluate on the calibration text.
     pub session: SessionOptions,
 }
@@ -195,6 +254,7 @@ impl QuantizeOptions {
             auto_keep_f16: 0,
             method: Method::Round,
             group: int4::DEFAULT_GROUP,
+            vectors: target.default_vectors(),
             session,
         }
     }
@@ -300,7 +360,7 @@ pub struct PrecisionReport {
     /// Bytes of its image.
     pub image_bytes: usize,
     /// Each tensor's weight SQNR in dB, in the order of [`Report::tensors`] (`None`
-    /// for a tensor stored exactly: the f32 vectors).
+    /// for a tensor stored exactly: f32 vectors).
     pub sqnr_db: Vec<Option<f64>>,
     /// Relative RMS error of each layer's output against the f32 model on the calibration
     /// text (empty without calibration text).
@@ -379,7 +439,7 @@ impl Source {
                 }
                 dense
             } else {
-                image.f32_tensor(index).to_vec()
+                image.vector(index).iter().collect()
             };
             tensors.push((name, shape, data));
             index += 1;
@@ -390,6 +450,20 @@ impl Source {
             tensors,
             vocabulary,
         }
+    }
+
+    /// Every matrix rounded plainly to `target` (int4 in groups of `group` columns), the
+    /// vectors stored as `vectors`.
+    fn plain_plans(&self, target: Target, group: usize, vectors: VectorDtype) -> Vec<Plan> {
+        self.tensors
+            .iter()
+            .map(|(name, _, _)| match (name.is_matrix(), target) {
+                (false, _) => vectors.plan(),
+                (true, Target::F16) => Plan::F16,
+                (true, _) if target.is_int4(*name) => Plan::Int4(group),
+                (true, _) => Plan::Int8(None),
+            })
+            .collect()
     }
 
     /// Builds an image storing tensor `i` as `plans[i]`; returns it and each tensor's SQNR.
@@ -538,16 +612,7 @@ pub fn quantize_weights(model: &Model<'_>, target: Target) -> Result<Vec<u8>, Er
 pub fn quantize_weights_grouped(model: &Model<'_>, target: Target, group: usize) -> Result<Vec<u8>, Error> {
     check_group(group)?;
     let source = Source::read(model);
-    let plans: Vec<Plan> = source
-        .tensors
-        .iter()
-        .map(|(name, _, _)| match (name.is_matrix(), target) {
-            (false, _) => Plan::F32,
-            (true, Target::F16) => Plan::F16,
-            (true, _) if target.is_int4(*name) => Plan::Int4(group),
-            (true, _) => Plan::Int8(None),
-        })
-        .collect();
+    let plans = source.plain_plans(target, group, target.default_vectors());
     Ok(source.build(&plans)?.0)
 }
 

@@ -107,7 +107,7 @@ pub fn quantize_mixed(
             .iter()
             .enumerate()
             .map(|(index, level)| match level {
-                None => Plan::F32,
+                None => options.vectors.plan(),
                 Some(Level::F16) => Plan::F16,
                 Some(Level::Int4) => Plan::Int4(options.group),
                 Some(Level::Int8) => {

@@ -12,7 +12,7 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
 use txl_core::{MemDtype, MemInit, Model, OptionWord, PositionKeys, SessionOptions};
 use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
-use txl_host_gpu::quantize::{Method, Smoothing};
+use txl_host_gpu::quantize::{Method, Smoothing, VectorDtype};
 use txl_host_gpu::Backend;
 
 use crate::tokens;
@@ -233,6 +233,11 @@ pub struct QuantizeArgs {
     /// smaller groups follow the weights more closely and cost a byte more per group.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_GROUP)]
     pub group_size: usize,
+    /// How the biases, LayerNorm gains and the attention biases are stored: f16 halves them (a
+    /// few percent of an int4 image) at a cost far below the weights'. Default: f16 with
+    /// --dtype int4 or int4-all, f32 otherwise.
+    #[arg(long, value_name = "f32|f16", value_parser = vector_dtype)]
+    pub vectors: Option<VectorDtype>,
     /// Keep tensors matching this pattern in f16 (`*` matches anything; repeatable).
     #[arg(long, value_name = "PATTERN")]
     pub keep_f16: Vec<String>,
@@ -274,6 +279,7 @@ impl QuantizeArgs {
             (self.smooth != Smoothing::Auto, "--smooth"),
             (self.method != Method::Round, "--method"),
             (self.group_size != DEFAULT_GROUP, "--group-size"),
+            (self.vectors.is_some(), "--vectors"),
             (!self.keep_f16.is_empty(), "--keep-f16"),
             (self.auto_keep_f16 != 0, "--auto-keep-f16"),
             (self.auto_keep_int8 != 0, "--auto-keep-int8"),
@@ -320,6 +326,10 @@ impl QuantizeArgs {
 
 /// `--smooth`: `auto`, `off`, or a strength in [0, 1].
 fn method(word: &str) -> Result<Method, String> {
+    word.parse().map_err(|e: txl_core::UnknownWord| e.to_string())
+}
+
+fn vector_dtype(word: &str) -> Result<VectorDtype, String> {
     word.parse().map_err(|e: txl_core::UnknownWord| e.to_string())
 }
 

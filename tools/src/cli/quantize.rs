@@ -88,6 +88,7 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         auto_keep_f16: args.auto_keep_f16,
         method: args.method,
         group: args.group_size,
+        vectors: args.vectors.unwrap_or(target.default_vectors()),
         session,
     };
     let mixed = MixedPrecision {

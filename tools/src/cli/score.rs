@@ -294,7 +294,7 @@ fn read_state(path: &Path) -> Result<Vec<u8>> {
 }
 
 /// The image's weight precision: the dtype of its weight matrices (`f32`, `f16`, `int8`, `int4`), or
-/// `mixed` when they differ. Biases and gains are always f32 and do not count.
+/// `mixed` when they differ. Biases and gains (f32, or f16: `quantize --vectors`) do not count.
 pub(super) fn precision(model: &Model<'_>) -> &'static str {
     let image = model.image();
     let mut dtypes: Vec<Dtype> = Vec::new();
