@@ -93,7 +93,7 @@ pub unsafe fn rows_avx512(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [
 const LINE_BYTES: usize = 64;
 
 /// Most inputs [`on_lines`] copies (a pass of the session's linear layers).
-const MAX_COPIED_INPUTS: usize = 64;
+const MAX_COPIED_INPUTS: usize = super::MAX_POSITIONS_PER_PASS;
 
 std::thread_local! {
     /// [`on_lines`]'s copies, reused from call to call.
