@@ -108,14 +108,6 @@ impl<'a> Vector<'a> {
             next: 0,
         }
     }
-
-    /// Bytes of the payload.
-    pub fn stored_bytes(&self) -> usize {
-        match self {
-            Vector::F32(v) => v.len() * 4,
-            Vector::F16(v) => v.len() * 2,
-        }
-    }
 }
 
 /// The elements of a [`Vector`], as f32 ([`Vector::iter`]).

@@ -469,9 +469,7 @@ fn int8_rows_tiled<'y>(
 /// `W (rows, cols) @ x (cols) + b (rows) -> y (rows)`.
 pub fn matvec_bias(weight: &Matrix<'_>, bias: Vector<'_>, x: &[f32], y: &mut [f32], scratch: &mut [u32]) {
     matvec(weight, x, y, scratch);
-    for (out, b) in y.iter_mut().zip(bias.iter()) {
-        *out += b;
-    }
+    super::add_vector(y, bias);
 }
 
 /// `x (rows) @ W (rows, cols) -> y (cols)`: the transposed product, in the matrix's dtype.
