@@ -129,12 +129,17 @@ fn project<'p>(
     let width = config.emb_dim(config.emb_table_of_cluster(cluster)) as usize;
     let stride = config.max_emb_dim() as usize;
     let out_proj = model.out_proj(cluster);
-    for (slot, (hidden, out)) in rows
+    let count = hiddens.len().min(projected.len() / stride.max(1));
+    let mut outs: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
+    for (slot, out) in outs
         .iter_mut()
-        .zip(hiddens.iter().zip(projected.chunks_exact_mut(stride)))
+        .zip(projected.chunks_exact_mut(stride))
+        .take(count)
     {
-        let out = &mut out[..width];
-        kernels::vecmat(hidden, &out_proj, out, scratch);
+        *slot = &mut out[..width];
+    }
+    kernels::vecmat_each(&hiddens[..count], &out_proj, &mut outs[..count], scratch);
+    for (slot, out) in rows.iter_mut().zip(outs).take(count) {
         *slot = out;
     }
     rows

@@ -540,6 +540,108 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
     }
 }
 
+/// Inputs [`vecmat_each`] takes together: each int8 weight it reads meets four inputs.
+pub const VECMAT_INPUTS: usize = 4;
+
+/// [`vecmat`] for each input, `ys[p] = W^T xs[p]` (pairs of `xs` and `ys`), each with the bits
+/// of one [`vecmat`]. With int8 weights, four inputs at a time are quantized into `scratch`
+/// (when it holds four of [`vecmat`]'s) and every weight row is read once for the four (their
+/// i32 sums side by side: the same integers); everything else is one [`vecmat`] per input.
+pub fn vecmat_each(xs: &[&[f32]], weight: &Matrix<'_>, ys: &mut [&mut [f32]], scratch: &mut [u32]) {
+    let (rows, cols) = (weight.rows, weight.cols);
+    let words = rows.div_ceil(4);
+    let inputs = xs.len().min(ys.len());
+    let mut p = 0;
+    if let MatrixData::Int8 {
+        values,
+        row_scales,
+        act_scales,
+    } = weight.data
+    {
+        while p + VECMAT_INPUTS <= inputs && scratch.len() >= VECMAT_INPUTS * words {
+            let mut quantized = scratch[..VECMAT_INPUTS * words].chunks_exact_mut(words);
+            let mut xq: [&mut [i8]; VECMAT_INPUTS] = core::array::from_fn(|_| Default::default());
+            let mut x_scales = [0.0f32; VECMAT_INPUTS];
+            for ((xq, x_scale), x) in xq.iter_mut().zip(x_scales.iter_mut()).zip(&xs[p..]) {
+                let words = quantized.next().unwrap_or_default();
+                *xq = &mut bytemuck::cast_slice_mut::<u32, i8>(words)[..rows];
+                let scaled = || x.iter().zip(row_scales).map(|(v, s)| v * s);
+                *x_scale = quantize_with(xq, max_abs(scaled()), scaled());
+            }
+            // the i32 sums in the outputs' own words, as `vecmat` keeps them
+            let mut sums: [&mut [i32]; VECMAT_INPUTS] = core::array::from_fn(|_| Default::default());
+            for (sum, y) in sums.iter_mut().zip(ys[p..].iter_mut()) {
+                let len = y.len().min(cols);
+                *sum = bytemuck::cast_slice_mut(&mut y[..len]);
+            }
+            super::int8_vecmat_sums_each(&xq.each_ref().map(|x| &**x), values, cols, &mut sums);
+            for (y, x_scale) in ys[p..].iter_mut().zip(x_scales) {
+                let len = y.len().min(cols);
+                for (c, out) in y[..len].iter_mut().enumerate() {
+                    let acc = out.to_bits() as i32;
+                    *out = acc as f32 * x_scale * act_scales.map_or(1.0, |a| a[c]);
+                }
+            }
+            p += VECMAT_INPUTS;
+        }
+    }
+    for (x, y) in xs[p..inputs].iter().zip(ys[p..inputs].iter_mut()) {
+        vecmat(x, weight, y, scratch);
+    }
+}
+
+/// [`int8_vecmat_sums`] for [`VECMAT_INPUTS`] inputs at once: `sums[k][c] = Σ_r xq[k][r] *
+/// values[r][c]` for `c` below the shortest output, each row of `values` read once for all.
+#[inline(always)]
+pub fn int8_vecmat_sums_each(
+    xq: &[&[i8]; VECMAT_INPUTS],
+    values: &[i8],
+    cols: usize,
+    sums: &mut [&mut [i32]; VECMAT_INPUTS],
+) {
+    const CHUNK: usize = 32;
+    let len = sums.iter().map(|s| s.len()).min().unwrap_or(0).min(cols);
+    let rows = xq
+        .iter()
+        .map(|x| x.len())
+        .min()
+        .unwrap_or(0)
+        .min(values.len() / cols.max(1));
+    let mut start = 0;
+    while start < len {
+        let width = CHUNK.min(len - start);
+        // the chunk's sums stay in registers while every row passes
+        let mut acc = [[0i32; CHUNK]; VECMAT_INPUTS];
+        if width == CHUNK {
+            for r in 0..rows {
+                let a = xq.map(|x| i32::from(x[r]));
+                let row: &[i8; CHUNK] = values[r * cols + start..][..CHUNK]
+                    .try_into()
+                    .unwrap_or(&[0; CHUNK]);
+                for (acc, a) in acc.iter_mut().zip(a) {
+                    for (sum, &w) in acc.iter_mut().zip(row) {
+                        *sum = sum.wrapping_add(a * i32::from(w));
+                    }
+                }
+            }
+        } else {
+            for r in 0..rows {
+                let a = xq.map(|x| i32::from(x[r]));
+                let row = &values[r * cols + start..][..width];
+                for (acc, a) in acc.iter_mut().zip(a) {
+                    for (sum, &w) in acc.iter_mut().zip(row) {
+                        *sum = sum.wrapping_add(a * i32::from(w));
+                    }
+                }
+            }
+        }
+        for (sum, acc) in sums.iter_mut().zip(&acc) {
+            sum[start..start + width].copy_from_slice(&acc[..width]);
+        }
+        start += width;
+    }
+}
+
 /// `acc[c] = Σ_r xq[r] * values[r][c]` in i32 for `c < acc.len()` (`values (xq.len(), cols)`,
 /// `acc.len() <= cols`), a row at a time into the output's words (contiguous; the integer sums
 /// are the same in any order). Every addition wraps, as the SIMD builds' do.
@@ -881,6 +983,66 @@ mod tests {
         let mut z = [0.0; 3];
         vecmat(&[1.0, -1.0], &m, &mut z, &mut []);
         assert_eq!(z, [-3.0, -3.0, -3.0]);
+    }
+
+    /// `vecmat_each` against one `vecmat` per input, bit for bit: int8 weights with and without
+    /// activation scales, column counts with and without a partial chunk of 32, input counts
+    /// around the group of four, scratch for four inputs or for one (then one at a time); and
+    /// f32 weights, which take one `vecmat` per input.
+    #[test]
+    fn vecmat_each_has_the_bits_of_one_vecmat_per_input() {
+        let noise = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| (((i * 2654435761 + seed * 40503) >> 5) % 2001) as f32 / 1000.0 - 1.0)
+                .collect()
+        };
+        // (smaller under Miri, with a partial chunk and a group of four all the same)
+        let shapes: &[(usize, usize)] = if cfg!(miri) {
+            &[(5, 40)]
+        } else {
+            &[(40, 96), (37, 70), (8, 5), (64, 33)]
+        };
+        let counts: &[usize] = if cfg!(miri) { &[1, 5] } else { &[1, 3, 4, 5, 9] };
+        for &(rows, cols) in shapes {
+            let values: Vec<i8> = noise(rows * cols, 1).iter().map(|v| (v * 127.0) as i8).collect();
+            let row_scales: Vec<f32> = noise(rows, 2).iter().map(|v| 0.01 + v.abs()).collect();
+            let act: Vec<f32> = noise(cols, 3).iter().map(|v| 0.5 + v.abs()).collect();
+            let dense = noise(rows * cols, 4);
+            for act_scales in [None, Some(&act[..])] {
+                let int8 = Matrix {
+                    rows,
+                    cols,
+                    data: MatrixData::Int8 {
+                        values: &values,
+                        row_scales: &row_scales,
+                        act_scales,
+                    },
+                };
+                for m in [int8, Matrix::f32(rows, cols, &dense)] {
+                    for &inputs in counts {
+                        let xs: Vec<Vec<f32>> = (0..inputs).map(|p| noise(rows, 10 + p)).collect();
+                        let x_refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+                        let mut want = vec![vec![0.0f32; cols]; inputs];
+                        for (x, y) in xs.iter().zip(want.iter_mut()) {
+                            vecmat(x, &m, y, &mut vec![0; rows.div_ceil(4)]);
+                        }
+                        for words in [rows.div_ceil(4), VECMAT_INPUTS * rows.div_ceil(4)] {
+                            let mut got = vec![vec![f32::NAN; cols]; inputs];
+                            let mut y_refs: Vec<&mut [f32]> =
+                                got.iter_mut().map(|y| y.as_mut_slice()).collect();
+                            vecmat_each(&x_refs, &m, &mut y_refs, &mut vec![0; words]);
+                            for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+                                let (g, w): (Vec<u32>, Vec<u32>) = (
+                                    g.iter().map(|v| v.to_bits()).collect(),
+                                    w.iter().map(|v| v.to_bits()).collect(),
+                                );
+                                assert_eq!(g, w, "{rows}x{cols}, input {p} of {inputs}, {words} words");
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

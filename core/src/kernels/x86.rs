@@ -50,6 +50,20 @@ pub unsafe fn int8_vecmat_sums_avx512(xq: &[i8], values: &[i8], cols: usize, acc
     scalar::int8_vecmat_sums(xq, values, cols, acc);
 }
 
+/// [`scalar::int8_vecmat_sums_each`] compiled for AVX-512F and BW.
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub unsafe fn int8_vecmat_sums_each_avx512(
+    xq: &[&[i8]; scalar::VECMAT_INPUTS],
+    values: &[i8],
+    cols: usize,
+    sums: &mut [&mut [i32]; scalar::VECMAT_INPUTS],
+) {
+    scalar::int8_vecmat_sums_each(xq, values, cols, sums);
+}
+
 /// Whether this CPU converts f16 to f32 in hardware (F16C; detected once, then cached).
 #[inline]
 pub fn has_f16c() -> bool {
