@@ -133,12 +133,14 @@ const _: () = assert!(QUERIES_TOGETHER <= MAX_POSITIONS_PER_PASS);
 
 /// The queries `first..first + count` of a segment for one layer, together: [`attend_one`]
 /// for each, with its bits, each cached key and value read once per head for all of them.
-/// Taken when the memory is f32 ([`Memory::is_f32`]) and the position keys are a table of
-/// `R_d` (`position_keys`, distance `d` at `d * n_head * d_head`); `false` (nothing written)
-/// otherwise, or when the mask hides every key from a query.
+/// Taken when the memory is f32 or int8 ([`Memory::is_f32`], [`Memory::is_int8`]) and the
+/// position keys are a table of `R_d` (`position_keys`, distance `d` at `d * n_head *
+/// d_head`); `false` otherwise, or when the mask hides every key from a query, or (int8) a
+/// query has a value that is not finite: then `out` is left to [`attend_one`], which writes
+/// every row anew.
 ///
 /// `queries` and `queries_pos` hold `count` rows of `q_i + u` and `q_i + v`; `scratch` holds
-/// at least `count * 2 * memory.capacity()` floats; writes `count` rows of `out`.
+/// `count` times [`scores_len`]; writes `count` rows of `out`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend_block(
     shape: &AttentionShape,
@@ -153,7 +155,8 @@ pub(crate) fn attend_block(
 ) -> bool {
     let width = shape.n_head * shape.d_head;
     let count = queries.len() / width.max(1);
-    if count == 0 || count > QUERIES_TOGETHER || !memory.is_f32() {
+    let int8 = memory.is_int8();
+    if count == 0 || count > QUERIES_TOGETHER || !(memory.is_f32() || int8) {
         return false;
     }
     let mut visible = [(0, 0); QUERIES_TOGETHER];
@@ -175,7 +178,12 @@ pub(crate) fn attend_block(
         .unwrap_or(0);
     let distances = farthest.min(shape.max_distance) + 1;
     let capacity = memory.capacity();
-    let (content, position) = scratch.split_at_mut(count * capacity);
+    let (content, rest) = scratch.split_at_mut(count * capacity);
+    let (position, integers) = rest.split_at_mut(count * capacity);
+    let integers: &mut [u32] = bytemuck::cast_slice_mut(integers);
+    if int8 && integers.len() < count * crate::int8_attention::scratch_words(shape.d_head) {
+        return false;
+    }
     let scale = (1.0 / libm::sqrt(shape.d_head as f64)) as f32;
     out[..count * width].fill(0.0);
     for head in 0..shape.n_head {
@@ -186,7 +194,27 @@ pub(crate) fn attend_block(
         // (q_i + v) · R_d of distances 0..distances, each query's in one row
         {
             let mut rows = rows_of(content, capacity, hi_last - lo_first + 1);
-            memory.key_dots_each(layer, lo_first, head, &query_heads[..count], &mut rows[..count]);
+            if int8 {
+                // each query quantized as `Memory::key_dots` quantizes it
+                let per_query = crate::int8_attention::query_words(shape.d_head);
+                let mut quantized = [crate::int8_attention::QueryWords {
+                    words: &[],
+                    step: 0.0,
+                }; QUERIES_TOGETHER];
+                for ((q, words), query) in quantized
+                    .iter_mut()
+                    .zip(integers.chunks_exact_mut(per_query))
+                    .zip(&query_heads[..count])
+                {
+                    match crate::int8_attention::QueryWords::quantize(query, words) {
+                        Some(words) => *q = words,
+                        None => return false,
+                    }
+                }
+                memory.key_dots_each_int8(layer, lo_first, head, &quantized[..count], &mut rows[..count]);
+            } else {
+                memory.key_dots_each(layer, lo_first, head, &query_heads[..count], &mut rows[..count]);
+            }
             let mut rows = rows_of(position, capacity, distances);
             let at = head * shape.d_head;
             let table = &position_keys[at..at + (distances - 1) * width + shape.d_head];
@@ -203,17 +231,35 @@ pub(crate) fn attend_block(
             }
             kernels::softmax(scores);
         }
-        add_weighted_values(
-            memory,
-            layer,
-            head,
-            (lo_first, visible),
-            content,
-            capacity,
-            out,
-            &h,
-            width,
-        );
+        if int8 {
+            let mut outs: [&mut [f32]; QUERIES_TOGETHER] = core::array::from_fn(|_| Default::default());
+            for (o, row) in outs.iter_mut().zip(out.chunks_exact_mut(width)) {
+                *o = &mut row[h.clone()];
+            }
+            let (visible, weights) = ((lo_first, visible), (&mut content[..], capacity));
+            let scales = &mut position[..capacity];
+            memory.add_values_each_int8(
+                layer,
+                head,
+                visible,
+                weights,
+                scales,
+                integers,
+                &mut outs[..count],
+            );
+        } else {
+            add_weighted_values(
+                memory,
+                layer,
+                head,
+                (lo_first, visible),
+                content,
+                capacity,
+                out,
+                &h,
+                width,
+            );
+        }
     }
     true
 }

@@ -34,7 +34,7 @@ pub fn scratch_words(d_head: usize) -> usize {
 /// `4g..4g + 4`, word `2g` holds columns `4g` and `4g + 2` and word `2g + 1` columns `4g + 1` and
 /// `4g + 3` as signed 16-bit halves (the order `SXTB16` and `SXTB16 ROR #8` put a key word's
 /// bytes in); columns past the head are zero.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct QueryWords<'a> {
     /// The widened 16-bit values, two words per four columns.
     pub words: &'a [u32],
@@ -46,33 +46,45 @@ impl<'a> QueryWords<'a> {
     /// Quantizes `query` into `words` ([`query_words`] long at least); `None` when a value is not
     /// finite (then the caller takes the f32 path, which keeps the NaN or infinity).
     pub fn quantize(query: &[f32], words: &'a mut [u32]) -> Option<Self> {
-        let max_abs = largest_magnitude(query.iter().copied());
+        let max_abs = largest_magnitude(query);
         if !max_abs.is_finite() {
             return None;
         }
         let words = &mut words[..query_words(query.len())];
         let top = HALF_MAX.min(libm::floorf(SUM_LIMIT / query.len().max(1) as f32));
         let (step, inverse) = usable_steps(max_abs / top, top / max_abs);
-        let half = |c: usize| -> u32 { query.get(c).map_or(0, |&v| round(v * inverse)) as i16 as u16 as u32 };
-        for (g, pair) in words.chunks_exact_mut(2).enumerate() {
-            let c = 4 * g;
-            pair[0] = half(c) | half(c + 2) << 16;
-            pair[1] = half(c + 1) | half(c + 3) << 16;
+        let half = |v: f32| -> u32 { round(v * inverse) as i16 as u16 as u32 };
+        let (groups, rest) = query.as_chunks::<4>();
+        let (whole, partial) = words.split_at_mut(2 * groups.len());
+        for (pair, four) in whole.chunks_exact_mut(2).zip(groups) {
+            let h = four.map(half);
+            pair[0] = h[0] | h[2] << 16;
+            pair[1] = h[1] | h[3] << 16;
+        }
+        if let [first, second] = partial {
+            // the last, partial group: zeros past the head
+            let h: [u32; 4] = core::array::from_fn(|i| rest.get(i).map_or(0, |&v| half(v)));
+            *first = h[0] | h[2] << 16;
+            *second = h[1] | h[3] << 16;
         }
         Some(QueryWords { words, step })
     }
 }
 
-/// The largest `|v|`, or NaN if any `v` is NaN.
-fn largest_magnitude(values: impl Iterator<Item = f32>) -> f32 {
-    let mut max = 0.0f32;
+/// The largest `|v|`, or NaN if any `v` is NaN (a loop the compiler vectorises: the largest
+/// and whether there was a NaN are kept apart).
+fn largest_magnitude(values: &[f32]) -> f32 {
+    let (mut max, mut nan) = (0.0f32, false);
     for v in values {
         let a = v.abs();
-        if a > max || a.is_nan() {
-            max = a; // also takes a NaN, which then stays
-        }
+        max = if a > max { a } else { max };
+        nan |= a.is_nan();
     }
-    max
+    if nan {
+        f32::NAN
+    } else {
+        max
+    }
 }
 
 /// `(step, inverse)` as given, or `(0, 0)` (every value quantized to zero) when there is nothing
@@ -109,14 +121,42 @@ impl<'a> ProbabilityWords<'a> {
     /// finite. Every weight is at most [`HALF_MAX`] steps and all together at most
     /// [`SUM_LIMIT`].
     pub fn quantize_in_place(w: &'a mut [f32]) -> Option<Self> {
-        let (mut max, mut sum) = (0.0f32, 0.0f32);
+        let mut magnitudes = Magnitudes::default();
         for &weight in w.iter() {
-            let weight = weight.abs();
-            if weight > max || weight.is_nan() {
-                max = weight; // a NaN or infinity stays and is caught below
-            }
-            sum += weight;
+            magnitudes.add(weight);
         }
+        Self::with_magnitudes(w, magnitudes)
+    }
+
+    /// [`ProbabilityWords::quantize_in_place`] for the lists `rows[b][ranges[b]]`, each row zero
+    /// outside its range, with the bits of one call per list: `steps[b]` is list `b`'s step, or
+    /// `None` (the list untouched). Each list's magnitudes are added in its order, as there
+    /// (the zeros around it change neither its largest nor its sum), but sixteen lists' sums go
+    /// side by side (the lanes of one register with AVX-512F on x86-64), so no list waits on the
+    /// latency of another's chain of additions.
+    pub fn quantize_each_in_place(
+        rows: &mut [&mut [f32]],
+        ranges: &[core::ops::RangeInclusive<usize>],
+        steps: &mut [Option<f32>],
+    ) {
+        let groups = rows.chunks_mut(SIDE_BY_SIDE).zip(ranges.chunks(SIDE_BY_SIDE));
+        for ((rows, ranges), steps) in groups.zip(steps.chunks_mut(SIDE_BY_SIDE)) {
+            let mut largest = [0.0f32; SIDE_BY_SIDE];
+            let mut sums = [0.0f32; SIDE_BY_SIDE];
+            magnitudes_side_by_side(rows, &mut largest, &mut sums);
+            for (b, ((row, range), step)) in rows.iter_mut().zip(ranges).zip(steps.iter_mut()).enumerate() {
+                let magnitudes = Magnitudes {
+                    max: largest[b],
+                    sum: sums[b],
+                };
+                *step =
+                    ProbabilityWords::with_magnitudes(&mut row[range.clone()], magnitudes).map(|q| q.step);
+            }
+        }
+    }
+
+    /// The rest of [`ProbabilityWords::quantize_in_place`], the weights' magnitudes added up.
+    fn with_magnitudes(w: &'a mut [f32], Magnitudes { max, sum }: Magnitudes) -> Option<Self> {
         // rounding adds at most half a step per key
         let room = SUM_LIMIT - 0.5 * w.len() as f32;
         if !max.is_finite() || !sum.is_finite() || room <= 0.0 {
@@ -129,6 +169,52 @@ impl<'a> ProbabilityWords<'a> {
             *w = round(f32::from_bits(*w as u32) * inverse);
         }
         Some(ProbabilityWords { weights, step })
+    }
+}
+
+/// The largest magnitude of a list of weights and the sum of all, in the list's order.
+#[derive(Debug, Clone, Copy, Default)]
+struct Magnitudes {
+    max: f32,
+    sum: f32,
+}
+
+impl Magnitudes {
+    fn add(&mut self, weight: f32) {
+        let weight = weight.abs();
+        if weight > self.max || weight.is_nan() {
+            self.max = weight; // a NaN or infinity stays and is caught after
+        }
+        self.sum += weight;
+    }
+}
+
+/// Lists whose magnitudes [`ProbabilityWords::quantize_each_in_place`] adds side by side.
+pub const SIDE_BY_SIDE: usize = 16;
+
+/// `largest[b]` and `sums[b]` as [`Magnitudes`] adds them up over `rows[b]` (at most
+/// [`SIDE_BY_SIDE`] rows, taken up to the shortest's length), from the values given.
+fn magnitudes_side_by_side(
+    rows: &[&mut [f32]],
+    largest: &mut [f32; SIDE_BY_SIDE],
+    sums: &mut [f32; SIDE_BY_SIDE],
+) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if crate::kernels::attention_magnitudes_avx512(rows, largest, sums) {
+        return;
+    }
+    let len = rows.iter().map(|row| row.len()).min().unwrap_or(0);
+    let mut magnitudes: [Magnitudes; SIDE_BY_SIDE] = core::array::from_fn(|b| Magnitudes {
+        max: largest[b],
+        sum: sums[b],
+    });
+    for t in 0..len {
+        for (m, row) in magnitudes.iter_mut().zip(rows) {
+            m.add(row[t]);
+        }
+    }
+    for ((m, largest), sum) in magnitudes.iter().zip(largest.iter_mut()).zip(sums.iter_mut()) {
+        (*largest, *sum) = (m.max, m.sum);
     }
 }
 
@@ -189,6 +275,36 @@ pub fn value_sums(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]
     }
     #[cfg(not(feature = "cortex-m-dsp"))]
     value_sums_portable(values, stride, weights, acc);
+}
+
+/// [`key_sums`] for several queries: `sums[b][t] = query_b · key_t` for `t` below the shortest
+/// output, `query_b` the words `words[b]` ([`QueryWords::words`]). With AVX-512BW on x86-64
+/// (`std` feature) each block of sixteen keys is widened once for all the queries; else one
+/// [`key_sums`] per query. Integer sums: the same bits either way.
+pub fn key_sums_each(keys: &[i8], stride: usize, d_head: usize, words: &[&[u32]], sums: &mut [&mut [i32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if crate::kernels::attention_key_sums_each_avx512(keys, stride, d_head, words, sums) {
+        return;
+    }
+    for (words, sums) in words.iter().zip(sums.iter_mut()) {
+        key_sums(keys, stride, d_head, &QueryWords { words, step: 0.0 }, sums);
+    }
+}
+
+/// [`value_sums`] for several weight lists: `accs[b][c] += Σ_t weights[b][t] · value_t[c]` for
+/// `t` below the shortest list and `c` below the shortest accumulator. With AVX-512BW on
+/// x86-64 (`std` feature) each pair of values is widened once for four lists; else one
+/// [`value_sums`] per list. Integer sums: the same bits either way.
+pub fn value_sums_each(values: &[i8], stride: usize, weights: &[&[i32]], accs: &mut [&mut [i32]]) {
+    let keys = weights.iter().map(|w| w.len()).min().unwrap_or(0);
+    let columns = accs.iter().map(|a| a.len()).min().unwrap_or(0);
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if crate::kernels::attention_value_sums_each_avx512(values, stride, weights, accs) {
+        return;
+    }
+    for (weights, acc) in weights.iter().zip(accs.iter_mut()) {
+        value_sums(values, stride, &weights[..keys], &mut acc[..columns]);
+    }
 }
 
 /// The 16-bit query value of column `c` from its widened words.

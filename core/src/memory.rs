@@ -308,6 +308,162 @@ impl<'a> Memory<'a> {
         matches!((&self.keys, &self.values), (Store::F32(_), Store::F32(_)))
     }
 
+    /// Whether the keys and values are int8, which [`Memory::key_dots_each_int8`] and
+    /// [`Memory::add_values_each_int8`] take.
+    pub fn is_int8(&self) -> bool {
+        matches!(
+            (&self.keys, &self.values),
+            (Store::Int8 { .. }, Store::Int8 { .. })
+        )
+    }
+
+    /// [`Memory::key_dots`] for several queries of one head over int8 keys, each query already
+    /// quantized as `key_dots` quantizes it: `outs[q][t] = queries[q] · key[layer][lo + t][head]`
+    /// for `t` below the shortest output's length, with the bits of one `key_dots` per query
+    /// (the same integer sums, scaled the same way); each key is widened once for all the
+    /// queries where a kernel does so. Other keys write nothing ([`Memory::is_int8`]).
+    pub fn key_dots_each_int8(
+        &self,
+        layer: usize,
+        lo: usize,
+        head: usize,
+        queries: &[int8_attention::QueryWords<'_>],
+        outs: &mut [&mut [f32]],
+    ) {
+        let Store::Int8 { values, scales } = &self.keys else {
+            return;
+        };
+        let count = outs.iter().map(|o| o.len()).min().unwrap_or(0);
+        let queries = &queries[..queries.len().min(outs.len()).min(MAX_POSITIONS_PER_PASS)];
+        let mut words: [&[u32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
+        for (words, query) in words.iter_mut().zip(queries) {
+            *words = query.words;
+        }
+        let d_head = self.d_head;
+        let mut done = 0;
+        for (at, run) in self.runs(layer, lo, count) {
+            let at = at + head * d_head;
+            let rows = &values[at..at + (run - 1) * self.width + d_head];
+            let mut parts: [&mut [i32]; MAX_POSITIONS_PER_PASS] =
+                core::array::from_fn(|_| Default::default());
+            for (part, out) in parts.iter_mut().zip(outs.iter_mut()) {
+                *part = bytemuck::cast_slice_mut(&mut out[done..done + run]);
+            }
+            let n = queries.len();
+            int8_attention::key_sums_each(rows, self.width, d_head, &words[..n], &mut parts[..n]);
+            let key_scales = scales[at / d_head..].iter().step_by(self.width / d_head);
+            for (out, query) in outs.iter_mut().zip(queries) {
+                for (o, &key_scale) in out[done..done + run].iter_mut().zip(key_scales.clone()) {
+                    let sum = o.to_bits() as i32;
+                    *o = sum as f32 * query.step * key_scale;
+                }
+            }
+            done += run;
+        }
+    }
+
+    /// [`Memory::add_values`] for several queries of one head over int8 values, each query
+    /// weighting the keys it sees as `add_values` does: query `b` sees keys `visible[b]` (its
+    /// `lo..=hi`), whose probabilities are row `b` of `weights` (rows of `capacity`, key
+    /// `lo_first + t` at `t`), overwritten. Each `outs[b]` gets the bits of one `add_values`,
+    /// a query whose weights cannot be quantized NaN as there; each value is widened once for
+    /// several queries where a kernel does so. `scratch` holds `d_head` words for each query,
+    /// `scales` a float for each key from `lo_first` to the last any query sees. Other values
+    /// add nothing ([`Memory::is_int8`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_values_each_int8(
+        &self,
+        layer: usize,
+        head: usize,
+        (lo_first, visible): (usize, &[(usize, usize)]),
+        (weights, capacity): (&mut [f32], usize),
+        scales: &mut [f32],
+        scratch: &mut [u32],
+        outs: &mut [&mut [f32]],
+    ) {
+        let Store::Int8 {
+            values,
+            scales: stored,
+        } = &self.values
+        else {
+            return;
+        };
+        let d_head = self.d_head;
+        let heads = self.width / d_head;
+        let count = visible.len().min(outs.len()).min(MAX_POSITIONS_PER_PASS);
+        let keys = visible
+            .iter()
+            .map(|&(_, hi)| hi + 1 - lo_first)
+            .max()
+            .unwrap_or(0);
+        // the values' scales, once for all the queries
+        let scales = &mut scales[..keys];
+        let mut done = 0;
+        for (at, run) in self.runs(layer, lo_first, keys) {
+            let value_scales = stored[at / d_head + head..].iter().step_by(heads);
+            for (scale, &stored) in scales[done..done + run].iter_mut().zip(value_scales) {
+                *scale = stored;
+            }
+            done += run;
+        }
+        // each query's weights p[t] · scale_t in its row, zero for the keys it does not see
+        // (which then add nothing), then quantized to i32 in place (all zero when they cannot
+        // be: that query is NaN)
+        let mut rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
+        let mut ranges: [core::ops::RangeInclusive<usize>; MAX_POSITIONS_PER_PASS] =
+            core::array::from_fn(|_| 0..=0);
+        let weight_rows = rows
+            .iter_mut()
+            .zip(ranges.iter_mut())
+            .zip(weights.chunks_exact_mut(capacity));
+        for (((row, range), weights), &(lo, hi)) in weight_rows.zip(&visible[..count]) {
+            let (seen, weights) = (lo - lo_first..=hi - lo_first, &mut weights[..keys]);
+            for (w, &scale) in weights[seen.clone()].iter_mut().zip(&scales[lo - lo_first..]) {
+                *w *= scale;
+            }
+            weights[..lo - lo_first].fill(0.0);
+            weights[hi - lo_first + 1..].fill(0.0);
+            (*row, *range) = (weights, seen);
+        }
+        let mut steps = [None; MAX_POSITIONS_PER_PASS];
+        int8_attention::ProbabilityWords::quantize_each_in_place(
+            &mut rows[..count],
+            &ranges[..count],
+            &mut steps[..count],
+        );
+        for (row, step) in rows[..count].iter_mut().zip(&steps) {
+            if step.is_none() {
+                row.fill(0.0);
+            }
+        }
+        let accs: &mut [i32] = bytemuck::cast_slice_mut(&mut scratch[..count * d_head]);
+        accs.fill(0);
+        let mut sums: [&mut [i32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
+        for (sum, acc) in sums.iter_mut().zip(accs.chunks_exact_mut(d_head)) {
+            *sum = acc;
+        }
+        let mut done = 0;
+        for (at, run) in self.runs(layer, lo_first, keys) {
+            let at = at + head * d_head;
+            let rows = &values[at..at + (run - 1) * self.width + d_head];
+            let mut parts: [&[i32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
+            for (part, row) in parts.iter_mut().zip(weights.chunks_exact(capacity)).take(count) {
+                *part = &bytemuck::cast_slice(&row[..keys])[done..done + run];
+            }
+            int8_attention::value_sums_each(rows, self.width, &parts[..count], &mut sums[..count]);
+            done += run;
+        }
+        for ((out, sum), step) in outs.iter_mut().zip(&sums[..count]).zip(&steps) {
+            let Some(step) = *step else {
+                out.fill(f32::NAN);
+                continue;
+            };
+            for (o, &sum) in out.iter_mut().zip(sum.iter()) {
+                *o += sum as f32 * step;
+            }
+        }
+    }
+
     /// [`Memory::key_dots`] for several queries of one head over f32 keys: `outs[q][t] =
     /// queries[q] · key[layer][lo + t][head]` for `t` below the shortest output's length, with
     /// the bits of one `key_dots` per query; each key is read once for all the queries. Other

@@ -1,7 +1,7 @@
 //! The linear layers take a segment's positions one, two (the default) or more at a time: the
 //! log-probabilities are the same bits whatever the number, in every weight dtype, and the
 //! arena grows with it. With more than two, the attention takes up to sixteen queries together
-//! too: the same bits as one at a time, under every mask.
+//! too, over f32 and int8 memory: the same bits as one at a time, under every mask.
 
 mod common;
 
@@ -90,7 +90,16 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
     } else {
         &[(7, 0), (20, 5), (40, 20), (17, 33)]
     };
-    for &(tgt_len, mem_len) in shapes {
+    // int8 memory: the integer key and value sums of several queries at once (safe code but
+    // for the x86-64 kernels, which the interpreter does not run: f32 alone under Miri)
+    let mem_dtypes: &[MemDtype] = if miri {
+        &[MemDtype::F32]
+    } else {
+        &[MemDtype::F32, MemDtype::Int8]
+    };
+    for (&(tgt_len, mem_len), &mem_dtype) in
+        shapes.iter().flat_map(|s| mem_dtypes.iter().map(move |m| (s, m)))
+    {
         for same_length in [false, true] {
             // clamp_len 3: the farther distances share R_3
             for clamp_len in [0, 3] {
@@ -101,6 +110,7 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
                         clamp_len,
                         same_length,
                         mem_init,
+                        mem_dtype,
                         ..SessionOptions::from_config(&config)
                     };
                     let one_at_a_time = log_prob_bits(&model, options, 2, &tokens);
@@ -112,8 +122,8 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
                     for &positions in positions_tried {
                         assert!(
                             log_prob_bits(&model, options, positions, &tokens) == one_at_a_time,
-                            "tgt_len {tgt_len}, mem_len {mem_len}, same_length {same_length}, clamp_len \
-                             {clamp_len}, {mem_init:?}: {positions} positions a pass"
+                            "tgt_len {tgt_len}, mem_len {mem_len}, {mem_dtype:?} memory, same_length \
+                             {same_length}, clamp_len {clamp_len}, {mem_init:?}: {positions} positions a pass"
                         );
                     }
                 }

@@ -291,7 +291,7 @@ unsafe fn tile_rows(values: &[i8], cols: usize, rows: usize, layout: &[u8], sums
 /// The CPU must support AVX-512F.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn transpose(tile: &[[i32; TILE]; TILE]) -> [[i32; TILE]; TILE] {
+pub(super) unsafe fn transpose(tile: &[[i32; TILE]; TILE]) -> [[i32; TILE]; TILE] {
     // SAFETY: each row is 16 readable i32; the CPU has AVX-512F (this function's contract).
     let rows: [__m512i; TILE] =
         core::array::from_fn(|i| unsafe { _mm512_loadu_si512(tile[i].as_ptr().cast()) });

@@ -27,6 +27,9 @@ pub mod avx512;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod x86_fma;
 
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub mod attention_avx512;
+
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;
 
@@ -460,6 +463,46 @@ pub(crate) fn attention_value_sums_avx2(
     // SAFETY: the CPU has AVX2, checked just above.
     unsafe { x86::value_sums_i8(values, stride, weights, acc) };
     true
+}
+
+/// [`crate::int8_attention::key_sums_each`] with AVX-512BW when the CPU has it; whether it ran.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub(crate) fn attention_key_sums_each_avx512(
+    keys: &[i8],
+    stride: usize,
+    d_head: usize,
+    words: &[&[u32]],
+    sums: &mut [&mut [i32]],
+) -> bool {
+    // SAFETY: the CPU has AVX-512F, BW and VL, checked first.
+    attention_avx512::has_avx512bw()
+        && unsafe { attention_avx512::key_sums_each(keys, stride, d_head, words, sums) }
+}
+
+/// The magnitudes [`crate::int8_attention::ProbabilityWords::quantize_each_in_place`] adds, with
+/// AVX-512F when the CPU has it; whether it ran.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub(crate) fn attention_magnitudes_avx512(
+    rows: &[&mut [f32]],
+    largest: &mut [f32; crate::int8_attention::SIDE_BY_SIDE],
+    sums: &mut [f32; crate::int8_attention::SIDE_BY_SIDE],
+) -> bool {
+    // SAFETY: the CPU has AVX-512F, checked first.
+    attention_avx512::has_avx512bw() && unsafe { attention_avx512::magnitudes_each(rows, largest, sums) }
+}
+
+/// [`crate::int8_attention::value_sums_each`] with AVX-512BW when the CPU has it; whether it
+/// ran.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub(crate) fn attention_value_sums_each_avx512(
+    values: &[i8],
+    stride: usize,
+    weights: &[&[i32]],
+    accs: &mut [&mut [i32]],
+) -> bool {
+    // SAFETY: the CPU has AVX-512F, BW and VL, checked first.
+    attention_avx512::has_avx512bw()
+        && unsafe { attention_avx512::value_sums_each(values, stride, weights, accs) }
 }
 
 // Added with the host kernels (x86-64: AVX, AVX2, F16C; aarch64: NEON): several inputs per
