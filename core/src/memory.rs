@@ -90,8 +90,17 @@ impl Store<'_> {
                         0.0
                     };
                     let inverse = if scale > 0.0 { 127.0 / max_abs } else { 0.0 };
-                    for (o, &v) in values[start..start + d_head].iter_mut().zip(chunk) {
-                        *o = libm::roundf(v * inverse).clamp(-127.0, 127.0) as i8;
+                    let out = &mut values[start..start + d_head];
+                    if inverse.is_finite() {
+                        // every |v * inverse| is below 127.5 (`max_abs` is the largest |v|):
+                        // `roundf`'s bits without the call, and no clamp needed
+                        for (o, &v) in out.iter_mut().zip(chunk) {
+                            *o = crate::kernels::scalar::round_in_range(v * inverse) as i8;
+                        }
+                    } else {
+                        for (o, &v) in out.iter_mut().zip(chunk) {
+                            *o = libm::roundf(v * inverse).clamp(-127.0, 127.0) as i8;
+                        }
                     }
                     scales[start / d_head] = scale;
                 }
