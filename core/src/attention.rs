@@ -1,4 +1,6 @@
-//! Relative multi-head attention (Dai et al., 2019, section 3.3), one query at a time.
+//! Relative multi-head attention (Dai et al., 2019, section 3.3): one query at a time
+//! ([`attend_one`]), or a block of a segment's queries together over f32 or int8 memory
+//! ([`attend_block`]), with the same bits.
 //!
 //! For query `i` and key `j` at distance `d = mlen + i - j`, with `R_d = W_r · pos_emb(d)`:
 //! ```text
