@@ -318,8 +318,157 @@ unsafe fn axpys_chunk<const Q: usize>(
     }
 }
 
+/// [`super::x86::softmax_exp8`] for sixteen values, step for step in 512-bit registers (the
+/// lane choices in mask registers): `values[i] = softmax_exp(values[i] - max)`, computing
+/// `libm::expf`'s bits.
+///
+/// # Safety
+/// The CPU must support AVX-512F ([`has_avx512f`]).
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub unsafe fn softmax_exp16(values: &mut [f32; 16], max: f32) {
+    // libm's constants, bit for bit
+    const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+    const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
+    const P1: f32 = f32::from_bits(0x3e2a_aa8f);
+    const P2: f32 = f32::from_bits(0xbb35_5215);
+    let f = |bits: u32| _mm512_set1_ps(f32::from_bits(bits));
+    let ones = _mm512_set1_ps(1.0);
+    // SAFETY: `values` is sixteen readable f32.
+    let x = _mm512_sub_ps(unsafe { _mm512_loadu_ps(values.as_ptr()) }, _mm512_set1_ps(max));
+    let abs = _mm512_castsi512_ps(_mm512_and_si512(
+        _mm512_castps_si512(x),
+        _mm512_set1_epi32(0x7fff_ffff),
+    ));
+    // lanes libm takes another path for: NaN, x > 2^-14
+    let unusual = _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x, f(0x3900_0000));
+    // k: trunc(x / ln 2 - 1/2) beyond 1.5 ln 2, -1 beyond 0.5 ln 2, else 0
+    let truncated = _mm512_cvttps_epi32(_mm512_add_ps(
+        _mm512_mul_ps(_mm512_set1_ps(INV_LN2), x),
+        _mm512_set1_ps(-0.5),
+    ));
+    let beyond_3_halves = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(abs, f(0x3f85_1592));
+    let beyond_half = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(abs, f(0x3eb1_7218));
+    let minus_one = _mm512_maskz_mov_epi32(beyond_half, _mm512_set1_epi32(-1));
+    let k = _mm512_mask_blend_epi32(beyond_3_halves, minus_one, truncated);
+    let kf = _mm512_cvtepi32_ps(k);
+    let hi = _mm512_sub_ps(x, _mm512_mul_ps(kf, _mm512_set1_ps(LN2_HI)));
+    let lo = _mm512_mul_ps(kf, _mm512_set1_ps(LN2_LO));
+    let r = _mm512_sub_ps(hi, lo);
+    let rr = _mm512_mul_ps(r, r);
+    let c = _mm512_sub_ps(
+        r,
+        _mm512_mul_ps(
+            rr,
+            _mm512_add_ps(_mm512_set1_ps(P1), _mm512_mul_ps(rr, _mm512_set1_ps(P2))),
+        ),
+    );
+    let quotient = _mm512_div_ps(_mm512_mul_ps(r, c), _mm512_sub_ps(_mm512_set1_ps(2.0), c));
+    let y = _mm512_add_ps(ones, _mm512_add_ps(_mm512_sub_ps(quotient, lo), hi));
+    // y * 2^k as libm's scalbnf takes it (see `softmax_exp8`)
+    let deep = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(-126), k);
+    let y = _mm512_mask_blend_ps(deep, y, _mm512_mul_ps(y, f(0x0c80_0000)));
+    let k = _mm512_mask_add_epi32(k, deep, k, _mm512_set1_epi32(102));
+    let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
+        k,
+        _mm512_set1_epi32(127),
+    )));
+    let scaled = _mm512_mul_ps(y, scale);
+    // |x| <= 2^-14: libm returns 1 + x
+    let tiny = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(abs, f(0x3900_0000));
+    let result = _mm512_mask_blend_ps(tiny, scaled, _mm512_add_ps(ones, x));
+    // x <= -103.972084 or -inf: libm's expf returns 0
+    let underflow = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(abs, f(0x42cf_f1b5))
+        & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+    let result = _mm512_maskz_mov_ps(!underflow, result);
+    let unusual = unusual & !underflow;
+    let mut args = [0.0f32; 16];
+    if unusual != 0 {
+        // SAFETY: `args` has room for sixteen f32.
+        unsafe { _mm512_storeu_ps(args.as_mut_ptr(), x) };
+    }
+    // SAFETY: `values` has room for sixteen f32.
+    unsafe { _mm512_storeu_ps(values.as_mut_ptr(), result) };
+    if unusual != 0 {
+        for (i, (v, arg)) in values.iter_mut().zip(args).enumerate() {
+            if unusual & (1 << i) != 0 {
+                *v = libm::expf(arg);
+            }
+        }
+    }
+}
+
+/// [`softmax_exp16`] on each chunk of sixteen of `values`, then [`super::x86::softmax_exp8`]
+/// on a last eight (`values` a multiple of eight long).
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX2 and F16C.
+#[target_feature(enable = "avx512f,avx2,f16c")]
+pub unsafe fn softmax_exps(values: &mut [f32], max: f32) {
+    let (sixteens, rest) = values.as_chunks_mut::<16>();
+    for sixteen in sixteens {
+        // SAFETY: the CPU has AVX-512F (this function's contract).
+        unsafe { softmax_exp16(sixteen, max) };
+    }
+    let (eights, _) = rest.as_chunks_mut::<8>();
+    for eight in eights {
+        // SAFETY: the CPU has AVX2 and F16C (this function's contract).
+        unsafe { super::x86::softmax_exp8(eight, max) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn softmax_exp16_has_the_bits_of_libm_expf() {
+        if !super::has_avx512f() {
+            eprintln!("SKIPPED softmax_exp16_has_the_bits_of_libm_expf: this CPU has no AVX-512F");
+            return;
+        }
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        let check = |args: &[f32; 16], max: f32| {
+            let mut fast = *args;
+            // SAFETY: AVX-512F was detected above.
+            unsafe { super::softmax_exp16(&mut fast, max) };
+            for (f, a) in fast.iter().zip(args) {
+                let slow = libm::expf(a - max);
+                assert!(same(*f, slow), "exp({a:e} - {max:e}): {f:e} vs {slow:e}");
+            }
+        };
+        // every 7th f32 from -0 down to past -104, every f32 whose exp is subnormal, specials
+        let every = (0x8000_0000u32..=0xc2d0_0000)
+            .step_by(7)
+            .chain(0xc2ae_ac50u32..=0xc2cf_f1b5);
+        let specials = [
+            0.0,
+            -0.0,
+            f32::NAN,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            1e-5,
+            0.5,
+            100.0,
+            -87.33655,
+            -88.0,
+            -0.346_573_6,
+            -1.039_720_8,
+            f32::MIN_POSITIVE,
+            -6.103_515_6e-5,
+            -103.972_08,
+            -1e30,
+        ];
+        let values: Vec<f32> = every.map(f32::from_bits).chain(specials).collect();
+        for batch in values.chunks_exact(16) {
+            check(batch.try_into().unwrap(), 0.0);
+        }
+        // through the subtraction of the maximum
+        let shifted = [
+            1.0, 2.0, 3.0, -4.0, 5.5, 5.25, -90.0, 0.0, 5.5, -1e-6, 4.0, -3.0, 0.25, 1e-3, -97.0, 5.0,
+        ];
+        check(&shifted, 5.5);
+    }
     use half::f16;
 
     use super::super::scalar;

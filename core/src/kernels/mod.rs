@@ -630,6 +630,23 @@ pub fn softmax_exp8(values: &mut [f32; 8], max: f32) {
     }
 }
 
+/// [`softmax_exp8`] on each chunk of eight of `values` (a multiple of eight long), the kernel
+/// chosen once for all: sixteen lanes at a time with AVX-512F, eight with AVX2 (the same bits).
+#[inline]
+pub fn softmax_exps(values: &mut [f32], max: f32) {
+    #[cfg(all(feature = "std", target_arch = "x86_64", not(feature = "fast-math")))]
+    if avx512::has_avx512f() && x86::has_avx2() {
+        // SAFETY: the CPU has AVX-512F, AVX2 and F16C (`has_avx512f` checks F16C), checked just
+        // above.
+        return unsafe { avx512::softmax_exps(values, max) };
+    }
+    for chunk in values.chunks_exact_mut(8) {
+        if let Ok(eight) = <&mut [f32; 8]>::try_from(chunk) {
+            softmax_exp8(eight, max);
+        }
+    }
+}
+
 #[cfg(all(test, feature = "std", target_arch = "x86_64"))]
 mod extension_tests {
     #[test]

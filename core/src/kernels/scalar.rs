@@ -851,7 +851,12 @@ pub fn layer_norm(x: &[f32], gain: Vector<'_>, bias: Vector<'_>, eps: f32, out: 
 
 /// In place LayerNorm (see [`layer_norm`]).
 pub fn layer_norm_in_place(x: &mut [f32], gain: Vector<'_>, bias: Vector<'_>, eps: f32) {
-    let (mean, inv_std) = moments(x, eps);
+    let moments = moments(x, eps);
+    normalize(x, moments, gain, bias);
+}
+
+/// `x = (x - mean) * inv_std * gain + bias`.
+fn normalize(x: &mut [f32], (mean, inv_std): (f32, f32), gain: Vector<'_>, bias: Vector<'_>) {
     with_f32_vectors(x.len(), gain, bias, |at, gain, bias| {
         for ((v, g), b) in x[at..at + gain.len()].iter_mut().zip(gain).zip(bias) {
             *v = (*v - mean) * inv_std * g + b;
@@ -859,12 +864,49 @@ pub fn layer_norm_in_place(x: &mut [f32], gain: Vector<'_>, bias: Vector<'_>, ep
     });
 }
 
-/// LayerNorm's mean and `1 / sqrt(var + eps)` of `x`.
+/// LayerNorm's mean and `1 / sqrt(var + eps)` of `x`: each sum from `-0.0` (as `Iterator::sum`
+/// starts an f32 sum), in order.
 fn moments(x: &[f32], eps: f32) -> (f32, f32) {
     let n = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / n;
-    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let mean = x.iter().fold(-0.0, |sum, v| sum + v) / n;
+    let var = x.iter().fold(-0.0, |sum, v| sum + (v - mean) * (v - mean)) / n;
     (mean, 1.0 / libm::sqrtf(var + eps))
+}
+
+/// Rows whose LayerNorm sums [`layer_norm_rows_in_place`] adds side by side.
+const ROWS_SIDE_BY_SIDE: usize = 16;
+
+/// [`layer_norm_in_place`] of each row of `width` in `x`, with its bits: each row's sums (of
+/// its values, then of its squared deviations) are added in its order, as there, but sixteen
+/// rows' sums go side by side, so no row waits on the latency of another's chain of additions.
+pub fn layer_norm_rows_in_place(x: &mut [f32], width: usize, gain: Vector<'_>, bias: Vector<'_>, eps: f32) {
+    if width == 0 {
+        return;
+    }
+    let n = width as f32;
+    for block in x.chunks_mut(ROWS_SIDE_BY_SIDE * width) {
+        let rows = block.len() / width;
+        let mut means = [-0.0f32; ROWS_SIDE_BY_SIDE];
+        for c in 0..width {
+            for (b, sum) in means[..rows].iter_mut().enumerate() {
+                *sum += block[b * width + c];
+            }
+        }
+        for mean in means.iter_mut() {
+            *mean /= n;
+        }
+        let mut vars = [-0.0f32; ROWS_SIDE_BY_SIDE];
+        for c in 0..width {
+            for (b, (sum, mean)) in vars[..rows].iter_mut().zip(&means).enumerate() {
+                let v = block[b * width + c];
+                *sum += (v - mean) * (v - mean);
+            }
+        }
+        for ((row, mean), var) in block.chunks_exact_mut(width).zip(means).zip(vars) {
+            let inv_std = 1.0 / libm::sqrtf(var / n + eps);
+            normalize(row, (mean, inv_std), gain, bias);
+        }
+    }
 }
 
 /// Calls `apply(at, gain, bias)` with elements `at..at + gain.len()` of the two vectors as f32
@@ -912,19 +954,21 @@ pub fn log_sum_exp(x: &[f32]) -> f32 {
     m + libm::logf(sum_exp(x, m))
 }
 
-/// `sum exp(x[i] - m)`, added in order from 0. The `exp`s go eight at a time where a kernel
-/// does them so ([`softmax_exp8`](super::softmax_exp8): the same bits), else one at a time
-/// ([`softmax_exp`](super::fast_math::softmax_exp)).
+/// `sum exp(x[i] - m)`, added in order from 0. The `exp`s go eight or sixteen at a time where a
+/// kernel does them so ([`softmax_exps`](super::softmax_exps), on copies 256 at a time: the
+/// same bits), else one at a time ([`softmax_exp`](super::fast_math::softmax_exp)).
 pub fn sum_exp(x: &[f32], m: f32) -> f32 {
+    const COPIED: usize = 256;
     let mut sum = 0.0;
     let by_eight = if super::SOFTMAX_EXP8 { x.len() / 8 * 8 } else { 0 };
     let (eights, rest) = x.split_at(by_eight);
-    for chunk in eights.chunks_exact(8) {
-        let mut eight = [0.0f32; 8];
-        eight.copy_from_slice(chunk);
-        super::softmax_exp8(&mut eight, m);
-        for v in eight {
-            sum += v;
+    let mut exps = [0.0f32; COPIED];
+    for chunk in eights.chunks(COPIED) {
+        let exps = &mut exps[..chunk.len()];
+        exps.copy_from_slice(chunk);
+        super::softmax_exps(exps, m);
+        for v in exps.iter() {
+            sum += *v;
         }
     }
     for &v in rest {
@@ -946,16 +990,13 @@ pub fn log_softmax(x: &mut [f32]) {
 pub fn softmax(x: &mut [f32]) {
     let m = max(x);
     let mut sum = 0.0;
-    // eight `exp`s at a time where a kernel does them so (the same bits), added in order
+    // eight or sixteen `exp`s at a time where a kernel does them so (the same bits), then all
+    // added in order
     let by_eight = if super::SOFTMAX_EXP8 { x.len() / 8 * 8 } else { 0 };
     let (eights, rest) = x.split_at_mut(by_eight);
-    for chunk in eights.chunks_exact_mut(8) {
-        if let Ok(eight) = <&mut [f32; 8]>::try_from(chunk) {
-            super::softmax_exp8(eight, m);
-            for v in eight.iter() {
-                sum += *v;
-            }
-        }
+    super::softmax_exps(eights, m);
+    for v in eights.iter() {
+        sum += *v;
     }
     for v in rest.iter_mut() {
         *v = super::fast_math::softmax_exp(*v - m);
@@ -1325,5 +1366,50 @@ mod tests {
         let (gain, bias) = (Vector::F32(&[2.0; 3]), Vector::F32(&[0.5, -1.0, 3.0]));
         layer_norm(&[0.0; 3], gain, bias, 1e-5, &mut out);
         assert_eq!(out, [0.5, -1.0, 3.0]);
+    }
+
+    /// The rows side by side against one `layer_norm_in_place` per row, bit for bit: widths
+    /// with and without a whole chunk of the vectors, row counts around a block of sixteen, f32
+    /// and f16 gains and biases, and rows of negative zeros, of one value, and with a NaN.
+    #[test]
+    fn layer_norm_rows_have_the_bits_of_one_row_at_a_time() {
+        let value = |i: usize| (((i * 2654435761) >> 9) % 4001) as f32 / 100.0 - 20.0;
+        let widths: &[usize] = if cfg!(miri) { &[5, 33] } else { &[1, 5, 33, 128] };
+        let counts: &[usize] = if cfg!(miri) {
+            &[1, 17]
+        } else {
+            &[1, 2, 15, 16, 17, 40]
+        };
+        for &width in widths {
+            let gain: Vec<f32> = (0..width).map(|i| 1.0 + value(i + 7) / 40.0).collect();
+            let bias: Vec<f32> = (0..width).map(|i| value(i + 11) / 10.0).collect();
+            let gain16: Vec<f16> = gain.iter().map(|&g| f16::from_f32(g)).collect();
+            let bias16: Vec<f16> = bias.iter().map(|&b| f16::from_f32(b)).collect();
+            let vectors = [
+                (Vector::F32(&gain), Vector::F32(&bias)),
+                (Vector::F16(&gain16), Vector::F16(&bias16)),
+            ];
+            for &rows in counts {
+                let mut x: Vec<f32> = (0..rows * width).map(|i| value(i + 100 * width)).collect();
+                for (r, row) in x.chunks_exact_mut(width).enumerate() {
+                    match r % 5 {
+                        1 => row.fill(-0.0),
+                        2 => row.fill(3.25),
+                        3 => row[width / 2] = f32::NAN,
+                        _ => {}
+                    }
+                }
+                for (gain, bias) in vectors {
+                    let mut want = x.clone();
+                    for row in want.chunks_exact_mut(width) {
+                        layer_norm_in_place(row, gain, bias, 1e-5);
+                    }
+                    let mut got = x.clone();
+                    layer_norm_rows_in_place(&mut got, width, gain, bias, 1e-5);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{rows} rows of {width}");
+                }
+            }
+        }
     }
 }

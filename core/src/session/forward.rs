@@ -294,10 +294,10 @@ impl Session<'_, '_> {
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
             for (h, out) in hidden.chunks_exact_mut(d_model).zip(branch.chunks_exact(d_model)) {
                 kernels::add_assign(h, out);
-                if !config.pre_lnorm {
-                    let eps = config.layer_norm_epsilon;
-                    kernels::layer_norm_in_place(h, w.attn_norm_weight, w.attn_norm_bias, eps);
-                }
+            }
+            if !config.pre_lnorm {
+                let eps = config.layer_norm_epsilon;
+                kernels::layer_norm_rows_in_place(hidden, d_model, w.attn_norm_weight, w.attn_norm_bias, eps);
             }
             i += count;
         }
@@ -360,9 +360,9 @@ impl Session<'_, '_> {
             {
                 kernels::add_vector(out, w.ff2_bias);
                 kernels::add_assign(h, out);
-                if !config.pre_lnorm {
-                    kernels::layer_norm_in_place(h, w.ff_norm_weight, w.ff_norm_bias, eps);
-                }
+            }
+            if !config.pre_lnorm {
+                kernels::layer_norm_rows_in_place(hidden, d_model, w.ff_norm_weight, w.ff_norm_bias, eps);
             }
             i += count;
         }
