@@ -71,19 +71,27 @@ impl<'a> QueryWords<'a> {
     }
 }
 
-/// The largest `|v|`, or NaN if any `v` is NaN (a loop the compiler vectorises: the largest
-/// and whether there was a NaN are kept apart).
+/// The largest `|v|`, or NaN if any `v` is NaN: eight running maxima side by side (the
+/// largest of a set is the same whatever the order), and apart from them whether there was a
+/// NaN, so the compiler can vectorise the loop.
 fn largest_magnitude(values: &[f32]) -> f32 {
-    let (mut max, mut nan) = (0.0f32, false);
-    for v in values {
-        let a = v.abs();
-        max = if a > max { a } else { max };
-        nan |= a.is_nan();
+    let larger = |m: f32, a: f32| if a > m { a } else { m };
+    let (mut lanes, mut nan) = ([0.0f32; 8], false);
+    let (eights, rest) = values.as_chunks::<8>();
+    for eight in eights {
+        for (lane, v) in lanes.iter_mut().zip(eight) {
+            *lane = larger(*lane, v.abs());
+            nan |= v.is_nan();
+        }
+    }
+    for v in rest {
+        lanes[0] = larger(lanes[0], v.abs());
+        nan |= v.is_nan();
     }
     if nan {
         f32::NAN
     } else {
-        max
+        lanes.into_iter().fold(0.0, larger)
     }
 }
 

@@ -54,6 +54,23 @@ impl MemDtype {
     }
 }
 
+/// The largest `|v|` of `values` (NaNs ignored, as `f32::max` ignores them; 0 for none): eight
+/// running maxima side by side, which the compiler can vectorise (the largest of a set is the
+/// same whatever the order).
+fn largest_magnitude(values: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (eights, rest) = values.as_chunks::<8>();
+    for eight in eights {
+        for (lane, v) in lanes.iter_mut().zip(eight) {
+            *lane = lane.max(v.abs());
+        }
+    }
+    for v in rest {
+        lanes[0] = lanes[0].max(v.abs());
+    }
+    lanes.into_iter().fold(0.0, f32::max)
+}
+
 /// Bytes of the int8 values of `elements`, padded so the scales after them are aligned.
 pub(crate) fn int8_values_bytes(elements: usize) -> Option<usize> {
     Some(elements.checked_add(15)? / 16 * 16)
@@ -83,7 +100,7 @@ impl Store<'_> {
             Store::Int8 { values, scales } => {
                 for (head, chunk) in row.chunks_exact(d_head).enumerate() {
                     let start = at + head * d_head;
-                    let max_abs = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                    let max_abs = largest_magnitude(chunk);
                     let scale = if max_abs > 0.0 && max_abs.is_finite() {
                         max_abs / 127.0
                     } else {
@@ -360,11 +377,12 @@ impl<'a> Memory<'a> {
             }
             let n = queries.len();
             int8_attention::key_sums_each(rows, self.width, d_head, &words[..n], &mut parts[..n]);
+            // each key's scale read once for all the queries
             let key_scales = scales[at / d_head..].iter().step_by(self.width / d_head);
-            for (out, query) in outs.iter_mut().zip(queries) {
-                for (o, &key_scale) in out[done..done + run].iter_mut().zip(key_scales.clone()) {
-                    let sum = o.to_bits() as i32;
-                    *o = sum as f32 * query.step * key_scale;
+            for (t, &key_scale) in (done..done + run).zip(key_scales) {
+                for (out, query) in outs.iter_mut().zip(queries) {
+                    let sum = out[t].to_bits() as i32;
+                    out[t] = sum as f32 * query.step * key_scale;
                 }
             }
             done += run;
@@ -758,5 +776,70 @@ impl<'a> Memory<'a> {
     /// Marks `len` positions (already written) as remembered, e.g. the zero states.
     pub fn set_len(&mut self, len: usize) {
         self.len = len.min(self.mem_len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::{vec, vec::Vec};
+
+    /// An int8 row as the memory first wrote it: the largest magnitude by `f32::max`, then
+    /// `roundf` and a clamp for every value.
+    fn written_with_roundf(chunk: &[f32]) -> (Vec<i8>, f32) {
+        let max_abs = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = if max_abs > 0.0 && max_abs.is_finite() {
+            max_abs / 127.0
+        } else {
+            0.0
+        };
+        let inverse = if scale > 0.0 { 127.0 / max_abs } else { 0.0 };
+        let values = chunk
+            .iter()
+            .map(|&v| libm::roundf(v * inverse).clamp(-127.0, 127.0) as i8)
+            .collect();
+        (values, scale)
+    }
+
+    /// Rows of ordinary values, halves that round away from zero, a range so small that `127 /
+    /// max` overflows, zeros, and NaNs and infinities among the values: the same bytes and
+    /// scales as `roundf` gives.
+    #[test]
+    fn int8_rows_are_rounded_as_roundf_rounds_them() {
+        let d_head = 12;
+        let value = |i: usize| (((i * 2654435761) >> 7) % 2001) as f32 / 37.0 - 27.0;
+        let rows: Vec<Vec<f32>> = vec![
+            (0..d_head).map(value).collect(),
+            (0..d_head).map(|i| (i as f32 - 6.0) * 0.5).collect(),
+            (0..d_head).map(|i| value(i + 40) * 1e-39).collect(),
+            (0..d_head).map(|i| f32::from_bits(i as u32 % 5)).collect(),
+            vec![0.0; d_head],
+            vec![-0.0; d_head],
+            (0..d_head)
+                .map(|i| if i == 3 { f32::NAN } else { value(i + 80) })
+                .collect(),
+            (0..d_head)
+                .map(|i| if i == 5 { f32::INFINITY } else { value(i + 90) })
+                .collect(),
+            (0..d_head)
+                .map(|i| if i % 2 == 0 { f32::NEG_INFINITY } else { 1.0 })
+                .collect(),
+        ];
+        let mut values = vec![0i8; 2 * d_head];
+        let mut scales = vec![0.0f32; 2];
+        for row in &rows {
+            let mut store = Store::Int8 {
+                values: &mut values,
+                scales: &mut scales,
+            };
+            // two heads of the same row: the second at row offset `d_head`
+            let both: Vec<f32> = row.iter().chain(row.iter()).copied().collect();
+            store.write(0, d_head, &both);
+            let (want, scale) = written_with_roundf(row);
+            for head in 0..2 {
+                assert_eq!(&values[head * d_head..(head + 1) * d_head], &want[..], "{row:?}");
+                assert_eq!(scales[head].to_bits(), scale.to_bits(), "{row:?}");
+            }
+        }
     }
 }
