@@ -14,7 +14,7 @@
 use half::f16;
 
 use crate::int8_attention;
-use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
+use crate::kernels::{self, scalar, MAX_POSITIONS_PER_PASS};
 
 /// How the cached keys and values are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -54,23 +54,6 @@ impl MemDtype {
     }
 }
 
-/// The largest `|v|` of `values` (NaNs ignored, as `f32::max` ignores them; 0 for none): eight
-/// running maxima side by side, which the compiler can vectorise (the largest of a set is the
-/// same whatever the order).
-fn largest_magnitude(values: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (eights, rest) = values.as_chunks::<8>();
-    for eight in eights {
-        for (lane, v) in lanes.iter_mut().zip(eight) {
-            *lane = lane.max(v.abs());
-        }
-    }
-    for v in rest {
-        lanes[0] = lanes[0].max(v.abs());
-    }
-    lanes.into_iter().fold(0.0, f32::max)
-}
-
 /// Bytes of the int8 values of `elements`, padded so the scales after them are aligned.
 pub(crate) fn int8_values_bytes(elements: usize) -> Option<usize> {
     Some(elements.checked_add(15)? / 16 * 16)
@@ -100,26 +83,9 @@ impl Store<'_> {
             Store::Int8 { values, scales } => {
                 for (head, chunk) in row.chunks_exact(d_head).enumerate() {
                     let start = at + head * d_head;
-                    let max_abs = largest_magnitude(chunk);
-                    let scale = if max_abs > 0.0 && max_abs.is_finite() {
-                        max_abs / 127.0
-                    } else {
-                        0.0
-                    };
-                    let inverse = if scale > 0.0 { 127.0 / max_abs } else { 0.0 };
                     let out = &mut values[start..start + d_head];
-                    if inverse.is_finite() {
-                        // every |v * inverse| is below 127.5 (`max_abs` is the largest |v|):
-                        // `roundf`'s bits without the call, and no clamp needed
-                        for (o, &v) in out.iter_mut().zip(chunk) {
-                            *o = crate::kernels::scalar::round_in_range(v * inverse) as i8;
-                        }
-                    } else {
-                        for (o, &v) in out.iter_mut().zip(chunk) {
-                            *o = libm::roundf(v * inverse).clamp(-127.0, 127.0) as i8;
-                        }
-                    }
-                    scales[start / d_head] = scale;
+                    let max_abs = scalar::largest_magnitude(chunk);
+                    scales[start / d_head] = scalar::quantize_with(out, max_abs, chunk.iter().copied());
                 }
             }
         }
@@ -784,21 +750,21 @@ mod tests {
     use super::*;
     use alloc::{vec, vec::Vec};
 
-    /// An int8 row as the memory first wrote it: the largest magnitude by `f32::max`, then
-    /// `roundf` and a clamp for every value.
+    /// An int8 row as the activations' quantizer defines it: the largest magnitude by
+    /// `f32::max`; for a positive finite one, `roundf(v * 127 / max)` clamped and a scale of
+    /// `max / 127` (which underflows to 0 for the smallest ranges: then the bytes read as zeros);
+    /// else zeros and 0.
     fn written_with_roundf(chunk: &[f32]) -> (Vec<i8>, f32) {
         let max_abs = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let scale = if max_abs > 0.0 && max_abs.is_finite() {
-            max_abs / 127.0
-        } else {
-            0.0
-        };
-        let inverse = if scale > 0.0 { 127.0 / max_abs } else { 0.0 };
+        if !(max_abs > 0.0 && max_abs.is_finite()) {
+            return (vec![0; chunk.len()], 0.0);
+        }
+        let inverse = 127.0 / max_abs;
         let values = chunk
             .iter()
             .map(|&v| libm::roundf(v * inverse).clamp(-127.0, 127.0) as i8)
             .collect();
-        (values, scale)
+        (values, max_abs / 127.0)
     }
 
     /// Rows of ordinary values, halves that round away from zero, a range so small that `127 /

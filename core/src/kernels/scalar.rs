@@ -524,7 +524,7 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
         } => {
             let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
             let (xq, _) = super::split_scratch(scratch, weight.rows);
-            let x_scale = quantize_with(xq, max_abs(x.iter().copied()), x.iter().copied());
+            let x_scale = quantize_with(xq, largest_magnitude(x), x.iter().copied());
             for (c, out) in y.iter_mut().enumerate() {
                 let acc: i64 = xq
                     .iter()
@@ -759,7 +759,7 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 /// Quantizes `x * act_scales` to symmetric int8 in `out`; returns the scale (`max |x| / 127`).
 pub fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
     match act_scales {
-        None => quantize_with(out, max_abs(x.iter().copied()), x.iter().copied()),
+        None => quantize_with(out, largest_magnitude(x), x.iter().copied()),
         Some(scales) => {
             let scaled = || x.iter().zip(scales).map(|(v, s)| v * s);
             quantize_with(out, max_abs(scaled()), scaled())
@@ -772,7 +772,7 @@ pub fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8
 /// `max_abs` is the largest `|v|` of `values`, so every `|v * (127 / max_abs)|` is below
 /// `127 * (1 + 3 * EPSILON) < 127.5` and rounds into `-127..=127` without a clamp. Rounding is
 /// `libm::roundf`'s own formula (ties away from zero), so the bits are the same.
-fn quantize_with(out: &mut [i8], max_abs: f32, values: impl Iterator<Item = f32>) -> f32 {
+pub(crate) fn quantize_with(out: &mut [i8], max_abs: f32, values: impl Iterator<Item = f32>) -> f32 {
     if !(max_abs > 0.0 && max_abs.is_finite()) {
         out.fill(0);
         return 0.0;
@@ -804,7 +804,8 @@ pub(crate) fn round_in_range(y: f32) -> i32 {
     (y + half) as i32
 }
 
-/// Largest `|v|` of `values` (NaNs ignored; 0 for none), as `f32::max` folds it.
+/// Largest `|v|` of `values` computed on the fly (NaNs ignored; 0 for none), as `f32::max`
+/// folds it; [`largest_magnitude`] takes a slice.
 #[inline(always)]
 fn max_abs(values: impl Iterator<Item = f32>) -> f32 {
     let mut max = 0.0f32;
@@ -815,6 +816,23 @@ fn max_abs(values: impl Iterator<Item = f32>) -> f32 {
         }
     }
     max
+}
+
+/// The largest `|v|` of `values` (NaNs ignored, as `f32::max` ignores them; 0 for none): eight
+/// running maxima side by side, which the compiler can vectorise (the largest of a set is the
+/// same whatever the order).
+pub(crate) fn largest_magnitude(values: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (eights, rest) = values.as_chunks::<8>();
+    for eight in eights {
+        for (lane, v) in lanes.iter_mut().zip(eight) {
+            *lane = lane.max(v.abs());
+        }
+    }
+    for v in rest {
+        lanes[0] = lanes[0].max(v.abs());
+    }
+    lanes.into_iter().fold(0.0, f32::max)
 }
 
 /// `y += x`.
