@@ -10,7 +10,9 @@
 //!   additions keep the adders busy, each lane doing exactly the scalar additions in the scalar
 //!   order. f16 weights are widened by `VCVTPH2PS` (exact) on the way in. With two inputs
 //!   ([`dots_each`], two positions of a segment) each register of weights meets both, eight rows
-//!   per pass into two sets of accumulators.
+//!   per pass into two sets of accumulators. With four inputs or more each block of eight rows
+//!   is first copied as those registers (f16 widened once, not once per pass), which every pair
+//!   of inputs then reads with one load a register.
 //! - **Weighted rows** ([`axpys`]): `out[e] += p[k] * rows[k][e]` in `k` order per element,
 //!   eight elements a register.
 //! - **int8 rows** ([`row_sums_i8`], [`row_sums_i8_pair`]): four weight rows per pass share the
@@ -269,6 +271,12 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     let n = rows_that_fit(rows.len(), stride, cols, wanted);
     let inputs = xs.len().min(outs.len());
     let mut r = 0;
+    if inputs >= PACK_LEAST_INPUTS && cols >= 4 {
+        r = PACKED_ROWS.with_borrow_mut(|packed| {
+            // SAFETY: the caller's contract (AVX and F16C), with `n` bounded as below.
+            unsafe { dots_each_packed(rows, stride, n, &xs[..inputs], outs, cols, packed) }
+        });
+    }
     while r + 8 <= n {
         // SAFETY: rows `r..r + 8` end at `(r + 7) * stride + cols <= rows.len()`, as
         // `r + 8 <= n` and `rows_that_fit` bounds `n`: the offset is inside `rows`.
@@ -314,6 +322,110 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
             // SAFETY: as above, for row `r`.
             out[r] = unsafe { dot_one(rows.as_ptr().add(r * stride), &x[..cols]) };
         }
+    }
+}
+
+/// Inputs from which [`dots_each`] first copies each block of eight rows into
+/// [`PACKED_ROWS`]: a copy costs about one pass of the block, and saves every later pass the
+/// second load and the lane insertion (or the f16 widening) of each register of two rows.
+const PACK_LEAST_INPUTS: usize = 4;
+
+std::thread_local! {
+    /// A block of eight rows as [`dots_each_packed`] reads them, reused from call to call.
+    static PACKED_ROWS: core::cell::RefCell<Vec<__m256>> = const { core::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`dots_each`]'s blocks of eight rows, each first copied into `packed` as the registers
+/// [`dots_pairs`] would load (rows `2i` and `2i + 1`'s columns `4q..4q + 4` at
+/// `packed[i * quads + q]`, f32 whatever `T` is), then met by every input, two per pass: the
+/// same products and additions in the same order per row, lane and input, so the same bits.
+/// Returns the rows done (a multiple of eight, at most `n`).
+///
+/// # Safety
+/// Rows `0..n` of `cols` elements must be readable from `rows` at `stride`, every input must
+/// hold `cols` elements and every output `n`; the CPU must support AVX and F16C.
+#[target_feature(enable = "avx,f16c")]
+unsafe fn dots_each_packed<T: RowElement>(
+    rows: &[T],
+    stride: usize,
+    n: usize,
+    xs: &[&[f32]],
+    outs: &mut [&mut [f32]],
+    cols: usize,
+    packed: &mut Vec<__m256>,
+) -> usize {
+    let quads = cols / 4;
+    packed.clear();
+    packed.resize(4 * quads, _mm256_setzero_ps());
+    let mut r = 0;
+    while r + 8 <= n {
+        // SAFETY: rows `r..r + 8` are readable (this function's contract, `r + 8 <= n`).
+        let base = unsafe { rows.as_ptr().add(r * stride) };
+        for (i, pair) in packed.chunks_exact_mut(quads).enumerate() {
+            for (q, register) in pair.iter_mut().enumerate() {
+                // SAFETY: columns `4q..4q + 4 <= cols` of rows `r + 2i` and `r + 2i + 1`.
+                *register = unsafe {
+                    let row = base.add(2 * i * stride + 4 * q);
+                    T::two_quads(row, row.add(stride))
+                };
+            }
+        }
+        let mut p = 0;
+        while p < xs.len() {
+            let (head, tail) = outs.split_at_mut(p + 1);
+            if p + 1 < xs.len() {
+                let pair = [&xs[p][..cols], &xs[p + 1][..cols]];
+                let out = [&mut head[p][r..r + 8], &mut tail[0][r..r + 8]];
+                // SAFETY: as for this function; `packed` holds the block's registers.
+                unsafe { dots_packed::<T, 2>(packed, quads, base, stride, pair, out) };
+                p += 2;
+            } else {
+                let out = [&mut head[p][r..r + 8]];
+                // SAFETY: as for the pairs.
+                unsafe { dots_packed::<T, 1>(packed, quads, base, stride, [&xs[p][..cols]], out) };
+                p += 1;
+            }
+        }
+        r += 8;
+    }
+    r
+}
+
+/// Eight rows' sums for `INPUTS` inputs from a packed block (see [`dots_each_packed`]); the
+/// columns after the last whole quad are read from the rows at `base`.
+///
+/// # Safety
+/// As for [`dots_each_packed`], for the eight rows at `base`; `packed` holds `4 * quads`
+/// registers and `quads = x.len() / 4` for every input.
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn dots_packed<T: RowElement, const INPUTS: usize>(
+    packed: &[__m256],
+    quads: usize,
+    base: *const T,
+    stride: usize,
+    xs: [&[f32]; INPUTS],
+    outs: [&mut [f32]; INPUTS],
+) {
+    let mut acc = [[_mm256_setzero_ps(); 4]; INPUTS];
+    let pairs: [&[__m256]; 4] = core::array::from_fn(|i| &packed[i * quads..(i + 1) * quads]);
+    for q in 0..quads {
+        let mut x = [_mm256_setzero_ps(); INPUTS];
+        for (x, input) in x.iter_mut().zip(xs) {
+            // SAFETY: columns `4q..4q + 4` of the input (`4 * quads <= x.len()`).
+            let quad = unsafe { _mm_loadu_ps(input.as_ptr().add(4 * q)) };
+            *x = _mm256_set_m128(quad, quad);
+        }
+        for (i, pair) in pairs.iter().enumerate() {
+            let w = pair[q];
+            for (acc, x) in acc.iter_mut().zip(&x) {
+                acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(w, *x));
+            }
+        }
+    }
+    for ((acc, x), out) in acc.iter().zip(xs).zip(outs) {
+        // SAFETY: as for this function.
+        unsafe { finish_pairs(acc, base, stride, x, out) };
     }
 }
 
@@ -1402,7 +1514,7 @@ mod tests {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");
             return;
         }
-        for (n, cols) in [
+        let shapes = [
             (0usize, 5usize),
             (1, 4),
             (17, 33),
@@ -1411,33 +1523,32 @@ mod tests {
             (18, 33),
             (26, 130),
             (8, 3),
-        ] {
-            let rows = awkward_floats(n * cols, n as u32);
+        ];
+        // two inputs take their own kernel, three a pair and one, four or more a packed block;
+        // rows at a stride longer than a row too (as the attention's cached keys are)
+        for ((n, cols), count) in shapes.into_iter().flat_map(|s| [2usize, 3, 4, 7].map(|c| (s, c))) {
+            let stride = cols + count % 3;
+            let len = (n * stride).saturating_sub(stride - cols);
+            let rows = awkward_floats(len, n as u32);
             let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32(*v)).collect();
-            let count: usize = if n % 2 == 0 { 2 } else { 3 }; // two inputs take their own kernel
             let inputs: Vec<Vec<f32>> = (0..count).map(|p| awkward_floats(cols, 50 + p as u32)).collect();
             let xs: Vec<&[f32]> = inputs.iter().map(|x| x.as_slice()).collect();
             let mut out = vec![vec![0.0f32; n]; count];
             let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
             // SAFETY: AVX and F16C were detected above.
-            unsafe { super::dots_each(&rows, cols, &xs, &mut outs) };
+            unsafe { super::dots_each(&rows, stride, &xs, &mut outs) };
             let mut out16 = vec![vec![0.0f32; n]; count];
             let mut outs16: Vec<&mut [f32]> = out16.iter_mut().map(|o| o.as_mut_slice()).collect();
             // SAFETY: AVX and F16C were detected above.
-            unsafe { super::dots_each(&halves, cols, &xs, &mut outs16) };
+            unsafe { super::dots_each(&halves, stride, &xs, &mut outs16) };
             for (p, x) in xs.iter().enumerate() {
                 for r in 0..n {
-                    let row = r * cols..(r + 1) * cols;
+                    let row = r * stride..r * stride + cols;
                     let slow = super::super::scalar::dot(&rows[row.clone()], x);
-                    assert!(
-                        same_bits(out[p][r], slow),
-                        "f32, input {p}, row {r} of {n}x{cols}"
-                    );
+                    let at = format!("input {p} of {count}, row {r} of {n}x{cols} at stride {stride}");
+                    assert!(same_bits(out[p][r], slow), "f32, {at}");
                     let slow = super::super::scalar::dot_f16(&halves[row], x);
-                    assert!(
-                        same_bits(out16[p][r], slow),
-                        "f16, input {p}, row {r} of {n}x{cols}"
-                    );
+                    assert!(same_bits(out16[p][r], slow), "f16, {at}");
                 }
             }
         }
