@@ -32,6 +32,8 @@ nothing is kept), scoring the held-out bytes as word ids:
 
     tools/reference/speed_comparison.py --shape wt103 --tgt-lens 128 --mem-len 128 --tokens 256 --rounds 1
 
+`--keep DIR` keeps the checkpoint, the images and the scored bytes in DIR.
+
 The txl binary is target/release/txl (build it first: cargo build --release -p
 txl-tools) or --txl PATH. The result also goes to --out FILE as JSON.
 """
@@ -135,6 +137,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved runs of every engine (default 3)")
     ap.add_argument("--txl", default=str(mf.REPO / "target" / "release" / "txl"), help="the txl binary")
     ap.add_argument("--out", type=Path, help="also write the result here as JSON")
+    ap.add_argument("--keep", type=Path, help="write the checkpoint, images and bytes into this directory and "
+                    "keep them (for profiling txl on the same model afterwards); default: a temporary one")
     args = ap.parse_args()
     if not Path(args.txl).is_file():
         raise SystemExit(f"{args.txl} not found: cargo build --release -p txl-tools (or --txl PATH)")
@@ -145,8 +149,9 @@ def main() -> None:
     data = (mf.FIXTURES / ("demo" if args.shape else args.model) / "heldout.txt").read_bytes()[: args.tokens]
     tokens = list(data)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as temporary:
+        tmp = args.keep or Path(temporary)
+        tmp.mkdir(parents=True, exist_ok=True)
         if args.shape:
             torch.manual_seed(1)
             f32 = mf.TransfoXLLMHeadModel(mf.make_config(**WT103)).eval()
