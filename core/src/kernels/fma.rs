@@ -58,8 +58,8 @@ pub fn dot_fma(row: &[f32], x: &[f32]) -> f32 {
 /// `ys[p] = W xs[p]` for f32 weights `W (rows, cols)` (`rows` the shortest output's length,
 /// `cols` the shortest input's), each sum in the fused order ([`dot_fma`]'s bits): with
 /// AVX-512F on x86-64 sixteen lanes a register, four rows against up to four inputs a pass; with
-/// AVX2 and FMA two registers a row; with NEON on aarch64 four registers a row, two rows against
-/// two inputs a pass; else the portable loop.
+/// AVX2 and FMA two registers a row, three rows against two inputs a pass; with NEON on aarch64
+/// four registers a row, two rows against two inputs a pass; else the portable loop.
 pub fn matmul_fma_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
