@@ -408,18 +408,18 @@ unsafe fn dots_packed<T: RowElement, const INPUTS: usize>(
     outs: [&mut [f32]; INPUTS],
 ) {
     let mut acc = [[_mm256_setzero_ps(); 4]; INPUTS];
-    let pairs: [&[__m256]; 4] = core::array::from_fn(|i| &packed[i * quads..(i + 1) * quads]);
-    for q in 0..quads {
+    let [p0, p1, p2, p3]: [&[__m256]; 4] = core::array::from_fn(|i| &packed[i * quads..(i + 1) * quads]);
+    let registers = p0.iter().zip(p1).zip(p2).zip(p3);
+    for (q, (((w0, w1), w2), w3)) in registers.enumerate() {
         let mut x = [_mm256_setzero_ps(); INPUTS];
         for (x, input) in x.iter_mut().zip(xs) {
             // SAFETY: columns `4q..4q + 4` of the input (`4 * quads <= x.len()`).
             let quad = unsafe { _mm_loadu_ps(input.as_ptr().add(4 * q)) };
             *x = _mm256_set_m128(quad, quad);
         }
-        for (i, pair) in pairs.iter().enumerate() {
-            let w = pair[q];
+        for (i, w) in [w0, w1, w2, w3].into_iter().enumerate() {
             for (acc, x) in acc.iter_mut().zip(&x) {
-                acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(w, *x));
+                acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(*w, *x));
             }
         }
     }
