@@ -480,22 +480,18 @@ pub fn matvec_bias(weight: &Matrix<'_>, bias: Vector<'_>, x: &[f32], y: &mut [f3
 pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]) {
     let cols = weight.cols;
     match weight.data {
-        // the transposed product keeps the exact order in a fast-f32 model too
+        // `y[c] = Σ_r x[r] * w[r][c]`, added in `r` order from `0.0`: the weighted rows'
+        // kernels (`y += x[r] * row r` for each `r` in order), which keep that order per
+        // element; the transposed product keeps the exact order in a fast-f32 model too
         MatrixData::F32(w) | MatrixData::F32Fma(w) => {
+            let (rows, len) = (x.len().min(w.len() / cols.max(1)), y.len().min(cols));
             y.fill(0.0);
-            for (&xr, row) in x.iter().zip(w.chunks_exact(cols)) {
-                for (out, w) in y.iter_mut().zip(row) {
-                    *out += xr * w;
-                }
-            }
+            super::axpys_strided(w, cols, &x[..rows], &mut y[..len]);
         }
         MatrixData::F16(w) => {
+            let (rows, len) = (x.len().min(w.len() / cols.max(1)), y.len().min(cols));
             y.fill(0.0);
-            for (&xr, row) in x.iter().zip(w.chunks_exact(cols)) {
-                for (out, w) in y.iter_mut().zip(row) {
-                    *out += xr * f16_to_f32(*w);
-                }
-            }
+            super::axpys_strided_f16(w, cols, &x[..rows], &mut y[..len]);
         }
         MatrixData::Int8 {
             values,
@@ -1048,6 +1044,52 @@ mod tests {
     /// activation scales, column counts with and without a partial chunk of 32, input counts
     /// around the group of four, scratch for four inputs or for one (then one at a time); and
     /// f32 weights, which take one `vecmat` per input.
+    /// f32 and f16 `W^T x` add each element's products in row order from `0.0`, however the
+    /// kernels underneath are vectorised: the bits of the plain loop, for lengths that leave
+    /// partial registers and outputs shorter than a row.
+    #[test]
+    fn float_vecmat_adds_rows_in_order() {
+        let noise = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| (((i * 2654435761 + seed * 40503) >> 5) % 2001) as f32 / 97.0 - 10.3)
+                .collect()
+        };
+        let shapes: &[(usize, usize)] = if cfg!(miri) {
+            &[(3, 11)]
+        } else {
+            &[(1, 1), (7, 9), (40, 37), (33, 64)]
+        };
+        for &(rows, cols) in shapes {
+            let dense = noise(rows * cols, 1);
+            let halves: Vec<f16> = dense.iter().map(|&v| f16::from_f32(v)).collect();
+            let x = noise(rows, 2);
+            for (m, widened) in [
+                (Matrix::f32(rows, cols, &dense), dense.clone()),
+                (
+                    Matrix {
+                        rows,
+                        cols,
+                        data: MatrixData::F16(&halves),
+                    },
+                    halves.iter().map(|&h| f16_to_f32(h)).collect(),
+                ),
+            ] {
+                for len in [cols, cols / 2] {
+                    let mut want = vec![0.0f32; len];
+                    for (r, &xr) in x.iter().enumerate() {
+                        for (c, out) in want.iter_mut().enumerate() {
+                            *out += xr * widened[r * cols + c];
+                        }
+                    }
+                    let mut got = vec![f32::NAN; len];
+                    vecmat(&x, &m, &mut got, &mut []);
+                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{rows}x{cols}, {len} outputs");
+                }
+            }
+        }
+    }
+
     #[test]
     fn vecmat_each_has_the_bits_of_one_vecmat_per_input() {
         let noise = |n: usize, seed: usize| -> Vec<f32> {
