@@ -604,7 +604,7 @@ global_asm!(
 pub fn matvec_f16(weight: &[f16], x: &[f32], y: &mut [f32]) {
     let cols = x.len();
     let groups = cols / 4;
-    let aligned = cols % 2 == 0 && weight.as_ptr() as usize % 4 == 0;
+    let aligned = cols.is_multiple_of(2) && (weight.as_ptr() as usize).is_multiple_of(4);
     let mut done = 0;
     if aligned {
         for (out, rows) in y.chunks_exact_mut(4).zip(weight.chunks_exact(4 * cols)) {
@@ -1181,7 +1181,7 @@ fn int4_pairs(
 /// 256 columns (`INT4_MAX_GROUP`; or not a multiple of 8) take the portable code. The same sums.
 pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], pairs: &[u32], sums: &mut [i64]) {
     use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes};
-    if group == 0 || group % 8 != 0 || group > INT4_MAX_GROUP {
+    if group == 0 || !group.is_multiple_of(8) || group > INT4_MAX_GROUP {
         return super::scalar::int4_row_sums(values, group, codes, xq, sums);
     }
     let cols = xq.len();
