@@ -1,5 +1,5 @@
 //! Relative multi-head attention (Dai et al., 2019, section 3.3): one query at a time
-//! ([`attend_one`]), or a block of a segment's queries together over f32 or int8 memory
+//! ([`attend_one`]), or a block of a segment's queries together over f32, f16 or int8 memory
 //! ([`attend_block`]), with the same bits.
 //!
 //! For query `i` and key `j` at distance `d = mlen + i - j`, with `R_d = W_r · pos_emb(d)`:
@@ -135,7 +135,7 @@ const _: () = assert!(QUERIES_TOGETHER <= MAX_POSITIONS_PER_PASS);
 
 /// The queries `first..first + count` of a segment for one layer, together: [`attend_one`]
 /// for each, with its bits, each cached key and value read once per head for all of them.
-/// Taken when the memory is f32 or int8 ([`Memory::is_f32`], [`Memory::is_int8`]) and the
+/// Taken when the memory is f32, f16 or int8 ([`Memory::is_float`], [`Memory::is_int8`]) and the
 /// position keys are a table of `R_d` (`position_keys`, distance `d` at `d * n_head *
 /// d_head`); `false` otherwise, or when the mask hides every key from a query, or (int8) a
 /// query has a value that is not finite: then `out` is left to [`attend_one`], which writes
@@ -158,7 +158,7 @@ pub(crate) fn attend_block(
     let width = shape.n_head * shape.d_head;
     let count = queries.len() / width.max(1);
     let int8 = memory.is_int8();
-    if count == 0 || count > QUERIES_TOGETHER || !(memory.is_f32() || int8) {
+    if count == 0 || count > QUERIES_TOGETHER || !(memory.is_float() || int8) {
         return false;
     }
     let mut visible = [(0, 0); QUERIES_TOGETHER];

@@ -294,10 +294,13 @@ impl<'a> Memory<'a> {
         }
     }
 
-    /// Whether the keys and values are f32, which [`Memory::key_dots_each`] and
+    /// Whether the keys and values are f32 or f16, which [`Memory::key_dots_each`] and
     /// [`Memory::add_values_each`] take.
-    pub fn is_f32(&self) -> bool {
-        matches!((&self.keys, &self.values), (Store::F32(_), Store::F32(_)))
+    pub fn is_float(&self) -> bool {
+        matches!(
+            (&self.keys, &self.values),
+            (Store::F32(_), Store::F32(_)) | (Store::F16(_), Store::F16(_))
+        )
     }
 
     /// Whether the keys and values are int8, which [`Memory::key_dots_each_int8`] and
@@ -457,10 +460,10 @@ impl<'a> Memory<'a> {
         }
     }
 
-    /// [`Memory::key_dots`] for several queries of one head over f32 keys: `outs[q][t] =
+    /// [`Memory::key_dots`] for several queries of one head over f32 or f16 keys: `outs[q][t] =
     /// queries[q] · key[layer][lo + t][head]` for `t` below the shortest output's length, with
     /// the bits of one `key_dots` per query; each key is read once for all the queries. Other
-    /// keys write nothing ([`Memory::is_f32`]).
+    /// keys write nothing ([`Memory::is_float`]).
     pub fn key_dots_each(
         &self,
         layer: usize,
@@ -469,30 +472,36 @@ impl<'a> Memory<'a> {
         queries: &[&[f32]],
         outs: &mut [&mut [f32]],
     ) {
-        let Store::F32(s) = &self.keys else {
+        if matches!(self.keys, Store::Int8 { .. }) {
             return;
-        };
+        }
         let count = outs.iter().map(|o| o.len()).min().unwrap_or(0);
         let d_head = self.d_head;
         let mut done = 0;
         for (at, run) in self.runs(layer, lo, count) {
             let at = at + head * d_head;
-            let rows = &s[at..at + (run - 1) * self.width + d_head];
+            let rows = at..at + (run - 1) * self.width + d_head;
             let mut parts: [&mut [f32]; MAX_POSITIONS_PER_PASS] =
                 core::array::from_fn(|_| Default::default());
             for (part, out) in parts.iter_mut().zip(outs.iter_mut()) {
                 *part = &mut out[done..done + run];
             }
             let queries = &queries[..queries.len().min(MAX_POSITIONS_PER_PASS)];
-            kernels::dots_strided_each(rows, self.width, queries, &mut parts[..queries.len()]);
+            let parts = &mut parts[..queries.len()];
+            match &self.keys {
+                Store::F32(s) => kernels::dots_strided_each(&s[rows], self.width, queries, parts),
+                Store::F16(s) => kernels::dots_strided_each_f16(&s[rows], self.width, queries, parts),
+                Store::Int8 { .. } => {}
+            }
             done += run;
         }
     }
 
-    /// [`Memory::add_values`] for several queries of one head over f32 values: `outs[q] +=
-    /// Σ_t ps[q][t] * value[layer][lo + t][head]` for `t` below the shortest list's length, with
-    /// the bits of one `add_values` per query; each value is read once for all the queries.
-    /// Other values add nothing ([`Memory::is_f32`]).
+    /// [`Memory::add_values`] for several queries of one head over f32 or f16 values: `outs[q]
+    /// += Σ_t ps[q][t] * value[layer][lo + t][head]` for `t` below the shortest list's length,
+    /// with the bits of one `add_values` per query; with f32 values and a kernel that does so,
+    /// each value is read once for all the queries. Other values add nothing
+    /// ([`Memory::is_float`]).
     pub fn add_values_each(
         &self,
         layer: usize,
@@ -501,21 +510,29 @@ impl<'a> Memory<'a> {
         ps: &[&[f32]],
         outs: &mut [&mut [f32]],
     ) {
-        let Store::F32(s) = &self.values else {
+        if matches!(self.values, Store::Int8 { .. }) {
             return;
-        };
+        }
         let count = ps.iter().map(|p| p.len()).min().unwrap_or(0);
         let d_head = self.d_head;
         let mut done = 0;
         for (at, run) in self.runs(layer, lo, count) {
             let at = at + head * d_head;
-            let rows = &s[at..at + (run - 1) * self.width + d_head];
+            let rows = at..at + (run - 1) * self.width + d_head;
             let mut parts: [&[f32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
             for (part, p) in parts.iter_mut().zip(ps) {
                 *part = &p[done..done + run];
             }
-            let lists = ps.len().min(MAX_POSITIONS_PER_PASS);
-            kernels::axpys_strided_each(rows, self.width, &parts[..lists], outs);
+            let lists = &parts[..ps.len().min(MAX_POSITIONS_PER_PASS)];
+            match &self.values {
+                Store::F32(s) => kernels::axpys_strided_each(&s[rows], self.width, lists, outs),
+                Store::F16(s) => {
+                    for (p, out) in lists.iter().zip(outs.iter_mut()) {
+                        kernels::axpys_strided_f16(&s[rows.clone()], self.width, p, out);
+                    }
+                }
+                Store::Int8 { .. } => {}
+            }
             done += run;
         }
     }

@@ -24,7 +24,7 @@ fn every_number_of_positions_per_pass_gives_the_same_bits() {
     let mem_dtypes: &[MemDtype] = if miri {
         &[MemDtype::F32]
     } else {
-        &[MemDtype::F32, MemDtype::Int8]
+        &[MemDtype::F32, MemDtype::F16, MemDtype::Int8]
     };
     let positions_tried: &[usize] = if miri {
         &[3]
@@ -90,12 +90,13 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
     } else {
         &[(7, 0), (20, 5), (40, 20), (17, 33)]
     };
-    // int8 memory: the integer key and value sums of several queries at once (safe code but
-    // for the x86-64 kernels, which the interpreter does not run: f32 alone under Miri)
+    // f16 and int8 memory: the widened keys, and the integer key and value sums, of several
+    // queries at once (safe code but for the x86-64 kernels, which the interpreter does not
+    // run: f32 alone under Miri)
     let mem_dtypes: &[MemDtype] = if miri {
         &[MemDtype::F32]
     } else {
-        &[MemDtype::F32, MemDtype::Int8]
+        &[MemDtype::F32, MemDtype::F16, MemDtype::Int8]
     };
     for (&(tgt_len, mem_len), &mem_dtype) in
         shapes.iter().flat_map(|s| mem_dtypes.iter().map(move |m| (s, m)))

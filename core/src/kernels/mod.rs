@@ -577,6 +577,28 @@ pub fn dots_strided_f16(rows: &[half::f16], stride: usize, x: &[f32], out: &mut 
     }
 }
 
+/// [`dots_strided_each`] for f16 rows (the queries of one head against its keys in f16
+/// memory): `outs[p][r] = dot_f16(rows[r * stride..][..cols], xs[p])`, widened exactly; the
+/// same kernels as for f32 rows (with AVX, four inputs or more widen each block of rows once
+/// for all of them), else one [`dots_strided_f16`] per input. The bits of one
+/// [`dots_strided_f16`] per input.
+#[inline]
+pub fn dots_strided_each_f16(rows: &[half::f16], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if xs.len() > 2 && avx512::has_avx512f() {
+        // SAFETY: the CPU has AVX-512F and F16C, checked just above.
+        return unsafe { avx512::dots_four_inputs(rows, stride, xs, outs) };
+    }
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        return unsafe { x86::dots_each(rows, stride, xs, outs) };
+    }
+    for (x, out) in xs.iter().zip(outs.iter_mut()) {
+        dots_strided_f16(rows, stride, x, out);
+    }
+}
+
 /// [`axpys_strided`] for f16 rows (the cached values of one head in f16 memory): `out +=
 /// p[k] * widen(rows[k * stride..][..out.len()])` for each `k` in order, eight elements a
 /// register with AVX and F16C on x86-64, else one. The same bits.
