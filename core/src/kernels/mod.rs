@@ -275,8 +275,8 @@ pub fn int8_row_sums_pair(
     }
 }
 
-/// [`scalar::int8_vecmat_sums_each`], compiled for AVX-512BW on x86-64 when the CPU has it
-/// (the same code, the same integers).
+/// [`scalar::int8_vecmat_sums_each`], compiled for AVX-512BW or AVX2 on x86-64 when the CPU
+/// has them (the same code, the same integers).
 #[inline]
 pub fn int8_vecmat_sums_each(
     xq: &[&[i8]; VECMAT_INPUTS],
@@ -285,9 +285,15 @@ pub fn int8_vecmat_sums_each(
     sums: &mut [&mut [i32]; VECMAT_INPUTS],
 ) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") {
-        // SAFETY: the CPU has AVX-512F and BW, checked just above.
-        return unsafe { x86::int8_vecmat_sums_each_avx512(xq, values, cols, sums) };
+    {
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: the CPU has AVX-512F and BW, checked just above.
+            return unsafe { x86::int8_vecmat_sums_each_avx512(xq, values, cols, sums) };
+        }
+        if x86::has_avx2() {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { x86::int8_vecmat_sums_each_avx2(xq, values, cols, sums) };
+        }
     }
     scalar::int8_vecmat_sums_each(xq, values, cols, sums);
 }

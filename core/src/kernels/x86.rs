@@ -52,6 +52,20 @@ pub unsafe fn int8_vecmat_sums_avx512(xq: &[i8], values: &[i8], cols: usize, acc
     scalar::int8_vecmat_sums(xq, values, cols, acc);
 }
 
+/// [`scalar::int8_vecmat_sums_each`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn int8_vecmat_sums_each_avx2(
+    xq: &[&[i8]; scalar::VECMAT_INPUTS],
+    values: &[i8],
+    cols: usize,
+    sums: &mut [&mut [i32]; scalar::VECMAT_INPUTS],
+) {
+    scalar::int8_vecmat_sums_each(xq, values, cols, sums);
+}
+
 /// [`scalar::int8_vecmat_sums_each`] compiled for AVX-512F and BW.
 ///
 /// # Safety
