@@ -128,6 +128,29 @@ pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     }
 }
 
+/// The x86-64 kernels of [`dots_strided_each`] for f32 or f16 rows: AVX-512F for three inputs
+/// or more, else AVX with F16C; `false`, with nothing written, on a CPU with neither.
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+#[inline]
+fn dots_each_x86<T: x86::RowElement>(
+    rows: &[T],
+    stride: usize,
+    xs: &[&[f32]],
+    outs: &mut [&mut [f32]],
+) -> bool {
+    if xs.len() > 2 && avx512::has_avx512f() {
+        // SAFETY: the CPU has AVX-512F and F16C, checked just above.
+        unsafe { avx512::dots_four_inputs(rows, stride, xs, outs) };
+        return true;
+    }
+    if x86::has_avx_f16c() {
+        // SAFETY: the CPU has AVX and F16C, checked just above.
+        unsafe { x86::dots_each(rows, stride, xs, outs) };
+        return true;
+    }
+    false
+}
+
 /// [`dots_strided`] for several inputs of one length (the queries of one head against its
 /// cached keys): `outs[p][r] = xs[p] · rows[r * stride..][..cols]`, `cols` the shortest input's
 /// length, for the rows of the shortest output. With AVX-512F on x86-64 and three inputs or
@@ -137,14 +160,8 @@ pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
 #[inline]
 pub fn dots_strided_each(rows: &[f32], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if xs.len() > 2 && avx512::has_avx512f() {
-        // SAFETY: the CPU has AVX-512F and F16C, checked just above.
-        return unsafe { avx512::dots_four_inputs(rows, stride, xs, outs) };
-    }
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx_f16c() {
-        // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { x86::dots_each(rows, stride, xs, outs) };
+    if dots_each_x86(rows, stride, xs, outs) {
+        return;
     }
     #[cfg(target_arch = "aarch64")]
     aarch64::dots_each(rows, stride, xs, outs);
@@ -552,16 +569,8 @@ pub fn axpys_strided_each(rows: &[f32], stride: usize, ps: &[&[f32]], outs: &mut
 #[inline]
 pub fn matmul_f16_rows(weight: &[half::f16], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if xs.len() > 2 && avx512::has_avx512f() {
-        let cols = xs.first().map_or(0, |x| x.len());
-        // SAFETY: the CPU has AVX-512F and F16C, checked just above.
-        return unsafe { avx512::dots_four_inputs(weight, cols, xs, ys) };
-    }
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx_f16c() {
-        let cols = xs.first().map_or(0, |x| x.len());
-        // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { x86::dots_each(weight, cols, xs, ys) };
+    if dots_each_x86(weight, xs.first().map_or(0, |x| x.len()), xs, ys) {
+        return;
     }
     for (x, y) in xs.iter().zip(ys.iter_mut()) {
         matvec_f16_rows(weight, x, y);
@@ -591,14 +600,8 @@ pub fn dots_strided_f16(rows: &[half::f16], stride: usize, x: &[f32], out: &mut 
 #[inline]
 pub fn dots_strided_each_f16(rows: &[half::f16], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if xs.len() > 2 && avx512::has_avx512f() {
-        // SAFETY: the CPU has AVX-512F and F16C, checked just above.
-        return unsafe { avx512::dots_four_inputs(rows, stride, xs, outs) };
-    }
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if x86::has_avx_f16c() {
-        // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { x86::dots_each(rows, stride, xs, outs) };
+    if dots_each_x86(rows, stride, xs, outs) {
+        return;
     }
     for (x, out) in xs.iter().zip(outs.iter_mut()) {
         dots_strided_f16(rows, stride, x, out);
