@@ -1,7 +1,7 @@
 //! The linear layers take a segment's positions one, two (the default) or more at a time: the
 //! log-probabilities are the same bits whatever the number, in every weight dtype, and the
 //! arena grows with it. With more than two, the attention takes up to sixteen queries together
-//! too, over f32 and int8 memory: the same bits as one at a time, under every mask.
+//! too, over f32, f16 and int8 memory: the same bits as one at a time, under every mask.
 
 mod common;
 
@@ -101,33 +101,39 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
     for (&(tgt_len, mem_len), &mem_dtype) in
         shapes.iter().flat_map(|s| mem_dtypes.iter().map(move |m| (s, m)))
     {
-        for same_length in [false, true] {
-            // clamp_len 3: the farther distances share R_3
-            for clamp_len in [0, 3] {
-                for mem_init in [MemInit::Empty, MemInit::Zeros] {
-                    let options = SessionOptions {
-                        tgt_len,
-                        mem_len,
-                        clamp_len,
-                        same_length,
-                        mem_init,
-                        mem_dtype,
-                        ..SessionOptions::from_config(&config)
-                    };
-                    let one_at_a_time = log_prob_bits(&model, options, 2, &tokens);
-                    let positions_tried: &[usize] = if miri {
-                        &[3]
-                    } else {
-                        &[3, 16, MAX_POSITIONS_PER_PASS]
-                    };
-                    for &positions in positions_tried {
-                        assert!(
-                            log_prob_bits(&model, options, positions, &tokens) == one_at_a_time,
-                            "tgt_len {tgt_len}, mem_len {mem_len}, {mem_dtype:?} memory, same_length \
-                             {same_length}, clamp_len {clamp_len}, {mem_init:?}: {positions} positions a pass"
-                        );
-                    }
-                }
+        // clamp_len 3: the farther distances share R_3 (under Miri two of the eight masks, each
+        // value of each option once)
+        let every_mask = [false, true]
+            .into_iter()
+            .flat_map(|same| [0, 3].into_iter().map(move |clamp| (same, clamp)))
+            .flat_map(|(same, clamp)| [MemInit::Empty, MemInit::Zeros].map(|init| (same, clamp, init)));
+        let masks: Vec<(bool, u32, MemInit)> = if miri {
+            vec![(false, 0, MemInit::Empty), (true, 3, MemInit::Zeros)]
+        } else {
+            every_mask.collect()
+        };
+        for (same_length, clamp_len, mem_init) in masks {
+            let options = SessionOptions {
+                tgt_len,
+                mem_len,
+                clamp_len,
+                same_length,
+                mem_init,
+                mem_dtype,
+                ..SessionOptions::from_config(&config)
+            };
+            let one_at_a_time = log_prob_bits(&model, options, 2, &tokens);
+            let positions_tried: &[usize] = if miri {
+                &[3]
+            } else {
+                &[3, 16, MAX_POSITIONS_PER_PASS]
+            };
+            for &positions in positions_tried {
+                assert!(
+                    log_prob_bits(&model, options, positions, &tokens) == one_at_a_time,
+                    "tgt_len {tgt_len}, mem_len {mem_len}, {mem_dtype:?} memory, same_length \
+                     {same_length}, clamp_len {clamp_len}, {mem_init:?}: {positions} positions a pass"
+                );
             }
         }
     }
