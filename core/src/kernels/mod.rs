@@ -366,8 +366,9 @@ pub fn widen_int8_input(xq: &[i8], widened: &mut [u32]) {
 /// `values (rows, cols)`, `widened` being `xq` prepared by [`widen_int8_input`]: Helium with the
 /// `cortex-m-mve` and `cortex-m-dsp` features (16 columns an instruction), else four rows per
 /// pass with the `cortex-m-dsp` feature, with `VPDPBUSD` (AVX-512 VNNI or AVX-VNNI, 32 columns
-/// an instruction) or else AVX2 on x86-64 (`std` feature, when the CPU has it) or on aarch64 (`SDOT` when the CPU has it and the `std` feature can tell, else `SMULL`),
-/// else the scalar dot product. All give the same sums.
+/// an instruction) or else AVX2 on x86-64 (`std` feature, when the CPU has it), on aarch64
+/// `SDOT` (when the CPU has it and the `std` feature can tell) or else `SMULL`, else the scalar
+/// dot product. All give the same sums.
 #[inline]
 pub fn int8_row_sums(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums: &mut [i32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
