@@ -472,9 +472,6 @@ impl<'a> Memory<'a> {
         queries: &[&[f32]],
         outs: &mut [&mut [f32]],
     ) {
-        if matches!(self.keys, Store::Int8 { .. }) {
-            return;
-        }
         let count = outs.iter().map(|o| o.len()).min().unwrap_or(0);
         let d_head = self.d_head;
         let mut done = 0;
@@ -510,9 +507,6 @@ impl<'a> Memory<'a> {
         ps: &[&[f32]],
         outs: &mut [&mut [f32]],
     ) {
-        if matches!(self.values, Store::Int8 { .. }) {
-            return;
-        }
         let count = ps.iter().map(|p| p.len()).min().unwrap_or(0);
         let d_head = self.d_head;
         let mut done = 0;

@@ -1040,10 +1040,6 @@ mod tests {
         assert_eq!(z, [-3.0, -3.0, -3.0]);
     }
 
-    /// `vecmat_each` against one `vecmat` per input, bit for bit: int8 weights with and without
-    /// activation scales, column counts with and without a partial chunk of 32, input counts
-    /// around the group of four, scratch for four inputs or for one (then one at a time); and
-    /// f32 weights, which take one `vecmat` per input.
     /// f32 and f16 `W^T x` add each element's products in row order from `0.0`, however the
     /// kernels underneath are vectorised: the bits of the plain loop, for lengths that leave
     /// partial registers and outputs shorter than a row.
@@ -1090,6 +1086,10 @@ mod tests {
         }
     }
 
+    /// `vecmat_each` against one `vecmat` per input, bit for bit: int8 weights with and without
+    /// activation scales, column counts with and without a partial chunk of 32, input counts
+    /// around the group of four, scratch for four inputs or for one (then one at a time); and
+    /// f32 weights, which take one `vecmat` per input.
     #[test]
     fn vecmat_each_has_the_bits_of_one_vecmat_per_input() {
         let noise = |n: usize, seed: usize| -> Vec<f32> {

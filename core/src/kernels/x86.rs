@@ -369,7 +369,7 @@ unsafe fn dots_each_packed<T: RowElement>(
     packed: &mut Vec<__m256>,
 ) -> usize {
     let quads = cols / 4;
-    packed.clear();
+    // (every register is written by a block's copy before any pass reads it)
     packed.resize(4 * quads, _mm256_setzero_ps());
     let mut r = 0;
     while r + 8 <= n {
