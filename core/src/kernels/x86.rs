@@ -344,6 +344,16 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
 /// second load and the lane insertion (or the f16 widening) of each register of two rows.
 const PACK_LEAST_INPUTS: usize = 4;
 
+/// Columns from which [`dots_each_packed`] takes four inputs a step, against half a block's
+/// rows ([`dots_packed_four_rows`]), rather than two against all eight: on rows of a head's
+/// width (the attention's cached keys) finishing each row twice as often cost more than the
+/// halved loads of weights saved.
+const FOUR_INPUTS_LEAST_COLS: usize = 256;
+
+/// Bytes of a row from which [`dots_each_packed`] asks for the next block while it works on
+/// one: shorter rows (the attention's cached keys, one head wide) are in the caches already.
+const PREFETCH_LEAST_ROW_BYTES: usize = 1024;
+
 std::thread_local! {
     /// A block of eight rows as [`dots_each_packed`] reads them, reused from call to call.
     static PACKED_ROWS: core::cell::RefCell<Vec<__m256>> = const { core::cell::RefCell::new(Vec::new()) };
@@ -351,9 +361,12 @@ std::thread_local! {
 
 /// [`dots_each`]'s blocks of eight rows, each first copied into `packed` as the registers
 /// [`dots_pairs`] would load (rows `2i` and `2i + 1`'s columns `4q..4q + 4` at
-/// `packed[i * quads + q]`, f32 whatever `T` is), then met by every input, two per pass: the
-/// same products and additions in the same order per row, lane and input, so the same bits.
-/// Returns the rows done (a multiple of eight, at most `n`).
+/// `packed[i * quads + q]`, f32 whatever `T` is), then met by every input: four a step
+/// against each half of the block on rows of [`FOUR_INPUTS_LEAST_COLS`] or more, else two
+/// against the whole block, the last one alone. The same products and additions in the same
+/// order per row, lane and input, so the same bits. While the inputs meet one block, the
+/// next block's rows are asked for, a share with each step, so that its copy does not wait
+/// for memory. Returns the rows done (a multiple of eight, at most `n`).
 ///
 /// # Safety
 /// Rows `0..n` of `cols` elements must be readable from `rows` at `stride`, every input must
@@ -386,23 +399,87 @@ unsafe fn dots_each_packed<T: RowElement>(
         }
         let mut p = 0;
         while p < xs.len() {
-            let (head, tail) = outs.split_at_mut(p + 1);
-            if p + 1 < xs.len() {
-                let pair = [&xs[p][..cols], &xs[p + 1][..cols]];
-                let out = [&mut head[p][r..r + 8], &mut tail[0][r..r + 8]];
-                // SAFETY: as for this function; `packed` holds the block's registers.
-                unsafe { dots_packed::<T, 2>(packed, quads, base, stride, pair, out) };
-                p += 2;
-            } else {
-                let out = [&mut head[p][r..r + 8]];
-                // SAFETY: as for the pairs.
-                unsafe { dots_packed::<T, 1>(packed, quads, base, stride, [&xs[p][..cols]], out) };
-                p += 1;
+            let step = match xs.len() - p {
+                4.. if cols >= FOUR_INPUTS_LEAST_COLS => 4,
+                1 => 1,
+                _ => 2,
+            };
+            if r + 16 <= n && cols * core::mem::size_of::<T>() >= PREFETCH_LEAST_ROW_BYTES {
+                // SAFETY: rows `r + 8..r + 16` are readable (`r + 16 <= n`).
+                let next = unsafe { base.add(8 * stride) };
+                // SAFETY: the eight rows at `next` are readable.
+                unsafe { prefetch_block_share(next, stride, cols, p..p + step, xs.len()) };
             }
+            let inputs = &xs[p..p + step];
+            let outputs = &mut outs[p..p + step];
+            match (inputs, outputs) {
+                ([x0, x1, x2, x3], [o0, o1, o2, o3]) => {
+                    let four = [&x0[..cols], &x1[..cols], &x2[..cols], &x3[..cols]];
+                    for (half, streams) in packed.chunks_exact(2 * quads).enumerate() {
+                        let (first, second) = streams.split_at(quads);
+                        let rows = r + 4 * half..r + 4 * half + 4;
+                        let out = [&mut **o0, &mut **o1, &mut **o2, &mut **o3].map(|o| &mut o[rows.clone()]);
+                        // SAFETY: as for this function, for the block's rows `4 * half..4 * half + 4`
+                        // (`rows`), which `first` and `second` hold.
+                        unsafe {
+                            let at = base.add(4 * half * stride);
+                            dots_packed_four_rows::<T>([first, second], at, stride, four, out)
+                        };
+                    }
+                }
+                ([x0, x1], [o0, o1]) => {
+                    let out = [&mut o0[r..r + 8], &mut o1[r..r + 8]];
+                    // SAFETY: as for this function; `packed` holds the block's registers.
+                    unsafe {
+                        dots_packed::<T, 2>(packed, quads, base, stride, [&x0[..cols], &x1[..cols]], out)
+                    };
+                }
+                ([x0], [o0]) => {
+                    let out = [&mut o0[r..r + 8]];
+                    // SAFETY: as for the pairs.
+                    unsafe { dots_packed::<T, 1>(packed, quads, base, stride, [&x0[..cols]], out) };
+                }
+                _ => unreachable!("a step takes one, two or four inputs"),
+            }
+            p += step;
         }
         r += 8;
     }
     r
+}
+
+/// Asks the caches for the share of the eight rows at `block` (`cols` elements each, at
+/// `stride`) that the inputs `share` of `inputs` stand for, so that by the block's last input
+/// the next block's copy finds all its rows there instead of waiting for memory.
+///
+/// # Safety
+/// Eight rows of `cols` elements must be readable from `block` at `stride`.
+#[inline]
+#[target_feature(enable = "avx")]
+unsafe fn prefetch_block_share<T>(
+    block: *const T,
+    stride: usize,
+    cols: usize,
+    share: core::ops::Range<usize>,
+    inputs: usize,
+) {
+    const LINE: usize = 64;
+    let row_lines = (cols * core::mem::size_of::<T>()).div_ceil(LINE);
+    let lines = 8 * row_lines;
+    let (first, end) = (share.start * lines / inputs, share.end * lines / inputs);
+    let (mut row, mut within) = (first / row_lines, first % row_lines);
+    for _ in first..end {
+        // SAFETY: the line starts inside row `row` of the block, which is readable (the
+        // caller's contract); a prefetch reads nothing into the program and never faults.
+        unsafe {
+            let at = block.add(row * stride).cast::<i8>().add(within * LINE);
+            _mm_prefetch::<_MM_HINT_T0>(at);
+        }
+        within += 1;
+        if within == row_lines {
+            (row, within) = (row + 1, 0);
+        }
+    }
 }
 
 /// Eight rows' sums for `INPUTS` inputs from a packed block (see [`dots_each_packed`]); the
@@ -437,6 +514,49 @@ unsafe fn dots_packed<T: RowElement, const INPUTS: usize>(
             }
         }
     }
+    for ((acc, x), out) in acc.iter().zip(xs).zip(outs) {
+        // SAFETY: as for this function.
+        unsafe { finish_pairs(acc, base, stride, x, out) };
+    }
+}
+
+/// Four rows' sums (two packed registers a column quad, `streams`) for four inputs: eight
+/// accumulators, each register of weights met by four inputs, so a step loads two registers
+/// of weights for eight products instead of the four of [`dots_packed`] for two inputs; the
+/// products and additions are those of [`dots_packed`], so are the bits. The columns after
+/// the last whole quad are read from the rows at `base`.
+///
+/// # Safety
+/// As for [`dots_packed`], for the four rows at `base`; each stream holds `x.len() / 4`
+/// registers.
+#[inline]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn dots_packed_four_rows<T: RowElement>(
+    streams: [&[__m256]; 2],
+    base: *const T,
+    stride: usize,
+    xs: [&[f32]; 4],
+    outs: [&mut [f32]; 4],
+) {
+    let z = _mm256_setzero_ps();
+    let (mut a0, mut a1, mut a2, mut a3, mut b0, mut b1, mut b2, mut b3) = (z, z, z, z, z, z, z, z);
+    let [x0, x1, x2, x3] = xs;
+    for (q, (w0, w1)) in streams[0].iter().zip(streams[1]).enumerate() {
+        let [c0, c1, c2, c3] = [x0, x1, x2, x3].map(|input| {
+            // SAFETY: columns `4q..4q + 4` of the input (`4 * quads <= input.len()`).
+            let quad = unsafe { _mm_loadu_ps(input.as_ptr().add(4 * q)) };
+            _mm256_set_m128(quad, quad)
+        });
+        a0 = _mm256_add_ps(a0, _mm256_mul_ps(*w0, c0));
+        a1 = _mm256_add_ps(a1, _mm256_mul_ps(*w0, c1));
+        a2 = _mm256_add_ps(a2, _mm256_mul_ps(*w0, c2));
+        a3 = _mm256_add_ps(a3, _mm256_mul_ps(*w0, c3));
+        b0 = _mm256_add_ps(b0, _mm256_mul_ps(*w1, c0));
+        b1 = _mm256_add_ps(b1, _mm256_mul_ps(*w1, c1));
+        b2 = _mm256_add_ps(b2, _mm256_mul_ps(*w1, c2));
+        b3 = _mm256_add_ps(b3, _mm256_mul_ps(*w1, c3));
+    }
+    let acc = [[a0, b0], [a1, b1], [a2, b2], [a3, b3]];
     for ((acc, x), out) in acc.iter().zip(xs).zip(outs) {
         // SAFETY: as for this function.
         unsafe { finish_pairs(acc, base, stride, x, out) };
@@ -1537,10 +1657,16 @@ mod tests {
             (18, 33),
             (26, 130),
             (8, 3),
+            (16, 259),
+            (9, 256),
+            (24, 517),
         ];
-        // two inputs take their own kernel, three a pair and one, four or more a packed block;
-        // rows at a stride longer than a row too (as the attention's cached keys are)
-        for ((n, cols), count) in shapes.into_iter().flat_map(|s| [2usize, 3, 4, 7].map(|c| (s, c))) {
+        // two inputs take their own kernel, three a pair and one, four or more a packed block
+        // (on rows of 256 columns or more four at a time, then a pair, then one: 7 and 11 take
+        // every step; the next block asked for from rows of 1 KB); rows at a stride longer
+        // than a row too (as the attention's cached keys are)
+        let counts = [2usize, 3, 4, 7, 11];
+        for ((n, cols), count) in shapes.into_iter().flat_map(|s| counts.map(|c| (s, c))) {
             let stride = cols + count % 3;
             let len = (n * stride).saturating_sub(stride - cols);
             let rows = awkward_floats(len, n as u32);
