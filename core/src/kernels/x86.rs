@@ -348,11 +348,12 @@ const PACK_LEAST_INPUTS: usize = 4;
 /// rows ([`dots_packed_four_rows`]), rather than two against all eight: on rows of a head's
 /// width (the attention's cached keys) finishing each row twice as often cost more than the
 /// halved loads of weights saved.
-const FOUR_INPUTS_LEAST_COLS: usize = 256;
+const FOUR_INPUTS_LEAST_COLS: usize = 512;
 
-/// Bytes of a row from which [`dots_each_packed`] asks for the next block while it works on
-/// one: shorter rows (the attention's cached keys, one head wide) are in the caches already.
-const PREFETCH_LEAST_ROW_BYTES: usize = 1024;
+/// Bytes of rows from which [`dots_each_packed`] asks for the next block while it works on
+/// one: smaller matrices (a small model's, the attention's cached keys) come from the caches,
+/// where asking only costs time (6% of the bundled model's f32 segments with rows of 1 KB).
+const PREFETCH_LEAST_BYTES: usize = 1 << 20;
 
 std::thread_local! {
     /// A block of eight rows as [`dots_each_packed`] reads them, reused from call to call.
@@ -384,6 +385,7 @@ unsafe fn dots_each_packed<T: RowElement>(
     let quads = cols / 4;
     // (every register is written by a block's copy before any pass reads it)
     packed.resize(4 * quads, _mm256_setzero_ps());
+    let prefetch = n * stride * core::mem::size_of::<T>() >= PREFETCH_LEAST_BYTES;
     let mut r = 0;
     while r + 8 <= n {
         // SAFETY: rows `r..r + 8` are readable (this function's contract, `r + 8 <= n`).
@@ -397,49 +399,49 @@ unsafe fn dots_each_packed<T: RowElement>(
                 };
             }
         }
+        // SAFETY: rows `r + 8..r + 16` are readable where `r + 16 <= n`.
+        let next = (prefetch && r + 16 <= n).then(|| unsafe { base.add(8 * stride) });
         let mut p = 0;
+        if cols >= FOUR_INPUTS_LEAST_COLS {
+            while p + 4 <= xs.len() {
+                if let Some(next) = next {
+                    // SAFETY: the eight rows at `next` are readable.
+                    unsafe { prefetch_block_share(next, stride, cols, p..p + 4, xs.len()) };
+                }
+                let four: [&[f32]; 4] = core::array::from_fn(|j| &xs[p + j][..cols]);
+                let [o0, o1, o2, o3] = &mut outs[p..p + 4] else {
+                    unreachable!("four outputs")
+                };
+                for (half, streams) in packed.chunks_exact(2 * quads).enumerate() {
+                    let (first, second) = streams.split_at(quads);
+                    let rows = r + 4 * half..r + 4 * half + 4;
+                    let out = [&mut **o0, &mut **o1, &mut **o2, &mut **o3].map(|o| &mut o[rows.clone()]);
+                    // SAFETY: as for this function, for the block's rows `4 * half..4 * half + 4`
+                    // (`rows`), which `first` and `second` hold.
+                    unsafe {
+                        let at = base.add(4 * half * stride);
+                        dots_packed_four_rows::<T>([first, second], at, stride, four, out)
+                    };
+                }
+                p += 4;
+            }
+        }
         while p < xs.len() {
-            let step = match xs.len() - p {
-                4.. if cols >= FOUR_INPUTS_LEAST_COLS => 4,
-                1 => 1,
-                _ => 2,
-            };
-            if r + 16 <= n && cols * core::mem::size_of::<T>() >= PREFETCH_LEAST_ROW_BYTES {
-                // SAFETY: rows `r + 8..r + 16` are readable (`r + 16 <= n`).
-                let next = unsafe { base.add(8 * stride) };
+            let step = if p + 1 < xs.len() { 2 } else { 1 };
+            if let Some(next) = next {
                 // SAFETY: the eight rows at `next` are readable.
                 unsafe { prefetch_block_share(next, stride, cols, p..p + step, xs.len()) };
             }
-            let inputs = &xs[p..p + step];
-            let outputs = &mut outs[p..p + step];
-            match (inputs, outputs) {
-                ([x0, x1, x2, x3], [o0, o1, o2, o3]) => {
-                    let four = [&x0[..cols], &x1[..cols], &x2[..cols], &x3[..cols]];
-                    for (half, streams) in packed.chunks_exact(2 * quads).enumerate() {
-                        let (first, second) = streams.split_at(quads);
-                        let rows = r + 4 * half..r + 4 * half + 4;
-                        let out = [&mut **o0, &mut **o1, &mut **o2, &mut **o3].map(|o| &mut o[rows.clone()]);
-                        // SAFETY: as for this function, for the block's rows `4 * half..4 * half + 4`
-                        // (`rows`), which `first` and `second` hold.
-                        unsafe {
-                            let at = base.add(4 * half * stride);
-                            dots_packed_four_rows::<T>([first, second], at, stride, four, out)
-                        };
-                    }
-                }
-                ([x0, x1], [o0, o1]) => {
-                    let out = [&mut o0[r..r + 8], &mut o1[r..r + 8]];
-                    // SAFETY: as for this function; `packed` holds the block's registers.
-                    unsafe {
-                        dots_packed::<T, 2>(packed, quads, base, stride, [&x0[..cols], &x1[..cols]], out)
-                    };
-                }
-                ([x0], [o0]) => {
-                    let out = [&mut o0[r..r + 8]];
-                    // SAFETY: as for the pairs.
-                    unsafe { dots_packed::<T, 1>(packed, quads, base, stride, [&x0[..cols]], out) };
-                }
-                _ => unreachable!("a step takes one, two or four inputs"),
+            let (head, tail) = outs.split_at_mut(p + 1);
+            if step == 2 {
+                let pair = [&xs[p][..cols], &xs[p + 1][..cols]];
+                let out = [&mut head[p][r..r + 8], &mut tail[0][r..r + 8]];
+                // SAFETY: as for this function; `packed` holds the block's registers.
+                unsafe { dots_packed::<T, 2>(packed, quads, base, stride, pair, out) };
+            } else {
+                let out = [&mut head[p][r..r + 8]];
+                // SAFETY: as for the pairs.
+                unsafe { dots_packed::<T, 1>(packed, quads, base, stride, [&xs[p][..cols]], out) };
             }
             p += step;
         }
