@@ -332,7 +332,9 @@ pub fn matmul_split<'y>(
 
 /// [`matmul_split`] for int8 and int4 weights and three or more inputs: the inputs quantized
 /// once, then the rows in blocks of about [`ROW_BLOCK_BYTES`], each block's sums for every
-/// input (int8 inputs in pairs) before the next block is read.
+/// input (int8 inputs in pairs) before the next block is read; while the inputs meet one
+/// block, the next is asked for from memory (a share with each pass, where the target has a
+/// prefetch).
 fn integer_rows_blocked<'y>(
     weight: &Matrix<'_>,
     xs: &[&[f32]],
@@ -377,6 +379,12 @@ fn integer_rows_blocked<'y>(
                 (&mut *rests, start - split)
             };
             let out = at..at + (end - start);
+            // the next block's bytes, asked for a share with each pass over this block
+            let next = match weight.row_range(end, (end + block).min(part_end)).data {
+                MatrixData::Int8 { values, .. } => int8_bytes(values),
+                MatrixData::Int4 { values, .. } => values,
+                MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => &[],
+            };
             match weight.row_range(start, end).data {
                 MatrixData::Int8 {
                     values,
@@ -385,6 +393,7 @@ fn integer_rows_blocked<'y>(
                 } => {
                     let mut p = 0;
                     while p < inputs.len() {
+                        super::prefetch_share(next, p..p + 2, inputs.len());
                         if p + 1 < inputs.len() {
                             let (head, tail) = outputs.split_at_mut(p + 1);
                             let (y_a, y_b) = (&mut head[p][out.clone()], &mut tail[0][out.clone()]);
@@ -402,7 +411,8 @@ fn integer_rows_blocked<'y>(
                     codes,
                     group,
                 } => {
-                    for (input, y) in inputs.iter().zip(outputs.iter_mut()) {
+                    for (p, (input, y)) in inputs.iter().zip(outputs.iter_mut()).enumerate() {
+                        super::prefetch_share(next, p..p + 1, inputs.len());
                         input.int4_rows(values, scale, codes, group, &mut y[out.clone()]);
                     }
                 }
@@ -411,6 +421,12 @@ fn integer_rows_blocked<'y>(
             start = end;
         }
     }
+}
+
+/// `values` as bytes.
+fn int8_bytes(values: &[i8]) -> &[u8] {
+    // SAFETY: i8 and u8 have the same size and alignment, and every bit pattern is valid in both.
+    unsafe { core::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) }
 }
 
 /// With AMX (x86-64, `std`), the int8 sums of the first whole tiles of rows of each part
