@@ -1662,11 +1662,14 @@ mod tests {
             (16, 259),
             (9, 256),
             (24, 517),
+            (16, 1024),
+            // over 1 MB of rows in f32 and in f16: the next block is asked for
+            (24, 24_001),
         ];
         // two inputs take their own kernel, three a pair and one, four or more a packed block
-        // (on rows of 256 columns or more four at a time, then a pair, then one: 7 and 11 take
-        // every step; the next block asked for from rows of 1 KB); rows at a stride longer
-        // than a row too (as the attention's cached keys are)
+        // (on rows of 512 columns or more four at a time, then a pair, then one: 7 and 11 take
+        // every step); rows at a stride longer than a row too (as the attention's cached keys
+        // are)
         let counts = [2usize, 3, 4, 7, 11];
         for ((n, cols), count) in shapes.into_iter().flat_map(|s| counts.map(|c| (s, c))) {
             let stride = cols + count % 3;
