@@ -62,28 +62,29 @@ pub fn run_time_extensions() -> std::vec::Vec<&'static str> {
     chosen
 }
 
-/// Asks the caches for the share `share` of `parts` equal shares of `bytes` (whole 64-byte
-/// lines), so that a block of weights read later does not wait for memory; nothing where the
-/// target has no prefetch this crate uses. It reads nothing into the program.
+/// Asks the caches for the share `share` of `parts` equal shares of `items`' bytes (whole
+/// 64-byte lines), so that weights read later do not wait for memory; nothing where the target
+/// has no prefetch this crate uses. It reads nothing into the program.
 #[inline]
-pub(crate) fn prefetch_share(bytes: &[u8], share: core::ops::Range<usize>, parts: usize) {
+pub(crate) fn prefetch_share<T>(items: &[T], share: core::ops::Range<usize>, parts: usize) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
         const LINE: usize = 64;
-        let lines = bytes.len().div_ceil(LINE);
+        let bytes = core::mem::size_of_val(items);
+        let lines = bytes.div_ceil(LINE);
         let parts = parts.max(1);
         for line in share.start * lines / parts..(share.end * lines / parts).min(lines) {
-            // SAFETY: `line * LINE < bytes.len()`, so the address is inside `bytes`; a prefetch
-            // reads nothing into the program and never faults.
+            // SAFETY: `line * LINE < bytes`, so the address is inside `items`; a prefetch reads
+            // nothing into the program and never faults.
             unsafe {
                 core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                    bytes.as_ptr().add(line * LINE).cast::<i8>(),
+                    items.as_ptr().cast::<i8>().add(line * LINE),
                 )
             };
         }
     }
     #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
-    let _ = (bytes, share, parts);
+    let _ = (items, share, parts);
 }
 
 /// Rows of `cols` elements at `stride` that fit in `len` elements, at most `wanted`.

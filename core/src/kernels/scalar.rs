@@ -380,10 +380,14 @@ fn integer_rows_blocked<'y>(
             };
             let out = at..at + (end - start);
             // the next block's bytes, asked for a share with each pass over this block
-            let next = match weight.row_range(end, (end + block).min(part_end)).data {
-                MatrixData::Int8 { values, .. } => int8_bytes(values),
+            let next_rows = weight.row_range(end, (end + block).min(part_end));
+            let next_int8: &[i8] = match next_rows.data {
+                MatrixData::Int8 { values, .. } => values,
+                _ => &[],
+            };
+            let next_int4: &[u8] = match next_rows.data {
                 MatrixData::Int4 { values, .. } => values,
-                MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => &[],
+                _ => &[],
             };
             match weight.row_range(start, end).data {
                 MatrixData::Int8 {
@@ -393,7 +397,7 @@ fn integer_rows_blocked<'y>(
                 } => {
                     let mut p = 0;
                     while p < inputs.len() {
-                        super::prefetch_share(next, p..p + 2, inputs.len());
+                        super::prefetch_share(next_int8, p..p + 2, inputs.len());
                         if p + 1 < inputs.len() {
                             let (head, tail) = outputs.split_at_mut(p + 1);
                             let (y_a, y_b) = (&mut head[p][out.clone()], &mut tail[0][out.clone()]);
@@ -412,7 +416,7 @@ fn integer_rows_blocked<'y>(
                     group,
                 } => {
                     for (p, (input, y)) in inputs.iter().zip(outputs.iter_mut()).enumerate() {
-                        super::prefetch_share(next, p..p + 1, inputs.len());
+                        super::prefetch_share(next_int4, p..p + 1, inputs.len());
                         input.int4_rows(values, scale, codes, group, &mut y[out.clone()]);
                     }
                 }
@@ -421,12 +425,6 @@ fn integer_rows_blocked<'y>(
             start = end;
         }
     }
-}
-
-/// `values` as bytes.
-fn int8_bytes(values: &[i8]) -> &[u8] {
-    // SAFETY: i8 and u8 have the same size and alignment, and every bit pattern is valid in both.
-    unsafe { core::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len()) }
 }
 
 /// With AMX (x86-64, `std`), the int8 sums of the first whole tiles of rows of each part

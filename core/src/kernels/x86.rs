@@ -345,14 +345,14 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
 const PACK_LEAST_INPUTS: usize = 4;
 
 /// Columns from which [`dots_each_packed`] takes four inputs a step, against half a block's
-/// rows ([`dots_packed_four_rows`]), rather than two against all eight: on rows of a head's
-/// width (the attention's cached keys) finishing each row twice as often cost more than the
-/// halved loads of weights saved.
+/// rows ([`dots_packed_four_rows`]), rather than two against all eight: on shorter rows (the
+/// attention's cached keys, the bundled model's 256 columns) finishing each row twice as often
+/// cost more than the halved loads of weights saved.
 const FOUR_INPUTS_LEAST_COLS: usize = 512;
 
 /// Bytes of rows from which [`dots_each_packed`] asks for the next block while it works on
 /// one: smaller matrices (a small model's, the attention's cached keys) come from the caches,
-/// where asking only costs time (6% of the bundled model's f32 segments with rows of 1 KB).
+/// where asking only costs time.
 const PREFETCH_LEAST_BYTES: usize = 1 << 20;
 
 std::thread_local! {
@@ -399,14 +399,13 @@ unsafe fn dots_each_packed<T: RowElement>(
                 };
             }
         }
-        // SAFETY: rows `r + 8..r + 16` are readable where `r + 16 <= n`.
-        let next = (prefetch && r + 16 <= n).then(|| unsafe { base.add(8 * stride) });
+        // the next block's rows (and the gaps between them at a longer stride)
+        let next = (prefetch && r + 16 <= n).then(|| &rows[(r + 8) * stride..(r + 15) * stride + cols]);
         let mut p = 0;
         if cols >= FOUR_INPUTS_LEAST_COLS {
             while p + 4 <= xs.len() {
                 if let Some(next) = next {
-                    // SAFETY: the eight rows at `next` are readable.
-                    unsafe { prefetch_block_share(next, stride, cols, p..p + 4, xs.len()) };
+                    super::prefetch_share(next, p..p + 4, xs.len());
                 }
                 let four: [&[f32]; 4] = core::array::from_fn(|j| &xs[p + j][..cols]);
                 let [o0, o1, o2, o3] = &mut outs[p..p + 4] else {
@@ -429,8 +428,7 @@ unsafe fn dots_each_packed<T: RowElement>(
         while p < xs.len() {
             let step = if p + 1 < xs.len() { 2 } else { 1 };
             if let Some(next) = next {
-                // SAFETY: the eight rows at `next` are readable.
-                unsafe { prefetch_block_share(next, stride, cols, p..p + step, xs.len()) };
+                super::prefetch_share(next, p..p + step, xs.len());
             }
             let (head, tail) = outs.split_at_mut(p + 1);
             if step == 2 {
@@ -448,40 +446,6 @@ unsafe fn dots_each_packed<T: RowElement>(
         r += 8;
     }
     r
-}
-
-/// Asks the caches for the share of the eight rows at `block` (`cols` elements each, at
-/// `stride`) that the inputs `share` of `inputs` stand for, so that by the block's last input
-/// the next block's copy finds all its rows there instead of waiting for memory.
-///
-/// # Safety
-/// Eight rows of `cols` elements must be readable from `block` at `stride`.
-#[inline]
-#[target_feature(enable = "avx")]
-unsafe fn prefetch_block_share<T>(
-    block: *const T,
-    stride: usize,
-    cols: usize,
-    share: core::ops::Range<usize>,
-    inputs: usize,
-) {
-    const LINE: usize = 64;
-    let row_lines = (cols * core::mem::size_of::<T>()).div_ceil(LINE);
-    let lines = 8 * row_lines;
-    let (first, end) = (share.start * lines / inputs, share.end * lines / inputs);
-    let (mut row, mut within) = (first / row_lines, first % row_lines);
-    for _ in first..end {
-        // SAFETY: the line starts inside row `row` of the block, which is readable (the
-        // caller's contract); a prefetch reads nothing into the program and never faults.
-        unsafe {
-            let at = block.add(row * stride).cast::<i8>().add(within * LINE);
-            _mm_prefetch::<_MM_HINT_T0>(at);
-        }
-        within += 1;
-        if within == row_lines {
-            (row, within) = (row + 1, 0);
-        }
-    }
 }
 
 /// Eight rows' sums for `INPUTS` inputs from a packed block (see [`dots_each_packed`]); the
