@@ -6,9 +6,9 @@
 //!   portable [`dot`](super::scalar::dot) adds column `c` into accumulator `c % 4`, multiplying
 //!   and then adding, no fused multiply-add); eight rows per pass keep eight chains of additions
 //!   going, and several inputs share each block of rows.
-//! - **Fused f32 rows** ([`rows_fma`], `--fast-f32`): a row's sixteen lanes of the fused order
-//!   ([`dot_fma`](super::fma::dot_fma)) are four registers, each column's product fused into its
-//!   lane by `FMLA`; two rows against two inputs a pass.
+//! - **Fused f32 rows** ([`rows_fma`], `--fast-f32`): the fused order's chains
+//!   ([`dot_fma`](super::fma::dot_fma)) of four inputs share a register, a lane each; each
+//!   weight fuses into them by `FMLA` by element; eight rows a pass.
 //! - **Weighted rows** ([`axpys`]): `out[e] += p[k] * rows[k][e]` in `k` order, four elements a
 //!   register.
 //! - **int8 rows**: four rows per pass share the input; `SDOT` adds four products into each
@@ -17,8 +17,9 @@
 //!   overflow on two −128 · −128 products). Integer sums are exact in any order.
 
 use core::arch::aarch64::{
-    float32x4_t, int32x4_t, vaddq_f32, vaddvq_s32, vdupq_n_f32, vdupq_n_s32, vfmaq_f32, vget_low_s8,
-    vld1q_f32, vld1q_s8, vmovq_n_f32, vmull_high_s8, vmull_s8, vmulq_f32, vpadalq_s16, vst1q_f32,
+    float32x4_t, int32x4_t, vaddq_f32, vaddvq_s32, vdupq_n_f32, vdupq_n_s32, vfmaq_laneq_f32, vget_low_s8,
+    vld1q_f32, vld1q_s8, vmovq_n_f32, vmull_high_s8, vmull_s8, vmulq_f32, vpadalq_s16, vreinterpretq_f32_f64,
+    vreinterpretq_f64_f32, vst1q_f32, vtrn1q_f32, vtrn2q_f32, vzip1q_f64, vzip2q_f64,
 };
 
 use super::{rows_that_fit, scalar};
@@ -106,89 +107,104 @@ unsafe fn dots_block<const ROWS: usize>(base: *const f32, stride: usize, x: &[f3
 
 /// `ys[p] = W xs[p]` for `W (rows, cols)` at a stride of `cols` (`rows` the shortest output's
 /// length, as many as `weight` holds; every input at least `cols` long) in the fused order: the
-/// bits of [`dot_fma`](super::fma::dot_fma) for every row and input. Lanes `4j..4j + 4` of a
-/// row's sixteen are register `j`; sixteen columns a step fuse each product into its lane
-/// (`FMLA`), the last columns go to the portable step, then the lanes are added as the portable
-/// tree. Two rows a pass meet every input, two at a time, while they stay in the cache.
+/// bits of [`dot_fma`](super::fma::dot_fma) for every row and input. Four inputs share a
+/// register, a lane each (a last group of fewer repeats its first input in the empty lanes and
+/// does not store them): each four columns of the group are loaded and transposed in registers
+/// (a register per column), then each row's four weights there fuse into the eight rows'
+/// accumulators by lane (`FMLA` by element). The columns after the last four continue each
+/// chain in the portable step.
 pub fn rows_fma(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     let wanted = ys.iter().map(|y| y.len()).min().unwrap_or(0);
     let rows = rows_that_fit(weight.len(), cols, cols, wanted);
     let inputs = xs.len().min(ys.len());
-    let mut r = 0;
-    while r < rows {
-        let take = if r + 2 <= rows { 2 } else { 1 };
-        let mut p = 0;
-        while p < inputs {
-            let count = if p + 2 <= inputs { 2 } else { 1 };
-            let pair = [&xs[p][..cols], &xs[p + count - 1][..cols]];
+    let mut p = 0;
+    while p < inputs {
+        let count = (inputs - p).min(4);
+        let group: [&[f32]; 4] = core::array::from_fn(|k| &xs[p + if k < count { k } else { 0 }][..cols]);
+        let mut r = 0;
+        while r < rows {
+            let take = if r + 8 <= rows { 8 } else { 1 };
             // SAFETY: rows `r..r + take` end inside `weight` (`rows_that_fit` bounds `rows`).
             let base = unsafe { weight.as_ptr().add(r * cols) };
+            let mut sums = [[0.0f32; 4]; 8];
             // SAFETY: `take` rows of `cols` are readable from `base`, and `cols` from each input.
-            let sums = unsafe {
-                if take == 2 {
-                    fused_pass::<2>(base, cols, pair)
+            unsafe {
+                if take == 8 {
+                    sums = fused_pass::<8>(base, cols, group);
                 } else {
-                    let [one] = fused_pass::<1>(base, cols, pair);
-                    [one, one]
+                    sums[0] = fused_pass::<1>(base, cols, group)[0];
                 }
-            };
+            }
             for (i, sums) in sums.iter().enumerate().take(take) {
                 for (k, sum) in sums.iter().enumerate().take(count) {
                     ys[p + k][r + i] = *sum;
                 }
             }
-            p += count;
+            r += take;
         }
-        r += take;
+        p += count;
     }
 }
 
-/// `R` rows from `base` (at a stride of `cols`) against two inputs: `sums[i][p]` in the fused
+/// `R` rows from `base` (at a stride of `cols`) against four inputs: `sums[i][k]` in the fused
 /// order.
 ///
 /// # Safety
 /// `R` rows of `cols` f32 must be readable from `base`, and `cols` from each input.
 #[inline(always)]
-unsafe fn fused_pass<const R: usize>(base: *const f32, cols: usize, xs: [&[f32]; 2]) -> [[f32; 2]; R] {
-    use super::fma::{add_lanes, fmaf, LANES};
+unsafe fn fused_pass<const R: usize>(base: *const f32, cols: usize, xs: [&[f32]; 4]) -> [[f32; 4]; R] {
+    use super::fma::fmaf;
     // SAFETY: NEON is part of every aarch64 CPU.
-    let zero = unsafe { vdupq_n_f32(0.0) };
-    let mut acc = [[[zero; 4]; 2]; R];
-    let body = cols / LANES * LANES;
+    let mut acc = [unsafe { vdupq_n_f32(0.0) }; R];
+    let body = cols / 4 * 4;
     let mut c = 0;
     while c < body {
-        // SAFETY: `c + 16 <= cols`: sixteen readable columns in each input and each row.
+        // SAFETY: `c + 4 <= cols`: four readable columns in each input and each row.
         unsafe {
-            let x: [[float32x4_t; 4]; 2] =
-                core::array::from_fn(|p| core::array::from_fn(|j| vld1q_f32(xs[p].as_ptr().add(c + 4 * j))));
+            let quads: [float32x4_t; 4] = core::array::from_fn(|k| vld1q_f32(xs[k].as_ptr().add(c)));
+            let columns = transpose_four(quads);
             for (i, acc) in acc.iter_mut().enumerate() {
-                for j in 0..4 {
-                    let w = vld1q_f32(base.add(i * cols + c + 4 * j));
-                    for (acc, x) in acc.iter_mut().zip(&x) {
-                        acc[j] = vfmaq_f32(acc[j], w, x[j]);
-                    }
-                }
+                let w = vld1q_f32(base.add(i * cols + c));
+                *acc = vfmaq_laneq_f32::<0>(*acc, columns[0], w);
+                *acc = vfmaq_laneq_f32::<1>(*acc, columns[1], w);
+                *acc = vfmaq_laneq_f32::<2>(*acc, columns[2], w);
+                *acc = vfmaq_laneq_f32::<3>(*acc, columns[3], w);
             }
         }
-        c += LANES;
+        c += 4;
     }
-    let mut sums = [[0.0f32; 2]; R];
+    let mut sums = [[0.0f32; 4]; R];
     for (i, (sums, acc)) in sums.iter_mut().zip(&acc).enumerate() {
-        for (p, (sum, acc)) in sums.iter_mut().zip(acc).enumerate() {
-            let mut lanes = [0.0f32; LANES];
-            for (j, &acc) in acc.iter().enumerate() {
-                // SAFETY: lanes `4j..4j + 4` are inside `lanes`.
-                unsafe { vst1q_f32(lanes.as_mut_ptr().add(4 * j), acc) };
+        // SAFETY: `sums` has room for four f32.
+        unsafe { vst1q_f32(sums.as_mut_ptr(), *acc) };
+        for c in body..cols {
+            // SAFETY: `c < cols`: inside row `i`.
+            let w = unsafe { *base.add(i * cols + c) };
+            for (sum, x) in sums.iter_mut().zip(xs) {
+                *sum = fmaf(w, x[c], *sum);
             }
-            for c in body..cols {
-                // SAFETY: `c < cols`: inside row `i`.
-                let w = unsafe { *base.add(i * cols + c) };
-                lanes[c - body] = fmaf(w, xs[p][c], lanes[c - body]);
-            }
-            *sum = add_lanes(&lanes);
         }
     }
     sums
+}
+
+/// The 4 × 4 transpose: lane `j` of `rows[k]` becomes lane `k` of register `j`.
+#[inline(always)]
+fn transpose_four(rows: [float32x4_t; 4]) -> [float32x4_t; 4] {
+    // SAFETY: NEON is part of every aarch64 CPU.
+    unsafe {
+        // (a0 b0 a2 b2), (a1 b1 a3 b3), (c0 d0 c2 d2), (c1 d1 c3 d3)
+        let ab_even = vreinterpretq_f64_f32(vtrn1q_f32(rows[0], rows[1]));
+        let ab_odd = vreinterpretq_f64_f32(vtrn2q_f32(rows[0], rows[1]));
+        let cd_even = vreinterpretq_f64_f32(vtrn1q_f32(rows[2], rows[3]));
+        let cd_odd = vreinterpretq_f64_f32(vtrn2q_f32(rows[2], rows[3]));
+        [
+            vreinterpretq_f32_f64(vzip1q_f64(ab_even, cd_even)),
+            vreinterpretq_f32_f64(vzip1q_f64(ab_odd, cd_odd)),
+            vreinterpretq_f32_f64(vzip2q_f64(ab_even, cd_even)),
+            vreinterpretq_f32_f64(vzip2q_f64(ab_odd, cd_odd)),
+        ]
+    }
 }
 
 /// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order: per element
@@ -384,10 +400,11 @@ mod tests {
     #[test]
     fn neon_fused_rows_equal_the_portable_fused_order() {
         use super::super::fma::dot_fma;
-        // a partial step of sixteen, whole steps, and both; odd numbers of rows and inputs
-        for cols in [0usize, 1, 15, 16, 17, 40, 128, 131] {
-            for rows in [0usize, 1, 2, 3, 8] {
-                for inputs in [1usize, 2, 3, 5] {
+        // a partial step of four, whole steps, and both; eight rows a pass and the rows
+        // left; whole and partial groups of four inputs
+        for cols in [0usize, 1, 3, 4, 5, 15, 16, 17, 40, 131] {
+            for rows in [0usize, 1, 2, 7, 8, 9, 17] {
+                for inputs in [1usize, 2, 3, 4, 5, 9] {
                     let weight = awkward_floats(rows * cols, (cols * 31 + rows) as u32);
                     let xs: Vec<Vec<f32>> = (0..inputs)
                         .map(|p| awkward_floats(cols, 11 + p as u32 + cols as u32))
