@@ -10,7 +10,7 @@
 //!   accumulators; a step loads two registers and six weights for twelve multiply-adds), or
 //!   twelve rows against eight. The rows are read as they lie, each once per group of inputs,
 //!   and from memory once per call.
-//! - **Up to four inputs** ([`rows_in_lanes`]): eight rows a register. Eight columns of eight
+//! - **Up to four inputs** ([`rows_in_lanes`]): eight rows a register. Four columns of eight
 //!   rows are loaded and transposed in registers, then each input's column is broadcast.
 //!
 //! Lanes past the last input hold zeros and are not stored, so a group's size does not change
@@ -68,10 +68,10 @@ pub unsafe fn rows_avx2(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&m
     // SAFETY: the CPU has AVX2 and FMA (this function's contract).
     unsafe {
         match xs.len() {
-            1 => rows_in_lanes::<1>(weight, rows, cols, xs, ys),
-            2 => rows_in_lanes::<2>(weight, rows, cols, xs, ys),
-            3 => rows_in_lanes::<3>(weight, rows, cols, xs, ys),
-            4 => rows_in_lanes::<4>(weight, rows, cols, xs, ys),
+            1 => rows_in_lanes::<1, 2>(weight, rows, cols, xs, ys),
+            2 => rows_in_lanes::<2, 2>(weight, rows, cols, xs, ys),
+            3 => rows_in_lanes::<3, 2>(weight, rows, cols, xs, ys),
+            4 => rows_in_lanes::<4, 2>(weight, rows, cols, xs, ys),
             _ => {}
         }
     }
@@ -165,13 +165,16 @@ unsafe fn lanes_pass<const REGS: usize, const R: usize>(
     acc
 }
 
-/// `ys[p] = W xs[p]` for `P` (one to four) inputs, eight rows a register ([`eight_rows`]), the
-/// last rows (fewer than eight) by [`dot_fma`].
+/// `ys[p] = W xs[p]` for `P` (one to four) inputs, eight rows a register ([`row_blocks`]):
+/// `B` blocks of eight rows a pass, so that `B * P` chains hide part of a multiply-add's
+/// latency (two blocks: one input ran 1.6 times as fast as with one block, and three or four
+/// blocks, whose row addresses no longer fit in the registers, ran slower), then one block a
+/// pass, then the last rows (fewer than eight) by [`dot_fma`].
 ///
 /// # Safety
 /// As [`inputs_in_lanes`]; `xs` and `ys` hold `P` each.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn rows_in_lanes<const P: usize>(
+unsafe fn rows_in_lanes<const P: usize, const B: usize>(
     weight: &[f32],
     rows: usize,
     cols: usize,
@@ -181,13 +184,25 @@ unsafe fn rows_in_lanes<const P: usize>(
     let xs: [&[f32]; P] = core::array::from_fn(|p| &xs[p][..cols]);
     let mut r = 0;
     while r + 8 <= rows {
-        // SAFETY: rows `r..r + 8` lie in `weight`; the CPU has AVX2 and FMA.
-        let sums = unsafe { eight_rows::<P>(weight.as_ptr().add(r * cols), cols, xs) };
-        for (y, sums) in ys.iter_mut().zip(sums) {
-            // SAFETY: `y` holds rows `r..r + 8`.
-            unsafe { _mm256_storeu_ps(y[r..r + 8].as_mut_ptr(), sums) };
+        let blocks = if r + 8 * B <= rows { B } else { 1 };
+        // SAFETY: rows `r..r + 8 * blocks` lie in `weight`; the CPU has AVX2 and FMA.
+        let sums: [[__m256; P]; B] = unsafe {
+            let base = weight.as_ptr().add(r * cols);
+            if blocks == B {
+                row_blocks::<P, B>(base, cols, xs)
+            } else {
+                let [one] = row_blocks::<P, 1>(base, cols, xs);
+                core::array::from_fn(|_| one)
+            }
+        };
+        for (b, sums) in sums.iter().enumerate().take(blocks) {
+            let rows = r + 8 * b..r + 8 * b + 8;
+            for (y, &sums) in ys.iter_mut().zip(sums) {
+                // SAFETY: `y` holds the eight rows.
+                unsafe { _mm256_storeu_ps(y[rows.clone()].as_mut_ptr(), sums) };
+            }
         }
-        r += 8;
+        r += 8 * blocks;
     }
     for r in r..rows {
         let row = &weight[r * cols..(r + 1) * cols];
@@ -197,72 +212,73 @@ unsafe fn rows_in_lanes<const P: usize>(
     }
 }
 
-/// Eight rows from `base` (at a stride of `cols`) against `P` inputs: lane `i` of `sums[p]` is
-/// row `i` · input `p`. Each eight columns of the rows are transposed in registers (a register
-/// per column, a lane per row), then each column meets every input's value, broadcast.
+/// `B` blocks of eight rows from `base` (at a stride of `cols`) against `P` inputs: lane `i` of
+/// `sums[b][p]` is row `8b + i` · input `p`. Each four columns of a block's rows are loaded as
+/// four registers (rows `i` and `i + 4` in the two halves) and transposed within the halves
+/// ([`transpose_quads`]), then each column meets every input's value, broadcast.
 ///
 /// # Safety
-/// Eight rows of `cols` must be readable from `base`, `cols` from each input; the CPU must
+/// `8 * B` rows of `cols` must be readable from `base`, `cols` from each input; the CPU must
 /// support AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn eight_rows<const P: usize>(base: *const f32, cols: usize, xs: [&[f32]; P]) -> [__m256; P] {
-    let mut acc = [_mm256_setzero_ps(); P];
-    let body = cols / 8 * 8;
+unsafe fn row_blocks<const P: usize, const B: usize>(
+    base: *const f32,
+    cols: usize,
+    xs: [&[f32]; P],
+) -> [[__m256; P]; B] {
+    let mut acc = [[_mm256_setzero_ps(); P]; B];
+    let body = cols / 4 * 4;
     let mut c = 0;
     while c < body {
-        // SAFETY: `c + 8 <= cols`: eight readable columns of each row.
-        let rows: [__m256; 8] = core::array::from_fn(|i| unsafe { _mm256_loadu_ps(base.add(i * cols + c)) });
-        for (j, column) in transpose_eight(rows).into_iter().enumerate() {
-            for (acc, x) in acc.iter_mut().zip(xs) {
-                // SAFETY: `c + j < cols`, the input's length.
-                let value = unsafe { _mm256_broadcast_ss(x.get_unchecked(c + j)) };
-                *acc = _mm256_fmadd_ps(column, value, *acc);
+        for (b, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `c + 4 <= cols`: four readable columns of each of the block's rows.
+            let pairs: [__m256; 4] = core::array::from_fn(|i| unsafe {
+                let row = base.add((8 * b + i) * cols + c);
+                _mm256_loadu2_m128(row.add(4 * cols), row)
+            });
+            for (j, column) in transpose_quads(pairs).into_iter().enumerate() {
+                for (acc, x) in acc.iter_mut().zip(xs) {
+                    // SAFETY: `c + j < cols`, the input's length.
+                    let value = unsafe { _mm256_broadcast_ss(x.get_unchecked(c + j)) };
+                    *acc = _mm256_fmadd_ps(column, value, *acc);
+                }
             }
         }
-        c += 8;
+        c += 4;
     }
     for c in body..cols {
-        // SAFETY: `c < cols`: inside each row.
-        let column: [f32; 8] = core::array::from_fn(|i| unsafe { *base.add(i * cols + c) });
-        // SAFETY: `column` holds eight f32.
-        let column = unsafe { _mm256_loadu_ps(column.as_ptr()) };
-        for (acc, x) in acc.iter_mut().zip(xs) {
-            *acc = _mm256_fmadd_ps(column, _mm256_set1_ps(x[c]), *acc);
+        for (b, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: `c < cols`: inside each of the block's rows.
+            let column: [f32; 8] = core::array::from_fn(|i| unsafe { *base.add((8 * b + i) * cols + c) });
+            // SAFETY: `column` holds eight f32.
+            let column = unsafe { _mm256_loadu_ps(column.as_ptr()) };
+            for (acc, x) in acc.iter_mut().zip(xs) {
+                *acc = _mm256_fmadd_ps(column, _mm256_set1_ps(x[c]), *acc);
+            }
         }
     }
     acc
 }
 
-/// The 8 × 8 transpose: `rows[i]` lane `j` becomes lane `i` of register `j`.
+/// Two 4 × 4 transposes, one per 128-bit half: `pairs[i]` holds four columns of row `i` (low
+/// half) and of row `i + 4` (high half); register `j` of the result holds column `j` of rows
+/// 0–3 (low) and 4–7 (high), so lane `i` is row `i`. Eight shuffles for the sixteen lanes,
+/// where a full 8 × 8 transpose of registers takes 24 for eight columns.
 #[inline]
 #[target_feature(enable = "avx")]
-fn transpose_eight(rows: [__m256; 8]) -> [__m256; 8] {
-    // pairs of rows interleaved: lanes (r0c0, r1c0, r0c1, r1c1 | the same for c4, c5), ...
-    let low: [__m256; 4] = core::array::from_fn(|k| _mm256_unpacklo_ps(rows[2 * k], rows[2 * k + 1]));
-    let high: [__m256; 4] = core::array::from_fn(|k| _mm256_unpackhi_ps(rows[2 * k], rows[2 * k + 1]));
-    // four rows of one column in each half: quarter k of `quads[m]` holds columns m and m + 4
-    let quads: [__m256; 8] = core::array::from_fn(|m| {
-        let half = m / 4; // rows 0-3 or 4-7
-        let (a, b) = match m % 4 {
-            0 | 1 => (low[2 * half], low[2 * half + 1]),
-            _ => (high[2 * half], high[2 * half + 1]),
-        };
-        if m % 2 == 0 {
-            _mm256_shuffle_ps::<0x44>(a, b)
-        } else {
-            _mm256_shuffle_ps::<0xee>(a, b)
-        }
-    });
-    // quads[m] (rows 0-3) and quads[m + 4] (rows 4-7): column m in the low halves, m + 4 high
-    core::array::from_fn(|j| {
-        let (m, select) = (j % 4, j / 4);
-        if select == 0 {
-            _mm256_permute2f128_ps::<0x20>(quads[m], quads[m + 4])
-        } else {
-            _mm256_permute2f128_ps::<0x31>(quads[m], quads[m + 4])
-        }
-    })
+fn transpose_quads(pairs: [__m256; 4]) -> [__m256; 4] {
+    // rows 0 and 1 interleaved: (r0c0, r1c0, r0c1, r1c1), then columns 2 and 3; rows 2 and 3
+    let low_01 = _mm256_unpacklo_ps(pairs[0], pairs[1]);
+    let high_01 = _mm256_unpackhi_ps(pairs[0], pairs[1]);
+    let low_23 = _mm256_unpacklo_ps(pairs[2], pairs[3]);
+    let high_23 = _mm256_unpackhi_ps(pairs[2], pairs[3]);
+    [
+        _mm256_shuffle_ps::<0x44>(low_01, low_23),
+        _mm256_shuffle_ps::<0xee>(low_01, low_23),
+        _mm256_shuffle_ps::<0x44>(high_01, high_23),
+        _mm256_shuffle_ps::<0xee>(high_01, high_23),
+    ]
 }
 
 #[cfg(test)]

@@ -72,10 +72,11 @@ pub struct Args {
     /// length minus one is a multiple of --tgt-len (the segments fall alike).
     #[arg(long, value_name = "STATE")]
     pub state_out: Option<PathBuf>,
-    /// Sum the f32 weight matrices' products with fused multiply-adds in sixteen lanes (one
-    /// rounding per product): faster on a CPU with FMA (AVX-512F, or AVX2 and FMA), a few ulps
-    /// from the exact scores, with digests of their own that every machine reproduces. The
-    /// core only; f16, int8 and int4 weights and the attention are unchanged.
+    /// Sum the f32 weight matrices' products with fused multiply-adds, one chain per row in
+    /// column order (one rounding per product): faster in segments on a CPU with AVX2 and FMA
+    /// (streaming a small model, slower than exact), a few ulps from the exact scores, with
+    /// digests of their own that every machine reproduces. The core only; f16, int8 and int4
+    /// weights and the attention are unchanged.
     #[arg(long)]
     pub fast_f32: bool,
     /// Print one JSON object on stdout instead of text.

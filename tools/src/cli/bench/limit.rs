@@ -29,7 +29,8 @@ pub struct Limits {
     /// int8 weights for a segment's positions, 64 a pass: the AMX tile kernel where the CPU
     /// and system have it, else the same kernels as [`Limits::int8_macs_per_second`].
     pub int8_segments_macs_per_second: f64,
-    /// f32 weights in the fused order (`--fast-f32`'s kernels): one input, or four per pass.
+    /// f32 weights in the fused order (`--fast-f32`'s kernels): one input, four, or sixteen
+    /// per pass (in the lanes of the inputs' registers).
     pub fast_f32_macs_per_second: f64,
 }
 
@@ -79,10 +80,10 @@ fn f32_limit() -> f64 {
 fn fast_f32_limit() -> f64 {
     let (rows, cols) = F32_SHAPE;
     let weight: Vec<f32> = (0..rows * cols).map(|i| small_value(i) as f32 / 64.0).collect();
-    let xs: Vec<Vec<f32>> = (0..4)
+    let xs: Vec<Vec<f32>> = (0..16)
         .map(|p| (0..cols).map(|i| small_value(i + 7 + p) as f32 / 32.0).collect())
         .collect();
-    let mut ys = vec![vec![0.0f32; rows]; 4];
+    let mut ys = vec![vec![0.0f32; rows]; 16];
     let x: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
     let mut y: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
     let mut rate = |inputs: usize| {
@@ -91,7 +92,7 @@ fn fast_f32_limit() -> f64 {
             std::hint::black_box(&mut y);
         })
     };
-    rate(1).max(rate(4))
+    rate(1).max(rate(4)).max(rate(16))
 }
 
 /// The fastest of `int8_row_sums` and `int8_row_sums_pair`.
