@@ -3,14 +3,14 @@
 //! multiply-adds over the columns in order, so a register's lanes hold eight *chains*, and each
 //! step is a broadcast and a multiply-add:
 //!
-//! - **Five inputs or more** ([`inputs_in_lanes`]): the inputs are first copied column by
+//! - **Five inputs or more** (`inputs_in_lanes`): the inputs are first copied column by
 //!   column, eight or sixteen to a row of the copy (once per call, which is cheap next to the
 //!   product), so that column `c` of every input of a group is one or two registers. Each
 //!   weight is broadcast and multiplies them: six rows against sixteen inputs a pass (twelve
 //!   accumulators; a step loads two registers and six weights for twelve multiply-adds), or
 //!   twelve rows against eight. The rows are read as they lie, each once per group of inputs,
 //!   and from memory once per call.
-//! - **Up to four inputs** ([`rows_in_lanes`]): eight rows a register. Four columns of eight
+//! - **Up to four inputs** (`rows_in_lanes`): eight rows a register. Four columns of eight
 //!   rows are loaded and transposed in registers, then each input's column is broadcast.
 //!
 //! Lanes past the last input hold zeros and are not stored, so a group's size does not change
@@ -153,7 +153,8 @@ unsafe fn lanes_pass<const REGS: usize, const R: usize>(
     let mut acc = [[_mm256_setzero_ps(); REGS]; R];
     for (c, column) in columns.chunks_exact(8 * REGS).take(cols).enumerate() {
         // SAFETY: the column holds `8 * REGS` floats.
-        let x: [__m256; REGS] = core::array::from_fn(|j| unsafe { _mm256_loadu_ps(column.as_ptr().add(8 * j)) });
+        let x: [__m256; REGS] =
+            core::array::from_fn(|j| unsafe { _mm256_loadu_ps(column.as_ptr().add(8 * j)) });
         for (i, acc) in acc.iter_mut().enumerate() {
             // SAFETY: column `c < cols` of row `i`, one of the pass's rows.
             let w = unsafe { _mm256_broadcast_ss(&*base.add(i * cols + c)) };
