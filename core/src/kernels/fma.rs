@@ -78,3 +78,31 @@ pub fn matmul_fma_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
 pub fn matvec_fma_rows(weight: &[f32], x: &[f32], y: &mut [f32]) {
     matmul_fma_rows(weight, &[x], &mut [y]);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{dot_fma, matmul_fma_rows};
+
+    /// The order is one chain in column order: a 1 added to 1e8 is lost (f32's spacing there
+    /// is 8) before -1e8 cancels the 1e8, so the sum is 0. Any order that adds the 1 last, or
+    /// in a lane of its own (as sixteen lanes did), gives 1.
+    #[test]
+    fn the_fused_order_is_one_chain_in_column_order() {
+        let row = [1e8f32, 1.0, -1e8];
+        assert_eq!(dot_fma(&row, &[1.0; 3]), 0.0);
+        let reversed = [-1e8f32, 1.0, 1e8];
+        assert_eq!(dot_fma(&reversed, &[1.0; 3]), 0.0);
+        let one_last = [1e8f32, -1e8, 1.0];
+        assert_eq!(dot_fma(&one_last, &[1.0; 3]), 1.0);
+        // fused: (1 + 2^-23)(1 - 2^-23) = 1 - 2^-46 meets the running sum -1 unrounded, so the
+        // sum is -2^-46, where a multiply then an add rounds the product to 1 first and gives 0
+        let (a, b) = (1.0 + f32::EPSILON, 1.0 - f32::EPSILON);
+        assert_eq!(dot_fma(&[-1.0, a], &[1.0, b]), -1.0 / (1u64 << 46) as f32);
+        assert_eq!(crate::kernels::scalar::dot(&[-1.0, a], &[1.0, b]), 0.0);
+        // the kernels chosen at run time give the same bits as the reference
+        let weight: [f32; 9] = core::array::from_fn(|i| [row, reversed, one_last][i / 3][i % 3]);
+        let (mut y0, mut y1) = ([f32::NAN; 3], [f32::NAN; 3]);
+        matmul_fma_rows(&weight, &[&[1.0; 3], &[1.0; 3]], &mut [&mut y0, &mut y1]);
+        assert_eq!((y0, y1), ([0.0, 0.0, 1.0], [0.0, 0.0, 1.0]));
+    }
+}
