@@ -112,20 +112,22 @@ unsafe fn dots_block<const ROWS: usize>(base: *const f32, stride: usize, x: &[f3
 /// does not store them): each four columns of the group are loaded and transposed in registers
 /// (a register per column), then each row's four weights there fuse into the eight rows'
 /// accumulators by lane (`FMLA` by element). The columns after the last four continue each
-/// chain in the portable step.
+/// chain in the portable step. Every group of inputs meets a block of rows before the next
+/// block is read, so a row comes from memory once per call.
 pub fn rows_fma(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     let wanted = ys.iter().map(|y| y.len()).min().unwrap_or(0);
     let rows = rows_that_fit(weight.len(), cols, cols, wanted);
     let inputs = xs.len().min(ys.len());
-    let mut p = 0;
-    while p < inputs {
-        let count = (inputs - p).min(4);
-        let group: [&[f32]; 4] = core::array::from_fn(|k| &xs[p + if k < count { k } else { 0 }][..cols]);
-        let mut r = 0;
-        while r < rows {
-            let take = if r + 8 <= rows { 8 } else { 1 };
-            // SAFETY: rows `r..r + take` end inside `weight` (`rows_that_fit` bounds `rows`).
-            let base = unsafe { weight.as_ptr().add(r * cols) };
+    let mut r = 0;
+    while r < rows {
+        let take = if r + 8 <= rows { 8 } else { 1 };
+        // SAFETY: rows `r..r + take` end inside `weight` (`rows_that_fit` bounds `rows`).
+        let base = unsafe { weight.as_ptr().add(r * cols) };
+        // every group of inputs meets the block's rows while they stay in the cache
+        let mut p = 0;
+        while p < inputs {
+            let count = (inputs - p).min(4);
+            let group: [&[f32]; 4] = core::array::from_fn(|k| &xs[p + if k < count { k } else { 0 }][..cols]);
             let mut sums = [[0.0f32; 4]; 8];
             // SAFETY: `take` rows of `cols` are readable from `base`, and `cols` from each input.
             unsafe {
@@ -140,9 +142,9 @@ pub fn rows_fma(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]
                     ys[p + k][r + i] = *sum;
                 }
             }
-            r += take;
+            p += count;
         }
-        p += count;
+        r += take;
     }
 }
 
