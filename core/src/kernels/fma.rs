@@ -45,7 +45,7 @@ pub fn dot_fma(row: &[f32], x: &[f32]) -> f32 {
 /// `ys[p] = W xs[p]` for f32 weights `W (rows, cols)` (`rows` the shortest output's length,
 /// `cols` the shortest input's), each sum in the fused order ([`dot_fma`]'s bits): with AVX2
 /// and FMA on x86-64 (AVX-512 CPUs included) eight inputs or rows a register, each weight or
-/// input broadcast ([`x86_fma`](super::x86_fma)); with NEON on aarch64 four inputs a
+/// input broadcast (`kernels::x86_fma`); with NEON on aarch64 four inputs a
 /// register; else the portable loop.
 pub fn matmul_fma_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);

@@ -56,9 +56,9 @@ pub unsafe fn rows_avx2(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&m
             // SAFETY: the CPU has AVX2 and FMA (this function's contract).
             unsafe {
                 if count > 8 {
-                    inputs_in_lanes::<2>(weight, rows, cols, group, outs, columns)
+                    inputs_in_lanes::<2, 6>(weight, rows, cols, group, outs, columns)
                 } else {
-                    inputs_in_lanes::<1>(weight, rows, cols, group, outs, columns)
+                    inputs_in_lanes::<1, 12>(weight, rows, cols, group, outs, columns)
                 }
             }
         });
@@ -79,13 +79,14 @@ pub unsafe fn rows_avx2(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&m
 
 /// `ys[p] = W xs[p]` for a group of up to `8 * REGS` inputs in the lanes of `REGS` registers:
 /// `columns` first holds the inputs column by column (`8 * REGS` floats a column, zeros past
-/// the last input), then each pass meets `12 / REGS` rows with it (twelve accumulators).
+/// the last input), then each pass meets `R` rows with it (`R * REGS` is twelve accumulators),
+/// the last rows one a pass.
 ///
 /// # Safety
 /// `weight` holds `rows` rows of `cols`; every input holds `cols` and every output `rows`;
-/// `REGS` is 1 or 2; the CPU must support AVX2 and FMA.
+/// the CPU must support AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn inputs_in_lanes<const REGS: usize>(
+unsafe fn inputs_in_lanes<const REGS: usize, const R: usize>(
     weight: &[f32],
     rows: usize,
     cols: usize,
@@ -102,17 +103,16 @@ unsafe fn inputs_in_lanes<const REGS: usize>(
             column[lane] = value;
         }
     }
-    let full = 12 / REGS;
     let mut r = 0;
     while r < rows {
         // SAFETY: rows `r..r + taken` lie in `weight` (`r + taken <= rows`), and `columns`
         // holds `cols` columns of `width`; the CPU has AVX2 and FMA.
         let taken = unsafe {
             let base = weight.as_ptr().add(r * cols);
-            match (r + full <= rows, REGS) {
-                (true, 2) => store_lanes(&lanes_pass::<REGS, 6>(base, cols, columns), r, ys),
-                (true, _) => store_lanes(&lanes_pass::<REGS, 12>(base, cols, columns), r, ys),
-                (false, _) => store_lanes(&lanes_pass::<REGS, 1>(base, cols, columns), r, ys),
+            if r + R <= rows {
+                store_lanes(&lanes_pass::<REGS, R>(base, cols, columns), r, ys)
+            } else {
+                store_lanes(&lanes_pass::<REGS, 1>(base, cols, columns), r, ys)
             }
         };
         r += taken;
