@@ -12,7 +12,9 @@
 //!   ([`dots_each`], two positions of a segment) each register of weights meets both, eight rows
 //!   per pass into two sets of accumulators. With four inputs or more each block of eight rows
 //!   is first copied as those registers (f16 widened once, not once per pass), which every pair
-//!   of inputs then reads with one load a register.
+//!   of inputs then reads with one load a register; on rows of 512 columns or more, tiles of six
+//!   rows meet four inputs a step instead ([`tiles`]: one register holds a row's four
+//!   accumulators for two inputs).
 //! - **Weighted rows** ([`axpys`]): `out[e] += p[k] * rows[k][e]` in `k` order per element,
 //!   eight elements a register.
 //! - **int8 rows** ([`row_sums_i8`], [`row_sums_i8_pair`]): four weight rows per pass share the
@@ -27,6 +29,8 @@ use core::arch::x86_64::*;
 use half::f16;
 
 use super::{rows_that_fit, scalar};
+
+mod tiles;
 
 /// Whether this CPU has AVX2 (detected once, then cached by the standard library).
 #[inline]
@@ -273,8 +277,9 @@ pub unsafe fn dots<T: RowElement>(rows: &[T], stride: usize, x: &[f32], out: &mu
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p`, `cols` the inputs'
 /// length: [`dots`] for each input, with the bits of each. Eight rows at a time meet every
 /// input, two inputs per pass (each loaded weight multiplies both), so each block of rows is
-/// read from memory once for all the inputs (then from the first-level cache). The rows of the
-/// shortest output are computed.
+/// read from memory once for all the inputs (then from the first-level cache); four inputs or
+/// more on rows of [`TILE_LEAST_COLS`] or more take [`tiles`]' kernel, six rows against four
+/// inputs a step. The rows of the shortest output are computed.
 ///
 /// # Safety
 /// The CPU must support AVX and F16C ([`has_avx_f16c`]).
@@ -285,7 +290,10 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     let n = rows_that_fit(rows.len(), stride, cols, wanted);
     let inputs = xs.len().min(outs.len());
     let mut r = 0;
-    if inputs >= PACK_LEAST_INPUTS && cols >= 4 {
+    if inputs >= TILE_LEAST_INPUTS && cols >= TILE_LEAST_COLS {
+        // SAFETY: the caller's contract (AVX and F16C), with `n` bounded as below; `cols >= 4`.
+        r = unsafe { tiles::dots_each_tiled(rows, stride, n, &xs[..inputs], outs, cols) };
+    } else if inputs >= PACK_LEAST_INPUTS && cols >= 4 {
         r = PACKED_ROWS.with_borrow_mut(|packed| {
             // SAFETY: the caller's contract (AVX and F16C), with `n` bounded as below.
             unsafe { dots_each_packed(rows, stride, n, &xs[..inputs], outs, cols, packed) }
@@ -339,16 +347,18 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     }
 }
 
+/// Inputs from which [`dots_each`] takes [`tiles`]' kernel: six rows meet four inputs a step.
+const TILE_LEAST_INPUTS: usize = 4;
+
+/// Columns from which [`dots_each`] takes [`tiles`]' kernel: on shorter rows (the bundled
+/// model's 128 and 256 columns, the attention's cached keys) the panel copy and each tile's
+/// finish cost more than the tile saves (measured with 4 to 128 inputs).
+const TILE_LEAST_COLS: usize = 512;
+
 /// Inputs from which [`dots_each`] first copies each block of eight rows into
 /// [`PACKED_ROWS`]: a copy costs about one pass of the block, and saves every later pass the
 /// second load and the lane insertion (or the f16 widening) of each register of two rows.
 const PACK_LEAST_INPUTS: usize = 4;
-
-/// Columns from which [`dots_each_packed`] takes four inputs a step, against half a block's
-/// rows ([`dots_packed_four_rows`]), rather than two against all eight: on shorter rows (the
-/// attention's cached keys, the bundled model's 256 columns) finishing each row twice as often
-/// cost more than the halved loads of weights saved.
-const FOUR_INPUTS_LEAST_COLS: usize = 512;
 
 /// Bytes of rows from which [`dots_each_packed`] asks for the next block while it works on
 /// one: smaller matrices (a small model's, the attention's cached keys) come from the caches,
@@ -362,12 +372,11 @@ std::thread_local! {
 
 /// [`dots_each`]'s blocks of eight rows, each first copied into `packed` as the registers
 /// [`dots_pairs`] would load (rows `2i` and `2i + 1`'s columns `4q..4q + 4` at
-/// `packed[i * quads + q]`, f32 whatever `T` is), then met by every input: four a step
-/// against each half of the block on rows of [`FOUR_INPUTS_LEAST_COLS`] or more, else two
-/// against the whole block, the last one alone. The same products and additions in the same
-/// order per row, lane and input, so the same bits. While the inputs meet one block, the
-/// next block's rows are asked for, a share with each step, so that its copy does not wait
-/// for memory. Returns the rows done (a multiple of eight, at most `n`).
+/// `packed[i * quads + q]`, f32 whatever `T` is), then met by every input, two a step, the
+/// last one alone. The same products and additions in the same order per row, lane and input,
+/// so the same bits. While the inputs meet one block, the next block's rows are asked for, a
+/// share with each step, so that its copy does not wait for memory. Returns the rows done (a
+/// multiple of eight, at most `n`).
 ///
 /// # Safety
 /// Rows `0..n` of `cols` elements must be readable from `rows` at `stride`, every input must
@@ -402,29 +411,6 @@ unsafe fn dots_each_packed<T: RowElement>(
         // the next block's rows (and the gaps between them at a longer stride)
         let next = (prefetch && r + 16 <= n).then(|| &rows[(r + 8) * stride..(r + 15) * stride + cols]);
         let mut p = 0;
-        if cols >= FOUR_INPUTS_LEAST_COLS {
-            while p + 4 <= xs.len() {
-                if let Some(next) = next {
-                    super::prefetch_share(next, p..p + 4, xs.len());
-                }
-                let four: [&[f32]; 4] = core::array::from_fn(|j| &xs[p + j][..cols]);
-                let [o0, o1, o2, o3] = &mut outs[p..p + 4] else {
-                    unreachable!("four outputs")
-                };
-                for (half, streams) in packed.chunks_exact(2 * quads).enumerate() {
-                    let (first, second) = streams.split_at(quads);
-                    let rows = r + 4 * half..r + 4 * half + 4;
-                    let out = [&mut **o0, &mut **o1, &mut **o2, &mut **o3].map(|o| &mut o[rows.clone()]);
-                    // SAFETY: as for this function, for the block's rows `4 * half..4 * half + 4`
-                    // (`rows`), which `first` and `second` hold.
-                    unsafe {
-                        let at = base.add(4 * half * stride);
-                        dots_packed_four_rows::<T>([first, second], at, stride, four, out)
-                    };
-                }
-                p += 4;
-            }
-        }
         while p < xs.len() {
             let step = if p + 1 < xs.len() { 2 } else { 1 };
             if let Some(next) = next {
@@ -480,49 +466,6 @@ unsafe fn dots_packed<T: RowElement, const INPUTS: usize>(
             }
         }
     }
-    for ((acc, x), out) in acc.iter().zip(xs).zip(outs) {
-        // SAFETY: as for this function.
-        unsafe { finish_pairs(acc, base, stride, x, out) };
-    }
-}
-
-/// Four rows' sums (two packed registers a column quad, `streams`) for four inputs: eight
-/// accumulators, each register of weights met by four inputs, so a step loads two registers
-/// of weights for eight products instead of the four of [`dots_packed`] for two inputs; the
-/// products and additions are those of [`dots_packed`], so are the bits. The columns after
-/// the last whole quad are read from the rows at `base`.
-///
-/// # Safety
-/// As for [`dots_packed`], for the four rows at `base`; each stream holds `x.len() / 4`
-/// registers.
-#[inline]
-#[target_feature(enable = "avx,f16c")]
-unsafe fn dots_packed_four_rows<T: RowElement>(
-    streams: [&[__m256]; 2],
-    base: *const T,
-    stride: usize,
-    xs: [&[f32]; 4],
-    outs: [&mut [f32]; 4],
-) {
-    let z = _mm256_setzero_ps();
-    let (mut a0, mut a1, mut a2, mut a3, mut b0, mut b1, mut b2, mut b3) = (z, z, z, z, z, z, z, z);
-    let [x0, x1, x2, x3] = xs;
-    for (q, (w0, w1)) in streams[0].iter().zip(streams[1]).enumerate() {
-        let [c0, c1, c2, c3] = [x0, x1, x2, x3].map(|input| {
-            // SAFETY: columns `4q..4q + 4` of the input (`4 * quads <= input.len()`).
-            let quad = unsafe { _mm_loadu_ps(input.as_ptr().add(4 * q)) };
-            _mm256_set_m128(quad, quad)
-        });
-        a0 = _mm256_add_ps(a0, _mm256_mul_ps(*w0, c0));
-        a1 = _mm256_add_ps(a1, _mm256_mul_ps(*w0, c1));
-        a2 = _mm256_add_ps(a2, _mm256_mul_ps(*w0, c2));
-        a3 = _mm256_add_ps(a3, _mm256_mul_ps(*w0, c3));
-        b0 = _mm256_add_ps(b0, _mm256_mul_ps(*w1, c0));
-        b1 = _mm256_add_ps(b1, _mm256_mul_ps(*w1, c1));
-        b2 = _mm256_add_ps(b2, _mm256_mul_ps(*w1, c2));
-        b3 = _mm256_add_ps(b3, _mm256_mul_ps(*w1, c3));
-    }
-    let acc = [[a0, b0], [a1, b1], [a2, b2], [a3, b3]];
     for ((acc, x), out) in acc.iter().zip(xs).zip(outs) {
         // SAFETY: as for this function.
         unsafe { finish_pairs(acc, base, stride, x, out) };
@@ -1627,20 +1570,34 @@ mod tests {
             (9, 256),
             (24, 517),
             (16, 1024),
-            // over 1 MB of rows in f32 and in f16: the next block is asked for
+            // six rows a tile against four inputs: whole tiles, a tile and rows after it, none
+            (12, 512),
+            (13, 1027),
+            (5, 600),
+            // tiles over chunks of the panel, the last one short
             (24, 24_001),
+            // over 1 MB of rows in f32 and in f16: a packed block asks for the next one
+            (2_100, 255),
         ];
         // two inputs take their own kernel, three a pair and one, four or more a packed block
-        // (on rows of 512 columns or more four at a time, then a pair, then one: 7 and 11 take
-        // every step); rows at a stride longer than a row too (as the attention's cached keys
-        // are)
-        let counts = [2usize, 3, 4, 7, 11];
+        // (two at a time, then one), or on rows of 512 columns or more tiles of four inputs
+        // (the last group of 5, 7 and 11 filled up); rows at a stride longer than a row too (as
+        // the attention's cached keys are)
+        let counts = [2usize, 3, 4, 5, 7, 8, 11];
+        let (mut finite, mut compared) = (0, 0);
         for ((n, cols), count) in shapes.into_iter().flat_map(|s| counts.map(|c| (s, c))) {
             let stride = cols + count % 3;
             let len = (n * stride).saturating_sub(stride - cols);
-            let rows = awkward_floats(len, n as u32);
+            // long rows without infinities and NaNs, whose sums would all be NaN
+            let values = |count, seed| {
+                let values = awkward_floats(count, seed).into_iter();
+                values
+                    .map(|v| if cols < 64 || v.is_finite() { v } else { 0.75 })
+                    .collect::<Vec<f32>>()
+            };
+            let rows = values(len, n as u32);
             let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32(*v)).collect();
-            let inputs: Vec<Vec<f32>> = (0..count).map(|p| awkward_floats(cols, 50 + p as u32)).collect();
+            let inputs: Vec<Vec<f32>> = (0..count).map(|p| values(cols, 50 + p as u32)).collect();
             let xs: Vec<&[f32]> = inputs.iter().map(|x| x.as_slice()).collect();
             let mut out = vec![vec![0.0f32; n]; count];
             let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
@@ -1658,9 +1615,15 @@ mod tests {
                     assert!(same_bits(out[p][r], slow), "f32, {at}");
                     let slow = super::super::scalar::dot_f16(&halves[row], x);
                     assert!(same_bits(out16[p][r], slow), "f16, {at}");
+                    finite += usize::from(slow.is_finite());
+                    compared += 1;
                 }
             }
         }
+        assert!(
+            finite * 4 > compared * 3,
+            "{finite} of {compared} sums are finite"
+        );
     }
 
     #[test]
