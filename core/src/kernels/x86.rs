@@ -1585,8 +1585,8 @@ mod tests {
         // the attention's cached keys are)
         let counts = [2usize, 3, 4, 5, 7, 8, 11];
         let (mut finite, mut compared) = (0, 0);
-        // and sixteen groups of four over 1 MB of f32 rows: a tile asks for the next one
-        let many = [((13, 20_200), 65)];
+        // and sixteen groups of four over 1 MB of f32 rows: a tile asks for the one after next
+        let many = [((19, 20_200), 65)];
         for ((n, cols), count) in shapes
             .into_iter()
             .flat_map(|s| counts.map(|c| (s, c)))

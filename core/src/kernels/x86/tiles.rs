@@ -20,8 +20,8 @@
 //!   panel, `[column quad][row]`, which every group of inputs then reads as one stream.
 //!
 //! The sums of a chunk stay in memory between chunks, per group, so rows of any length keep a
-//! small panel. With many groups the next tile's rows are asked for while this one is worked
-//! on ([`PREFETCH_LEAST_GROUPS`]).
+//! small panel. With many groups the rows of the tile after next are asked for while this one is
+//! worked on ([`PREFETCH_LEAST_GROUPS`]).
 
 use core::arch::x86_64::*;
 
@@ -37,10 +37,10 @@ const TILE_INPUTS: usize = 4;
 /// them (16 KB) about fill the first-level cache.
 const CHUNK_QUADS: usize = 256;
 
-/// Groups of inputs from which, in a matrix of 1 MB or more, the next tile's rows are asked
-/// for while the groups meet this one, a share with each group, so that the next panel's copy
-/// does not wait for memory. With 32 groups (segments of 128 at the WikiText-103 shape) a run
-/// went from 103–111 to 112–114 tokens per second; with 8 it was slower (97–98 against
+/// Groups of inputs from which, in a matrix of 1 MB or more, the rows of the tile after next
+/// are asked for while the groups meet this one, a share with each group, so that their panel's
+/// copy does not wait for memory. With 32 groups (segments of 128 at the WikiText-103 shape) a
+/// run went from 103–111 to 112–114 tokens per second; with 8 it was slower (97–98 against
 /// 102–104): fewer groups leave too little work to hide the requests behind.
 const PREFETCH_LEAST_GROUPS: usize = 16;
 
@@ -93,10 +93,12 @@ pub(super) unsafe fn dots_each_tiled<T: RowElement>(
         while r + TILE_ROWS <= n {
             // SAFETY: rows `r..r + 6` are readable (`r + 6 <= n`, this function's contract).
             let tile = unsafe { rows.as_ptr().add(r * stride) };
-            // the next tile's rows (and the gaps between them at a longer stride)
-            let next_rows = (r + 2 * TILE_ROWS - 1) * stride + cols;
+            // the rows of the tile after next (and the gaps between them at a longer stride): the
+            // next tile's came too late to help as much (108 against 112 tokens a second, the
+            // mean of six interleaved runs each at the WikiText-103 shape)
+            let next_rows = (r + 3 * TILE_ROWS - 1) * stride + cols;
             let next =
-                (prefetch && r + 2 * TILE_ROWS <= n).then(|| &rows[(r + TILE_ROWS) * stride..next_rows]);
+                (prefetch && r + 3 * TILE_ROWS <= n).then(|| &rows[(r + 2 * TILE_ROWS) * stride..next_rows]);
             buffers.sums.fill([_mm256_setzero_ps(); 12]);
             for (chunk_index, first) in (0..quads).step_by(CHUNK_QUADS).enumerate() {
                 let chunk = first..quads.min(first + CHUNK_QUADS);
