@@ -69,9 +69,9 @@ impl Session<'_, '_> {
     fn embed(&mut self, tokens: &[u32]) {
         let d_model = self.model.config().d_model as usize;
         let s = &mut self.state;
-        for (token, h) in tokens.iter().zip(s.hidden.chunks_exact_mut(d_model)) {
-            embedding::embed(&self.model, *token, s.embed_row, s.quantized_input, h);
-        }
+        let tokens = &tokens[..tokens.len().min(s.hidden.len() / d_model.max(1))];
+        let hidden = &mut s.hidden[..tokens.len() * d_model];
+        embedding::embed_each(&self.model, tokens, s.embed_row, s.quantized_input, hidden);
     }
 
     /// The attention sub-layer of `layer`: `h = LayerNorm(h + o_net(RelAttn(h, m)))`, or with
