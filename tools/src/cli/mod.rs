@@ -100,7 +100,8 @@ enum Command {
     /// and int4 variants (quantized in memory), and with the full-precision reference (cpu32).
     /// Each speed is also given in multiply-accumulates a second and as a percentage of this
     /// machine's limit: what the core's f32 or int8 kernels do with their weights in the
-    /// first-level cache, measured by the command first (about a quarter of a second; int8 in
+    /// first-level cache (f32 for a segment's positions also on 192 KB of rows in the
+    /// second-level cache), measured by the command first (about a third of a second; int8 in
     /// segments of three positions or more against the AMX tile kernel where the CPU has it).
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::Args),

@@ -1,6 +1,7 @@
 //! The machine's limit, measured by `txl bench` itself: how many multiply-accumulates a second
 //! the core's fastest f32 and int8 kernels do on this CPU when the weights are already in the
-//! first-level cache. A forward pass reads its weights from further away and does other work
+//! first-level cache (the f32 kernels for a segment's positions also on a block of rows in the
+//! second-level cache, which they need to pay for copying their inputs). A forward pass reads its weights from further away and does other work
 //! between the products (attention, LayerNorm, the softmax), so its own rate over this limit
 //! says how far it is from what the kernels can do: the percentage `txl bench` prints.
 
@@ -13,6 +14,13 @@ use txl_core::kernels;
 const F32_SHAPE: (usize, usize) = (32, 128);
 const INT8_SHAPE: (usize, usize) = (64, 256);
 
+/// Rows of 512 columns for sixteen inputs (96 × 512, 192 KB of f32, within any second-level
+/// cache of 256 KB or more): from this width the exact kernels take tiles of six rows against
+/// four inputs, and both they and the fused kernels need this many rows to pay for copying the
+/// inputs (sixteen inputs against 12 rows ran at 24 G exact and 17 G fused on the AVX2 VM,
+/// against 96 rows at 33 G and 38 G).
+const F32_LONG_SHAPE: (usize, usize) = (96, 512);
+
 /// Each kernel is timed this many times, for at least [`SPAN`] each; the fastest counts (other
 /// work on the machine can only slow a run down).
 const REPEATS: usize = 3;
@@ -21,8 +29,8 @@ const SPAN: Duration = Duration::from_millis(15);
 /// Multiply-accumulates a second of the fastest kernel of each kind.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// f32 weights: one input, or two or four inputs per pass over the rows (a segment's
-    /// positions).
+    /// f32 weights: one input, or two, four or sixteen inputs per pass over the rows (a
+    /// segment's positions).
     pub f32_macs_per_second: f64,
     /// int8 weights (W8A8): one input or two, the input already quantized.
     pub int8_macs_per_second: f64,
@@ -30,12 +38,12 @@ pub struct Limits {
     /// and system have it, else the same kernels as [`Limits::int8_macs_per_second`].
     pub int8_segments_macs_per_second: f64,
     /// f32 weights in the fused order (`--fast-f32`'s kernels): one input, four, or sixteen
-    /// per pass (in the lanes of the inputs' registers).
+    /// per pass (in the lanes of the inputs' registers), the last also on rows of 512 columns.
     pub fast_f32_macs_per_second: f64,
 }
 
 impl Limits {
-    /// Runs the probe (about a quarter of a second).
+    /// Runs the probe (about a third of a second).
     pub fn measure() -> Limits {
         let int8 = int8_limit();
         Limits {
@@ -47,52 +55,46 @@ impl Limits {
     }
 }
 
-/// The fastest of `matvec_f32_rows` and `matmul_f32_rows` over two and four inputs.
+/// The fastest of `matvec_f32_rows` and `matmul_f32_rows` over two and four inputs, and over
+/// sixteen on rows of 512 columns (tiles of six rows against four inputs, on x86-64).
 fn f32_limit() -> f64 {
-    let (rows, cols) = F32_SHAPE;
-    let weight: Vec<f32> = (0..rows * cols).map(|i| small_value(i) as f32 / 64.0).collect();
-    let x0: Vec<f32> = (0..cols).map(|i| small_value(i + 7) as f32 / 32.0).collect();
-    let x1: Vec<f32> = (0..cols).map(|i| small_value(i + 11) as f32 / 32.0).collect();
-    let (mut y0, mut y1) = (vec![0.0f32; rows], vec![0.0f32; rows]);
-    let one = best_rate(rows * cols, || {
-        kernels::matvec_f32_rows(&weight, &x0, &mut y0);
-        std::hint::black_box(&mut y0);
+    let one = f32_rate(F32_SHAPE, 1, |weight, xs, ys| {
+        kernels::matvec_f32_rows(weight, xs[0], ys[0])
     });
-    let two = best_rate(2 * rows * cols, || {
-        kernels::matmul_f32_rows(&weight, &[&x0, &x1], &mut [&mut y0, &mut y1]);
-        std::hint::black_box((&mut y0, &mut y1));
-    });
-    // four inputs: a segment's positions several at a time (AVX-512F's kernel, where it runs)
-    let (x2, x3) = (x0.clone(), x1.clone());
-    let (mut y2, mut y3) = (vec![0.0f32; rows], vec![0.0f32; rows]);
-    let four = best_rate(4 * rows * cols, || {
-        kernels::matmul_f32_rows(
-            &weight,
-            &[&x0, &x1, &x2, &x3],
-            &mut [&mut y0, &mut y1, &mut y2, &mut y3],
-        );
-        std::hint::black_box((&mut y0, &mut y1, &mut y2, &mut y3));
-    });
-    one.max(two).max(four)
+    let several = |shape, inputs| f32_rate(shape, inputs, kernels::matmul_f32_rows);
+    // four inputs or more: a segment's positions several at a time
+    one.max(several(F32_SHAPE, 2))
+        .max(several(F32_SHAPE, 4))
+        .max(several(F32_LONG_SHAPE, 16))
 }
 
-/// The fastest of `matmul_fma_rows` over one input and over four.
+/// The fastest of `matmul_fma_rows` over one input, four and sixteen, and over sixteen on rows
+/// of 512 columns.
 fn fast_f32_limit() -> f64 {
-    let (rows, cols) = F32_SHAPE;
+    let rate = |shape, inputs| f32_rate(shape, inputs, kernels::fma::matmul_fma_rows);
+    rate(F32_SHAPE, 1)
+        .max(rate(F32_SHAPE, 4))
+        .max(rate(F32_SHAPE, 16))
+        .max(rate(F32_LONG_SHAPE, 16))
+}
+
+/// The best rate of `kernel` over `inputs` inputs against f32 weights of `(rows, cols)`.
+fn f32_rate(
+    (rows, cols): (usize, usize),
+    inputs: usize,
+    kernel: impl Fn(&[f32], &[&[f32]], &mut [&mut [f32]]),
+) -> f64 {
     let weight: Vec<f32> = (0..rows * cols).map(|i| small_value(i) as f32 / 64.0).collect();
-    let xs: Vec<Vec<f32>> = (0..16)
+    let xs: Vec<Vec<f32>> = (0..inputs)
         .map(|p| (0..cols).map(|i| small_value(i + 7 + p) as f32 / 32.0).collect())
         .collect();
-    let mut ys = vec![vec![0.0f32; rows]; 16];
+    let mut ys = vec![vec![0.0f32; rows]; inputs];
     let x: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
     let mut y: Vec<&mut [f32]> = ys.iter_mut().map(|y| &mut y[..]).collect();
-    let mut rate = |inputs: usize| {
-        best_rate(inputs * rows * cols, || {
-            kernels::fma::matmul_fma_rows(&weight, &x[..inputs], &mut y[..inputs]);
-            std::hint::black_box(&mut y);
-        })
-    };
-    rate(1).max(rate(4)).max(rate(16))
+    best_rate(inputs * rows * cols, || {
+        kernel(&weight, &x, &mut y);
+        std::hint::black_box(&mut y);
+    })
 }
 
 /// The fastest of `int8_row_sums` and `int8_row_sums_pair`.

@@ -83,8 +83,9 @@ struct Report {
     /// Multiply-accumulates of the core's forward pass per token scored, with these options
     /// (`txl_core::macs`): the linear layers, attention and the output layer.
     macs_per_token: f64,
-    /// What the core's f32 and int8 kernels do with their weights in the first-level cache,
-    /// measured before the variants run.
+    /// What the core's f32 and int8 kernels do with their weights in the first-level cache (the
+    /// f32 ones for a segment's positions also in the second-level cache), measured before the
+    /// variants run.
     limits: LimitsReport,
     /// The instruction-set extensions this CPU has that the core's kernels choose from at run
     /// time (`txl_core::kernels::run_time_extensions`).
@@ -290,7 +291,7 @@ fn print_table(report: &Report, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "limit (the core's kernels, weights in the first-level cache): f32 {:.1} GMAC/s, int8 {:.1} GMAC/s ({:.1} in segments), fast f32 {:.1} GMAC/s",
+        "limit (the core's kernels, weights in the first- or second-level cache): f32 {:.1} GMAC/s, int8 {:.1} GMAC/s ({:.1} in segments), fast f32 {:.1} GMAC/s",
         report.limits.f32_gmacs_per_second,
         report.limits.int8_gmacs_per_second,
         report.limits.int8_segments_gmacs_per_second,
