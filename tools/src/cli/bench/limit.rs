@@ -1,9 +1,10 @@
 //! The machine's limit, measured by `txl bench` itself: how many multiply-accumulates a second
 //! the core's fastest f32 and int8 kernels do on this CPU when the weights are already in the
 //! first-level cache (the f32 kernels for a segment's positions also on a block of rows in the
-//! second-level cache, which they need to pay for copying their inputs). A forward pass reads its weights from further away and does other work
-//! between the products (attention, LayerNorm, the softmax), so its own rate over this limit
-//! says how far it is from what the kernels can do: the percentage `txl bench` prints.
+//! second-level cache, which they need to pay for copying their inputs). A forward pass reads
+//! its weights from further away and does other work between the products (attention,
+//! LayerNorm, the softmax), so its own rate over this limit says how far it is from what the
+//! kernels can do: the percentage `txl bench` prints.
 
 use std::time::{Duration, Instant};
 
