@@ -54,8 +54,9 @@ pub struct ArenaLayout {
     /// f32 `(per_pass, d_model)` one sinusoid position embedding, one head's folded position
     /// query `W_r,hᵀ (q + v)_h`, or sub-layer output rows.
     pub row: usize,
-    /// f32 `(d_embed)` an embedding row, or the hidden state projected for one output cluster
-    /// (a row for each position of the output's pass, as `log_probs`).
+    /// f32 `(d_embed)` embedding rows (the tokens of a pass, projected together), or the hidden
+    /// state projected for one output cluster (a row for each position of the output's pass, as
+    /// `log_probs`).
     pub embed_row: usize,
     /// f32 `(n_token)` rows of log-probabilities: one, or one per position of a pass when a
     /// pass takes more than [`DEFAULT_POSITIONS_PER_PASS`] positions.
@@ -113,10 +114,10 @@ impl ArenaLayout {
         };
         let widest_input = [d_model, config.d_inner as usize, qkv, config.d_embed as usize];
         let per_pass = positions.min(tgt);
-        // The output layer and the attention take the positions of a pass together only when
-        // a session asks for more than pairs: a row of log-probabilities is `n_token` floats,
-        // the arena's largest buffer on a device with a word vocabulary, the attention's
-        // scratch grows with the memory, and device sessions keep one row of each.
+        // The output layer, the embedding and the attention take the positions of a pass
+        // together only when a session asks for more than pairs: a row of log-probabilities is
+        // `n_token` floats, the arena's largest buffer on a device with a word vocabulary, the
+        // attention's scratch grows with the memory, and device sessions keep one row of each.
         let output_rows = if per_pass > DEFAULT_POSITIONS_PER_PASS {
             per_pass
         } else {

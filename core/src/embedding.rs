@@ -27,7 +27,8 @@ pub fn embed(model: &Model<'_>, token: u32, row: &mut [f32], scratch: &mut [u32]
 /// same bits: up to `rows.len() / max_emb_dim` tokens at a time (at most
 /// [`MAX_POSITIONS_PER_PASS`]), the tokens of one table projected together, so that each
 /// projection is read once for them rather than once per token. `scratch` holds
-/// [`scratch_words`](kernels::scratch_words)`(d_embed)` words for each token of a pass.
+/// [`scratch_words`](kernels::scratch_words)`(d_embed)` words for each of two tokens (int8
+/// weights take inputs in pairs); rows of `outs` past the tokens' are left as they are.
 pub fn embed_each(
     model: &Model<'_>,
     tokens: &[u32],
@@ -68,7 +69,7 @@ pub fn embed_each(
             }
         }
         let scale = libm::sqrt(config.d_model as f64) as f32;
-        for out in outs.chunks_exact_mut(d_model) {
+        for out in outs.chunks_exact_mut(d_model).take(tokens.len()) {
             kernels::scale(out, scale);
         }
     }

@@ -560,8 +560,9 @@ pub(crate) fn attention_value_sums_each_avx512(
 
 /// [`matvec_f32_rows`] for several inputs, `ys[p] = W xs[p]` (`W (rows, cols)`, `cols` the
 /// inputs' length, `rows` the outputs'): with AVX-512F on x86-64 and three inputs or more,
-/// sixteen rows a pass against four inputs a register (`kernels::avx512`); else with AVX on x86-64 (NEON
-/// on aarch64) each block of sixteen (eight) weight rows is read once for all the inputs; the
+/// sixteen rows a pass against four inputs a register (`kernels::avx512`); else with AVX on
+/// x86-64 (NEON on aarch64) each block of eight weight rows is read once for all the inputs
+/// (with AVX, four inputs or more on rows of 512 columns or more take tiles of six rows); the
 /// same bits as one call per input.
 #[inline]
 pub fn matmul_f32_rows(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {

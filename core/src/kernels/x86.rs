@@ -1633,6 +1633,58 @@ mod tests {
     }
 
     #[test]
+    fn infinite_weights_stay_in_their_own_rows_and_inputs() {
+        if !super::has_avx_f16c() {
+            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            return;
+        }
+        // one infinity per row against inputs without zeros: every sum is infinite, while a
+        // tile's lanes filled up with zero inputs (5 and 7 inputs) hold NaN; rows 0, 6 and 12
+        // start three tiles' worth of rows (the last two rows and the tail take other kernels)
+        let (n, cols, stride) = (14usize, 515usize, 517usize);
+        let mut rows: Vec<f32> = awkward_floats(n * stride, 3)
+            .into_iter()
+            .map(|v| if v.is_finite() { v } else { 0.25 })
+            .collect();
+        for r in 0..n {
+            rows[r * stride + (r * 37) % cols] = if r % 2 == 0 {
+                f32::INFINITY
+            } else {
+                f32::NEG_INFINITY
+            };
+        }
+        let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32(*v)).collect();
+        for count in [5usize, 7] {
+            let inputs: Vec<Vec<f32>> = (0..count)
+                .map(|p| {
+                    (0..cols)
+                        .map(|c| 0.5 + ((c * 7 + p) % 11) as f32 / 16.0)
+                        .collect()
+                })
+                .collect();
+            let xs: Vec<&[f32]> = inputs.iter().map(|x| x.as_slice()).collect();
+            let mut out = vec![vec![0.0f32; n]; count];
+            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
+            // SAFETY: AVX and F16C were detected above.
+            unsafe { super::dots_each(&rows, stride, &xs, &mut outs) };
+            let mut out16 = vec![vec![0.0f32; n]; count];
+            let mut outs16: Vec<&mut [f32]> = out16.iter_mut().map(|o| o.as_mut_slice()).collect();
+            // SAFETY: AVX and F16C were detected above.
+            unsafe { super::dots_each(&halves, stride, &xs, &mut outs16) };
+            for (p, x) in xs.iter().enumerate() {
+                for r in 0..n {
+                    let row = r * stride..r * stride + cols;
+                    let slow = super::super::scalar::dot(&rows[row.clone()], x);
+                    assert!(slow.is_infinite(), "row {r}: {slow}");
+                    assert!(same_bits(out[p][r], slow), "f32, input {p} of {count}, row {r}");
+                    let slow = super::super::scalar::dot_f16(&halves[row], x);
+                    assert!(same_bits(out16[p][r], slow), "f16, input {p} of {count}, row {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn avx_quantization_equals_the_portable_one() {
         if !super::has_avx_f16c() {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");

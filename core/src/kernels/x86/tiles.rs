@@ -71,7 +71,8 @@ std::thread_local! {
 ///
 /// # Safety
 /// Rows `0..n` of `cols` elements must be readable from `rows` at `stride`, `cols >= 4`, every
-/// input must hold `cols` elements and every output `n`; the CPU must support AVX and F16C.
+/// input must hold `cols` elements, `outs` must have an output of `n` for each input; the CPU
+/// must support AVX and F16C.
 #[target_feature(enable = "avx,f16c")]
 pub(super) unsafe fn dots_each_tiled<T: RowElement>(
     rows: &[T],
@@ -81,6 +82,9 @@ pub(super) unsafe fn dots_each_tiled<T: RowElement>(
     outs: &mut [&mut [f32]],
     cols: usize,
 ) -> usize {
+    if n < TILE_ROWS {
+        return 0;
+    }
     BUFFERS.with_borrow_mut(|buffers| {
         let quads = cols / 4;
         copy_inputs(xs, quads, &mut buffers.inputs);

@@ -57,7 +57,8 @@ impl Limits {
 }
 
 /// The fastest of `matvec_f32_rows` and `matmul_f32_rows` over two and four inputs, and over
-/// sixteen on rows of 512 columns (tiles of six rows against four inputs, on x86-64).
+/// sixteen on rows of 512 columns (tiles of six rows against four inputs with AVX and no
+/// AVX-512F, whose own kernel takes three inputs or more).
 fn f32_limit() -> f64 {
     let one = f32_rate(F32_SHAPE, 1, |weight, xs, ys| {
         kernels::matvec_f32_rows(weight, xs[0], ys[0])
