@@ -1359,6 +1359,44 @@ mod tests {
         a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
     }
 
+    /// [`dots_each`](super::dots_each) over `n` rows at `stride`, as f32 and as f16 (the rows
+    /// rounded), asserted equal bit for bit to the portable `dot` and `dot_f16` of each row and
+    /// input; returns those portable sums, `[f32, f16]`, input by input. The CPU must have AVX
+    /// and F16C.
+    fn dots_each_equal_the_scalar_dots(
+        rows: &[f32],
+        n: usize,
+        stride: usize,
+        xs: &[&[f32]],
+    ) -> Vec<[f32; 2]> {
+        let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32(*v)).collect();
+        let cols = xs[0].len();
+        let mut out = vec![vec![0.0f32; n]; xs.len()];
+        let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
+        // SAFETY: the caller has checked for AVX and F16C.
+        unsafe { super::dots_each(rows, stride, xs, &mut outs) };
+        let mut out16 = vec![vec![0.0f32; n]; xs.len()];
+        let mut outs16: Vec<&mut [f32]> = out16.iter_mut().map(|o| o.as_mut_slice()).collect();
+        // SAFETY: as above.
+        unsafe { super::dots_each(&halves, stride, xs, &mut outs16) };
+        let mut slow = Vec::new();
+        for (p, x) in xs.iter().enumerate() {
+            for r in 0..n {
+                let row = r * stride..r * stride + cols;
+                let at = format!(
+                    "input {p} of {}, row {r} of {n}x{cols} at stride {stride}",
+                    xs.len()
+                );
+                let slow32 = super::super::scalar::dot(&rows[row.clone()], x);
+                assert!(same_bits(out[p][r], slow32), "f32, {at}");
+                let slow16 = super::super::scalar::dot_f16(&halves[row], x);
+                assert!(same_bits(out16[p][r], slow16), "f16, {at}");
+                slow.push([slow32, slow16]);
+            }
+        }
+        slow
+    }
+
     #[test]
     fn avx_f32_rows_equal_the_scalar_dot_per_row() {
         if !super::has_avx_f16c() {
@@ -1602,28 +1640,11 @@ mod tests {
                     .collect::<Vec<f32>>()
             };
             let rows = values(len, n as u32);
-            let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32(*v)).collect();
             let inputs: Vec<Vec<f32>> = (0..count).map(|p| values(cols, 50 + p as u32)).collect();
             let xs: Vec<&[f32]> = inputs.iter().map(|x| x.as_slice()).collect();
-            let mut out = vec![vec![0.0f32; n]; count];
-            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
-            // SAFETY: AVX and F16C were detected above.
-            unsafe { super::dots_each(&rows, stride, &xs, &mut outs) };
-            let mut out16 = vec![vec![0.0f32; n]; count];
-            let mut outs16: Vec<&mut [f32]> = out16.iter_mut().map(|o| o.as_mut_slice()).collect();
-            // SAFETY: AVX and F16C were detected above.
-            unsafe { super::dots_each(&halves, stride, &xs, &mut outs16) };
-            for (p, x) in xs.iter().enumerate() {
-                for r in 0..n {
-                    let row = r * stride..r * stride + cols;
-                    let slow = super::super::scalar::dot(&rows[row.clone()], x);
-                    let at = format!("input {p} of {count}, row {r} of {n}x{cols} at stride {stride}");
-                    assert!(same_bits(out[p][r], slow), "f32, {at}");
-                    let slow = super::super::scalar::dot_f16(&halves[row], x);
-                    assert!(same_bits(out16[p][r], slow), "f16, {at}");
-                    finite += usize::from(slow.is_finite());
-                    compared += 1;
-                }
+            for [_, slow16] in dots_each_equal_the_scalar_dots(&rows, n, stride, &xs) {
+                finite += usize::from(slow16.is_finite());
+                compared += 1;
             }
         }
         assert!(
@@ -1653,7 +1674,6 @@ mod tests {
                 f32::NEG_INFINITY
             };
         }
-        let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32(*v)).collect();
         for count in [5usize, 7] {
             let inputs: Vec<Vec<f32>> = (0..count)
                 .map(|p| {
@@ -1663,23 +1683,8 @@ mod tests {
                 })
                 .collect();
             let xs: Vec<&[f32]> = inputs.iter().map(|x| x.as_slice()).collect();
-            let mut out = vec![vec![0.0f32; n]; count];
-            let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
-            // SAFETY: AVX and F16C were detected above.
-            unsafe { super::dots_each(&rows, stride, &xs, &mut outs) };
-            let mut out16 = vec![vec![0.0f32; n]; count];
-            let mut outs16: Vec<&mut [f32]> = out16.iter_mut().map(|o| o.as_mut_slice()).collect();
-            // SAFETY: AVX and F16C were detected above.
-            unsafe { super::dots_each(&halves, stride, &xs, &mut outs16) };
-            for (p, x) in xs.iter().enumerate() {
-                for r in 0..n {
-                    let row = r * stride..r * stride + cols;
-                    let slow = super::super::scalar::dot(&rows[row.clone()], x);
-                    assert!(slow.is_infinite(), "row {r}: {slow}");
-                    assert!(same_bits(out[p][r], slow), "f32, input {p} of {count}, row {r}");
-                    let slow = super::super::scalar::dot_f16(&halves[row], x);
-                    assert!(same_bits(out16[p][r], slow), "f16, input {p} of {count}, row {r}");
-                }
+            for [slow, _] in dots_each_equal_the_scalar_dots(&rows, n, stride, &xs) {
+                assert!(slow.is_infinite(), "{slow} with {count} inputs");
             }
         }
     }
