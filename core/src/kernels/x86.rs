@@ -1660,8 +1660,8 @@ mod tests {
             return;
         }
         // one infinity per row against inputs without zeros: every sum is infinite, while a
-        // tile's lanes filled up with zero inputs (5 and 7 inputs) hold NaN; rows 0, 6 and 12
-        // start three tiles' worth of rows (the last two rows and the tail take other kernels)
+        // tile's lanes filled up with zero inputs (5 and 7 inputs) hold NaN; rows 0..12 are two
+        // tiles, rows 12 and 13 take the pair kernel, and three columns are each row's tail
         let (n, cols, stride) = (14usize, 515usize, 517usize);
         let mut rows: Vec<f32> = awkward_floats(n * stride, 3)
             .into_iter()

@@ -253,8 +253,8 @@ unsafe fn tile_steps(panel: &[f32], inputs: &[f32], steps: usize, sums: &mut Til
 /// The tile's sums into `outs[p][first_row + i]` for its inputs: accumulators `2i` and `2i + 1`
 /// hold row `i` against inputs `0 | 1` and `2 | 3`. Two rounds of `VHADDPS` add lanes `0 + 1`
 /// and `2 + 3`, then those two sums (the portable `(a0 + a1) + (a2 + a3)`), two rows a
-/// register; then each row's columns after the last quad (`tail`, 0 when there are none) are
-/// added, as the portable kernel always adds its tail. At most four inputs.
+/// register; then each row's columns after the last quad (`tail`) are added. At most four
+/// inputs.
 ///
 /// # Safety
 /// Six rows of `cols` elements must be readable from `tile` at `stride`, every input must hold
@@ -277,23 +277,22 @@ unsafe fn finish_tile<T: RowElement>(
     const LANE: [[usize; TILE_INPUTS]; 2] = [[0, 4, 1, 5], [2, 6, 3, 7]];
     let mut all = [0.0f32; 8 * TILE_ROWS / 2];
     for (pair, lanes) in all.chunks_exact_mut(8).enumerate() {
-        let mut both = _mm256_hadd_ps(per_row[2 * pair], per_row[2 * pair + 1]);
-        if body == cols {
-            // the portable kernel adds its tail, 0, whatever the sum
-            both = _mm256_add_ps(both, _mm256_setzero_ps());
-        }
+        let both = _mm256_hadd_ps(per_row[2 * pair], per_row[2 * pair + 1]);
         // SAFETY: `lanes` holds eight floats.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), both) };
     }
     for (input, (x, out)) in xs.iter().zip(outs.iter_mut()).enumerate() {
         let out = &mut out[first_row..first_row + TILE_ROWS];
         for (row, out) in out.iter_mut().enumerate() {
-            let mut sum = all[row / 2 * 8 + LANE[row % 2][input]];
-            if body < cols {
+            let sum = all[row / 2 * 8 + LANE[row % 2][input]];
+            // Without tail columns the portable kernel adds 0, which changes no sum: the lanes
+            // start at +0, so no sum is -0.
+            *out = if body < cols {
                 // SAFETY: row `row < 6` of the tile has `cols` readable elements (the contract).
-                sum += unsafe { row_tail(tile.add(row * stride), &x[..cols], body) };
-            }
-            *out = sum;
+                sum + unsafe { row_tail(tile.add(row * stride), &x[..cols], body) }
+            } else {
+                sum
+            };
         }
     }
 }
