@@ -4,10 +4,13 @@
 #   - the CUDA tests, the ignored ones included: the kernels compile with NVRTC, CUDA f32 matches
 #     the Hugging Face float64 fixtures and the CPU f64 reference (<= 1e-4), batches included,
 #     also with blocks and output chunks shrunk so that every chunked path runs;
+#     and the calibration statistics (ranges, Gram matrices) against the CPU f64 reference's;
 #   - the CPU backends against the fixtures (f64 <= 1e-9, f32 <= 1e-4);
 #   - the benchmark (host-gpu/examples/gpu_bench.rs): CUDA f32 vs CPU f64 on the same models
-#     (max |Δ ln p|, which fails the check above its bound) and tokens per second on a
-#     WT103-shaped random model.
+#     (max |Δ ln p|, which fails the check above its bound), tokens per second on a
+#     WT103-shaped random model, and its calibration statistics timed against the CPU f32
+#     backend's;
+#   - `txl quantize --calib-backend cuda` on the bundled model beside `--calib-backend cpu32`.
 #
 #   scripts/gpu-check.sh          build, then run (needs cargo and the crates already fetched:
 #                                 it builds --offline; run `cargo fetch` where there is a network)
@@ -30,6 +33,8 @@ build() {
   mkdir -p "$bin"
   cargo build --release --offline --locked -p txl-host-gpu --example gpu_bench
   cp target/release/examples/gpu_bench "$bin/"
+  cargo build --release --offline --locked -p txl-tools --bin txl
+  cp target/release/txl "$bin/"
   local listing path
   listing=$(cargo test --release --offline --locked -p txl-host-gpu -p txl-tests --no-run 2>&1) || {
     printf '%s\n' "$listing"
@@ -96,6 +101,21 @@ run() {
   fi
   section "benchmark (examples/gpu_bench.rs)"
   if ! timeout 240 "$bin/gpu_bench" --out "$out/bench.txt" 2>&1 | tee -a "$results"; then
+    status=1
+  fi
+  section "txl quantize --method compensated on the bundled model, statistics on cuda and cpu32"
+  local demo=$out/demo
+  mkdir -p "$demo"
+  if "$bin/txl" convert tests/fixtures/demo -o "$demo/demo.txl" 2>&1 | tee -a "$results"; then
+    for backend in cuda cpu32; do
+      echo "-- --calib-backend $backend" | tee -a "$results"
+      timeout 120 "$bin/txl" quantize "$demo/demo.txl" -o "$demo/$backend.txl" --method compensated \
+        --calib-bytes tests/fixtures/demo/calib.txt --calib-limit 4096 --calib-backend "$backend" \
+        >"$demo/$backend.log" 2>&1 || status=1
+      grep -E 'collected on|bits/token|^error' "$demo/$backend.log" | tee -a "$results"
+    done
+    grep -q 'collected on cuda' "$demo/cuda.log" || status=1
+  else
     status=1
   fi
   section "$([ $status = 0 ] && echo PASSED || echo FAILED)"

@@ -3,9 +3,14 @@
 //! WT103-shaped model (18 layers, d_model 1024, 16 heads of 64, d_inner 4096, adaptive softmax
 //! over 267,735 tokens, mem_len 1600, tgt_len 128), generated in memory with random weights.
 //!
+//! It also times the quantizer's calibration statistics (activation ranges and the inputs'
+//! Gram matrices `XᵀX`, [`Reference::statistics`]) on the WT103-shaped model against the CPU f32
+//! backend's, and compares the two.
+//!
 //! ```text
 //! cargo run --release -p txl-host-gpu --example gpu_bench -- [--backend cuda|cpu32]
 //!     [--out FILE] [--wt103-layers N] [--wt103-streams B] [--wt103-tokens T] [--compare-tokens T]
+//!     [--statistics-tokens T]
 //! ```
 //! `--backend cpu32` runs the same measurements with the CPU f32 backend in place of CUDA (to
 //! try the benchmark on a machine without a GPU, with fewer layers and tokens).
@@ -18,7 +23,12 @@
 //!   1.1e-5 there;
 //! - [`MAX_DELTA_WT103`] = 1e-3 on the WT103-shaped model, where f32 rounding builds up over 18
 //!   layers of width 1024 and a log-softmax over 267,735 tokens: the CPU f32 backend reaches
-//!   1.2e-4 there (6.2e-5 with 2 layers), above the small models' 1e-4.
+//!   1.2e-4 there (6.2e-5 with 2 layers), above the small models' 1e-4;
+//! - [`MAX_GRAM_DELTA`] = 1e-4 for each Gram matrix entry against the CPU f32 backend's, as a
+//!   fraction of the matrix's mean diagonal: a hundredth of the dampening the compensated
+//!   rounding adds to that diagonal (1%). (An entry's own scale `sqrt(H_ii H_jj)` would not do:
+//!   a ReLU unit that fires once in the text has a diagonal near 0, and there the CPU f32 and
+//!   f64 backends already differ by 0.1% of it.)
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -35,14 +45,20 @@ const MAX_DELTA: f64 = 1e-4;
 /// The largest |Δ ln p| against the CPU f64 reference that passes on the WT103-shaped model.
 const MAX_DELTA_WT103: f64 = 1e-3;
 
+/// The largest difference of a Gram matrix entry from the CPU f32 backend's, as a fraction of
+/// the matrix's mean diagonal, that passes on the WT103-shaped model.
+const MAX_GRAM_DELTA: f64 = 1e-4;
+
 const USAGE: &str = "\
 usage: gpu_bench [--backend cuda|cpu32] [--out FILE] [--wt103-layers N] [--wt103-streams B]
-                 [--wt103-tokens T] [--compare-tokens T]
+                 [--wt103-tokens T] [--compare-tokens T] [--statistics-tokens T]
 
 Compares the backend (default cuda) with the CPU f64 reference on a medium and a WT103-shaped
 random model and measures its tokens per second on the latter. Exits with status 1 when any
 log-probability differs from the f64 reference by more than f32 should reach (max |Δ ln p| above
-1e-4 on the medium model, above 1e-3 on the WT103-shaped one), 2 on bad arguments.
+1e-4 on the medium model, above 1e-3 on the WT103-shaped one) or when its calibration
+statistics differ from the CPU f32 backend's by more (a Gram matrix entry by more than 1e-4 of
+the matrix's mean diagonal), 2 on bad arguments.
 ";
 
 struct Args {
@@ -52,6 +68,7 @@ struct Args {
     wt103_streams: usize,
     wt103_tokens: usize,
     compare_tokens: usize,
+    statistics_tokens: usize,
 }
 
 /// The arguments; `Ok(None)` for `--help`.
@@ -63,6 +80,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         wt103_streams: 16,
         wt103_tokens: 2048,
         compare_tokens: 256,
+        statistics_tokens: 512,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -81,6 +99,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             "--wt103-streams" => args.wt103_streams = number(value()?)?,
             "--wt103-tokens" => args.wt103_tokens = number(value()?)?,
             "--compare-tokens" => args.compare_tokens = number(value()?)?,
+            "--statistics-tokens" => args.statistics_tokens = number(value()?)?,
             "--help" | "-h" => return Ok(None),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -245,6 +264,82 @@ fn compare(
     Ok(worst)
 }
 
+/// Times [`Reference::statistics`] with Gram matrices on `backend` and on the CPU f32 backend,
+/// and returns the largest difference of a Gram matrix entry as a fraction of its matrix's mean
+/// diagonal.
+fn compare_statistics(
+    model: &Model<'_>,
+    backend: Backend,
+    tokens: &[u32],
+    options: &SessionOptions,
+    report: &mut Report,
+) -> Result<f64, String> {
+    let mut results = Vec::new();
+    for b in [backend, Backend::Cpu32] {
+        let mut reference = Reference::new(model, b).map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let statistics = reference
+            .statistics(&[tokens], options, true)
+            .map_err(|e| e.to_string())?;
+        let seconds = started.elapsed().as_secs_f64();
+        report.line(format!(
+            "  {:<6} {} tokens in {seconds:7.2} s: {:9.0} tokens/s",
+            b.name(),
+            tokens.len(),
+            tokens.len() as f64 / seconds
+        ));
+        results.push((statistics, seconds));
+    }
+    let mut reference = Reference::new(model, backend).map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    reference
+        .statistics(&[tokens], options, false)
+        .map_err(|e| e.to_string())?;
+    report.line(format!(
+        "  {:<6} the ranges alone in {:.2} s",
+        backend.name(),
+        started.elapsed().as_secs_f64()
+    ));
+    drop(reference);
+    let ((ours, our_seconds), (theirs, their_seconds)) = (&results[0], &results[1]);
+    let (ours, theirs) = (ours.grams.as_ref().unwrap(), theirs.grams.as_ref().unwrap());
+    let pairs = ours
+        .layers
+        .iter()
+        .flatten()
+        .zip(theirs.layers.iter().flatten())
+        .chain(ours.out_tables.iter().zip(&theirs.out_tables))
+        .chain(ours.emb_proj.iter().zip(&theirs.emb_proj))
+        .chain([(&ours.cluster_head, &theirs.cluster_head)]);
+    let (mut worst, mut entries): (f64, usize) = (0.0, 0);
+    for (a, b) in pairs {
+        if (a.n, a.rows) != (b.n, b.rows) {
+            return Err(format!(
+                "Gram matrices of {}x{} after {} and {} rows",
+                a.n, b.n, a.rows, b.rows
+            ));
+        }
+        let n = a.n;
+        let mean_diagonal = (0..n).map(|i| b.sum[i * n + i]).sum::<f64>() / n.max(1) as f64;
+        for (x, y) in a.sum.iter().zip(&b.sum) {
+            let d = (x - y).abs() / mean_diagonal.max(f64::MIN_POSITIVE);
+            worst = worst.max(if d.is_nan() { f64::INFINITY } else { d });
+        }
+        entries += n * n;
+    }
+    report.line(format!(
+        "  {} vs cpu32: {:.1}x as fast; {entries} Gram entries, the largest difference {worst:.3e} of the mean diagonal{}",
+        backend.name(),
+        their_seconds / our_seconds,
+        if worst <= MAX_GRAM_DELTA {
+            format!(", bound {MAX_GRAM_DELTA:e}")
+        } else {
+            format!(" ABOVE THE BOUND {MAX_GRAM_DELTA:e}")
+        }
+    ));
+    Ok(worst)
+}
+
 /// Notes an agreement check above `bound` in `failures`.
 fn check(worst: f64, bound: f64, what: &str, failures: &mut Vec<String>) {
     if worst > bound {
@@ -321,6 +416,19 @@ fn run(args: &Args, report: &mut Report) -> Result<(), String> {
         "  throughput: {} streams x {} tokens in {:.2} s: {:.0} tokens/s (nll {:.3})",
         result.streams, args.wt103_tokens, result.seconds, result.tokens_per_second, result.nll
     ));
+    drop(reference);
+
+    report.line(format!(
+        "\n[3] calibration statistics (ranges and Gram matrices), WT103-shaped model, {} tokens:",
+        args.statistics_tokens
+    ));
+    let tokens = text(args.statistics_tokens, config.n_token, 17);
+    let worst = compare_statistics(&model, args.backend, &tokens, &options, report)?;
+    if worst > MAX_GRAM_DELTA {
+        failures.push(format!(
+            "statistics: a Gram matrix entry {worst:.3e} of the mean diagonal from cpu32's > {MAX_GRAM_DELTA:e}"
+        ));
+    }
     if failures.is_empty() {
         Ok(())
     } else {

@@ -87,4 +87,6 @@ pub use random::{random_image, small_config, RandomInit};
 #[cfg(feature = "reference")]
 pub use reference::{Backend, Reference, StreamScores};
 #[cfg(feature = "reference")]
+pub use statistics::Statistics;
+#[cfg(feature = "reference")]
 pub use weights::{inv_freq, position_embeddings};

@@ -19,6 +19,7 @@ fn options(smoothing: Smoothing, keep_f16: &[&str], auto_keep_f16: usize) -> Qua
         method: txl_host_gpu::quantize::Method::Round,
         group: txl_host_gpu::quantize::int4::DEFAULT_GROUP,
         vectors: Target::Int8.default_vectors(),
+        calibration_backend: txl_host_gpu::Backend::Cpu32,
     }
 }
 

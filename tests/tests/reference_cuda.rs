@@ -6,7 +6,8 @@
 //! - the GPU tests are ignored: `scripts/gpu-check.sh` runs them on a GPU machine.
 
 use txl_core::{MemInit, Model, SessionOptions};
-use txl_host_gpu::{compile_kernels, cuda_available, Backend, Error, Reference, KERNEL_NAMES};
+use txl_host_gpu::quantize::gptq::Gram;
+use txl_host_gpu::{compile_kernels, cuda_available, Backend, Error, Reference, Statistics, KERNEL_NAMES};
 use txl_tests::{max_delta, random_model, reference_config, session_variants, tokens, Manifest};
 use txl_tools::npy;
 
@@ -112,6 +113,7 @@ fn cuda_batches_match_cpu_f64_on_random_models() {
     configs.push(c);
     c.n_cutoffs = 0;
     c.cutoffs = [0; 8];
+    c.tie_projs = 0; // one cluster: one projection flag
     c.tie_weight = false;
     c.d_embed = c.d_model;
     c.d_head = 7; // odd widths
@@ -156,4 +158,108 @@ fn cuda_batches_match_cpu_f64_on_random_models() {
         }
     }
     println!("cuda vs cpu64 on random batches: worst |Δ ln p| {worst:.3e}");
+}
+
+/// One consumer's input range and Gram matrix.
+type Seen<'a> = (&'a [f32], &'a Gram);
+
+/// Every consumer's range and Gram matrix of two sets of statistics side by side, named.
+fn consumers<'a>(a: &'a Statistics, b: &'a Statistics) -> Vec<(String, [Seen<'a>; 2])> {
+    let (ga, gb) = (a.grams.as_ref().unwrap(), b.grams.as_ref().unwrap());
+    let (ra, rb) = (&a.ranges, &b.ranges);
+    let mut all = Vec::new();
+    for l in 0..ga.layers.len() {
+        for k in 0..4 {
+            let pair = [
+                (ra.layers[l][k].as_slice(), &ga.layers[l][k]),
+                (rb.layers[l][k].as_slice(), &gb.layers[l][k]),
+            ];
+            all.push((format!("layer {l} linear {k}"), pair));
+        }
+    }
+    for t in 0..ga.out_tables.len() {
+        let pair = [
+            (ra.out_tables[t].as_slice(), &ga.out_tables[t]),
+            (rb.out_tables[t].as_slice(), &gb.out_tables[t]),
+        ];
+        all.push((format!("out_tables[{t}]"), pair));
+        let pair = [
+            (ra.emb_proj[t].as_slice(), &ga.emb_proj[t]),
+            (rb.emb_proj[t].as_slice(), &gb.emb_proj[t]),
+        ];
+        all.push((format!("emb_proj[{t}]"), pair));
+    }
+    let pair = [
+        (ra.cluster_head.as_slice(), &ga.cluster_head),
+        (rb.cluster_head.as_slice(), &gb.cluster_head),
+    ];
+    all.push(("cluster_head".into(), pair));
+    all
+}
+
+/// The calibration statistics collected on the GPU (ranges by a kernel, Gram matrices by
+/// cuBLAS's double-precision products) against the CPU f64 reference's, on batches of streams.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
+fn cuda_statistics_match_cpu_f64() {
+    let mut configs = vec![reference_config()];
+    let mut c = reference_config();
+    c.pre_lnorm = true;
+    c.div_val = 1;
+    c.d_embed = 12;
+    c.tie_projs = 0b010;
+    configs.push(c);
+    let (mut worst_range, mut worst_gram): (f64, f64) = (0.0, 0.0);
+    for (i, config) in configs.iter().enumerate() {
+        let image = random_model(config, 20 + i as u64);
+        let model = Model::parse(image.bytes()).unwrap();
+        let mut cuda = Reference::new(&model, Backend::Cuda).unwrap();
+        let mut cpu = Reference::new(&model, Backend::Cpu64).unwrap();
+        let streams: Vec<Vec<u32>> = [300, 7, 0, 45]
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| tokens(n, config.n_token, s as u64 + 40))
+            .collect();
+        let views: Vec<&[u32]> = streams.iter().map(|s| s.as_slice()).collect();
+        let options = SessionOptions::from_config(model.config());
+        let ours = cuda.statistics(&views, &options, true).unwrap();
+        let golden = cpu.statistics(&views, &options, true).unwrap();
+        let only_ranges = cuda.statistics(&views, &options, false).unwrap();
+        assert!(only_ranges.grams.is_none());
+        assert_eq!(format!("{:?}", only_ranges.ranges), format!("{:?}", ours.ranges));
+        let mut compared = 0;
+        for (what, [(range, gram), (golden_range, golden_gram)]) in consumers(&ours, &golden) {
+            let what = format!("config {i} {what}");
+            assert_eq!(range.len(), golden_range.len(), "{what}: range width");
+            for (&a, &b) in range.iter().zip(golden_range) {
+                let delta = (a - b).abs() as f64 / (b.abs() as f64).max(1e-3);
+                assert!(delta <= 1e-4, "{what}: range {a} against {b}");
+                worst_range = worst_range.max(delta);
+            }
+            assert_eq!(
+                (gram.n, gram.rows),
+                (golden_gram.n, golden_gram.rows),
+                "{what}: width, rows"
+            );
+            let n = gram.n;
+            for r in 0..n {
+                for c in 0..n {
+                    assert_eq!(gram.sum[r * n + c], gram.sum[c * n + r], "{what}: symmetric");
+                    // Cauchy-Schwarz: |H_rc| <= sqrt(H_rr H_cc)
+                    let scale = (golden_gram.sum[r * n + r] * golden_gram.sum[c * n + c]).sqrt();
+                    let delta = (gram.sum[r * n + c] - golden_gram.sum[r * n + c]).abs() / scale.max(1e-12);
+                    assert!(delta <= 1e-4, "{what}[{r}][{c}]: {delta:e} of the scale");
+                    worst_gram = worst_gram.max(delta);
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 2_000, "config {i}: {compared} Gram entries compared");
+        assert_eq!(
+            ours.grams.unwrap().layers[0][0].rows,
+            352,
+            "config {i}: every position"
+        );
+    }
+    println!("cuda vs cpu64 statistics: worst range {worst_range:.3e}, worst Gram entry {worst_gram:.3e} of its scale");
 }

@@ -249,6 +249,7 @@ fn convert_passes_the_quantizer_flags_on() {
         ["--calib-bytes", s(&tokens)],
         ["--calib-tokens", s(&tokens)],
         ["--calib-limit", "20"],
+        ["--calib-backend", "cpu"],
         ["--smooth", "off"],
         ["--keep-f16", "crit.*"],
         ["--auto-keep-f16", "1"],
@@ -1412,6 +1413,7 @@ fn quantizer_flags_that_need_calibration_text_are_refused_without_it() {
     let out = dir.join("int8.txl");
     for (flag, value) in [
         ("--calib-limit", "100"),
+        ("--calib-backend", "cpu"),
         ("--auto-keep-f16", "2"),
         ("--auto-keep-int8", "2"),
         ("--budget-bytes", "100000"),

@@ -148,3 +148,82 @@ fn the_help_names_the_methods() {
         assert!(help.contains(word), "quantize --help does not name {word}");
     }
 }
+
+/// `--calib-backend` chooses where the reference collects the calibration statistics, and the
+/// report says which; `cuda` without a GPU is an error that writes nothing.
+#[test]
+fn calib_backend_chooses_where_the_statistics_are_collected() {
+    let dir = scratch_dir("calib-backend");
+    let image = dir.join("adaptive_div2.txl");
+    let out = txl(&["convert", s(&fixture("adaptive_div2")), "-o", s(&image)]);
+    assert!(out.status.success(), "convert: {}", stderr(&out));
+    let tokens = fixture("adaptive_div2").join("tokens.txt");
+    let calib = [
+        "--calib-tokens",
+        s(&tokens),
+        "--smooth",
+        "off",
+        "--method",
+        "compensated",
+    ];
+    for (flag, backend) in [("cpu", "cpu64"), ("cpu32", "cpu32")] {
+        let (_, report) = quantize(
+            &image,
+            &dir,
+            flag,
+            &[&calib[..], &["--calib-backend", flag]].concat(),
+        );
+        assert_eq!(report["statistics_backend"], backend, "--calib-backend {flag}");
+        assert!(
+            report["tensors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["method"] == "compensated"),
+            "--calib-backend {flag}: the Gram matrices reached the rounding"
+        );
+    }
+    let (_, plain) = quantize(&image, &dir, "weights-only", &["--smooth", "off"]);
+    assert!(
+        plain["statistics_backend"].is_null(),
+        "no calibration text, no statistics"
+    );
+
+    let written = dir.join("cuda.txl");
+    let mut args = vec!["quantize", s(&image), "-o", s(&written)];
+    args.extend(calib);
+    args.extend(["--calib-backend", "cuda"]);
+    let out = txl(&args);
+    let text = stderr(&out);
+    match txl_host_gpu::cuda_available() {
+        Err(why) => {
+            eprintln!("\n*** --calib-backend cuda on a GPU: SKIPPED, no GPU here ({why}); scripts/gpu-check.sh runs it. ***\n");
+            assert_eq!(out.status.code(), Some(1), "{text}");
+            assert!(text.starts_with("error: ") && text.contains("GPU"), "{text}");
+            assert!(
+                !written.exists(),
+                "an image was written without the statistics asked for"
+            );
+        }
+        Ok(_) => {
+            assert!(out.status.success(), "{text}");
+            assert!(
+                text.contains("calibration statistics collected on cuda"),
+                "{text}"
+            );
+        }
+    }
+
+    // convert refuses the flag where it does not quantize
+    let out = txl(&[
+        "convert",
+        s(&fixture("adaptive_div2")),
+        "-o",
+        s(&dir.join("f32.txl")),
+        "--calib-backend",
+        "cpu",
+    ]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("--calib-backend applies to quantization"), "{text}");
+}

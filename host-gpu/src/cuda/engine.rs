@@ -16,12 +16,15 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::ops::{add_bias, gemm, residual, Batch, SINGLE};
+use super::statistics::{Consumer, DeviceStatistics};
 use super::vocab::{embed, log_probs};
 use super::{compile_kernels, cuda_available, CudaLimits, KERNEL_NAMES};
 use crate::cpu::matmul::Rhs;
 use crate::engine::{Segment, Settings, StepOutput, Wanted};
 use crate::error::{with_room, Error};
+use crate::statistics::Statistics;
 use crate::weights::{position_embeddings, HostWeights};
+use txl_core::Linear;
 
 /// Log-probabilities computed at once by default: bounds the logits buffer to 1 GiB.
 pub(super) const OUTPUT_ELEMENTS: usize = 1 << 28;
@@ -40,6 +43,9 @@ pub(super) struct Kernels {
     pub(super) add_bias: CudaFunction,
     pub(super) adaptive_log_softmax: CudaFunction,
     pub(super) gather_targets: CudaFunction,
+    pub(super) column_max_abs: CudaFunction,
+    pub(super) widen_rows: CudaFunction,
+    pub(super) mirror_upper: CudaFunction,
 }
 
 /// One decoder layer on the device (shapes as in [`crate::weights::LayerParams`]).
@@ -188,7 +194,7 @@ impl CudaEngine {
         let arch = arch_of(ctx.compute_capability()?);
         let module = ctx.load_module(compile_kernels(arch)?.into_ptx())?;
         let f = |name: &str| module.load_function(name);
-        debug_assert_eq!(KERNEL_NAMES.len(), 10);
+        debug_assert_eq!(KERNEL_NAMES.len(), 13);
         let k = Kernels {
             block: limits.block,
             gather_rows: f("gather_rows")?,
@@ -201,6 +207,9 @@ impl CudaEngine {
             add_bias: f("add_bias")?,
             adaptive_log_softmax: f("adaptive_log_softmax")?,
             gather_targets: f("gather_targets")?,
+            column_max_abs: f("column_max_abs")?,
+            widen_rows: f("widen_rows")?,
+            mirror_upper: f("mirror_upper")?,
         };
         let up = |v: &Vec<f32>| stream.clone_htod(v.as_slice());
         let all = |v: &Vec<Vec<f32>>| v.iter().map(up).collect::<Result<Vec<_>, _>>();
@@ -390,6 +399,28 @@ impl CudaEngine {
     /// embed, then per layer the attention and feed-forward sub-layers, then keep the last
     /// `mem_len` positions of each stream and compute the output log-probabilities.
     pub fn step(&mut self, segments: &[Segment<'_>], wanted: &Wanted<'_>) -> Result<StepOutput, Error> {
+        self.step_observed(segments, wanted, None)
+    }
+
+    /// Calibration statistics for this engine's model, empty: for [`CudaEngine::step_observed`].
+    pub(crate) fn statistics(&self, grams: bool) -> DeviceStatistics {
+        DeviceStatistics::new(self.stream.clone(), self.config, grams)
+    }
+
+    /// What `stats` saw, brought back from the device.
+    pub(crate) fn finish_statistics(&self, stats: DeviceStatistics) -> Result<Statistics, Error> {
+        stats.finish(&self.k)
+    }
+
+    /// [`CudaEngine::step`], with `stats` seeing every consumer's input rows on the device. With
+    /// no target and no full row wanted, the output layer is skipped (its log-probabilities are
+    /// NaN).
+    pub(crate) fn step_observed(
+        &mut self,
+        segments: &[Segment<'_>],
+        wanted: &Wanted<'_>,
+        mut stats: Option<&mut DeviceStatistics>,
+    ) -> Result<StepOutput, Error> {
         let gpu = Gpu {
             stream: &self.stream,
             blas: &self.blas,
@@ -411,14 +442,23 @@ impl CudaEngine {
 
         // hidden (rows, d_model) = embeddings * sqrt(d_model)
         let tokens: Vec<u32> = segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
-        embed(&gpu, &mut run.b, &tokens)?;
+        embed(&gpu, &mut run.b, &tokens, stats.as_deref_mut())?;
 
         for (l, lw) in gpu.w.layers.iter().enumerate() {
-            gpu.attention_sublayer(l, lw, run, segments, rows)?;
-            gpu.feed_forward_sublayer(lw, &mut run.b, rows)?;
+            gpu.attention_sublayer(l, lw, run, segments, rows, stats.as_deref_mut())?;
+            gpu.feed_forward_sublayer(l, lw, &mut run.b, rows, stats.as_deref_mut())?;
+        }
+        if let Some(stats) = stats {
+            gpu.observe_output_inputs(&mut run.b, rows, stats)?;
         }
 
         run.keep_last_positions(gpu.stream, segments, gpu.c.qkv_width() as usize)?;
+        if wanted.full_rows.is_empty() && wanted.targets.iter().all(Option::is_none) {
+            return Ok(StepOutput {
+                target_logp: vec![f64::NAN; rows],
+                full_rows: Vec::new(),
+            });
+        }
         gpu.output(&mut run.b, run.chunk, rows, wanted)
     }
 }
@@ -493,9 +533,22 @@ impl Gpu<'_> {
         run: &mut Run,
         segments: &[Segment<'_>],
         rows: usize,
+        mut stats: Option<&mut DeviceStatistics>,
     ) -> Result<(), Error> {
         let b = &mut run.b;
         self.queries(lw, b, rows)?;
+        if let Some(stats) = stats.as_deref_mut() {
+            let x = if self.c.pre_lnorm { &b.normed } else { &b.hidden };
+            let d_model = self.c.d_model as usize;
+            stats.observe(
+                self,
+                Consumer::Linear(l, Linear::Qkv),
+                &x.slice(..),
+                d_model,
+                rows,
+                d_model,
+            )?;
+        }
         let mut r0 = 0;
         for segment in segments {
             let memory = &mut run.streams[segment.stream];
@@ -506,6 +559,17 @@ impl Gpu<'_> {
             self.attention_probs(b, s, &run.settings)?;
             self.attention_values(b, s, values)?;
             r0 += s.qlen;
+        }
+        if let Some(stats) = stats {
+            let width = self.width();
+            stats.observe(
+                self,
+                Consumer::Linear(l, Linear::ONet),
+                &b.attn.slice(..),
+                width,
+                rows,
+                width,
+            )?;
         }
         self.attention_output(lw, b, rows)
     }
@@ -715,7 +779,14 @@ impl Gpu<'_> {
 
     /// The feed-forward sub-layer: `h = LN?(h + ReLU(LN?(h) @ W_1^T + b_1) @ W_2^T + b_2)`,
     /// through `inner (rows, d_inner)` and `delta (rows, d_model)`.
-    fn feed_forward_sublayer(&self, lw: &DeviceLayer, b: &mut Buffers, rows: usize) -> Result<(), Error> {
+    fn feed_forward_sublayer(
+        &self,
+        l: usize,
+        lw: &DeviceLayer,
+        b: &mut Buffers,
+        rows: usize,
+        mut stats: Option<&mut DeviceStatistics>,
+    ) -> Result<(), Error> {
         let (d_model, d_inner) = (self.c.d_model as usize, self.c.d_inner as usize);
         let (dm, di) = (d_model as i32, d_inner as i32);
         let not_pre = (!self.c.pre_lnorm) as i32;
@@ -724,6 +795,16 @@ impl Gpu<'_> {
             self.layer_norm(b, (&lw.ff_norm_weight, &lw.ff_norm_bias), rows)?;
         }
         let x = if self.c.pre_lnorm { &b.normed } else { &b.hidden };
+        if let Some(stats) = stats.as_deref_mut() {
+            stats.observe(
+                self,
+                Consumer::Linear(l, Linear::Ff1),
+                &x.slice(..),
+                d_model,
+                rows,
+                d_model,
+            )?;
+        }
         gemm(
             self.blas,
             (rows, d_inner, d_model),
@@ -736,6 +817,16 @@ impl Gpu<'_> {
             SINGLE,
         )?;
         add_bias(stream, k, &mut b.inner, di, &lw.ff1_bias, rows, d_inner, true)?;
+        if let Some(stats) = stats {
+            stats.observe(
+                self,
+                Consumer::Linear(l, Linear::Ff2),
+                &b.inner.slice(..),
+                d_inner,
+                rows,
+                d_inner,
+            )?;
+        }
         gemm(
             self.blas,
             (rows, d_model, d_inner),
@@ -758,6 +849,47 @@ impl Gpu<'_> {
             not_pre,
             rows,
         )
+    }
+
+    /// Shows `stats` the output layer's inputs for the step's `rows` final hidden states: each
+    /// cluster's projection of them (or they themselves) is its output table's input, and
+    /// cluster 0's is also the tail clusters' head's.
+    fn observe_output_inputs(
+        &self,
+        b: &mut Buffers,
+        rows: usize,
+        stats: &mut DeviceStatistics,
+    ) -> Result<(), Error> {
+        let c = self.c;
+        let d_model = c.d_model as usize;
+        for cluster in 0..=c.n_clusters() {
+            let table = c.emb_table_of_cluster(cluster);
+            let width = if c.has_out_proj() {
+                c.emb_dim(table) as usize
+            } else {
+                d_model
+            };
+            if c.has_out_proj() {
+                // projected (rows, width) = hidden @ out_projs[cluster] (d_model, width)
+                gemm(
+                    self.blas,
+                    (rows, width, d_model),
+                    &b.hidden.slice(..),
+                    d_model,
+                    &self.w.out_projs[cluster].slice(..),
+                    Rhs::Plain { ld: width },
+                    &mut b.projected.slice_mut(..),
+                    width,
+                    SINGLE,
+                )?;
+            }
+            let x = if c.has_out_proj() { &b.projected } else { &b.hidden };
+            stats.observe(self, Consumer::OutTable(table), &x.slice(..), width, rows, width)?;
+            if cluster == 0 {
+                stats.observe(self, Consumer::ClusterHead, &x.slice(..), width, rows, width)?;
+            }
+        }
+        Ok(())
     }
 
     /// The output layer, `chunk` rows at a time: per row `ln p(target)` (NaN where the row has

@@ -9,6 +9,7 @@
 
 mod engine;
 mod ops;
+mod statistics;
 mod vocab;
 
 use cudarc::driver::CudaContext;
@@ -32,7 +33,7 @@ fn cuda_version(version: i32) -> String {
 pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 
 /// The `extern "C"` kernels [`KERNEL_SOURCE`] defines.
-pub const KERNEL_NAMES: [&str; 10] = [
+pub const KERNEL_NAMES: [&str; 13] = [
     "gather_rows",
     "add_position_biases",
     "store_kv",
@@ -43,6 +44,9 @@ pub const KERNEL_NAMES: [&str; 10] = [
     "add_bias",
     "adaptive_log_softmax",
     "gather_targets",
+    "column_max_abs",
+    "widen_rows",
+    "mirror_upper",
 ];
 
 /// The GPU the CUDA backend would use.

@@ -5,13 +5,19 @@ use cudarc::driver::PushKernelArg;
 
 use super::engine::{Buffers, Gpu};
 use super::ops::{add_bias, add_bias_view, gemm, SINGLE};
+use super::statistics::{Consumer, DeviceStatistics};
 use crate::cpu::matmul::Rhs;
 use crate::error::Error;
 
 /// Embeds the step's tokens into `hidden`: per embedding table, gather the tokens' rows,
 /// project them to d_model (when the model has projections) and scatter them, scaled by
-/// sqrt(d_model), to their rows.
-pub(super) fn embed(g: &Gpu<'_>, b: &mut Buffers, tokens: &[u32]) -> Result<(), Error> {
+/// sqrt(d_model), to their rows. `stats` sees the gathered rows, the projections' inputs.
+pub(super) fn embed(
+    g: &Gpu<'_>,
+    b: &mut Buffers,
+    tokens: &[u32],
+    mut stats: Option<&mut DeviceStatistics>,
+) -> Result<(), Error> {
     let Gpu {
         stream,
         blas,
@@ -62,6 +68,16 @@ pub(super) fn embed(g: &Gpu<'_>, b: &mut Buffers, tokens: &[u32]) -> Result<(), 
             // reads table rows below the table's token count (ids were checked against n_token)
             // and writes rows 0..n of gathered (max_rows * d_embed long).
             unsafe { launch.launch(k.per_row(n)) }?;
+            if let Some(stats) = stats.as_deref_mut() {
+                stats.observe(
+                    g,
+                    Consumer::EmbProj(table),
+                    &b.gathered.slice(..),
+                    width,
+                    n,
+                    width,
+                )?;
+            }
             // projected (n, d_model) = gathered @ emb_projs[table]^T, emb_projs (d_model, width)
             gemm(
                 blas,

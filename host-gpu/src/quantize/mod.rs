@@ -242,6 +242,10 @@ pub struct QuantizeOptions {
     pub vectors: VectorDtype,
     /// Session settings used to evaluate on the calibration text.
     pub session: SessionOptions,
+    /// Where the reference collects the calibration statistics (activation ranges, Gram
+    /// matrices): [`Backend::Cpu32`](crate::Backend::Cpu32) unless asked otherwise.
+    #[cfg(feature = "reference")]
+    pub calibration_backend: crate::Backend,
 }
 
 impl QuantizeOptions {
@@ -256,6 +260,8 @@ impl QuantizeOptions {
             group: int4::DEFAULT_GROUP,
             vectors: target.default_vectors(),
             session,
+            #[cfg(feature = "reference")]
+            calibration_backend: crate::Backend::Cpu32,
         }
     }
 }
@@ -337,6 +343,9 @@ pub struct Report {
     pub bits_per_token: Vec<(String, f64)>,
     /// Calibration tokens used (0 without calibration).
     pub calibration_tokens: usize,
+    /// The reference backend that collected the calibration statistics (`cpu64`, `cpu32` or
+    /// `cuda`; `None` when none were collected).
+    pub statistics_backend: Option<&'static str>,
     /// Bytes of the image written.
     pub image_bytes: usize,
     /// The byte budget ([`MixedPrecision::budget_bytes`]), if any.

@@ -6,14 +6,15 @@ use txl_core::{Config, Linear};
 
 use std::rc::Rc;
 
-use super::calibrate::{channel_ranges, smoothing_factors, ChannelRanges};
-use super::inputs::{input_grams, InputGrams};
+use super::calibrate::{smoothing_factors, ChannelRanges};
+use super::inputs::InputGrams;
 use super::{check_group, gptq, int4, int8};
 use super::{
     glob_match, Method, MixedPrecision, Plan, QuantizeOptions, Quantized, Report, RoundingReport, Smoothing,
     Source, Target, TensorReport,
 };
 use crate::error::{filled, Error};
+use crate::Reference;
 
 /// Bits per token of `image` on `tokens`, measured with the core (the engine that runs int8).
 pub(super) fn bits_per_token(image: &[u8], options: SessionOptions, tokens: &[u32]) -> Result<f64, Error> {
@@ -76,12 +77,25 @@ pub fn quantize_mixed(
                 .into(),
         ));
     }
-    let ranges = match (calibration, options.target.is_integer()) {
+    // The reference's statistics: ranges for smoothing, Gram matrices for compensated rounding.
+    let wants_grams = matches!(options.method, Method::Compensated | Method::Auto);
+    let (ranges, grams) = match (calibration, options.target.is_integer()) {
         (Some(tokens), true) => {
-            progress("calibrating: activation ranges");
-            Some(channel_ranges(model, options.session, tokens)?)
+            let backend = options.calibration_backend;
+            progress(&format!(
+                "calibrating on {}: activation ranges{}",
+                backend.name(),
+                if wants_grams {
+                    " and input Gram matrices"
+                } else {
+                    ""
+                }
+            ));
+            let mut reference = Reference::new(model, backend)?;
+            let statistics = reference.statistics(&[tokens], &options.session, wants_grams)?;
+            (Some(statistics.ranges), statistics.grams)
         }
-        _ => None,
+        _ => (None, None),
     };
     // Each tensor's precision (`None`: a vector, f32) and why it is above the target's.
     let mut levels: Vec<Option<Level>> = source
@@ -228,12 +242,8 @@ pub fn quantize_mixed(
             .collect(),
         reports: vec![None; plans.len()],
     };
-    if let (Some(tokens), true, Method::Compensated | Method::Auto) =
-        (calibration, options.target.is_integer(), options.method)
-    {
-        progress("calibrating: input Gram matrices");
-        let grams = input_grams(model, options.session, tokens)?;
-        rounding = choose_rounding(&source, &mut plans, &grams, options, tokens, &mut progress)?;
+    if let (Some(tokens), Some(grams)) = (calibration, &grams) {
+        rounding = choose_rounding(&source, &mut plans, grams, options, tokens, &mut progress)?;
     }
     progress("writing the image");
     let (image, sqnr) = source.build(&plans)?;
@@ -315,6 +325,7 @@ pub fn quantize_mixed(
         layer_errors,
         bits_per_token: bits,
         calibration_tokens: calibration.map_or(0, <[u32]>::len),
+        statistics_backend: ranges.is_some().then(|| options.calibration_backend.name()),
         image_bytes: image.len(),
         budget_bytes: mixed.budget_bytes,
         smallest_image_bytes,

@@ -143,6 +143,37 @@ pub enum BackendArg {
     Auto,
 }
 
+/// Where the quantizer's calibration statistics (activation ranges, Gram matrices) are
+/// collected: the full-precision reference on one of its backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CalibBackendArg {
+    /// The reference on the CPU in f64.
+    Cpu,
+    /// The reference on the CPU in f32.
+    Cpu32,
+    /// The reference on an NVIDIA GPU in f32, the Gram matrices summed in f64 there (CUDA).
+    Cuda,
+    /// cuda when a GPU is present, else cpu32.
+    Auto,
+}
+
+impl CalibBackendArg {
+    /// The reference backend: `auto` looks for a GPU, and says on stderr when it found one.
+    pub fn backend(self) -> Backend {
+        let engine = match self {
+            CalibBackendArg::Cpu => BackendArg::Cpu,
+            CalibBackendArg::Cpu32 => BackendArg::Cpu32,
+            CalibBackendArg::Cuda => BackendArg::Cuda,
+            CalibBackendArg::Auto => BackendArg::Auto,
+        }
+        .engine();
+        match engine {
+            Engine::Reference(backend) => backend,
+            Engine::Core => unreachable!("no calibration backend is the core"),
+        }
+    }
+}
+
 /// The forward pass a [`BackendArg`] chose.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
@@ -220,6 +251,13 @@ pub struct QuantizeArgs {
     /// --calib-text).
     #[arg(long, default_value_t = CALIB_LIMIT)]
     pub calib_limit: usize,
+    /// Where the full-precision reference runs over the calibration text to collect the
+    /// activation ranges (smoothing) and the inputs' Gram matrices (--method compensated or
+    /// auto): cpu (f64), cpu32, cuda (an NVIDIA GPU; far faster on large models), or auto (cuda
+    /// when a GPU is present, else cpu32). The backends agree closely but not to the bit, so
+    /// images made on different ones may differ in a few weights.
+    #[arg(long, value_enum, value_name = "BACKEND", default_value_t = CalibBackendArg::Auto)]
+    pub calib_backend: CalibBackendArg,
     /// Activation smoothing: auto (try strengths, keep the best), off, or a strength in [0, 1].
     #[arg(long, value_name = "auto|off|ALPHA", value_parser = smoothing, default_value = "auto")]
     pub smooth: Smoothing,
@@ -276,6 +314,7 @@ impl QuantizeArgs {
             (self.calib_tokens.is_some(), "--calib-tokens"),
             (self.calib_text.is_some(), "--calib-text"),
             (self.calib_limit != CALIB_LIMIT, "--calib-limit"),
+            (self.calib_backend != CalibBackendArg::Auto, "--calib-backend"),
             (self.smooth != Smoothing::Auto, "--smooth"),
             (self.method != Method::Round, "--method"),
             (self.group_size != DEFAULT_GROUP, "--group-size"),
@@ -300,10 +339,12 @@ impl QuantizeArgs {
             (_, _, Some(path)) => tokens::read_text_tokens(path, model)?,
             _ => {
                 // These only act on calibration text: without it they would be ignored.
-                if self.calib_limit != CALIB_LIMIT {
-                    bail!(
-                        "--calib-limit needs calibration text (--calib-bytes, --calib-tokens or --calib-text)"
-                    );
+                let reading = [
+                    (self.calib_limit != CALIB_LIMIT, "--calib-limit"),
+                    (self.calib_backend != CalibBackendArg::Auto, "--calib-backend"),
+                ];
+                if let Some((_, flag)) = reading.into_iter().find(|(given, _)| *given) {
+                    bail!("{flag} needs calibration text (--calib-bytes, --calib-tokens or --calib-text)");
                 }
                 let measuring = [
                     (self.auto_keep_f16 != 0, "--auto-keep-f16"),

@@ -10,6 +10,7 @@ use anyhow::{bail, Result};
 use txl_core::{Model, SessionOptions};
 use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
 use txl_host_gpu::quantize::{self, compare, MixedPrecision, QuantizeOptions, Smoothing, Target};
+use txl_host_gpu::Backend;
 
 use super::args::{DtypeArg, QuantizeArgs};
 use super::{arena, progress};
@@ -90,6 +91,11 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         group: args.group_size,
         vectors: args.vectors.unwrap_or(target.default_vectors()),
         session,
+        calibration_backend: match calibration {
+            // only where statistics are collected: `auto` looks for a GPU
+            Some(_) if target.is_integer() => args.calib_backend.backend(),
+            _ => Backend::Cpu32,
+        },
     };
     let mixed = MixedPrecision {
         auto_keep_int8: args.auto_keep_int8,
@@ -144,6 +150,9 @@ fn print_report(report: &quantize::Report) {
     }
     for (layer, error) in report.layer_errors.iter().enumerate() {
         eprintln!("layer {layer} output: relative RMS error {error:.5}");
+    }
+    if let Some(backend) = report.statistics_backend {
+        eprintln!("calibration statistics collected on {backend}");
     }
     if let Some((_, reference)) = report.bits_per_token.first() {
         eprintln!("calibration text ({} tokens):", report.calibration_tokens);

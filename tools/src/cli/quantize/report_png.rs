@@ -474,6 +474,7 @@ mod tests {
                 ("int4 + int8 memory".into(), 2.06),
             ],
             calibration_tokens: 100,
+            statistics_backend: Some("cpu32"),
             image_bytes: 1000,
             budget_bytes: Some(1200),
             smallest_image_bytes: Some(900),
