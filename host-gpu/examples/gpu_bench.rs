@@ -328,7 +328,8 @@ fn compare_statistics(
         entries += n * n;
     }
     report.line(format!(
-        "  {} vs cpu32: {:.1}x as fast; {entries} Gram entries, the largest difference {worst:.3e} of the mean diagonal{}",
+        "  {} vs cpu32: {:.1}x as fast; {entries} Gram entries, the largest difference {worst:.3e} of \
+         the mean diagonal{}",
         backend.name(),
         their_seconds / our_seconds,
         if worst <= MAX_GRAM_DELTA {
@@ -426,7 +427,8 @@ fn run(args: &Args, report: &mut Report) -> Result<(), String> {
     let worst = compare_statistics(&model, args.backend, &tokens, &options, report)?;
     if worst > MAX_GRAM_DELTA {
         failures.push(format!(
-            "statistics: a Gram matrix entry {worst:.3e} of the mean diagonal from cpu32's > {MAX_GRAM_DELTA:e}"
+            "statistics: a Gram matrix entry {worst:.3e} of the mean diagonal from cpu32's > \
+             {MAX_GRAM_DELTA:e}"
         ));
     }
     if failures.is_empty() {

@@ -29,6 +29,12 @@
 //! [`compile_kernels`] needs only `libnvrtc`, not a GPU, so CI compiles them on machines
 //! without one.
 //!
+//! ## Calibration statistics
+//! [`Reference::statistics`] runs calibration text through any backend and returns what the
+//! quantizer needs ([`Statistics`]): each linear layer's per-column input ranges and, when
+//! asked, the Gram matrices `XᵀX` of its inputs, summed in f64 (on CUDA by cuBLAS's
+//! double-precision products, on the device).
+//!
 //! ## Example
 //! ```
 //! use txl_core::{Config, Model, SessionOptions};

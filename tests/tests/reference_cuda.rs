@@ -261,5 +261,8 @@ fn cuda_statistics_match_cpu_f64() {
             "config {i}: every position"
         );
     }
-    println!("cuda vs cpu64 statistics: worst range {worst_range:.3e}, worst Gram entry {worst_gram:.3e} of its scale");
+    println!(
+        "cuda vs cpu64 statistics: worst range {worst_range:.3e}, worst Gram entry {worst_gram:.3e} of its \
+         scale"
+    );
 }

@@ -197,7 +197,10 @@ fn calib_backend_chooses_where_the_statistics_are_collected() {
     let text = stderr(&out);
     match txl_host_gpu::cuda_available() {
         Err(why) => {
-            eprintln!("\n*** --calib-backend cuda on a GPU: SKIPPED, no GPU here ({why}); scripts/gpu-check.sh runs it. ***\n");
+            eprintln!(
+                "\n*** --calib-backend cuda on a GPU: SKIPPED, no GPU here ({why}); scripts/gpu-check.sh \
+                 runs it. ***\n"
+            );
             assert_eq!(out.status.code(), Some(1), "{text}");
             assert!(text.starts_with("error: ") && text.contains("GPU"), "{text}");
             assert!(

@@ -6,7 +6,7 @@
 //! `ff1` and `ff2` inputs, the output tables' inputs (the last layer's output, projected per
 //! cluster when the model has output projections), the cluster head's (cluster 0's), and the
 //! embedding projections' (the embedding rows looked up, once per occurrence). On the CPU
-//! backends a [`GramAccumulators`] adds the rows here; on CUDA they are added on the device.
+//! backends the rows are added here, a batch at a time; on CUDA, on the device.
 //! See [`Reference::statistics`](crate::Reference::statistics).
 
 use txl_core::tensors::{LayerTensor, TensorName};
