@@ -28,6 +28,34 @@ pub fn has_avx512f() -> bool {
     std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("f16c")
 }
 
+/// Whether this CPU executes each 512-bit operation as two 256-bit halves: AMD's Zen 4 (family
+/// 19h; Zen 3, the same family, has no AVX-512). There 512-bit registers add no arithmetic over
+/// AVX2, and [`dots_four_inputs`] ran the WikiText-103 shape's f32 segments at half the speed of
+/// the AVX2 tiles (`x86/tiles.rs`), which [`crate::kernels`] then prefers where they apply.
+/// Asked once (CPUID leaves 0 and 1), then kept.
+pub fn splits_512_bit_operations() -> bool {
+    static SPLITS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SPLITS.get_or_init(|| {
+        if cfg!(miri) {
+            return false;
+        }
+        // SAFETY: CPUID exists on every x86-64 CPU (the intrinsics are safe in newer Rust).
+        #[allow(unused_unsafe)]
+        let (vendor, signature) = unsafe {
+            let vendor = core::arch::x86_64::__cpuid(0);
+            (vendor, core::arch::x86_64::__cpuid(1).eax)
+        };
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "AuthenticAMD"
+        let base_family = (signature >> 8) & 0xf;
+        let family = if base_family == 0xf {
+            base_family + ((signature >> 20) & 0xff)
+        } else {
+            base_family
+        };
+        amd && family == 0x19
+    })
+}
+
 /// Inputs one register holds, four lanes each.
 const INPUTS: usize = 4;
 

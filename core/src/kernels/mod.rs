@@ -154,7 +154,9 @@ pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
 }
 
 /// The x86-64 kernels of [`dots_strided_each`] for f32 or f16 rows: AVX-512F for three inputs
-/// or more, else AVX with F16C; `false`, with nothing written, on a CPU with neither.
+/// or more, else AVX with F16C; `false`, with nothing written, on a CPU with neither. Where the
+/// CPU splits 512-bit operations in two ([`avx512::splits_512_bit_operations`]), the AVX tiles
+/// take the shapes they apply to. Every kernel gives the same bits.
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 #[inline]
 fn dots_each_x86<T: x86::RowElement>(
@@ -163,7 +165,11 @@ fn dots_each_x86<T: x86::RowElement>(
     xs: &[&[f32]],
     outs: &mut [&mut [f32]],
 ) -> bool {
-    if xs.len() > 2 && avx512::has_avx512f() {
+    let tiles_first = || {
+        let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
+        x86::takes_tiles(xs.len().min(outs.len()), cols) && avx512::splits_512_bit_operations()
+    };
+    if xs.len() > 2 && avx512::has_avx512f() && !tiles_first() {
         // SAFETY: the CPU has AVX-512F and F16C, checked just above.
         unsafe { avx512::dots_four_inputs(rows, stride, xs, outs) };
         return true;

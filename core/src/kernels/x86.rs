@@ -290,7 +290,7 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     let n = rows_that_fit(rows.len(), stride, cols, wanted);
     let inputs = xs.len().min(outs.len());
     let mut r = 0;
-    if inputs >= TILE_LEAST_INPUTS && cols >= TILE_LEAST_COLS {
+    if takes_tiles(inputs, cols) {
         // SAFETY: the caller's contract (AVX and F16C), with `n` bounded as below; `cols >= 4`.
         r = unsafe { tiles::dots_each_tiled(rows, stride, n, &xs[..inputs], outs, cols) };
     } else if inputs >= PACK_LEAST_INPUTS && cols >= 4 {
@@ -345,6 +345,12 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
             out[r] = unsafe { dot_one(rows.as_ptr().add(r * stride), &x[..cols]) };
         }
     }
+}
+
+/// Whether [`dots_each`] takes [`tiles`]' kernel for `inputs` inputs of `cols` columns.
+#[inline]
+pub fn takes_tiles(inputs: usize, cols: usize) -> bool {
+    inputs >= TILE_LEAST_INPUTS && cols >= TILE_LEAST_COLS
 }
 
 /// Inputs from which [`dots_each`] takes [`tiles`]' kernel: six rows meet four inputs a step.
