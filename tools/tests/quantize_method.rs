@@ -217,6 +217,26 @@ fn calib_backend_chooses_where_the_statistics_are_collected() {
         }
     }
 
+    // f16 collects no statistics: the flag would be ignored
+    let out = txl(&[
+        "quantize",
+        s(&image),
+        "-o",
+        s(&written),
+        "--dtype",
+        "f16",
+        "--calib-tokens",
+        s(&tokens),
+        "--calib-backend",
+        "cpu",
+    ]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.starts_with("error: ") && text.contains("f16 needs none"),
+        "{text}"
+    );
+
     // convert refuses the flag where it does not quantize
     let out = txl(&[
         "convert",

@@ -12,7 +12,7 @@ use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
 use txl_host_gpu::quantize::{self, compare, MixedPrecision, QuantizeOptions, Smoothing, Target};
 use txl_host_gpu::Backend;
 
-use super::args::{DtypeArg, QuantizeArgs};
+use super::args::{CalibBackendArg, DtypeArg, QuantizeArgs};
 use super::{arena, progress};
 use crate::image_file::{parse_model, read_image, write_file};
 
@@ -65,6 +65,12 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
     };
     if args.group_size != DEFAULT_GROUP && !matches!(target, Target::Int4 | Target::Int4All) {
         bail!("--group-size sets int4 groups: add --dtype int4 or --dtype int4-all");
+    }
+    if args.calib_backend != CalibBackendArg::Auto && !target.is_integer() {
+        bail!(
+            "--calib-backend chooses where int8 and int4 calibration statistics are collected: f16 \
+             needs none"
+        );
     }
     // The quantizer keeps the weights in f32 (4 times an int8 image) beside each image it builds.
     let parameters = arena::parameters(model);
