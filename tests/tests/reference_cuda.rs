@@ -98,17 +98,24 @@ fn cuda_matches_hugging_face_and_cpu_f64_on_every_fixture() {
     println!("cuda: worst |Δ ln p| over the fixtures {worst:.3e}");
 }
 
+/// The reference config with pre-LN, one embedding table of width 12 projected to d_model, and
+/// the second cluster's output projection tied.
+fn projected_pre_ln_config() -> txl_core::Config {
+    let mut c = reference_config();
+    c.pre_lnorm = true;
+    c.div_val = 1;
+    c.d_embed = 12;
+    c.tie_projs = 0b010;
+    c
+}
+
 /// Batches of streams of different lengths on random models covering the options: CUDA
 /// against CPU f64.
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn cuda_batches_match_cpu_f64_on_random_models() {
     let mut configs = vec![reference_config()];
-    let mut c = reference_config();
-    c.pre_lnorm = true;
-    c.div_val = 1;
-    c.d_embed = 12;
-    c.tie_projs = 0b010;
+    let mut c = projected_pre_ln_config();
     c.untie_r = false;
     configs.push(c);
     c.n_cutoffs = 0;
@@ -202,13 +209,7 @@ fn consumers<'a>(a: &'a Statistics, b: &'a Statistics) -> Vec<(String, [Seen<'a>
 #[test]
 #[ignore = "needs an NVIDIA GPU: run scripts/gpu-check.sh"]
 fn cuda_statistics_match_cpu_f64() {
-    let mut configs = vec![reference_config()];
-    let mut c = reference_config();
-    c.pre_lnorm = true;
-    c.div_val = 1;
-    c.d_embed = 12;
-    c.tie_projs = 0b010;
-    configs.push(c);
+    let configs = [reference_config(), projected_pre_ln_config()];
     let (mut worst_range, mut worst_gram): (f64, f64) = (0.0, 0.0);
     for (i, config) in configs.iter().enumerate() {
         let image = random_model(config, 20 + i as u64);

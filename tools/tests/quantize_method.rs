@@ -2,6 +2,8 @@
 //! must change the image or the report, the report must say which method every int8 tensor
 //! got, and the method that needs calibration text is refused without it.
 
+use std::path::Path;
+
 use serde_json::Value;
 
 mod common;
@@ -117,25 +119,28 @@ fn compensated_rounding_needs_calibration_text_and_int8() {
     assert!(!written.exists(), "an image was written without calibration text");
     // f16 weights are not rounded to int8 steps: the flag would be ignored
     let calib = fixture("adaptive_div2").join("tokens.txt");
+    assert_f16_refuses(&image, &written, &calib, ["--method", "compensated"], "int8");
+}
+
+/// `txl quantize --dtype f16` with the calibration text `tokens` and `flag`: refused with an
+/// error that mentions `needle`, and nothing written at `written`.
+fn assert_f16_refuses(image: &Path, written: &Path, tokens: &Path, flag: [&str; 2], needle: &str) {
     let out = txl(&[
         "quantize",
-        s(&image),
+        s(image),
         "-o",
-        s(&written),
+        s(written),
         "--dtype",
         "f16",
         "--calib-tokens",
-        s(&calib),
-        "--method",
-        "compensated",
+        s(tokens),
+        flag[0],
+        flag[1],
     ]);
     let text = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.starts_with("error: ") && text.contains("int8"), "{text}");
-    assert!(
-        !written.exists(),
-        "an f16 image was written with --method compensated"
-    );
+    assert!(text.starts_with("error: ") && text.contains(needle), "{text}");
+    assert!(!written.exists(), "an f16 image was written with {flag:?}");
 }
 
 #[test]
@@ -218,23 +223,13 @@ fn calib_backend_chooses_where_the_statistics_are_collected() {
     }
 
     // f16 collects no statistics: the flag would be ignored
-    let out = txl(&[
-        "quantize",
-        s(&image),
-        "-o",
-        s(&written),
-        "--dtype",
-        "f16",
-        "--calib-tokens",
-        s(&tokens),
-        "--calib-backend",
-        "cpu",
-    ]);
-    let text = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(
-        text.starts_with("error: ") && text.contains("f16 needs none"),
-        "{text}"
+    let f16 = dir.join("f16.txl");
+    assert_f16_refuses(
+        &image,
+        &f16,
+        &tokens,
+        ["--calib-backend", "cpu"],
+        "f16 needs none",
     );
 
     // convert refuses the flag where it does not quantize
