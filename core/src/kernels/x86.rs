@@ -347,7 +347,8 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     }
 }
 
-/// Whether [`dots_each`] takes [`tiles`]' kernel for `inputs` inputs of `cols` columns.
+/// Whether [`dots_each`] takes the tile kernel (`x86/tiles.rs`) for `inputs` inputs of `cols`
+/// columns.
 #[inline]
 pub fn takes_tiles(inputs: usize, cols: usize) -> bool {
     inputs >= TILE_LEAST_INPUTS && cols >= TILE_LEAST_COLS
