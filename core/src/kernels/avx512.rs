@@ -45,7 +45,8 @@ pub fn splits_512_bit_operations() -> bool {
             let vendor = core::arch::x86_64::__cpuid(0);
             (vendor, core::arch::x86_64::__cpuid(1).eax)
         };
-        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163); // "AuthenticAMD"
+        // "AuthenticAMD", four bytes a register in EBX, EDX, ECX
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
         let base_family = (signature >> 8) & 0xf;
         let family = if base_family == 0xf {
             base_family + ((signature >> 20) & 0xff)
