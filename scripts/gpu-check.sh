@@ -49,7 +49,13 @@ build() {
     cp "$path" "$bin/$name"
   done
   if command -v strip >/dev/null; then strip --strip-debug "$bin"/*; fi
+  commit_line >"$bin/commit"
   ls -l "$bin"
+}
+
+# The commit checked out here, and whether the tree differs from it.
+commit_line() {
+  echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' + local changes')"
 }
 
 # Folders that may hold CUDA 13's libraries, toolkit first.
@@ -82,7 +88,8 @@ run() {
   export TXL_FIXTURES="$root/tests/fixtures"
   {
     echo "# txl-host-gpu GPU check, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "# commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' + local changes')"
+    echo "# binaries built at: $(cat "$bin/commit" 2>/dev/null || echo unknown)"
+    echo "# tree here: $(commit_line)"
     echo "# GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi failed')"
     echo "# LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   } | tee "$results"
