@@ -135,7 +135,8 @@ impl ChannelStats {
             }
             if let Some(grams) = &mut self.grams {
                 grams.out_tables[table].add_rows(input, width);
-                if cluster == 0 {
+                // the cluster head's matrix exists only with tail clusters
+                if cluster == 0 && c.n_clusters() > 0 {
                     grams.cluster_head.add_rows(input, width);
                 }
             }

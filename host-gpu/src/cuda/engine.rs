@@ -17,7 +17,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchCon
 
 use super::ops::{add_bias, gemm, residual, Batch, SINGLE};
 use super::statistics::{Consumer, DeviceStatistics};
-use super::vocab::{embed, log_probs};
+use super::vocab::{cluster_input, embed, log_probs};
 use super::{compile_kernels, cuda_available, CudaLimits, KERNEL_NAMES};
 use crate::cpu::matmul::Rhs;
 use crate::engine::{Segment, Settings, StepOutput, Wanted};
@@ -44,7 +44,7 @@ pub(super) struct Kernels {
     pub(super) adaptive_log_softmax: CudaFunction,
     pub(super) gather_targets: CudaFunction,
     pub(super) column_max_abs: CudaFunction,
-    pub(super) widen_rows: CudaFunction,
+    pub(super) widen: CudaFunction,
     pub(super) mirror_upper: CudaFunction,
 }
 
@@ -208,7 +208,7 @@ impl CudaEngine {
             adaptive_log_softmax: f("adaptive_log_softmax")?,
             gather_targets: f("gather_targets")?,
             column_max_abs: f("column_max_abs")?,
-            widen_rows: f("widen_rows")?,
+            widen: f("widen")?,
             mirror_upper: f("mirror_upper")?,
         };
         let up = |v: &Vec<f32>| stream.clone_htod(v.as_slice());
@@ -544,7 +544,6 @@ impl Gpu<'_> {
                 self,
                 Consumer::Linear(l, Linear::Qkv),
                 &x.slice(..),
-                d_model,
                 rows,
                 d_model,
             )?;
@@ -566,7 +565,6 @@ impl Gpu<'_> {
                 self,
                 Consumer::Linear(l, Linear::ONet),
                 &b.attn.slice(..),
-                width,
                 rows,
                 width,
             )?;
@@ -800,7 +798,6 @@ impl Gpu<'_> {
                 self,
                 Consumer::Linear(l, Linear::Ff1),
                 &x.slice(..),
-                d_model,
                 rows,
                 d_model,
             )?;
@@ -822,7 +819,6 @@ impl Gpu<'_> {
                 self,
                 Consumer::Linear(l, Linear::Ff2),
                 &b.inner.slice(..),
-                d_inner,
                 rows,
                 d_inner,
             )?;
@@ -861,32 +857,14 @@ impl Gpu<'_> {
         stats: &mut DeviceStatistics,
     ) -> Result<(), Error> {
         let c = self.c;
-        let d_model = c.d_model as usize;
         for cluster in 0..=c.n_clusters() {
             let table = c.emb_table_of_cluster(cluster);
-            let width = if c.has_out_proj() {
-                c.emb_dim(table) as usize
-            } else {
-                d_model
-            };
-            if c.has_out_proj() {
-                // projected (rows, width) = hidden @ out_projs[cluster] (d_model, width)
-                gemm(
-                    self.blas,
-                    (rows, width, d_model),
-                    &b.hidden.slice(..),
-                    d_model,
-                    &self.w.out_projs[cluster].slice(..),
-                    Rhs::Plain { ld: width },
-                    &mut b.projected.slice_mut(..),
-                    width,
-                    SINGLE,
-                )?;
-            }
-            let x = if c.has_out_proj() { &b.projected } else { &b.hidden };
-            stats.observe(self, Consumer::OutTable(table), &x.slice(..), width, rows, width)?;
-            if cluster == 0 {
-                stats.observe(self, Consumer::ClusterHead, &x.slice(..), width, rows, width)?;
+            let width = c.emb_dim(table) as usize;
+            let x = cluster_input(self, &b.hidden, &mut b.projected, cluster, 0, rows)?;
+            stats.observe(self, Consumer::OutTable(table), &x, rows, width)?;
+            // the cluster head's matrix exists only with tail clusters
+            if cluster == 0 && c.n_clusters() > 0 {
+                stats.observe(self, Consumer::ClusterHead, &x, rows, width)?;
             }
         }
         Ok(())

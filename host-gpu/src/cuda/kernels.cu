@@ -245,27 +245,21 @@ __global__ void gather_targets(const float* log_probs, const int* targets, float
     }
 }
 
-// Calibration statistics. range[c] = max(range[c], |x[r][c]|) over the rows r < rows of an
-// (rows, width) block whose rows are `ld` apart: one thread per column, reading the block row by
-// row (neighbouring threads, neighbouring columns). NaN never enters a range (fmaxf).
-__global__ void column_max_abs(const float* x, int ld, int rows, int width, float* range) {
+// Calibration statistics. range[c] = max(range[c], |x[r][c]|) over the rows r < rows of x
+// (rows, width): one thread per column, reading x row by row (neighbouring threads, neighbouring
+// columns). NaN never enters a range (fmaxf).
+__global__ void column_max_abs(const float* x, int rows, int width, float* range) {
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) {
         float m = range[c];
-        for (int r = 0; r < rows; r++) m = fmaxf(m, fabsf(x[(long long)r * ld + c]));
+        for (int r = 0; r < rows; r++) m = fmaxf(m, fabsf(x[(long long)r * width + c]));
         range[c] = m;
     }
 }
 
-// out (rows, width), packed, = x (rows, width, rows `ld` apart) widened to double, exactly: the
-// input of the double-precision product that accumulates X^T X.
-__global__ void widen_rows(const float* x, int ld, int rows, int width, double* out) {
-    const long long total = (long long)rows * width;
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
-         e += (long long)gridDim.x * blockDim.x) {
-        const long long r = e / width;
-        const int c = (int)(e - r * width);
-        out[e] = (double)x[r * ld + c];
-    }
+// out[i] = x[i] widened to double, exactly, for i < n: the input of the double-precision product
+// that accumulates X^T X.
+__global__ void widen(const float* x, int n, double* out) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = (double)x[i];
 }
 
 // Makes the (n, n) matrix g exactly symmetric: each entry below the diagonal becomes its mirror

@@ -45,7 +45,7 @@ pub const KERNEL_NAMES: [&str; 13] = [
     "adaptive_log_softmax",
     "gather_targets",
     "column_max_abs",
-    "widen_rows",
+    "widen",
     "mirror_upper",
 ];
 

@@ -1,7 +1,7 @@
 //! Calibration statistics on the device ([`DeviceStatistics`]), the CUDA engine's counterpart of
 //! the CPU engine's `ChannelStats`: where the forward pass holds a consumer's input rows in a
 //! buffer, `column_max_abs` widens the consumer's per-column range and, for Gram matrices,
-//! `widen_rows` copies the rows to f64 and a cuBLAS DGEMM adds `XᵀX` to the consumer's matrix
+//! `widen` copies the rows to f64 and a cuBLAS DGEMM adds `XᵀX` to the consumer's matrix
 //! (f64 products of f32 values, summed in f64, as on the CPU). Everything stays on the device
 //! until [`DeviceStatistics::finish`] brings it back.
 
@@ -82,23 +82,20 @@ impl DeviceStatistics {
         }
     }
 
-    /// `x`'s `rows` rows of `width`, `ld` apart, enter `consumer`.
+    /// The first `rows` rows of `x`, `(rows, width)`, enter `consumer`.
     pub(super) fn observe(
         &mut self,
         g: &Gpu<'_>,
         consumer: Consumer,
         x: &CudaView<'_, f32>,
-        ld: usize,
         rows: usize,
         width: usize,
     ) -> Result<(), Error> {
         if rows == 0 || width == 0 {
             return Ok(());
         }
-        assert!(
-            ld >= width && x.len() >= (rows - 1) * ld + width,
-            "rows outside their buffer"
-        );
+        let elements = rows * width;
+        assert!(x.len() >= elements, "rows outside their buffer");
         let index = self
             .consumers
             .iter()
@@ -113,30 +110,23 @@ impl DeviceStatistics {
             }
         }
         assert_eq!(slot.width, width, "{consumer:?}: one width");
-        let (ld_i, rows_i, width_i) = (ld as i32, rows as i32, width as i32);
+        let (rows_i, width_i, elements_i) = (rows as i32, width as i32, elements as i32);
         let range = slot.range.as_mut().expect("allocated with the width");
         let mut launch = self.stream.launch_builder(&g.k.column_max_abs);
-        launch.arg(x).arg(&ld_i).arg(&rows_i).arg(&width_i).arg(range);
-        // SAFETY: column_max_abs(const float*, int, int, int, float*) reads the (rows, width)
-        // block with row stride ld, which the assert keeps inside x, and updates width elements
-        // of range (width long).
+        launch.arg(x).arg(&rows_i).arg(&width_i).arg(range);
+        // SAFETY: column_max_abs(const float*, int, int, float*) reads rows * width elements of
+        // x, which the assert keeps inside it, and updates width elements of range (width long).
         unsafe { launch.launch(g.k.per_element(width)) }?;
         if let Some(gram) = &mut slot.gram {
-            let elements = rows * width;
             if self.wide.as_ref().is_none_or(|w| w.len() < elements) {
                 self.wide = None; // free the smaller one first
                 self.wide = Some(self.stream.alloc_zeros::<f64>(elements)?);
             }
             let wide = self.wide.as_mut().expect("allocated above");
-            let mut launch = self.stream.launch_builder(&g.k.widen_rows);
-            launch
-                .arg(x)
-                .arg(&ld_i)
-                .arg(&rows_i)
-                .arg(&width_i)
-                .arg(&mut *wide);
-            // SAFETY: widen_rows(const float*, int, int, int, double*) reads the block as above
-            // and writes rows * width elements of wide (at least that long).
+            let mut launch = self.stream.launch_builder(&g.k.widen);
+            launch.arg(x).arg(&elements_i).arg(&mut *wide);
+            // SAFETY: widen(const float*, int, double*) reads rows * width elements of x, as
+            // above, and writes as many of wide (at least that long).
             unsafe { launch.launch(g.k.per_element(elements)) }?;
             // Column-major, the packed rows are A (width, rows): G (width, width) += A Aᵀ.
             let config = GemmConfig {
@@ -164,14 +154,7 @@ impl DeviceStatistics {
     /// empty range and matrix.
     pub(super) fn finish(mut self, k: &Kernels) -> Result<Statistics, Error> {
         let mut ranges = empty_ranges(&self.config);
-        let mut grams = self.grams.then(|| InputGrams {
-            layers: (0..self.config.n_layer)
-                .map(|_| std::array::from_fn(|_| Gram::new(0)))
-                .collect(),
-            out_tables: vec![Gram::new(0); self.config.n_emb_tables()],
-            cluster_head: Gram::new(0),
-            emb_proj: vec![Gram::new(0); self.config.n_emb_tables()],
-        });
+        let mut grams = self.grams.then(|| InputGrams::empty(&self.config));
         self.wide = None;
         for slot in &mut self.slots {
             if let Some(gram) = &mut slot.gram {

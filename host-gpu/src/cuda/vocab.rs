@@ -1,7 +1,7 @@
 //! The two ends of the forward pass on the GPU: the adaptive input embedding (tokens to
 //! hidden states) and the adaptive log-softmax (hidden states to log-probabilities).
 
-use cudarc::driver::PushKernelArg;
+use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
 
 use super::engine::{Buffers, Gpu};
 use super::ops::{add_bias, add_bias_view, gemm, SINGLE};
@@ -69,14 +69,7 @@ pub(super) fn embed(
             // and writes rows 0..n of gathered (max_rows * d_embed long).
             unsafe { launch.launch(k.per_row(n)) }?;
             if let Some(stats) = stats.as_deref_mut() {
-                stats.observe(
-                    g,
-                    Consumer::EmbProj(table),
-                    &b.gathered.slice(..),
-                    width,
-                    n,
-                    width,
-                )?;
+                stats.observe(g, Consumer::EmbProj(table), &b.gathered.slice(..), n, width)?;
             }
             // projected (n, d_model) = gathered @ emb_projs[table]^T, emb_projs (d_model, width)
             gemm(
@@ -116,6 +109,40 @@ pub(super) fn embed(
     Ok(())
 }
 
+/// The input of output cluster `cluster`'s table for hidden rows `first..first + n`, `(n, width)`
+/// with `width` its table's: their projection by `out_projs[cluster]`, made in `projected`, or
+/// (a model without output projections, where `width` is d_model) the hidden rows themselves.
+pub(super) fn cluster_input<'a>(
+    g: &Gpu<'_>,
+    hidden: &'a CudaSlice<f32>,
+    projected: &'a mut CudaSlice<f32>,
+    cluster: usize,
+    first: usize,
+    n: usize,
+) -> Result<CudaView<'a, f32>, Error> {
+    let c = g.c;
+    let d_model = c.d_model as usize;
+    let hidden = hidden.slice(first * d_model..);
+    if !c.has_out_proj() {
+        return Ok(hidden);
+    }
+    let width = c.emb_dim(c.emb_table_of_cluster(cluster)) as usize;
+    // x (n, width) = hidden @ out_projs[cluster] (d_model, width)
+    gemm(
+        g.blas,
+        (n, width, d_model),
+        &hidden,
+        d_model,
+        &g.w.out_projs[cluster].slice(..),
+        Rhs::Plain { ld: width },
+        &mut projected.slice_mut(..),
+        width,
+        SINGLE,
+    )?;
+    let projected: &'a CudaSlice<f32> = projected;
+    Ok(projected.slice(..))
+}
+
 /// `logits (n, n_token)` = log-probabilities of hidden rows `first..first + n`.
 pub(super) fn log_probs(g: &Gpu<'_>, b: &mut Buffers, first: usize, n: usize) -> Result<(), Error> {
     let Gpu {
@@ -126,34 +153,14 @@ pub(super) fn log_probs(g: &Gpu<'_>, b: &mut Buffers, first: usize, n: usize) ->
         c,
         ..
     } = *g;
-    let d_model = c.d_model as usize;
     let n_token = c.n_token as usize;
     let n_clusters = c.n_clusters();
-    let hidden = b.hidden.slice(first * d_model..);
     for cluster in 0..=n_clusters {
         let (start, end) = c.cluster_range(cluster);
         let (start, end) = (start as usize, end as usize);
         let table = c.emb_table_of_cluster(cluster);
         let width = c.emb_dim(table) as usize;
-        // x (n, width) = hidden @ out_projs[cluster] (d_model, width), or hidden itself.
-        if c.has_out_proj() {
-            gemm(
-                blas,
-                (n, width, d_model),
-                &hidden,
-                d_model,
-                &w.out_projs[cluster].slice(..),
-                Rhs::Plain { ld: width },
-                &mut b.projected.slice_mut(..),
-                width,
-                SINGLE,
-            )?;
-        }
-        let x = if c.has_out_proj() {
-            b.projected.slice(..)
-        } else {
-            hidden.slice(..)
-        };
+        let x = cluster_input(g, &b.hidden, &mut b.projected, cluster, first, n)?;
         // logits[:, start..end] = x @ W_c^T + b_c; with div_val 1 the cluster's rows of the one
         // output layer.
         let first_row = if c.div_val == 1 { start } else { 0 };

@@ -28,13 +28,25 @@ pub struct InputGrams {
     pub layers: Vec<[Gram; 4]>,
     /// Input of each output table, by table.
     pub out_tables: Vec<Gram>,
-    /// Input of the cluster logits.
+    /// Input of the cluster logits (empty without tail clusters).
     pub cluster_head: Gram,
     /// Input of each embedding projection.
     pub emb_proj: Vec<Gram>,
 }
 
 impl InputGrams {
+    /// Every matrix empty (nothing seen), for a model of `config`.
+    pub fn empty(config: &Config) -> InputGrams {
+        InputGrams {
+            layers: (0..config.n_layer)
+                .map(|_| std::array::from_fn(|_| Gram::new(0)))
+                .collect(),
+            out_tables: vec![Gram::new(0); config.n_emb_tables()],
+            cluster_head: Gram::new(0),
+            emb_proj: vec![Gram::new(0); config.n_emb_tables()],
+        }
+    }
+
     /// The Gram matrix of the inputs `name` multiplies as a `(rows, cols)` matrix times a
     /// column, if it is used that way: the layers' products, the output tables (and a tied
     /// embedding table, which is one), the cluster head and the embedding projections. The
@@ -225,7 +237,7 @@ mod tests {
                     hidden
                 };
                 add(&mut self.grams.out_tables[table], input);
-                if cluster == 0 {
+                if cluster == 0 && config.n_clusters() > 0 {
                     add(&mut self.grams.cluster_head, input);
                 }
             }
@@ -240,14 +252,7 @@ mod tests {
         let d_embed = config.d_embed as usize;
         let mut probe = GramProbe {
             model,
-            grams: InputGrams {
-                layers: (0..config.n_layer)
-                    .map(|_| std::array::from_fn(|_| Gram::new(0)))
-                    .collect(),
-                out_tables: vec![Gram::new(0); config.n_emb_tables()],
-                cluster_head: Gram::new(0),
-                emb_proj: vec![Gram::new(0); config.n_emb_tables()],
-            },
+            grams: InputGrams::empty(&config),
             last_layer: config.n_layer as usize - 1,
             projected: vec![0.0; d_embed],
             scratch: vec![0; kernels::scratch_words(d_model.max(d_embed))],
@@ -288,8 +293,13 @@ mod tests {
             .chain(emb_proj.iter_mut())
     }
 
-    /// The Gram matrices side by side with the input range of their consumer, named.
-    fn pairs<'a>(grams: &'a InputGrams, ranges: &'a ChannelRanges) -> Vec<(String, &'a Gram, &'a [f32])> {
+    /// The Gram matrices side by side with the input range of their consumer, named (the cluster
+    /// head's with tail clusters only).
+    fn pairs<'a>(
+        config: &Config,
+        grams: &'a InputGrams,
+        ranges: &'a ChannelRanges,
+    ) -> Vec<(String, &'a Gram, &'a [f32])> {
         let mut all = Vec::new();
         for (l, (g, r)) in grams.layers.iter().zip(&ranges.layers).enumerate() {
             for (k, (g, r)) in g.iter().zip(r).enumerate() {
@@ -299,7 +309,9 @@ mod tests {
         for (t, (g, r)) in grams.out_tables.iter().zip(&ranges.out_tables).enumerate() {
             all.push((format!("out_tables[{t}]"), g, r.as_slice()));
         }
-        all.push(("cluster_head".into(), &grams.cluster_head, &ranges.cluster_head));
+        if config.n_clusters() > 0 {
+            all.push(("cluster_head".into(), &grams.cluster_head, &ranges.cluster_head));
+        }
         for (t, (g, r)) in grams.emb_proj.iter().zip(&ranges.emb_proj).enumerate() {
             all.push((format!("emb_proj[{t}]"), g, r.as_slice()));
         }
@@ -378,8 +390,8 @@ mod tests {
                 let mut reference = Reference::new(&model, backend).unwrap();
                 let statistics = reference.statistics(&[&tokens], &options, true).unwrap();
                 let grams = statistics.grams.as_ref().unwrap();
-                let ours = pairs(grams, &statistics.ranges);
-                let theirs = pairs(&expected, &statistics.ranges);
+                let ours = pairs(&config, grams, &statistics.ranges);
+                let theirs = pairs(&config, &expected, &statistics.ranges);
                 for ((what, gram, range), (_, core, _)) in ours.into_iter().zip(theirs) {
                     let what = format!("config {i} {backend:?} {what}");
                     assert_consistent(gram, range, &what);
@@ -392,6 +404,12 @@ mod tests {
                     "config {i}: one embedding row per token"
                 );
                 assert_eq!(grams.layers[0][0].rows, tokens.len());
+                if config.n_clusters() == 0 {
+                    assert!(
+                        grams.cluster_head.is_empty(),
+                        "config {i}: no tail clusters, no head matrix"
+                    );
+                }
             }
         }
     }
