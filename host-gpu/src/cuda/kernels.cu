@@ -259,7 +259,9 @@ __global__ void column_max_abs(const float* x, int rows, int width, float* range
 // out[i] = x[i] widened to double, exactly, for i < n: the input of the double-precision product
 // that accumulates X^T X.
 __global__ void widen(const float* x, int n, double* out) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = (double)x[i];
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        out[i] = (double)x[i];
+    }
 }
 
 // Makes the (n, n) matrix g exactly symmetric: each entry below the diagonal becomes its mirror
