@@ -58,8 +58,9 @@ pub struct ArenaLayout {
     /// state projected for one output cluster (a row for each position of the output's pass, as
     /// `log_probs`).
     pub embed_row: usize,
-    /// f32 `(n_token)` rows of log-probabilities: one, or one per position of a pass when a
-    /// pass takes more than [`DEFAULT_POSITIONS_PER_PASS`] positions.
+    /// f32 `(n_token)` rows of log-probabilities: one, or one per position of a pass, up to
+    /// [`MAX_OUTPUT_ROWS`], when a pass takes more than [`DEFAULT_POSITIONS_PER_PASS`]
+    /// positions.
     pub log_probs: usize,
     /// u32 words of kernel scratch for `per_pass` activation rows of the widest input,
     /// `max(d_model, d_inner, n_head * d_head, d_embed)` columns: see
@@ -70,6 +71,12 @@ pub struct ArenaLayout {
 /// Positions one pass of the linear layers takes in a session made by
 /// [`Session::new`](crate::Session::new): pairs, which read each weight once for two positions.
 pub const DEFAULT_POSITIONS_PER_PASS: usize = 2;
+
+/// Rows of log-probabilities a session keeps at most: a pass of more positions goes through the
+/// output layer this many at a time. A row is `n_token` floats, 1 MB at the published
+/// WikiText-103 shape, so 128 rows would take 137 MB; the output layer is a seventh of that
+/// model's work, and 64 positions at a time read its weights often enough.
+pub const MAX_OUTPUT_ROWS: usize = 64;
 
 impl ArenaLayout {
     /// The buffers `config` needs under `options`, with the linear layers on pairs of
@@ -119,7 +126,7 @@ impl ArenaLayout {
         // `n_token` floats, the arena's largest buffer on a device with a word vocabulary, the
         // attention's scratch grows with the memory, and device sessions keep one row of each.
         let output_rows = if per_pass > DEFAULT_POSITIONS_PER_PASS {
-            per_pass
+            per_pass.min(MAX_OUTPUT_ROWS)
         } else {
             1
         };

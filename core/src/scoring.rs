@@ -54,14 +54,17 @@ impl Scores {
     }
 }
 
-/// Positions the linear layers and the output layer take per pass in the sessions [`score`]
-/// and [`start`] make: the most a pass takes ([`MAX_POSITIONS_PER_PASS`]: 64 on a host), so
-/// that a model whose weights do not fit in the CPU's caches reads them once for every 64
-/// positions of a segment. At the published WikiText-103 shape (285 M parameters, segments of
-/// 128) sixteen a pass scored f32 twice and int8 1.35 times as fast as pairs, and 64 f32 1.16
-/// and int8 1.08 times as fast as sixteen; on the small bundled model neither was faster or
-/// slower (README, "Speed on the host"). The bits are those of pairs, a device's sessions
-/// ([`Session::new`]); the arena is larger by the rows of the positions.
+/// Positions the linear layers take per pass in the sessions [`score`] and [`start`] make: the
+/// most a pass takes ([`MAX_POSITIONS_PER_PASS`]: 128 on a host), so that a model whose
+/// weights do not fit in the CPU's caches reads them once for every 128 positions of a
+/// segment (the output layer's, once for every [`MAX_OUTPUT_ROWS`]). At the published
+/// WikiText-103 shape (285 M parameters, segments of 128) sixteen a pass scored f32 twice and
+/// int8 1.35 times as fast as pairs, 64 f32 1.16 and int8 1.08 times as fast as sixteen, and
+/// 128 f32 and f16 a few percent faster than 64 (int8 as fast); on the small bundled model
+/// neither was faster or slower (README, "Speed on the host"). The bits are those of pairs, a
+/// device's sessions ([`Session::new`]); the arena is larger by the rows of the positions.
+///
+/// [`MAX_OUTPUT_ROWS`]: crate::arena::MAX_OUTPUT_ROWS
 pub const POSITIONS_PER_PASS: usize = MAX_POSITIONS_PER_PASS;
 
 /// A zeroed arena for a session of `model` under `options` made by [`start`] (large enough for

@@ -171,3 +171,27 @@ fn a_number_of_positions_out_of_range_is_refused() {
         ));
     }
 }
+
+#[test]
+#[cfg_attr(miri, ignore = "segments of 70 positions: minutes in the interpreter")]
+fn a_pass_wider_than_the_output_rows_gives_the_same_bits() {
+    use txl_core::arena::{ArenaLayout, MAX_OUTPUT_ROWS};
+    let config = tiny_config();
+    let image = tiny_image(&config, Weights::F32, 13);
+    let model = Model::parse(image.bytes()).unwrap();
+    // segments of 70: on a host the linear layers take them at once, the output layer in two
+    // parts (64 and 6); the second segment meets a memory
+    let options = SessionOptions {
+        tgt_len: 70,
+        mem_len: 9,
+        ..SessionOptions::from_config(&config)
+    };
+    let tokens: Vec<u32> = (0..140).map(|t| (t * 11 + 2) % config.n_token).collect();
+    let positions = MAX_POSITIONS_PER_PASS;
+    let layout = ArenaLayout::with_positions_per_pass(&config, &options, positions).unwrap();
+    let rows = positions.min(70).min(MAX_OUTPUT_ROWS);
+    assert_eq!(layout.log_probs, rows * config.n_token as usize);
+    let bits = log_prob_bits(&model, options, positions, &tokens);
+    assert_eq!(bits.len(), tokens.len() * config.n_token as usize);
+    assert!(bits == log_prob_bits(&model, options, 2, &tokens));
+}

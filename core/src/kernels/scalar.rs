@@ -277,10 +277,10 @@ pub fn matmul(weight: &Matrix<'_>, xs: &[&[f32]], ys: &mut [&mut [f32]], scratch
     }
 }
 
-/// Most positions one pass of the linear layers takes ([`matmul_split`]'s inputs): 64 with the
+/// Most positions one pass of the linear layers takes ([`matmul_split`]'s inputs): 128 with the
 /// `std` feature (a host, where a large model's weights come from memory once per pass), 16
 /// without (a device's stack holds a few arrays of this many slices).
-pub const MAX_POSITIONS_PER_PASS: usize = if cfg!(feature = "std") { 64 } else { 16 };
+pub const MAX_POSITIONS_PER_PASS: usize = if cfg!(feature = "std") { 128 } else { 16 };
 
 /// Bytes of weights a block of rows of [`matmul_split`] reads for all its inputs at once: the
 /// block stays in the first-level cache while each input meets it.

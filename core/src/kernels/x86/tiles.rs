@@ -39,8 +39,8 @@ const CHUNK_QUADS: usize = 256;
 
 /// Groups of inputs from which, in a matrix of 1 MB or more, the rows of the tile after next
 /// are asked for while the groups meet this one, a share with each group, so that their panel's
-/// copy does not wait for memory. With 16 groups (a host's passes of 64 positions, in segments
-/// of 128 at the WikiText-103 shape) a run went from 103–111 to 112–114 tokens per second; with
+/// copy does not wait for memory. With 16 groups (passes of 64 positions, in segments of 128 at
+/// the WikiText-103 shape) a run went from 103–111 to 112–114 tokens per second; with
 /// 8 (segments of 32) it was slower, 97–98 against 102–104: fewer groups leave too little work
 /// to hide the requests behind.
 const PREFETCH_LEAST_GROUPS: usize = 16;
