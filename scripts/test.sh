@@ -68,9 +68,23 @@ if ! rustup component list --toolchain nightly --installed | grep -q '^miri'; th
 fi
 # The unit tests and the whole sessions (state saved and restored, every position-key mode,
 # several positions per pass): every arena carving and kernel the portable build runs. The
-# vocabulary's tests are safe code, fuzzed instead (about 15 minutes in all, most of the budget).
-cargo +nightly miri test -p txl-core --locked --lib \
-  --test session_state --test position_keys --test positions_per_pass
+# vocabulary's tests are safe code, fuzzed instead. The interpreter runs on one core: built
+# once, the tests run in two halves side by side (about 7 and 8 minutes of interpretation),
+# each half's output shown when both are done.
+miri_tests=(--lib --test session_state --test position_keys --test positions_per_pass)
+cargo +nightly miri test -p txl-core --locked "${miri_tests[@]}" --no-run
+miri_logs=target/miri-logs
+mkdir -p "$miri_logs"
+cargo +nightly miri test -p txl-core --locked --lib --test session_state >"$miri_logs/a.log" 2>&1 &
+miri_a=$!
+cargo +nightly miri test -p txl-core --locked --test position_keys --test positions_per_pass \
+  >"$miri_logs/b.log" 2>&1 &
+miri_b=$!
+miri_failed=0
+wait "$miri_a" || miri_failed=1
+wait "$miri_b" || miri_failed=1
+cat "$miri_logs/a.log" "$miri_logs/b.log"
+[ "$miri_failed" -eq 0 ] || { echo "Miri found a failure (above)" >&2; exit 1; }
 
 if [ "$(uname -m)" = x86_64 ]; then
   step "AddressSanitizer: the core's tests with its AVX2 kernel chosen at run time (nightly)"
