@@ -19,6 +19,9 @@ pub mod x86;
 pub mod vnni;
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub mod vnni_tiles;
+
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
 pub mod amx;
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]

@@ -36,7 +36,8 @@ pub struct Limits {
     /// int8 weights (W8A8): one input or two, the input already quantized.
     pub int8_macs_per_second: f64,
     /// int8 weights for a segment's positions, 64 a pass: the AMX tile kernel where the CPU
-    /// and system have it, else the same kernels as [`Limits::int8_macs_per_second`].
+    /// and system have it, else the AVX-512 VNNI kernel of six inputs at a time (60 of the 64)
+    /// where the CPU has it, else the same kernels as [`Limits::int8_macs_per_second`].
     pub int8_segments_macs_per_second: f64,
     /// f32 weights in the fused order (`--fast-f32`'s kernels): one input, four, or sixteen
     /// per pass (in the lanes of the inputs' registers), the last also on rows of 512 columns.
@@ -131,10 +132,11 @@ fn int8_limit() -> f64 {
     one.max(two)
 }
 
-/// The AMX tile kernel over 64 inputs (x86-64 only), if this machine can run it.
+/// The AMX tile kernel over 64 inputs, or else the AVX-512 VNNI kernel over the 60 of them in
+/// groups of six (x86-64 only), if this machine can run either.
 fn int8_tiles_limit() -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
-    if kernels::amx::has_amx_int8() {
+    {
         const INPUTS: usize = 64;
         let (rows, cols) = INT8_SHAPE;
         let values: Vec<i8> = (0..rows * cols).map(small_value).collect();
@@ -143,12 +145,26 @@ fn int8_tiles_limit() -> Option<f64> {
             .collect();
         let xq: Vec<&[i8]> = xs.iter().map(|x| &x[..]).collect();
         let mut out = vec![vec![0i32; rows]; INPUTS];
-        return Some(best_rate(INPUTS * rows * cols, || {
-            let mut sums: Vec<&mut [i32]> = out.iter_mut().map(|s| &mut s[..]).collect();
-            // SAFETY: `has_amx_int8` returned true just above.
-            unsafe { kernels::amx::row_sums_many(&values, cols, &xq, &mut sums) };
-            std::hint::black_box(&mut sums);
-        }));
+        if kernels::amx::has_amx_int8() {
+            return Some(best_rate(INPUTS * rows * cols, || {
+                let mut sums: Vec<&mut [i32]> = out.iter_mut().map(|s| &mut s[..]).collect();
+                // SAFETY: `has_amx_int8` returned true just above.
+                unsafe { kernels::amx::row_sums_many(&values, cols, &xq, &mut sums) };
+                std::hint::black_box(&mut sums);
+            }));
+        }
+        if kernels::vnni_tiles::has_vnni_512() {
+            let grouped = INPUTS / kernels::vnni_tiles::TILE_INPUTS * kernels::vnni_tiles::TILE_INPUTS;
+            let excess: Vec<i32> = xq.iter().map(|x| kernels::vnni_tiles::excess(x, cols)).collect();
+            return Some(best_rate(grouped * rows * cols, || {
+                let mut sums: Vec<&mut [i32]> = out.iter_mut().map(|s| &mut s[..]).collect();
+                // SAFETY: `rows` rows of `cols` in `values`, `cols` in every input, `rows` in
+                // every output, an excess for each input; `has_vnni_512` returned true just
+                // above.
+                unsafe { kernels::vnni_tiles::row_sums_groups(&values, cols, rows, &xq, &excess, &mut sums) };
+                std::hint::black_box(&mut sums);
+            }));
+        }
     }
     None
 }
