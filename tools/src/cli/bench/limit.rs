@@ -37,7 +37,7 @@ pub struct Limits {
     pub int8_macs_per_second: f64,
     /// int8 weights for a segment's positions, 64 a pass: the AMX tile kernel where the CPU
     /// and system have it, else the AVX-512 VNNI kernel of six inputs at a time (60 of the 64)
-    /// where the CPU has it, else the same kernels as [`Limits::int8_macs_per_second`].
+    /// where the CPU has it, or [`Limits::int8_macs_per_second`] where that is more.
     pub int8_segments_macs_per_second: f64,
     /// f32 weights in the fused order (`--fast-f32`'s kernels): one input, four, or sixteen
     /// per pass (in the lanes of the inputs' registers), the last also on rows of 512 columns.
@@ -51,7 +51,9 @@ impl Limits {
         Limits {
             f32_macs_per_second: f32_limit(),
             int8_macs_per_second: int8,
-            int8_segments_macs_per_second: int8_tiles_limit().unwrap_or(int8),
+            // the faster kernel for a segment: on the probe's short rows the pair kernel can
+            // outrun the VNNI tiles
+            int8_segments_macs_per_second: int8_tiles_limit().map_or(int8, |tiles| tiles.max(int8)),
             fast_f32_macs_per_second: fast_f32_limit(),
         }
     }
