@@ -54,8 +54,8 @@ pub fn excess(xq: &[i8], cols: usize) -> i32 {
 ///
 /// # Safety
 /// `values` must hold `rows` rows of `cols`, every input `cols` elements, every output `rows`,
-/// and `excess` an element for each input; the CPU must support AVX2, AVX-512F and AVX-512
-/// VNNI ([`has_vnni_512`]).
+/// and `excess` an element for each input; the CPU must support AVX-512F, AVX-512VL and
+/// AVX-512 VNNI ([`has_vnni_512`]).
 #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
 pub unsafe fn row_sums_groups(
     values: &[i8],
