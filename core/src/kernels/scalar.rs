@@ -367,7 +367,7 @@ fn integer_rows_blocked<'y>(
     };
     // a multiple of 8 rows: whole passes of every kernel
     let block = (ROW_BLOCK_BYTES / row_bytes.max(1)).max(8) / 8 * 8;
-    let excess = int8_group_excess(weight, inputs);
+    let group_excess = int8_group_excess(weight, inputs);
     // rows the tile kernel took at the start of each part
     let tiled = int8_rows_tiled(weight, inputs, firsts, rests);
     for (part_start, part_end, tiled) in [(0, split, tiled[0]), (split, rows, tiled[1])] {
@@ -396,9 +396,10 @@ fn integer_rows_blocked<'y>(
                     row_scales: scales,
                     ..
                 } => {
-                    // six inputs at a time where the CPU has the tile kernel, then pairs
-                    let mut p =
-                        int8_rows_in_groups(values, cols, scales, inputs, &excess, outputs, &out, next_int8);
+                    // six inputs at a time where the CPU has the group kernel, then pairs
+                    let mut p = group_excess.as_ref().map_or(0, |excess| {
+                        int8_rows_in_groups(values, cols, scales, inputs, excess, outputs, &out, next_int8)
+                    });
                     while p < inputs.len() {
                         super::prefetch_share(next_int8, p..p + 2, inputs.len());
                         if p + 1 < inputs.len() {
@@ -483,31 +484,38 @@ fn int8_rows_tiled<'y>(
     [0; 2]
 }
 
-/// What each input's sums carry from the sign bits the group kernel flips
-/// ([`vnni_tiles::excess`](super::vnni_tiles::excess)), when it runs: int8 weights, at least
-/// six inputs, a CPU with 512-bit AVX-512 VNNI. Zeros otherwise (and unused).
-fn int8_group_excess(weight: &Matrix<'_>, inputs: &[Int8Input<'_>]) -> [i32; MAX_POSITIONS_PER_PASS] {
+/// Where the group kernel ([`vnni_tiles`](super::vnni_tiles)) takes these inputs (int8
+/// weights, at least six inputs, a CPU with 512-bit AVX-512 VNNI): what each grouped input's
+/// sums carry from the sign bits it flips ([`vnni_tiles::excess`](super::vnni_tiles::excess)),
+/// once per call for every block of rows. `None` elsewhere.
+fn int8_group_excess(weight: &Matrix<'_>, inputs: &[Int8Input<'_>]) -> Option<[i32; MAX_POSITIONS_PER_PASS]> {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if matches!(weight.data, MatrixData::Int8 { .. })
-        && inputs.len() >= super::vnni_tiles::TILE_INPUTS
-        && super::vnni_tiles::has_vnni_512()
     {
-        return core::array::from_fn(|p| {
-            inputs
-                .get(p)
-                .map_or(0, |input| super::vnni_tiles::excess(input.xq, weight.cols))
-        });
+        use super::vnni_tiles::{excess, has_vnni_512, TILE_INPUTS};
+        let is_int8 = matches!(weight.data, MatrixData::Int8 { .. });
+        if !is_int8 || inputs.len() < TILE_INPUTS || !has_vnni_512() {
+            return None;
+        }
+        let grouped = inputs.len() / TILE_INPUTS * TILE_INPUTS;
+        Some(core::array::from_fn(|p| match inputs.get(p) {
+            // SAFETY: every quantized input holds `cols` values; the CPU has the kernel's
+            // features (checked above).
+            Some(input) if p < grouped => unsafe { excess(input.xq, weight.cols) },
+            _ => 0,
+        }))
     }
     #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
-    let _ = (weight, inputs);
-    [0; MAX_POSITIONS_PER_PASS]
+    {
+        let _ = (weight, inputs);
+        None
+    }
 }
 
 /// The int8 rows of one block (`values`, `scales`) for the inputs in whole groups of six,
-/// `outputs[p][out]` for input `p`, where the CPU has the group kernel
-/// ([`vnni_tiles`](super::vnni_tiles)): each block's weights are flipped once and each load of
-/// them meets six inputs. Returns the inputs done (none elsewhere); `next` (the next block) is
-/// asked for from memory first, all of it.
+/// `outputs[p][out]` for input `p`, by the group kernel ([`vnni_tiles`](super::vnni_tiles)):
+/// each block's weights are flipped once and each load of them meets six inputs. `excess` is
+/// [`int8_group_excess`]'s, which only the CPUs with the kernel get. Returns the inputs done;
+/// `next` (the next block) is asked for from memory first, all of it.
 #[allow(clippy::too_many_arguments)]
 fn int8_rows_in_groups(
     values: &[i8],
@@ -521,9 +529,6 @@ fn int8_rows_in_groups(
 ) -> usize {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        if inputs.len() < super::vnni_tiles::TILE_INPUTS || !super::vnni_tiles::has_vnni_512() {
-            return 0;
-        }
         super::prefetch_share(next, 0..1, 1);
         let xq: [&[i8]; MAX_POSITIONS_PER_PASS] =
             core::array::from_fn(|p| inputs.get(p).map_or(&[][..], |i| i.xq));
@@ -534,7 +539,7 @@ fn int8_rows_in_groups(
         let n = inputs.len();
         // SAFETY: the block holds `out.len()` rows of `cols` (its caller's row range), every
         // quantized input `cols` values, every output `out.len()` (`out`) and `excess` one
-        // for each input; the CPU has the kernel's features (checked above).
+        // for each input; the CPU has the kernel's features (`excess` exists).
         let done = unsafe {
             super::vnni_tiles::row_sums_groups(
                 values,

@@ -28,22 +28,23 @@ std::thread_local! {
     static PANEL: core::cell::RefCell<Vec<u8>> = const { core::cell::RefCell::new(Vec::new()) };
 }
 
-/// Whether this CPU has AVX-512 VNNI on 512-bit registers (with VL for the reductions).
+/// Whether this CPU has AVX-512 VNNI on 512-bit registers (with VL for the reductions, and the
+/// pair kernel's features for [`excess`]).
 #[inline]
 pub fn has_vnni_512() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512vl")
-        && std::is_x86_feature_detected!("avx512vnni")
+    super::vnni::has_avx512_vnni() && std::is_x86_feature_detected!("avx512f")
 }
 
-/// What the flipped sign bits add to a row's sum for each input: `128 * Σ xq[..body]`
-/// (wrapping), `body` the columns the steps take.
-pub fn excess(xq: &[i8], cols: usize) -> i32 {
+/// What the flipped sign bits add to a row's sum for an input: `128 * Σ xq[..body]`
+/// (wrapping), `body` the columns the steps take, summed as the pair kernel sums its input.
+///
+/// # Safety
+/// `xq` must hold `cols` elements; the CPU must have the kernel's features ([`has_vnni_512`]).
+pub unsafe fn excess(xq: &[i8], cols: usize) -> i32 {
     let body = cols / STEP * STEP;
-    xq[..body]
-        .iter()
-        .fold(0i32, |sum, &x| sum.wrapping_add(x as i32))
-        .wrapping_mul(128)
+    // SAFETY: `body <= cols`, a multiple of 32; `has_vnni_512` includes the pair kernel's
+    // features (the contract).
+    unsafe { super::vnni::evex::input_sum(&xq[..body], body) }.wrapping_mul(128)
 }
 
 /// `sums[p][r] = values[r * cols..][..cols] · xq[p]` in i32 for the `rows` rows of `values` and
@@ -330,7 +331,7 @@ mod tests {
     #[test]
     fn the_sums_are_those_of_the_portable_dot() {
         if !has_vnni_512() {
-            eprintln!("SKIPPED: this CPU has no 512-bit AVX-512 VNNI; the kernel is not run");
+            eprintln!("SKIPPED the_sums_are_those_of_the_portable_dot: no 512-bit AVX-512 VNNI here");
             return;
         }
         let byte = |i: usize| ((i.wrapping_mul(2_654_435_761) >> 11) % 256) as u8 as i8;
@@ -346,7 +347,8 @@ mod tests {
             let xq: Vec<&[i8]> = inputs.iter().map(|x| x.as_slice()).collect();
             let mut outs = vec![vec![0i32; rows]; xq.len()];
             let mut sums: Vec<&mut [i32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-            let excess: Vec<i32> = xq.iter().map(|x| excess(x, cols)).collect();
+            // SAFETY: every input holds `cols`; the CPU has the features (checked above).
+            let excess: Vec<i32> = xq.iter().map(|x| unsafe { excess(x, cols) }).collect();
             // SAFETY: the shapes hold (built above); the CPU has the features (checked above).
             let done = unsafe { row_sums_groups(&values, cols, rows, &xq, &excess, &mut sums) };
             assert_eq!(done, 2 * TILE_INPUTS);

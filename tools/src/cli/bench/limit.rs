@@ -157,7 +157,11 @@ fn int8_tiles_limit() -> Option<f64> {
         }
         if kernels::vnni_tiles::has_vnni_512() {
             let grouped = INPUTS / kernels::vnni_tiles::TILE_INPUTS * kernels::vnni_tiles::TILE_INPUTS;
-            let excess: Vec<i32> = xq.iter().map(|x| kernels::vnni_tiles::excess(x, cols)).collect();
+            // SAFETY: every input holds `cols`; `has_vnni_512` returned true just above.
+            let excess: Vec<i32> = xq
+                .iter()
+                .map(|x| unsafe { kernels::vnni_tiles::excess(x, cols) })
+                .collect();
             return Some(best_rate(grouped * rows * cols, || {
                 let mut sums: Vec<&mut [i32]> = out.iter_mut().map(|s| &mut s[..]).collect();
                 // SAFETY: `rows` rows of `cols` in `values`, `cols` in every input, `rows` in
