@@ -195,3 +195,33 @@ fn a_pass_wider_than_the_output_rows_gives_the_same_bits() {
     assert_eq!(bits.len(), tokens.len() * config.n_token as usize);
     assert!(bits == log_prob_bits(&model, options, 2, &tokens));
 }
+
+#[test]
+#[cfg_attr(miri, ignore = "a model of 64 columns: minutes in the interpreter")]
+fn int8_rows_of_wide_layers_in_wide_passes_give_the_bits_of_pairs() {
+    // rows and columns enough for every part of the kernels that take many inputs at once:
+    // whole tiles of rows, single registers and rows after them (192, 64 and 102 rows),
+    // columns past the last whole four and sixteen (102); segments of 20 inputs: two groups of
+    // eight and four left to pairs
+    let config = Config {
+        d_model: 64,
+        d_embed: 64,
+        n_head: 4,
+        d_head: 16,
+        d_inner: 102,
+        ..tiny_config()
+    };
+    let tokens: Vec<u32> = (0..40).map(|t| (t * 13 + 5) % config.n_token).collect();
+    let options = SessionOptions {
+        tgt_len: 20,
+        mem_len: 9,
+        ..SessionOptions::from_config(&config)
+    };
+    for weights in [Weights::Int8, Weights::Int8Smoothed] {
+        let image = tiny_image(&config, weights, 17);
+        let model = Model::parse(image.bytes()).unwrap();
+        let pairs = log_prob_bits(&model, options, 2, &tokens);
+        let wide = log_prob_bits(&model, options, MAX_POSITIONS_PER_PASS, &tokens);
+        assert!(wide == pairs, "{weights:?}");
+    }
+}

@@ -365,9 +365,12 @@ fn integer_rows_blocked<'y>(
         MatrixData::Int4 { .. } => int4_row_bytes(cols),
         _ => cols,
     };
-    // a multiple of 8 rows: whole passes of every kernel
-    let block = (ROW_BLOCK_BYTES / row_bytes.max(1)).max(8) / 8 * 8;
     let group_excess = int8_group_excess(weight, inputs);
+    let block = match group_excess {
+        Some(_) => GROUP_BLOCK_ROWS,
+        // a multiple of 8 rows: whole passes of every kernel
+        None => (ROW_BLOCK_BYTES / row_bytes.max(1)).max(8) / 8 * 8,
+    };
     // rows the tile kernel took at the start of each part
     let tiled = int8_rows_tiled(weight, inputs, firsts, rests);
     for (part_start, part_end, tiled) in [(0, split, tiled[0]), (split, rows, tiled[1])] {
@@ -396,7 +399,7 @@ fn integer_rows_blocked<'y>(
                     row_scales: scales,
                     ..
                 } => {
-                    // six inputs at a time where the CPU has the group kernel, then pairs
+                    // eight inputs at a time where the CPU has the group kernel, then pairs
                     let mut p = group_excess.as_ref().map_or(0, |excess| {
                         int8_rows_in_groups(values, cols, scales, inputs, excess, outputs, &out, next_int8)
                     });
@@ -484,9 +487,16 @@ fn int8_rows_tiled<'y>(
     [0; 2]
 }
 
+/// Rows of a block of int8 rows where the group kernel takes them: one of its tiles
+/// ([`vnni_tiles::TILE_ROWS`](super::vnni_tiles::TILE_ROWS)), so that no rows of a block but
+/// the last are left to its smaller steps.
+const GROUP_BLOCK_ROWS: usize = 48;
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+const _: () = assert!(GROUP_BLOCK_ROWS.is_multiple_of(super::vnni_tiles::TILE_ROWS));
+
 /// Where the group kernel ([`vnni_tiles`](super::vnni_tiles)) takes these inputs (int8
-/// weights, at least six inputs, a CPU with 512-bit AVX-512 VNNI): what each grouped input's
-/// sums carry from the sign bits it flips ([`vnni_tiles::excess`](super::vnni_tiles::excess)),
+/// weights, at least eight inputs, a CPU with 512-bit AVX-512 VNNI): what each grouped input's
+/// sums carry from the sign bits the kernel flips ([`vnni_tiles::excess`](super::vnni_tiles::excess)),
 /// once per call for every block of rows. `None` elsewhere.
 fn int8_group_excess(weight: &Matrix<'_>, inputs: &[Int8Input<'_>]) -> Option<[i32; MAX_POSITIONS_PER_PASS]> {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -498,9 +508,7 @@ fn int8_group_excess(weight: &Matrix<'_>, inputs: &[Int8Input<'_>]) -> Option<[i
         }
         let grouped = inputs.len() / TILE_INPUTS * TILE_INPUTS;
         Some(core::array::from_fn(|p| match inputs.get(p) {
-            // SAFETY: every quantized input holds `cols` values; the CPU has the kernel's
-            // features (checked above).
-            Some(input) if p < grouped => unsafe { excess(input.xq, weight.cols) },
+            Some(input) if p < grouped => excess(input.xq, weight.cols),
             _ => 0,
         }))
     }
@@ -511,11 +519,11 @@ fn int8_group_excess(weight: &Matrix<'_>, inputs: &[Int8Input<'_>]) -> Option<[i
     }
 }
 
-/// The int8 rows of one block (`values`, `scales`) for the inputs in whole groups of six,
+/// The int8 rows of one block (`values`, `scales`) for the inputs in whole groups of eight,
 /// `outputs[p][out]` for input `p`, by the group kernel ([`vnni_tiles`](super::vnni_tiles)):
-/// each block's weights are flipped once and each load of them meets six inputs. `excess` is
+/// each block's weights are laid out once and each load of them meets eight inputs. `excess` is
 /// [`int8_group_excess`]'s, which only the CPUs with the kernel get. Returns the inputs done;
-/// `next` (the next block) is asked for from memory first, all of it.
+/// `next` (the next block) is asked for from memory a share with each group of inputs.
 #[allow(clippy::too_many_arguments)]
 fn int8_rows_in_groups(
     values: &[i8],
@@ -529,31 +537,33 @@ fn int8_rows_in_groups(
 ) -> usize {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        super::prefetch_share(next, 0..1, 1);
-        let xq: [&[i8]; MAX_POSITIONS_PER_PASS] =
-            core::array::from_fn(|p| inputs.get(p).map_or(&[][..], |i| i.xq));
-        let mut sums: [&mut [i32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| &mut [][..]);
-        for (sum, y) in sums.iter_mut().zip(outputs.iter_mut()) {
-            *sum = bytemuck::cast_slice_mut(&mut y[out.clone()]);
+        use super::vnni_tiles::QuantizedInput;
+        let quantized: [QuantizedInput<'_>; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|p| {
+            let input = inputs.get(p).unwrap_or(&Int8Input::NONE);
+            QuantizedInput {
+                values: input.xq,
+                scale: input.x_scale,
+                excess: excess[p],
+            }
+        });
+        let mut outs: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| &mut [][..]);
+        for (o, y) in outs.iter_mut().zip(outputs.iter_mut()) {
+            *o = &mut y[out.clone()];
         }
         let n = inputs.len();
-        // SAFETY: the block holds `out.len()` rows of `cols` (its caller's row range), every
-        // quantized input `cols` values, every output `out.len()` (`out`) and `excess` one
-        // for each input; the CPU has the kernel's features (`excess` exists).
-        let done = unsafe {
-            super::vnni_tiles::row_sums_groups(
+        // SAFETY: the block holds `scales.len() = out.len()` rows of `cols` (its caller's row
+        // range), every quantized input `cols` values and every output `out.len()` (`out`); the
+        // CPU has the kernel's features (`excess` exists).
+        unsafe {
+            super::vnni_tiles::scaled_rows_in_groups(
                 values,
                 cols,
-                out.len(),
-                &xq[..n],
-                &excess[..n],
-                &mut sums[..n],
+                scales,
+                &quantized[..n],
+                &mut outs[..n],
+                next,
             )
-        };
-        for (input, y) in inputs[..done].iter().zip(outputs.iter_mut()) {
-            input.scale(scales, &mut y[out.clone()]);
         }
-        done
     }
     #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
     {

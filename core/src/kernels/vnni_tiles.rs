@@ -1,126 +1,155 @@
-//! The int8 row kernel for six inputs or more on CPUs with 512-bit AVX-512 VNNI: a tile of four
-//! rows meets six inputs each step, 64 columns at a time, in 24 accumulators.
+//! The int8 row kernel for eight inputs or more on CPUs with 512-bit AVX-512 VNNI: each lane
+//! of a register sums one row, so a tile of 48 rows (three registers) meets eight inputs a step
+//! of four columns, in 24 accumulators, and no row's lanes are added up at the end.
 //!
-//! [`vnni`](super::vnni)'s pair kernel loads each register of weights, flips its sign bits and
-//! multiplies it into two inputs' sums: eighteen instructions for eight `VPDPBUSD`. Here the
-//! weights of a block of rows are flipped once, into a panel, and each loaded register meets
-//! six inputs: ten loads for 24 `VPDPBUSD`, which leaves the multipliers as the only limit.
+//! [`vnni`](super::vnni)'s pair kernel multiplies a row's 64 columns into a register a step and
+//! adds each row's sixteen lanes at the end, as do kernels of four or six rows; on rows of 1,024
+//! columns those additions cost a fifth of the products. Here the weights of a block of rows are
+//! laid out once into a panel: for each sixteen rows, each four columns of the sixteen rows side
+//! by side in 64 bytes (a transpose of 16 × 16 dwords), their sign bits flipped. A step loads a
+//! tile's three registers of weights, and each input's four bytes of those columns, broadcast,
+//! meet all three: one `VPDPBUSD` adds four products to each of sixteen rows.
 //!
-//! The sums are the pair kernel's: a lane adds `(w + 128) * x` (the flipped weight, unsigned,
-//! times the signed input), and `128 * Σ x` is taken off each row's total once (every addition
-//! wraps in i32), so each row's sum is the exact `w · x`, the bits of
-//! [`dot_i8`](super::scalar::dot_i8). Columns after the last whole 64 are added as the portable
-//! code adds them.
+//! The sums: a lane adds `(w + 128) * x` (the flipped weight, unsigned, times the signed input),
+//! and `128 * Σ x` ([`excess`]) is taken off each row's total once, every addition wrapping in
+//! i32, so each row's sum is the exact `w · x`, the bits of
+//! [`dot_i8`](super::scalar::dot_i8). Columns after the last whole four are added as the
+//! portable code adds them. Each sum is then scaled as the portable code scales it, `sum as f32
+//! * (row_scale * input_scale)`.
 
 use core::arch::x86_64::*;
 
 /// Inputs a tile takes.
-pub const TILE_INPUTS: usize = 6;
+pub const TILE_INPUTS: usize = 8;
 
-/// Rows a tile takes.
-const TILE_ROWS: usize = 4;
+/// Rows a register sums, one a lane.
+const LANES: usize = 16;
 
-/// Columns a step takes: one 512-bit register of bytes.
-const STEP: usize = 64;
+/// Registers of rows a tile takes.
+const TILE_REGISTERS: usize = 3;
+
+/// Rows a tile takes; blocks of rows that are a multiple of it leave no rows to smaller steps.
+pub const TILE_ROWS: usize = TILE_REGISTERS * LANES;
+
+/// Columns a step takes: the four bytes each lane multiplies.
+const QUAD: usize = 4;
 
 std::thread_local! {
-    /// A block of rows with their weights' sign bits flipped, reused from call to call.
+    /// A block of rows laid out for the steps, reused from call to call.
     static PANEL: core::cell::RefCell<Vec<u8>> = const { core::cell::RefCell::new(Vec::new()) };
 }
 
-/// Whether this CPU has AVX-512 VNNI on 512-bit registers (with VL for the reductions, and the
-/// pair kernel's features for [`excess`]).
+/// Whether this CPU has AVX-512 VNNI on 512-bit registers (and the AVX-512F the panel needs).
 #[inline]
 pub fn has_vnni_512() -> bool {
     super::vnni::has_avx512_vnni() && std::is_x86_feature_detected!("avx512f")
 }
 
-/// What the flipped sign bits add to a row's sum for an input: `128 * Σ xq[..body]`
-/// (wrapping), `body` the columns the steps take, summed as the pair kernel sums its input.
-///
-/// # Safety
-/// `xq` must hold `cols` elements; the CPU must have the kernel's features ([`has_vnni_512`]).
-pub unsafe fn excess(xq: &[i8], cols: usize) -> i32 {
-    let body = cols / STEP * STEP;
-    // SAFETY: `body <= cols`, a multiple of 32; `has_vnni_512` includes the pair kernel's
-    // features (the contract).
-    unsafe { super::vnni::evex::input_sum(&xq[..body], body) }.wrapping_mul(128)
+/// What the flipped sign bits add to a row's sum for the input `xq` of rows of `cols`: `128 * Σ
+/// xq[c]` over the columns the steps take (wrapping).
+pub fn excess(xq: &[i8], cols: usize) -> i32 {
+    let body = (cols / QUAD * QUAD).min(xq.len());
+    xq[..body]
+        .iter()
+        .fold(0i32, |sum, &x| sum.wrapping_add(i32::from(x)))
+        .wrapping_mul(128)
 }
 
-/// `sums[p][r] = values[r * cols..][..cols] · xq[p]` in i32 for the `rows` rows of `values` and
-/// each input of the whole groups of six among `xq`, `excess[p]` each input's [`excess`]: the
-/// rows are flipped into a panel once, then every tile of four meets each group; the last rows
-/// (fewer than four) are summed by the portable code. Returns the inputs done (a multiple of
-/// six; the caller does the rest).
+/// One input of the kernel: its int8 values, the scale they were quantized with, its
+/// [`excess`].
+#[derive(Clone, Copy, Debug)]
+pub struct QuantizedInput<'a> {
+    /// The int8 values, `cols` of them.
+    pub values: &'a [i8],
+    /// `x ≈ values * scale`.
+    pub scale: f32,
+    /// [`excess`] of `values`.
+    pub excess: i32,
+}
+
+/// `outs[p][r] = (row r · inputs[p].values) as f32 * (row_scales[r] * inputs[p].scale)` for
+/// every row of `values` (rows of `cols`, as many as `row_scales`) and each input of the whole
+/// groups of eight among `inputs`: the rows are laid out into a panel once, then every tile of
+/// 48 rows meets each group. Returns the inputs done (a multiple of eight; the caller does the
+/// rest). `next` (the block of rows the caller takes next) is asked for from memory, a share
+/// with each group.
 ///
 /// # Safety
-/// `values` must hold `rows` rows of `cols`, every input `cols` elements, every output `rows`,
-/// and `excess` an element for each input; the CPU must support AVX-512F, AVX-512VL and
+/// `values` must hold `row_scales.len()` rows of `cols`, every input `cols` values and every
+/// output at least `row_scales.len()` elements; the CPU must support AVX-512F, AVX-512VL and
 /// AVX-512 VNNI ([`has_vnni_512`]).
 #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
-pub unsafe fn row_sums_groups(
+pub unsafe fn scaled_rows_in_groups(
     values: &[i8],
     cols: usize,
-    rows: usize,
-    xq: &[&[i8]],
-    excess: &[i32],
-    sums: &mut [&mut [i32]],
+    row_scales: &[f32],
+    inputs: &[QuantizedInput<'_>],
+    outs: &mut [&mut [f32]],
+    next: &[i8],
 ) -> usize {
+    let rows = row_scales.len();
     let values = &values[..rows * cols];
-    let groups = xq.len().min(sums.len()) / TILE_INPUTS;
-    let body = cols / STEP * STEP;
-    let tiled = rows / TILE_ROWS * TILE_ROWS;
-    let steps = body / STEP;
+    let groups = inputs.len().min(outs.len()) / TILE_INPUTS;
+    let quads = cols / QUAD;
+    let registers = rows / LANES;
+    let tiles = registers / TILE_REGISTERS;
+    // (first row, registers): the tiles, then the rows in registers of sixteen after them
+    let units = || {
+        let tiled = (0..tiles).map(|t| (t * TILE_ROWS, TILE_REGISTERS));
+        tiled.chain((tiles * TILE_REGISTERS..registers).map(|g| (g * LANES, 1)))
+    };
+    let block = Block {
+        values,
+        cols,
+        row_scales,
+    };
     PANEL.with_borrow_mut(|panel| {
-        // each tile's rows, a step at a time: `[tile][step][row][64 bytes]`, flipped
-        panel.resize(tiled * body, 0);
-        let flip = _mm512_set1_epi8(i8::MIN);
-        let mut to = panel.chunks_exact_mut(STEP);
-        for r in (0..tiled).step_by(TILE_ROWS) {
-            for c in (0..body).step_by(STEP) {
-                for (i, to) in (0..TILE_ROWS).zip(&mut to) {
-                    let from = &values[(r + i) * cols + c..][..STEP];
-                    // SAFETY: both hold 64 bytes; the CPU has AVX-512F.
-                    unsafe {
-                        let w = _mm512_loadu_si512(from.as_ptr().cast());
-                        _mm512_storeu_si512(to.as_mut_ptr().cast(), _mm512_xor_si512(w, flip));
-                    }
-                }
-            }
+        // grown, never shrunk: no zeroing on every call, from block to block of other sizes
+        let len = registers * LANES * quads * QUAD;
+        if panel.len() < len {
+            panel.resize(len, 0);
+        }
+        for (first, count) in units() {
+            let part = &mut panel[first * quads * QUAD..(first + count * LANES) * quads * QUAD];
+            // SAFETY: the rows `first..first + 16 * count` are inside the block, the part holds
+            // their `quads` quads; the CPU has AVX-512F (this function's contract).
+            unsafe {
+                lay_out(
+                    &values[first * cols..(first + count * LANES) * cols],
+                    cols,
+                    count,
+                    part,
+                )
+            };
         }
         for g in 0..groups {
-            let inputs = g * TILE_INPUTS..(g + 1) * TILE_INPUTS;
-            let xq: [&[i8]; TILE_INPUTS] = core::array::from_fn(|p| &xq[inputs.start + p][..cols]);
-            let sums = &mut sums[inputs.clone()];
-            for r in (0..tiled).step_by(TILE_ROWS) {
-                let four = if steps > 0 {
-                    let panel = &panel[r * body..(r + TILE_ROWS) * body];
-                    // SAFETY: the tile's part of the panel holds `steps` steps of four rows,
-                    // every input `cols >= body` values; the CPU has the features (this
-                    // function's contract).
-                    unsafe { tile(panel, steps, xq) }
-                } else {
-                    [[0; TILE_ROWS]; TILE_INPUTS]
-                };
-                for (p, four) in four.iter().enumerate() {
-                    let excess = excess[inputs.start + p];
-                    for (i, &total) in four.iter().enumerate() {
-                        sums[p][r + i] = total.wrapping_sub(excess);
-                    }
-                }
-                if body < cols {
-                    for (x, sums) in xq.iter().zip(sums.iter_mut()) {
-                        for (i, sum) in sums[r..r + TILE_ROWS].iter_mut().enumerate() {
-                            let row = &values[(r + i) * cols + body..(r + i + 1) * cols];
-                            *sum = sum.wrapping_add(super::scalar::dot_i8(row, &x[body..]));
+            super::prefetch_share(next, g..g + 1, groups);
+            let group: &[QuantizedInput<'_>; TILE_INPUTS] = inputs[g * TILE_INPUTS..][..TILE_INPUTS]
+                .try_into()
+                .expect("a whole group");
+            let outs = &mut outs[g * TILE_INPUTS..(g + 1) * TILE_INPUTS];
+            let xq = group.map(|input| &input.values[..cols]);
+            for (first, count) in units() {
+                let part = &panel[first * quads * QUAD..(first + count * LANES) * quads * QUAD];
+                let mut totals = [[0i32; TILE_ROWS]; TILE_INPUTS];
+                if quads > 0 {
+                    // SAFETY: the part holds `quads` steps of `count` registers, every input
+                    // `cols >= 4 * quads` values; the CPU has the features (the contract).
+                    unsafe {
+                        if count == TILE_REGISTERS {
+                            tile(part, quads, xq, &mut totals);
+                        } else {
+                            register(part, quads, xq, &mut totals);
                         }
                     }
                 }
+                block.finish(first..first + count * LANES, group, &totals, outs);
             }
-            for r in tiled..rows {
+            // the rows after the last whole register, as the portable code sums them
+            for r in registers * LANES..rows {
                 let row = &values[r * cols..(r + 1) * cols];
-                for (x, sums) in xq.iter().zip(sums.iter_mut()) {
-                    sums[r] = super::scalar::dot_i8(row, x);
+                for ((input, x), out) in group.iter().zip(xq).zip(outs.iter_mut()) {
+                    out[r] = super::scalar::dot_i8(row, x) as f32 * (row_scales[r] * input.scale);
                 }
             }
         }
@@ -128,155 +157,208 @@ pub unsafe fn row_sums_groups(
     groups * TILE_INPUTS
 }
 
-/// A tile's part of the panel (`steps` steps of four rows' 64 flipped bytes) against six
-/// inputs: `[input][row]` lane totals, the flipped bits' excess still in them. Written in
-/// assembly, the 24 accumulators in registers from the first step to the last, then each
-/// input's four rows reduced together (interleaving unpacks, then the 128-bit quarters added:
-/// the same wrapping sums in another order, so the same totals): the compiler, given 24
-/// accumulators, kept some on the stack, and its reductions outside the loop took as long as a
-/// tile's 16 steps over 1,024 columns.
+/// The rows of one call, for finishing their sums.
+#[derive(Clone, Copy)]
+struct Block<'a> {
+    /// Rows of `cols`.
+    values: &'a [i8],
+    cols: usize,
+    row_scales: &'a [f32],
+}
+
+impl Block<'_> {
+    /// `outs[p][r] = (totals[p][r - rows.start] - excess_p + tail) as f32 * (row_scales[r] *
+    /// scale_p)` for the rows `rows` (at most 48), `tail` the columns after the last whole four,
+    /// in the portable order.
+    #[inline(always)]
+    fn finish(
+        &self,
+        rows: core::ops::Range<usize>,
+        group: &[QuantizedInput<'_>; TILE_INPUTS],
+        totals: &[[i32; TILE_ROWS]; TILE_INPUTS],
+        outs: &mut [&mut [f32]],
+    ) {
+        let (cols, body) = (self.cols, self.cols / QUAD * QUAD);
+        let scales = &self.row_scales[rows.clone()];
+        for ((input, totals), out) in group.iter().zip(totals).zip(outs.iter_mut()) {
+            let out = &mut out[rows.clone()];
+            if body == cols {
+                for ((y, &total), &scale) in out.iter_mut().zip(totals).zip(scales) {
+                    *y = total.wrapping_sub(input.excess) as f32 * (scale * input.scale);
+                }
+                continue;
+            }
+            for (i, ((y, &total), &scale)) in out.iter_mut().zip(totals).zip(scales).enumerate() {
+                let row = &self.values[(rows.start + i) * cols..(rows.start + i + 1) * cols];
+                let tail = super::scalar::dot_i8(&row[body..], &input.values[body..cols]);
+                let sum = total.wrapping_sub(input.excess).wrapping_add(tail);
+                *y = sum as f32 * (scale * input.scale);
+            }
+        }
+    }
+}
+
+/// Lays out `count` registers of rows (`rows`: `16 * count` rows of `cols`) for the steps: step
+/// `q` (columns `4q..4q + 4`) at `q * count * 64`, register `g` of it at `+ g * 64`, lane `i` its
+/// row `16g + i`'s four bytes, sign bits flipped.
 ///
 /// # Safety
-/// `panel` must hold `256 * steps` bytes and every input `64 * steps`, `steps >= 1`; the CPU
-/// must support AVX-512F, AVX-512VL and AVX-512 VNNI.
+/// The CPU must support AVX-512F.
+#[target_feature(enable = "avx512f")]
+unsafe fn lay_out(rows: &[i8], cols: usize, count: usize, panel: &mut [u8]) {
+    let quads = cols / QUAD;
+    assert!(rows.len() >= count * LANES * cols && panel.len() >= count * LANES * quads * QUAD);
+    let flip = _mm512_set1_epi8(i8::MIN);
+    for g in 0..count {
+        // SAFETY: register `g`'s first row is inside `rows` (asserted above).
+        let first_row = unsafe { rows.as_ptr().add(g * LANES * cols) };
+        for first in (0..quads).step_by(LANES) {
+            let n = LANES.min(quads - first);
+            let mask = (u32::MAX >> (32 - n)) as __mmask16;
+            // row `16g + i`'s quads `first..first + n`, in the lanes of register `i`
+            let mut block = [_mm512_setzero_si512(); LANES];
+            for (i, lanes) in block.iter_mut().enumerate() {
+                // SAFETY: the mask reads quads `first..first + n` of row `16g + i`, inside its
+                // `cols` (`4 * (first + n) <= cols`), inside `rows` (asserted above).
+                let w =
+                    unsafe { _mm512_maskz_loadu_epi32(mask, first_row.add(i * cols + first * QUAD).cast()) };
+                *lanes = _mm512_xor_si512(w, flip);
+            }
+            transpose(&mut block);
+            for (j, quad) in block[..n].iter().enumerate() {
+                let to = &mut panel[((first + j) * count + g) * 64..][..64];
+                // SAFETY: `to` holds 64 bytes.
+                unsafe { _mm512_storeu_si512(to.as_mut_ptr().cast(), *quad) };
+            }
+        }
+    }
+}
+
+/// Transposes sixteen registers of sixteen dwords: lane `j` of register `i` goes to lane `i` of
+/// register `j`. Interleaving dwords, then pairs of them, within each 128-bit quarter gives
+/// registers of four rows' dword `4L + j` in quarter `L`; two rounds of moving whole quarters
+/// then gather each dword's sixteen rows.
 #[inline]
-#[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
-unsafe fn tile(panel: &[u8], steps: usize, xq: [&[i8]; TILE_INPUTS]) -> [[i32; TILE_ROWS]; TILE_INPUTS] {
-    let body = steps * STEP;
-    debug_assert!(steps >= 1 && panel.len() >= TILE_ROWS * body && xq.iter().all(|x| x.len() >= body));
-    let mut totals = [[0i32; TILE_ROWS]; TILE_INPUTS];
+#[target_feature(enable = "avx512f")]
+fn transpose(block: &mut [__m512i; LANES]) {
+    let r = *block;
+    let mut pairs = [_mm512_setzero_si512(); LANES];
+    for k in 0..LANES / 2 {
+        pairs[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+        pairs[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+    }
+    // fours[4k + j], quarter L: rows 4k..4k + 4, dword 4L + j
+    let mut fours = [_mm512_setzero_si512(); LANES];
+    for k in 0..LANES / 4 {
+        let t = &pairs[4 * k..4 * k + 4];
+        fours[4 * k] = _mm512_unpacklo_epi64(t[0], t[2]);
+        fours[4 * k + 1] = _mm512_unpackhi_epi64(t[0], t[2]);
+        fours[4 * k + 2] = _mm512_unpacklo_epi64(t[1], t[3]);
+        fours[4 * k + 3] = _mm512_unpackhi_epi64(t[1], t[3]);
+    }
+    for j in 0..4 {
+        let (a, b, c, d) = (fours[j], fours[4 + j], fours[8 + j], fours[12 + j]);
+        let low_ab = _mm512_shuffle_i32x4::<0x44>(a, b);
+        let high_ab = _mm512_shuffle_i32x4::<0xEE>(a, b);
+        let low_cd = _mm512_shuffle_i32x4::<0x44>(c, d);
+        let high_cd = _mm512_shuffle_i32x4::<0xEE>(c, d);
+        block[j] = _mm512_shuffle_i32x4::<0x88>(low_ab, low_cd);
+        block[4 + j] = _mm512_shuffle_i32x4::<0xDD>(low_ab, low_cd);
+        block[8 + j] = _mm512_shuffle_i32x4::<0x88>(high_ab, high_cd);
+        block[12 + j] = _mm512_shuffle_i32x4::<0xDD>(high_ab, high_cd);
+    }
+}
+
+/// A tile's part of the panel (`quads` steps of three registers) against eight inputs: each
+/// input's sums of the 48 rows in `totals`, the flipped bits' excess still in them. Written in
+/// assembly: the 24 accumulators stay in registers from the first step to the last.
+///
+/// # Safety
+/// `panel` must hold `192 * quads` bytes and every input `4 * quads`, `quads >= 1`; the CPU
+/// must support AVX-512F and AVX-512 VNNI.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn tile(
+    panel: &[u8],
+    quads: usize,
+    xq: [&[i8]; TILE_INPUTS],
+    totals: &mut [[i32; TILE_ROWS]; TILE_INPUTS],
+) {
+    let body = quads * QUAD;
+    debug_assert!(quads >= 1 && panel.len() >= TILE_ROWS * body && xq.iter().all(|x| x.len() >= body));
     let zero = _mm512_setzero_si512();
     // each input's end, and the offset `c` from it, -body up to zero, which ends the loop
     // SAFETY: `body` elements are in every input (the contract).
     let ends = xq.map(|x| unsafe { x.as_ptr().add(body) });
-    // SAFETY: each pass reads the panel's 256 bytes of a step and 64 bytes of each input at
-    // `end + c`, then moves on; `steps` passes stay inside them (the contract) and `c` reaches
-    // zero (`steps >= 1`). The totals' 96 bytes are written. No stack; every register written
-    // is declared.
+    // SAFETY: each pass reads the panel's 192 bytes of a step and four bytes of each input at
+    // `end + c`, then moves on; `quads` passes stay inside them (the contract) and `c` reaches
+    // zero (`quads >= 1`). The totals' 1,536 bytes are written. No stack; every register
+    // written is declared.
     unsafe {
         core::arch::asm!(
             "2:",
             "vmovdqu64 zmm0, zmmword ptr [{panel}]",
             "vmovdqu64 zmm1, zmmword ptr [{panel} + 64]",
             "vmovdqu64 zmm2, zmmword ptr [{panel} + 128]",
-            "vmovdqu64 zmm3, zmmword ptr [{panel} + 192]",
-            "vmovdqu64 zmm4, zmmword ptr [{x0} + {c}]",
-            "vpdpbusd zmm8, zmm0, zmm4",
-            "vpdpbusd zmm9, zmm1, zmm4",
-            "vpdpbusd zmm10, zmm2, zmm4",
-            "vpdpbusd zmm11, zmm3, zmm4",
-            "vmovdqu64 zmm4, zmmword ptr [{x1} + {c}]",
-            "vpdpbusd zmm12, zmm0, zmm4",
-            "vpdpbusd zmm13, zmm1, zmm4",
-            "vpdpbusd zmm14, zmm2, zmm4",
-            "vpdpbusd zmm15, zmm3, zmm4",
-            "vmovdqu64 zmm4, zmmword ptr [{x2} + {c}]",
-            "vpdpbusd zmm16, zmm0, zmm4",
-            "vpdpbusd zmm17, zmm1, zmm4",
-            "vpdpbusd zmm18, zmm2, zmm4",
-            "vpdpbusd zmm19, zmm3, zmm4",
-            "vmovdqu64 zmm4, zmmword ptr [{x3} + {c}]",
-            "vpdpbusd zmm20, zmm0, zmm4",
-            "vpdpbusd zmm21, zmm1, zmm4",
-            "vpdpbusd zmm22, zmm2, zmm4",
-            "vpdpbusd zmm23, zmm3, zmm4",
-            "vmovdqu64 zmm4, zmmword ptr [{x4} + {c}]",
-            "vpdpbusd zmm24, zmm0, zmm4",
-            "vpdpbusd zmm25, zmm1, zmm4",
-            "vpdpbusd zmm26, zmm2, zmm4",
-            "vpdpbusd zmm27, zmm3, zmm4",
-            "vmovdqu64 zmm4, zmmword ptr [{x5} + {c}]",
-            "vpdpbusd zmm28, zmm0, zmm4",
-            "vpdpbusd zmm29, zmm1, zmm4",
-            "vpdpbusd zmm30, zmm2, zmm4",
-            "vpdpbusd zmm31, zmm3, zmm4",
-            "add {panel}, 256",
-            "add {c}, 64",
+            "vpbroadcastd zmm3, dword ptr [{x0} + {c}]",
+            "vpdpbusd zmm8, zmm0, zmm3",
+            "vpdpbusd zmm9, zmm1, zmm3",
+            "vpdpbusd zmm10, zmm2, zmm3",
+            "vpbroadcastd zmm4, dword ptr [{x1} + {c}]",
+            "vpdpbusd zmm11, zmm0, zmm4",
+            "vpdpbusd zmm12, zmm1, zmm4",
+            "vpdpbusd zmm13, zmm2, zmm4",
+            "vpbroadcastd zmm3, dword ptr [{x2} + {c}]",
+            "vpdpbusd zmm14, zmm0, zmm3",
+            "vpdpbusd zmm15, zmm1, zmm3",
+            "vpdpbusd zmm16, zmm2, zmm3",
+            "vpbroadcastd zmm4, dword ptr [{x3} + {c}]",
+            "vpdpbusd zmm17, zmm0, zmm4",
+            "vpdpbusd zmm18, zmm1, zmm4",
+            "vpdpbusd zmm19, zmm2, zmm4",
+            "vpbroadcastd zmm3, dword ptr [{x4} + {c}]",
+            "vpdpbusd zmm20, zmm0, zmm3",
+            "vpdpbusd zmm21, zmm1, zmm3",
+            "vpdpbusd zmm22, zmm2, zmm3",
+            "vpbroadcastd zmm4, dword ptr [{x5} + {c}]",
+            "vpdpbusd zmm23, zmm0, zmm4",
+            "vpdpbusd zmm24, zmm1, zmm4",
+            "vpdpbusd zmm25, zmm2, zmm4",
+            "vpbroadcastd zmm3, dword ptr [{x6} + {c}]",
+            "vpdpbusd zmm26, zmm0, zmm3",
+            "vpdpbusd zmm27, zmm1, zmm3",
+            "vpdpbusd zmm28, zmm2, zmm3",
+            "vpbroadcastd zmm4, dword ptr [{x7} + {c}]",
+            "vpdpbusd zmm29, zmm0, zmm4",
+            "vpdpbusd zmm30, zmm1, zmm4",
+            "vpdpbusd zmm31, zmm2, zmm4",
+            "add {panel}, 192",
+            "add {c}, 4",
             "jnz 2b",
-            "vpunpckldq zmm0, zmm8, zmm9",
-            "vpunpckhdq zmm1, zmm8, zmm9",
-            "vpaddd zmm8, zmm0, zmm1",
-            "vpunpckldq zmm0, zmm10, zmm11",
-            "vpunpckhdq zmm1, zmm10, zmm11",
-            "vpaddd zmm10, zmm0, zmm1",
-            "vpunpcklqdq zmm0, zmm8, zmm10",
-            "vpunpckhqdq zmm1, zmm8, zmm10",
-            "vpaddd zmm8, zmm0, zmm1",
-            "vextracti64x4 ymm0, zmm8, 1",
-            "vpaddd ymm8, ymm8, ymm0",
-            "vextracti32x4 xmm0, ymm8, 1",
-            "vpaddd xmm8, xmm8, xmm0",
-            "vmovdqu32 xmmword ptr [{totals}], xmm8",
-            "vpunpckldq zmm0, zmm12, zmm13",
-            "vpunpckhdq zmm1, zmm12, zmm13",
-            "vpaddd zmm12, zmm0, zmm1",
-            "vpunpckldq zmm0, zmm14, zmm15",
-            "vpunpckhdq zmm1, zmm14, zmm15",
-            "vpaddd zmm14, zmm0, zmm1",
-            "vpunpcklqdq zmm0, zmm12, zmm14",
-            "vpunpckhqdq zmm1, zmm12, zmm14",
-            "vpaddd zmm12, zmm0, zmm1",
-            "vextracti64x4 ymm0, zmm12, 1",
-            "vpaddd ymm12, ymm12, ymm0",
-            "vextracti32x4 xmm0, ymm12, 1",
-            "vpaddd xmm12, xmm12, xmm0",
-            "vmovdqu32 xmmword ptr [{totals} + 16], xmm12",
-            "vpunpckldq zmm0, zmm16, zmm17",
-            "vpunpckhdq zmm1, zmm16, zmm17",
-            "vpaddd zmm16, zmm0, zmm1",
-            "vpunpckldq zmm0, zmm18, zmm19",
-            "vpunpckhdq zmm1, zmm18, zmm19",
-            "vpaddd zmm18, zmm0, zmm1",
-            "vpunpcklqdq zmm0, zmm16, zmm18",
-            "vpunpckhqdq zmm1, zmm16, zmm18",
-            "vpaddd zmm16, zmm0, zmm1",
-            "vextracti64x4 ymm0, zmm16, 1",
-            "vpaddd ymm16, ymm16, ymm0",
-            "vextracti32x4 xmm0, ymm16, 1",
-            "vpaddd xmm16, xmm16, xmm0",
-            "vmovdqu32 xmmword ptr [{totals} + 32], xmm16",
-            "vpunpckldq zmm0, zmm20, zmm21",
-            "vpunpckhdq zmm1, zmm20, zmm21",
-            "vpaddd zmm20, zmm0, zmm1",
-            "vpunpckldq zmm0, zmm22, zmm23",
-            "vpunpckhdq zmm1, zmm22, zmm23",
-            "vpaddd zmm22, zmm0, zmm1",
-            "vpunpcklqdq zmm0, zmm20, zmm22",
-            "vpunpckhqdq zmm1, zmm20, zmm22",
-            "vpaddd zmm20, zmm0, zmm1",
-            "vextracti64x4 ymm0, zmm20, 1",
-            "vpaddd ymm20, ymm20, ymm0",
-            "vextracti32x4 xmm0, ymm20, 1",
-            "vpaddd xmm20, xmm20, xmm0",
-            "vmovdqu32 xmmword ptr [{totals} + 48], xmm20",
-            "vpunpckldq zmm0, zmm24, zmm25",
-            "vpunpckhdq zmm1, zmm24, zmm25",
-            "vpaddd zmm24, zmm0, zmm1",
-            "vpunpckldq zmm0, zmm26, zmm27",
-            "vpunpckhdq zmm1, zmm26, zmm27",
-            "vpaddd zmm26, zmm0, zmm1",
-            "vpunpcklqdq zmm0, zmm24, zmm26",
-            "vpunpckhqdq zmm1, zmm24, zmm26",
-            "vpaddd zmm24, zmm0, zmm1",
-            "vextracti64x4 ymm0, zmm24, 1",
-            "vpaddd ymm24, ymm24, ymm0",
-            "vextracti32x4 xmm0, ymm24, 1",
-            "vpaddd xmm24, xmm24, xmm0",
-            "vmovdqu32 xmmword ptr [{totals} + 64], xmm24",
-            "vpunpckldq zmm0, zmm28, zmm29",
-            "vpunpckhdq zmm1, zmm28, zmm29",
-            "vpaddd zmm28, zmm0, zmm1",
-            "vpunpckldq zmm0, zmm30, zmm31",
-            "vpunpckhdq zmm1, zmm30, zmm31",
-            "vpaddd zmm30, zmm0, zmm1",
-            "vpunpcklqdq zmm0, zmm28, zmm30",
-            "vpunpckhqdq zmm1, zmm28, zmm30",
-            "vpaddd zmm28, zmm0, zmm1",
-            "vextracti64x4 ymm0, zmm28, 1",
-            "vpaddd ymm28, ymm28, ymm0",
-            "vextracti32x4 xmm0, ymm28, 1",
-            "vpaddd xmm28, xmm28, xmm0",
-            "vmovdqu32 xmmword ptr [{totals} + 80], xmm28",
+            "vmovdqu32 zmmword ptr [{totals}], zmm8",
+            "vmovdqu32 zmmword ptr [{totals} + 64], zmm9",
+            "vmovdqu32 zmmword ptr [{totals} + 128], zmm10",
+            "vmovdqu32 zmmword ptr [{totals} + 192], zmm11",
+            "vmovdqu32 zmmword ptr [{totals} + 256], zmm12",
+            "vmovdqu32 zmmword ptr [{totals} + 320], zmm13",
+            "vmovdqu32 zmmword ptr [{totals} + 384], zmm14",
+            "vmovdqu32 zmmword ptr [{totals} + 448], zmm15",
+            "vmovdqu32 zmmword ptr [{totals} + 512], zmm16",
+            "vmovdqu32 zmmword ptr [{totals} + 576], zmm17",
+            "vmovdqu32 zmmword ptr [{totals} + 640], zmm18",
+            "vmovdqu32 zmmword ptr [{totals} + 704], zmm19",
+            "vmovdqu32 zmmword ptr [{totals} + 768], zmm20",
+            "vmovdqu32 zmmword ptr [{totals} + 832], zmm21",
+            "vmovdqu32 zmmword ptr [{totals} + 896], zmm22",
+            "vmovdqu32 zmmword ptr [{totals} + 960], zmm23",
+            "vmovdqu32 zmmword ptr [{totals} + 1024], zmm24",
+            "vmovdqu32 zmmword ptr [{totals} + 1088], zmm25",
+            "vmovdqu32 zmmword ptr [{totals} + 1152], zmm26",
+            "vmovdqu32 zmmword ptr [{totals} + 1216], zmm27",
+            "vmovdqu32 zmmword ptr [{totals} + 1280], zmm28",
+            "vmovdqu32 zmmword ptr [{totals} + 1344], zmm29",
+            "vmovdqu32 zmmword ptr [{totals} + 1408], zmm30",
+            "vmovdqu32 zmmword ptr [{totals} + 1472], zmm31",
             panel = inout(reg) panel.as_ptr() => _,
             x0 = in(reg) ends[0],
             x1 = in(reg) ends[1],
@@ -284,6 +366,8 @@ unsafe fn tile(panel: &[u8], steps: usize, xq: [&[i8]; TILE_INPUTS]) -> [[i32; T
             x3 = in(reg) ends[3],
             x4 = in(reg) ends[4],
             x5 = in(reg) ends[5],
+            x6 = in(reg) ends[6],
+            x7 = in(reg) ends[7],
             c = inout(reg) body.wrapping_neg() => _,
             totals = in(reg) totals.as_mut_ptr(),
             out("zmm0") _,
@@ -318,51 +402,126 @@ unsafe fn tile(panel: &[u8], steps: usize, xq: [&[i8]; TILE_INPUTS]) -> [[i32; T
             options(nostack),
         );
     }
-    totals
+}
+
+/// [`tile`] for one register of sixteen rows (the rows after the last whole tile): the sums of
+/// the sixteen rows in the first sixteen of each input's `totals`.
+///
+/// # Safety
+/// `panel` must hold `64 * quads` bytes and every input `4 * quads`; the CPU must support
+/// AVX-512F and AVX-512 VNNI.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn register(
+    panel: &[u8],
+    quads: usize,
+    xq: [&[i8]; TILE_INPUTS],
+    totals: &mut [[i32; TILE_ROWS]; TILE_INPUTS],
+) {
+    let mut sums = [_mm512_setzero_si512(); TILE_INPUTS];
+    for (q, weights) in panel.chunks_exact(LANES * QUAD).take(quads).enumerate() {
+        // SAFETY: `weights` holds 64 bytes; AVX-512F (the contract).
+        let weights = unsafe { _mm512_loadu_si512(weights.as_ptr().cast()) };
+        for (sum, x) in sums.iter_mut().zip(xq) {
+            let quad = i32::from_le_bytes(core::array::from_fn(|k| x[q * QUAD + k] as u8));
+            *sum = _mm512_dpbusd_epi32(*sum, weights, _mm512_set1_epi32(quad));
+        }
+    }
+    for (total, sum) in totals.iter_mut().zip(sums) {
+        // SAFETY: each input's totals hold 48 i32, the first sixteen written; AVX-512F.
+        unsafe { _mm512_storeu_si512(total.as_mut_ptr().cast(), sum) };
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every shape class: rows that are and are not a multiple of four, columns with and
-    /// without a tail past the last 64 and fewer than 64, the extreme values -128 and 127, two
-    /// groups of inputs and one left for the caller.
+    /// Every shape class: whole tiles, a register and rows after the last register, columns
+    /// with and without a tail past the last four and fewer than sixteen quads, the extreme
+    /// values -128 and 127, two groups of inputs and one left for the caller.
     #[test]
-    fn the_sums_are_those_of_the_portable_dot() {
+    fn the_sums_are_the_portable_ones_scaled() {
         if !has_vnni_512() {
-            eprintln!("SKIPPED the_sums_are_those_of_the_portable_dot: no 512-bit AVX-512 VNNI here");
+            eprintln!("SKIPPED the_sums_are_the_portable_ones_scaled: no 512-bit AVX-512 VNNI here");
             return;
         }
         let byte = |i: usize| ((i.wrapping_mul(2_654_435_761) >> 11) % 256) as u8 as i8;
-        for (rows, cols) in [(4, 64), (7, 130), (9, 1024), (3, 200), (12, 63)] {
+        for (rows, cols) in [
+            (48, 64),
+            (7, 130),
+            (100, 1024),
+            (67, 203),
+            (16, 3),
+            (97, 68),
+            (50, 4),
+        ] {
             let mut values: Vec<i8> = (0..rows * cols).map(byte).collect();
             values[0] = i8::MIN;
             values[rows * cols - 1] = i8::MAX;
-            let mut inputs: Vec<Vec<i8>> = (0..2 * TILE_INPUTS + 1)
+            let row_scales: Vec<f32> = (0..rows).map(|r| 0.001 + r as f32 * 1.0e-4).collect();
+            let mut quantized: Vec<Vec<i8>> = (0..2 * TILE_INPUTS + 1)
                 .map(|p| (0..cols).map(|c| byte(c * 31 + p * 977 + 5)).collect())
                 .collect();
-            inputs[0].fill(i8::MIN);
-            inputs[1].fill(i8::MAX);
-            let xq: Vec<&[i8]> = inputs.iter().map(|x| x.as_slice()).collect();
-            let mut outs = vec![vec![0i32; rows]; xq.len()];
-            let mut sums: Vec<&mut [i32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-            // SAFETY: every input holds `cols`; the CPU has the features (checked above).
-            let excess: Vec<i32> = xq.iter().map(|x| unsafe { excess(x, cols) }).collect();
+            quantized[0].fill(i8::MIN);
+            quantized[1].fill(i8::MAX);
+            let inputs: Vec<QuantizedInput<'_>> = quantized
+                .iter()
+                .enumerate()
+                .map(|(p, x)| QuantizedInput {
+                    values: x,
+                    scale: 0.01 + p as f32 * 0.003,
+                    excess: excess(x, cols),
+                })
+                .collect();
+            let mut outs = vec![vec![0.0f32; rows]; inputs.len()];
+            let mut slices: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
             // SAFETY: the shapes hold (built above); the CPU has the features (checked above).
-            let done = unsafe { row_sums_groups(&values, cols, rows, &xq, &excess, &mut sums) };
+            let done =
+                unsafe { scaled_rows_in_groups(&values, cols, &row_scales, &inputs, &mut slices, &[]) };
             assert_eq!(done, 2 * TILE_INPUTS);
             assert!(
-                outs[done].iter().all(|&sum| sum == 0),
+                outs[done].iter().all(|&y| y == 0.0),
                 "the input past the groups is the caller's"
             );
             for (p, out) in outs[..done].iter().enumerate() {
-                for (r, &sum) in out.iter().enumerate() {
+                for (r, &y) in out.iter().enumerate() {
                     let row = &values[r * cols..(r + 1) * cols];
-                    let want = super::super::scalar::dot_i8(row, xq[p]);
-                    assert_eq!(sum, want, "rows {rows}, cols {cols}, input {p}, row {r}");
+                    let sum = super::super::scalar::dot_i8(row, inputs[p].values);
+                    let want = sum as f32 * (row_scales[r] * inputs[p].scale);
+                    assert_eq!(
+                        y.to_bits(),
+                        want.to_bits(),
+                        "rows {rows}, cols {cols}, input {p}, row {r}"
+                    );
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_transpose_moves_every_lane_across_the_diagonal() {
+        if !has_vnni_512() {
+            eprintln!("SKIPPED the_transpose_moves_every_lane_across_the_diagonal: no AVX-512 here");
+            return;
+        }
+        let mut lanes = [[0i32; LANES]; LANES];
+        for (i, row) in lanes.iter_mut().enumerate() {
+            for (j, lane) in row.iter_mut().enumerate() {
+                *lane = (i * 100 + j) as i32;
+            }
+        }
+        // SAFETY: each array holds sixteen i32; the CPU has AVX-512F (checked above).
+        let mut block: [__m512i; LANES] =
+            core::array::from_fn(|i| unsafe { _mm512_loadu_epi32(lanes[i].as_ptr()) });
+        // SAFETY: the CPU has AVX-512F (checked above).
+        unsafe { transpose(&mut block) };
+        for (j, register) in block.iter().enumerate() {
+            let mut got = [0i32; LANES];
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_epi32(got.as_mut_ptr(), *register) };
+            let want: [i32; LANES] = core::array::from_fn(|i| (i * 100 + j) as i32);
+            assert_eq!(got, want, "register {j}");
         }
     }
 }

@@ -36,8 +36,8 @@ pub struct Limits {
     /// int8 weights (W8A8): one input or two, the input already quantized.
     pub int8_macs_per_second: f64,
     /// int8 weights for a segment's positions, 64 a pass: the AMX tile kernel where the CPU
-    /// and system have it, else the AVX-512 VNNI kernel of six inputs at a time (60 of the 64)
-    /// where the CPU has it, or [`Limits::int8_macs_per_second`] where that is more.
+    /// and system have it, else the AVX-512 VNNI kernel of eight inputs at a time where the CPU
+    /// has it, or [`Limits::int8_macs_per_second`] where that is more.
     pub int8_segments_macs_per_second: f64,
     /// f32 weights in the fused order (`--fast-f32`'s kernels): one input, four, or sixteen
     /// per pass (in the lanes of the inputs' registers), the last also on rows of 512 columns.
@@ -134,8 +134,8 @@ fn int8_limit() -> f64 {
     one.max(two)
 }
 
-/// The AMX tile kernel over 64 inputs, or else the AVX-512 VNNI kernel over the 60 of them in
-/// groups of six (x86-64 only), if this machine can run either.
+/// The AMX tile kernel over 64 inputs, or else the AVX-512 VNNI kernel over them in groups of
+/// eight (x86-64 only), if this machine can run either.
 fn int8_tiles_limit() -> Option<f64> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -156,19 +156,24 @@ fn int8_tiles_limit() -> Option<f64> {
             }));
         }
         if kernels::vnni_tiles::has_vnni_512() {
-            let grouped = INPUTS / kernels::vnni_tiles::TILE_INPUTS * kernels::vnni_tiles::TILE_INPUTS;
-            // SAFETY: every input holds `cols`; `has_vnni_512` returned true just above.
-            let excess: Vec<i32> = xq
+            use kernels::vnni_tiles::{excess, scaled_rows_in_groups, QuantizedInput, TILE_INPUTS};
+            let grouped = INPUTS / TILE_INPUTS * TILE_INPUTS;
+            let inputs: Vec<QuantizedInput<'_>> = xq
                 .iter()
-                .map(|x| unsafe { kernels::vnni_tiles::excess(x, cols) })
+                .map(|x| QuantizedInput {
+                    values: x,
+                    scale: 1.0,
+                    excess: excess(x, cols),
+                })
                 .collect();
+            let row_scales = vec![1.0f32; rows];
+            let mut out = vec![vec![0.0f32; rows]; INPUTS];
             return Some(best_rate(grouped * rows * cols, || {
-                let mut sums: Vec<&mut [i32]> = out.iter_mut().map(|s| &mut s[..]).collect();
-                // SAFETY: `rows` rows of `cols` in `values`, `cols` in every input, `rows` in
-                // every output, an excess for each input; `has_vnni_512` returned true just
-                // above.
-                unsafe { kernels::vnni_tiles::row_sums_groups(&values, cols, rows, &xq, &excess, &mut sums) };
-                std::hint::black_box(&mut sums);
+                let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|s| &mut s[..]).collect();
+                // SAFETY: `rows` rows of `cols` in `values` (one scale each), `cols` in every
+                // input, `rows` in every output; `has_vnni_512` returned true just above.
+                unsafe { scaled_rows_in_groups(&values, cols, &row_scales, &inputs, &mut outs, &[]) };
+                std::hint::black_box(&mut outs);
             }));
         }
     }

@@ -99,7 +99,7 @@ struct Report {
 struct LimitsReport {
     f32_gmacs_per_second: f64,
     int8_gmacs_per_second: f64,
-    /// int8 with 64 positions a pass (AMX, or AVX-512 VNNI six at a time, where the machine
+    /// int8 with 64 positions a pass (AMX, or AVX-512 VNNI eight at a time, where the machine
     /// has it, else `int8`'s kernels).
     int8_segments_gmacs_per_second: f64,
     fast_f32_gmacs_per_second: f64,
