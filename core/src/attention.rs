@@ -130,7 +130,7 @@ pub(crate) fn attend_one(
 /// all its queries see, whose values it adds together, are `n - 1` fewer than a window.
 pub(crate) const QUERIES_TOGETHER: usize = 16;
 
-// the memory's several-query products take up to `MAX_POSITIONS_PER_PASS`
+// a block's queries come from one pass of the linear layers
 const _: () = assert!(QUERIES_TOGETHER <= MAX_POSITIONS_PER_PASS);
 
 /// The queries `first..first + count` of a segment for one layer, together: [`attend_one`]
@@ -227,9 +227,19 @@ pub(crate) fn attend_block(
             let i = first + b;
             let positions = &position[b * capacity..b * capacity + distances];
             let scores = &mut content[b * capacity + lo - lo_first..b * capacity + hi - lo_first + 1];
-            for (t, score) in scores.iter_mut().enumerate() {
-                let distance = (shape.mlen + i - (lo + t)).min(shape.max_distance);
-                *score = (*score + positions[distance]) * scale;
+            // key `lo + t` is `nearest - t` away: the keys past `max_distance` first (each with
+            // the term of `max_distance`), then the nearer ones, whose terms run backwards
+            let nearest = shape.mlen + i - lo;
+            let far = nearest.saturating_sub(shape.max_distance).min(scores.len());
+            let (far_scores, near_scores) = scores.split_at_mut(far);
+            for score in far_scores.iter_mut() {
+                *score = (*score + positions[shape.max_distance]) * scale;
+            }
+            if !near_scores.is_empty() {
+                let terms = positions[..=nearest - far].iter().rev();
+                for (score, term) in near_scores.iter_mut().zip(terms) {
+                    *score = (*score + term) * scale;
+                }
             }
             kernels::softmax(scores);
         }

@@ -13,8 +13,9 @@
 
 use half::f16;
 
+use crate::attention::QUERIES_TOGETHER;
 use crate::int8_attention;
-use crate::kernels::{self, scalar, MAX_POSITIONS_PER_PASS};
+use crate::kernels::{self, scalar};
 
 /// How the cached keys and values are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -329,8 +330,8 @@ impl<'a> Memory<'a> {
             return;
         };
         let count = outs.iter().map(|o| o.len()).min().unwrap_or(0);
-        let queries = &queries[..queries.len().min(outs.len()).min(MAX_POSITIONS_PER_PASS)];
-        let mut words: [&[u32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
+        let queries = &queries[..queries.len().min(outs.len()).min(QUERIES_TOGETHER)];
+        let mut words: [&[u32]; QUERIES_TOGETHER] = [&[]; QUERIES_TOGETHER];
         for (words, query) in words.iter_mut().zip(queries) {
             *words = query.words;
         }
@@ -339,8 +340,7 @@ impl<'a> Memory<'a> {
         for (at, run) in self.runs(layer, lo, count) {
             let at = at + head * d_head;
             let rows = &values[at..at + (run - 1) * self.width + d_head];
-            let mut parts: [&mut [i32]; MAX_POSITIONS_PER_PASS] =
-                core::array::from_fn(|_| Default::default());
+            let mut parts: [&mut [i32]; QUERIES_TOGETHER] = core::array::from_fn(|_| Default::default());
             for (part, out) in parts.iter_mut().zip(outs.iter_mut()) {
                 *part = bytemuck::cast_slice_mut(&mut out[done..done + run]);
             }
@@ -386,7 +386,7 @@ impl<'a> Memory<'a> {
         };
         let d_head = self.d_head;
         let heads = self.width / d_head;
-        let count = visible.len().min(outs.len()).min(MAX_POSITIONS_PER_PASS);
+        let count = visible.len().min(outs.len()).min(QUERIES_TOGETHER);
         let keys = visible
             .iter()
             .map(|&(_, hi)| hi + 1 - lo_first)
@@ -405,8 +405,8 @@ impl<'a> Memory<'a> {
         // each query's weights p[t] · scale_t in its row, zero for the keys it does not see
         // (which then add nothing), then quantized to i32 in place (all zero when they cannot
         // be: that query is NaN)
-        let mut rows: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
-        let mut ranges: [core::ops::RangeInclusive<usize>; MAX_POSITIONS_PER_PASS] =
+        let mut rows: [&mut [f32]; QUERIES_TOGETHER] = core::array::from_fn(|_| Default::default());
+        let mut ranges: [core::ops::RangeInclusive<usize>; QUERIES_TOGETHER] =
             core::array::from_fn(|_| 0..=0);
         let weight_rows = rows
             .iter_mut()
@@ -421,7 +421,7 @@ impl<'a> Memory<'a> {
             weights[hi - lo_first + 1..].fill(0.0);
             (*row, *range) = (weights, seen);
         }
-        let mut steps = [None; MAX_POSITIONS_PER_PASS];
+        let mut steps = [None; QUERIES_TOGETHER];
         int8_attention::ProbabilityWords::quantize_each_in_place(
             &mut rows[..count],
             &ranges[..count],
@@ -434,7 +434,7 @@ impl<'a> Memory<'a> {
         }
         let accs: &mut [i32] = bytemuck::cast_slice_mut(&mut scratch[..count * d_head]);
         accs.fill(0);
-        let mut sums: [&mut [i32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
+        let mut sums: [&mut [i32]; QUERIES_TOGETHER] = core::array::from_fn(|_| Default::default());
         for (sum, acc) in sums.iter_mut().zip(accs.chunks_exact_mut(d_head)) {
             *sum = acc;
         }
@@ -442,7 +442,7 @@ impl<'a> Memory<'a> {
         for (at, run) in self.runs(layer, lo_first, keys) {
             let at = at + head * d_head;
             let rows = &values[at..at + (run - 1) * self.width + d_head];
-            let mut parts: [&[i32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
+            let mut parts: [&[i32]; QUERIES_TOGETHER] = [&[]; QUERIES_TOGETHER];
             for (part, row) in parts.iter_mut().zip(weights.chunks_exact(capacity)).take(count) {
                 *part = &bytemuck::cast_slice(&row[..keys])[done..done + run];
             }
@@ -478,12 +478,11 @@ impl<'a> Memory<'a> {
         for (at, run) in self.runs(layer, lo, count) {
             let at = at + head * d_head;
             let rows = at..at + (run - 1) * self.width + d_head;
-            let mut parts: [&mut [f32]; MAX_POSITIONS_PER_PASS] =
-                core::array::from_fn(|_| Default::default());
+            let mut parts: [&mut [f32]; QUERIES_TOGETHER] = core::array::from_fn(|_| Default::default());
             for (part, out) in parts.iter_mut().zip(outs.iter_mut()) {
                 *part = &mut out[done..done + run];
             }
-            let queries = &queries[..queries.len().min(MAX_POSITIONS_PER_PASS)];
+            let queries = &queries[..queries.len().min(QUERIES_TOGETHER)];
             let parts = &mut parts[..queries.len()];
             match &self.keys {
                 Store::F32(s) => kernels::dots_strided_each(&s[rows], self.width, queries, parts),
@@ -513,11 +512,11 @@ impl<'a> Memory<'a> {
         for (at, run) in self.runs(layer, lo, count) {
             let at = at + head * d_head;
             let rows = at..at + (run - 1) * self.width + d_head;
-            let mut parts: [&[f32]; MAX_POSITIONS_PER_PASS] = [&[]; MAX_POSITIONS_PER_PASS];
+            let mut parts: [&[f32]; QUERIES_TOGETHER] = [&[]; QUERIES_TOGETHER];
             for (part, p) in parts.iter_mut().zip(ps) {
                 *part = &p[done..done + run];
             }
-            let lists = &parts[..ps.len().min(MAX_POSITIONS_PER_PASS)];
+            let lists = &parts[..ps.len().min(QUERIES_TOGETHER)];
             match &self.values {
                 Store::F32(s) => kernels::axpys_strided_each(&s[rows], self.width, lists, outs),
                 Store::F16(s) => {
