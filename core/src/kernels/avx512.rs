@@ -4,17 +4,21 @@
 //!
 //! The portable dot product sums a row in four accumulators, column `c` into `c % 4`,
 //! multiplying and then adding, and finishes with `(a0 + a1) + (a2 + a3) + tail`. Here one
-//! 512-bit register holds those four accumulators of one row for four inputs at once: lanes
-//! `4p..4p + 4` are input `p`'s. Each step of four columns puts the four inputs' columns side by
-//! side in one register (built once per step and shared by every row of the pass) and
-//! broadcasts the row's four weights to all four lane groups straight from memory, so a loaded
-//! weight meets four inputs and a built input meets sixteen rows: sixteen multiply-accumulates a
-//! multiply and an add, every lane doing the portable additions in the portable order (no fused
-//! multiply-add, which would round once instead of twice).
+//! 512-bit register holds those four accumulators of four rows for one input, a row in each
+//! 128-bit block, and a pass of sixteen rows against four inputs keeps sixteen such registers.
+//! The pass's rows are first copied (f16 rows widened exactly by F16C) into a panel of
+//! registers, four rows' same four columns in each, 256 columns at a time; every group of four
+//! inputs then reads the panel, so a weight is loaded (and widened) once per pass, not once
+//! per group. Each step of four columns broadcasts an input's four columns to the four blocks
+//! of a register, which meets the step's four registers of rows: sixteen multiply-accumulates
+//! a multiply and an add, every lane doing the portable additions in the portable order (no
+//! fused multiply-add, which would round once instead of twice). Each row's four sums carry
+//! over from one chunk of columns to the next.
 //!
-//! f16 rows are widened exactly (F16C) into a buffer 256 columns of a pass's rows at a time,
-//! which every group of inputs then reads: a weight is widened once per pass, not once per
-//! group. Each row's four sums carry over from one chunk of columns to the next.
+//! A pass's sums are finished together, in the portable order: adjacent lanes of two
+//! registers added by two lane shuffles and an add, twice, give an input's sixteen rows in one
+//! register, `(a0 + a1) + (a2 + a3)` in each lane; then the tail is added, and the sixteen
+//! sums are stored at once.
 
 use core::arch::x86_64::*;
 
@@ -30,8 +34,9 @@ pub fn has_avx512f() -> bool {
 
 /// Whether this CPU executes each 512-bit operation as two 256-bit halves: AMD's Zen 4 (family
 /// 19h; Zen 3, the same family, has no AVX-512). There 512-bit registers add no arithmetic over
-/// AVX2, and [`dots_four_inputs`] ran the WikiText-103 shape's f32 segments at half the speed of
-/// the AVX2 tiles (`x86/tiles.rs`), which [`crate::kernels`] then prefers where they apply.
+/// AVX2, and [`dots_four_inputs`] runs rows of 512 columns or more slower than the AVX2 tiles
+/// (`x86/tiles.rs`; 29 against 37 G multiply-accumulates a second on 1024 columns and sixteen
+/// inputs, measured), which [`crate::kernels`] then prefers where they apply.
 /// Asked once (CPUID leaves 0 and 1), then kept.
 pub fn splits_512_bit_operations() -> bool {
     static SPLITS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -57,29 +62,33 @@ pub fn splits_512_bit_operations() -> bool {
     })
 }
 
-/// Inputs one register holds, four lanes each.
+/// Inputs a pass takes, each in sixteen accumulator lanes (four registers of four rows).
 const INPUTS: usize = 4;
 
-/// Rows a pass takes (sixteen chains of additions in flight, each built input meeting sixteen
-/// rows).
+/// Rows a pass takes, four to a register ([`pack`]).
 const ROWS: usize = 16;
 
-/// Columns of f16 rows widened at a time (16 KB of f32 for a pass of sixteen rows), a multiple
-/// of four.
+/// Columns of a pass's rows packed at a time ([`pack`]: 16 KB of registers for sixteen rows),
+/// a multiple of eight.
 const CHUNK: usize = 256;
 
-/// Groups of four inputs whose sums a block of rows keeps between chunks of columns (more
-/// inputs are taken this many groups at a time).
+/// Groups of four inputs whose sums a block of rows keeps between chunks of columns, on rows
+/// longer than a chunk (more inputs are taken this many groups at a time).
 const KEPT_GROUPS: usize = 16;
+
+/// One group's accumulators: `[p][j]` input `p`'s for rows `j`, `4 + j`, `8 + j`, `12 + j` of
+/// a pass, one row's four sums (column `c` into `c % 4`) in each 128-bit block.
+type Sums = [[__m512; 4]; INPUTS];
 
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p` and row `r`, `cols`
 /// the shortest input's length, the rows of the shortest output: the bits of
 /// [`scalar::dot`](super::scalar::dot) (f32 rows) or [`scalar::dot_f16`](super::scalar::dot_f16)
-/// (f16 rows) for each row and input. Inputs go four to a register (a last group of fewer
-/// repeats its first and leaves those sums unused); rows sixteen a pass, then one. f16 rows are
-/// widened exactly by F16C 256 columns at a time into a buffer every group of inputs then
-/// reads, so each weight is widened once, not once per group; each row's four sums carry over
-/// from one chunk to the next in the portable order.
+/// (f16 rows) for each row and input. Rows go sixteen a pass (a last pass of fewer repeats its
+/// last row and stores only its own sums), copied (f16 rows widened exactly by F16C) 256
+/// columns at a time into a panel of registers (`pack`) that every group of four inputs then
+/// reads, so a weight is loaded and widened once per pass, not once per group. Each row's four
+/// sums carry over from one chunk of columns to the next in the portable order; a group's
+/// sixteen rows are finished together (`finish`).
 ///
 /// # Safety
 /// The CPU must support AVX-512F and F16C ([`has_avx512f`]).
@@ -95,164 +104,215 @@ pub unsafe fn dots_four_inputs<T: RowElement>(
     let n = rows_that_fit(rows.len(), stride, cols, wanted);
     let inputs = xs.len().min(outs.len());
     let body = cols / 4 * 4;
-    // f32 rows are read in place, in one chunk; f16 rows in chunks widened into `widened`
-    let chunk = if T::IN_PLACE { body.max(4) } else { CHUNK };
-    // written before it is read, and only for f16 rows: no zeroing on every call
-    let mut widened = core::mem::MaybeUninit::<[f32; ROWS * CHUNK]>::uninit();
-    let widened = widened.as_mut_ptr().cast::<f32>();
-    let mut kept = [[_mm512_setzero_ps(); ROWS]; KEPT_GROUPS];
-    for first_group in (0..inputs.div_ceil(INPUTS)).step_by(KEPT_GROUPS) {
-        let groups = KEPT_GROUPS.min(inputs.div_ceil(INPUTS) - first_group);
-        let group = |g: usize| -> ([&[f32]; INPUTS], usize) {
-            let first = (first_group + g) * INPUTS;
-            let count = INPUTS.min(inputs - first);
-            // a last group of fewer repeats its first input in the other lanes (sums unused)
-            let input = |p: usize| &xs[first + if p < count { p } else { 0 }][..cols];
-            (core::array::from_fn(input), count)
-        };
-        let mut r = 0;
-        while r < n {
-            let block = if r + ROWS <= n { ROWS } else { 1 };
+    let chunks = body.div_ceil(CHUNK).max(1);
+    let groups = inputs.div_ceil(INPUTS);
+    // rows of one chunk finish every group in registers; longer rows keep each group's sums
+    // between chunks, `KEPT_GROUPS` groups at a time
+    let window = if chunks == 1 { groups } else { KEPT_GROUPS };
+    // written before they are read: no zeroing on every call
+    let mut panel = core::mem::MaybeUninit::<[__m512; CHUNK]>::uninit();
+    let panel = panel.as_mut_ptr().cast::<__m512>();
+    let mut kept = [const { core::mem::MaybeUninit::<Sums>::uninit() }; KEPT_GROUPS];
+    for first_group in (0..groups).step_by(window.max(1)) {
+        let window = first_group..groups.min(first_group + window);
+        for r in (0..n).step_by(ROWS) {
+            let block = ROWS.min(n - r);
+            // the lanes of the pass's own rows
+            let mask = ((1u32 << block) - 1) as __mmask16;
             // SAFETY: rows `r..r + block` end at `(r + block - 1) * stride + cols <= rows.len()`
-            // (`rows_that_fit` bounds `n`).
-            let base = unsafe { rows.as_ptr().add(r * stride) };
-            for kept in kept[..groups].iter_mut() {
-                *kept = [_mm512_setzero_ps(); ROWS];
-            }
-            let mut c = 0;
-            while c < body {
-                let len = chunk.min(body - c);
-                let (weights, weights_stride) = if T::IN_PLACE {
-                    // SAFETY: `c < body <= cols`, inside row `r`; `IN_PLACE` rows are f32.
-                    (unsafe { base.add(c).cast::<f32>() }, stride)
-                } else {
-                    for i in 0..block {
-                        // SAFETY: columns `c..c + len` of row `r + i` are readable (`c + len <=
-                        // body <= cols`), and `widened` holds `CHUNK >= len` per row.
-                        unsafe { widen_into(base.add(i * stride + c), len, widened.add(i * CHUNK)) };
+            // (`rows_that_fit` bounds `n`); the others repeat the last.
+            let pass: [*const T; ROWS] =
+                core::array::from_fn(|i| unsafe { rows.as_ptr().add((r + i.min(block - 1)) * stride) });
+            for chunk in 0..chunks {
+                let from = chunk * CHUNK;
+                let len = CHUNK.min(body - from);
+                // SAFETY: columns `from..from + len` (`<= body <= cols`) of each row of `pass`
+                // are readable, and `panel` holds `CHUNK >= len` registers.
+                unsafe { pack(&pass, from, len, panel) };
+                for g in window.clone() {
+                    let first = g * INPUTS;
+                    let count = INPUTS.min(inputs - first);
+                    let mut group: [&[f32]; INPUTS] = [&[]; INPUTS];
+                    for (p, input) in group[..count].iter_mut().enumerate() {
+                        *input = &xs[first + p][..cols];
                     }
-                    (widened.cast_const(), CHUNK)
-                };
-                for (g, kept) in kept[..groups].iter_mut().enumerate() {
-                    let (inputs, _) = group(g);
-                    // SAFETY: `block` rows of `len` f32 at `weights_stride` from `weights`, and
-                    // columns `c..c + len` of each input.
+                    let mut sums = if chunk == 0 {
+                        [[_mm512_setzero_ps(); 4]; INPUTS]
+                    } else {
+                        // SAFETY: written at the previous chunk, for this group (a window of
+                        // rows longer than a chunk has `KEPT_GROUPS` groups at most).
+                        unsafe { kept[g - window.start].assume_init_read() }
+                    };
+                    // SAFETY: `panel` holds columns `from..from + len` of the pass's rows
+                    // (packed just above), and each of the first `count` inputs `cols >= from
+                    // + len` columns.
                     unsafe {
-                        if block == ROWS {
-                            steps::<ROWS>(weights, weights_stride, len, &inputs, c, kept);
-                        } else {
-                            steps::<1>(weights, weights_stride, len, &inputs, c, &mut kept[..1]);
+                        match count {
+                            4 => steps::<4>(panel, len, &group, from, &mut sums),
+                            3 => steps::<3>(panel, len, &group, from, &mut sums),
+                            2 => steps::<2>(panel, len, &group, from, &mut sums),
+                            _ => steps::<1>(panel, len, &group, from, &mut sums),
                         }
                     }
-                }
-                c += len;
-            }
-            for (g, kept) in kept[..groups].iter().enumerate() {
-                let (inputs, count) = group(g);
-                let outs = &mut outs[(first_group + g) * INPUTS..][..count];
-                for (i, acc) in kept[..block].iter().enumerate() {
-                    // SAFETY: row `r + i` has `cols` readable elements.
-                    let row = unsafe { base.add(i * stride) };
-                    // SAFETY: as above.
-                    let sums = unsafe { finish(*acc, row, cols, &inputs) };
-                    for (p, out) in outs.iter_mut().enumerate() {
-                        out[r + i] = sums[p];
+                    if chunk + 1 < chunks {
+                        kept[g - window.start].write(sums);
+                        continue;
+                    }
+                    // SAFETY: each row of `pass` has `cols` readable elements, each input
+                    // `cols`.
+                    let sums = unsafe { finish(&sums, &pass, cols, &group[..count]) };
+                    for (out, sums) in outs[first..first + count].iter_mut().zip(sums) {
+                        let out = &mut out[r..r + block];
+                        // SAFETY: the mask's lanes are the `block` elements of `out`.
+                        unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, sums) };
                     }
                 }
             }
-            r += block;
         }
     }
 }
 
-/// Writes `len` elements (a multiple of four) from `src` to `dst` as f32, eight at a time.
+/// Columns `from..from + len` (a multiple of four) of the sixteen rows of `pass`, as f32, into
+/// `panel`, four registers for each four columns: register `j` of step `s` holds columns
+/// `from + 4s..from + 4s + 4` of rows `j`, `4 + j`, `8 + j` and `12 + j`, one a 128-bit block.
+/// Eight columns at a time: two registers of two rows' eight columns, then their blocks
+/// interleaved (`_mm512_shuffle_f32x4`).
 ///
 /// # Safety
-/// `len` elements must be readable at `src` and writable at `dst`; the CPU must support AVX
-/// and F16C.
+/// Columns `from..from + len` of each row of `pass` must be readable, and `panel` must have
+/// room for `len` registers; the CPU must support AVX-512F and F16C.
 #[inline]
-#[target_feature(enable = "avx,f16c")]
-unsafe fn widen_into<T: RowElement>(src: *const T, len: usize, dst: *mut f32) {
+#[target_feature(enable = "avx512f,avx,f16c")]
+unsafe fn pack<T: RowElement>(pass: &[*const T; ROWS], from: usize, len: usize, panel: *mut __m512) {
+    // blocks 0 and 2 of the first, then of the second (`EVEN`); or 1 and 3 (`ODD`)
+    const EVEN: i32 = 0b10_00_10_00;
+    const ODD: i32 = 0b11_01_11_01;
+    let two_rows = |a: __m256, b: __m256| -> __m512 {
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castpd256_pd512(_mm256_castps_pd(a)),
+            _mm256_castps_pd(b),
+        ))
+    };
+    // columns `c..c + 8` of row-register `j`: two steps
+    let eight_columns = |c: usize, j: usize| {
+        // SAFETY: eight columns `from + c..from + c + 8` of each row (the caller's `c + 8 <=
+        // len`).
+        let eight: [__m256; 4] = core::array::from_fn(|b| unsafe { T::eight(pass[4 * b + j].add(from + c)) });
+        let low = two_rows(eight[0], eight[1]);
+        let high = two_rows(eight[2], eight[3]);
+        // SAFETY: registers `c + j` and `c + 4 + j` are below `len`.
+        unsafe {
+            panel.add(c + j).write(_mm512_shuffle_f32x4::<EVEN>(low, high));
+            panel.add(c + 4 + j).write(_mm512_shuffle_f32x4::<ODD>(low, high));
+        }
+    };
     let mut c = 0;
-    while c + 8 <= len {
-        // SAFETY: eight readable elements at `src + c` and writable at `dst + c`.
-        unsafe { _mm256_storeu_ps(dst.add(c), T::eight(src.add(c))) };
+    // sixteen columns of each row at once (a cache line, where the row starts on one), so that
+    // rows whose lines compete for the same cache set are read whole
+    while c + 16 <= len {
+        for j in 0..4 {
+            eight_columns(c, j);
+            eight_columns(c + 8, j);
+        }
+        c += 16;
+    }
+    if c + 8 <= len {
+        for j in 0..4 {
+            eight_columns(c, j);
+        }
         c += 8;
     }
     if c < len {
-        // SAFETY: four elements left (`len` is a multiple of four), readable and writable.
-        unsafe { _mm_storeu_ps(dst.add(c), T::quad(src.add(c))) };
+        for j in 0..4 {
+            // SAFETY: four columns `from + c..from + c + 4` of each row (`len` is a multiple of
+            // four), and register `c + j` below `len`.
+            unsafe {
+                let quad = |b: usize| T::quad(pass[4 * b + j].add(from + c));
+                let x = _mm512_castps128_ps512(quad(0));
+                let x = _mm512_insertf32x4::<1>(x, quad(1));
+                let x = _mm512_insertf32x4::<2>(x, quad(2));
+                panel.add(c + j).write(_mm512_insertf32x4::<3>(x, quad(3)));
+            }
+        }
     }
 }
 
-/// Adds columns `from..from + len` (a multiple of four) to the four sums of `PASS` rows for the
-/// four inputs of `group`: the rows' f32 weights at `weights` (row `i` at `i * stride`, column
-/// `from` first), `acc[i]` lanes `4p..4p + 4` input `p`'s, in the portable order.
+/// Adds columns `from..from + len` (a multiple of four) to the sums of a pass's sixteen rows
+/// for the first `P` inputs of `group`, the rows packed in `panel` ([`pack`]): each step of
+/// four columns broadcasts an input's four columns to the four blocks of a register, which
+/// meets the step's four registers of rows, a multiply and an add each, in the portable order.
 ///
 /// # Safety
-/// `PASS` rows of `len` f32 must be readable from `weights` at `stride`, columns `from..from +
-/// len` of each input; `acc` must have `PASS` entries; the CPU must support AVX-512F.
+/// `panel` must hold `len` registers; the first `P` inputs of `group` columns `from..from +
+/// len`; the CPU must support AVX-512F.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn steps<const PASS: usize>(
-    weights: *const f32,
-    stride: usize,
+unsafe fn steps<const P: usize>(
+    panel: *const __m512,
     len: usize,
     group: &[&[f32]; INPUTS],
     from: usize,
-    acc: &mut [__m512],
+    sums: &mut Sums,
 ) {
-    let mut sums = [_mm512_setzero_ps(); PASS];
-    sums.copy_from_slice(&acc[..PASS]);
+    let mut acc: [[__m512; 4]; P] = core::array::from_fn(|p| sums[p]);
     let mut c = 0;
     while c < len {
-        // the four inputs' columns, input p in lanes 4p..4p + 4
-        // SAFETY: `from + c + 4 <= from + len`: four readable columns in each input.
-        let x = unsafe {
-            let at = from + c;
-            let x = _mm512_castps128_ps512(_mm_loadu_ps(group[0].as_ptr().add(at)));
-            let x = _mm512_insertf32x4::<1>(x, _mm_loadu_ps(group[1].as_ptr().add(at)));
-            let x = _mm512_insertf32x4::<2>(x, _mm_loadu_ps(group[2].as_ptr().add(at)));
-            _mm512_insertf32x4::<3>(x, _mm_loadu_ps(group[3].as_ptr().add(at)))
-        };
-        for (i, sum) in sums.iter_mut().enumerate() {
-            // SAFETY: row `i` has `len` readable f32 and `c + 4 <= len`.
-            let w = unsafe { _mm512_broadcast_f32x4(_mm_loadu_ps(weights.add(i * stride + c))) };
-            *sum = _mm512_add_ps(*sum, _mm512_mul_ps(w, x));
+        // SAFETY: registers `c..c + 4` of `panel` (`c + 4 <= len`).
+        let w: [__m512; 4] = core::array::from_fn(|j| unsafe { panel.add(c + j).read() });
+        for (acc, input) in acc.iter_mut().zip(group) {
+            // SAFETY: columns `from + c..from + c + 4` of the input (`c + 4 <= len`).
+            let x = unsafe { _mm512_broadcast_f32x4(_mm_loadu_ps(input.as_ptr().add(from + c))) };
+            for (acc, &w) in acc.iter_mut().zip(&w) {
+                *acc = _mm512_add_ps(*acc, _mm512_mul_ps(w, x));
+            }
         }
         c += 4;
     }
-    acc[..PASS].copy_from_slice(&sums);
+    sums[..P].copy_from_slice(&acc);
 }
 
-/// One row's four sums for each input of `group` (`acc`, lanes `4p..4p + 4` input `p`'s) and
-/// the columns past the last multiple of four, finished in the portable order.
+/// `[x0 + x1, x2 + x3, y0 + y1, y2 + y3]` in each 128-bit block of `x` and `y`: adjacent
+/// lanes added, each sum's operands in lane order.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn pair_sums(x: __m512, y: __m512) -> __m512 {
+    // lanes 0 and 2 of each block of `x`, then of `y`; or lanes 1 and 3
+    const EVEN: i32 = 0b10_00_10_00;
+    const ODD: i32 = 0b11_01_11_01;
+    _mm512_add_ps(_mm512_shuffle_ps::<EVEN>(x, y), _mm512_shuffle_ps::<ODD>(x, y))
+}
+
+/// The sixteen rows' dot products of a pass for each input of `group`, one register an input
+/// (lane `i` row `i`'s), from their sums ([`Sums`]) and the columns past the last multiple of
+/// four, in the portable order: `(a0 + a1) + (a2 + a3)` by two rounds of [`pair_sums`] (block
+/// `b` of the result holding rows `4b..4b + 4`), then the tail, `+0.0` where there is none
+/// (as the portable code adds it).
 ///
 /// # Safety
-/// `cols` elements must be readable from `row`.
+/// `cols` elements must be readable from each row of `pass`, columns `cols / 4 * 4..cols`
+/// from each input; the CPU must support AVX-512F and F16C.
 #[inline]
 #[target_feature(enable = "avx512f,avx,f16c")]
 unsafe fn finish<T: RowElement>(
-    acc: __m512,
-    row: *const T,
+    sums: &Sums,
+    pass: &[*const T; ROWS],
     cols: usize,
-    group: &[&[f32]; INPUTS],
-) -> [f32; INPUTS] {
-    let body = cols / 4 * 4;
-    let mut lanes = [0.0f32; 4 * INPUTS];
-    // SAFETY: `lanes` has room for sixteen f32.
-    unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc) };
-    let mut sums = [0.0f32; INPUTS];
-    for (p, sum) in sums.iter_mut().enumerate() {
-        let a = &lanes[4 * p..4 * p + 4];
-        let mut tail = 0.0;
-        for (k, x) in group[p][body..cols].iter().enumerate() {
-            // SAFETY: `body + k < cols`, inside the row.
-            tail += unsafe { *row.add(body + k) }.widen() * x;
+    group: &[&[f32]],
+) -> [__m512; INPUTS] {
+    let mut tails = [_mm512_setzero_ps(); INPUTS];
+    for k in cols / 4 * 4..cols {
+        // SAFETY: `k < cols`, inside each row.
+        let column: [f32; ROWS] = core::array::from_fn(|i| unsafe { *pass[i].add(k) }.widen());
+        // SAFETY: `column` is sixteen readable f32.
+        let column = unsafe { _mm512_loadu_ps(column.as_ptr()) };
+        for (tail, input) in tails.iter_mut().zip(group) {
+            *tail = _mm512_add_ps(*tail, _mm512_mul_ps(column, _mm512_set1_ps(input[k])));
         }
-        *sum = (a[0] + a[1]) + (a[2] + a[3]) + tail;
     }
-    sums
+    core::array::from_fn(|p| {
+        let [a, b, c, d] = sums[p];
+        _mm512_add_ps(pair_sums(pair_sums(a, b), pair_sums(c, d)), tails[p])
+    })
 }
 
 /// Weight lists an [`axpys_each`] pass takes: four lists of one sixty-four element chunk are
@@ -447,6 +507,124 @@ pub unsafe fn softmax_exps(values: &mut [f32], max: f32) {
     }
 }
 
+/// Rows whose LayerNorm sums [`layer_norm_sums`] adds side by side, one a lane.
+pub const LAYER_NORM_ROWS: usize = 16;
+
+/// The LayerNorm sums of the first `rows = min(16, block.len() / width)` rows of `width` in
+/// `block`, side by side, with the bits of the portable
+/// [`layer_norm_rows_in_place`](super::scalar::layer_norm_rows_in_place): `means[b]` the sum
+/// of row `b`'s values from `-0.0` in column order, divided by `width`; `vars[b]` the sum of its
+/// `(v - mean) * (v - mean)` from `-0.0` in column order (not divided). Lanes past `rows` are
+/// `-0.0`, as the portable arrays start, with `means` divided all the same. One lane a row:
+/// sixteen columns of the sixteen rows are loaded a register a row (masked past `width`) and
+/// transposed ([`transpose_sixteen`]), then added a column at a time; twice, once for each sum.
+///
+/// # Safety
+/// `width` must not be zero; the CPU must support AVX-512F ([`has_avx512f`]).
+#[target_feature(enable = "avx512f")]
+pub unsafe fn layer_norm_sums(
+    block: &[f32],
+    width: usize,
+    means: &mut [f32; LAYER_NORM_ROWS],
+    vars: &mut [f32; LAYER_NORM_ROWS],
+) {
+    let rows = (block.len() / width).min(LAYER_NORM_ROWS);
+    let negative_zero = _mm512_set1_ps(-0.0);
+    if rows == 0 {
+        let mean = _mm512_div_ps(negative_zero, _mm512_set1_ps(width as f32));
+        // SAFETY: `means` and `vars` have room for sixteen f32.
+        unsafe {
+            _mm512_storeu_ps(means.as_mut_ptr(), mean);
+            _mm512_storeu_ps(vars.as_mut_ptr(), negative_zero);
+        }
+        return;
+    }
+    // rows past `rows` repeat the last (their lanes are set to -0.0 at the end)
+    // SAFETY: row `min(b, rows - 1)` ends at `rows * width <= block.len()`.
+    let starts: [*const f32; LAYER_NORM_ROWS] =
+        core::array::from_fn(|b| unsafe { block.as_ptr().add(b.min(rows - 1) * width) });
+    // the sixteen rows' columns `c..c + min(16, width - c)`, a register a column
+    let columns = |c: usize| -> ([__m512; 16], usize) {
+        let left = (width - c).min(16);
+        let mask = ((1u32 << left) - 1) as __mmask16;
+        let mut sixteen = [_mm512_setzero_ps(); 16];
+        for (row, start) in sixteen.iter_mut().zip(&starts) {
+            // SAFETY: the mask's lanes are columns `c..c + left` of the row, `c + left <= width`.
+            *row = unsafe { _mm512_maskz_loadu_ps(mask, start.add(c)) };
+        }
+        // the same lanes moved as integers
+        let mut lanes = sixteen.map(|row| _mm512_castps_si512(row));
+        transpose_sixteen(&mut lanes);
+        (lanes.map(|column| _mm512_castsi512_ps(column)), left)
+    };
+    let own = ((1u32 << rows) - 1) as __mmask16;
+    let mut sum = negative_zero;
+    for c in (0..width).step_by(16) {
+        let (columns, left) = columns(c);
+        for &column in &columns[..left] {
+            sum = _mm512_add_ps(sum, column);
+        }
+    }
+    let mean = _mm512_div_ps(
+        _mm512_mask_blend_ps(own, negative_zero, sum),
+        _mm512_set1_ps(width as f32),
+    );
+    let mut var = negative_zero;
+    for c in (0..width).step_by(16) {
+        let (columns, left) = columns(c);
+        for &column in &columns[..left] {
+            let deviation = _mm512_sub_ps(column, mean);
+            var = _mm512_add_ps(var, _mm512_mul_ps(deviation, deviation));
+        }
+    }
+    // SAFETY: `means` and `vars` have room for sixteen f32.
+    unsafe {
+        _mm512_storeu_ps(means.as_mut_ptr(), mean);
+        _mm512_storeu_ps(vars.as_mut_ptr(), _mm512_mask_blend_ps(own, negative_zero, var));
+    }
+}
+
+/// Transposes sixteen registers of sixteen dwords: lane `j` of register `i` goes to lane `i` of
+/// register `j`. Interleaving dwords, then pairs of them, within each 128-bit quarter gives
+/// registers of four rows' dword `4L + j` in quarter `L`; two rounds of moving whole quarters
+/// then gather each dword's sixteen rows.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) fn transpose_sixteen(block: &mut [__m512i; 16]) {
+    let r = *block;
+    let mut pairs = [_mm512_setzero_si512(); 16];
+    for k in 0..8 {
+        pairs[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+        pairs[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+    }
+    // fours[4k + j], quarter L: rows 4k..4k + 4, dword 4L + j
+    let mut fours = [_mm512_setzero_si512(); 16];
+    for k in 0..4 {
+        let t = &pairs[4 * k..4 * k + 4];
+        fours[4 * k] = _mm512_unpacklo_epi64(t[0], t[2]);
+        fours[4 * k + 1] = _mm512_unpackhi_epi64(t[0], t[2]);
+        fours[4 * k + 2] = _mm512_unpacklo_epi64(t[1], t[3]);
+        fours[4 * k + 3] = _mm512_unpackhi_epi64(t[1], t[3]);
+    }
+    // quarters 0 and 1 of the first, then of the second (`LOW`), or 2 and 3 (`HIGH`); then
+    // quarters 0 and 2 of each (`EVEN`) or 1 and 3 (`ODD`)
+    const LOW: i32 = 0b01_00_01_00;
+    const HIGH: i32 = 0b11_10_11_10;
+    const EVEN: i32 = 0b10_00_10_00;
+    const ODD: i32 = 0b11_01_11_01;
+    for j in 0..4 {
+        let (a, b, c, d) = (fours[j], fours[4 + j], fours[8 + j], fours[12 + j]);
+        let low_ab = _mm512_shuffle_i32x4::<LOW>(a, b);
+        let high_ab = _mm512_shuffle_i32x4::<HIGH>(a, b);
+        let low_cd = _mm512_shuffle_i32x4::<LOW>(c, d);
+        let high_cd = _mm512_shuffle_i32x4::<HIGH>(c, d);
+        block[j] = _mm512_shuffle_i32x4::<EVEN>(low_ab, low_cd);
+        block[4 + j] = _mm512_shuffle_i32x4::<ODD>(low_ab, low_cd);
+        block[8 + j] = _mm512_shuffle_i32x4::<EVEN>(high_ab, high_cd);
+        block[12 + j] = _mm512_shuffle_i32x4::<ODD>(high_ab, high_cd);
+    }
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -547,6 +725,227 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Rows, inputs and the sums they make for [`dots_four_inputs_have_the_bits_of_scalar_dot`]:
+    /// signed zeros, magnitudes far apart (products from 3e34 down to subnormal ones), and rows
+    /// whose products cancel exactly against an input of equal columns.
+    struct DotCase {
+        rows: Vec<f32>,
+        xs: Vec<Vec<f32>>,
+    }
+
+    impl DotCase {
+        fn new(seed: u32, n: usize, stride: usize, cols: usize, inputs: usize) -> Self {
+            let mut state = seed;
+            let mut next = move |scales: &[f32]| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                match state >> 28 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    _ => {
+                        let mantissa = (state >> 5 & 0x7f_ffff) as f32 / (1u32 << 23) as f32 - 0.5;
+                        mantissa * scales[(state & 0x1f) as usize % scales.len()]
+                    }
+                }
+            };
+            // row magnitudes f16 holds (3e4 and 1e-6, a subnormal there), input ones f32 does
+            let row_scales = [1.0f32, 1e-3, 1e3, 7.5, 3e4, 1e-6];
+            let input_scales = [1.0f32, 1e-3, 1e3, 7.5, 1e30, 1e-37];
+            let mut rows: Vec<f32> = (0..n * stride + cols).map(|_| next(&row_scales)).collect();
+            for r in 0..n {
+                let row = &mut rows[r * stride..r * stride + cols];
+                match r % 5 {
+                    // the products of columns 2i and 2i + 1 cancel against an even input
+                    0 => {
+                        for c in (1..cols).step_by(2) {
+                            row[c] = -row[c - 1];
+                        }
+                    }
+                    1 => row.fill(-0.0),
+                    _ => {}
+                }
+            }
+            let mut xs: Vec<Vec<f32>> = (0..inputs)
+                .map(|p| (0..cols + p % 2 * 3).map(|_| next(&input_scales)).collect())
+                .collect();
+            xs[1].fill(0.75);
+            xs[2].iter_mut().for_each(|x| *x = -x.abs());
+            Self { rows, xs }
+        }
+    }
+
+    #[test]
+    fn dots_four_inputs_have_the_bits_of_scalar_dot() {
+        if !super::has_avx512f() {
+            eprintln!(
+                "SKIPPED dots_four_inputs_have_the_bits_of_scalar_dot: this CPU has no AVX-512F (with F16C)"
+            );
+            return;
+        }
+        for cols in [1usize, 3, 4, 5, 63, 64, 65, 130] {
+            for n in 1..=40 {
+                for inputs in 3..=20 {
+                    let stride = cols + [0, 1, 7][(n + inputs) % 3];
+                    let case =
+                        DotCase::new((cols * 1_000 + n * 100 + inputs) as u32, n, stride, cols, inputs);
+                    let rows_f16: Vec<f16> = case.rows.iter().map(|&v| f16::from_f32(v)).collect();
+                    let x_refs: Vec<&[f32]> = case.xs.iter().map(|x| &x[..]).collect();
+                    // two more outputs than rows: they must stay as they are
+                    let sentinel = f32::from_bits(0x7fc0_1234);
+                    let mut outs = vec![vec![sentinel; n + 2]; inputs];
+                    let mut outs_f16 = outs.clone();
+                    let rows = &case.rows[..(n - 1) * stride + cols];
+                    let rows_f16 = &rows_f16[..rows.len()];
+                    {
+                        let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+                        let mut f16_refs: Vec<&mut [f32]> = outs_f16.iter_mut().map(|o| &mut o[..]).collect();
+                        // SAFETY: AVX-512F and F16C were detected above.
+                        unsafe {
+                            super::dots_four_inputs(rows, stride, &x_refs, &mut out_refs);
+                            super::dots_four_inputs(rows_f16, stride, &x_refs, &mut f16_refs);
+                        }
+                    }
+                    for (p, x) in case.xs.iter().enumerate() {
+                        for r in 0..n {
+                            let row = r * stride..r * stride + cols;
+                            let want = scalar::dot(&rows[row.clone()], &x[..cols]);
+                            let want_f16 = scalar::dot_f16(&rows_f16[row], &x[..cols]);
+                            let what = format!("row {r} of {n}, input {p} of {inputs}, {cols} columns");
+                            assert_eq!(outs[p][r].to_bits(), want.to_bits(), "f32 {what}: {want:e}");
+                            assert_eq!(
+                                outs_f16[p][r].to_bits(),
+                                want_f16.to_bits(),
+                                "f16 {what}: {want_f16:e}"
+                            );
+                        }
+                        for out in [&outs[p], &outs_f16[p]] {
+                            assert!(
+                                out[n..].iter().all(|v| v.to_bits() == sentinel.to_bits()),
+                                "past row {n}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The portable loops of [`scalar::layer_norm_rows_in_place`], for one block.
+    fn portable_layer_norm_sums(block: &[f32], width: usize) -> ([f32; 16], [f32; 16]) {
+        let n = width as f32;
+        let rows = (block.len() / width).min(16);
+        let mut means = [-0.0f32; 16];
+        for c in 0..width {
+            for (b, sum) in means[..rows].iter_mut().enumerate() {
+                *sum += block[b * width + c];
+            }
+        }
+        for mean in means.iter_mut() {
+            *mean /= n;
+        }
+        let mut vars = [-0.0f32; 16];
+        for c in 0..width {
+            for (b, (sum, mean)) in vars[..rows].iter_mut().zip(&means).enumerate() {
+                let v = block[b * width + c];
+                *sum += (v - mean) * (v - mean);
+            }
+        }
+        (means, vars)
+    }
+
+    #[test]
+    fn layer_norm_sums_have_the_bits_of_the_portable_loops() {
+        if !super::has_avx512f() {
+            eprintln!(
+                "SKIPPED layer_norm_sums_have_the_bits_of_the_portable_loops: this CPU has no AVX-512F"
+            );
+            return;
+        }
+        let mut state = 29u32;
+        let mut next = || {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            match state >> 28 {
+                0 => -0.0,
+                1 => 0.0,
+                // sums that overflow, and subnormal values
+                2 => f32::MAX * if state & 1 == 0 { 0.9 } else { -0.9 },
+                3 => f32::from_bits(state & 0x8000_ffff),
+                _ => {
+                    let mantissa = (state >> 5 & 0x7f_ffff) as f32 / (1u32 << 23) as f32 - 0.25;
+                    mantissa * [1.0f32, 1e-3, 1e3, 7.5, 1e-30, 1e30][(state & 7) as usize % 6]
+                }
+            }
+        };
+        for width in [1usize, 2, 15, 16, 17, 31, 64, 1024, 1031] {
+            for rows in 0..=16 {
+                // and a block a part row longer, as a last chunk of a longer buffer can be
+                for extra in [0, width / 2] {
+                    let mut block: Vec<f32> = (0..rows * width + extra).map(|_| next()).collect();
+                    if rows > 1 {
+                        // a row of negative zeros, and one of one value (no deviation)
+                        block[..width].fill(-0.0);
+                        block[width..2 * width].fill(3.0);
+                    }
+                    let (want_means, want_vars) = portable_layer_norm_sums(&block, width);
+                    let mut means = [f32::NAN; 16];
+                    let mut vars = [f32::NAN; 16];
+                    // SAFETY: AVX-512F was detected above; `width` is not zero.
+                    unsafe { super::layer_norm_sums(&block, width, &mut means, &mut vars) };
+                    for b in 0..16 {
+                        let what = format!("row {b} of {rows}, width {width}");
+                        assert_eq!(means[b].to_bits(), want_means[b].to_bits(), "mean of {what}");
+                        assert_eq!(
+                            vars[b].to_bits(),
+                            want_vars[b].to_bits(),
+                            "variance sum of {what}"
+                        );
+                    }
+                    let mut means = [f32::NAN; 16];
+                    let mut vars = [f32::NAN; 16];
+                    assert!(super::super::layer_norm_sums(
+                        &block, width, &mut means, &mut vars
+                    ));
+                    assert_eq!(
+                        means.map(f32::to_bits),
+                        want_means.map(f32::to_bits),
+                        "dispatch, {width}"
+                    );
+                    assert_eq!(
+                        vars.map(f32::to_bits),
+                        want_vars.map(f32::to_bits),
+                        "dispatch, {width}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_transpose_moves_every_lane_across_the_diagonal() {
+        use core::arch::x86_64::*;
+        if !super::has_avx512f() {
+            eprintln!("SKIPPED the_transpose_moves_every_lane_across_the_diagonal: this CPU has no AVX-512F");
+            return;
+        }
+        let mut lanes = [[0i32; 16]; 16];
+        for (i, row) in lanes.iter_mut().enumerate() {
+            for (j, lane) in row.iter_mut().enumerate() {
+                *lane = (i * 100 + j) as i32;
+            }
+        }
+        // SAFETY: each array holds sixteen i32; the CPU has AVX-512F (checked above).
+        let mut block: [__m512i; 16] =
+            core::array::from_fn(|i| unsafe { _mm512_loadu_epi32(lanes[i].as_ptr()) });
+        // SAFETY: the CPU has AVX-512F (checked above).
+        unsafe { super::transpose_sixteen(&mut block) };
+        for (j, register) in block.iter().enumerate() {
+            let mut got = [0i32; 16];
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_epi32(got.as_mut_ptr(), *register) };
+            let want: [i32; 16] = core::array::from_fn(|i| (i * 100 + j) as i32);
+            assert_eq!(got, want, "register {j}");
         }
     }
 

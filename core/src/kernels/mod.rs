@@ -188,7 +188,7 @@ fn dots_each_x86<T: x86::RowElement>(
 /// [`dots_strided`] for several inputs of one length (the queries of one head against its
 /// cached keys): `outs[p][r] = xs[p] · rows[r * stride..][..cols]`, `cols` the shortest input's
 /// length, for the rows of the shortest output. With AVX-512F on x86-64 and three inputs or
-/// more, sixteen rows a pass against four inputs a register; with AVX (NEON on aarch64) each
+/// more, sixteen rows a pass (four a register) against four inputs; with AVX (NEON on aarch64) each
 /// block of rows is read once for all the inputs; else one call per input. The bits of one
 /// [`dots_strided`] per input.
 #[inline]
@@ -229,6 +229,24 @@ pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
             }
         }
     }
+}
+
+/// The LayerNorm sums [`scalar::layer_norm_rows_in_place`] takes of a block of up to sixteen
+/// rows of `width`: `means[b]` row `b`'s sum from `-0.0` in column order divided by `width`,
+/// `vars[b]` its sum of squared deviations from `-0.0` in column order (lanes past the block's
+/// rows `-0.0`, `means` divided). One lane a row with AVX-512F on x86-64 (`std` feature, chosen
+/// at run time), the same bits; whether it ran (else nothing is written, and the portable
+/// loops add the sums).
+#[inline]
+pub fn layer_norm_sums(block: &[f32], width: usize, means: &mut [f32; 16], vars: &mut [f32; 16]) -> bool {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    if width > 0 && avx512::has_avx512f() {
+        // SAFETY: `width` is not zero and the CPU has AVX-512F, checked just above.
+        unsafe { avx512::layer_norm_sums(block, width, means, vars) };
+        return true;
+    }
+    let _ = (block, width, means, vars);
+    false
 }
 
 /// Elements a vector of the image is widened by at a time, on the stack ([`add_vector`],
@@ -569,7 +587,7 @@ pub(crate) fn attention_value_sums_each_avx512(
 
 /// [`matvec_f32_rows`] for several inputs, `ys[p] = W xs[p]` (`W (rows, cols)`, `cols` the
 /// inputs' length, `rows` the outputs'): with AVX-512F on x86-64 and three inputs or more,
-/// sixteen rows a pass against four inputs a register (`kernels::avx512`); else with AVX on
+/// sixteen rows a pass (four a register) against four inputs (`kernels::avx512`); else with AVX on
 /// x86-64 (NEON on aarch64) each block of eight weight rows is read once for all the inputs
 /// (with AVX, four inputs or more on rows of 512 columns or more take tiles of six rows); the
 /// same bits as one call per input.

@@ -1007,19 +1007,21 @@ pub fn layer_norm_rows_in_place(x: &mut [f32], width: usize, gain: Vector<'_>, b
     for block in x.chunks_mut(ROWS_SIDE_BY_SIDE * width) {
         let rows = block.len() / width;
         let mut means = [-0.0f32; ROWS_SIDE_BY_SIDE];
-        for c in 0..width {
-            for (b, sum) in means[..rows].iter_mut().enumerate() {
-                *sum += block[b * width + c];
-            }
-        }
-        for mean in means.iter_mut() {
-            *mean /= n;
-        }
         let mut vars = [-0.0f32; ROWS_SIDE_BY_SIDE];
-        for c in 0..width {
-            for (b, (sum, mean)) in vars[..rows].iter_mut().zip(&means).enumerate() {
-                let v = block[b * width + c];
-                *sum += (v - mean) * (v - mean);
+        if !super::layer_norm_sums(block, width, &mut means, &mut vars) {
+            for c in 0..width {
+                for (b, sum) in means[..rows].iter_mut().enumerate() {
+                    *sum += block[b * width + c];
+                }
+            }
+            for mean in means.iter_mut() {
+                *mean /= n;
+            }
+            for c in 0..width {
+                for (b, (sum, mean)) in vars[..rows].iter_mut().zip(&means).enumerate() {
+                    let v = block[b * width + c];
+                    *sum += (v - mean) * (v - mean);
+                }
             }
         }
         for ((row, mean), var) in block.chunks_exact_mut(width).zip(means).zip(vars) {

@@ -224,48 +224,13 @@ unsafe fn lay_out(rows: &[i8], cols: usize, count: usize, panel: &mut [u8]) {
                     unsafe { _mm512_maskz_loadu_epi32(mask, first_row.add(i * cols + first * QUAD).cast()) };
                 *lanes = _mm512_xor_si512(w, flip);
             }
-            transpose(&mut block);
+            super::avx512::transpose_sixteen(&mut block);
             for (j, quad) in block[..n].iter().enumerate() {
                 let to = &mut panel[((first + j) * count + g) * 64..][..64];
                 // SAFETY: `to` holds 64 bytes.
                 unsafe { _mm512_storeu_si512(to.as_mut_ptr().cast(), *quad) };
             }
         }
-    }
-}
-
-/// Transposes sixteen registers of sixteen dwords: lane `j` of register `i` goes to lane `i` of
-/// register `j`. Interleaving dwords, then pairs of them, within each 128-bit quarter gives
-/// registers of four rows' dword `4L + j` in quarter `L`; two rounds of moving whole quarters
-/// then gather each dword's sixteen rows.
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn transpose(block: &mut [__m512i; LANES]) {
-    let r = *block;
-    let mut pairs = [_mm512_setzero_si512(); LANES];
-    for k in 0..LANES / 2 {
-        pairs[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
-        pairs[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
-    }
-    // fours[4k + j], quarter L: rows 4k..4k + 4, dword 4L + j
-    let mut fours = [_mm512_setzero_si512(); LANES];
-    for k in 0..LANES / 4 {
-        let t = &pairs[4 * k..4 * k + 4];
-        fours[4 * k] = _mm512_unpacklo_epi64(t[0], t[2]);
-        fours[4 * k + 1] = _mm512_unpackhi_epi64(t[0], t[2]);
-        fours[4 * k + 2] = _mm512_unpacklo_epi64(t[1], t[3]);
-        fours[4 * k + 3] = _mm512_unpackhi_epi64(t[1], t[3]);
-    }
-    for j in 0..4 {
-        let (a, b, c, d) = (fours[j], fours[4 + j], fours[8 + j], fours[12 + j]);
-        let low_ab = _mm512_shuffle_i32x4::<0x44>(a, b);
-        let high_ab = _mm512_shuffle_i32x4::<0xEE>(a, b);
-        let low_cd = _mm512_shuffle_i32x4::<0x44>(c, d);
-        let high_cd = _mm512_shuffle_i32x4::<0xEE>(c, d);
-        block[j] = _mm512_shuffle_i32x4::<0x88>(low_ab, low_cd);
-        block[4 + j] = _mm512_shuffle_i32x4::<0xDD>(low_ab, low_cd);
-        block[8 + j] = _mm512_shuffle_i32x4::<0x88>(high_ab, high_cd);
-        block[12 + j] = _mm512_shuffle_i32x4::<0xDD>(high_ab, high_cd);
     }
 }
 
@@ -496,32 +461,6 @@ mod tests {
                     );
                 }
             }
-        }
-    }
-
-    #[test]
-    fn the_transpose_moves_every_lane_across_the_diagonal() {
-        if !has_vnni_512() {
-            eprintln!("SKIPPED the_transpose_moves_every_lane_across_the_diagonal: no AVX-512 here");
-            return;
-        }
-        let mut lanes = [[0i32; LANES]; LANES];
-        for (i, row) in lanes.iter_mut().enumerate() {
-            for (j, lane) in row.iter_mut().enumerate() {
-                *lane = (i * 100 + j) as i32;
-            }
-        }
-        // SAFETY: each array holds sixteen i32; the CPU has AVX-512F (checked above).
-        let mut block: [__m512i; LANES] =
-            core::array::from_fn(|i| unsafe { _mm512_loadu_epi32(lanes[i].as_ptr()) });
-        // SAFETY: the CPU has AVX-512F (checked above).
-        unsafe { transpose(&mut block) };
-        for (j, register) in block.iter().enumerate() {
-            let mut got = [0i32; LANES];
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_epi32(got.as_mut_ptr(), *register) };
-            let want: [i32; LANES] = core::array::from_fn(|i| (i * 100 + j) as i32);
-            assert_eq!(got, want, "register {j}");
         }
     }
 }
