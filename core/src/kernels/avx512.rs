@@ -543,26 +543,14 @@ pub unsafe fn layer_norm_sums(
     // SAFETY: row `min(b, rows - 1)` ends at `rows * width <= block.len()`.
     let starts: [*const f32; LAYER_NORM_ROWS] =
         core::array::from_fn(|b| unsafe { block.as_ptr().add(b.min(rows - 1) * width) });
-    // the sixteen rows' columns `c..c + min(16, width - c)`, a register a column
-    let columns = |c: usize| -> ([__m512; 16], usize) {
-        let left = (width - c).min(16);
-        let mask = ((1u32 << left) - 1) as __mmask16;
-        let mut sixteen = [_mm512_setzero_ps(); 16];
-        for (row, start) in sixteen.iter_mut().zip(&starts) {
-            // SAFETY: the mask's lanes are columns `c..c + left` of the row, `c + left <= width`.
-            *row = unsafe { _mm512_maskz_loadu_ps(mask, start.add(c)) };
-        }
-        // the same lanes moved as integers
-        let mut lanes = sixteen.map(|row| _mm512_castps_si512(row));
-        transpose_sixteen(&mut lanes);
-        (lanes.map(|column| _mm512_castsi512_ps(column)), left)
-    };
     let own = ((1u32 << rows) - 1) as __mmask16;
+    let mut columns = [_mm512_setzero_si512(); 16];
     let mut sum = negative_zero;
     for c in (0..width).step_by(16) {
-        let (columns, left) = columns(c);
+        // SAFETY: each row of `starts` has `width` readable columns (above).
+        let left = unsafe { sixteen_columns(&starts, c, width, &mut columns) };
         for &column in &columns[..left] {
-            sum = _mm512_add_ps(sum, column);
+            sum = _mm512_add_ps(sum, _mm512_castsi512_ps(column));
         }
     }
     let mean = _mm512_div_ps(
@@ -571,9 +559,10 @@ pub unsafe fn layer_norm_sums(
     );
     let mut var = negative_zero;
     for c in (0..width).step_by(16) {
-        let (columns, left) = columns(c);
+        // SAFETY: as above.
+        let left = unsafe { sixteen_columns(&starts, c, width, &mut columns) };
         for &column in &columns[..left] {
-            let deviation = _mm512_sub_ps(column, mean);
+            let deviation = _mm512_sub_ps(_mm512_castsi512_ps(column), mean);
             var = _mm512_add_ps(var, _mm512_mul_ps(deviation, deviation));
         }
     }
@@ -582,6 +571,29 @@ pub unsafe fn layer_norm_sums(
         _mm512_storeu_ps(means.as_mut_ptr(), mean);
         _mm512_storeu_ps(vars.as_mut_ptr(), _mm512_mask_blend_ps(own, negative_zero, var));
     }
+}
+
+/// Columns `c..c + min(16, width - c)` of the sixteen rows at `starts`, a register a column
+/// (lane `b` row `b`'s, the bits of the f32 as integers) in `columns`; returns how many.
+///
+/// # Safety
+/// Each row of `starts` must have `width > c` readable f32; the CPU must support AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn sixteen_columns(
+    starts: &[*const f32; 16],
+    c: usize,
+    width: usize,
+    columns: &mut [__m512i; 16],
+) -> usize {
+    let left = (width - c).min(16);
+    let mask = ((1u32 << left) - 1) as __mmask16;
+    for (row, start) in columns.iter_mut().zip(starts) {
+        // SAFETY: the mask's lanes are columns `c..c + left` of the row, `c + left <= width`.
+        *row = unsafe { _mm512_maskz_loadu_epi32(mask, start.add(c).cast()) };
+    }
+    transpose_sixteen(columns);
+    left
 }
 
 /// Transposes sixteen registers of sixteen dwords: lane `j` of register `i` goes to lane `i` of
