@@ -236,8 +236,16 @@ pub(crate) fn attend_block(
                 *score = (*score + positions[shape.max_distance]) * scale;
             }
             if !near_scores.is_empty() {
-                let terms = positions[..=nearest - far].iter().rev();
-                for (score, term) in near_scores.iter_mut().zip(terms) {
+                let terms = &positions[..=nearest - far];
+                // sixteen at a time (whole chunks, which vectorize), then the rest
+                let (sixteens, rest) = near_scores.as_chunks_mut::<16>();
+                let left = terms.len().saturating_sub(16 * sixteens.len());
+                for (scores, terms) in sixteens.iter_mut().zip(terms.rchunks_exact(16)) {
+                    for (k, score) in scores.iter_mut().enumerate() {
+                        *score = (*score + terms[15 - k]) * scale;
+                    }
+                }
+                for (score, term) in rest.iter_mut().zip(terms[..left].iter().rev()) {
                     *score = (*score + term) * scale;
                 }
             }

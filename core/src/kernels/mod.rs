@@ -70,8 +70,20 @@ pub fn run_time_extensions() -> std::vec::Vec<&'static str> {
 /// has no prefetch this crate uses. It reads nothing into the program.
 #[inline]
 pub(crate) fn prefetch_share<T>(items: &[T], share: core::ops::Range<usize>, parts: usize) {
+    prefetch_share_into::<T, 1>(items, share, parts);
+}
+
+/// [`prefetch_share`] into the cache level `LEVEL` (1 or 2) and those below it: the second
+/// for lines the first would lose to other reads before they are used.
+#[inline]
+pub(crate) fn prefetch_share_into<T, const LEVEL: u8>(
+    items: &[T],
+    share: core::ops::Range<usize>,
+    parts: usize,
+) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
         const LINE: usize = 64;
         let bytes = core::mem::size_of_val(items);
         let lines = bytes.div_ceil(LINE);
@@ -80,10 +92,13 @@ pub(crate) fn prefetch_share<T>(items: &[T], share: core::ops::Range<usize>, par
             // SAFETY: `line * LINE < bytes`, so the address is inside `items`; a prefetch reads
             // nothing into the program and never faults.
             unsafe {
-                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                    items.as_ptr().cast::<i8>().add(line * LINE),
-                )
-            };
+                let at = items.as_ptr().cast::<i8>().add(line * LINE);
+                if LEVEL == 1 {
+                    _mm_prefetch::<{ _MM_HINT_T0 }>(at);
+                } else {
+                    _mm_prefetch::<{ _MM_HINT_T1 }>(at);
+                }
+            }
         }
     }
     #[cfg(not(all(feature = "std", target_arch = "x86_64")))]

@@ -71,8 +71,8 @@ pub struct QuantizedInput<'a> {
 /// every row of `values` (rows of `cols`, as many as `row_scales`) and each input of the whole
 /// groups of eight among `inputs`: the rows are laid out into a panel once, then every tile of
 /// 48 rows meets each group. Returns the inputs done (a multiple of eight; the caller does the
-/// rest). `next` (the block of rows the caller takes next) is asked for from memory, a share
-/// with each group.
+/// rest). `next` (the block of rows the caller takes next) is asked for from memory into the
+/// second-level cache, a share with each group (the first would lose it to the panel's reads).
 ///
 /// # Safety
 /// `values` must hold `row_scales.len()` rows of `cols`, every input `cols` values and every
@@ -123,7 +123,7 @@ pub unsafe fn scaled_rows_in_groups(
             };
         }
         for g in 0..groups {
-            super::prefetch_share(next, g..g + 1, groups);
+            super::prefetch_share_into::<_, 2>(next, g..g + 1, groups);
             let group: &[QuantizedInput<'_>; TILE_INPUTS] = inputs[g * TILE_INPUTS..][..TILE_INPUTS]
                 .try_into()
                 .expect("a whole group");
