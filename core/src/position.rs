@@ -233,16 +233,32 @@ pub(crate) fn split_table_floats(distances: usize, d_model: usize) -> Option<usi
 /// The sinusoid `pos_emb(d) = [sin(d * f_k) | cos(d * f_k)]`, `f_k = 1 / 10000^(2k / d_model)`,
 /// into `pos_emb (d_model)`.
 pub(crate) fn position_embedding(d: usize, pos_emb: &mut [f32]) {
-    let d_model = pos_emb.len();
+    position_embeddings(d, pos_emb, pos_emb.len());
+}
+
+/// Frequencies [`position_embeddings`] computes at a time, for all its rows.
+const FREQUENCIES_AT_ONCE: usize = 32;
+
+/// [`position_embedding`] of the distances `first`, `first + 1`, ... into consecutive rows of
+/// `d_model` in `rows`, each frequency computed once for all the rows: the same bits.
+pub(crate) fn position_embeddings(first: usize, rows: &mut [f32], d_model: usize) {
     let half = d_model / 2;
-    let (sin, cos) = pos_emb.split_at_mut(half);
-    for k in 0..half {
-        // inv_freq as PyTorch computes and stores it (f32); the angle and sinusoid in f64.
-        let exponent = (2 * k) as f32 / d_model as f32;
-        let inv_freq = 1.0 / (libm::pow(10000.0, exponent as f64) as f32);
-        let angle = d as f64 * inv_freq as f64;
-        sin[k] = libm::sin(angle) as f32;
-        cos[k] = libm::cos(angle) as f32;
+    for k0 in (0..half).step_by(FREQUENCIES_AT_ONCE) {
+        let count = FREQUENCIES_AT_ONCE.min(half - k0);
+        let mut inv_freqs = [0.0f32; FREQUENCIES_AT_ONCE];
+        for (j, inv_freq) in inv_freqs[..count].iter_mut().enumerate() {
+            // as PyTorch computes and stores it (f32); the angle and sinusoid in f64
+            let exponent = (2 * (k0 + j)) as f32 / d_model as f32;
+            *inv_freq = 1.0 / (libm::pow(10000.0, exponent as f64) as f32);
+        }
+        for (i, row) in rows.chunks_exact_mut(d_model.max(1)).enumerate() {
+            let (sin, cos) = row.split_at_mut(half);
+            for (j, &inv_freq) in inv_freqs[..count].iter().enumerate() {
+                let angle = (first + i) as f64 * inv_freq as f64;
+                sin[k0 + j] = libm::sin(angle) as f32;
+                cos[k0 + j] = libm::cos(angle) as f32;
+            }
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
 use crate::options::PositionKeys;
 use crate::output;
-use crate::position::{position_embedding, split_distances, PositionScores, SplitTable};
+use crate::position::{position_embedding, position_embeddings, split_distances, PositionScores, SplitTable};
 use crate::weights::Matrix;
 
 impl Session<'_, '_> {
@@ -427,10 +427,7 @@ impl Session<'_, '_> {
             return;
         }
         if self.options.position_keys != PositionKeys::PerSession {
-            let rows = s.position_embeddings[..distances * d_model].chunks_exact_mut(d_model);
-            for (d, pos_emb) in rows.enumerate() {
-                position_embedding(d, pos_emb);
-            }
+            position_embeddings(0, &mut s.position_embeddings[..distances * d_model], d_model);
             return;
         }
         // `per_pass` distances at a time, which read each layer's W_r once
@@ -438,9 +435,7 @@ impl Session<'_, '_> {
         while d < distances {
             let count = self.per_pass.min(distances - d);
             let pos_emb = &mut s.branch[..count * d_model];
-            for (k, row) in pos_emb.chunks_exact_mut(d_model).enumerate() {
-                position_embedding(d + k, row);
-            }
+            position_embeddings(d, pos_emb, d_model);
             for layer in 0..config.n_layer as usize {
                 let at = (layer * distances + d) * width;
                 let r_net = self.model.layer(layer).r_net;
