@@ -406,9 +406,10 @@ impl Session<'_, '_> {
     }
 
     /// Position keys `R_d = W_r pos_emb(d)` for every layer and distance `d < distances`,
-    /// computed once, `per_pass` distances at a time: they do not depend on the tokens. With [`PositionKeys::PerSegment`], only
-    /// the table of `pos_emb(d)` is kept; with [`PositionKeys::FoldedIntoQuery`], the two small
-    /// tables of `pos_emb` it splits the distances into ([`SplitTable`]).
+    /// computed once, `per_pass` distances at a time: they do not depend on the tokens. With
+    /// [`PositionKeys::PerSegment`], only the table of `pos_emb(d)` is kept; with
+    /// [`PositionKeys::FoldedIntoQuery`], the two small tables of `pos_emb` it splits the
+    /// distances into ([`SplitTable`]).
     pub(super) fn compute_position_keys(&mut self) {
         let config = *self.model.config();
         let d_model = config.d_model as usize;
