@@ -517,7 +517,7 @@ pub const LAYER_NORM_ROWS: usize = 16;
 /// `(v - mean) * (v - mean)` from `-0.0` in column order (not divided). Lanes past `rows` are
 /// `-0.0`, as the portable arrays start, with `means` divided all the same. One lane a row:
 /// sixteen columns of the sixteen rows are loaded a register a row (masked past `width`) and
-/// transposed ([`transpose_sixteen`]), then added a column at a time; twice, once for each sum.
+/// transposed (`transpose_sixteen`), then added a column at a time; twice, once for each sum.
 ///
 /// # Safety
 /// `width` must not be zero; the CPU must support AVX-512F ([`has_avx512f`]).
