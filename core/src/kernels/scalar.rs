@@ -365,8 +365,8 @@ fn integer_rows_blocked<'y>(
         MatrixData::Int4 { .. } => int4_row_bytes(cols),
         _ => cols,
     };
-    let group_excess = int8_group_excess(weight, inputs);
-    let block = match group_excess {
+    let group_inputs = int8_group_inputs(weight, inputs);
+    let block = match group_inputs {
         Some(_) => GROUP_BLOCK_ROWS,
         // a multiple of 8 rows: whole passes of every kernel
         None => (ROW_BLOCK_BYTES / row_bytes.max(1)).max(8) / 8 * 8,
@@ -400,8 +400,17 @@ fn integer_rows_blocked<'y>(
                     ..
                 } => {
                     // eight inputs at a time where the CPU has the group kernel, then pairs
-                    let mut p = group_excess.as_ref().map_or(0, |excess| {
-                        int8_rows_in_groups(values, cols, scales, inputs, excess, outputs, &out, next_int8)
+                    let mut p = group_inputs.as_ref().map_or(0, |grouped| {
+                        int8_rows_in_groups(
+                            values,
+                            cols,
+                            scales,
+                            grouped,
+                            inputs.len(),
+                            outputs,
+                            &out,
+                            next_int8,
+                        )
                     });
                     while p < inputs.len() {
                         super::prefetch_share(next_int8, p..p + 2, inputs.len());
@@ -494,22 +503,39 @@ const GROUP_BLOCK_ROWS: usize = 48;
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 const _: () = assert!(GROUP_BLOCK_ROWS.is_multiple_of(super::vnni_tiles::TILE_ROWS));
 
-/// Where the group kernel ([`vnni_tiles`](super::vnni_tiles)) takes these inputs (int8
-/// weights, at least eight inputs, a CPU with 512-bit AVX-512 VNNI): what each grouped input's
-/// sums carry from the sign bits the kernel flips ([`vnni_tiles::excess`](super::vnni_tiles::excess)),
-/// once per call for every block of rows. `None` elsewhere.
-fn int8_group_excess(weight: &Matrix<'_>, inputs: &[Int8Input<'_>]) -> Option<[i32; MAX_POSITIONS_PER_PASS]> {
+/// A pass's inputs as the group kernel ([`vnni_tiles`](super::vnni_tiles)) takes them: each
+/// input's values and scale, and for the inputs in whole groups of eight the excess of the sign
+/// bits the kernel flips ([`vnni_tiles::excess`](super::vnni_tiles::excess)).
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+type GroupInputs<'x> = [super::vnni_tiles::QuantizedInput<'x>; MAX_POSITIONS_PER_PASS];
+
+/// (No group kernel elsewhere.)
+#[cfg(not(all(feature = "std", target_arch = "x86_64")))]
+type GroupInputs<'x> = core::marker::PhantomData<&'x ()>;
+
+/// Where the group kernel takes these inputs (int8 weights, at least eight inputs, a CPU with
+/// 512-bit AVX-512 VNNI): the inputs as it takes them, once per call for every block of rows.
+/// `None` elsewhere.
+fn int8_group_inputs<'x>(weight: &Matrix<'_>, inputs: &[Int8Input<'x>]) -> Option<GroupInputs<'x>> {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        use super::vnni_tiles::{excess, has_vnni_512, TILE_INPUTS};
+        use super::vnni_tiles::{excess, has_vnni_512, QuantizedInput, TILE_INPUTS};
         let is_int8 = matches!(weight.data, MatrixData::Int8 { .. });
         if !is_int8 || inputs.len() < TILE_INPUTS || !has_vnni_512() {
             return None;
         }
         let grouped = inputs.len() / TILE_INPUTS * TILE_INPUTS;
-        Some(core::array::from_fn(|p| match inputs.get(p) {
-            Some(input) if p < grouped => excess(input.xq, weight.cols),
-            _ => 0,
+        Some(core::array::from_fn(|p| {
+            let input = inputs.get(p).unwrap_or(&Int8Input::NONE);
+            QuantizedInput {
+                values: input.xq,
+                scale: input.x_scale,
+                excess: if p < grouped {
+                    excess(input.xq, weight.cols)
+                } else {
+                    0
+                },
+            }
         }))
     }
     #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
@@ -519,55 +545,39 @@ fn int8_group_excess(weight: &Matrix<'_>, inputs: &[Int8Input<'_>]) -> Option<[i
     }
 }
 
-/// The int8 rows of one block (`values`, `scales`) for the inputs in whole groups of eight,
+/// The int8 rows of one block (`values`, `scales`) for the first `count` inputs of `inputs`
+/// ([`int8_group_inputs`]'s, which only the CPUs with the kernel get) in whole groups of eight,
 /// `outputs[p][out]` for input `p`, by the group kernel ([`vnni_tiles`](super::vnni_tiles)):
-/// each block's weights are laid out once and each load of them meets eight inputs. `excess` is
-/// [`int8_group_excess`]'s, which only the CPUs with the kernel get. Returns the inputs done;
-/// `next` (the next block) is asked for from memory a share with each group of inputs.
+/// each block's weights are laid out once and each load of them meets eight inputs. Returns
+/// the inputs done; `next` (the next block) is asked for from memory a share with each group.
 #[allow(clippy::too_many_arguments)]
 fn int8_rows_in_groups(
     values: &[i8],
     cols: usize,
     scales: &[f32],
-    inputs: &[Int8Input<'_>],
-    excess: &[i32; MAX_POSITIONS_PER_PASS],
+    inputs: &GroupInputs<'_>,
+    count: usize,
     outputs: &mut [&mut [f32]],
     out: &core::ops::Range<usize>,
     next: &[i8],
 ) -> usize {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        use super::vnni_tiles::QuantizedInput;
-        let quantized: [QuantizedInput<'_>; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|p| {
-            let input = inputs.get(p).unwrap_or(&Int8Input::NONE);
-            QuantizedInput {
-                values: input.xq,
-                scale: input.x_scale,
-                excess: excess[p],
-            }
-        });
         let mut outs: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| &mut [][..]);
         for (o, y) in outs.iter_mut().zip(outputs.iter_mut()) {
             *o = &mut y[out.clone()];
         }
-        let n = inputs.len();
+        let n = count.min(MAX_POSITIONS_PER_PASS);
         // SAFETY: the block holds `scales.len() = out.len()` rows of `cols` (its caller's row
         // range), every quantized input `cols` values and every output `out.len()` (`out`); the
-        // CPU has the kernel's features (`excess` exists).
+        // CPU has the kernel's features (`inputs` exist).
         unsafe {
-            super::vnni_tiles::scaled_rows_in_groups(
-                values,
-                cols,
-                scales,
-                &quantized[..n],
-                &mut outs[..n],
-                next,
-            )
+            super::vnni_tiles::scaled_rows_in_groups(values, cols, scales, &inputs[..n], &mut outs[..n], next)
         }
     }
     #[cfg(not(all(feature = "std", target_arch = "x86_64")))]
     {
-        let _ = (values, cols, scales, inputs, excess, outputs, out, next);
+        let _ = (values, cols, scales, inputs, count, outputs, out, next);
         0
     }
 }

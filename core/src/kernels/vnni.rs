@@ -214,7 +214,7 @@ macro_rules! vnni_kernels {
             /// `body <= xq.len()`; the CPU must support this module's instructions.
             #[inline]
             #[target_feature(enable = $features)]
-            pub(in crate::kernels) unsafe fn input_sum(xq: &[i8], body: usize) -> i32 {
+            unsafe fn input_sum(xq: &[i8], body: usize) -> i32 {
                 let ones = _mm256_set1_epi8(1);
                 let mut lanes = _mm256_setzero_si256();
                 let mut c = 0;

@@ -103,7 +103,7 @@ enum Command {
     /// first-level cache (f32 for a segment's positions also on 192 KB of rows in the
     /// second-level cache), measured by the command first (about a third of a second; int8 in
     /// segments of three positions or more against the AMX tile kernel, or the AVX-512 VNNI
-    /// kernel of six positions at a time, where the CPU has one).
+    /// kernel of eight positions at a time, where the CPU has one).
     #[command(after_help = bench::EXAMPLES)]
     Bench(bench::Args),
     /// Continue a prompt with the model.

@@ -146,8 +146,8 @@ fn int8_tiles_limit() -> Option<f64> {
             .map(|p| (0..cols).map(|i| small_value(i + 7 + p)).collect())
             .collect();
         let xq: Vec<&[i8]> = xs.iter().map(|x| &x[..]).collect();
-        let mut out = vec![vec![0i32; rows]; INPUTS];
         if kernels::amx::has_amx_int8() {
+            let mut out = vec![vec![0i32; rows]; INPUTS];
             return Some(best_rate(INPUTS * rows * cols, || {
                 let mut sums: Vec<&mut [i32]> = out.iter_mut().map(|s| &mut s[..]).collect();
                 // SAFETY: `has_amx_int8` returned true just above.
