@@ -64,7 +64,7 @@ pub struct ArenaLayout {
     pub log_probs: usize,
     /// u32 words of kernel scratch for `per_pass` activation rows of the widest input,
     /// `max(d_model, d_inner, n_head * d_head, d_embed)` columns: see
-    /// [`kernels::scratch_words`](crate::kernels::scratch_words).
+    /// [`matrix::scratch_words`](crate::matrix::scratch_words).
     pub quantized: usize,
 }
 
@@ -130,7 +130,7 @@ impl ArenaLayout {
         } else {
             1
         };
-        let query_rows = output_rows.min(crate::attention::QUERIES_TOGETHER);
+        let query_rows = output_rows.min(crate::memory::QUERIES_TOGETHER);
         let layout = ArenaLayout {
             keys: cache,
             values: cache,
@@ -155,7 +155,7 @@ impl ArenaLayout {
             row: floats(per_pass, d_model)?,
             embed_row: floats(output_rows, config.max_emb_dim() as usize)?,
             log_probs: floats(output_rows, config.n_token as usize)?,
-            quantized: per_pass * crate::kernels::scratch_words(widest_input.into_iter().max().unwrap_or(0)),
+            quantized: per_pass * crate::matrix::scratch_words(widest_input.into_iter().max().unwrap_or(0)),
         };
         layout.checked_total().ok_or(overflow)?;
         Ok(layout)

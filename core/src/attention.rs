@@ -13,8 +13,9 @@
 //! `W_r` folded into the query.
 
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
-use crate::memory::{MemDtype, Memory};
+use crate::memory::{MemDtype, Memory, QUERIES_TOGETHER};
 use crate::position::PositionScores;
+use crate::vector;
 
 /// The shape of one segment's attention.
 #[derive(Clone, Copy, Debug)]
@@ -119,16 +120,10 @@ pub(crate) fn attend_one(
             let content = *score;
             *score = (content + position) * scale;
         }
-        kernels::softmax(scores);
+        vector::softmax(scores);
         memory.add_values(layer, lo, head, scores, int_scratch, &mut out[h.clone()]);
     }
 }
-
-/// Queries [`attend_block`] takes together at most. Every key and value a block reads serves
-/// all its queries; but in a sliding window (`same_length`) a block of `n` computes the
-/// content terms of up to `n - 1` keys per query that the query does not see, and the keys
-/// all its queries see, whose values it adds together, are `n - 1` fewer than a window.
-pub(crate) const QUERIES_TOGETHER: usize = 16;
 
 // a block's queries come from one pass of the linear layers
 const _: () = assert!(QUERIES_TOGETHER <= MAX_POSITIONS_PER_PASS);
@@ -220,7 +215,7 @@ pub(crate) fn attend_block(
             let mut rows = rows_of(position, capacity, distances);
             let at = head * shape.d_head;
             let table = &position_keys[at..at + (distances - 1) * width + shape.d_head];
-            kernels::dots_strided_each(table, width, &position_heads[..count], &mut rows[..count]);
+            kernels::dots_strided_each_f32(table, width, &position_heads[..count], &mut rows[..count]);
         }
         // each query's scores over the keys it sees, then their softmax, in place
         for (b, &(lo, hi)) in visible.iter().enumerate() {
@@ -249,7 +244,7 @@ pub(crate) fn attend_block(
                     *score = (*score + term) * scale;
                 }
             }
-            kernels::softmax(scores);
+            vector::softmax(scores);
         }
         if int8 {
             let mut outs: [&mut [f32]; QUERIES_TOGETHER] = core::array::from_fn(|_| Default::default());

@@ -4,6 +4,7 @@
 //! The result is scaled by `sqrt(d_model)`.
 
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
+use crate::matrix;
 use crate::model::Model;
 
 /// `embedding(token) * sqrt(d_model) -> out (d_model)`. `token < n_token` (checked by the caller);
@@ -16,7 +17,7 @@ pub fn embed(model: &Model<'_>, token: u32, row: &mut [f32], scratch: &mut [u32]
     model.emb_layer(table).row_to_f32(index, row);
     if config.has_emb_proj() {
         // emb_projs[i] (d_model, width) @ row (width) -> out (d_model)
-        kernels::matvec(&model.emb_proj(table), row, out, scratch);
+        matrix::matvec(&model.emb_proj(table), row, out, scratch);
     } else {
         out.copy_from_slice(row);
     }
@@ -27,7 +28,7 @@ pub fn embed(model: &Model<'_>, token: u32, row: &mut [f32], scratch: &mut [u32]
 /// same bits: up to `rows.len() / max_emb_dim` tokens at a time (at most
 /// [`MAX_POSITIONS_PER_PASS`]), the tokens of one table projected together, so that each
 /// projection is read once for them rather than once per token. `scratch` holds
-/// [`scratch_words`](kernels::scratch_words)`(d_embed)` words for each of two tokens (int8
+/// [`scratch_words`](matrix::scratch_words)`(d_embed)` words for each of two tokens (int8
 /// weights take inputs in pairs); rows of `outs` past the tokens' are left as they are.
 pub fn embed_each(
     model: &Model<'_>,
@@ -65,7 +66,7 @@ pub fn embed_each(
             }
             if count > 0 {
                 // emb_projs[table] (d_model, width) @ row (width) -> out (d_model), per token
-                kernels::matmul(&model.emb_proj(table), &xs[..count], &mut ys[..count], scratch);
+                matrix::matmul(&model.emb_proj(table), &xs[..count], &mut ys[..count], scratch);
             }
         }
         let scale = libm::sqrt(config.d_model as f64) as f32;

@@ -2,47 +2,10 @@
 
 use core::fmt;
 
+pub use crate::config::ConfigError;
 use crate::options::SessionOptions;
 use crate::tensors::TensorName;
 use crate::vocab::VocabError;
-
-/// A config field that makes no sense, or that this crate cannot run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// A size (n_token, d_model, n_head, ..., div_val, tgt_len) is zero.
-    ZeroDimension,
-    /// `d_model` must be even (the sinusoid embedding is `[sin | cos]`).
-    OddModelWidth,
-    /// More cutoffs than [`crate::config::MAX_CUTOFFS`].
-    TooManyCutoffs,
-    /// Cutoffs must be strictly increasing and inside `1..n_token`.
-    BadCutoffs,
-    /// `tie_projs` names a cluster that does not exist.
-    BadTieProjs,
-    /// `d_embed / div_val^i` is zero for some cluster.
-    EmbeddingTooNarrow,
-    /// The LayerNorm epsilon must be positive and finite.
-    BadLayerNormEpsilon,
-    /// The sizes overflow what this crate can address.
-    TooLarge,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ConfigError::ZeroDimension => "a model dimension is zero",
-            ConfigError::OddModelWidth => "d_model must be even",
-            ConfigError::TooManyCutoffs => "too many adaptive cutoffs (at most 8)",
-            ConfigError::BadCutoffs => "cutoffs must be strictly increasing and below n_token",
-            ConfigError::BadTieProjs => "tie_projs names a cluster that does not exist",
-            ConfigError::EmbeddingTooNarrow => "d_embed / div_val^i is zero for some cluster",
-            ConfigError::BadLayerNormEpsilon => "layer_norm_epsilon must be positive and finite",
-            ConfigError::TooLarge => "the model's sizes overflow the addressable range",
-        })
-    }
-}
 
 /// Why [`crate::Session::restore_state`] (or `save_state`) refused a session state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,5 +239,4 @@ impl defmt::Format for Error {
 }
 
 impl core::error::Error for Error {}
-impl core::error::Error for ConfigError {}
 impl core::error::Error for StateError {}

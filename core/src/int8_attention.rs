@@ -12,17 +12,15 @@
 //! [`SUM_LIMIT`] in absolute value, whatever the number of terms. Integer sums are exact in any
 //! order, so every kernel gives the same bits.
 
+pub use crate::kernels::portable::{query_words, SIDE_BY_SIDE};
+use crate::kernels::{self, Magnitudes};
+
 /// Largest `Σ |a_i|` of the 16-bit side of a sum whose other side is int8 (`|b_i| <= 127`):
 /// then `|Σ a_i b_i| <= 127 · SUM_LIMIT <= i32::MAX`.
 pub const SUM_LIMIT: f32 = 16_000_000.0; // i32::MAX / 127 is 16,909,320; the rest is rounding slack
 
 /// Largest 16-bit magnitude (the halves `SMLAD` and `SMLABB` multiply are signed 16-bit).
 pub const HALF_MAX: f32 = 32767.0;
-
-/// Words [`QueryWords::quantize`] needs for a head of `d_head`.
-pub fn query_words(d_head: usize) -> usize {
-    2 * d_head.div_ceil(4)
-}
 
 /// Words of integer scratch attention over int8 memory needs for a head of `d_head`, besides
 /// one word per key (which it takes from the position terms once they are used).
@@ -151,7 +149,7 @@ impl<'a> ProbabilityWords<'a> {
         for ((rows, ranges), steps) in groups.zip(steps.chunks_mut(SIDE_BY_SIDE)) {
             let mut largest = [0.0f32; SIDE_BY_SIDE];
             let mut sums = [0.0f32; SIDE_BY_SIDE];
-            magnitudes_side_by_side(rows, &mut largest, &mut sums);
+            kernels::magnitudes_each_f32(rows, &mut largest, &mut sums);
             for (b, ((row, range), step)) in rows.iter_mut().zip(ranges).zip(steps.iter_mut()).enumerate() {
                 let magnitudes = Magnitudes {
                     max: largest[b],
@@ -180,52 +178,6 @@ impl<'a> ProbabilityWords<'a> {
     }
 }
 
-/// The largest magnitude of a list of weights and the sum of all, in the list's order.
-#[derive(Debug, Clone, Copy, Default)]
-struct Magnitudes {
-    max: f32,
-    sum: f32,
-}
-
-impl Magnitudes {
-    fn add(&mut self, weight: f32) {
-        let weight = weight.abs();
-        if weight > self.max || weight.is_nan() {
-            self.max = weight; // a NaN or infinity stays and is caught after
-        }
-        self.sum += weight;
-    }
-}
-
-/// Lists whose magnitudes [`ProbabilityWords::quantize_each_in_place`] adds side by side.
-pub const SIDE_BY_SIDE: usize = 16;
-
-/// `largest[b]` and `sums[b]` as [`Magnitudes`] adds them up over `rows[b]` (at most
-/// [`SIDE_BY_SIDE`] rows, taken up to the shortest's length), from the values given.
-fn magnitudes_side_by_side(
-    rows: &[&mut [f32]],
-    largest: &mut [f32; SIDE_BY_SIDE],
-    sums: &mut [f32; SIDE_BY_SIDE],
-) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if crate::kernels::attention_magnitudes_avx512(rows, largest, sums) {
-        return;
-    }
-    let len = rows.iter().map(|row| row.len()).min().unwrap_or(0);
-    let mut magnitudes: [Magnitudes; SIDE_BY_SIDE] = core::array::from_fn(|b| Magnitudes {
-        max: largest[b],
-        sum: sums[b],
-    });
-    for t in 0..len {
-        for (m, row) in magnitudes.iter_mut().zip(rows) {
-            m.add(row[t]);
-        }
-    }
-    for ((m, largest), sum) in magnitudes.iter().zip(largest.iter_mut()).zip(sums.iter_mut()) {
-        (*largest, *sum) = (m.max, m.sum);
-    }
-}
-
 /// `out[t] = query · key_t` for `t < out.len()`: key `t` is the first `d_head` bytes at
 /// `keys[t * stride..]` times its scale, the next of `key_scales`.
 pub fn key_dots(
@@ -245,127 +197,21 @@ pub fn key_dots(
 }
 
 /// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
-/// `keys[t * stride..]`.
+/// `keys[t * stride..]` ([`kernels::key_sums_i8`]).
 pub fn key_sums(keys: &[i8], stride: usize, d_head: usize, query: &QueryWords<'_>, sums: &mut [i32]) {
-    #[cfg(feature = "cortex-m-dsp")]
-    {
-        // whole groups of four columns in the kernel, the rest here
-        let groups = d_head / 4;
-        crate::kernels::cortex_m::key_sums_s8(keys, stride, groups, query.words, sums);
-        for (t, sum) in sums.iter_mut().enumerate() {
-            let key = &keys[t * stride..t * stride + d_head];
-            for (c, &k) in key.iter().enumerate().skip(4 * groups) {
-                *sum = sum.wrapping_add(k as i32 * query_half(query.words, c));
-            }
-        }
-    }
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if crate::kernels::attention_key_sums_avx2(keys, stride, d_head, query.words, sums) {
-        return;
-    }
-    #[cfg(not(feature = "cortex-m-dsp"))]
-    key_sums_portable(keys, stride, d_head, query.words, sums);
+    kernels::key_sums_i8(keys, stride, d_head, query.words, sums);
 }
 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
-/// `values[t * stride..]`.
+/// `values[t * stride..]` ([`kernels::value_sums_i8`]).
 pub fn value_sums(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
-    #[cfg(feature = "cortex-m-dsp")]
-    {
-        // whole groups of four columns in the kernel, the rest here
-        let body = acc.len() / 4 * 4;
-        crate::kernels::cortex_m::value_sums_s8(values, stride, weights, acc);
-        value_sums_portable(&values[body..], stride, weights, &mut acc[body..]);
-    }
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if crate::kernels::attention_value_sums_avx2(values, stride, weights, acc) {
-        return;
-    }
-    #[cfg(not(feature = "cortex-m-dsp"))]
-    value_sums_portable(values, stride, weights, acc);
-}
-
-/// [`key_sums`] for several queries: `sums[b][t] = query_b · key_t` for `t` below the shortest
-/// output, `query_b` the words `words[b]` ([`QueryWords::words`]). With AVX-512BW on x86-64
-/// (`std` feature) each block of sixteen keys is widened once for all the queries; else one
-/// [`key_sums`] per query. Integer sums: the same bits either way.
-pub fn key_sums_each(keys: &[i8], stride: usize, d_head: usize, words: &[&[u32]], sums: &mut [&mut [i32]]) {
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if crate::kernels::attention_key_sums_each_avx512(keys, stride, d_head, words, sums) {
-        return;
-    }
-    for (words, sums) in words.iter().zip(sums.iter_mut()) {
-        key_sums(keys, stride, d_head, &QueryWords { words, step: 0.0 }, sums);
-    }
-}
-
-/// [`value_sums`] for several weight lists: `accs[b][c] += Σ_t weights[b][t] · value_t[c]` for
-/// `t` below the shortest list and `c` below the shortest accumulator. With AVX-512BW on
-/// x86-64 (`std` feature) each pair of values is widened once for four lists; else one
-/// [`value_sums`] per list. Integer sums: the same bits either way.
-pub fn value_sums_each(values: &[i8], stride: usize, weights: &[&[i32]], accs: &mut [&mut [i32]]) {
-    let keys = weights.iter().map(|w| w.len()).min().unwrap_or(0);
-    let columns = accs.iter().map(|a| a.len()).min().unwrap_or(0);
-    #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if crate::kernels::attention_value_sums_each_avx512(values, stride, weights, accs) {
-        return;
-    }
-    for (weights, acc) in weights.iter().zip(accs.iter_mut()) {
-        value_sums(values, stride, &weights[..keys], &mut acc[..columns]);
-    }
-}
-
-/// The 16-bit query value of column `c` from its widened words.
-fn query_half(words: &[u32], c: usize) -> i32 {
-    let word = words[2 * (c / 4) + (c % 4) % 2];
-    let half = if c % 4 >= 2 { word >> 16 } else { word };
-    half as u16 as i16 as i32
-}
-
-/// [`key_sums`] in plain Rust (`words` as [`QueryWords::words`]): the reference every kernel
-/// must match.
-pub fn key_sums_portable(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
-    let groups = d_head / 4;
-    let half = |w: u32, high: bool| (if high { w >> 16 } else { w }) as u16 as i16 as i32;
-    for (t, sum) in sums.iter_mut().enumerate() {
-        let key = &keys[t * stride..t * stride + d_head];
-        let mut acc = 0i32;
-        // whole groups of four columns: words 2g (columns 4g, 4g + 2) and 2g + 1 (4g + 1, 4g + 3)
-        for (k, w) in key.chunks_exact(4).zip(words.chunks_exact(2)).take(groups) {
-            let q = [
-                half(w[0], false),
-                half(w[1], false),
-                half(w[0], true),
-                half(w[1], true),
-            ];
-            let dot = (0..4).fold(0i32, |d, i| d.wrapping_add(k[i] as i32 * q[i]));
-            acc = acc.wrapping_add(dot);
-        }
-        key_sums_columns(key, 4 * groups, words, &mut acc);
-        *sum = acc;
-    }
-}
-
-/// Adds `key[c] * query[c]` for the columns `c >= first` of `key` to `sum` (wrapping).
-pub(crate) fn key_sums_columns(key: &[i8], first: usize, words: &[u32], sum: &mut i32) {
-    for (c, &k) in key.iter().enumerate().skip(first) {
-        *sum = sum.wrapping_add(k as i32 * query_half(words, c));
-    }
-}
-
-/// [`value_sums`] in plain Rust: the reference every kernel must match.
-pub fn value_sums_portable(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
-    for (t, &weight) in weights.iter().enumerate() {
-        let value = &values[t * stride..t * stride + acc.len()];
-        for (a, &v) in acc.iter_mut().zip(value) {
-            *a = a.wrapping_add(weight.wrapping_mul(v as i32));
-        }
-    }
+    kernels::value_sums_i8(values, stride, weights, acc);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::portable::query_half;
 
     fn pseudo_random(n: usize, seed: u32) -> impl Iterator<Item = u32> {
         let mut state = seed;

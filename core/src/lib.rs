@@ -88,6 +88,7 @@ pub mod int8_attention;
 #[allow(unsafe_code)]
 pub mod kernels;
 pub mod macs;
+pub mod matrix;
 pub(crate) mod memory;
 pub mod model;
 pub mod options;
@@ -99,6 +100,7 @@ pub mod sampling;
 pub mod scoring;
 pub mod session;
 pub mod tensors;
+pub mod vector;
 pub mod vocab;
 pub mod weights;
 

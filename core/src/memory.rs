@@ -13,9 +13,15 @@
 
 use half::f16;
 
-use crate::attention::QUERIES_TOGETHER;
 use crate::int8_attention;
-use crate::kernels::{self, scalar};
+use crate::kernels;
+
+/// Queries the attention (`crate::attention::attend_block`) takes together at most, and the
+/// memory's several-query products with them. Every key and value a block reads serves
+/// all its queries; but in a sliding window (`same_length`) a block of `n` computes the
+/// content terms of up to `n - 1` keys per query that the query does not see, and the keys
+/// all its queries see, whose values it adds together, are `n - 1` fewer than a window.
+pub(crate) const QUERIES_TOGETHER: usize = 16;
 
 /// How the cached keys and values are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -85,8 +91,9 @@ impl Store<'_> {
                 for (head, chunk) in row.chunks_exact(d_head).enumerate() {
                     let start = at + head * d_head;
                     let out = &mut values[start..start + d_head];
-                    let max_abs = scalar::largest_magnitude(chunk);
-                    scales[start / d_head] = scalar::quantize_with(out, max_abs, chunk.iter().copied());
+                    let max_abs = kernels::portable::largest_magnitude(chunk);
+                    scales[start / d_head] =
+                        kernels::portable::quantize_with(out, max_abs, chunk.iter().copied());
                 }
             }
         }
@@ -95,7 +102,7 @@ impl Store<'_> {
     /// `x · stored[at..at + x.len()]` (one head: `at` is a multiple of `d_head`).
     fn dot(&self, at: usize, d_head: usize, x: &[f32]) -> f32 {
         match self {
-            Store::F32(s) => crate::kernels::dot(x, &s[at..at + x.len()]),
+            Store::F32(s) => crate::kernels::dot_f32(x, &s[at..at + x.len()]),
             Store::F16(s) => crate::kernels::dot_f16(&s[at..at + x.len()], x),
             Store::Int8 { values, scales } => {
                 let mut acc = 0.0f32;
@@ -284,7 +291,7 @@ impl<'a> Memory<'a> {
                 for (at, count) in self.runs(layer, lo, out.len()) {
                     let at = at + head * d_head;
                     let rows = &s[at..at + (count - 1) * self.width + d_head];
-                    kernels::dots_strided(rows, self.width, query_head, &mut out[done..done + count]);
+                    kernels::dots_strided_f32(rows, self.width, query_head, &mut out[done..done + count]);
                     done += count;
                 }
             }
@@ -345,7 +352,7 @@ impl<'a> Memory<'a> {
                 *part = bytemuck::cast_slice_mut(&mut out[done..done + run]);
             }
             let n = queries.len();
-            int8_attention::key_sums_each(rows, self.width, d_head, &words[..n], &mut parts[..n]);
+            kernels::key_sums_each_i8(rows, self.width, d_head, &words[..n], &mut parts[..n]);
             // each key's scale read once for all the queries
             let key_scales = scales[at / d_head..].iter().step_by(self.width / d_head);
             for (t, &key_scale) in (done..done + run).zip(key_scales) {
@@ -446,7 +453,7 @@ impl<'a> Memory<'a> {
             for (part, row) in parts.iter_mut().zip(weights.chunks_exact(capacity)).take(count) {
                 *part = &bytemuck::cast_slice(&row[..keys])[done..done + run];
             }
-            int8_attention::value_sums_each(rows, self.width, &parts[..count], &mut sums[..count]);
+            kernels::value_sums_each_i8(rows, self.width, &parts[..count], &mut sums[..count]);
             done += run;
         }
         for ((out, sum), step) in outs.iter_mut().zip(&sums[..count]).zip(&steps) {
@@ -485,7 +492,7 @@ impl<'a> Memory<'a> {
             let queries = &queries[..queries.len().min(QUERIES_TOGETHER)];
             let parts = &mut parts[..queries.len()];
             match &self.keys {
-                Store::F32(s) => kernels::dots_strided_each(&s[rows], self.width, queries, parts),
+                Store::F32(s) => kernels::dots_strided_each_f32(&s[rows], self.width, queries, parts),
                 Store::F16(s) => kernels::dots_strided_each_f16(&s[rows], self.width, queries, parts),
                 Store::Int8 { .. } => {}
             }
@@ -518,7 +525,7 @@ impl<'a> Memory<'a> {
             }
             let lists = &parts[..ps.len().min(QUERIES_TOGETHER)];
             match &self.values {
-                Store::F32(s) => kernels::axpys_strided_each(&s[rows], self.width, lists, outs),
+                Store::F32(s) => kernels::axpys_strided_each_f32(&s[rows], self.width, lists, outs),
                 Store::F16(s) => {
                     for (p, out) in lists.iter().zip(outs.iter_mut()) {
                         kernels::axpys_strided_f16(&s[rows.clone()], self.width, p, out);
@@ -665,7 +672,7 @@ impl<'a> Memory<'a> {
                 for (at, count) in self.runs(layer, lo, p.len()) {
                     let at = at + head * d_head;
                     let rows = &s[at..at + (count - 1) * self.width + d_head];
-                    kernels::axpys_strided(rows, self.width, &p[done..done + count], out_head);
+                    kernels::axpys_strided_f32(rows, self.width, &p[done..done + count], out_head);
                     done += count;
                 }
             }

@@ -7,14 +7,16 @@
 
 use crate::config::MAX_CUTOFFS;
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
+use crate::matrix;
 use crate::model::Model;
+use crate::vector;
 
 /// `ln p(token | hiddens[p]) -> row p of log_probs` (rows of `n_token`) for every token and
 /// each of up to [`MAX_POSITIONS_PER_PASS`] positions, each cluster's weights read once for all
 /// of them. `projected` holds a row of `d_embed` floats for each position and `scratch`
-/// [`scratch_words`](kernels::scratch_words)`(max(d_model, d_embed))` words for each; positions
+/// [`scratch_words`](matrix::scratch_words)`(max(d_model, d_embed))` words for each; positions
 /// past what they (or `log_probs`) hold are left out. Each row has the same bits however many
-/// positions go together ([`kernels::matmul_split`]).
+/// positions go together ([`matrix::matmul_split`]).
 ///
 /// `targets[p] = Some(t)` asks only for `ln p(t)` at position `p` (scoring): an adaptive
 /// softmax then computes the head and `t`'s own cluster for it, not the other tail clusters,
@@ -56,11 +58,11 @@ pub fn log_probs_of_positions(
         if n_clusters > 0 {
             // cluster_weight (n_clusters, d_embed) @ head_hidden (d_embed) + cluster_bias -> (n_clusters)
             let cluster_weight = model.cluster_weight();
-            kernels::matvec_bias(&cluster_weight, model.cluster_bias(), head, tail_logits, scratch);
+            matrix::matvec_bias(&cluster_weight, model.cluster_bias(), head, tail_logits, scratch);
         }
         let shortlist = &mut row[..shortlist];
         let head_max = kernels::max(shortlist).max(kernels::max(tail_logits));
-        let mut head_sum = kernels::sum_exp(shortlist, head_max);
+        let mut head_sum = vector::sum_exp(shortlist, head_max);
         for &v in tail_logits.iter() {
             head_sum += kernels::fast_math::softmax_exp(v - head_max);
         }
@@ -103,7 +105,7 @@ pub fn log_probs_of_positions(
         cluster_logits(model, cluster, &tails, scratch, rows, start..end);
         for (row, &cluster_logit) in rows.iter_mut().zip(&chosen_logits) {
             let tail = &mut row[start..end];
-            kernels::log_softmax(tail);
+            vector::log_softmax(tail);
             for v in tail.iter_mut() {
                 *v += cluster_logit;
             }
@@ -138,7 +140,7 @@ fn project<'p>(
     {
         *slot = &mut out[..width];
     }
-    kernels::vecmat_each(&hiddens[..count], &out_proj, &mut outs[..count], scratch);
+    matrix::vecmat_each(&hiddens[..count], &out_proj, &mut outs[..count], scratch);
     for (slot, out) in rows.iter_mut().zip(outs).take(count) {
         *slot = out;
     }
@@ -172,7 +174,7 @@ fn cluster_logits(
         count += 1;
     }
     let mut rests: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
-    kernels::matmul_split(
+    matrix::matmul_split(
         &weight,
         &xs[..count],
         &mut outs[..count],
@@ -180,6 +182,6 @@ fn cluster_logits(
         scratch,
     );
     for out in &mut outs[..count] {
-        kernels::add_vector(out, bias);
+        vector::add_vector(out, bias);
     }
 }

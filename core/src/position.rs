@@ -21,6 +21,7 @@
 //! distances (`2 d_model` MACs), then pays `d_model` per key as before.
 
 use crate::kernels;
+use crate::matrix;
 use crate::weights::Matrix;
 
 /// Where one query's position scores come from. [`PositionScores::start_head`] prepares a
@@ -70,7 +71,7 @@ impl PositionScores<'_> {
         {
             let w_r = r_net.row_range(head * *d_head, (head + 1) * *d_head);
             // (q + v)_h (d_head) @ W_r,h (d_head, d_model) -> p_h (d_model)
-            kernels::vecmat(query_pos, &w_r, folded, scratch);
+            matrix::vecmat(query_pos, &w_r, folded, scratch);
             *rotated_block = None;
         }
     }
@@ -103,7 +104,7 @@ impl PositionScores<'_> {
                 let (width, d_head) = (*width, *d_head);
                 let at = nearest * width + head * d_head;
                 let rows = &keys[at..at + (m - 1) * width + d_head];
-                kernels::dots_strided(rows, width, query_pos, computed);
+                kernels::dots_strided_f32(rows, width, query_pos, computed);
             }
             PositionScores::Folded { table, .. } => {
                 // block by block: rotate p_h to the block, then one product per distance in it
@@ -116,7 +117,7 @@ impl PositionScores<'_> {
                     let (rotated, table) = self.rotate_to(a);
                     let d_model = rotated.len();
                     let rows = &table.fine[b * d_model..(b + count) * d_model];
-                    kernels::dots_strided(rows, d_model, rotated, &mut computed[done..done + count]);
+                    kernels::dots_strided_f32(rows, d_model, rotated, &mut computed[done..done + count]);
                     done += count;
                 }
             }
@@ -135,13 +136,13 @@ impl PositionScores<'_> {
         match self {
             PositionScores::Keys { keys, width, d_head } => {
                 let at = distance * *width + head * *d_head;
-                kernels::dot(query_pos, &keys[at..at + *d_head])
+                kernels::dot_f32(query_pos, &keys[at..at + *d_head])
             }
             PositionScores::Folded { table, .. } => {
                 let (a, b) = (distance / table.block, distance % table.block);
                 let (rotated, table) = self.rotate_to(a);
                 let d_model = rotated.len();
-                kernels::dot(rotated, &table.fine[b * d_model..(b + 1) * d_model])
+                kernels::dot_f32(rotated, &table.fine[b * d_model..(b + 1) * d_model])
             }
         }
     }

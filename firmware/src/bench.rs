@@ -28,7 +28,7 @@ use alloc::vec::Vec;
 use defmt::info;
 use half::f16;
 use txl_core::weights::{int4_groups, int4_pack_row, int4_row_bytes, Matrix, MatrixData};
-use txl_core::{int8_attention, kernels};
+use txl_core::{int8_attention, kernels, matrix};
 
 use crate::counter::{self, InstructionCounter};
 use crate::Failure;
@@ -142,8 +142,8 @@ fn check_int8_attention() -> Result<usize, Failure> {
             let q = int8_attention::QueryWords::quantize(&query, &mut words)
                 .ok_or(Failure::KernelMismatch("the query quantization"))?;
             let (mut fast, mut portable) = (vec![0i32; count], vec![0i32; count]);
-            int8_attention::key_sums(&keys, stride, d_head, &q, &mut fast);
-            int8_attention::key_sums_portable(&keys, stride, d_head, q.words, &mut portable);
+            kernels::key_sums_i8(&keys, stride, d_head, q.words, &mut fast);
+            kernels::portable::key_sums_i8(&keys, stride, d_head, q.words, &mut portable);
             if fast != portable {
                 return Err(Failure::KernelMismatch("key_sums"));
             }
@@ -151,8 +151,8 @@ fn check_int8_attention() -> Result<usize, Failure> {
                 .map(|_| (numbers.next() % 65535) as i32 - 32767)
                 .collect();
             let (mut fast, mut portable) = (vec![7i32; d_head], vec![7i32; d_head]);
-            int8_attention::value_sums(&keys, stride, &weights, &mut fast);
-            int8_attention::value_sums_portable(&keys, stride, &weights, &mut portable);
+            kernels::value_sums_i8(&keys, stride, &weights, &mut fast);
+            kernels::portable::value_sums_i8(&keys, stride, &weights, &mut portable);
             if fast != portable {
                 return Err(Failure::KernelMismatch("value_sums"));
             }
@@ -181,7 +181,7 @@ fn int4_matrix(numbers: &mut Numbers, rows: usize, cols: usize, group: usize) ->
     (packed, codes)
 }
 
-/// The int4 product's sums (as this board runs them: `kernels::int4_row_sums`) against the
+/// The int4 product's sums (as this board runs them: `kernels::row_sums_i4`) against the
 /// portable ones, on shapes with odd rows, columns that end in a partial block or group, groups
 /// of 8 to 128 columns, inputs at both ends of the int8 range and in between; then the extreme
 /// sums (every weight `-8`, every input `-128`) in groups of 128 and 256 columns. Returns the
@@ -190,11 +190,11 @@ fn check_int4() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x1234_4321);
     let mut shapes = 0;
     let mut check = |values: &[u8], group: usize, codes: &[u8], xq: &[i8], rows: usize| {
-        let mut widened = vec![0u32; kernels::scratch_words(xq.len())];
-        kernels::widen_int8_input(xq, &mut widened);
+        let mut widened = vec![0u32; matrix::scratch_words(xq.len())];
+        kernels::widen_input_i8(xq, &mut widened);
         let (mut fast, mut portable) = (vec![7i64; rows], vec![-7i64; rows]);
-        kernels::int4_row_sums(values, group, codes, xq, &widened, &mut fast);
-        kernels::scalar::int4_row_sums(values, group, codes, xq, &mut portable);
+        kernels::row_sums_i4(values, group, codes, xq, &widened, &mut fast);
+        kernels::portable::row_sums_i4(values, group, codes, xq, &mut portable);
         shapes += 1;
         if fast == portable {
             Ok(())
@@ -246,7 +246,7 @@ fn check_widen_f16() -> Result<usize, Failure> {
         let mut wide = vec![0.0f32; src.len()];
         kernels::widen_f16(src, &mut wide);
         for (&half, &got) in src.iter().zip(&wide) {
-            let expected = kernels::scalar::f16_to_f32(half);
+            let expected = kernels::portable::f16_to_f32(half);
             let same = got.to_bits() == expected.to_bits() || (got.is_nan() && expected.is_nan());
             if !same {
                 return Err(Failure::KernelMismatch("widen_f16"));
@@ -300,8 +300,8 @@ fn measure_attention(memory: AttentionMemory, counter: &InstructionCounter) -> u
     for _ in 0..REPEATS {
         match memory {
             AttentionMemory::F32 => {
-                kernels::dots_strided(&keys, KEY_STRIDE, &query, &mut scores);
-                kernels::axpys_strided(&values, KEY_STRIDE, &probabilities, &mut out);
+                kernels::dots_strided_f32(&keys, KEY_STRIDE, &query, &mut scores);
+                kernels::axpys_strided_f32(&values, KEY_STRIDE, &probabilities, &mut out);
             }
             AttentionMemory::Int8 => {
                 p.copy_from_slice(&probabilities);
@@ -356,7 +356,7 @@ fn measure(kernel: Kernel, rows: usize, cols: usize, counter: &InstructionCounte
     let x2: Vec<f32> = (0..cols).map(|_| numbers.float()).collect();
     let mut y = vec![0.0f32; rows];
     let mut y2 = vec![0.0f32; rows];
-    let mut scratch = vec![0u32; 2 * kernels::scratch_words(cols)];
+    let mut scratch = vec![0u32; 2 * matrix::scratch_words(cols)];
     let weights: Vec<f32> = (0..rows * cols).map(|_| numbers.float()).collect();
     let halves: Vec<f16> = weights.iter().map(|&w| f16::from_f32(w)).collect();
     let values: Vec<i8> = weights.iter().map(|&w| (w * 127.0) as i8).collect();
@@ -377,12 +377,12 @@ fn measure(kernel: Kernel, rows: usize, cols: usize, counter: &InstructionCounte
         Kernel::F16 => MatrixData::F16(&halves),
         Kernel::F32 => MatrixData::F32(&weights),
     };
-    let matrix = Matrix { rows, cols, data };
+    let weight = Matrix { rows, cols, data };
     let start = counter.ticks();
     for _ in 0..REPEATS {
         match kernel {
-            Kernel::Int8Pair => kernels::matvec_pair(&matrix, [&x, &x2], [&mut y, &mut y2], &mut scratch),
-            _ => kernels::matvec(&matrix, &x, &mut y, &mut scratch),
+            Kernel::Int8Pair => matrix::matvec_pair(&weight, [&x, &x2], [&mut y, &mut y2], &mut scratch),
+            _ => matrix::matvec(&weight, &x, &mut y, &mut scratch),
         }
     }
     let ticks = counter.ticks_since(start);

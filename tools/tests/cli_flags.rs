@@ -963,7 +963,7 @@ fn bench_reports_multiply_accumulates_against_the_measured_limit() {
         .collect();
     assert_eq!(
         extensions,
-        txl_core::kernels::run_time_extensions(),
+        txl_core::kernels::features::run_time_extensions(),
         "this CPU's extensions"
     );
     // three positions or more a pass: int8 weights are held against the segments' int8 limit

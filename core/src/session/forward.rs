@@ -17,9 +17,11 @@ use crate::attention::{self, AttentionShape};
 use crate::embedding;
 use crate::error::Error;
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
+use crate::matrix;
 use crate::options::PositionKeys;
 use crate::output;
 use crate::position::{position_embedding, position_embeddings, split_distances, PositionScores, SplitTable};
+use crate::vector;
 use crate::weights::Matrix;
 
 impl Session<'_, '_> {
@@ -98,7 +100,7 @@ impl Session<'_, '_> {
         {
             if config.pre_lnorm {
                 let eps = config.layer_norm_epsilon;
-                kernels::layer_norm(h, w.attn_norm_weight, w.attn_norm_bias, eps, x);
+                vector::layer_norm(h, w.attn_norm_weight, w.attn_norm_bias, eps, x);
             } else {
                 x.copy_from_slice(h);
             }
@@ -124,7 +126,7 @@ impl Session<'_, '_> {
             let key_values = &mut s.key_value[..count * 2 * width];
             // W_qkv (3 * n_head * d_head, d_model) @ x (d_model) -> [q | k | v] for each
             // position, q into `queries`, [k | v] (2 * n_head * d_head) into `key_value`
-            kernels::matmul_split(
+            matrix::matmul_split(
                 &qkv,
                 &rows(inputs, d_model)[..count],
                 &mut rows_mut(queries, width)[..count],
@@ -212,7 +214,7 @@ impl Session<'_, '_> {
             },
         };
         // the queries a block takes together (the rows of `position_query`)
-        let block = (position_query.len() / width.max(1)).clamp(1, attention::QUERIES_TOGETHER);
+        let block = (position_query.len() / width.max(1)).clamp(1, crate::memory::QUERIES_TOGETHER);
         let mut first = 0;
         while first < shape.qlen {
             let count = block.min(shape.qlen - first);
@@ -225,8 +227,8 @@ impl Session<'_, '_> {
                 .chunks_exact_mut(width)
                 .zip(block_queries_pos.chunks_exact_mut(width))
             {
-                kernels::add_vector(query_pos, w.r_r_bias);
-                kernels::add_vector(query, w.r_w_bias);
+                vector::add_vector(query_pos, w.r_r_bias);
+                vector::add_vector(query, w.r_w_bias);
             }
             let out = &mut attn_vec[rows];
             let together = match &positions {
@@ -284,7 +286,7 @@ impl Session<'_, '_> {
             }
             let branch = &mut s.branch[..count * d_model];
             // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model)
-            kernels::matmul_split(
+            matrix::matmul_split(
                 &w.o_net,
                 &rows(a, width)[..count],
                 &mut rows_mut(branch, d_model)[..count],
@@ -297,7 +299,7 @@ impl Session<'_, '_> {
             }
             if !config.pre_lnorm {
                 let eps = config.layer_norm_epsilon;
-                kernels::layer_norm_rows_in_place(hidden, d_model, w.attn_norm_weight, w.attn_norm_bias, eps);
+                vector::layer_norm_rows_in_place(hidden, d_model, w.attn_norm_weight, w.attn_norm_bias, eps);
             }
             i += count;
         }
@@ -320,7 +322,7 @@ impl Session<'_, '_> {
             let x: &[f32] = if config.pre_lnorm {
                 let normed = &mut s.branch[..count * d_model];
                 for (h, x) in hidden.chunks_exact(d_model).zip(normed.chunks_exact_mut(d_model)) {
-                    kernels::layer_norm(h, w.ff_norm_weight, w.ff_norm_bias, eps, x);
+                    vector::layer_norm(h, w.ff_norm_weight, w.ff_norm_bias, eps, x);
                 }
                 normed
             } else {
@@ -331,7 +333,7 @@ impl Session<'_, '_> {
             }
             let inner = &mut s.ff_inner[..count * d_inner];
             // W_1 (d_inner, d_model) @ x (d_model) -> inner (d_inner), each position
-            kernels::matmul_split(
+            matrix::matmul_split(
                 &w.ff1_weight,
                 &rows(x, d_model)[..count],
                 &mut rows_mut(inner, d_inner)[..count],
@@ -339,14 +341,14 @@ impl Session<'_, '_> {
                 s.quantized_input,
             );
             for inner in inner.chunks_exact_mut(d_inner) {
-                kernels::add_vector(inner, w.ff1_bias);
+                vector::add_vector(inner, w.ff1_bias);
                 kernels::relu(inner);
                 probe.linear_input(layer, Linear::Ff2, inner);
             }
             // the attention input is spent: its first rows take the output
             let ff_out = &mut s.attn_input[..count * d_model];
             // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model), each position
-            kernels::matmul_split(
+            matrix::matmul_split(
                 &w.ff2_weight,
                 &rows(inner, d_inner)[..count],
                 &mut rows_mut(ff_out, d_model)[..count],
@@ -358,11 +360,11 @@ impl Session<'_, '_> {
                 .chunks_exact_mut(d_model)
                 .zip(ff_out.chunks_exact_mut(d_model))
             {
-                kernels::add_vector(out, w.ff2_bias);
+                vector::add_vector(out, w.ff2_bias);
                 kernels::add_assign(h, out);
             }
             if !config.pre_lnorm {
-                kernels::layer_norm_rows_in_place(hidden, d_model, w.ff_norm_weight, w.ff_norm_bias, eps);
+                vector::layer_norm_rows_in_place(hidden, d_model, w.ff_norm_weight, w.ff_norm_bias, eps);
             }
             i += count;
         }
@@ -462,14 +464,14 @@ impl Session<'_, '_> {
             let x = &mut s.attn_input[..d_model];
             if config.pre_lnorm {
                 let eps = config.layer_norm_epsilon;
-                kernels::layer_norm(zero, w.attn_norm_weight, w.attn_norm_bias, eps, x);
+                vector::layer_norm(zero, w.attn_norm_weight, w.attn_norm_bias, eps, x);
             } else {
                 x.fill(0.0);
             }
             let w_kv = w.qkv.row_range(width, 3 * width);
             // W_kv (2 * n_head * d_head, d_model) @ x (d_model) -> [k | v] (2 * n_head * d_head)
             let key_value = &mut s.key_value[..2 * width];
-            kernels::matvec(&w_kv, x, key_value, s.quantized_input);
+            matrix::matvec(&w_kv, x, key_value, s.quantized_input);
             let (key, value) = key_value.split_at(width);
             for position in 0..mem_len {
                 self.memory.write(layer, position, key, value);
@@ -486,7 +488,7 @@ fn position_keys_of(r_net: &Matrix<'_>, pos_emb: &[f32], keys: &mut [f32], scrat
     let (d_model, width) = (r_net.cols, r_net.rows);
     let count = (pos_emb.len() / d_model.max(1)).min(MAX_POSITIONS_PER_PASS);
     // W_r (n_head * d_head, d_model) @ pos_emb(d) (d_model) -> R_d (n_head * d_head)
-    kernels::matmul_split(
+    matrix::matmul_split(
         r_net,
         &rows(pos_emb, d_model)[..count],
         &mut rows_mut(keys, width)[..count],

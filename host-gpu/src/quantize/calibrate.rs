@@ -78,7 +78,7 @@ pub fn smoothing_factors(
 #[cfg(test)]
 mod tests {
     use txl_core::rng::Rng;
-    use txl_core::{kernels, AlignedBytes, Config, Linear, MemInit, Model, Probe, Session, SessionOptions};
+    use txl_core::{matrix, AlignedBytes, Config, Linear, MemInit, Model, Probe, Session, SessionOptions};
 
     use super::ChannelRanges;
     use crate::{random_image, small_config, Backend, RandomInit, Reference};
@@ -130,7 +130,7 @@ mod tests {
         let mut session = Session::new(model, arena.bytes_mut(), options).unwrap();
         let mut projected = vec![0.0f32; config.d_embed as usize];
         let mut row = vec![0.0f32; config.d_embed as usize];
-        let mut scratch = vec![0u32; kernels::scratch_words(d_model.max(config.d_embed as usize))];
+        let mut scratch = vec![0u32; matrix::scratch_words(d_model.max(config.d_embed as usize))];
         for segment in tokens.chunks(options.tgt_len as usize) {
             let mut probe = RangeProbe {
                 ranges: &mut ranges,
@@ -145,7 +145,7 @@ mod tests {
                     let table = config.emb_table_of_cluster(cluster);
                     let input: &[f32] = if config.has_out_proj() {
                         let width = config.emb_dim(table) as usize;
-                        kernels::vecmat(h, &model.out_proj(cluster), &mut projected[..width], &mut scratch);
+                        matrix::vecmat(h, &model.out_proj(cluster), &mut projected[..width], &mut scratch);
                         &projected[..width]
                     } else {
                         h

@@ -191,7 +191,7 @@ impl GramAccumulators {
 #[cfg(test)]
 mod tests {
     use txl_core::rng::Rng;
-    use txl_core::{kernels, AlignedBytes, Config, Linear, Model, Probe, Session, SessionOptions};
+    use txl_core::{matrix, AlignedBytes, Config, Linear, Model, Probe, Session, SessionOptions};
 
     use super::InputGrams;
     use crate::quantize::calibrate::ChannelRanges;
@@ -231,7 +231,7 @@ mod tests {
                     let width = config.emb_dim(table) as usize;
                     // hidden (d_model) @ out_proj (d_model, width) -> (width)
                     let out_proj = self.model.out_proj(cluster);
-                    kernels::vecmat(hidden, &out_proj, &mut self.projected[..width], &mut self.scratch);
+                    matrix::vecmat(hidden, &out_proj, &mut self.projected[..width], &mut self.scratch);
                     &self.projected[..width]
                 } else {
                     hidden
@@ -255,7 +255,7 @@ mod tests {
             grams: InputGrams::empty(&config),
             last_layer: config.n_layer as usize - 1,
             projected: vec![0.0; d_embed],
-            scratch: vec![0; kernels::scratch_words(d_model.max(d_embed))],
+            scratch: vec![0; matrix::scratch_words(d_model.max(d_embed))],
         };
         let mut arena = txl_core::scoring::arena_for(model, &options).unwrap();
         let mut session = Session::new(model, arena.bytes_mut(), options).unwrap();

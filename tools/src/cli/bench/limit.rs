@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use txl_core::kernels;
+use txl_core::{kernels, matrix};
 
 /// Rows and columns of the probe's matrices: 16 KB of f32 weights (32 × 128), 16 KB of int8
 /// (64 × 256), within any first-level data cache of 32 KB, with the demo model's widths.
@@ -64,9 +64,9 @@ impl Limits {
 /// AVX-512F, whose own kernel takes three inputs or more).
 fn f32_limit() -> f64 {
     let one = f32_rate(F32_SHAPE, 1, |weight, xs, ys| {
-        kernels::matvec_f32_rows(weight, xs[0], ys[0])
+        kernels::matvec_f32(weight, xs[0], ys[0])
     });
-    let several = |shape, inputs| f32_rate(shape, inputs, kernels::matmul_f32_rows);
+    let several = |shape, inputs| f32_rate(shape, inputs, kernels::matmul_f32);
     // four inputs or more: a segment's positions several at a time
     one.max(several(F32_SHAPE, 2))
         .max(several(F32_SHAPE, 4))
@@ -76,7 +76,7 @@ fn f32_limit() -> f64 {
 /// The fastest of `matmul_fma_rows` over one input, four and sixteen, and over sixteen on rows
 /// of 512 columns.
 fn fast_f32_limit() -> f64 {
-    let rate = |shape, inputs| f32_rate(shape, inputs, kernels::fma::matmul_fma_rows);
+    let rate = |shape, inputs| f32_rate(shape, inputs, kernels::matmul_fma_f32);
     rate(F32_SHAPE, 1)
         .max(rate(F32_SHAPE, 4))
         .max(rate(F32_SHAPE, 16))
@@ -102,27 +102,27 @@ fn f32_rate(
     })
 }
 
-/// The fastest of `int8_row_sums` and `int8_row_sums_pair`.
+/// The fastest of `row_sums_i8` and `row_sums_pair_i8`.
 fn int8_limit() -> f64 {
     let (rows, cols) = INT8_SHAPE;
     let values: Vec<i8> = (0..rows * cols).map(small_value).collect();
     let x0: Vec<i8> = (0..cols).map(|i| small_value(i + 7)).collect();
     let x1: Vec<i8> = (0..cols).map(|i| small_value(i + 11)).collect();
-    let mut scratch0 = vec![0u32; kernels::scratch_words(cols)];
-    let mut scratch1 = vec![0u32; kernels::scratch_words(cols)];
-    let (xq0, widened0) = kernels::split_scratch(&mut scratch0, cols);
-    let (xq1, widened1) = kernels::split_scratch(&mut scratch1, cols);
+    let mut scratch0 = vec![0u32; matrix::scratch_words(cols)];
+    let mut scratch1 = vec![0u32; matrix::scratch_words(cols)];
+    let (xq0, widened0) = matrix::split_scratch(&mut scratch0, cols);
+    let (xq1, widened1) = matrix::split_scratch(&mut scratch1, cols);
     xq0.copy_from_slice(&x0);
     xq1.copy_from_slice(&x1);
-    kernels::widen_int8_input(xq0, widened0);
-    kernels::widen_int8_input(xq1, widened1);
+    kernels::widen_input_i8(xq0, widened0);
+    kernels::widen_input_i8(xq1, widened1);
     let (mut s0, mut s1) = (vec![0i32; rows], vec![0i32; rows]);
     let one = best_rate(rows * cols, || {
-        kernels::int8_row_sums(&values, cols, xq0, widened0, &mut s0);
+        kernels::row_sums_i8(&values, cols, xq0, widened0, &mut s0);
         std::hint::black_box(&mut s0);
     });
     let two = best_rate(2 * rows * cols, || {
-        kernels::int8_row_sums_pair(
+        kernels::row_sums_pair_i8(
             &values,
             cols,
             [xq0, xq1],
@@ -134,50 +134,42 @@ fn int8_limit() -> f64 {
     one.max(two)
 }
 
-/// The AMX tile kernel over 64 inputs, or else the AVX-512 VNNI kernel over them in groups of
-/// eight (x86-64 only), if this machine can run either.
+/// The int8 tile kernel (AMX) over 64 inputs, or else the grouped kernel (AVX-512 VNNI) over
+/// them in groups of eight, if this machine can run either.
 fn int8_tiles_limit() -> Option<f64> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        const INPUTS: usize = 64;
-        let (rows, cols) = INT8_SHAPE;
-        let values: Vec<i8> = (0..rows * cols).map(small_value).collect();
-        let xs: Vec<Vec<i8>> = (0..INPUTS)
-            .map(|p| (0..cols).map(|i| small_value(i + 7 + p)).collect())
-            .collect();
-        let xq: Vec<&[i8]> = xs.iter().map(|x| &x[..]).collect();
-        if kernels::amx::has_amx_int8() {
-            let mut out = vec![vec![0i32; rows]; INPUTS];
-            return Some(best_rate(INPUTS * rows * cols, || {
-                let mut sums: Vec<&mut [i32]> = out.iter_mut().map(|s| &mut s[..]).collect();
-                // SAFETY: `has_amx_int8` returned true just above.
-                unsafe { kernels::amx::row_sums_many(&values, cols, &xq, &mut sums) };
-                std::hint::black_box(&mut sums);
-            }));
-        }
-        if kernels::vnni_tiles::has_vnni_512() {
-            use kernels::vnni_tiles::{excess, scaled_rows_in_groups, QuantizedInput, TILE_INPUTS};
-            let grouped = INPUTS / TILE_INPUTS * TILE_INPUTS;
-            let inputs: Vec<QuantizedInput<'_>> = xq
-                .iter()
-                .map(|x| QuantizedInput {
-                    values: x,
-                    scale: 1.0,
-                    excess: excess(x, cols),
-                })
-                .collect();
-            let row_scales = vec![1.0f32; rows];
-            let mut out = vec![vec![0.0f32; rows]; INPUTS];
-            return Some(best_rate(grouped * rows * cols, || {
-                let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|s| &mut s[..]).collect();
-                // SAFETY: `rows` rows of `cols` in `values` (one scale each), `cols` in every
-                // input, `rows` in every output; `has_vnni_512` returned true just above.
-                unsafe { scaled_rows_in_groups(&values, cols, &row_scales, &inputs, &mut outs, &[]) };
-                std::hint::black_box(&mut outs);
-            }));
-        }
+    const INPUTS: usize = 64;
+    let (rows, cols) = INT8_SHAPE;
+    let values: Vec<i8> = (0..rows * cols).map(small_value).collect();
+    let xs: Vec<Vec<i8>> = (0..INPUTS)
+        .map(|p| (0..cols).map(|i| small_value(i + 7 + p)).collect())
+        .collect();
+    let xq: Vec<&[i8]> = xs.iter().map(|x| &x[..]).collect();
+    if kernels::has_row_sums_tiles_i8() {
+        let mut out = vec![vec![0i32; rows]; INPUTS];
+        return Some(best_rate(INPUTS * rows * cols, || {
+            let mut sums: Vec<&mut [i32]> = out.iter_mut().map(|s| &mut s[..]).collect();
+            kernels::row_sums_tiles_i8(&values, cols, &xq, [&mut sums]);
+            std::hint::black_box(&mut sums);
+        }));
     }
-    None
+    let inputs = kernels::group_inputs_i8(cols, INPUTS, |p| (xq[p], 1.0))?;
+    let grouped = INPUTS / kernels::GROUP_INPUTS * kernels::GROUP_INPUTS;
+    let row_scales = vec![1.0f32; rows];
+    let mut out = vec![vec![0.0f32; rows]; INPUTS];
+    Some(best_rate(grouped * rows * cols, || {
+        let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|s| &mut s[..]).collect();
+        kernels::row_sums_groups_i8(
+            &values,
+            cols,
+            &row_scales,
+            &inputs,
+            INPUTS,
+            &mut outs,
+            &(0..rows),
+            &[],
+        );
+        std::hint::black_box(&mut outs);
+    }))
 }
 
 /// A value in -64..=63 that varies with `i` (the kernels' speed does not depend on it).

@@ -88,7 +88,7 @@ struct Report {
     /// variants run.
     limits: LimitsReport,
     /// The instruction-set extensions this CPU has that the core's kernels choose from at run
-    /// time (`txl_core::kernels::run_time_extensions`).
+    /// time (`txl_core::kernels::features::run_time_extensions`).
     extensions: Vec<&'static str>,
     /// One measurement per variant, f32 first.
     results: Vec<Measurement>,
@@ -226,7 +226,7 @@ impl Args {
             mem_init: options.mem_init.word(),
             position_keys: options.position_keys.word(),
             macs_per_token,
-            extensions: txl_core::kernels::run_time_extensions(),
+            extensions: txl_core::kernels::features::run_time_extensions(),
             limits: LimitsReport {
                 f32_gmacs_per_second: limits.f32_macs_per_second / 1e9,
                 int8_gmacs_per_second: limits.int8_macs_per_second / 1e9,

@@ -2,7 +2,7 @@
 //! needs the standard library). Each gives the scalar kernels' bits: integer sums are exact in
 //! any order, and the float kernels keep every row's (or element's) own order of rounding:
 //!
-//! - **f32 and f16 rows** ([`dots`]): the portable [`dot`](super::scalar::dot) sums a row in
+//! - **f32 and f16 rows** ([`dots`]): the portable [`dot`](crate::kernels::portable::dot_f32) sums a row in
 //!   four accumulators, column `c` into accumulator `c % 4`, multiplying and then adding (two
 //!   roundings, no fused multiply-add), and finishes with `(a0 + a1) + (a2 + a3) + tail`. Here
 //!   the four accumulators of a row are four lanes, and one 256-bit register holds two rows;
@@ -28,78 +28,58 @@ use core::arch::x86_64::*;
 
 use half::f16;
 
-use super::{rows_that_fit, scalar};
+use super::row_element::{row_tail, RowElement};
+use crate::kernels::portable::{self, rows_that_fit};
 
-mod tiles;
-
-/// Whether this CPU has AVX2 (detected once, then cached by the standard library).
-#[inline]
-pub fn has_avx2() -> bool {
-    std::is_x86_feature_detected!("avx2")
-}
-
-/// [`scalar::int8_vecmat_sums`] compiled for AVX2 (the compiler vectorises its loop).
+/// [`portable::int8_vecmat_sums`] compiled for AVX2 (the compiler vectorises its loop).
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn int8_vecmat_sums_avx2(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
-    scalar::int8_vecmat_sums(xq, values, cols, acc);
+    portable::vecmat_sums_i8(xq, values, cols, acc);
 }
 
-/// [`scalar::int8_vecmat_sums`] compiled for AVX-512F and BW.
+/// [`portable::int8_vecmat_sums`] compiled for AVX-512F and BW.
 ///
 /// # Safety
 /// The CPU must support AVX-512F and AVX-512BW.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub unsafe fn int8_vecmat_sums_avx512(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
-    scalar::int8_vecmat_sums(xq, values, cols, acc);
+    portable::vecmat_sums_i8(xq, values, cols, acc);
 }
 
-/// [`scalar::int8_vecmat_sums_each`] compiled for AVX2.
+/// [`portable::int8_vecmat_sums_each`] compiled for AVX2.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
 pub unsafe fn int8_vecmat_sums_each_avx2(
-    xq: &[&[i8]; scalar::VECMAT_INPUTS],
+    xq: &[&[i8]; portable::VECMAT_INPUTS],
     values: &[i8],
     cols: usize,
-    sums: &mut [&mut [i32]; scalar::VECMAT_INPUTS],
+    sums: &mut [&mut [i32]; portable::VECMAT_INPUTS],
 ) {
-    scalar::int8_vecmat_sums_each(xq, values, cols, sums);
+    portable::vecmat_sums_each_i8(xq, values, cols, sums);
 }
 
-/// [`scalar::int8_vecmat_sums_each`] compiled for AVX-512F and BW.
+/// [`portable::int8_vecmat_sums_each`] compiled for AVX-512F and BW.
 ///
 /// # Safety
 /// The CPU must support AVX-512F and AVX-512BW.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub unsafe fn int8_vecmat_sums_each_avx512(
-    xq: &[&[i8]; scalar::VECMAT_INPUTS],
+    xq: &[&[i8]; portable::VECMAT_INPUTS],
     values: &[i8],
     cols: usize,
-    sums: &mut [&mut [i32]; scalar::VECMAT_INPUTS],
+    sums: &mut [&mut [i32]; portable::VECMAT_INPUTS],
 ) {
-    scalar::int8_vecmat_sums_each(xq, values, cols, sums);
-}
-
-/// Whether this CPU converts f16 to f32 in hardware (F16C; detected once, then cached).
-#[inline]
-pub fn has_f16c() -> bool {
-    std::is_x86_feature_detected!("f16c")
-}
-
-/// Whether this CPU has AVX and F16C, what [`dots`] and [`axpys`] need (every x86-64 CPU with
-/// AVX since 2012 has both).
-#[inline]
-pub fn has_avx_f16c() -> bool {
-    std::is_x86_feature_detected!("avx") && has_f16c()
+    portable::vecmat_sums_each_i8(xq, values, cols, sums);
 }
 
 /// `sum a[i] * b[i]` for `a` and `b` of one length, f16 weights widened by `VCVTPH2PS` (exact):
 /// four lanes that are the portable kernel's four accumulators, each product rounded and then
-/// added as there, so the bits equal `scalar::dot_f16`'s.
+/// added as there, so the bits equal `portable::dot_f16`'s.
 ///
 /// # Safety
 /// The CPU must support F16C ([`has_f16c`]).
@@ -124,12 +104,12 @@ pub unsafe fn dot_f16(a: &[f16], b: &[f32]) -> f32 {
     unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
     let mut tail = 0.0;
     for (w, x) in a[body..n].iter().zip(&b[body..n]) {
-        tail += scalar::f16_to_f32(*w) * x;
+        tail += portable::f16_to_f32(*w) * x;
     }
     (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
 }
 
-/// `sum a[i] * b[i]` in i32, 16 products per step; equal to `scalar::dot_i8`.
+/// `sum a[i] * b[i]` in i32, 16 products per step; equal to `portable::dot_i8`.
 ///
 /// # Safety
 /// The CPU must support AVX2 ([`has_avx2`]).
@@ -153,100 +133,11 @@ pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let halves = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256::<1>(acc));
     let pairs = _mm_add_epi32(halves, _mm_shuffle_epi32::<0b01_00_11_10>(halves));
     let total = _mm_add_epi32(pairs, _mm_shuffle_epi32::<0b10_11_00_01>(pairs));
-    _mm_cvtsi128_si32(total) + scalar::dot_i8(&a[body..n], &b[body..n])
-}
-
-/// A weight type the row kernels read: f32 as it is, f16 widened exactly by F16C.
-pub trait RowElement: Copy {
-    /// Four elements at `a` and four at `b` as f32: `[a0, a1, a2, a3 | b0, b1, b2, b3]`.
-    ///
-    /// # Safety
-    /// Four elements must be readable at each pointer, and the CPU must have AVX and F16C.
-    unsafe fn two_quads(a: *const Self, b: *const Self) -> __m256;
-    /// Four elements at `a` as f32.
-    ///
-    /// # Safety
-    /// As for [`RowElement::two_quads`].
-    unsafe fn quad(a: *const Self) -> __m128;
-    /// Eight elements at `a` as f32.
-    ///
-    /// # Safety
-    /// Eight elements must be readable at `a`, and the CPU must have AVX and F16C.
-    unsafe fn eight(a: *const Self) -> __m256;
-    /// One element as f32, as the portable kernel widens it.
-    fn widen(self) -> f32;
-    /// Whether the rows are f32 already, to be read in place (else widened first, by
-    /// [`RowElement::eight`] and [`RowElement::quad`]).
-    const IN_PLACE: bool;
-}
-
-impl RowElement for f32 {
-    #[inline]
-    #[target_feature(enable = "avx,f16c")]
-    unsafe fn two_quads(a: *const f32, b: *const f32) -> __m256 {
-        // SAFETY: the caller gives four readable f32 at each pointer; no alignment needed.
-        unsafe { _mm256_insertf128_ps::<1>(_mm256_castps128_ps256(_mm_loadu_ps(a)), _mm_loadu_ps(b)) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx,f16c")]
-    unsafe fn quad(a: *const f32) -> __m128 {
-        // SAFETY: the caller gives four readable f32; no alignment needed.
-        unsafe { _mm_loadu_ps(a) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx,f16c")]
-    unsafe fn eight(a: *const f32) -> __m256 {
-        // SAFETY: the caller gives eight readable f32; no alignment needed.
-        unsafe { _mm256_loadu_ps(a) }
-    }
-
-    #[inline]
-    fn widen(self) -> f32 {
-        self
-    }
-
-    const IN_PLACE: bool = true;
-}
-
-impl RowElement for f16 {
-    #[inline]
-    #[target_feature(enable = "avx,f16c")]
-    unsafe fn two_quads(a: *const f16, b: *const f16) -> __m256 {
-        // SAFETY: the caller gives four readable f16 (8 bytes) at each pointer; the 64-bit loads
-        // need no alignment.
-        unsafe {
-            let low = _mm_loadl_epi64(a.cast());
-            let both: __m128i = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(low), b.cast()));
-            _mm256_cvtph_ps(both)
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx,f16c")]
-    unsafe fn quad(a: *const f16) -> __m128 {
-        // SAFETY: the caller gives four readable f16 (8 bytes); no alignment needed.
-        unsafe { _mm_cvtph_ps(_mm_loadl_epi64(a.cast())) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx,f16c")]
-    unsafe fn eight(a: *const f16) -> __m256 {
-        // SAFETY: the caller gives eight readable f16 (16 bytes); no alignment needed.
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(a.cast())) }
-    }
-
-    #[inline]
-    fn widen(self) -> f32 {
-        scalar::f16_to_f32(self)
-    }
-
-    const IN_PLACE: bool = false;
+    _mm_cvtsi128_si32(total) + portable::dot_i8(&a[body..n], &b[body..n])
 }
 
 /// `out[r] = rows[r * stride..][..x.len()] · x` for each `r < out.len()`, with the bits of
-/// `scalar::dot` (f32 rows) or `scalar::dot_f16` (f16 rows) for each row: sixteen rows per
+/// `portable::dot_f32` (f32 rows) or `portable::dot_f16` (f16 rows) for each row: sixteen rows per
 /// pass, then two, then one. Rows past the end of `rows` are left as they are, as the portable
 /// kernels' `zip` leaves them.
 ///
@@ -292,7 +183,7 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     let mut r = 0;
     if takes_tiles(inputs, cols) {
         // SAFETY: the caller's contract (AVX and F16C), with `n` bounded as below; `cols >= 4`.
-        r = unsafe { tiles::dots_each_tiled(rows, stride, n, &xs[..inputs], outs, cols) };
+        r = unsafe { super::avx_blocks::dots_each_tiled(rows, stride, n, &xs[..inputs], outs, cols) };
     } else if inputs >= PACK_LEAST_INPUTS && cols >= 4 {
         r = PACKED_ROWS.with_borrow_mut(|packed| {
             // SAFETY: the caller's contract (AVX and F16C), with `n` bounded as below.
@@ -367,11 +258,6 @@ const TILE_LEAST_COLS: usize = 512;
 /// second load and the lane insertion (or the f16 widening) of each register of two rows.
 const PACK_LEAST_INPUTS: usize = 4;
 
-/// Bytes of rows from which [`dots_each_packed`] asks for the next block while it works on
-/// one: smaller matrices (a small model's, the attention's cached keys) come from the caches,
-/// where asking only costs time.
-const PREFETCH_LEAST_BYTES: usize = 1 << 20;
-
 std::thread_local! {
     /// A block of eight rows as [`dots_each_packed`] reads them, reused from call to call.
     static PACKED_ROWS: core::cell::RefCell<Vec<__m256>> = const { core::cell::RefCell::new(Vec::new()) };
@@ -401,7 +287,7 @@ unsafe fn dots_each_packed<T: RowElement>(
     let quads = cols / 4;
     // (every register is written by a block's copy before any pass reads it)
     packed.resize(4 * quads, _mm256_setzero_ps());
-    let prefetch = n * stride * core::mem::size_of::<T>() >= PREFETCH_LEAST_BYTES;
+    let prefetch = n * stride * core::mem::size_of::<T>() >= super::prefetch::LEAST_BYTES;
     let mut r = 0;
     while r + 8 <= n {
         // SAFETY: rows `r..r + 8` are readable (this function's contract, `r + 8 <= n`).
@@ -421,7 +307,7 @@ unsafe fn dots_each_packed<T: RowElement>(
         while p < xs.len() {
             let step = if p + 1 < xs.len() { 2 } else { 1 };
             if let Some(next) = next {
-                super::prefetch_share(next, p..p + step, xs.len());
+                super::prefetch::share_into::<_, 1>(next, p..p + step, xs.len());
             }
             let (head, tail) = outs.split_at_mut(p + 1);
             if step == 2 {
@@ -641,20 +527,6 @@ unsafe fn dot_one<T: RowElement>(row: *const T, x: &[f32]) -> f32 {
     (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
 }
 
-/// The portable kernels' `tail`: columns `body..x.len()` added in order to 0.
-///
-/// # Safety
-/// `x.len()` elements must be readable at `row`.
-#[inline]
-unsafe fn row_tail<T: RowElement>(row: *const T, x: &[f32], body: usize) -> f32 {
-    let mut tail = 0.0;
-    for (c, x) in x.iter().enumerate().skip(body) {
-        // SAFETY: `c < x.len()`.
-        tail += unsafe { *row.add(c) }.widen() * x;
-    }
-    tail
-}
-
 /// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order (f16 rows
 /// widened exactly): per element the products are rounded and added in `k` order, as in the
 /// portable loop, so the same bits. Thirty-two elements stay in registers while every `k`
@@ -712,7 +584,7 @@ pub unsafe fn axpys<T: RowElement>(rows: &[T], stride: usize, p: &[f32], out: &m
     }
 }
 
-/// `scalar::quantize_activations`, eight columns a step: the same largest `|v|` (NaNs ignored:
+/// `portable::quantize_i8`, eight columns a step: the same largest `|v|` (NaNs ignored:
 /// `VMAXPS` returns its second operand, the running maximum, when the first is NaN), the same
 /// products, and the same rounding (`y + ±(0.5 - EPSILON / 4)` truncated; a NaN gives 0, as
 /// Rust's `as` does). A subnormal range, whose `127 / max` overflows, takes the portable path.
@@ -758,7 +630,7 @@ pub unsafe fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &
     }
     let inverse = 127.0 / max_abs;
     if !(max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()) {
-        return scalar::quantize_activations(&x[..n], act_scales.map(|s| &s[..n]), &mut out[..n]);
+        return portable::quantize_i8(&x[..n], act_scales.map(|s| &s[..n]), &mut out[..n]);
     }
     const JUST_BELOW_HALF: f32 = 0.5 - 0.25 * f32::EPSILON;
     let scale = _mm256_set1_ps(inverse);
@@ -895,7 +767,7 @@ pub(super) unsafe fn reduce_four(acc: [__m256i; 4]) -> __m128i {
 }
 
 /// `sums[r] = values[r * cols..][..cols] · xq` in i32 for each `r < sums.len()`: four rows per
-/// pass share each widened slice of the input, 16 columns a step. Equal to `scalar::dot_i8` per
+/// pass share each widened slice of the input, 16 columns a step. Equal to `portable::dot_i8` per
 /// row (integer sums are exact).
 ///
 /// # Safety
@@ -926,7 +798,7 @@ pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32
         unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc)) };
         for (i, (sum, total)) in sums[r..r + 4].iter_mut().zip(four).enumerate() {
             let row = &values[(r + i) * cols..(r + i + 1) * cols];
-            *sum = total + scalar::dot_i8(&row[body..], &xq[body..]);
+            *sum = total + portable::dot_i8(&row[body..], &xq[body..]);
         }
         r += 4;
     }
@@ -936,7 +808,7 @@ pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32
     }
 }
 
-/// [`scalar::int4_row_sums`] with AVX2: for groups of a multiple of 32 columns, four rows per
+/// [`portable::row_sums_i4`] with AVX2: for groups of a multiple of 32 columns, four rows per
 /// pass, 32 columns a step (sixteen packed bytes of each row widened to 16 bits, each nibble
 /// sign-extended by a shift pair; the inputs reordered to match by one byte shuffle, once for
 /// the four rows), the rest as the scalar code does. Each group's eight lanes of partial sums
@@ -948,7 +820,7 @@ pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32
 /// The CPU must support AVX2 ([`has_avx2`]).
 #[target_feature(enable = "avx2")]
 pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
-    use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes};
+    use crate::kernels::portable::{int4_groups, int4_multiplier, int4_row_bytes};
     const ROWS: usize = 4;
     let cols = xq.len();
     let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
@@ -992,7 +864,8 @@ pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8]
                 // SAFETY: the CPU has AVX2, as this function requires.
                 *weighed = unsafe { weigh_group(*weighed, *acc, multiplier) };
                 if c < end {
-                    rest[i] += i64::from(multiplier) * i64::from(scalar::int4_range_sum(rows[i], xq, c..end));
+                    rest[i] +=
+                        i64::from(multiplier) * i64::from(portable::int4_range_sum(rows[i], xq, c..end));
                 }
             }
         }
@@ -1002,7 +875,7 @@ pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8]
         }
     }
     let done = blocks * ROWS;
-    scalar::int4_row_sums(
+    portable::row_sums_i4(
         &values[done * row_bytes..],
         group,
         &codes[done * groups..],
@@ -1040,7 +913,7 @@ pub(super) unsafe fn i64_lanes_sum(lanes: __m256i) -> i64 {
     _mm_cvtsi128_si64(_mm_add_epi64(halves, _mm_unpackhi_epi64(halves, halves)))
 }
 
-/// [`int8_attention::key_sums_portable`](crate::int8_attention::key_sums_portable) with AVX2:
+/// [`int8_attention::key_sums_portable`](crate::kernels::portable::key_sums_i8) with AVX2:
 /// four keys per pass, sixteen columns a step (each key's bytes put in the query words' order by
 /// one byte shuffle, then one multiply-add of 16-bit pairs), the columns past the last whole 16
 /// as the portable code does. Integer sums (wrapping, like the portable ones): the same bits.
@@ -1092,18 +965,18 @@ pub unsafe fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u3
         unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc)) };
         for (i, (sum, part)) in sums[t..t + KEYS].iter_mut().zip(four).enumerate() {
             let mut tail = 0;
-            crate::int8_attention::key_sums_columns(rows[i], done, words, &mut tail);
+            crate::kernels::portable::key_sums_columns(rows[i], done, words, &mut tail);
             *sum = part.wrapping_add(eights[i]).wrapping_add(tail);
         }
         t += KEYS;
     }
     let rest = &mut sums[t..];
     if !rest.is_empty() {
-        crate::int8_attention::key_sums_portable(&keys[t * stride..], stride, d_head, words, rest);
+        crate::kernels::portable::key_sums_i8(&keys[t * stride..], stride, d_head, words, rest);
     }
 }
 
-/// [`int8_attention::value_sums_portable`](crate::int8_attention::value_sums_portable) with
+/// [`int8_attention::value_sums_portable`](crate::kernels::portable::value_sums_i8) with
 /// AVX2: sixteen columns a step, two keys per multiply-add (their values interleaved in 16-bit
 /// pairs against the pair of their weights), the columns past the last whole 16 as the portable
 /// code does. Integer sums (wrapping): the same bits.
@@ -1198,7 +1071,7 @@ pub unsafe fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: 
         }
     }
     if done < columns {
-        crate::int8_attention::value_sums_portable(&values[done..], stride, weights, &mut acc[done..]);
+        crate::kernels::portable::value_sums_i8(&values[done..], stride, weights, &mut acc[done..]);
     }
 }
 
@@ -1246,7 +1119,7 @@ pub unsafe fn row_sums_i8_pair(values: &[i8], cols: usize, xq: [&[i8]; 2], sums:
             unsafe { _mm_storeu_si128(four.as_mut_ptr().cast(), reduce_four(acc[p])) };
             for (i, (sum, total)) in sums[r..r + 4].iter_mut().zip(four).enumerate() {
                 let row = &values[(r + i) * cols..(r + i + 1) * cols];
-                *sum = total + scalar::dot_i8(&row[body..], &xq[p][body..]);
+                *sum = total + portable::dot_i8(&row[body..], &xq[p][body..]);
             }
         }
         r += 4;
@@ -1275,9 +1148,9 @@ mod tests {
             values[0] = i8::MIN;
             xq[0] = i8::MIN;
             let mut want = vec![0i32; len];
-            super::scalar::int8_vecmat_sums(&xq, &values, cols, &mut want);
+            crate::kernels::portable::vecmat_sums_i8(&xq, &values, cols, &mut want);
             let mut got = vec![7i32; len];
-            if super::has_avx2() {
+            if crate::kernels::features::has_avx2() {
                 // SAFETY: the CPU has AVX2, checked just above.
                 unsafe { super::int8_vecmat_sums_avx2(&xq, &values, cols, &mut got) };
                 assert_eq!(got, want, "AVX2, {rows} x {cols}");
@@ -1297,7 +1170,7 @@ mod tests {
 
     #[test]
     fn f16c_dot_equals_the_scalar_dot_for_every_half() {
-        if !super::has_f16c() {
+        if !crate::kernels::features::has_f16c() {
             eprintln!("SKIPPED: this CPU has no F16C");
             return;
         }
@@ -1311,7 +1184,7 @@ mod tests {
                 let (a, b) = (&weights[start..start + len], &inputs[start..start + len]);
                 // SAFETY: F16C was detected above.
                 let fast = unsafe { super::dot_f16(a, b) };
-                let slow = super::super::scalar::dot_f16(a, b);
+                let slow = crate::kernels::portable::dot_f16(a, b);
                 assert!(
                     fast.to_bits() == slow.to_bits() || (fast.is_nan() && slow.is_nan()),
                     "length {len} at {start}: {fast} vs {slow}"
@@ -1322,7 +1195,7 @@ mod tests {
 
     #[test]
     fn avx2_dot_equals_the_scalar_dot() {
-        if !super::has_avx2() {
+        if !crate::kernels::features::has_avx2() {
             eprintln!("SKIPPED: this CPU has no AVX2");
             return;
         }
@@ -1337,7 +1210,7 @@ mod tests {
             b.iter_mut().take(3).for_each(|v| *v = -128);
             // SAFETY: AVX2 was detected above.
             let fast = unsafe { super::dot_i8(&a, &b) };
-            assert_eq!(fast, super::super::scalar::dot_i8(&a, &b), "length {len}");
+            assert_eq!(fast, crate::kernels::portable::dot_i8(&a, &b), "length {len}");
         }
     }
 
@@ -1394,9 +1267,9 @@ mod tests {
                     "input {p} of {}, row {r} of {n}x{cols} at stride {stride}",
                     xs.len()
                 );
-                let slow32 = super::super::scalar::dot(&rows[row.clone()], x);
+                let slow32 = crate::kernels::portable::dot_f32(&rows[row.clone()], x);
                 assert!(same_bits(out[p][r], slow32), "f32, {at}");
-                let slow16 = super::super::scalar::dot_f16(&halves[row], x);
+                let slow16 = crate::kernels::portable::dot_f16(&halves[row], x);
                 assert!(same_bits(out16[p][r], slow16), "f16, {at}");
                 slow.push([slow32, slow16]);
             }
@@ -1406,7 +1279,7 @@ mod tests {
 
     #[test]
     fn avx_f32_rows_equal_the_scalar_dot_per_row() {
-        if !super::has_avx_f16c() {
+        if !crate::kernels::features::has_avx_f16c() {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");
             return;
         }
@@ -1420,7 +1293,8 @@ mod tests {
                     // SAFETY: AVX and F16C were detected above.
                     unsafe { super::dots(&rows, stride, &x, &mut fast) };
                     for (r, f) in fast.iter().enumerate() {
-                        let slow = super::super::scalar::dot(&rows[r * stride..r * stride + cols], &x);
+                        let slow =
+                            crate::kernels::portable::dot_f32(&rows[r * stride..r * stride + cols], &x);
                         assert!(
                             same_bits(*f, slow),
                             "{n} rows of {cols} at stride {stride}, row {r}: {f:e} vs {slow:e}"
@@ -1433,7 +1307,7 @@ mod tests {
 
     #[test]
     fn f16c_rows_equal_the_scalar_dot_for_every_half() {
-        if !super::has_avx_f16c() {
+        if !crate::kernels::features::has_avx_f16c() {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");
             return;
         }
@@ -1447,7 +1321,7 @@ mod tests {
             // SAFETY: AVX and F16C were detected above.
             unsafe { super::dots(&weights, cols, &x, &mut fast) };
             for (r, f) in fast.iter().enumerate() {
-                let slow = super::super::scalar::dot_f16(&weights[r * cols..(r + 1) * cols], &x);
+                let slow = crate::kernels::portable::dot_f16(&weights[r * cols..(r + 1) * cols], &x);
                 assert!(same_bits(*f, slow), "width {cols}, row {r}: {f:e} vs {slow:e}");
             }
         }
@@ -1455,7 +1329,7 @@ mod tests {
 
     #[test]
     fn avx_weighted_rows_add_in_the_scalar_order() {
-        if !super::has_avx_f16c() {
+        if !crate::kernels::features::has_avx_f16c() {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");
             return;
         }
@@ -1485,7 +1359,7 @@ mod tests {
 
     #[test]
     fn avx2_row_sums_equal_the_scalar_dot_per_row() {
-        if !super::has_avx2() {
+        if !crate::kernels::features::has_avx2() {
             eprintln!("SKIPPED: this CPU has no AVX2");
             return;
         }
@@ -1505,7 +1379,7 @@ mod tests {
                     values
                         .chunks_exact(cols.max(1))
                         .take(n)
-                        .map(|row| super::super::scalar::dot_i8(row, x))
+                        .map(|row| crate::kernels::portable::dot_i8(row, x))
                         .collect()
                 };
                 let mut one = vec![0i32; n];
@@ -1525,7 +1399,7 @@ mod tests {
 
     #[test]
     fn avx2_int4_sums_equal_the_scalar_sums() {
-        if !super::has_avx2() {
+        if !crate::kernels::features::has_avx2() {
             eprintln!("SKIPPED: this CPU has no AVX2");
             return;
         }
@@ -1537,15 +1411,16 @@ mod tests {
         for cols in [1usize, 8, 31, 32, 33, 64, 100, 128, 250] {
             for group in [8usize, 16, 32, 64, 128] {
                 let rows = 5;
-                let row_bytes = crate::weights::int4_row_bytes(cols);
-                let groups = crate::weights::int4_groups(cols, group);
+                let row_bytes = crate::kernels::portable::int4_row_bytes(cols);
+                let groups = crate::kernels::portable::int4_groups(cols, group);
                 // every nibble, -8 included; the bytes past `cols` zero as the packing leaves them
                 let mut values: Vec<u8> = (0..rows * row_bytes).map(|_| next()).collect();
                 for row in values.chunks_exact_mut(row_bytes) {
-                    let mut unpacked: Vec<i8> =
-                        (0..cols).map(|c| crate::weights::int4_value(row, c)).collect();
+                    let mut unpacked: Vec<i8> = (0..cols)
+                        .map(|c| crate::kernels::portable::int4_value(row, c))
+                        .collect();
                     unpacked[0] = -8;
-                    crate::weights::int4_pack_row(&unpacked, row);
+                    crate::kernels::portable::int4_pack_row(&unpacked, row);
                 }
                 let codes: Vec<u8> = (0..rows * groups).map(|_| next()).collect();
                 let mut xq: Vec<i8> = (0..cols).map(|_| next() as i8).collect();
@@ -1553,7 +1428,7 @@ mod tests {
                 let (mut fast, mut slow) = (vec![0i64; rows], vec![0i64; rows]);
                 // SAFETY: AVX2 was detected above.
                 unsafe { super::int4_row_sums(&values, group, &codes, &xq, &mut fast) };
-                super::super::scalar::int4_row_sums(&values, group, &codes, &xq, &mut slow);
+                crate::kernels::portable::row_sums_i4(&values, group, &codes, &xq, &mut slow);
                 assert_eq!(fast, slow, "{rows} rows of {cols}, groups of {group}");
             }
         }
@@ -1561,8 +1436,10 @@ mod tests {
 
     #[test]
     fn avx2_attention_sums_equal_the_portable_sums() {
-        use crate::int8_attention::{key_sums_portable, query_words, value_sums_portable};
-        if !super::has_avx2() {
+        use crate::kernels::portable::{
+            key_sums_i8 as key_sums_portable, query_words, value_sums_i8 as value_sums_portable,
+        };
+        if !crate::kernels::features::has_avx2() {
             eprintln!("SKIPPED: this CPU has no AVX2");
             return;
         }
@@ -1598,7 +1475,7 @@ mod tests {
 
     #[test]
     fn rows_for_several_inputs_equal_the_scalar_dot_per_row_and_input() {
-        if !super::has_avx_f16c() {
+        if !crate::kernels::features::has_avx_f16c() {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");
             return;
         }
@@ -1662,7 +1539,7 @@ mod tests {
 
     #[test]
     fn infinite_weights_stay_in_their_own_rows_and_inputs() {
-        if !super::has_avx_f16c() {
+        if !crate::kernels::features::has_avx_f16c() {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");
             return;
         }
@@ -1698,7 +1575,7 @@ mod tests {
 
     #[test]
     fn avx_quantization_equals_the_portable_one() {
-        if !super::has_avx_f16c() {
+        if !crate::kernels::features::has_avx_f16c() {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");
             return;
         }
@@ -1719,7 +1596,7 @@ mod tests {
                     let (mut fast, mut slow) = (vec![0i8; len], vec![0i8; len]);
                     // SAFETY: AVX was detected above.
                     let fast_scale = unsafe { super::quantize_activations(&x, act, &mut fast) };
-                    let slow_scale = super::super::scalar::quantize_activations(&x, act, &mut slow);
+                    let slow_scale = crate::kernels::portable::quantize_i8(&x, act, &mut slow);
                     assert!(same_bits(fast_scale, slow_scale), "length {len}, seed {seed}");
                     assert_eq!(fast, slow, "length {len}, seed {seed}, scales {}", act.is_some());
                 }
@@ -1736,13 +1613,13 @@ mod tests {
         let (mut fast, mut slow) = (vec![0i8; x.len()], vec![0i8; x.len()]);
         // SAFETY: AVX was detected above.
         unsafe { super::quantize_activations(&x, None, &mut fast) };
-        super::super::scalar::quantize_activations(&x, None, &mut slow);
+        crate::kernels::portable::quantize_i8(&x, None, &mut slow);
         assert_eq!(fast, slow);
     }
 
     #[test]
     fn avx2_softmax_exp_equals_libm_expf() {
-        if !super::has_avx2() || !super::has_avx_f16c() {
+        if !crate::kernels::features::has_avx2() || !crate::kernels::features::has_avx_f16c() {
             eprintln!("SKIPPED: this CPU has no AVX2");
             return;
         }
@@ -1815,11 +1692,11 @@ mod tests {
 
     #[test]
     fn f16c_strided_rows_and_weighted_rows_equal_the_portable_loops() {
-        if !super::has_avx_f16c() {
+        if !crate::kernels::features::has_avx_f16c() {
             eprintln!("SKIPPED: this CPU has no AVX and F16C");
             return;
         }
-        let widen = super::super::scalar::f16_to_f32;
+        let widen = crate::kernels::portable::f16_to_f32;
         for (n, keys, extra) in [
             (32usize, 64usize, 96usize),
             (7, 5, 3),
@@ -1851,7 +1728,7 @@ mod tests {
             // SAFETY: AVX and F16C were detected above.
             unsafe { super::dots(&rows, stride, &x, &mut dots) };
             for (r, d) in dots.iter().enumerate() {
-                let slow = super::super::scalar::dot_f16(&rows[r * stride..r * stride + n], &x);
+                let slow = crate::kernels::portable::dot_f16(&rows[r * stride..r * stride + n], &x);
                 assert!(same_bits(*d, slow), "f16 row {r} of {keys} at stride {stride}");
             }
         }

@@ -3,11 +3,11 @@
 //! kernels' bits, as the x86-64 ones do:
 //!
 //! - **f32 rows** ([`dots_each`]): one 128-bit register holds one row's four accumulators (the
-//!   portable [`dot`](super::scalar::dot) adds column `c` into accumulator `c % 4`, multiplying
+//!   portable [`dot`](crate::kernels::portable::dot_f32) adds column `c` into accumulator `c % 4`, multiplying
 //!   and then adding, no fused multiply-add); eight rows per pass keep eight chains of additions
 //!   going, and several inputs share each block of rows.
 //! - **Fused f32 rows** ([`rows_fma`], `--fast-f32`): the fused order's chains
-//!   ([`dot_fma`](super::fma::dot_fma)) of four inputs share a register, a lane each; each
+//!   ([`dot_fma_f32`](super::fma::dot_fma_f32)) of four inputs share a register, a lane each; each
 //!   weight fuses into them by `FMLA` by element; eight rows a pass.
 //! - **Weighted rows** ([`axpys`]): `out[e] += p[k] * rows[k][e]` in `k` order, four elements a
 //!   register.
@@ -22,17 +22,10 @@ use core::arch::aarch64::{
     vreinterpretq_f64_f32, vst1q_f32, vtrn1q_f32, vtrn2q_f32, vzip1q_f64, vzip2q_f64,
 };
 
-use super::{rows_that_fit, scalar};
-
-/// Whether this CPU has the dot-product extension (`SDOT`; detected once, then cached).
-#[cfg(feature = "std")]
-#[inline]
-pub fn has_dotprod() -> bool {
-    std::arch::is_aarch64_feature_detected!("dotprod")
-}
+use crate::kernels::portable::{self, rows_that_fit};
 
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p` (`cols` the inputs'
-/// length), with the bits of `scalar::dot` per row and input: eight rows per pass, each block
+/// length), with the bits of `portable::dot_f32` per row and input: eight rows per pass, each block
 /// read once for all the inputs. The rows of the shortest output are computed.
 pub fn dots_each(rows: &[f32], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
     let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
@@ -107,7 +100,7 @@ unsafe fn dots_block<const ROWS: usize>(base: *const f32, stride: usize, x: &[f3
 
 /// `ys[p] = W xs[p]` for `W (rows, cols)` at a stride of `cols` (`rows` the shortest output's
 /// length, as many as `weight` holds; every input at least `cols` long) in the fused order: the
-/// bits of [`dot_fma`](super::fma::dot_fma) for every row and input. Four inputs share a
+/// bits of [`dot_fma_f32`](super::fma::dot_fma_f32) for every row and input. Four inputs share a
 /// register, a lane each (a last group of fewer repeats its first input in the empty lanes and
 /// does not store them): each four columns of the group are loaded and transposed in registers
 /// (a register per column), then each row's four weights there fuse into the eight rows'
@@ -155,7 +148,7 @@ pub fn rows_fma(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]
 /// `R` rows of `cols` f32 must be readable from `base`, and `cols` from each input.
 #[inline(always)]
 unsafe fn fused_pass<const R: usize>(base: *const f32, cols: usize, xs: [&[f32]; 4]) -> [[f32; 4]; R] {
-    use super::fma::fmaf;
+    use crate::kernels::portable::fmaf;
     // SAFETY: NEON is part of every aarch64 CPU.
     let mut acc = [unsafe { vdupq_n_f32(0.0) }; R];
     let body = cols / 4 * 4;
@@ -295,14 +288,14 @@ unsafe fn row_sums_with(
         for (i, acc) in acc.iter().enumerate().take(count) {
             let row = &values[(r + i) * cols..(r + i + 1) * cols];
             // SAFETY: NEON is part of every aarch64 CPU.
-            sums[r + i] = unsafe { vaddvq_s32(*acc) } + scalar::dot_i8(&row[body..], &xq[body..]);
+            sums[r + i] = unsafe { vaddvq_s32(*acc) } + portable::dot_i8(&row[body..], &xq[body..]);
         }
         r += count;
     }
 }
 
 /// `sums[r] = values[r] · xq` in i32 with `SMULL`/`SMULL2` and `SADALP`; equal to
-/// `scalar::dot_i8` per row.
+/// `portable::dot_i8` per row.
 pub fn row_sums_i8_smull(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     let step = |acc: int32x4_t, w: *const i8, x: *const i8| {
         // SAFETY: the caller (`row_sums_with`) gives 16 readable bytes at each pointer.
@@ -318,7 +311,7 @@ pub fn row_sums_i8_smull(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]
 }
 
 /// `sums[r] = values[r] · xq` in i32 with `SDOT` (four products into each 32-bit lane); equal
-/// to `scalar::dot_i8` per row.
+/// to `portable::dot_i8` per row.
 ///
 /// # Safety
 /// The CPU must have the dot-product extension ([`has_dotprod`]).
@@ -387,7 +380,8 @@ mod tests {
                     super::dots_each(&rows, stride, &xs, &mut outs);
                     for (p, x) in xs.iter().enumerate() {
                         for r in 0..n {
-                            let slow = super::super::scalar::dot(&rows[r * stride..r * stride + cols], x);
+                            let slow =
+                                crate::kernels::portable::dot_f32(&rows[r * stride..r * stride + cols], x);
                             assert!(
                                 same_bits(out[p][r], slow),
                                 "{n}x{cols} at {stride}, input {p}, row {r}"
@@ -401,7 +395,7 @@ mod tests {
 
     #[test]
     fn neon_fused_rows_equal_the_portable_fused_order() {
-        use super::super::fma::dot_fma;
+        use crate::kernels::portable::dot_fma_f32;
         // a partial step of four, whole steps, and both; eight rows a pass and the rows
         // left; whole and partial groups of four inputs
         for cols in [0usize, 1, 3, 4, 5, 15, 16, 17, 40, 131] {
@@ -417,7 +411,7 @@ mod tests {
                     super::rows_fma(&weight, cols, &x_refs, &mut outs);
                     for (p, x) in xs.iter().enumerate() {
                         for r in 0..rows {
-                            let want = dot_fma(&weight[r * cols..(r + 1) * cols], x);
+                            let want = dot_fma_f32(&weight[r * cols..(r + 1) * cols], x);
                             assert!(
                                 same_bits(out[p][r], want),
                                 "{rows}x{cols}, input {p} of {inputs}, row {r}"
@@ -466,13 +460,13 @@ mod tests {
                 x.iter_mut().step_by(3).for_each(|v| *v = -128);
                 let slow: Vec<i32> = values
                     .chunks_exact(cols)
-                    .map(|row| super::super::scalar::dot_i8(row, &x))
+                    .map(|row| crate::kernels::portable::dot_i8(row, &x))
                     .collect();
                 let mut fast = vec![0i32; n];
                 super::row_sums_i8_smull(&values, cols, &x, &mut fast);
                 assert_eq!(fast, slow, "SMULL, {n} rows of {cols}");
                 #[cfg(feature = "std")]
-                if super::has_dotprod() {
+                if crate::kernels::features::has_dotprod() {
                     let mut fast = vec![0i32; n];
                     // SAFETY: the CPU has the dot-product extension, checked just above.
                     unsafe { super::row_sums_i8_sdot(&values, cols, &x, &mut fast) };

@@ -1,6 +1,6 @@
 //! x86-64 f32 and f16 rows with AVX-512F for several inputs at once (a segment's positions),
-//! chosen at run time (feature `std`), with the bits of the portable [`dot`](super::scalar::dot)
-//! and [`dot_f16`](super::scalar::dot_f16).
+//! chosen at run time (feature `std`), with the bits of the portable [`dot`](crate::kernels::portable::dot_f32)
+//! and [`dot_f16`](crate::kernels::portable::dot_f16).
 //!
 //! The portable dot product sums a row in four accumulators, column `c` into `c % 4`,
 //! multiplying and then adding, and finishes with `(a0 + a1) + (a2 + a3) + tail`. Here one
@@ -22,45 +22,8 @@
 
 use core::arch::x86_64::*;
 
-use super::rows_that_fit;
-use super::x86::RowElement;
-
-/// Whether this CPU has AVX-512F ([`dots_four_inputs`]; every such CPU has F16C too, which
-/// the f16 rows also need, checked here all the same).
-#[inline]
-pub fn has_avx512f() -> bool {
-    std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("f16c")
-}
-
-/// Whether this CPU executes each 512-bit operation as two 256-bit halves: AMD's Zen 4 (family
-/// 19h; Zen 3, the same family, has no AVX-512). There 512-bit registers add no arithmetic over
-/// AVX2, and [`dots_four_inputs`] runs rows of 512 columns or more slower than the AVX2 tiles
-/// (`x86/tiles.rs`; 29 against 37 G multiply-accumulates a second on 1024 columns and sixteen
-/// inputs, measured), which [`crate::kernels`] then prefers where they apply.
-/// Asked once (CPUID leaves 0 and 1), then kept.
-pub fn splits_512_bit_operations() -> bool {
-    static SPLITS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SPLITS.get_or_init(|| {
-        if cfg!(miri) {
-            return false;
-        }
-        // SAFETY: CPUID exists on every x86-64 CPU (the intrinsics are safe in newer Rust).
-        #[allow(unused_unsafe)]
-        let (vendor, signature) = unsafe {
-            let vendor = core::arch::x86_64::__cpuid(0);
-            (vendor, core::arch::x86_64::__cpuid(1).eax)
-        };
-        // "AuthenticAMD", four bytes a register in EBX, EDX, ECX
-        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
-        let base_family = (signature >> 8) & 0xf;
-        let family = if base_family == 0xf {
-            base_family + ((signature >> 20) & 0xff)
-        } else {
-            base_family
-        };
-        amd && family == 0x19
-    })
-}
+use super::row_element::RowElement;
+use crate::kernels::portable::rows_that_fit;
 
 /// Inputs a pass takes, each in sixteen accumulator lanes (four registers of four rows).
 const INPUTS: usize = 4;
@@ -82,7 +45,7 @@ type Sums = [[__m512; 4]; INPUTS];
 
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p` and row `r`, `cols`
 /// the shortest input's length, the rows of the shortest output: the bits of
-/// [`scalar::dot`](super::scalar::dot) (f32 rows) or [`scalar::dot_f16`](super::scalar::dot_f16)
+/// [`portable::dot_f32`](crate::kernels::portable::dot_f32) (f32 rows) or [`portable::dot_f16`](crate::kernels::portable::dot_f16)
 /// (f16 rows) for each row and input. Rows go sixteen a pass (a last pass of fewer repeats its
 /// last row and stores only its own sums), copied (f16 rows widened exactly by F16C) 256
 /// columns at a time into a panel of registers (`pack`) that every group of four inputs then
@@ -407,7 +370,7 @@ unsafe fn axpys_chunk<const Q: usize>(
     }
 }
 
-/// [`super::x86::softmax_exp8`] for sixteen values, step for step in 512-bit registers (the
+/// [`super::avx::softmax_exp8`] for sixteen values, step for step in 512-bit registers (the
 /// lane choices in mask registers): `values[i] = softmax_exp(values[i] - max)`, computing
 /// `libm::expf`'s bits.
 ///
@@ -488,7 +451,7 @@ pub unsafe fn softmax_exp16(values: &mut [f32; 16], max: f32) {
     }
 }
 
-/// [`softmax_exp16`] on each chunk of sixteen of `values`, then [`super::x86::softmax_exp8`]
+/// [`softmax_exp16`] on each chunk of sixteen of `values`, then [`super::avx::softmax_exp8`]
 /// on a last eight (`values` a multiple of eight long).
 ///
 /// # Safety
@@ -503,7 +466,7 @@ pub unsafe fn softmax_exps(values: &mut [f32], max: f32) {
     let (eights, _) = rest.as_chunks_mut::<8>();
     for eight in eights {
         // SAFETY: the CPU has AVX2 and F16C (this function's contract).
-        unsafe { super::x86::softmax_exp8(eight, max) };
+        unsafe { super::avx::softmax_exp8(eight, max) };
     }
 }
 
@@ -512,7 +475,7 @@ pub const LAYER_NORM_ROWS: usize = 16;
 
 /// The LayerNorm sums of the first `rows = min(16, block.len() / width)` rows of `width` in
 /// `block`, side by side, with the bits of the portable
-/// [`layer_norm_rows_in_place`](super::scalar::layer_norm_rows_in_place): `means[b]` the sum
+/// [`layer_norm_rows_in_place`](crate::kernels::portable::layer_norm_rows_in_place): `means[b]` the sum
 /// of row `b`'s values from `-0.0` in column order, divided by `width`; `vars[b]` the sum of its
 /// `(v - mean) * (v - mean)` from `-0.0` in column order (not divided). Lanes past `rows` are
 /// `-0.0`, as the portable arrays start, with `means` divided all the same. One lane a row:
@@ -642,7 +605,7 @@ mod tests {
 
     #[test]
     fn softmax_exp16_has_the_bits_of_libm_expf() {
-        if !super::has_avx512f() {
+        if !crate::kernels::features::has_avx512f() {
             eprintln!("SKIPPED softmax_exp16_has_the_bits_of_libm_expf: this CPU has no AVX-512F");
             return;
         }
@@ -690,11 +653,11 @@ mod tests {
     }
     use half::f16;
 
-    use super::super::scalar;
+    use crate::kernels::portable;
 
     #[test]
     fn avx512_rows_for_several_inputs_equal_the_scalar_dots() {
-        if !super::has_avx512f() {
+        if !crate::kernels::features::has_avx512f() {
             eprintln!("SKIPPED: this CPU has no AVX-512F (with F16C)");
             return;
         }
@@ -728,8 +691,8 @@ mod tests {
                     for (p, x) in xs.iter().enumerate() {
                         for r in 0..n {
                             let row = r * stride..r * stride + cols;
-                            let want = scalar::dot(&rows[row.clone()], x);
-                            let want_f16 = scalar::dot_f16(&rows_f16[row], x);
+                            let want = portable::dot_f32(&rows[row.clone()], x);
+                            let want_f16 = portable::dot_f16(&rows_f16[row], x);
                             let what = format!("row {r} of {n}, input {p} of {inputs}, {cols} columns");
                             assert_eq!(outs[p][r].to_bits(), want.to_bits(), "f32 {what}");
                             assert_eq!(outs_f16[p][r].to_bits(), want_f16.to_bits(), "f16 {what}");
@@ -790,7 +753,7 @@ mod tests {
 
     #[test]
     fn dots_four_inputs_have_the_bits_of_scalar_dot() {
-        if !super::has_avx512f() {
+        if !crate::kernels::features::has_avx512f() {
             eprintln!(
                 "SKIPPED dots_four_inputs_have_the_bits_of_scalar_dot: this CPU has no AVX-512F (with F16C)"
             );
@@ -822,8 +785,8 @@ mod tests {
                     for (p, x) in case.xs.iter().enumerate() {
                         for r in 0..n {
                             let row = r * stride..r * stride + cols;
-                            let want = scalar::dot(&rows[row.clone()], &x[..cols]);
-                            let want_f16 = scalar::dot_f16(&rows_f16[row], &x[..cols]);
+                            let want = portable::dot_f32(&rows[row.clone()], &x[..cols]);
+                            let want_f16 = portable::dot_f16(&rows_f16[row], &x[..cols]);
                             let what = format!("row {r} of {n}, input {p} of {inputs}, {cols} columns");
                             assert_eq!(outs[p][r].to_bits(), want.to_bits(), "f32 {what}: {want:e}");
                             assert_eq!(
@@ -844,7 +807,7 @@ mod tests {
         }
     }
 
-    /// The portable loops of [`scalar::layer_norm_rows_in_place`], for one block.
+    /// The portable loops of [`portable::layer_norm_rows_in_place`], for one block.
     fn portable_layer_norm_sums(block: &[f32], width: usize) -> ([f32; 16], [f32; 16]) {
         let n = width as f32;
         let rows = (block.len() / width).min(16);
@@ -869,7 +832,7 @@ mod tests {
 
     #[test]
     fn layer_norm_sums_have_the_bits_of_the_portable_loops() {
-        if !super::has_avx512f() {
+        if !crate::kernels::features::has_avx512f() {
             eprintln!(
                 "SKIPPED layer_norm_sums_have_the_bits_of_the_portable_loops: this CPU has no AVX-512F"
             );
@@ -916,9 +879,7 @@ mod tests {
                     }
                     let mut means = [f32::NAN; 16];
                     let mut vars = [f32::NAN; 16];
-                    assert!(super::super::layer_norm_sums(
-                        &block, width, &mut means, &mut vars
-                    ));
+                    crate::kernels::layer_norm_sums_f32(&block, width, &mut means, &mut vars);
                     assert_eq!(
                         means.map(f32::to_bits),
                         want_means.map(f32::to_bits),
@@ -937,7 +898,7 @@ mod tests {
     #[test]
     fn the_transpose_moves_every_lane_across_the_diagonal() {
         use core::arch::x86_64::*;
-        if !super::has_avx512f() {
+        if !crate::kernels::features::has_avx512f() {
             eprintln!("SKIPPED the_transpose_moves_every_lane_across_the_diagonal: this CPU has no AVX-512F");
             return;
         }
@@ -963,7 +924,7 @@ mod tests {
 
     #[test]
     fn avx512_weighted_rows_for_several_lists_equal_the_portable_sums() {
-        if !super::has_avx512f() {
+        if !crate::kernels::features::has_avx512f() {
             eprintln!("SKIPPED: this CPU has no AVX-512F (with F16C)");
             return;
         }

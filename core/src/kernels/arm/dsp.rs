@@ -8,8 +8,6 @@
 
 use core::arch::{asm, global_asm};
 
-use half::f16;
-
 /// Bytes 0 and 2 of `x`, sign-extended into the two 16-bit halves.
 #[inline(always)]
 fn sxtb16(x: u32) -> u32 {
@@ -331,8 +329,8 @@ pub fn row_sums_i8_pair(
     }
     if body < cols {
         for (r, row) in values.chunks_exact(cols).enumerate() {
-            sums_a[r] += super::scalar::dot_i8(&row[body..], &xq[0][body..]);
-            sums_b[r] += super::scalar::dot_i8(&row[body..], &xq[1][body..]);
+            sums_a[r] += crate::kernels::portable::dot_i8(&row[body..], &xq[0][body..]);
+            sums_b[r] += crate::kernels::portable::dot_i8(&row[body..], &xq[1][body..]);
         }
     }
 }
@@ -347,7 +345,7 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], pairs: &[u32], sums: &
     strided_row_sums(values, cols, groups, pairs, sums);
     if body < cols {
         for (sum, row) in sums.iter_mut().zip(values.chunks_exact(cols)) {
-            *sum += super::scalar::dot_i8(&row[body..], &xq[body..]);
+            *sum += crate::kernels::portable::dot_i8(&row[body..], &xq[body..]);
         }
     }
 }
@@ -394,443 +392,7 @@ fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], su
     }
 }
 
-#[cfg(target_abi = "eabihf")]
-extern "C" {
-    /// For the four rows `row_k = rows + k * stride` (f32, `stride` in bytes) and
-    /// `groups >= 1` groups of four columns: `sums[4k + j] = sum over groups g of
-    /// row_k[4g + j] * x[4g + j]`, each product rounded and then added (`VMLA`), group by
-    /// group: the four partial sums of [`scalar::dot`](super::scalar::dot), in its order.
-    fn txl_rows4_f32(rows: *const f32, stride: usize, x: *const f32, groups: usize, sums: *mut f32);
-    /// `out[e] += p[0] * row_0[e] + ... + p[3] * row_3[e]` for `e < 4 * groups`, each product
-    /// rounded and added in that order (`VMLA`), with `row_k = rows + k * stride` (`stride` in
-    /// bytes): four calls of the portable `out += p * row`, in their order, per element.
-    fn txl_axpy4_f32(rows: *const f32, stride: usize, p: *const f32, out: *mut f32, groups: usize);
-    /// [`txl_rows4_f32`] for f16 rows, each weight widened exactly by `VCVTB`/`VCVTT`: the
-    /// partial sums of [`scalar::dot_f16`](super::scalar::dot_f16). Rows must be 4-byte aligned.
-    fn txl_rows4_f16(rows: *const f16, stride: usize, x: *const f32, groups: usize, sums: *mut f32);
-}
-
-// Per group of four columns: one VLDM for the inputs (shared by the four rows), then per row one
-// VLDM of its weights and four VMLA (f16: four VCVT more). VMLA rounds the product before it
-// adds, so it gives the bits of the portable kernel's separate multiply and add. Registers:
-// r0, r4-r6 the rows, r1 the stride, r2 the inputs, r3 their end, s0-s15 the sums, s16-s19
-// the inputs, s20-s23 the weights.
-#[cfg(target_abi = "eabihf")]
-global_asm!(
-    ".syntax unified",
-    ".thumb",
-    ".cpu cortex-m4",
-    ".fpu fpv4-sp-d16",
-    ".macro txl_rows4_f32_row row, s0, s1, s2, s3",
-    "vldmia \\row!, {{s20-s23}}",
-    "vmla.f32 \\s0, s20, s16",
-    "vmla.f32 \\s1, s21, s17",
-    "vmla.f32 \\s2, s22, s18",
-    "vmla.f32 \\s3, s23, s19",
-    ".endm",
-    ".macro txl_rows4_f16_row row, s0, s1, s2, s3",
-    "vldmia \\row!, {{s20-s21}}",
-    "vcvtb.f32.f16 s22, s20",
-    "vmla.f32 \\s0, s22, s16",
-    "vcvtt.f32.f16 s22, s20",
-    "vmla.f32 \\s1, s22, s17",
-    "vcvtb.f32.f16 s22, s21",
-    "vmla.f32 \\s2, s22, s18",
-    "vcvtt.f32.f16 s22, s21",
-    "vmla.f32 \\s3, s22, s19",
-    ".endm",
-    ".macro txl_rows4_float name, row",
-    ".section .text.\\name,\"ax\",%progbits",
-    ".globl \\name",
-    ".type \\name,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "\\name:",
-    "push {{r4-r7, lr}}",
-    "vpush {{s16-s23}}",
-    "add r4, r0, r1",
-    "add r5, r4, r1",
-    "add r6, r5, r1",
-    "add r3, r2, r3, lsl #4",
-    "mov r7, #0",
-    "vmov s0, s1, r7, r7",
-    "vmov s2, s3, r7, r7",
-    "vmov s4, s5, r7, r7",
-    "vmov s6, s7, r7, r7",
-    "vmov s8, s9, r7, r7",
-    "vmov s10, s11, r7, r7",
-    "vmov s12, s13, r7, r7",
-    "vmov s14, s15, r7, r7",
-    "1:",
-    "vldmia r2!, {{s16-s19}}",
-    "\\row r0, s0, s1, s2, s3",
-    "\\row r4, s4, s5, s6, s7",
-    "\\row r5, s8, s9, s10, s11",
-    "\\row r6, s12, s13, s14, s15",
-    "cmp r2, r3",
-    "bne 1b",
-    "ldr r7, [sp, #52]", // sums: above the 20 + 32 bytes pushed
-    "vstmia r7, {{s0-s15}}",
-    "vpop {{s16-s23}}",
-    "pop {{r4-r7, pc}}",
-    ".size \\name, . - \\name",
-    ".endm",
-    "txl_rows4_float txl_rows4_f32, txl_rows4_f32_row",
-    "txl_rows4_float txl_rows4_f16, txl_rows4_f16_row",
-    // txl_axpy4_f32: r0 the first row, r1 the stride, r2 the four weights, r3 the output,
-    // [sp] the groups of four elements. s16-s19 the weights, s0-s3 four outputs, s4-s7 a row's.
-    ".section .text.txl_axpy4_f32,\"ax\",%progbits",
-    ".globl txl_axpy4_f32",
-    ".type txl_axpy4_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_axpy4_f32:",
-    "push {{r4-r7, lr}}",
-    "vpush {{s16-s23}}",
-    "ldr r7, [sp, #52]",
-    "vldmia r2, {{s16-s19}}",
-    "add r4, r0, r1",
-    "add r5, r4, r1",
-    "add r6, r5, r1",
-    "1:",
-    "vldmia r3, {{s0-s3}}",
-    "vldmia r0!, {{s4-s7}}",
-    "vmla.f32 s0, s16, s4",
-    "vmla.f32 s1, s16, s5",
-    "vmla.f32 s2, s16, s6",
-    "vmla.f32 s3, s16, s7",
-    "vldmia r4!, {{s4-s7}}",
-    "vmla.f32 s0, s17, s4",
-    "vmla.f32 s1, s17, s5",
-    "vmla.f32 s2, s17, s6",
-    "vmla.f32 s3, s17, s7",
-    "vldmia r5!, {{s4-s7}}",
-    "vmla.f32 s0, s18, s4",
-    "vmla.f32 s1, s18, s5",
-    "vmla.f32 s2, s18, s6",
-    "vmla.f32 s3, s18, s7",
-    "vldmia r6!, {{s4-s7}}",
-    "vmla.f32 s0, s19, s4",
-    "vmla.f32 s1, s19, s5",
-    "vmla.f32 s2, s19, s6",
-    "vmla.f32 s3, s19, s7",
-    "vstmia r3!, {{s0-s3}}",
-    "subs r7, r7, #1",
-    "bne 1b",
-    "vpop {{s16-s23}}",
-    "pop {{r4-r7, pc}}",
-    ".size txl_axpy4_f32, . - txl_axpy4_f32",
-);
-
-#[cfg(target_abi = "eabihf")]
-/// `W (rows, cols) @ x (cols) -> y (rows)` for f32 weights, four rows per pass over `x`; the
-/// bits of [`scalar::matvec_f32`](super::scalar::matvec_f32) (each row summed in its order).
-pub fn matvec_f32(weight: &[f32], x: &[f32], y: &mut [f32]) {
-    let cols = x.len();
-    let groups = cols / 4;
-    let mut blocks = y.chunks_exact_mut(4);
-    let mut done = 0;
-    for (out, rows) in (&mut blocks).zip(weight.chunks_exact(4 * cols)) {
-        let mut sums = [0.0f32; 16];
-        if groups > 0 {
-            // SAFETY: `rows` holds four rows of `cols >= 4 * groups` f32 at a stride of `cols`
-            // f32, and `x` holds `cols`: the kernel reads only those, writes the 16 floats of
-            // `sums`, and preserves the callee-saved registers (AAPCS, s16-s23 included).
-            unsafe { txl_rows4_f32(rows.as_ptr(), 4 * cols, x.as_ptr(), groups, sums.as_mut_ptr()) };
-        }
-        finish_rows(out, &sums, rows.chunks_exact(cols), x, 4 * groups, |w| w);
-        done += 4;
-    }
-    let rest = &mut y[done..];
-    super::scalar::matvec_f32(&weight[done * cols..], x, rest);
-}
-
-#[cfg(target_abi = "eabihf")]
-/// `dst[i] = src[i]` widened exactly by the FPU (`VCVTB`/`VCVTT`), two elements a step; the
-/// portable `f16_to_f32`'s bits for every number (NaNs come out quiet, as from the f16 weight
-/// kernel). `src` not 4-byte aligned, and an odd last element, take the portable code.
-pub fn widen_f16(src: &[f16], dst: &mut [f32]) {
-    let n = src.len().min(dst.len());
-    let pairs = if (src.as_ptr() as usize).is_multiple_of(4) {
-        n / 2
-    } else {
-        0
-    };
-    if pairs > 0 {
-        // SAFETY: `pairs` pairs of f16 from a 4-byte aligned `src` and `2 * pairs` f32 into
-        // `dst`, both at least `2 * pairs` long (`n`); the routine touches nothing else.
-        unsafe { txl_widen_f16_pairs(src.as_ptr(), dst.as_mut_ptr(), pairs) };
-    }
-    for (d, &s) in dst[2 * pairs..n].iter_mut().zip(&src[2 * pairs..n]) {
-        *d = super::scalar::f16_to_f32(s);
-    }
-}
-
-#[cfg(target_abi = "eabihf")]
-extern "C" {
-    /// `dst[2k], dst[2k + 1]` = the two f16 of the word `src[k]`, widened, for `k < pairs`
-    /// (`pairs >= 1`, `src` 4-byte aligned).
-    fn txl_widen_f16_pairs(src: *const f16, dst: *mut f32, pairs: usize);
-}
-
-// txl_widen_f16_pairs: r0 the f16 words, r1 the f32 output, r2 the pairs; s0-s2 (caller-saved).
-#[cfg(target_abi = "eabihf")]
-global_asm!(
-    ".syntax unified",
-    ".thumb",
-    ".cpu cortex-m4",
-    ".fpu fpv4-sp-d16",
-    ".section .text.txl_widen_f16_pairs,\"ax\",%progbits",
-    ".globl txl_widen_f16_pairs",
-    ".type txl_widen_f16_pairs,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_widen_f16_pairs:",
-    "1:",
-    "vldmia r0!, {{s0}}",
-    "vcvtb.f32.f16 s1, s0",
-    "vcvtt.f32.f16 s2, s0",
-    "vstmia r1!, {{s1-s2}}",
-    "subs r2, r2, #1",
-    "bne 1b",
-    "bx lr",
-    ".size txl_widen_f16_pairs, . - txl_widen_f16_pairs",
-);
-
-#[cfg(target_abi = "eabihf")]
-/// `W (rows, cols) @ x (cols) -> y (rows)` for f16 weights, four rows per pass over `x`, each
-/// weight widened by the FPU; the bits of the portable `dot_f16` of each row. Falls back to it
-/// for rows that are not 4-byte aligned.
-pub fn matvec_f16(weight: &[f16], x: &[f32], y: &mut [f32]) {
-    let cols = x.len();
-    let groups = cols / 4;
-    let aligned = cols.is_multiple_of(2) && (weight.as_ptr() as usize).is_multiple_of(4);
-    let mut done = 0;
-    if aligned {
-        for (out, rows) in y.chunks_exact_mut(4).zip(weight.chunks_exact(4 * cols)) {
-            let mut sums = [0.0f32; 16];
-            if groups > 0 {
-                // SAFETY: as for `txl_rows4_f32`, with f16 rows: four rows of `cols` f16 at a
-                // stride of `2 * cols` bytes, each 4-byte aligned (checked above).
-                unsafe { txl_rows4_f16(rows.as_ptr(), 2 * cols, x.as_ptr(), groups, sums.as_mut_ptr()) };
-            }
-            finish_rows(
-                out,
-                &sums,
-                rows.chunks_exact(cols),
-                x,
-                4 * groups,
-                super::scalar::f16_to_f32,
-            );
-            done += 4;
-        }
-    }
-    for (out, row) in y[done..].iter_mut().zip(weight[done * cols..].chunks_exact(cols)) {
-        *out = super::scalar::dot_f16(row, x);
-    }
-}
-
-#[cfg(target_abi = "eabihf")]
-/// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()`, four rows per pass; the
-/// bits of the portable `dot(x, row)` for each.
-pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
-    let n = x.len();
-    let groups = n / 4;
-    let mut done = 0;
-    if groups > 0 && stride >= n {
-        while done + 4 <= out.len() {
-            let block = &rows[done * stride..(done + 3) * stride + n];
-            let mut sums = [0.0f32; 16];
-            // SAFETY: `block` holds four rows of `n >= 4 * groups` f32 at a stride of `stride`
-            // f32 (the last ends at `3 * stride + n`), `x` holds `n`: the kernel reads only
-            // those, writes the 16 floats of `sums`, and preserves the callee-saved registers.
-            unsafe { txl_rows4_f32(block.as_ptr(), 4 * stride, x.as_ptr(), groups, sums.as_mut_ptr()) };
-            let block_rows = (0..4).map(|k| &block[k * stride..k * stride + n]);
-            finish_rows(&mut out[done..done + 4], &sums, block_rows, x, 4 * groups, |w| w);
-            done += 4;
-        }
-    }
-    for (r, o) in out.iter_mut().enumerate().skip(done) {
-        *o = super::scalar::dot(x, &rows[r * stride..r * stride + n]);
-    }
-}
-
-#[cfg(target_abi = "eabihf")]
-/// `out += p[k] * rows[k * stride..][..out.len()]` for `k < p.len()` in order, four rows per
-/// pass; per element the products are added in the portable loop's order, so the bits are its.
-pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
-    let n = out.len();
-    let groups = n / 4;
-    let body = 4 * groups;
-    let mut done = 0;
-    if groups > 0 && stride >= n {
-        while done + 4 <= p.len() {
-            let block = &rows[done * stride..(done + 3) * stride + n];
-            // SAFETY: `block` holds four rows of `n >= 4 * groups` f32 at a stride of `stride`
-            // f32, `p[done..done + 4]` four weights and `out` `n` floats: the kernel reads only
-            // those, writes the first `4 * groups` of `out`, and preserves the callee-saved
-            // registers.
-            unsafe {
-                txl_axpy4_f32(
-                    block.as_ptr(),
-                    4 * stride,
-                    p[done..done + 4].as_ptr(),
-                    out.as_mut_ptr(),
-                    groups,
-                )
-            };
-            for (k, &weight) in p[done..done + 4].iter().enumerate() {
-                for (o, v) in out[body..]
-                    .iter_mut()
-                    .zip(&block[k * stride + body..k * stride + n])
-                {
-                    *o += weight * v;
-                }
-            }
-            done += 4;
-        }
-    }
-    for (k, &weight) in p.iter().enumerate().skip(done) {
-        for (o, v) in out.iter_mut().zip(&rows[k * stride..k * stride + n]) {
-            *o += weight * v;
-        }
-    }
-}
-
-#[cfg(target_abi = "eabihf")]
-/// Each row's total from the kernel's four partial sums and the columns after `body`, in the
-/// portable kernels' order: `(a0 + a1) + (a2 + a3) + tail`.
-fn finish_rows<'w, T: Copy + 'w>(
-    out: &mut [f32],
-    sums: &[f32; 16],
-    rows: impl Iterator<Item = &'w [T]>,
-    x: &[f32],
-    body: usize,
-    widen: impl Fn(T) -> f32,
-) {
-    for ((y, partial), row) in out.iter_mut().zip(sums.chunks_exact(4)).zip(rows) {
-        let mut tail = 0.0;
-        for (w, v) in row[body..].iter().zip(&x[body..]) {
-            tail += widen(*w) * v;
-        }
-        *y = (partial[0] + partial[1]) + (partial[2] + partial[3]) + tail;
-    }
-}
-
-#[cfg(feature = "cortex-m-mve")]
-extern "C" {
-    /// Helium: for each of `blocks` blocks of four rows starting at `rows` (row `k` of block `b`
-    /// at `rows + (4b + k) * stride`), `sums[4b + k] = sum over c < 16 * groups of
-    /// row[c] * x[c]`, `groups >= 1` groups of 16 columns.
-    fn txl_rows4_mve(
-        rows: *const i8,
-        stride: usize,
-        x: *const i8,
-        groups: usize,
-        sums: *mut i32,
-        blocks: usize,
-    );
-}
-
-// Per group of 16 columns: one VLDRB of the inputs (shared by the four rows), then per row one
-// VLDRB of its weights and one VMLADAVA (16 products added to the row's sum), plus the loop's
-// decrement and branch: 11 instructions per 64 multiply-accumulates. VMLADAVA accumulates into
-// even registers: r4, r6, r8, r10. Registers: r0, r5, r7, r9 the rows, r1 the inputs (the
-// stride between blocks: rows 0 and 1 advance alike), r2 their start, r3 the groups, r11 the
-// output, r12 the blocks left, lr the groups left, q0 the inputs, q1 a row's weights.
-#[cfg(feature = "cortex-m-mve")]
-global_asm!(
-    ".syntax unified",
-    ".thumb",
-    ".cpu cortex-m55",
-    ".section .text.txl_rows4_mve,\"ax\",%progbits",
-    ".globl txl_rows4_mve",
-    ".type txl_rows4_mve,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_rows4_mve:",
-    "push {{r4-r11, lr}}",
-    "ldr r11, [sp, #36]",
-    "ldr r12, [sp, #40]",
-    "cmp r12, #0",
-    "beq 5f",
-    "add r5, r0, r1",
-    "4:",
-    "sub r1, r5, r0",
-    "add r7, r5, r1",
-    "add r9, r7, r1",
-    "mov r4, #0",
-    "mov r6, #0",
-    "mov r8, #0",
-    "mov r10, #0",
-    "mov r1, r2",
-    "mov lr, r3",
-    "1:",
-    "vldrb.s8 q0, [r1], #16",
-    "vldrb.s8 q1, [r0], #16",
-    "vmladava.s8 r4, q1, q0",
-    "vldrb.s8 q1, [r5], #16",
-    "vmladava.s8 r6, q1, q0",
-    "vldrb.s8 q1, [r7], #16",
-    "vmladava.s8 r8, q1, q0",
-    "vldrb.s8 q1, [r9], #16",
-    "vmladava.s8 r10, q1, q0",
-    "subs lr, lr, #1",
-    "bne 1b",
-    "strd r4, r6, [r11], #8",
-    "strd r8, r10, [r11], #8",
-    // the next block: row 0 at row 3's start plus the stride (rows 0 and 1 advanced alike)
-    "sub r1, r5, r0",
-    "add r0, r9, r1",
-    "sub r0, r0, r3, lsl #4",
-    "add r5, r0, r1",
-    "subs r12, r12, #1",
-    "bne 4b",
-    "5:",
-    "pop {{r4-r11, pc}}",
-    ".size txl_rows4_mve, . - txl_rows4_mve",
-    // back to the core every other kernel here is assembled for
-    ".cpu cortex-m4",
-);
-
-/// [`row_sums_i8`] with Helium: four rows per pass, 16 columns per instruction. Equal to the
-/// scalar dot product of each row.
-#[cfg(feature = "cortex-m-mve")]
-pub fn row_sums_i8_mve(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
-    let rows = sums.len();
-    let groups = cols / 16;
-    let body = groups * 16;
-    let values = &values[..rows * cols];
-    let xq = &xq[..cols];
-    let blocks = if groups > 0 { rows / 4 } else { 0 };
-    if blocks > 0 {
-        // SAFETY: `values` holds `4 * blocks <= rows` rows of `cols >= 16 * groups` bytes at
-        // stride `cols`, `xq` holds `cols`: the kernel reads only those (byte loads, no alignment
-        // needed), writes the first `4 * blocks` of `sums`, and preserves the callee-saved
-        // registers (AAPCS; of the vector registers it uses only q0 and q1).
-        unsafe {
-            txl_rows4_mve(
-                values.as_ptr(),
-                cols,
-                xq.as_ptr(),
-                groups,
-                sums.as_mut_ptr(),
-                blocks,
-            )
-        };
-    }
-    let done = 4 * blocks;
-    for (r, sum) in sums.iter_mut().enumerate().skip(done) {
-        *sum = super::scalar::dot_i8(&values[r * cols..(r + 1) * cols], xq);
-    }
-    if body < cols {
-        for (sum, row) in sums[..done].iter_mut().zip(values.chunks_exact(cols)) {
-            *sum += super::scalar::dot_i8(&row[body..], &xq[body..]);
-        }
-    }
-}
-
-/// `sum a[i] * b[i]` in i32, eight products per four `SMLAD`s; equal to `scalar::dot_i8`.
+/// `sum a[i] * b[i]` in i32, eight products per four `SMLAD`s; equal to `portable::dot_i8`.
 #[inline]
 pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let n = a.len().min(b.len());
@@ -844,7 +406,7 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
         even = smlad(sxtb16(a1), sxtb16(b1), even);
         odd = smlad(sxtb16_ror8(a1), sxtb16_ror8(b1), odd);
     }
-    even + odd + super::scalar::dot_i8(&a[body..n], &b[body..n])
+    even + odd + crate::kernels::portable::dot_i8(&a[body..n], &b[body..n])
 }
 
 /// Attention's query · key sums over int8 keys: `sums[t] = Σ_c q[c] · key_t[c]` over the first
@@ -968,7 +530,7 @@ static INT4_MULTIPLIERS: [i32; 256] = {
     let mut table = [0i32; 256];
     let mut code = 0;
     while code < 256 {
-        table[code] = crate::weights::int4_multiplier(code as u8);
+        table[code] = crate::kernels::portable::int4_multiplier(code as u8);
         code += 1;
     }
     table
@@ -1175,14 +737,14 @@ fn int4_pairs(
     };
 }
 
-/// [`scalar::int4_row_sums`](super::scalar::int4_row_sums) with the DSP extension, two rows per
+/// [`portable::row_sums_i4`](crate::kernels::portable::row_sums_i4) with the DSP extension, two rows per
 /// pass, `pairs` being `xq` widened by [`widen_input`]: the columns in whole blocks of eight
 /// run in the kernels above, a partial last block in the portable code. Groups of more than
 /// 256 columns (`INT4_MAX_GROUP`; or not a multiple of 8) take the portable code. The same sums.
 pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], pairs: &[u32], sums: &mut [i64]) {
-    use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes};
+    use crate::kernels::portable::{int4_groups, int4_multiplier, int4_row_bytes};
     if group == 0 || !group.is_multiple_of(8) || group > INT4_MAX_GROUP {
-        return super::scalar::int4_row_sums(values, group, codes, xq, sums);
+        return crate::kernels::portable::row_sums_i4(values, group, codes, xq, sums);
     }
     let cols = xq.len();
     let rows = sums.len();
@@ -1217,7 +779,7 @@ pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], pairs
         // a partial last block
         for (r, sum) in sums.iter_mut().enumerate() {
             let row = &values[r * row_bytes..(r + 1) * row_bytes];
-            let tail = super::scalar::int4_range_sum(row, xq, 8 * blocks..cols);
+            let tail = crate::kernels::portable::int4_range_sum(row, xq, 8 * blocks..cols);
             *sum += int4_multiplier(codes[(r + 1) * groups - 1]) as i64 * tail as i64;
         }
     }
@@ -1231,7 +793,7 @@ const INT4_WIDEN_COLS: usize = 512;
 /// demo model about 10% more instructions a token).
 pub fn int4_row_sums_widening(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
     if xq.len() > INT4_WIDEN_COLS {
-        return super::scalar::int4_row_sums(values, group, codes, xq, sums);
+        return crate::kernels::portable::row_sums_i4(values, group, codes, xq, sums);
     }
     let mut space = core::mem::MaybeUninit::<[u32; INT4_WIDEN_COLS / 2]>::uninit();
     let base = space.as_mut_ptr().cast::<u32>();

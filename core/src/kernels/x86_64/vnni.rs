@@ -7,27 +7,11 @@
 //! `values[r] · xq + 128 * Σ xq`. The input's sum is taken once per call and subtracted from every
 //! row. Every addition wraps in i32 (`VPDPBUSD`, not the saturating `VPDPBUSDS`), so the result
 //! is the exact `values[r] · xq` modulo 2³², which is the exact sum itself wherever the portable
-//! i32 sum is exact: the same bits as [`scalar::dot_i8`].
+//! i32 sum is exact: the same bits as [`portable::dot_i8`](crate::kernels::portable::dot_i8).
 //!
 //! Two builds of the same code: [`evex`] for CPUs with AVX-512 VNNI (and VL, for 256-bit
 //! registers: Ice Lake and later server parts, Zen 4 and later), [`vex`] for CPUs with AVX-VNNI
 //! only (Alder Lake and later client parts).
-
-use super::scalar;
-
-/// Whether this CPU has AVX-512 VNNI with 256-bit registers ([`evex`]'s kernels).
-#[inline]
-pub fn has_avx512_vnni() -> bool {
-    std::is_x86_feature_detected!("avx2")
-        && std::is_x86_feature_detected!("avx512vnni")
-        && std::is_x86_feature_detected!("avx512vl")
-}
-
-/// Whether this CPU has AVX-VNNI ([`vex`]'s kernels).
-#[inline]
-pub fn has_avx_vnni() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("avxvnni")
-}
 
 /// The kernels, once for each instruction encoding: `$features` the target features,
 /// `$dpbusd` the `VPDPBUSD` intrinsic of that encoding.
@@ -37,17 +21,17 @@ macro_rules! vnni_kernels {
         pub mod $module {
             use core::arch::x86_64::*;
 
-            use super::super::rows_that_fit;
-            use super::super::x86::{i64_lanes_sum, reduce_four, weigh_group};
-            use super::scalar;
+            use crate::kernels::portable;
+            use crate::kernels::portable::rows_that_fit;
+            use crate::kernels::x86_64::avx::{i64_lanes_sum, reduce_four, weigh_group};
 
             /// Rows a pass takes.
             const ROWS: usize = 4;
 
             /// `sums[r] = values[r * cols..][..cols] · xq` in i32 for each `r < sums.len()`
             /// (rows past the end of `values` are left as they are): four rows per pass, 32
-            /// columns a step, the columns after the last whole 32 as `scalar::dot_i8` adds them.
-            /// Equal to `scalar::dot_i8` per row.
+            /// columns a step, the columns after the last whole 32 as `portable::dot_i8` adds them.
+            /// Equal to `portable::dot_i8` per row.
             ///
             /// # Safety
             /// The CPU must support this module's instructions (see the module's check).
@@ -106,12 +90,12 @@ macro_rules! vnni_kernels {
                 for i in r..n {
                     let row = &values[i * cols..(i + 1) * cols];
                     for p in 0..INPUTS {
-                        sums[p][i] = scalar::dot_i8(row, xq[p]);
+                        sums[p][i] = portable::dot_i8(row, xq[p]);
                     }
                 }
             }
 
-            /// [`scalar::int4_row_sums`] for groups of a multiple of 32 columns: four rows per
+            /// [`portable::row_sums_i4`] for groups of a multiple of 32 columns: four rows per
             /// pass, 32 columns a step. A step's sixteen packed bytes of a row become 32
             /// unsigned bytes, the low nibbles then the high ones, each `w + 8` (the nibble with
             /// its sign bit flipped); the input is put in the same order once for the four rows
@@ -131,7 +115,7 @@ macro_rules! vnni_kernels {
                 xq: &[i8],
                 sums: &mut [i64],
             ) {
-                use crate::weights::{int4_groups, int4_multiplier, int4_row_bytes};
+                use crate::kernels::portable::{int4_groups, int4_multiplier, int4_row_bytes};
                 let cols = xq.len();
                 let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
                 let blocks = if group.is_multiple_of(32) {
@@ -187,7 +171,7 @@ macro_rules! vnni_kernels {
                             *weighed = unsafe { weigh_group(*weighed, acc, multiplier) };
                             if c < end {
                                 rest[i] += i64::from(multiplier)
-                                    * i64::from(scalar::int4_range_sum(rows[i], xq, c..end));
+                                    * i64::from(portable::int4_range_sum(rows[i], xq, c..end));
                             }
                         }
                     }
@@ -198,7 +182,7 @@ macro_rules! vnni_kernels {
                     }
                 }
                 let done = blocks * ROWS;
-                scalar::int4_row_sums(
+                portable::row_sums_i4(
                     &values[done * row_bytes..],
                     group,
                     &codes[done * groups..],
@@ -283,7 +267,7 @@ macro_rules! vnni_kernels {
                             .enumerate()
                         {
                             let row = &values[(first + i) * cols..(first + i + 1) * cols];
-                            let tail = scalar::dot_i8(&row[body..], &xq[p][body..]);
+                            let tail = portable::dot_i8(&row[body..], &xq[p][body..]);
                             *sum = total.wrapping_sub(excess[p]).wrapping_add(tail);
                         }
                     }
@@ -309,17 +293,17 @@ vnni_kernels!(
 
 #[cfg(test)]
 mod tests {
-    use super::super::scalar;
+    use crate::kernels::portable;
 
     /// Every VNNI build's int4 kernel this CPU has, by name.
     type Int4RowSums = unsafe fn(&[u8], usize, &[u8], &[i8], &mut [i64]);
 
     fn int4_builds() -> Vec<(&'static str, Int4RowSums)> {
         let mut builds: Vec<(&'static str, Int4RowSums)> = Vec::new();
-        if super::has_avx512_vnni() {
+        if crate::kernels::features::has_avx512_vnni() {
             builds.push(("AVX-512 VNNI", super::evex::int4_row_sums));
         }
-        if super::has_avx_vnni() {
+        if crate::kernels::features::has_avx_vnni() {
             builds.push(("AVX-VNNI", super::vex::int4_row_sums));
         }
         builds
@@ -341,13 +325,14 @@ mod tests {
             for cols in [1usize, 8, 31, 32, 33, 64, 100, 128, 250, 1030] {
                 for group in [8usize, 16, 32, 64, 96, 128] {
                     let rows = 9;
-                    let row_bytes = crate::weights::int4_row_bytes(cols);
-                    let groups = crate::weights::int4_groups(cols, group);
+                    let row_bytes = crate::kernels::portable::int4_row_bytes(cols);
+                    let groups = crate::kernels::portable::int4_groups(cols, group);
                     // every nibble, -8 and 7 included; the bytes past `cols` zero as packed
                     let mut values: Vec<u8> = (0..rows * row_bytes).map(|_| next()).collect();
                     for (r, row) in values.chunks_exact_mut(row_bytes).enumerate() {
-                        let mut unpacked: Vec<i8> =
-                            (0..cols).map(|c| crate::weights::int4_value(row, c)).collect();
+                        let mut unpacked: Vec<i8> = (0..cols)
+                            .map(|c| crate::kernels::portable::int4_value(row, c))
+                            .collect();
                         unpacked[0] = -8;
                         if r == 2 {
                             unpacked.fill(-8);
@@ -355,7 +340,7 @@ mod tests {
                         if r == 3 {
                             unpacked.fill(7);
                         }
-                        crate::weights::int4_pack_row(&unpacked, row);
+                        crate::kernels::portable::int4_pack_row(&unpacked, row);
                     }
                     let codes: Vec<u8> = (0..rows * groups).map(|_| next()).collect();
                     let mut xq: Vec<i8> = (0..cols).map(|_| next() as i8).collect();
@@ -363,7 +348,7 @@ mod tests {
                     let (mut fast, mut slow) = (vec![0i64; rows], vec![0i64; rows]);
                     // SAFETY: the build's features were detected in `int4_builds`.
                     unsafe { kernel(&values, group, &codes, &xq, &mut fast) };
-                    scalar::int4_row_sums(&values, group, &codes, &xq, &mut slow);
+                    portable::row_sums_i4(&values, group, &codes, &xq, &mut slow);
                     assert_eq!(fast, slow, "{name}: {rows} rows of {cols}, groups of {group}");
                 }
             }
@@ -376,10 +361,10 @@ mod tests {
 
     fn builds() -> Vec<(&'static str, RowSums, RowSumsPair)> {
         let mut builds: Vec<(&'static str, RowSums, RowSumsPair)> = Vec::new();
-        if super::has_avx512_vnni() {
+        if crate::kernels::features::has_avx512_vnni() {
             builds.push(("AVX-512 VNNI", super::evex::row_sums, super::evex::row_sums_pair));
         }
-        if super::has_avx_vnni() {
+        if crate::kernels::features::has_avx_vnni() {
             builds.push(("AVX-VNNI", super::vex::row_sums, super::vex::row_sums_pair));
         }
         builds
@@ -412,7 +397,7 @@ mod tests {
                         values
                             .chunks_exact(cols.max(1))
                             .take(n)
-                            .map(|row| scalar::dot_i8(row, x))
+                            .map(|row| portable::dot_i8(row, x))
                             .collect()
                     };
                     let mut one = vec![0i32; n];

@@ -18,14 +18,8 @@
 
 use core::arch::x86_64::*;
 
-use super::fma::dot_fma;
-use super::rows_that_fit;
-
-/// Whether this CPU has AVX2 and FMA ([`rows_avx2`]).
-#[inline]
-pub fn has_avx2_fma() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-}
+use crate::kernels::portable::dot_fma_f32;
+use crate::kernels::portable::rows_that_fit;
 
 /// Inputs from which [`rows_avx2`] puts inputs in the lanes ([`inputs_in_lanes`]); fewer
 /// take [`rows_in_lanes`], whose transposes cost less than lanes left empty.
@@ -170,7 +164,7 @@ unsafe fn lanes_pass<const REGS: usize, const R: usize>(
 /// `B` blocks of eight rows a pass, so that `B * P` chains hide part of a multiply-add's
 /// latency (two blocks: one input ran 1.6 times as fast as with one block, and three or four
 /// blocks, whose row addresses no longer fit in the registers, ran slower), then one block a
-/// pass, then the last rows (fewer than eight) by [`dot_fma`].
+/// pass, then the last rows (fewer than eight) by [`dot_fma_f32`].
 ///
 /// # Safety
 /// As [`inputs_in_lanes`]; `xs` and `ys` hold `P` each.
@@ -208,7 +202,7 @@ unsafe fn rows_in_lanes<const P: usize, const B: usize>(
     for r in r..rows {
         let row = &weight[r * cols..(r + 1) * cols];
         for (y, x) in ys.iter_mut().zip(xs) {
-            y[r] = dot_fma(row, x);
+            y[r] = dot_fma_f32(row, x);
         }
     }
 }
@@ -284,12 +278,12 @@ fn transpose_quads(pairs: [__m256; 4]) -> [__m256; 4] {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fma::dot_fma;
+    use crate::kernels::portable::dot_fma_f32;
 
     /// A fused-order kernel: `(weight, cols, xs, ys)`.
     type Kernel = unsafe fn(&[f32], usize, &[&[f32]], &mut [&mut [f32]]);
 
-    /// Runs `kernel` on odd shapes and values of many magnitudes against [`dot_fma`].
+    /// Runs `kernel` on odd shapes and values of many magnitudes against [`dot_fma_f32`].
     fn equals_the_portable_order(kernel: Kernel) {
         let mut state = 29u32;
         let mut next = || {
@@ -316,7 +310,7 @@ mod tests {
                     unsafe { kernel(&weight, cols, &x_refs, &mut y_refs) };
                     for (p, (x, y)) in xs.iter().zip(&ys).enumerate() {
                         for (r, got) in y.iter().enumerate() {
-                            let want = dot_fma(&weight[r * cols..(r + 1) * cols], x);
+                            let want = dot_fma_f32(&weight[r * cols..(r + 1) * cols], x);
                             assert_eq!(
                                 got.to_bits(),
                                 want.to_bits(),
@@ -331,7 +325,7 @@ mod tests {
 
     #[test]
     fn avx2_fused_rows_equal_the_portable_order() {
-        if !super::has_avx2_fma() {
+        if !crate::kernels::features::has_avx2_fma() {
             eprintln!("SKIPPED: this CPU has no AVX2 with FMA");
             return;
         }

@@ -1,7 +1,7 @@
 //! The exact row kernel for four inputs or more (the positions of a segment): a tile of six rows
 //! meets four inputs each step, in twelve accumulators.
 //!
-//! **The order** is the portable [`dot`](crate::kernels::scalar::dot)'s: column `c` of a row
+//! **The order** is the portable [`dot`](crate::kernels::portable::dot_f32)'s: column `c` of a row
 //! goes to that row's accumulator `c % 4`, each product rounded and then added (no fused
 //! multiply-add), and the sum is `(a0 + a1) + (a2 + a3) + tail`. So the bits are the device's.
 //!
@@ -25,7 +25,7 @@
 
 use core::arch::x86_64::*;
 
-use super::{row_tail, RowElement};
+use super::row_element::{row_tail, RowElement};
 
 /// Rows of a tile.
 const TILE_ROWS: usize = 6;
@@ -65,8 +65,8 @@ std::thread_local! {
 }
 
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for the rows `r` of whole tiles of six
-/// below `n` and every input, with the bits of [`dot`](crate::kernels::scalar::dot) (f32 rows)
-/// or [`dot_f16`](crate::kernels::scalar::dot_f16) (f16 rows). Returns the rows done, a multiple
+/// below `n` and every input, with the bits of [`dot`](crate::kernels::portable::dot_f32) (f32 rows)
+/// or [`dot_f16`](crate::kernels::portable::dot_f16) (f16 rows). Returns the rows done, a multiple
 /// of six; the caller does the rest.
 ///
 /// # Safety
@@ -91,7 +91,7 @@ pub(super) unsafe fn dots_each_tiled<T: RowElement>(
         let groups = xs.len().div_ceil(TILE_INPUTS);
         buffers.sums.resize(groups, [_mm256_setzero_ps(); 12]);
         buffers.panel.resize(CHUNK_QUADS.min(quads) * TILE_ROWS * 4, 0.0);
-        let prefetch = n * stride * core::mem::size_of::<T>() >= super::PREFETCH_LEAST_BYTES
+        let prefetch = n * stride * core::mem::size_of::<T>() >= super::prefetch::LEAST_BYTES
             && groups >= PREFETCH_LEAST_GROUPS;
         let steps = quads.div_ceil(CHUNK_QUADS) * groups;
         let mut r = 0;
@@ -112,7 +112,7 @@ pub(super) unsafe fn dots_each_tiled<T: RowElement>(
                 for (group, sums) in buffers.sums.iter_mut().enumerate() {
                     if let Some(next) = next {
                         let step = chunk_index * groups + group;
-                        crate::kernels::prefetch_share(next, step..step + 1, steps);
+                        super::prefetch::share_into::<_, 1>(next, step..step + 1, steps);
                     }
                     let inputs = &buffers.inputs[(group * quads + chunk.start) * 16..][..chunk.len() * 16];
                     // SAFETY: the panel and the inputs hold the chunk's quads (`chunk.len() >= 1`

@@ -12,7 +12,7 @@
 //!
 //! Every addition wraps in i32 (the instruction has no saturating form), so a sum is the exact
 //! `values[r] · xq[p]` modulo 2³², which is the exact sum itself wherever the portable i32 sum
-//! is exact: the same bits as [`super::scalar::dot_i8`]. When 64 does not divide a row, its
+//! is exact: the same bits as [`crate::kernels::portable::dot_i8`]. When 64 does not divide a row, its
 //! last step reads on into the next row, whose bytes meet zeros in the input tile and add
 //! nothing; rows past the last whole tile of 16 (and a last tile whose reading would pass the
 //! end of the weights) are left to the caller.
@@ -20,10 +20,9 @@
 use core::arch::asm;
 use core::arch::x86_64::*;
 use core::cell::RefCell;
-use core::sync::atomic::{AtomicU8, Ordering};
 
 #[cfg(test)]
-use super::scalar;
+use crate::kernels::portable;
 
 /// Rows (and inputs) a tile holds.
 const TILE: usize = 16;
@@ -33,74 +32,6 @@ const STEP: usize = 64;
 
 /// Bytes of one input tile: `TILE` rows of `STEP` bytes.
 const INPUT_TILE_BYTES: usize = TILE * STEP;
-
-/// Whether the tile registers are usable: 0 not yet asked, 1 no, 2 yes.
-static AMX_STATE: AtomicU8 = AtomicU8::new(0);
-
-/// Whether this CPU has AMX with int8 products (and AVX-512F) and the operating system lets this
-/// process use the tile registers ([`row_sums_many`]). The first call asks Linux for them
-/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`); the answer is kept. Linux refuses
-/// when a thread's alternate signal stack is too small for the tile state, and then the other
-/// int8 kernels run.
-pub fn has_amx_int8() -> bool {
-    match AMX_STATE.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            // (AVX-512F for the transposes; every CPU with AMX has it, but a virtual machine
-            // could say otherwise)
-            let usable = cpu_has_amx_int8() && std::is_x86_feature_detected!("avx512f") && os_grants_tiles();
-            AMX_STATE.store(if usable { 2 } else { 1 }, Ordering::Relaxed);
-            usable
-        }
-    }
-}
-
-/// CPUID leaf 7: AMX-TILE (EDX bit 24) and AMX-INT8 (EDX bit 25).
-fn cpu_has_amx_int8() -> bool {
-    if cfg!(miri) {
-        return false;
-    }
-    // SAFETY: CPUID exists on every x86-64 CPU (the intrinsics are safe in newer Rust).
-    #[allow(unused_unsafe)]
-    let (max_leaf, leaf) = unsafe {
-        (
-            core::arch::x86_64::__cpuid(0).eax,
-            core::arch::x86_64::__cpuid_count(7, 0),
-        )
-    };
-    max_leaf >= 7 && leaf.edx & (1 << 24) != 0 && leaf.edx & (1 << 25) != 0
-}
-
-/// Asks Linux to enable the tile data state for this process; true if it did.
-#[cfg(target_os = "linux")]
-fn os_grants_tiles() -> bool {
-    const SYS_ARCH_PRCTL: i64 = 158;
-    const ARCH_REQ_XCOMP_PERM: i64 = 0x1023;
-    const XFEATURE_XTILEDATA: i64 = 18;
-    let result: i64;
-    // SAFETY: `arch_prctl(ARCH_REQ_XCOMP_PERM, ..)` only changes which register state the kernel
-    // saves for this process; it reads and writes no memory of ours. The `syscall` instruction
-    // clobbers rcx and r11, declared here.
-    unsafe {
-        asm!(
-            "syscall",
-            inlateout("rax") SYS_ARCH_PRCTL => result,
-            in("rdi") ARCH_REQ_XCOMP_PERM,
-            in("rsi") XFEATURE_XTILEDATA,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    result == 0
-}
-
-/// Other systems: not asked, so not used.
-#[cfg(not(target_os = "linux"))]
-fn os_grants_tiles() -> bool {
-    false
-}
 
 /// Four result tiles as `TILESTORED` writes them, each row on a cache line of its own.
 #[repr(C, align(64))]
@@ -176,7 +107,7 @@ fn rows_for_tiles(len: usize, cols: usize, wanted: usize) -> usize {
 /// `sums[p][r] = values[r * cols..][..cols] · xq[p]` in i32 for every input `p` and the rows
 /// `r` of every whole tile of sixteen that fits in `values` (see the module docs) and every
 /// output; returns how many rows that is (a multiple of 16; the caller does the rest). Equal
-/// to `scalar::dot_i8` per row and input.
+/// to `portable::dot_i8` per row and input.
 ///
 /// # Safety
 /// [`has_amx_int8`] must have returned true.
@@ -446,6 +377,7 @@ unsafe fn tile_products(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::features::has_amx_int8;
 
     fn pattern(len: usize, seed: usize) -> Vec<i8> {
         (0..len)
@@ -455,7 +387,7 @@ mod tests {
 
     #[test]
     fn the_input_layout_starts_on_a_line_whatever_the_buffer() {
-        if !super::super::avx512::has_avx512f() {
+        if !crate::kernels::features::has_avx512f() {
             eprintln!("SKIPPED the_input_layout_starts_on_a_line_whatever_the_buffer: no AVX-512F here");
             return;
         }
@@ -504,7 +436,7 @@ mod tests {
                 for (part, (out, start)) in [(&out_first, 0), (&out_second, first)].into_iter().enumerate() {
                     for (i, &got) in out[p].iter().enumerate() {
                         let want = if i < done[part] {
-                            scalar::dot_i8(&values[(start + i) * cols..][..cols], x)
+                            portable::dot_i8(&values[(start + i) * cols..][..cols], x)
                         } else {
                             i32::MIN // rows past the whole tiles are the caller's
                         };
@@ -560,7 +492,7 @@ mod tests {
             for (p, x) in xs.iter().enumerate() {
                 for r in 0..rows {
                     let want = if r < done {
-                        scalar::dot_i8(&values[r * cols..][..cols], x)
+                        portable::dot_i8(&values[r * cols..][..cols], x)
                     } else {
                         i32::MIN // rows past the whole tiles are the caller's
                     };

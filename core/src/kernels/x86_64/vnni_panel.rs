@@ -13,7 +13,7 @@
 //! The sums: a lane adds `(w + 128) * x` (the flipped weight, unsigned, times the signed input),
 //! and `128 * Σ x` ([`excess`]) is taken off each row's total once, every addition wrapping in
 //! i32, so each row's sum is the exact `w · x`, the bits of
-//! [`dot_i8`](super::scalar::dot_i8). Columns after the last whole four are added as the
+//! [`dot_i8`](crate::kernels::portable::dot_i8). Columns after the last whole four are added as the
 //! portable code adds them. Each sum is then scaled as the portable code scales it, `sum as f32
 //! * (row_scale * input_scale)`.
 
@@ -37,12 +37,6 @@ const QUAD: usize = 4;
 std::thread_local! {
     /// A block of rows laid out for the steps, reused from call to call.
     static PANEL: core::cell::RefCell<Vec<u8>> = const { core::cell::RefCell::new(Vec::new()) };
-}
-
-/// Whether this CPU has AVX-512 VNNI on 512-bit registers (and the AVX-512F the panel needs).
-#[inline]
-pub fn has_vnni_512() -> bool {
-    super::vnni::has_avx512_vnni() && std::is_x86_feature_detected!("avx512f")
 }
 
 /// What the flipped sign bits add to a row's sum for the input `xq` of rows of `cols`: `128 * Σ
@@ -123,7 +117,7 @@ pub unsafe fn scaled_rows_in_groups(
             };
         }
         for g in 0..groups {
-            super::prefetch_share_into::<_, 2>(next, g..g + 1, groups);
+            super::prefetch::share_into::<_, 2>(next, g..g + 1, groups);
             let group: &[QuantizedInput<'_>; TILE_INPUTS] = inputs[g * TILE_INPUTS..][..TILE_INPUTS]
                 .try_into()
                 .expect("a whole group");
@@ -149,7 +143,7 @@ pub unsafe fn scaled_rows_in_groups(
             for r in registers * LANES..rows {
                 let row = &values[r * cols..(r + 1) * cols];
                 for ((input, x), out) in group.iter().zip(xq).zip(outs.iter_mut()) {
-                    out[r] = super::scalar::dot_i8(row, x) as f32 * (row_scales[r] * input.scale);
+                    out[r] = crate::kernels::portable::dot_i8(row, x) as f32 * (row_scales[r] * input.scale);
                 }
             }
         }
@@ -190,7 +184,7 @@ impl Block<'_> {
             }
             for (i, ((y, &total), &scale)) in out.iter_mut().zip(totals).zip(scales).enumerate() {
                 let row = &self.values[(rows.start + i) * cols..(rows.start + i + 1) * cols];
-                let tail = super::scalar::dot_i8(&row[body..], &input.values[body..cols]);
+                let tail = crate::kernels::portable::dot_i8(&row[body..], &input.values[body..cols]);
                 let sum = total.wrapping_sub(input.excess).wrapping_add(tail);
                 *y = sum as f32 * (scale * input.scale);
             }
@@ -401,6 +395,7 @@ unsafe fn register(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::features::has_vnni_512;
 
     /// Every shape class: whole tiles, a register and rows after the last register, columns
     /// with and without a tail past the last four and fewer than sixteen quads, the extreme
@@ -452,7 +447,7 @@ mod tests {
             for (p, out) in outs[..done].iter().enumerate() {
                 for (r, &y) in out.iter().enumerate() {
                     let row = &values[r * cols..(r + 1) * cols];
-                    let sum = super::super::scalar::dot_i8(row, inputs[p].values);
+                    let sum = crate::kernels::portable::dot_i8(row, inputs[p].values);
                     let want = sum as f32 * (row_scales[r] * inputs[p].scale);
                     assert_eq!(
                         y.to_bits(),

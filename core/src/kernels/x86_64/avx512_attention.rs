@@ -13,15 +13,7 @@
 
 use core::arch::x86_64::*;
 
-use crate::int8_attention::query_words;
-
-/// Whether this CPU has AVX-512F, BW and VL ([`key_sums_each`], [`value_sums_each`]).
-#[inline]
-pub fn has_avx512bw() -> bool {
-    std::is_x86_feature_detected!("avx512f")
-        && std::is_x86_feature_detected!("avx512bw")
-        && std::is_x86_feature_detected!("avx512vl")
-}
+use crate::kernels::portable::query_words;
 
 /// Queries (and weight lists) the kernels take at most: one register's lanes.
 pub const QUERIES: usize = 16;
@@ -269,7 +261,9 @@ fn column_mask(len: usize) -> __mmask16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::int8_attention::{key_sums_portable, value_sums_portable, QueryWords};
+    use crate::int8_attention::QueryWords;
+    use crate::kernels::features::has_avx512bw;
+    use crate::kernels::portable::{key_sums_i8 as key_sums_portable, value_sums_i8 as value_sums_portable};
 
     fn noise(n: usize, seed: u64) -> impl Iterator<Item = u64> {
         let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;

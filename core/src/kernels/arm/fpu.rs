@@ -1,0 +1,319 @@
+//! Cortex-M kernels for the single-precision FPU (target ABI `eabihf`): f32 and f16 rows four
+//! at a time with `VMLA` (which rounds the product before it adds: the portable order's bits),
+//! weighted rows, f16 widened by `VCVTB`/`VCVTT`.
+
+use core::arch::global_asm;
+
+use half::f16;
+extern "C" {
+    /// For the four rows `row_k = rows + k * stride` (f32, `stride` in bytes) and
+    /// `groups >= 1` groups of four columns: `sums[4k + j] = sum over groups g of
+    /// row_k[4g + j] * x[4g + j]`, each product rounded and then added (`VMLA`), group by
+    /// group: the four partial sums of [`portable::dot_f32`](crate::kernels::portable::dot_f32), in its order.
+    fn txl_rows4_f32(rows: *const f32, stride: usize, x: *const f32, groups: usize, sums: *mut f32);
+    /// `out[e] += p[0] * row_0[e] + ... + p[3] * row_3[e]` for `e < 4 * groups`, each product
+    /// rounded and added in that order (`VMLA`), with `row_k = rows + k * stride` (`stride` in
+    /// bytes): four calls of the portable `out += p * row`, in their order, per element.
+    fn txl_axpy4_f32(rows: *const f32, stride: usize, p: *const f32, out: *mut f32, groups: usize);
+    /// [`txl_rows4_f32`] for f16 rows, each weight widened exactly by `VCVTB`/`VCVTT`: the
+    /// partial sums of [`portable::dot_f16`](crate::kernels::portable::dot_f16). Rows must be 4-byte aligned.
+    fn txl_rows4_f16(rows: *const f16, stride: usize, x: *const f32, groups: usize, sums: *mut f32);
+}
+
+// Per group of four columns: one VLDM for the inputs (shared by the four rows), then per row one
+// VLDM of its weights and four VMLA (f16: four VCVT more). VMLA rounds the product before it
+// adds, so it gives the bits of the portable kernel's separate multiply and add. Registers:
+// r0, r4-r6 the rows, r1 the stride, r2 the inputs, r3 their end, s0-s15 the sums, s16-s19
+// the inputs, s20-s23 the weights.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_rows4_f32_row row, s0, s1, s2, s3",
+    "vldmia \\row!, {{s20-s23}}",
+    "vmla.f32 \\s0, s20, s16",
+    "vmla.f32 \\s1, s21, s17",
+    "vmla.f32 \\s2, s22, s18",
+    "vmla.f32 \\s3, s23, s19",
+    ".endm",
+    ".macro txl_rows4_f16_row row, s0, s1, s2, s3",
+    "vldmia \\row!, {{s20-s21}}",
+    "vcvtb.f32.f16 s22, s20",
+    "vmla.f32 \\s0, s22, s16",
+    "vcvtt.f32.f16 s22, s20",
+    "vmla.f32 \\s1, s22, s17",
+    "vcvtb.f32.f16 s22, s21",
+    "vmla.f32 \\s2, s22, s18",
+    "vcvtt.f32.f16 s22, s21",
+    "vmla.f32 \\s3, s22, s19",
+    ".endm",
+    ".macro txl_rows4_float name, row",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "\\name:",
+    "push {{r4-r7, lr}}",
+    "vpush {{s16-s23}}",
+    "add r4, r0, r1",
+    "add r5, r4, r1",
+    "add r6, r5, r1",
+    "add r3, r2, r3, lsl #4",
+    "mov r7, #0",
+    "vmov s0, s1, r7, r7",
+    "vmov s2, s3, r7, r7",
+    "vmov s4, s5, r7, r7",
+    "vmov s6, s7, r7, r7",
+    "vmov s8, s9, r7, r7",
+    "vmov s10, s11, r7, r7",
+    "vmov s12, s13, r7, r7",
+    "vmov s14, s15, r7, r7",
+    "1:",
+    "vldmia r2!, {{s16-s19}}",
+    "\\row r0, s0, s1, s2, s3",
+    "\\row r4, s4, s5, s6, s7",
+    "\\row r5, s8, s9, s10, s11",
+    "\\row r6, s12, s13, s14, s15",
+    "cmp r2, r3",
+    "bne 1b",
+    "ldr r7, [sp, #52]", // sums: above the 20 + 32 bytes pushed
+    "vstmia r7, {{s0-s15}}",
+    "vpop {{s16-s23}}",
+    "pop {{r4-r7, pc}}",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_rows4_float txl_rows4_f32, txl_rows4_f32_row",
+    "txl_rows4_float txl_rows4_f16, txl_rows4_f16_row",
+    // txl_axpy4_f32: r0 the first row, r1 the stride, r2 the four weights, r3 the output,
+    // [sp] the groups of four elements. s16-s19 the weights, s0-s3 four outputs, s4-s7 a row's.
+    ".section .text.txl_axpy4_f32,\"ax\",%progbits",
+    ".globl txl_axpy4_f32",
+    ".type txl_axpy4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_axpy4_f32:",
+    "push {{r4-r7, lr}}",
+    "vpush {{s16-s23}}",
+    "ldr r7, [sp, #52]",
+    "vldmia r2, {{s16-s19}}",
+    "add r4, r0, r1",
+    "add r5, r4, r1",
+    "add r6, r5, r1",
+    "1:",
+    "vldmia r3, {{s0-s3}}",
+    "vldmia r0!, {{s4-s7}}",
+    "vmla.f32 s0, s16, s4",
+    "vmla.f32 s1, s16, s5",
+    "vmla.f32 s2, s16, s6",
+    "vmla.f32 s3, s16, s7",
+    "vldmia r4!, {{s4-s7}}",
+    "vmla.f32 s0, s17, s4",
+    "vmla.f32 s1, s17, s5",
+    "vmla.f32 s2, s17, s6",
+    "vmla.f32 s3, s17, s7",
+    "vldmia r5!, {{s4-s7}}",
+    "vmla.f32 s0, s18, s4",
+    "vmla.f32 s1, s18, s5",
+    "vmla.f32 s2, s18, s6",
+    "vmla.f32 s3, s18, s7",
+    "vldmia r6!, {{s4-s7}}",
+    "vmla.f32 s0, s19, s4",
+    "vmla.f32 s1, s19, s5",
+    "vmla.f32 s2, s19, s6",
+    "vmla.f32 s3, s19, s7",
+    "vstmia r3!, {{s0-s3}}",
+    "subs r7, r7, #1",
+    "bne 1b",
+    "vpop {{s16-s23}}",
+    "pop {{r4-r7, pc}}",
+    ".size txl_axpy4_f32, . - txl_axpy4_f32",
+);
+
+/// `W (rows, cols) @ x (cols) -> y (rows)` for f32 weights, four rows per pass over `x`; the
+/// bits of [`portable::matvec_f32`](crate::kernels::portable::matvec_f32) (each row summed in its order).
+pub fn matvec_f32(weight: &[f32], x: &[f32], y: &mut [f32]) {
+    let cols = x.len();
+    let groups = cols / 4;
+    let mut blocks = y.chunks_exact_mut(4);
+    let mut done = 0;
+    for (out, rows) in (&mut blocks).zip(weight.chunks_exact(4 * cols)) {
+        let mut sums = [0.0f32; 16];
+        if groups > 0 {
+            // SAFETY: `rows` holds four rows of `cols >= 4 * groups` f32 at a stride of `cols`
+            // f32, and `x` holds `cols`: the kernel reads only those, writes the 16 floats of
+            // `sums`, and preserves the callee-saved registers (AAPCS, s16-s23 included).
+            unsafe { txl_rows4_f32(rows.as_ptr(), 4 * cols, x.as_ptr(), groups, sums.as_mut_ptr()) };
+        }
+        finish_rows(out, &sums, rows.chunks_exact(cols), x, 4 * groups, |w| w);
+        done += 4;
+    }
+    let rest = &mut y[done..];
+    crate::kernels::portable::matvec_f32(&weight[done * cols..], x, rest);
+}
+
+/// `dst[i] = src[i]` widened exactly by the FPU (`VCVTB`/`VCVTT`), two elements a step; the
+/// portable `f16_to_f32`'s bits for every number (NaNs come out quiet, as from the f16 weight
+/// kernel). `src` not 4-byte aligned, and an odd last element, take the portable code.
+pub fn widen_f16(src: &[f16], dst: &mut [f32]) {
+    let n = src.len().min(dst.len());
+    let pairs = if (src.as_ptr() as usize).is_multiple_of(4) {
+        n / 2
+    } else {
+        0
+    };
+    if pairs > 0 {
+        // SAFETY: `pairs` pairs of f16 from a 4-byte aligned `src` and `2 * pairs` f32 into
+        // `dst`, both at least `2 * pairs` long (`n`); the routine touches nothing else.
+        unsafe { txl_widen_f16_pairs(src.as_ptr(), dst.as_mut_ptr(), pairs) };
+    }
+    for (d, &s) in dst[2 * pairs..n].iter_mut().zip(&src[2 * pairs..n]) {
+        *d = crate::kernels::portable::f16_to_f32(s);
+    }
+}
+
+extern "C" {
+    /// `dst[2k], dst[2k + 1]` = the two f16 of the word `src[k]`, widened, for `k < pairs`
+    /// (`pairs >= 1`, `src` 4-byte aligned).
+    fn txl_widen_f16_pairs(src: *const f16, dst: *mut f32, pairs: usize);
+}
+
+// txl_widen_f16_pairs: r0 the f16 words, r1 the f32 output, r2 the pairs; s0-s2 (caller-saved).
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_widen_f16_pairs,\"ax\",%progbits",
+    ".globl txl_widen_f16_pairs",
+    ".type txl_widen_f16_pairs,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_widen_f16_pairs:",
+    "1:",
+    "vldmia r0!, {{s0}}",
+    "vcvtb.f32.f16 s1, s0",
+    "vcvtt.f32.f16 s2, s0",
+    "vstmia r1!, {{s1-s2}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "bx lr",
+    ".size txl_widen_f16_pairs, . - txl_widen_f16_pairs",
+);
+
+/// `W (rows, cols) @ x (cols) -> y (rows)` for f16 weights, four rows per pass over `x`, each
+/// weight widened by the FPU; the bits of the portable `dot_f16` of each row. Falls back to it
+/// for rows that are not 4-byte aligned.
+pub fn matvec_f16(weight: &[f16], x: &[f32], y: &mut [f32]) {
+    let cols = x.len();
+    let groups = cols / 4;
+    let aligned = cols.is_multiple_of(2) && (weight.as_ptr() as usize).is_multiple_of(4);
+    let mut done = 0;
+    if aligned {
+        for (out, rows) in y.chunks_exact_mut(4).zip(weight.chunks_exact(4 * cols)) {
+            let mut sums = [0.0f32; 16];
+            if groups > 0 {
+                // SAFETY: as for `txl_rows4_f32`, with f16 rows: four rows of `cols` f16 at a
+                // stride of `2 * cols` bytes, each 4-byte aligned (checked above).
+                unsafe { txl_rows4_f16(rows.as_ptr(), 2 * cols, x.as_ptr(), groups, sums.as_mut_ptr()) };
+            }
+            finish_rows(
+                out,
+                &sums,
+                rows.chunks_exact(cols),
+                x,
+                4 * groups,
+                crate::kernels::portable::f16_to_f32,
+            );
+            done += 4;
+        }
+    }
+    for (out, row) in y[done..].iter_mut().zip(weight[done * cols..].chunks_exact(cols)) {
+        *out = crate::kernels::portable::dot_f16(row, x);
+    }
+}
+
+/// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()`, four rows per pass; the
+/// bits of the portable `dot(x, row)` for each.
+pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
+    let n = x.len();
+    let groups = n / 4;
+    let mut done = 0;
+    if groups > 0 && stride >= n {
+        while done + 4 <= out.len() {
+            let block = &rows[done * stride..(done + 3) * stride + n];
+            let mut sums = [0.0f32; 16];
+            // SAFETY: `block` holds four rows of `n >= 4 * groups` f32 at a stride of `stride`
+            // f32 (the last ends at `3 * stride + n`), `x` holds `n`: the kernel reads only
+            // those, writes the 16 floats of `sums`, and preserves the callee-saved registers.
+            unsafe { txl_rows4_f32(block.as_ptr(), 4 * stride, x.as_ptr(), groups, sums.as_mut_ptr()) };
+            let block_rows = (0..4).map(|k| &block[k * stride..k * stride + n]);
+            finish_rows(&mut out[done..done + 4], &sums, block_rows, x, 4 * groups, |w| w);
+            done += 4;
+        }
+    }
+    for (r, o) in out.iter_mut().enumerate().skip(done) {
+        *o = crate::kernels::portable::dot_f32(x, &rows[r * stride..r * stride + n]);
+    }
+}
+
+/// `out += p[k] * rows[k * stride..][..out.len()]` for `k < p.len()` in order, four rows per
+/// pass; per element the products are added in the portable loop's order, so the bits are its.
+pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    let groups = n / 4;
+    let body = 4 * groups;
+    let mut done = 0;
+    if groups > 0 && stride >= n {
+        while done + 4 <= p.len() {
+            let block = &rows[done * stride..(done + 3) * stride + n];
+            // SAFETY: `block` holds four rows of `n >= 4 * groups` f32 at a stride of `stride`
+            // f32, `p[done..done + 4]` four weights and `out` `n` floats: the kernel reads only
+            // those, writes the first `4 * groups` of `out`, and preserves the callee-saved
+            // registers.
+            unsafe {
+                txl_axpy4_f32(
+                    block.as_ptr(),
+                    4 * stride,
+                    p[done..done + 4].as_ptr(),
+                    out.as_mut_ptr(),
+                    groups,
+                )
+            };
+            for (k, &weight) in p[done..done + 4].iter().enumerate() {
+                for (o, v) in out[body..]
+                    .iter_mut()
+                    .zip(&block[k * stride + body..k * stride + n])
+                {
+                    *o += weight * v;
+                }
+            }
+            done += 4;
+        }
+    }
+    for (k, &weight) in p.iter().enumerate().skip(done) {
+        for (o, v) in out.iter_mut().zip(&rows[k * stride..k * stride + n]) {
+            *o += weight * v;
+        }
+    }
+}
+
+/// Each row's total from the kernel's four partial sums and the columns after `body`, in the
+/// portable kernels' order: `(a0 + a1) + (a2 + a3) + tail`.
+fn finish_rows<'w, T: Copy + 'w>(
+    out: &mut [f32],
+    sums: &[f32; 16],
+    rows: impl Iterator<Item = &'w [T]>,
+    x: &[f32],
+    body: usize,
+    widen: impl Fn(T) -> f32,
+) {
+    for ((y, partial), row) in out.iter_mut().zip(sums.chunks_exact(4)).zip(rows) {
+        let mut tail = 0.0;
+        for (w, v) in row[body..].iter().zip(&x[body..]) {
+            tail += widen(*w) * v;
+        }
+        *y = (partial[0] + partial[1]) + (partial[2] + partial[3]) + tail;
+    }
+}
