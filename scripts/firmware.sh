@@ -25,7 +25,7 @@ BOARD is one of:
   riscv32-virt  RV32IMAC    (QEMU's RISC-V virt machine)
 
 --table [BOARD...]  builds the bundled demo model in int8, int4, f16 and f32 for each board (all by
-                    default), scores the default tokens and prints firmware/README.md's tables,
+                    default), scores the default tokens and prints docs/MICROCONTROLLERS.md's tables,
                     one per board: image bytes, arena bytes, instructions per token and per MAC.
 --boards            lists the boards: name, Rust target, core and the firmware features its build
                     turns on (from firmware/src/board.rs).

@@ -15,6 +15,8 @@ use half::f16;
 
 use crate::int8_attention;
 use crate::kernels;
+pub(crate) use crate::options::int8_values_bytes;
+pub use crate::options::MemDtype;
 
 /// Queries the attention (`crate::attention::attend_block`) takes together at most, and the
 /// memory's several-query products with them. Every key and value a block reads serves
@@ -22,49 +24,6 @@ use crate::kernels;
 /// content terms of up to `n - 1` keys per query that the query does not see, and the keys
 /// all its queries see, whose values it adds together, are `n - 1` fewer than a window.
 pub(crate) const QUERIES_TOGETHER: usize = 16;
-
-/// How the cached keys and values are stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum MemDtype {
-    /// f32: exact.
-    #[default]
-    F32,
-    /// f16: half the bytes.
-    F16,
-    /// Symmetric int8 with one f32 scale per position and head: about a quarter of the bytes.
-    Int8,
-}
-
-impl MemDtype {
-    /// Bytes to store `rows` rows of `width` elements split into heads of `d_head`.
-    pub fn bytes(self, rows: usize, width: usize, d_head: usize) -> Option<usize> {
-        let elements = rows.checked_mul(width)?;
-        match self {
-            MemDtype::F32 => elements.checked_mul(4),
-            MemDtype::F16 => elements.checked_mul(2),
-            // values, padded to 16 bytes, then one f32 scale per head
-            MemDtype::Int8 => {
-                int8_values_bytes(elements)?.checked_add((elements / d_head.max(1)).checked_mul(4)?)
-            }
-        }
-    }
-
-    /// Bytes of one position's row of `width` elements in heads of `d_head` in a saved state:
-    /// the elements, and for int8 one f32 scale per head after them (no padding).
-    pub(crate) fn row_bytes(self, width: usize, d_head: usize) -> Option<usize> {
-        match self {
-            MemDtype::F32 => width.checked_mul(4),
-            MemDtype::F16 => width.checked_mul(2),
-            MemDtype::Int8 => width.checked_add((width / d_head.max(1)).checked_mul(4)?),
-        }
-    }
-}
-
-/// Bytes of the int8 values of `elements`, padded so the scales after them are aligned.
-pub(crate) fn int8_values_bytes(elements: usize) -> Option<usize> {
-    Some(elements.checked_add(15)? / 16 * 16)
-}
 
 /// One of the two caches (keys or values) in its storage type.
 #[derive(Debug)]

@@ -22,6 +22,7 @@
 
 use crate::kernels;
 use crate::matrix;
+pub(crate) use crate::options::split_distances;
 use crate::weights::Matrix;
 
 /// Where one query's position scores come from. [`PositionScores::start_head`] prepares a
@@ -198,24 +199,6 @@ const EMPTY_TABLE: SplitTable<'static> = SplitTable {
     coarse: &[],
     fine: &[],
 };
-
-/// `(block, coarse)` for `distances` (at least 1): blocks of `block = ⌈2 √distances⌉`
-/// distances, `coarse = ⌈distances / block⌉` of them, when the `block + coarse` table rows and
-/// the rotated query take fewer rows than `distances`; else one block of every distance (no
-/// rotation). The rotations cost about `2 · coarse / distances` of the position products
-/// (under 20% from 65 distances up, 3% at 3,800).
-pub(crate) fn split_distances(distances: usize) -> (usize, usize) {
-    let distances = distances.max(1);
-    let four = distances.saturating_mul(4);
-    // the smallest block with block² >= 4 · distances
-    let block = (four - 1).isqrt() + 1;
-    let coarse = distances.div_ceil(block);
-    if block + coarse + 1 < distances {
-        (block, coarse)
-    } else {
-        (distances, 1)
-    }
-}
 
 /// Rows of `d_model` floats the folded order keeps for `distances`: the two tables and the
 /// rotated query, or with one block only `pos_emb(d)` for every distance.

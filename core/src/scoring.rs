@@ -61,7 +61,7 @@ impl Scores {
 /// WikiText-103 shape (285 M parameters, segments of 128) sixteen a pass scored f32 twice and
 /// int8 1.35 times as fast as pairs, 64 f32 1.16 and int8 1.08 times as fast as sixteen, and
 /// 128 f32 and f16 a few percent faster than 64 (int8 as fast); on the small bundled model
-/// neither was faster or slower (README, "Speed on the host"). The bits are those of pairs, a
+/// neither was faster or slower (docs/PERFORMANCE.md, "What bounds it"). The bits are those of pairs, a
 /// device's sessions ([`Session::new`]); the arena is larger by the rows of the positions.
 ///
 /// [`MAX_OUTPUT_ROWS`]: crate::arena::MAX_OUTPUT_ROWS

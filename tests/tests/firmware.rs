@@ -280,7 +280,7 @@ fn demo_image_int4() -> Vec<u8> {
     quantize_weights(&model, Target::Int4).expect("the demo model quantizes")
 }
 
-/// Each position-key mode counts the MACs its forward pass does (firmware/README.md's formula):
+/// Each position-key mode counts the MACs its forward pass does (docs/MICROCONTROLLERS.md's formula):
 /// recomputed keys add `n_layer × klen·d_model·H` per segment, the fold `n_layer × H·d_model`
 /// per position and `n_head·d_model` instead of `H` per key for the position term.
 #[test]

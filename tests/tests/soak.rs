@@ -3,7 +3,7 @@
 //! tokens, gives the digest of one uninterrupted run, with every log-probability finite and no
 //! memory growth.
 //!
-//! CI streams 20,000 tokens (a state every 1,000). The full soak of the README:
+//! CI streams 20,000 tokens (a state every 1,000). The full soak (docs/TESTING.md):
 //!
 //! ```text
 //! TXL_SOAK_TOKENS=1000000 TXL_SOAK_EVERY=10000 cargo test --release -p txl-tests --test soak -- --nocapture

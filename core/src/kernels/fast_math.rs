@@ -39,6 +39,39 @@ pub fn softmax_exp(x: f32) -> f32 {
     return libm::expf(x);
 }
 
+/// `libm`'s `expf`, as the vector kernels compute it lane by lane (`x86_64/avx.rs` eight lanes,
+/// `x86_64/avx512.rs` sixteen): its constants bit for bit and the thresholds of its paths, so
+/// that both give its bits.
+///
+/// For `x <= 0`: `k` is `trunc(x / ln 2 - 1/2)` beyond [`THREE_HALVES_LN2`], `-1` beyond
+/// [`HALF_LN2`], else 0; `r = (x - k ln2_hi) - k ln2_lo`; `c = r - r² (P1 + r² P2)`; `y = 1 + ((r
+/// c / (2 - c) - k ln2_lo) + (x - k ln2_hi))`; then `y · 2^k` as `scalbnf` takes it (below
+/// `2^-126` first times [`DEEP_SCALE`]). `|x| <=` [`TINY`] gives `1 + x`, `x <=`
+/// [`-UNDERFLOW`](UNDERFLOW) gives 0, and a NaN or `x >` [`TINY`] goes to `libm` itself.
+pub mod expf {
+    /// `ln 2`'s high part.
+    pub const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+    /// `ln 2`'s low part.
+    pub const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+    /// `1 / ln 2`.
+    pub const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
+    /// The polynomial's first coefficient.
+    pub const P1: f32 = f32::from_bits(0x3e2a_aa8f);
+    /// The polynomial's second coefficient.
+    pub const P2: f32 = f32::from_bits(0xbb35_5215);
+    /// `2^-14`: at or below it in magnitude `expf(x)` is `1 + x`; above it (positive) another
+    /// path.
+    pub const TINY: u32 = 0x3900_0000;
+    /// `1.5 ln 2`: beyond it `k` is the rounded quotient.
+    pub const THREE_HALVES_LN2: u32 = 0x3f85_1592;
+    /// `0.5 ln 2`: beyond it (and up to [`THREE_HALVES_LN2`]) `k` is `-1`.
+    pub const HALF_LN2: u32 = 0x3eb1_7218;
+    /// `103.972084`: at or below its negative the result is 0.
+    pub const UNDERFLOW: u32 = 0x42cf_f1b5;
+    /// `2^-102`, the first factor of a subnormal result's scaling.
+    pub const DEEP_SCALE: u32 = 0x0c80_0000;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,6 @@
 //! `txl score`: the log-probability of every next token, by the core or by the reference.
 //!
-//! This is the contract the README documents: `--out` and `--rows-out` hold `<f4` values, and
+//! This is the contract docs/CLI.md documents: `--out` and `--rows-out` hold `<f4` values, and
 //! the digest is the [`Digest`] of the `--out` values, whichever backend computed them (the
 //! reference's f64 values are rounded to f32 first).
 

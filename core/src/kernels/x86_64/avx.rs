@@ -673,26 +673,22 @@ pub unsafe fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &
 /// The CPU must support AVX2 ([`has_avx2`]).
 #[target_feature(enable = "avx2,f16c")]
 pub unsafe fn softmax_exp8(values: &mut [f32; 8], max: f32) {
-    // libm's constants, bit for bit
-    const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
-    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
-    const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
-    const P1: f32 = f32::from_bits(0x3e2a_aa8f);
-    const P2: f32 = f32::from_bits(0xbb35_5215);
+    // libm's steps and constants, bit for bit (`kernels::fast_math::expf`)
+    use crate::kernels::fast_math::expf::*;
     let f = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
     // SAFETY: `values` is eight readable f32.
     let x = _mm256_sub_ps(unsafe { _mm256_loadu_ps(values.as_ptr()) }, _mm256_set1_ps(max));
     let abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0), x);
     // lanes libm takes another path for: NaN, x > 2^-14
-    let unusual = _mm256_cmp_ps::<_CMP_NLE_UQ>(x, f(0x3900_0000));
-    // k: trunc(x / ln 2 - 1/2) beyond 1.5 ln 2 (0x3f851592), -1 beyond 0.5 ln 2 (0x3eb17218),
+    let unusual = _mm256_cmp_ps::<_CMP_NLE_UQ>(x, f(TINY));
+    // k: trunc(x / ln 2 - 1/2) beyond 1.5 ln 2, -1 beyond 0.5 ln 2,
     // else 0 (x <= 0 in every lane computed here)
     let truncated = _mm256_cvttps_epi32(_mm256_add_ps(
         _mm256_mul_ps(_mm256_set1_ps(INV_LN2), x),
         _mm256_set1_ps(-0.5),
     ));
-    let beyond_3_halves = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(abs, f(0x3f85_1592)));
-    let beyond_half = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(abs, f(0x3eb1_7218)));
+    let beyond_3_halves = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(abs, f(THREE_HALVES_LN2)));
+    let beyond_half = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GT_OQ>(abs, f(HALF_LN2)));
     let minus_one = _mm256_and_si256(beyond_half, _mm256_set1_epi32(-1));
     let k = _mm256_blendv_epi8(minus_one, truncated, beyond_3_halves);
     let kf = _mm256_cvtepi32_ps(k);
@@ -716,19 +712,19 @@ pub unsafe fn softmax_exp8(values: &mut [f32; 8], max: f32) {
     // -87.33655) first y * 2^-102 (exact), then times 2^(k + 102) (rounded once); 2^k built
     // from its exponent bits
     let deep = _mm256_cmpgt_epi32(_mm256_set1_epi32(-126), k);
-    let y = _mm256_blendv_ps(y, _mm256_mul_ps(y, f(0x0c80_0000)), _mm256_castsi256_ps(deep));
+    let y = _mm256_blendv_ps(y, _mm256_mul_ps(y, f(DEEP_SCALE)), _mm256_castsi256_ps(deep));
     let k = _mm256_add_epi32(k, _mm256_and_si256(deep, _mm256_set1_epi32(102)));
     let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
         k,
         _mm256_set1_epi32(127),
     )));
     let scaled = _mm256_mul_ps(y, scale);
-    // |x| <= 2^-14 (0x39000000): libm returns 1 + x
-    let tiny = _mm256_cmp_ps::<_CMP_LE_OQ>(abs, f(0x3900_0000));
+    // |x| <= 2^-14: libm returns 1 + x
+    let tiny = _mm256_cmp_ps::<_CMP_LE_OQ>(abs, f(TINY));
     let result = _mm256_blendv_ps(scaled, _mm256_add_ps(_mm256_set1_ps(1.0), x), tiny);
-    // x <= -103.972084 (0xc2cff1b5) or -inf: libm's expf returns 0 (not a NaN: ordered)
+    // x <= -103.972084 or -inf: libm's expf returns 0 (not a NaN: ordered)
     let underflow = _mm256_and_ps(
-        _mm256_cmp_ps::<_CMP_GE_OQ>(abs, f(0x42cf_f1b5)),
+        _mm256_cmp_ps::<_CMP_GE_OQ>(abs, f(UNDERFLOW)),
         _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps()),
     );
     let result = _mm256_andnot_ps(underflow, result);
@@ -808,79 +804,112 @@ pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32
     }
 }
 
-/// [`portable::row_sums_i4`] with AVX2: for groups of a multiple of 32 columns, four rows per
-/// pass, 32 columns a step (sixteen packed bytes of each row widened to 16 bits, each nibble
-/// sign-extended by a shift pair; the inputs reordered to match by one byte shuffle, once for
-/// the four rows), the rest as the scalar code does. Each group's eight lanes of partial sums
-/// are weighed by the group's multiplier in 64-bit lanes (`VPMULDQ`), so a row is summed
-/// across lanes once, at its end, not once a group. The same sums (exact integers: the
-/// multiplier distributes over the lanes).
-///
-/// # Safety
-/// The CPU must support AVX2 ([`has_avx2`]).
-#[target_feature(enable = "avx2")]
-pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
-    use crate::kernels::portable::{int4_groups, int4_multiplier, int4_row_bytes};
-    const ROWS: usize = 4;
-    let cols = xq.len();
-    let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
-    let blocks = if group.is_multiple_of(32) {
-        sums.len() / ROWS
-    } else {
-        0
-    };
-    // the bytes of two blocks of eight inputs, low-nibble columns (0-3 of each block) first
-    let order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
-    for block in 0..blocks {
-        let first = block * ROWS;
-        let rows: [&[u8]; ROWS] = core::array::from_fn(|i| &values[(first + i) * row_bytes..][..row_bytes]);
-        // per row: four 64-bit lanes of weighed group sums, and the columns no step took
-        let mut weighed = [_mm256_setzero_si256(); ROWS];
-        let mut rest = [0i64; ROWS];
-        for g in 0..groups {
-            let (start, end) = (g * group, cols.min((g + 1) * group));
-            let mut c = start;
-            let mut acc = [_mm256_setzero_si256(); ROWS];
-            while c + 32 <= end {
-                // SAFETY: columns `c..c + 32` are inside `xq` (`c + 32 <= end <= cols`) and their
-                // sixteen packed bytes inside each row.
-                unsafe {
-                    let first = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c).cast()), order);
-                    let second = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c + 16).cast()), order);
-                    let x_low = _mm256_cvtepi8_epi16(_mm_unpacklo_epi64(first, second));
-                    let x_high = _mm256_cvtepi8_epi16(_mm_unpackhi_epi64(first, second));
-                    for (acc, row) in acc.iter_mut().zip(rows) {
-                        let packed = _mm256_cvtepi8_epi16(_mm_loadu_si128(row.as_ptr().add(c / 2).cast()));
-                        let low = _mm256_srai_epi16::<12>(_mm256_slli_epi16::<12>(packed));
-                        let high = _mm256_srai_epi16::<12>(_mm256_slli_epi16::<8>(packed));
-                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(low, x_low));
-                        *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(high, x_high));
+/// The int4 kernels' frame, one for the AVX2 and the VNNI builds ([`int4_row_sums`] here,
+/// `x86_64/vnni.rs`): for groups of a multiple of 32 columns, four rows per pass; in each group
+/// the whole 32-column steps add into one register of eight i32 lanes per row (`$step`, with
+/// `$c` the step's first column, `$rows` the four packed rows and `$acc` their registers),
+/// corrected at the group's end (`$group_end`, on `$acc`), then weighed by the group's
+/// multiplier in 64-bit lanes (`VPMULDQ`, [`weigh_group`]), so a row is summed across lanes once,
+/// at its end, not once a group. The columns no step took, and the rows after the last pass, as
+/// the portable code sums them. The same sums (exact integers: the multiplier distributes over
+/// the lanes). `$group_start` runs before each group's steps. Expanded inside a function with
+/// AVX2, whose `unsafe` blocks the steps and corrections are.
+macro_rules! int4_row_sums_frame {
+    (
+        $values:expr, $group:expr, $codes:expr, $xq:expr, $sums:expr,
+        group_start: $group_start:block,
+        step: |$c:ident, $rows:ident, $acc:ident| $step:block,
+        group_end: |$acc_end:ident| $group_end:block $(,)?
+    ) => {{
+        use crate::kernels::portable::{int4_groups, int4_multiplier, int4_row_bytes};
+        use crate::kernels::x86_64::avx::{i64_lanes_sum, weigh_group};
+        const ROWS: usize = 4;
+        let (values, group, codes, xq, sums): (&[u8], usize, &[u8], &[i8], &mut [i64]) =
+            ($values, $group, $codes, $xq, $sums);
+        let cols = xq.len();
+        let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+        let blocks = if group.is_multiple_of(32) { sums.len() / ROWS } else { 0 };
+        for block in 0..blocks {
+            let first = block * ROWS;
+            let $rows: [&[u8]; ROWS] = core::array::from_fn(|i| &values[(first + i) * row_bytes..][..row_bytes]);
+            // per row: four 64-bit lanes of weighed group sums, and the columns no step took
+            let mut weighed = [_mm256_setzero_si256(); ROWS];
+            let mut rest = [0i64; ROWS];
+            for g in 0..groups {
+                let (start, end) = (g * group, cols.min((g + 1) * group));
+                let mut $c = start;
+                let mut $acc = [_mm256_setzero_si256(); ROWS];
+                $group_start
+                while $c + 32 <= end {
+                    // (columns `c..c + 32` are inside `xq`, `c + 32 <= end <= cols`, and their
+                    // sixteen packed bytes inside each row)
+                    $step
+                    $c += 32;
+                }
+                {
+                    let $acc_end = &mut $acc;
+                    $group_end
+                }
+                for (i, (acc, weighed)) in $acc.iter().zip(weighed.iter_mut()).enumerate() {
+                    let multiplier = int4_multiplier(codes[(first + i) * groups + g]);
+                    // SAFETY: the CPU has AVX2, as the function this expands in requires.
+                    *weighed = unsafe { weigh_group(*weighed, *acc, multiplier) };
+                    if $c < end {
+                        rest[i] += i64::from(multiplier)
+                            * i64::from(crate::kernels::portable::int4_range_sum($rows[i], xq, $c..end));
                     }
                 }
-                c += 32;
             }
-            for (i, (acc, weighed)) in acc.iter().zip(weighed.iter_mut()).enumerate() {
-                let multiplier = int4_multiplier(codes[(first + i) * groups + g]);
-                // SAFETY: the CPU has AVX2, as this function requires.
-                *weighed = unsafe { weigh_group(*weighed, *acc, multiplier) };
-                if c < end {
-                    rest[i] +=
-                        i64::from(multiplier) * i64::from(portable::int4_range_sum(rows[i], xq, c..end));
+            for ((sum, weighed), rest) in sums[first..first + ROWS].iter_mut().zip(weighed).zip(rest) {
+                // SAFETY: the CPU has AVX2, as the function this expands in requires.
+                *sum = unsafe { i64_lanes_sum(weighed) } + rest;
+            }
+        }
+        let done = blocks * ROWS;
+        crate::kernels::portable::row_sums_i4(
+            &values[done * row_bytes..],
+            group,
+            &codes[done * groups..],
+            xq,
+            &mut sums[done..],
+        );
+    }};
+}
+pub(super) use int4_row_sums_frame;
+
+/// [`portable::row_sums_i4`] with AVX2 ([`int4_row_sums_frame`]): each step widens sixteen
+/// packed bytes of each row to 16 bits, each nibble sign-extended by a shift pair, the inputs
+/// reordered to match by one byte shuffle, once for the four rows. The same sums.
+///
+/// # Safety
+/// The CPU must support AVX2 ([`has_avx2`](crate::kernels::features::has_avx2)).
+#[target_feature(enable = "avx2")]
+pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
+    // the bytes of two blocks of eight inputs, low-nibble columns (0-3 of each block) first
+    let order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
+    int4_row_sums_frame!(
+        values, group, codes, xq, sums,
+        group_start: {},
+        step: |c, rows, acc| {
+            // SAFETY: columns `c..c + 32` are inside `xq` and their sixteen packed bytes inside
+            // each row (the frame's loop).
+            unsafe {
+                let first = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c).cast()), order);
+                let second = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c + 16).cast()), order);
+                let x_low = _mm256_cvtepi8_epi16(_mm_unpacklo_epi64(first, second));
+                let x_high = _mm256_cvtepi8_epi16(_mm_unpackhi_epi64(first, second));
+                for (acc, row) in acc.iter_mut().zip(rows) {
+                    let packed = _mm256_cvtepi8_epi16(_mm_loadu_si128(row.as_ptr().add(c / 2).cast()));
+                    let low = _mm256_srai_epi16::<12>(_mm256_slli_epi16::<12>(packed));
+                    let high = _mm256_srai_epi16::<12>(_mm256_slli_epi16::<8>(packed));
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(low, x_low));
+                    *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(high, x_high));
                 }
             }
-        }
-        for ((sum, weighed), rest) in sums[first..first + ROWS].iter_mut().zip(weighed).zip(rest) {
-            // SAFETY: the CPU has AVX2, as this function requires.
-            *sum = unsafe { i64_lanes_sum(weighed) } + rest;
-        }
-    }
-    let done = blocks * ROWS;
-    portable::row_sums_i4(
-        &values[done * row_bytes..],
-        group,
-        &codes[done * groups..],
-        xq,
-        &mut sums[done..],
+        },
+        group_end: |acc| {
+            let _ = acc;
+        },
     );
 }
 

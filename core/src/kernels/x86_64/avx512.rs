@@ -379,12 +379,8 @@ unsafe fn axpys_chunk<const Q: usize>(
 #[inline]
 #[target_feature(enable = "avx512f")]
 pub unsafe fn softmax_exp16(values: &mut [f32; 16], max: f32) {
-    // libm's constants, bit for bit
-    const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
-    const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
-    const INV_LN2: f32 = f32::from_bits(0x3fb8_aa3b);
-    const P1: f32 = f32::from_bits(0x3e2a_aa8f);
-    const P2: f32 = f32::from_bits(0xbb35_5215);
+    // libm's steps and constants, bit for bit (`kernels::fast_math::expf`)
+    use crate::kernels::fast_math::expf::*;
     let f = |bits: u32| _mm512_set1_ps(f32::from_bits(bits));
     let ones = _mm512_set1_ps(1.0);
     // SAFETY: `values` is sixteen readable f32.
@@ -394,14 +390,14 @@ pub unsafe fn softmax_exp16(values: &mut [f32; 16], max: f32) {
         _mm512_set1_epi32(0x7fff_ffff),
     ));
     // lanes libm takes another path for: NaN, x > 2^-14
-    let unusual = _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x, f(0x3900_0000));
+    let unusual = _mm512_cmp_ps_mask::<_CMP_NLE_UQ>(x, f(TINY));
     // k: trunc(x / ln 2 - 1/2) beyond 1.5 ln 2, -1 beyond 0.5 ln 2, else 0
     let truncated = _mm512_cvttps_epi32(_mm512_add_ps(
         _mm512_mul_ps(_mm512_set1_ps(INV_LN2), x),
         _mm512_set1_ps(-0.5),
     ));
-    let beyond_3_halves = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(abs, f(0x3f85_1592));
-    let beyond_half = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(abs, f(0x3eb1_7218));
+    let beyond_3_halves = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(abs, f(THREE_HALVES_LN2));
+    let beyond_half = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(abs, f(HALF_LN2));
     let minus_one = _mm512_maskz_mov_epi32(beyond_half, _mm512_set1_epi32(-1));
     let k = _mm512_mask_blend_epi32(beyond_3_halves, minus_one, truncated);
     let kf = _mm512_cvtepi32_ps(k);
@@ -420,7 +416,7 @@ pub unsafe fn softmax_exp16(values: &mut [f32; 16], max: f32) {
     let y = _mm512_add_ps(ones, _mm512_add_ps(_mm512_sub_ps(quotient, lo), hi));
     // y * 2^k as libm's scalbnf takes it (see `softmax_exp8`)
     let deep = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(-126), k);
-    let y = _mm512_mask_blend_ps(deep, y, _mm512_mul_ps(y, f(0x0c80_0000)));
+    let y = _mm512_mask_blend_ps(deep, y, _mm512_mul_ps(y, f(DEEP_SCALE)));
     let k = _mm512_mask_add_epi32(k, deep, k, _mm512_set1_epi32(102));
     let scale = _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
         k,
@@ -428,10 +424,10 @@ pub unsafe fn softmax_exp16(values: &mut [f32; 16], max: f32) {
     )));
     let scaled = _mm512_mul_ps(y, scale);
     // |x| <= 2^-14: libm returns 1 + x
-    let tiny = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(abs, f(0x3900_0000));
+    let tiny = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(abs, f(TINY));
     let result = _mm512_mask_blend_ps(tiny, scaled, _mm512_add_ps(ones, x));
     // x <= -103.972084 or -inf: libm's expf returns 0
-    let underflow = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(abs, f(0x42cf_f1b5))
+    let underflow = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(abs, f(UNDERFLOW))
         & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
     let result = _mm512_maskz_mov_ps(!underflow, result);
     let unusual = unusual & !underflow;

@@ -23,7 +23,7 @@ macro_rules! vnni_kernels {
 
             use crate::kernels::portable;
             use crate::kernels::portable::rows_that_fit;
-            use crate::kernels::x86_64::avx::{i64_lanes_sum, reduce_four, weigh_group};
+            use crate::kernels::x86_64::avx::{int4_row_sums_frame, reduce_four};
 
             /// Rows a pass takes.
             const ROWS: usize = 4;
@@ -115,14 +115,6 @@ macro_rules! vnni_kernels {
                 xq: &[i8],
                 sums: &mut [i64],
             ) {
-                use crate::kernels::portable::{int4_groups, int4_multiplier, int4_row_bytes};
-                let cols = xq.len();
-                let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
-                let blocks = if group.is_multiple_of(32) {
-                    sums.len() / ROWS
-                } else {
-                    0
-                };
                 // the bytes of two blocks of eight inputs, low-nibble columns (0-3 of each) first
                 let order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
                 let (nibble, sign, ones) = (
@@ -130,64 +122,35 @@ macro_rules! vnni_kernels {
                     _mm256_set1_epi8(0x08),
                     _mm256_set1_epi8(1),
                 );
-                for block in 0..blocks {
-                    let first = block * ROWS;
-                    let rows: [&[u8]; ROWS] =
-                        core::array::from_fn(|i| &values[(first + i) * row_bytes..][..row_bytes]);
-                    // per row: four 64-bit lanes of weighed group sums, and the columns no step took
-                    let mut weighed = [_mm256_setzero_si256(); ROWS];
-                    let mut rest = [0i64; ROWS];
-                    for g in 0..groups {
-                        let (start, end) = (g * group, cols.min((g + 1) * group));
-                        let mut c = start;
-                        let mut acc = [_mm256_setzero_si256(); ROWS];
-                        let mut input_lanes = _mm256_setzero_si256();
-                        while c + 32 <= end {
-                            // SAFETY: columns `c..c + 32` are inside `xq` (`c + 32 <= end <=
-                            // cols`) and their sixteen packed bytes inside each row.
-                            unsafe {
-                                let low = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c).cast()), order);
-                                let high =
-                                    _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c + 16).cast()), order);
-                                let x = _mm256_set_m128i(
-                                    _mm_unpackhi_epi64(low, high),
-                                    _mm_unpacklo_epi64(low, high),
-                                );
-                                input_lanes = $dpbusd(input_lanes, ones, x);
-                                for (acc, row) in acc.iter_mut().zip(rows) {
-                                    let packed = _mm_loadu_si128(row.as_ptr().add(c / 2).cast());
-                                    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed);
-                                    let w = _mm256_xor_si256(_mm256_and_si256(both, nibble), sign);
-                                    *acc = $dpbusd(*acc, w, x);
-                                }
+                // each lane's sum of the group's inputs, for the flipped sign bits' excess
+                let mut input_lanes: __m256i;
+                int4_row_sums_frame!(
+                    values, group, codes, xq, sums,
+                    group_start: {
+                        input_lanes = _mm256_setzero_si256();
+                    },
+                    step: |c, rows, acc| {
+                        // SAFETY: columns `c..c + 32` are inside `xq` and their sixteen packed
+                        // bytes inside each row (the frame's loop).
+                        unsafe {
+                            let low = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c).cast()), order);
+                            let high = _mm_shuffle_epi8(_mm_loadu_si128(xq.as_ptr().add(c + 16).cast()), order);
+                            let x = _mm256_set_m128i(_mm_unpackhi_epi64(low, high), _mm_unpacklo_epi64(low, high));
+                            input_lanes = $dpbusd(input_lanes, ones, x);
+                            for (acc, row) in acc.iter_mut().zip(rows) {
+                                let packed = _mm_loadu_si128(row.as_ptr().add(c / 2).cast());
+                                let both = _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed);
+                                let w = _mm256_xor_si256(_mm256_and_si256(both, nibble), sign);
+                                *acc = $dpbusd(*acc, w, x);
                             }
-                            c += 32;
                         }
+                    },
+                    group_end: |acc| {
                         let excess = _mm256_slli_epi32::<3>(input_lanes);
-                        for (i, (acc, weighed)) in acc.iter().zip(weighed.iter_mut()).enumerate() {
-                            let acc = _mm256_sub_epi32(*acc, excess);
-                            let multiplier = int4_multiplier(codes[(first + i) * groups + g]);
-                            // SAFETY: the CPU has AVX2, as this function requires.
-                            *weighed = unsafe { weigh_group(*weighed, acc, multiplier) };
-                            if c < end {
-                                rest[i] += i64::from(multiplier)
-                                    * i64::from(portable::int4_range_sum(rows[i], xq, c..end));
-                            }
+                        for acc in acc.iter_mut() {
+                            *acc = _mm256_sub_epi32(*acc, excess);
                         }
-                    }
-                    for ((sum, weighed), rest) in sums[first..first + ROWS].iter_mut().zip(weighed).zip(rest)
-                    {
-                        // SAFETY: the CPU has AVX2, as this function requires.
-                        *sum = unsafe { i64_lanes_sum(weighed) } + rest;
-                    }
-                }
-                let done = blocks * ROWS;
-                portable::row_sums_i4(
-                    &values[done * row_bytes..],
-                    group,
-                    &codes[done * groups..],
-                    xq,
-                    &mut sums[done..],
+                    },
                 );
             }
 
