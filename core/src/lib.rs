@@ -23,8 +23,9 @@
 //!   or other options, or a damaged one, is refused ([`StateError`]) and changes nothing.
 //! - Computes with each weight matrix in the precision the image stores it: f32, f16 (widened,
 //!   f32 accumulation) or int8 with per-row scales as W8A8 (activations quantized per token,
-//!   i32 accumulation); see [`weights`]. LayerNorm, softmax and residuals stay f32. The scalar
-//!   kernels in [`kernels`] are the reference any faster kernel must match.
+//!   i32 accumulation); see [`weights`]. LayerNorm, softmax and residuals stay f32. The
+//!   portable kernels ([`kernels::portable`]) are the reference any faster kernel must match;
+//!   [`kernels`] chooses among them by operation.
 //!
 //! ## How memory works
 //! Everything a session needs lives in one caller-provided arena. [`Session::arena_bytes`]

@@ -65,7 +65,7 @@ pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [u32]
 struct Int8Input<'s> {
     /// The input times the activation scales, in int8.
     xq: &'s [i8],
-    /// `xq` prepared by [`widen_int8_input`](kernels::widen_input_i8).
+    /// `xq` prepared by [`kernels::widen_input_i8`].
     widened: &'s [u32],
     /// `max |x| / 127`.
     x_scale: f32,

@@ -98,7 +98,7 @@ impl<'a> Model<'a> {
     }
 
     /// Sums the products of the f32 weight matrices with fused multiply-adds, one chain per
-    /// row in column order ([`kernels::fma`](crate::kernels::fma)), when `on`, instead of the
+    /// row in column order ([`kernels::matmul_fma_f32`](crate::kernels::matmul_fma_f32)), when `on`, instead of the
     /// exact order. Off by default. The results differ from the exact ones by a few ulps a
     /// sum; they are the same on every machine, so a fast-f32 run has digests of its own.
     /// Attention, LayerNorm, the softmaxes and f16, int8 and int4 matrices are unchanged.

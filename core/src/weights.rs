@@ -31,7 +31,7 @@ pub enum MatrixData<'a> {
     /// f32, row-major.
     F32(&'a [f32]),
     /// f32, row-major, whose products are summed in the fused order of
-    /// [`kernels::fma`](crate::kernels::fma) (a model with
+    /// [`kernels::matmul_fma_f32`](crate::kernels::matmul_fma_f32) (a model with
     /// [`set_fast_f32`](crate::Model::set_fast_f32) on): the same numbers as `F32` to a few ulps,
     /// not the same bits.
     F32Fma(&'a [f32]),

@@ -39,16 +39,17 @@ pub fn softmax_exp(x: f32) -> f32 {
     return libm::expf(x);
 }
 
-/// `libm`'s `expf`, as the vector kernels compute it lane by lane (`x86_64/avx.rs` eight lanes,
-/// `x86_64/avx512.rs` sixteen): its constants bit for bit and the thresholds of its paths, so
-/// that both give its bits.
-///
-/// For `x <= 0`: `k` is `trunc(x / ln 2 - 1/2)` beyond [`THREE_HALVES_LN2`], `-1` beyond
-/// [`HALF_LN2`], else 0; `r = (x - k ln2_hi) - k ln2_lo`; `c = r - r² (P1 + r² P2)`; `y = 1 + ((r
-/// c / (2 - c) - k ln2_lo) + (x - k ln2_hi))`; then `y · 2^k` as `scalbnf` takes it (below
-/// `2^-126` first times [`DEEP_SCALE`]). `|x| <=` [`TINY`] gives `1 + x`, `x <=`
-/// [`-UNDERFLOW`](UNDERFLOW) gives 0, and a NaN or `x >` [`TINY`] goes to `libm` itself.
 pub mod expf {
+    //! `libm`'s `expf`, as the vector kernels compute it lane by lane (`x86_64/avx.rs` eight lanes,
+    //! `x86_64/avx512.rs` sixteen): its constants bit for bit and the thresholds of its paths, so
+    //! that both give its bits.
+    //!
+    //! For `x <= 0`: `k` is `trunc(x / ln 2 - 1/2)` beyond [`THREE_HALVES_LN2`], `-1` beyond
+    //! [`HALF_LN2`], else 0; `r = (x - k ln2_hi) - k ln2_lo`; `c = r - r² (P1 + r² P2)`; `y = 1 + ((r
+    //! c / (2 - c) - k ln2_lo) + (x - k ln2_hi))`; then `y · 2^k` as `scalbnf` takes it (below
+    //! `2^-126` first times [`DEEP_SCALE`]). `|x| <=` [`TINY`] gives `1 + x`, `x <=`
+    //! [`-UNDERFLOW`](UNDERFLOW) gives 0, and a NaN or `x >` [`TINY`] goes to `libm` itself.
+
     /// `ln 2`'s high part.
     pub const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
     /// `ln 2`'s low part.

@@ -12,21 +12,21 @@
 //! | [`dot_f32`] | | | |
 //! | [`dot_f16`] | F16C `avx::dot_f16` | | |
 //! | [`dot_i8`] | AVX2 `avx::dot_i8` | DSP `dsp::dot_i8` | |
-//! | [`matvec_f32`], [`dots_strided_f32`] | AVX `avx::dots` | FPU `fpu::matvec_f32`, `fpu::dots_strided` | NEON `neon::dots_each` |
+//! | [`matvec_f32`], [`dots_strided_f32`] | AVX `avx::dots` | FPU `fpu::matvec_f32`, `fpu::dots_strided_f32` | NEON `neon::dots_each` |
 //! | [`matvec_f16`], [`dots_strided_f16`] | AVX+F16C `avx::dots` | FPU `fpu::matvec_f16` (matvec) | |
 //! | [`matmul_f32`], [`matmul_f16`], [`dots_strided_each_f32`], [`dots_strided_each_f16`] | AVX-512F `avx512::dots_four_inputs`, AVX `avx::dots_each` (blocks of six rows: `avx_blocks`) | one input at a time | NEON `neon::dots_each` (f32) |
 //! | [`matmul_fma_f32`] | AVX2+FMA `fma::rows_avx2` | | NEON `neon::rows_fma` |
-//! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys` | FPU `fpu::axpys_strided` (f32) | NEON `neon::axpys` (f32) |
+//! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys` (f32) |
 //! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_each` | | |
 //! | [`quantize_i8`] | AVX `avx::quantize_activations` | | |
-//! | [`widen_input_i8`] | | DSP `dsp::widen_input` | |
-//! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8_mve`, DSP `dsp::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` |
-//! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair`, AVX2 `avx::row_sums_i8_pair` | DSP `dsp::row_sums_i8_pair` | |
+//! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | |
+//! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` |
+//! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair`, AVX2 `avx::row_sums_i8_pair` | DSP `dsp::row_sums_pair_i8` | |
 //! | [`row_sums_groups_i8`] | AVX-512 VNNI `vnni_panel::scaled_rows_in_groups` | | |
 //! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_parts` | | |
-//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::int4_row_sums`, AVX2 `avx::int4_row_sums` | DSP `dsp::int4_row_sums`, Helium builds `dsp::int4_row_sums_widening` | |
+//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::int4_row_sums`, AVX2 `avx::int4_row_sums` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | |
-//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_s8` | |
+//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8` | |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums` | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | |
@@ -158,7 +158,7 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
         return unsafe { avx::dots(rows, stride, x, out) };
     }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
-    return fpu::dots_strided(rows, stride, x, out);
+    return fpu::dots_strided_f32(rows, stride, x, out);
     #[cfg(target_arch = "aarch64")]
     return neon::dots_each(rows, stride, &[x], &mut [out]);
     #[allow(unreachable_code)]
@@ -313,7 +313,7 @@ pub fn axpys_strided_f32(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]
         return unsafe { avx::axpys(rows, stride, p, out) };
     }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
-    return fpu::axpys_strided(rows, stride, p, out);
+    return fpu::axpys_strided_f32(rows, stride, p, out);
     #[cfg(target_arch = "aarch64")]
     return neon::axpys(rows, stride, p, out);
     #[allow(unreachable_code)]
@@ -397,7 +397,7 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
 #[inline]
 pub fn widen_input_i8(xq: &[i8], widened: &mut [u32]) {
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
-    dsp::widen_input(xq, widened);
+    dsp::widen_input_i8(xq, widened);
     #[cfg(not(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve"))))]
     let _ = (xq, widened);
 }
@@ -428,7 +428,7 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums:
         }
     }
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
-    return helium::row_sums_i8_mve(values, cols, xq, sums);
+    return helium::row_sums_i8(values, cols, xq, sums);
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     return dsp::row_sums_i8(values, cols, xq, widened, sums);
     #[cfg(all(target_arch = "aarch64", feature = "std"))]
@@ -469,7 +469,7 @@ pub fn row_sums_pair_i8(
         }
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
-    return dsp::row_sums_i8_pair(values, cols, xq, widened, sums);
+    return dsp::row_sums_pair_i8(values, cols, xq, widened, sums);
     #[allow(unreachable_code)]
     for ((x, widened), sums) in xq.into_iter().zip(widened).zip(sums) {
         row_sums_i8(values, cols, x, widened, sums);
@@ -624,9 +624,9 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened
         }
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
-    return dsp::int4_row_sums(values, group, codes, xq, widened, sums);
+    return dsp::row_sums_i4(values, group, codes, xq, widened, sums);
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
-    return dsp::int4_row_sums_widening(values, group, codes, xq, sums);
+    return dsp::row_sums_i4_widening(values, group, codes, xq, sums);
     #[allow(unreachable_code)]
     portable::row_sums_i4(values, group, codes, xq, sums)
 }
@@ -685,7 +685,7 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
     #[cfg(feature = "cortex-m-dsp")]
     {
         let groups = d_head / 4;
-        dsp::key_sums_s8(keys, stride, groups, words, sums);
+        dsp::key_sums_i8(keys, stride, groups, words, sums);
         for (t, sum) in sums.iter_mut().enumerate() {
             portable::key_sums_columns(&keys[t * stride..t * stride + d_head], 4 * groups, words, sum);
         }
@@ -708,7 +708,7 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
     #[cfg(feature = "cortex-m-dsp")]
     {
         let body = acc.len() / 4 * 4;
-        dsp::value_sums_s8(values, stride, weights, acc);
+        dsp::value_sums_i8(values, stride, weights, acc);
         return portable::value_sums_i8(&values[body..], stride, weights, &mut acc[body..]);
     }
     #[cfg(all(feature = "std", target_arch = "x86_64"))]

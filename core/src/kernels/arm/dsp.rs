@@ -4,7 +4,7 @@
 //! `SMLAD` multiplies two pairs of signed 16-bit halves and adds both products to an
 //! accumulator in one instruction; `SXTB16` sign-extends bytes 0 and 2 (or, rotated, 1 and 3)
 //! of a word into those halves. Integer sums are exact in any order, so these kernels give the
-//! same bits as the scalar ones (`Config::validate` bounds the widths so no sum overflows).
+//! same bits as the portable ones (`Config::validate` bounds the widths so no sum overflows).
 
 use core::arch::{asm, global_asm};
 
@@ -50,12 +50,12 @@ fn word(bytes: &[i8]) -> u32 {
     u32::from_le_bytes([bytes[0] as u8, bytes[1] as u8, bytes[2] as u8, bytes[3] as u8])
 }
 
-/// Widens `xq` into `pairs` for [`row_sums_i8`] and [`row_sums_i8_pair`], once per input: for
+/// Widens `xq` into `pairs` for [`row_sums_i8`] and [`row_sums_pair_i8`], once per input: for
 /// columns `4g..4g + 4` (whole groups of four; the columns after them stay in `xq`), word `2g`
 /// holds columns `4g` and `4g + 2`, word `2g + 1` columns `4g + 1` and `4g + 3`, as signed
 /// 16-bit halves: the order `SXTB16` and `SXTB16 ROR #8` put a weight word's bytes in, so one
 /// `SMLAD` pairs each weight with its input. `pairs` holds at least `2 * (xq.len() / 4)` words.
-pub fn widen_input(xq: &[i8], pairs: &mut [u32]) {
+pub fn widen_input_i8(xq: &[i8], pairs: &mut [u32]) {
     for (group, out) in xq.chunks_exact(4).zip(pairs.chunks_exact_mut(2)) {
         let x = word(group);
         out[0] = sxtb16(x);
@@ -66,7 +66,7 @@ pub fn widen_input(xq: &[i8], pairs: &mut [u32]) {
 extern "C" {
     /// For each of `blocks` blocks of four rows starting at `rows` (row `k` of block `b` at
     /// `rows + (4b + k) * stride`): `sums[4b + k] = sum over c < 4 * groups of row[c] * x[c]`,
-    /// with `x` widened by [`widen_input`] into `pairs` (`2 * groups` words, `groups >= 1`).
+    /// with `x` widened by [`widen_input_i8`] into `pairs` (`2 * groups` words, `groups >= 1`).
     /// In assembly (below) for the register count: four sums, one pair of inputs, two weight
     /// words and four pointers stay in registers through the inner loop.
     fn txl_rows4_s8(
@@ -168,7 +168,7 @@ global_asm!(
 extern "C" {
     /// [`txl_rows4_s8`] for two positions at once, two rows per pass: for each of `blocks`
     /// blocks of two rows, `sums_a[2b + k] = row · x_a` and `sums_b[2b + k] = row · x_b`, with
-    /// `x_a` and `x_b` widened by [`widen_input`] into `pairs_a` and `pairs_b`. Each weight word
+    /// `x_a` and `x_b` widened by [`widen_input_i8`] into `pairs_a` and `pairs_b`. Each weight word
     /// is loaded and widened once for both positions.
     fn txl_rows2x2_s8(
         rows: *const i8,
@@ -274,8 +274,8 @@ global_asm!(
 );
 
 /// [`row_sums_i8`] for two inputs at once: `sums[p][r] = values[r] · xq[p]` for `p` in 0, 1,
-/// each weight loaded and widened once for both (`pairs[p]`: `xq[p]` by [`widen_input`]).
-pub fn row_sums_i8_pair(
+/// each weight loaded and widened once for both (`pairs[p]`: `xq[p]` by [`widen_input_i8`]).
+pub fn row_sums_pair_i8(
     values: &[i8],
     cols: usize,
     xq: [&[i8]; 2],
@@ -336,7 +336,7 @@ pub fn row_sums_i8_pair(
 }
 
 /// `sums[r] = values[r] · xq` for each row `r < sums.len()` of `values (rows, cols)`: four rows
-/// per pass over the inputs, `pairs` being `xq` widened by [`widen_input`]. Equal to the scalar
+/// per pass over the inputs, `pairs` being `xq` widened by [`widen_input_i8`]. Equal to the portable
 /// dot product of each row.
 pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], pairs: &[u32], sums: &mut [i32]) {
     let groups = cols / 4;
@@ -351,7 +351,7 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], pairs: &[u32], sums: &
 }
 
 /// `sums[r] = Σ_c row_r[c] · x[c]` over the first `4 * groups` columns of row `r` (at
-/// `rows[r * stride..]`), `x` in `pairs` as [`widen_input`] lays it out (`2 * groups` words of
+/// `rows[r * stride..]`), `x` in `pairs` as [`widen_input_i8`] lays it out (`2 * groups` words of
 /// 16-bit halves: widened int8 inputs, or a 16-bit query): four rows per pass.
 fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], sums: &mut [i32]) {
     let count = sums.len();
@@ -413,7 +413,7 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 /// `4 * groups` columns of key `t` (at `keys[t * stride..]`), the 16-bit query widened into
 /// `words` (`2 * groups`; see `int8_attention::QueryWords`): the int8 product's kernel, four
 /// keys per pass.
-pub fn key_sums_s8(keys: &[i8], stride: usize, groups: usize, words: &[u32], sums: &mut [i32]) {
+pub fn key_sums_i8(keys: &[i8], stride: usize, groups: usize, words: &[u32], sums: &mut [i32]) {
     strided_row_sums(keys, stride, groups, words, sums);
 }
 
@@ -486,7 +486,7 @@ global_asm!(
 /// Attention's probability · value sums over int8 values: `acc[c] += Σ_t weights[t] ·
 /// value_t[c]` for the first `4 * (acc.len() / 4)` columns (value `t` at `values[t * stride..]`,
 /// weights 16-bit), four columns per pass with their sums in registers.
-pub fn value_sums_s8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
     let count = weights.len();
     if count == 0 {
         return;
@@ -515,13 +515,13 @@ pub fn value_sums_s8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
 // and column `k + 4` in its high one (`crate::weights`). Masking the word with `0xF000F000`
 // after a shift of 12, 4, 8 or 0 bits leaves two nibbles alone at the top of the two 16-bit
 // halves, each half then `4096 * q` exactly (a signed 16-bit value): columns (0, 2), (1, 3),
-// (4, 6) and (5, 7), the pairs `widen_input` lays out for columns 0..4 and 4..8. So one AND
+// (4, 6) and (5, 7), the pairs `widen_input_i8` lays out for columns 0..4 and 4..8. So one AND
 // (with a shifted register) and one `SMLAD` take two columns, and a group's sum comes out times
 // 4096: exact in i32 while `|sum| < 2^19`, which a group of up to 256 columns guarantees
 // (`|q * x| <= 8 * 128`); an `ASR #12` gives the group's sum and `SMLAL` adds it, times the
 // group's multiplier, to the row's i64 sum.
 
-/// Largest group [`int4_row_sums`] runs in the DSP kernel (see above); larger groups take the
+/// Largest group [`row_sums_i4`] runs in the DSP kernel (see above); larger groups take the
 /// portable code.
 const INT4_MAX_GROUP: usize = 256;
 
@@ -738,10 +738,10 @@ fn int4_pairs(
 }
 
 /// [`portable::row_sums_i4`](crate::kernels::portable::row_sums_i4) with the DSP extension, two rows per
-/// pass, `pairs` being `xq` widened by [`widen_input`]: the columns in whole blocks of eight
+/// pass, `pairs` being `xq` widened by [`widen_input_i8`]: the columns in whole blocks of eight
 /// run in the kernels above, a partial last block in the portable code. Groups of more than
 /// 256 columns (`INT4_MAX_GROUP`; or not a multiple of 8) take the portable code. The same sums.
-pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], pairs: &[u32], sums: &mut [i64]) {
+pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], pairs: &[u32], sums: &mut [i64]) {
     use crate::kernels::portable::{int4_groups, int4_multiplier, int4_row_bytes};
     if group == 0 || !group.is_multiple_of(8) || group > INT4_MAX_GROUP {
         return crate::kernels::portable::row_sums_i4(values, group, codes, xq, sums);
@@ -785,13 +785,13 @@ pub fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], pairs
     }
 }
 
-/// Columns [`int4_row_sums_widening`] widens on the stack; wider inputs take the portable code.
+/// Columns [`row_sums_i4_widening`] widens on the stack; wider inputs take the portable code.
 const INT4_WIDEN_COLS: usize = 512;
 
-/// [`int4_row_sums`] for an input not yet widened (the Helium build's inputs are not): widens
+/// [`row_sums_i4`] for an input not yet widened (the Helium build's inputs are not): widens
 /// `xq` on the stack first (into uninitialized words: zeroing the buffer on every call cost the
 /// demo model about 10% more instructions a token).
-pub fn int4_row_sums_widening(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
+pub fn row_sums_i4_widening(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
     if xq.len() > INT4_WIDEN_COLS {
         return crate::kernels::portable::row_sums_i4(values, group, codes, xq, sums);
     }
@@ -810,5 +810,5 @@ pub fn int4_row_sums_widening(values: &[u8], group: usize, codes: &[u8], xq: &[i
     // SAFETY: the loop above wrote the first `words` words of `space` (the widening of every
     // whole group of four columns), which the slice covers and nothing else.
     let pairs = unsafe { core::slice::from_raw_parts(base, words) };
-    int4_row_sums(values, group, codes, xq, pairs, sums);
+    row_sums_i4(values, group, codes, xq, pairs, sums);
 }

@@ -236,7 +236,7 @@ pub fn matvec_f16(weight: &[f16], x: &[f32], y: &mut [f32]) {
 
 /// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()`, four rows per pass; the
 /// bits of the portable `dot(x, row)` for each.
-pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
+pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     let n = x.len();
     let groups = n / 4;
     let mut done = 0;
@@ -260,7 +260,7 @@ pub fn dots_strided(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
 
 /// `out += p[k] * rows[k * stride..][..out.len()]` for `k < p.len()` in order, four rows per
 /// pass; per element the products are added in the portable loop's order, so the bits are its.
-pub fn axpys_strided(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
+pub fn axpys_strided_f32(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     let n = out.len();
     let groups = n / 4;
     let body = 4 * groups;

@@ -76,9 +76,9 @@ global_asm!(
     ".cpu cortex-m4",
 );
 
-/// [`row_sums_i8`] with Helium: four rows per pass, 16 columns per instruction. Equal to the
-/// scalar dot product of each row.
-pub fn row_sums_i8_mve(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
+/// [`portable::row_sums_i8`](crate::kernels::portable::row_sums_i8) with Helium: four rows per
+/// pass, 16 columns per instruction. Equal to the portable dot product of each row.
+pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     let rows = sums.len();
     let groups = cols / 16;
     let body = groups * 16;

@@ -13,7 +13,7 @@
 //!   per pass into two sets of accumulators. With four inputs or more each block of eight rows
 //!   is first copied as those registers (f16 widened once, not once per pass), which every pair
 //!   of inputs then reads with one load a register; on rows of 512 columns or more, tiles of six
-//!   rows meet four inputs a step instead (`x86/tiles.rs`: one register holds a row's four
+//!   rows meet four inputs a step instead (`avx_blocks.rs`: one register holds a row's four
 //!   accumulators for two inputs).
 //! - **Weighted rows** ([`axpys`]): `out[e] += p[k] * rows[k][e]` in `k` order per element,
 //!   eight elements a register.
@@ -169,7 +169,7 @@ pub unsafe fn dots<T: RowElement>(rows: &[T], stride: usize, x: &[f32], out: &mu
 /// length: [`dots`] for each input, with the bits of each. Eight rows at a time meet every
 /// input, two inputs per pass (each loaded weight multiplies both), so each block of rows is
 /// read from memory once for all the inputs (then from the first-level cache); four inputs or
-/// more on rows of 512 columns or more take the tile kernel (`x86/tiles.rs`), six rows against
+/// more on rows of 512 columns or more take the tile kernel (`avx_blocks.rs`), six rows against
 /// four inputs a step. The rows of the shortest output are computed.
 ///
 /// # Safety
@@ -238,7 +238,7 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     }
 }
 
-/// Whether [`dots_each`] takes the tile kernel (`x86/tiles.rs`) for `inputs` inputs of `cols`
+/// Whether [`dots_each`] takes the tile kernel (`avx_blocks.rs`) for `inputs` inputs of `cols`
 /// columns.
 #[inline]
 pub fn takes_tiles(inputs: usize, cols: usize) -> bool {

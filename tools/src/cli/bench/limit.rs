@@ -59,7 +59,7 @@ impl Limits {
     }
 }
 
-/// The fastest of `matvec_f32_rows` and `matmul_f32_rows` over two and four inputs, and over
+/// The fastest of `matvec_f32` and `matmul_f32` over two and four inputs, and over
 /// sixteen on rows of 512 columns (tiles of six rows against four inputs with AVX and no
 /// AVX-512F, whose own kernel takes three inputs or more).
 fn f32_limit() -> f64 {
