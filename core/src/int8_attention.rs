@@ -213,14 +213,12 @@ mod tests {
     use super::*;
     use crate::kernels::portable::query_half;
 
-    fn pseudo_random(n: usize, seed: u32) -> impl Iterator<Item = u32> {
-        let mut state = seed;
-        (0..n).map(move |_| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            state
-        })
+    use crate::rng::Rng;
+
+    /// `n` draws from `0..below`, from the stream of `seed`.
+    fn pseudo_random(n: usize, seed: u64, below: u64) -> impl Iterator<Item = u64> {
+        let mut rng = Rng::new(seed);
+        (0..n).map(move |_| rng.below(below))
     }
 
     #[test]
@@ -281,13 +279,14 @@ mod tests {
         for d_head in [1usize, 3, 4, 8, 13, 32, 64] {
             let stride = d_head + 5;
             let count = 9;
-            let keys: alloc::vec::Vec<i8> = pseudo_random((count - 1) * stride + d_head, 7 + d_head as u32)
-                .map(|x| ((x % 255) as i32 - 127) as i8)
-                .collect();
+            let keys: alloc::vec::Vec<i8> =
+                pseudo_random((count - 1) * stride + d_head, 7 + d_head as u64, 255)
+                    .map(|x| (x as i32 - 127) as i8)
+                    .collect();
             let key = |t: usize| &keys[t * stride..t * stride + d_head];
             let key_scales: alloc::vec::Vec<f32> = (0..count).map(|t| 0.01 + t as f32 * 0.003).collect();
-            let query: alloc::vec::Vec<f32> = pseudo_random(d_head, 3)
-                .map(|x| (x % 2001) as f32 / 1000.0 - 1.0)
+            let query: alloc::vec::Vec<f32> = pseudo_random(d_head, 3, 2001)
+                .map(|x| x as f32 / 1000.0 - 1.0)
                 .collect();
             let mut words = alloc::vec![0u32; query_words(d_head)];
             let q = QueryWords::quantize(&query, &mut words).unwrap();
@@ -309,8 +308,8 @@ mod tests {
                 );
             }
 
-            let p: alloc::vec::Vec<f32> = pseudo_random(count, 11)
-                .map(|x| (x % 1000) as f32 / 1000.0)
+            let p: alloc::vec::Vec<f32> = pseudo_random(count, 11, 1000)
+                .map(|x| x as f32 / 1000.0)
                 .collect();
             let mut w = p.clone();
             let weights = ProbabilityWords::quantize_in_place(&mut w).unwrap();

@@ -614,6 +614,7 @@ pub fn vecmat_each(xs: &[&[f32]], weight: &Matrix<'_>, ys: &mut [&mut [f32]], sc
 mod tests {
     use super::*;
     use crate::kernels::portable::{f16_to_f32, matvec_f32, quantize_i8};
+    use crate::rng::Rng;
     use alloc::{vec, vec::Vec};
     use half::f16;
 
@@ -635,10 +636,10 @@ mod tests {
     /// partial registers and outputs shorter than a row.
     #[test]
     fn float_vecmat_adds_rows_in_order() {
-        let noise = |n: usize, seed: usize| -> Vec<f32> {
-            (0..n)
-                .map(|i| (((i * 2654435761 + seed * 40503) >> 5) % 2001) as f32 / 97.0 - 10.3)
-                .collect()
+        // multiples of 1/97 in -10.3..=10.32
+        let noise = |n: usize, seed: u64| -> Vec<f32> {
+            let mut rng = Rng::new(seed);
+            (0..n).map(|_| rng.below(2001) as f32 / 97.0 - 10.3).collect()
         };
         let shapes: &[(usize, usize)] = if cfg!(miri) {
             &[(3, 11)]
@@ -682,10 +683,10 @@ mod tests {
     /// f32 weights, which take one `vecmat` per input.
     #[test]
     fn vecmat_each_has_the_bits_of_one_vecmat_per_input() {
-        let noise = |n: usize, seed: usize| -> Vec<f32> {
-            (0..n)
-                .map(|i| (((i * 2654435761 + seed * 40503) >> 5) % 2001) as f32 / 1000.0 - 1.0)
-                .collect()
+        // thousandths in -1..=1
+        let noise = |n: usize, seed: u64| -> Vec<f32> {
+            let mut rng = Rng::new(seed);
+            (0..n).map(|_| rng.below(2001) as f32 / 1000.0 - 1.0).collect()
         };
         // (smaller under Miri, with a partial chunk and a group of four all the same)
         let shapes: &[(usize, usize)] = if cfg!(miri) {
@@ -711,7 +712,7 @@ mod tests {
                 };
                 for m in [int8, Matrix::f32(rows, cols, &dense)] {
                     for &inputs in counts {
-                        let xs: Vec<Vec<f32>> = (0..inputs).map(|p| noise(rows, 10 + p)).collect();
+                        let xs: Vec<Vec<f32>> = (0..inputs).map(|p| noise(rows, 10 + p as u64)).collect();
                         let x_refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
                         let mut want = vec![vec![0.0f32; cols]; inputs];
                         for (x, y) in xs.iter().zip(want.iter_mut()) {
@@ -771,21 +772,26 @@ mod tests {
         }
     }
 
-    /// An int4 matrix of `rows x cols` with every value in `-8..=7` and every multiplier code
-    /// (a fixed sequence), returned with its values unpacked.
+    /// An int4 matrix of `rows x cols` with every value in `-8..=7` (the first sixteen in
+    /// order, the rest random) and random multiplier codes over the whole byte (a fixed
+    /// sequence), returned with its values unpacked.
     fn int4_matrix(rows: usize, cols: usize, group: usize) -> (Vec<i8>, Vec<u8>, Vec<u8>) {
-        let mut state = 0x2545_f491_u32;
-        let mut next = move || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            state >> 8
-        };
-        let q: Vec<i8> = (0..rows * cols).map(|_| (next() % 16) as i8 - 8).collect();
+        let mut rng = Rng::new(0x2545_f491);
+        let q: Vec<i8> = (0..rows * cols)
+            .map(|i| {
+                if i < 16 {
+                    i as i8 - 8
+                } else {
+                    rng.below(16) as i8 - 8
+                }
+            })
+            .collect();
         let mut packed = vec![0u8; rows * int4_row_bytes(cols)];
         for (row, out) in q.chunks(cols).zip(packed.chunks_mut(int4_row_bytes(cols))) {
             crate::weights::int4_pack_row(row, out);
         }
         let codes = (0..rows * int4_groups(cols, group))
-            .map(|_| next() as u8)
+            .map(|_| (rng.next_u64() >> 56) as u8)
             .collect();
         (q, packed, codes)
     }

@@ -623,12 +623,11 @@ mod tests {
         for v in [i32::MAX as i64, i32::MIN as i64] {
             values.extend([v - 1, v, v + 1]);
         }
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        // random bit patterns shifted right by 0 to 39 bits (all magnitudes), either sign
+        let mut rng = crate::rng::Rng::new(1);
         for _ in 0..if cfg!(miri) { 100 } else { 100_000 } {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            values.push((state >> (state % 40)) as i64 * if state & 1 == 0 { 1 } else { -1 });
+            let bits = rng.next_u64();
+            values.push((bits >> (bits % 40)) as i64 * if bits & 1 == 0 { 1 } else { -1 });
         }
         for v in values {
             assert_eq!(i64_to_f32(v).to_bits(), (v as f32).to_bits(), "{v}");

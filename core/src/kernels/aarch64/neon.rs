@@ -340,12 +340,14 @@ pub unsafe fn row_sums_i8_sdot(values: &[i8], cols: usize, xq: &[i8], sums: &mut
 
 #[cfg(test)]
 mod tests {
+    use crate::rng::Rng;
+
     /// Pseudo-random f32s with the values that test an order of rounding (see the x86 tests).
     fn awkward_floats(count: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed;
+        let mut rng = Rng::new(seed.into());
         (0..count)
             .map(|_| {
-                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let state = (rng.next_u64() >> 32) as u32;
                 match state >> 26 {
                     0 => -0.0,
                     1 => f32::from_bits(state & 0x807f_ffff),
@@ -447,11 +449,8 @@ mod tests {
 
     #[test]
     fn neon_int8_row_sums_equal_the_scalar_dot_per_row() {
-        let mut state = 5u32;
-        let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (state >> 24) as i8
-        };
+        let mut rng = Rng::new(5);
+        let mut next = || (rng.next_u64() >> 56) as i8;
         for cols in [1usize, 15, 16, 17, 33, 128, 250] {
             for n in [0usize, 1, 3, 4, 5, 11] {
                 let mut values: Vec<i8> = (0..n * cols).map(|_| next()).collect();

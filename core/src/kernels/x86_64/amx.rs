@@ -378,11 +378,12 @@ unsafe fn tile_products(
 mod tests {
     use super::*;
     use crate::kernels::features::has_amx_int8;
+    use crate::rng::Rng;
 
+    /// `len` random bytes (every one of -128..=127 possible) from the stream of `seed`.
     fn pattern(len: usize, seed: usize) -> Vec<i8> {
-        (0..len)
-            .map(|i| ((i * 2654435761 + seed * 40503) >> 7) as u8 as i8)
-            .collect()
+        let mut rng = Rng::new(seed as u64);
+        (0..len).map(|_| (rng.next_u64() >> 56) as i8).collect()
     }
 
     #[test]

@@ -1165,15 +1165,31 @@ pub unsafe fn row_sums_i8_pair(values: &[i8], cols: usize, xq: [&[i8]; 2], sums:
 
 #[cfg(test)]
 mod tests {
+    use crate::rng::Rng;
     use half::f16;
+
+    /// `n` random bytes, every one of -128..=127 possible.
+    fn i8s(rng: &mut Rng, n: usize) -> Vec<i8> {
+        (0..n).map(|_| (rng.next_u64() >> 56) as i8).collect()
+    }
+
+    /// `n` random bytes, every one of 0..=255 possible.
+    fn u8s(rng: &mut Rng, n: usize) -> Vec<u8> {
+        (0..n).map(|_| (rng.next_u64() >> 56) as u8).collect()
+    }
+
+    /// 24 random bits: in `0..1 << 24`.
+    fn bits24(rng: &mut Rng) -> u32 {
+        (rng.next_u64() >> 40) as u32
+    }
 
     #[test]
     fn int8_transposed_sums_equal_the_portable_loop() {
         // odd widths (vector bodies and their tails), the byte range's extremes
+        let mut rng = Rng::new(1);
         for (rows, cols, len) in [(1, 1, 1), (7, 33, 33), (64, 100, 97), (129, 256, 256)] {
-            let value = |i: usize, seed: usize| ((i * 2_654_435_761 + seed * 40_503) >> 9) as u8 as i8;
-            let mut values: Vec<i8> = (0..rows * cols).map(|i| value(i, 1)).collect();
-            let mut xq: Vec<i8> = (0..rows).map(|i| value(i, 2)).collect();
+            let mut values = i8s(&mut rng, rows * cols);
+            let mut xq = i8s(&mut rng, rows);
             values[0] = i8::MIN;
             xq[0] = i8::MIN;
             let mut want = vec![0i32; len];
@@ -1205,8 +1221,9 @@ mod tests {
         }
         // every f16 bit pattern as a weight (NaNs compared as NaNs), against varied inputs
         let weights: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        let mut rng = Rng::new(2);
         let inputs: Vec<f32> = (0..weights.len())
-            .map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0)
+            .map(|_| rng.below(2003) as f32 / 1001.0 - 1.0)
             .collect();
         for len in [0usize, 1, 3, 4, 5, 31, 32, 33] {
             for start in (0..weights.len() - len).step_by(997) {
@@ -1228,14 +1245,10 @@ mod tests {
             eprintln!("SKIPPED: this CPU has no AVX2");
             return;
         }
-        let mut state = 1u32;
-        let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (state >> 24) as i8
-        };
+        let mut rng = Rng::new(1);
         for len in [0usize, 1, 15, 16, 17, 31, 64, 100, 1000, 4099] {
-            let a: Vec<i8> = (0..len).map(|_| next()).collect();
-            let mut b: Vec<i8> = (0..len).map(|_| next()).collect();
+            let a = i8s(&mut rng, len);
+            let mut b = i8s(&mut rng, len);
             b.iter_mut().take(3).for_each(|v| *v = -128);
             // SAFETY: AVX2 was detected above.
             let fast = unsafe { super::dot_i8(&a, &b) };
@@ -1246,10 +1259,10 @@ mod tests {
     /// Pseudo-random f32s with the values that test an order of rounding: wide exponents,
     /// signed zeros, subnormals, infinities and a NaN now and then.
     fn awkward_floats(count: usize, seed: u32) -> Vec<f32> {
-        let mut state = seed;
+        let mut rng = Rng::new(seed.into());
         (0..count)
             .map(|_| {
-                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let state = (rng.next_u64() >> 32) as u32;
                 match state >> 26 {
                     0 => -0.0,
                     1 => f32::from_bits(state & 0x807f_ffff), // subnormal
@@ -1392,17 +1405,13 @@ mod tests {
             eprintln!("SKIPPED: this CPU has no AVX2");
             return;
         }
-        let mut state = 5u32;
-        let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (state >> 24) as i8
-        };
+        let mut rng = Rng::new(5);
         for cols in [0usize, 1, 15, 16, 17, 33, 128, 250] {
             for n in [0usize, 1, 3, 4, 5, 8, 11] {
-                let mut values: Vec<i8> = (0..n * cols).map(|_| next()).collect();
+                let mut values = i8s(&mut rng, n * cols);
                 values.iter_mut().step_by(7).for_each(|v| *v = -128);
-                let xa: Vec<i8> = (0..cols).map(|_| next()).collect();
-                let mut xb: Vec<i8> = (0..cols).map(|_| next()).collect();
+                let xa = i8s(&mut rng, cols);
+                let mut xb = i8s(&mut rng, cols);
                 xb.iter_mut().step_by(5).for_each(|v| *v = -128);
                 let slow = |x: &[i8]| -> Vec<i32> {
                     values
@@ -1432,18 +1441,14 @@ mod tests {
             eprintln!("SKIPPED: this CPU has no AVX2");
             return;
         }
-        let mut state = 9u32;
-        let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (state >> 24) as u8
-        };
+        let mut rng = Rng::new(9);
         for cols in [1usize, 8, 31, 32, 33, 64, 100, 128, 250] {
             for group in [8usize, 16, 32, 64, 128] {
                 let rows = 5;
                 let row_bytes = crate::kernels::portable::int4_row_bytes(cols);
                 let groups = crate::kernels::portable::int4_groups(cols, group);
                 // every nibble, -8 included; the bytes past `cols` zero as the packing leaves them
-                let mut values: Vec<u8> = (0..rows * row_bytes).map(|_| next()).collect();
+                let mut values = u8s(&mut rng, rows * row_bytes);
                 for row in values.chunks_exact_mut(row_bytes) {
                     let mut unpacked: Vec<i8> = (0..cols)
                         .map(|c| crate::kernels::portable::int4_value(row, c))
@@ -1451,8 +1456,8 @@ mod tests {
                     unpacked[0] = -8;
                     crate::kernels::portable::int4_pack_row(&unpacked, row);
                 }
-                let codes: Vec<u8> = (0..rows * groups).map(|_| next()).collect();
-                let mut xq: Vec<i8> = (0..cols).map(|_| next() as i8).collect();
+                let codes = u8s(&mut rng, rows * groups);
+                let mut xq = i8s(&mut rng, cols);
                 xq.iter_mut().step_by(3).for_each(|v| *v = -127);
                 let (mut fast, mut slow) = (vec![0i64; rows], vec![0i64; rows]);
                 // SAFETY: AVX2 was detected above.
@@ -1472,18 +1477,14 @@ mod tests {
             eprintln!("SKIPPED: this CPU has no AVX2");
             return;
         }
-        let mut state = 17u32;
-        let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            state >> 8
-        };
+        let mut rng = Rng::new(17);
         for d_head in [1usize, 4, 8, 15, 16, 17, 24, 25, 32, 40, 47, 64, 100] {
             for count in [0usize, 1, 3, 4, 5, 9, 33] {
                 let stride = d_head + 7;
                 let len = (count.max(1) - 1) * stride + d_head;
-                let mut keys: Vec<i8> = (0..len).map(|_| next() as i8).collect();
+                let mut keys = i8s(&mut rng, len);
                 keys.iter_mut().step_by(11).for_each(|k| *k = -128);
-                let mut words: Vec<u32> = (0..query_words(d_head)).map(|_| next()).collect();
+                let mut words: Vec<u32> = (0..query_words(d_head)).map(|_| bits24(&mut rng)).collect();
                 words[0] = 0x8001_7fff; // -32767 and 32767 in the halves
                 let (mut fast, mut slow) = (vec![0i32; count], vec![0i32; count]);
                 // SAFETY: AVX2 was detected above.
@@ -1491,8 +1492,9 @@ mod tests {
                 key_sums_portable(&keys, stride, d_head, &words, &mut slow);
                 assert_eq!(fast, slow, "key sums: d_head {d_head}, {count} keys");
 
-                let weights: Vec<i32> = (0..count).map(|_| (next() % 65535) as i32 - 32767).collect();
-                let start: Vec<i32> = (0..d_head).map(|_| next() as i32).collect();
+                let weights: Vec<i32> = (0..count).map(|_| rng.below(65535) as i32 - 32767).collect();
+                // sums started below 2^24: the value sums stay far from overflowing
+                let start: Vec<i32> = (0..d_head).map(|_| bits24(&mut rng) as i32).collect();
                 let (mut fast, mut slow) = (start.clone(), start);
                 // SAFETY: AVX2 was detected above.
                 unsafe { super::value_sums_i8(&keys, stride, &weights, &mut fast) };

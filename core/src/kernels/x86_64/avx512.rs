@@ -650,6 +650,20 @@ mod tests {
     use half::f16;
 
     use crate::kernels::portable;
+    use crate::rng::Rng;
+
+    /// 32 random bits.
+    fn bits(rng: &mut Rng) -> u32 {
+        (rng.next_u64() >> 32) as u32
+    }
+
+    /// Values of many magnitudes, so that a different order of additions rounds apart: a
+    /// mantissa in `[-0.5, 0.5)` times 1, 1e-3, 1e3 or 7.5.
+    fn magnitudes(rng: &mut Rng) -> f32 {
+        let state = bits(rng);
+        let mantissa = (state >> 9) as f32 / (1u32 << 23) as f32 - 0.5;
+        mantissa * [1.0f32, 1e-3, 1e3, 7.5][(state & 3) as usize]
+    }
 
     #[test]
     fn avx512_rows_for_several_inputs_equal_the_scalar_dots() {
@@ -657,13 +671,8 @@ mod tests {
             eprintln!("SKIPPED: this CPU has no AVX-512F (with F16C)");
             return;
         }
-        let mut state = 17u32;
-        let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            // values of many magnitudes, so that a different order of additions rounds apart
-            let mantissa = (state >> 9) as f32 / (1u32 << 23) as f32 - 0.5;
-            mantissa * [1.0f32, 1e-3, 1e3, 7.5][(state & 3) as usize]
-        };
+        let mut rng = Rng::new(17);
+        let mut next = || magnitudes(&mut rng);
         // past 256 columns f16 rows are widened in chunks, past 64 inputs they go 64 at a time
         for cols in [0usize, 1, 3, 4, 5, 17, 64, 130, 256, 259, 530] {
             for n in [0usize, 1, 7, 16, 17, 33] {
@@ -709,9 +718,9 @@ mod tests {
 
     impl DotCase {
         fn new(seed: u32, n: usize, stride: usize, cols: usize, inputs: usize) -> Self {
-            let mut state = seed;
+            let mut rng = Rng::new(seed.into());
             let mut next = move |scales: &[f32]| {
-                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let state = bits(&mut rng);
                 match state >> 28 {
                     0 => 0.0,
                     1 => -0.0,
@@ -834,9 +843,9 @@ mod tests {
             );
             return;
         }
-        let mut state = 29u32;
+        let mut rng = Rng::new(29);
         let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let state = bits(&mut rng);
             match state >> 28 {
                 0 => -0.0,
                 1 => 0.0,
@@ -924,12 +933,8 @@ mod tests {
             eprintln!("SKIPPED: this CPU has no AVX-512F (with F16C)");
             return;
         }
-        let mut state = 5u32;
-        let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            let mantissa = (state >> 9) as f32 / (1u32 << 23) as f32 - 0.5;
-            mantissa * [1.0f32, 1e-3, 1e3, 7.5][(state & 3) as usize]
-        };
+        let mut rng = Rng::new(5);
+        let mut next = || magnitudes(&mut rng);
         // elements: a masked register, whole ones, and past one pass of sixty-four
         for n in [1usize, 4, 15, 16, 19, 64, 65, 130] {
             for keys in [0usize, 1, 2, 9, 40] {

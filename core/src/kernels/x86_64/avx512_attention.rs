@@ -265,18 +265,17 @@ mod tests {
     use crate::kernels::features::has_avx512bw;
     use crate::kernels::portable::{key_sums_i8 as key_sums_portable, value_sums_i8 as value_sums_portable};
 
+    use crate::rng::Rng;
+
+    /// `n` random 64-bit values from the stream of `seed`.
     fn noise(n: usize, seed: u64) -> impl Iterator<Item = u64> {
-        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..n).map(move |_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        })
+        let mut rng = Rng::new(seed);
+        (0..n).map(move |_| rng.next_u64())
     }
 
+    /// `n` random bytes (every one of -128..=127 possible) from the stream of `seed`.
     fn bytes(n: usize, seed: u64) -> Vec<i8> {
-        noise(n, seed).map(|v| v as u8 as i8).collect()
+        noise(n, seed).map(|v| (v >> 56) as i8).collect()
     }
 
     fn skipped(test: &str) -> bool {

@@ -279,15 +279,17 @@ fn transpose_quads(pairs: [__m256; 4]) -> [__m256; 4] {
 #[cfg(test)]
 mod tests {
     use crate::kernels::portable::dot_fma_f32;
+    use crate::rng::Rng;
 
     /// A fused-order kernel: `(weight, cols, xs, ys)`.
     type Kernel = unsafe fn(&[f32], usize, &[&[f32]], &mut [&mut [f32]]);
 
     /// Runs `kernel` on odd shapes and values of many magnitudes against [`dot_fma_f32`].
     fn equals_the_portable_order(kernel: Kernel) {
-        let mut state = 29u32;
+        // values of many magnitudes: a mantissa in [-0.5, 0.5) times 1, 1e-3, 1e3 or 7.5
+        let mut rng = Rng::new(29);
         let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let state = (rng.next_u64() >> 32) as u32;
             let mantissa = (state >> 9) as f32 / (1u32 << 23) as f32 - 0.5;
             mantissa * [1.0f32, 1e-3, 1e3, 7.5][(state & 3) as usize]
         };

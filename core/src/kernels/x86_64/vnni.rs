@@ -257,6 +257,12 @@ vnni_kernels!(
 #[cfg(test)]
 mod tests {
     use crate::kernels::portable;
+    use crate::rng::Rng;
+
+    /// A random byte: every one of 0..=255 possible.
+    fn byte(rng: &mut Rng) -> u8 {
+        (rng.next_u64() >> 56) as u8
+    }
 
     /// Every VNNI build's int4 kernel this CPU has, by name.
     type Int4RowSums = unsafe fn(&[u8], usize, &[u8], &[i8], &mut [i64]);
@@ -279,11 +285,8 @@ mod tests {
             eprintln!("SKIPPED: this CPU has neither AVX-512 VNNI nor AVX-VNNI");
             return;
         }
-        let mut state = 13u32;
-        let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (state >> 24) as u8
-        };
+        let mut rng = Rng::new(13);
+        let mut next = || byte(&mut rng);
         for (name, kernel) in builds {
             for cols in [1usize, 8, 31, 32, 33, 64, 100, 128, 250, 1030] {
                 for group in [8usize, 16, 32, 64, 96, 128] {
@@ -340,11 +343,8 @@ mod tests {
             eprintln!("SKIPPED: this CPU has neither AVX-512 VNNI nor AVX-VNNI");
             return;
         }
-        let mut state = 11u32;
-        let mut next = || {
-            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (state >> 24) as i8
-        };
+        let mut rng = Rng::new(11);
+        let mut next = || byte(&mut rng) as i8;
         for (name, one_input, two_inputs) in builds {
             for cols in [0usize, 1, 31, 32, 33, 64, 95, 128, 250, 4100] {
                 for n in [0usize, 1, 3, 4, 5, 8, 11, 12, 13] {

@@ -396,6 +396,7 @@ unsafe fn register(
 mod tests {
     use super::*;
     use crate::kernels::features::has_vnni_512;
+    use crate::rng::Rng;
 
     /// Every shape class: whole tiles, a register and rows after the last register, columns
     /// with and without a tail past the last four and fewer than sixteen quads, the extreme
@@ -406,7 +407,8 @@ mod tests {
             eprintln!("SKIPPED the_sums_are_the_portable_ones_scaled: no 512-bit AVX-512 VNNI here");
             return;
         }
-        let byte = |i: usize| ((i.wrapping_mul(2_654_435_761) >> 11) % 256) as u8 as i8;
+        let mut rng = Rng::new(3);
+        let mut bytes = |n: usize| -> Vec<i8> { (0..n).map(|_| (rng.next_u64() >> 56) as i8).collect() };
         for (rows, cols) in [
             (48, 64),
             (7, 130),
@@ -416,13 +418,11 @@ mod tests {
             (97, 68),
             (50, 4),
         ] {
-            let mut values: Vec<i8> = (0..rows * cols).map(byte).collect();
+            let mut values = bytes(rows * cols);
             values[0] = i8::MIN;
             values[rows * cols - 1] = i8::MAX;
             let row_scales: Vec<f32> = (0..rows).map(|r| 0.001 + r as f32 * 1.0e-4).collect();
-            let mut quantized: Vec<Vec<i8>> = (0..2 * TILE_INPUTS + 1)
-                .map(|p| (0..cols).map(|c| byte(c * 31 + p * 977 + 5)).collect())
-                .collect();
+            let mut quantized: Vec<Vec<i8>> = (0..2 * TILE_INPUTS + 1).map(|_| bytes(cols)).collect();
             quantized[0].fill(i8::MIN);
             quantized[1].fill(i8::MAX);
             let inputs: Vec<QuantizedInput<'_>> = quantized
