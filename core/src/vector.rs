@@ -42,7 +42,7 @@ impl<'a> Vector<'a> {
     }
 
     /// Elements `start..start + out.len()`, as f32, into `out` (f16 widened by
-    /// [`kernels::widen_f16`](kernels::widen_f16)).
+    /// [`kernels::widen_f16`]).
     pub fn widen_into(&self, start: usize, out: &mut [f32]) {
         let end = start + out.len();
         match self {

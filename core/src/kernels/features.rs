@@ -98,7 +98,7 @@ mod x86_64 {
         })
     }
 
-    /// Whether this CPU has AVX-512F, BW and VL ([`key_sums_each`], [`value_sums_each`]).
+    /// Whether this CPU has AVX-512F, BW and VL (the int8 attention's sums for a block of queries, `x86_64/avx512_attention.rs`).
     #[inline]
     pub fn has_avx512bw() -> bool {
         std::is_x86_feature_detected!("avx512f")
@@ -106,7 +106,7 @@ mod x86_64 {
             && std::is_x86_feature_detected!("avx512vl")
     }
 
-    /// Whether this CPU has AVX-512 VNNI with 256-bit registers ([`evex`]'s kernels).
+    /// Whether this CPU has AVX-512 VNNI with 256-bit registers (`x86_64::vnni::evex`'s kernels).
     #[inline]
     pub fn has_avx512_vnni() -> bool {
         std::is_x86_feature_detected!("avx2")
@@ -114,7 +114,7 @@ mod x86_64 {
             && std::is_x86_feature_detected!("avx512vl")
     }
 
-    /// Whether this CPU has AVX-VNNI ([`vex`]'s kernels).
+    /// Whether this CPU has AVX-VNNI (`x86_64::vnni::vex`'s kernels).
     #[inline]
     pub fn has_avx_vnni() -> bool {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("avxvnni")
@@ -126,7 +126,7 @@ mod x86_64 {
         has_avx512_vnni() && std::is_x86_feature_detected!("avx512f")
     }
 
-    /// Whether this CPU has AVX2 and FMA ([`rows_avx2`]).
+    /// Whether this CPU has AVX2 and FMA (the fused-order kernel, `x86_64/fma.rs`).
     #[inline]
     pub fn has_avx2_fma() -> bool {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")

@@ -12,24 +12,24 @@
 //! | [`dot_f32`] | | | |
 //! | [`dot_f16`] | F16C `avx::dot_f16` | | |
 //! | [`dot_i8`] | AVX2 `avx::dot_i8` | DSP `dsp::dot_i8` | |
-//! | [`matvec_f32`], [`dots_strided_f32`] | AVX `avx::dots` | FPU `fpu::matvec_f32`, `fpu::dots_strided_f32` | NEON `neon::dots_each` |
-//! | [`matvec_f16`], [`dots_strided_f16`] | AVX+F16C `avx::dots` | FPU `fpu::matvec_f16` (matvec) | |
-//! | [`matmul_f32`], [`matmul_f16`], [`dots_strided_each_f32`], [`dots_strided_each_f16`] | AVX-512F `avx512::dots_four_inputs`, AVX `avx::dots_each` (blocks of six rows: `avx_blocks`) | one input at a time | NEON `neon::dots_each` (f32) |
-//! | [`matmul_fma_f32`] | AVX2+FMA `fma::rows_avx2` | | NEON `neon::rows_fma` |
-//! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys` (f32) |
-//! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_each` | | |
-//! | [`quantize_i8`] | AVX `avx::quantize_activations` | | |
+//! | [`matvec_f32`], [`dots_strided_f32`] | AVX `avx::dots_strided` | FPU `fpu::matvec_f32`, `fpu::dots_strided_f32` | NEON `neon::dots_strided_each_f32` |
+//! | [`matvec_f16`], [`dots_strided_f16`] | AVX+F16C `avx::dots_strided` | FPU `fpu::matvec_f16` (matvec) | |
+//! | [`matmul_f32`], [`matmul_f16`], [`dots_strided_each_f32`], [`dots_strided_each_f16`] | AVX-512F `avx512::dots_strided_each`, AVX `avx::dots_strided_each` (blocks of six rows: `avx_blocks`) | one input at a time | NEON `neon::dots_strided_each_f32` (f32) |
+//! | [`matmul_fma_f32`] | AVX2+FMA `fma::matmul_fma_f32` | | NEON `neon::matmul_fma_f32` |
+//! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys_strided` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys_strided_f32` (f32) |
+//! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | |
+//! | [`quantize_i8`] | AVX `avx::quantize_i8` | | |
 //! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | |
-//! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` |
-//! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair`, AVX2 `avx::row_sums_i8_pair` | DSP `dsp::row_sums_pair_i8` | |
+//! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` |
+//! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair_i8`, AVX2 `avx::row_sums_pair_i8` | DSP `dsp::row_sums_pair_i8` | |
 //! | [`row_sums_groups_i8`] | AVX-512 VNNI `vnni_panel::scaled_rows_in_groups` | | |
-//! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_parts` | | |
-//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::int4_row_sums`, AVX2 `avx::int4_row_sums` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | |
+//! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | |
+//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | |
 //! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8` | |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | |
-//! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums` | | |
-//! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | |
+//! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | |
+//! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | |
 //!
 //! An empty cell runs the portable kernel. The folders: [`portable`] (the reference),
@@ -121,12 +121,12 @@ pub fn matvec_f32(weight: &[f32], x: &[f32], y: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_avx_f16c() {
         // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { avx::dots(weight, x.len(), x, y) };
+        return unsafe { avx::dots_strided(weight, x.len(), x, y) };
     }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     return fpu::matvec_f32(weight, x, y);
     #[cfg(target_arch = "aarch64")]
-    return neon::dots_each(weight, x.len(), &[x], &mut [y]);
+    return neon::dots_strided_each_f32(weight, x.len(), &[x], &mut [y]);
     #[allow(unreachable_code)]
     portable::matvec_f32(weight, x, y)
 }
@@ -138,7 +138,7 @@ pub fn matvec_f16(weight: &[half::f16], x: &[f32], y: &mut [f32]) {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_avx_f16c() {
         // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { avx::dots(weight, x.len(), x, y) };
+        return unsafe { avx::dots_strided(weight, x.len(), x, y) };
     }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     return fpu::matvec_f16(weight, x, y);
@@ -155,12 +155,12 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_avx_f16c() {
         // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { avx::dots(rows, stride, x, out) };
+        return unsafe { avx::dots_strided(rows, stride, x, out) };
     }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     return fpu::dots_strided_f32(rows, stride, x, out);
     #[cfg(target_arch = "aarch64")]
-    return neon::dots_each(rows, stride, &[x], &mut [out]);
+    return neon::dots_strided_each_f32(rows, stride, &[x], &mut [out]);
     #[allow(unreachable_code)]
     portable::dots_strided_f32(rows, stride, x, out)
 }
@@ -173,7 +173,7 @@ pub fn dots_strided_f16(rows: &[half::f16], stride: usize, x: &[f32], out: &mut 
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_avx_f16c() {
         // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { avx::dots(rows, stride, x, out) };
+        return unsafe { avx::dots_strided(rows, stride, x, out) };
     }
     for (r, o) in out.iter_mut().enumerate() {
         *o = dot_f16(&rows[r * stride..r * stride + x.len()], x);
@@ -194,16 +194,16 @@ fn dots_each_x86<T: x86_64::row_element::RowElement>(
 ) -> bool {
     let blocks_first = || {
         let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
-        avx::takes_tiles(xs.len().min(outs.len()), cols) && splits_512_bit_operations()
+        avx::takes_blocks(xs.len().min(outs.len()), cols) && splits_512_bit_operations()
     };
     if xs.len() > 2 && has_avx512f() && !blocks_first() {
         // SAFETY: the CPU has AVX-512F and F16C, checked just above.
-        unsafe { avx512::dots_four_inputs(rows, stride, xs, outs) };
+        unsafe { avx512::dots_strided_each(rows, stride, xs, outs) };
         return true;
     }
     if has_avx_f16c() {
         // SAFETY: the CPU has AVX and F16C, checked just above.
-        unsafe { avx::dots_each(rows, stride, xs, outs) };
+        unsafe { avx::dots_strided_each(rows, stride, xs, outs) };
         return true;
     }
     false
@@ -222,7 +222,7 @@ pub fn dots_strided_each_f32(rows: &[f32], stride: usize, xs: &[&[f32]], outs: &
         return;
     }
     #[cfg(target_arch = "aarch64")]
-    return neon::dots_each(rows, stride, xs, outs);
+    return neon::dots_strided_each_f32(rows, stride, xs, outs);
     #[allow(unreachable_code)]
     for (x, out) in xs.iter().zip(outs.iter_mut()) {
         dots_strided_f32(rows, stride, x, out);
@@ -284,12 +284,12 @@ pub fn matmul_fma_f32(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     if has_avx2_fma() {
         let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
         // SAFETY: the CPU has AVX2 and FMA, checked just above.
-        return unsafe { fma::rows_avx2(weight, cols, xs, ys) };
+        return unsafe { fma::matmul_fma_f32(weight, cols, xs, ys) };
     }
     #[cfg(target_arch = "aarch64")]
     {
         let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
-        return neon::rows_fma(weight, cols, xs, ys);
+        return neon::matmul_fma_f32(weight, cols, xs, ys);
     }
     #[allow(unreachable_code)]
     portable::matmul_fma_f32(weight, xs, ys)
@@ -310,12 +310,12 @@ pub fn axpys_strided_f32(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_avx_f16c() {
         // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { avx::axpys(rows, stride, p, out) };
+        return unsafe { avx::axpys_strided(rows, stride, p, out) };
     }
     #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
     return fpu::axpys_strided_f32(rows, stride, p, out);
     #[cfg(target_arch = "aarch64")]
-    return neon::axpys(rows, stride, p, out);
+    return neon::axpys_strided_f32(rows, stride, p, out);
     #[allow(unreachable_code)]
     portable::axpys_strided_f32(rows, stride, p, out)
 }
@@ -328,7 +328,7 @@ pub fn axpys_strided_f16(rows: &[half::f16], stride: usize, p: &[f32], out: &mut
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_avx_f16c() {
         // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { avx::axpys(rows, stride, p, out) };
+        return unsafe { avx::axpys_strided(rows, stride, p, out) };
     }
     portable::axpys_strided_f16(rows, stride, p, out)
 }
@@ -343,7 +343,7 @@ pub fn axpys_strided_each_f32(rows: &[f32], stride: usize, ps: &[&[f32]], outs: 
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if ps.len() > 1 && has_avx512f() {
         // SAFETY: the CPU has AVX-512F, checked just above.
-        return unsafe { avx512::axpys_each(rows, stride, ps, outs) };
+        return unsafe { avx512::axpys_strided_each_f32(rows, stride, ps, outs) };
     }
     for (p, out) in ps.iter().zip(outs.iter_mut()) {
         axpys_strided_f32(rows, stride, p, out);
@@ -386,7 +386,7 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_avx_f16c() {
         // SAFETY: the CPU has AVX and F16C, checked just above.
-        return unsafe { avx::quantize_activations(x, act_scales, out) };
+        return unsafe { avx::quantize_i8(x, act_scales, out) };
     }
     portable::quantize_i8(x, act_scales, out)
 }
@@ -416,11 +416,11 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums:
     {
         if has_avx512_vnni() {
             // SAFETY: the CPU has AVX-512 VNNI (with VL) and AVX2, checked just above.
-            return unsafe { vnni::evex::row_sums(values, cols, xq, sums) };
+            return unsafe { vnni::evex::row_sums_i8(values, cols, xq, sums) };
         }
         if has_avx_vnni() {
             // SAFETY: the CPU has AVX-VNNI and AVX2, checked just above.
-            return unsafe { vnni::vex::row_sums(values, cols, xq, sums) };
+            return unsafe { vnni::vex::row_sums_i8(values, cols, xq, sums) };
         }
         if has_avx2() {
             // SAFETY: the CPU has AVX2, checked just above.
@@ -457,15 +457,15 @@ pub fn row_sums_pair_i8(
     {
         if has_avx512_vnni() {
             // SAFETY: the CPU has AVX-512 VNNI (with VL) and AVX2, checked just above.
-            return unsafe { vnni::evex::row_sums_pair(values, cols, xq, sums) };
+            return unsafe { vnni::evex::row_sums_pair_i8(values, cols, xq, sums) };
         }
         if has_avx_vnni() {
             // SAFETY: the CPU has AVX-VNNI and AVX2, checked just above.
-            return unsafe { vnni::vex::row_sums_pair(values, cols, xq, sums) };
+            return unsafe { vnni::vex::row_sums_pair_i8(values, cols, xq, sums) };
         }
         if has_avx2() {
             // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { avx::row_sums_i8_pair(values, cols, xq, sums) };
+            return unsafe { avx::row_sums_pair_i8(values, cols, xq, sums) };
         }
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
@@ -499,7 +499,7 @@ pub fn row_sums_tiles_i8<const PARTS: usize>(
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_amx_int8() {
         // SAFETY: the CPU has AMX int8 and the system granted the tiles, checked just above.
-        return unsafe { amx::row_sums_parts(values, cols, xq, parts) };
+        return unsafe { amx::row_sums_tiles_i8(values, cols, xq, parts) };
     }
     let _ = (values, cols, xq, parts);
     [0; PARTS]
@@ -612,15 +612,15 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened
     {
         if has_avx512_vnni() {
             // SAFETY: the CPU has AVX-512 VNNI (with VL) and AVX2, checked just above.
-            return unsafe { vnni::evex::int4_row_sums(values, group, codes, xq, sums) };
+            return unsafe { vnni::evex::row_sums_i4(values, group, codes, xq, sums) };
         }
         if has_avx_vnni() {
             // SAFETY: the CPU has AVX-VNNI and AVX2, checked just above.
-            return unsafe { vnni::vex::int4_row_sums(values, group, codes, xq, sums) };
+            return unsafe { vnni::vex::row_sums_i4(values, group, codes, xq, sums) };
         }
         if has_avx2() {
             // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { avx::int4_row_sums(values, group, codes, xq, sums) };
+            return unsafe { avx::row_sums_i4(values, group, codes, xq, sums) };
         }
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
@@ -640,11 +640,11 @@ pub fn vecmat_sums_i8(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
     {
         if has_avx512bw() {
             // SAFETY: the CPU has AVX-512F and BW, checked just above.
-            return unsafe { avx::int8_vecmat_sums_avx512(xq, values, cols, acc) };
+            return unsafe { avx512::vecmat_sums_i8(xq, values, cols, acc) };
         }
         if has_avx2() {
             // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { avx::int8_vecmat_sums_avx2(xq, values, cols, acc) };
+            return unsafe { avx::vecmat_sums_i8(xq, values, cols, acc) };
         }
     }
     portable::vecmat_sums_i8(xq, values, cols, acc);
@@ -664,11 +664,11 @@ pub fn vecmat_sums_each_i8(
     {
         if has_avx512bw() {
             // SAFETY: the CPU has AVX-512F and BW, checked just above.
-            return unsafe { avx::int8_vecmat_sums_each_avx512(xq, values, cols, sums) };
+            return unsafe { avx512::vecmat_sums_each_i8(xq, values, cols, sums) };
         }
         if has_avx2() {
             // SAFETY: the CPU has AVX2, checked just above.
-            return unsafe { avx::int8_vecmat_sums_each_avx2(xq, values, cols, sums) };
+            return unsafe { avx::vecmat_sums_each_i8(xq, values, cols, sums) };
         }
     }
     portable::vecmat_sums_each_i8(xq, values, cols, sums);
@@ -734,7 +734,7 @@ pub fn key_sums_each_i8(
 ) {
     // SAFETY: the CPU has AVX-512F, BW and VL, checked first.
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if has_avx512bw() && unsafe { avx512_attention::key_sums_each(keys, stride, d_head, words, sums) } {
+    if has_avx512bw() && unsafe { avx512_attention::key_sums_each_i8(keys, stride, d_head, words, sums) } {
         return;
     }
     for (words, sums) in words.iter().zip(sums.iter_mut()) {
@@ -752,7 +752,7 @@ pub fn value_sums_each_i8(values: &[i8], stride: usize, weights: &[&[i32]], accs
     let columns = accs.iter().map(|a| a.len()).min().unwrap_or(0);
     // SAFETY: the CPU has AVX-512F, BW and VL, checked first.
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if has_avx512bw() && unsafe { avx512_attention::value_sums_each(values, stride, weights, accs) } {
+    if has_avx512bw() && unsafe { avx512_attention::value_sums_each_i8(values, stride, weights, accs) } {
         return;
     }
     for (weights, acc) in weights.iter().zip(accs.iter_mut()) {
@@ -771,7 +771,7 @@ pub fn magnitudes_each_f32(
 ) {
     // SAFETY: the CPU has AVX-512F, BW and VL, checked first.
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
-    if has_avx512bw() && unsafe { avx512_attention::magnitudes_each(rows, largest, sums) } {
+    if has_avx512bw() && unsafe { avx512_attention::magnitudes_each_f32(rows, largest, sums) } {
         return;
     }
     portable::magnitudes_each_f32(rows, largest, sums)
@@ -796,7 +796,7 @@ pub fn layer_norm_sums_f32(
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_avx512f() {
         // SAFETY: `width` is not zero and the CPU has AVX-512F, checked just above.
-        return unsafe { avx512::layer_norm_sums(block, width, means, vars) };
+        return unsafe { avx512::layer_norm_sums_f32(block, width, means, vars) };
     }
     portable::layer_norm_sums_f32(block, width, means, vars)
 }
@@ -821,7 +821,7 @@ pub fn softmax_exps_f32(values: &mut [f32], max: f32) {
         if has_avx512f() && has_avx2() {
             // SAFETY: the CPU has AVX-512F, AVX2 and F16C (`has_avx512f` checks F16C), checked
             // just above.
-            return unsafe { avx512::softmax_exps(values, max) };
+            return unsafe { avx512::softmax_exps_f32(values, max) };
         }
         if has_avx2() && has_avx_f16c() {
             let (eights, rest) = values.split_at_mut(values.len() / 8 * 8);

@@ -501,7 +501,7 @@ pub fn matmul_fma_f32(weight: &[f32], xs: &[&[f32]], ys: &mut [&mut [f32]]) {
 // The int8 attention's sums (`crate::int8_attention`): a head's 16-bit query or probabilities
 // against int8 keys or values, exact in i32.
 
-/// Words [`QueryWords::quantize`] needs for a head of `d_head`.
+/// Words `crate::int8_attention::QueryWords::quantize` needs for a head of `d_head`.
 pub fn query_words(d_head: usize) -> usize {
     2 * d_head.div_ceil(4)
 }

@@ -2,14 +2,14 @@
 //! dot-product extension (checked at run time with the `std` feature). Each gives the scalar
 //! kernels' bits, as the x86-64 ones do:
 //!
-//! - **f32 rows** ([`dots_each`]): one 128-bit register holds one row's four accumulators (the
+//! - **f32 rows** ([`dots_strided_each_f32`]): one 128-bit register holds one row's four accumulators (the
 //!   portable [`dot`](crate::kernels::portable::dot_f32) adds column `c` into accumulator `c % 4`, multiplying
 //!   and then adding, no fused multiply-add); eight rows per pass keep eight chains of additions
 //!   going, and several inputs share each block of rows.
-//! - **Fused f32 rows** ([`rows_fma`], `--fast-f32`): the fused order's chains
+//! - **Fused f32 rows** ([`matmul_fma_f32`], `--fast-f32`): the fused order's chains
 //!   ([`dot_fma_f32`](super::fma::dot_fma_f32)) of four inputs share a register, a lane each; each
 //!   weight fuses into them by `FMLA` by element; eight rows a pass.
-//! - **Weighted rows** ([`axpys`]): `out[e] += p[k] * rows[k][e]` in `k` order, four elements a
+//! - **Weighted rows** ([`axpys_strided_f32`]): `out[e] += p[k] * rows[k][e]` in `k` order, four elements a
 //!   register.
 //! - **int8 rows**: four rows per pass share the input; `SDOT` adds four products into each
 //!   32-bit lane ([`row_sums_i8_sdot`]), else `SMULL`/`SMULL2` form 16-bit products and `SADALP`
@@ -27,7 +27,7 @@ use crate::kernels::portable::{self, rows_that_fit};
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p` (`cols` the inputs'
 /// length), with the bits of `portable::dot_f32` per row and input: eight rows per pass, each block
 /// read once for all the inputs. The rows of the shortest output are computed.
-pub fn dots_each(rows: &[f32], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
+pub fn dots_strided_each_f32(rows: &[f32], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
     let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
     let wanted = outs.iter().map(|o| o.len()).min().unwrap_or(0);
     let n = rows_that_fit(rows.len(), stride, cols, wanted);
@@ -107,7 +107,7 @@ unsafe fn dots_block<const ROWS: usize>(base: *const f32, stride: usize, x: &[f3
 /// accumulators by lane (`FMLA` by element). The columns after the last four continue each
 /// chain in the portable step. Every group of inputs meets a block of rows before the next
 /// block is read, so a row comes from memory once per call.
-pub fn rows_fma(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+pub fn matmul_fma_f32(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     let wanted = ys.iter().map(|y| y.len()).min().unwrap_or(0);
     let rows = rows_that_fit(weight.len(), cols, cols, wanted);
     let inputs = xs.len().min(ys.len());
@@ -205,7 +205,7 @@ fn transpose_four(rows: [float32x4_t; 4]) -> [float32x4_t; 4] {
 /// `out += p[k] * rows[k * stride..][..out.len()]` for each `k < p.len()` in order: per element
 /// the products are rounded and added in `k` order, as in the portable loop. Sixteen elements
 /// stay in registers while every `k` passes, then four, then one.
-pub fn axpys(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
+pub fn axpys_strided_f32(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]) {
     let n = out.len();
     let k_count = rows_that_fit(rows.len(), stride, n, p.len());
     let p = &p[..k_count];
@@ -314,7 +314,7 @@ pub fn row_sums_i8_smull(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]
 /// to `portable::dot_i8` per row.
 ///
 /// # Safety
-/// The CPU must have the dot-product extension ([`has_dotprod`]).
+/// The CPU must have the dot-product extension ([`has_dotprod`](crate::kernels::features::has_dotprod)).
 #[target_feature(enable = "dotprod")]
 pub unsafe fn row_sums_i8_sdot(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     let step = |acc: int32x4_t, w: *const i8, x: *const i8| {
@@ -379,7 +379,7 @@ mod tests {
                     let xs: Vec<&[f32]> = inputs.iter().map(|x| x.as_slice()).collect();
                     let mut out = vec![vec![1.5f32; n]; 2];
                     let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
-                    super::dots_each(&rows, stride, &xs, &mut outs);
+                    super::dots_strided_each_f32(&rows, stride, &xs, &mut outs);
                     for (p, x) in xs.iter().enumerate() {
                         for r in 0..n {
                             let slow =
@@ -410,7 +410,7 @@ mod tests {
                     let x_refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
                     let mut out = vec![vec![1.5f32; rows]; inputs];
                     let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
-                    super::rows_fma(&weight, cols, &x_refs, &mut outs);
+                    super::matmul_fma_f32(&weight, cols, &x_refs, &mut outs);
                     for (p, x) in xs.iter().enumerate() {
                         for r in 0..rows {
                             let want = dot_fma_f32(&weight[r * cols..(r + 1) * cols], x);
@@ -434,7 +434,7 @@ mod tests {
                 let p = awkward_floats(keys, 3 + keys as u32);
                 let start = awkward_floats(n, 99);
                 let (mut fast, mut slow) = (start.clone(), start);
-                super::axpys(&rows, stride, &p, &mut fast);
+                super::axpys_strided_f32(&rows, stride, &p, &mut fast);
                 for (k, &weight) in p.iter().enumerate() {
                     for (o, v) in slow.iter_mut().zip(&rows[k * stride..k * stride + n]) {
                         *o += weight * v;

@@ -110,10 +110,10 @@ fn rows_for_tiles(len: usize, cols: usize, wanted: usize) -> usize {
 /// to `portable::dot_i8` per row and input.
 ///
 /// # Safety
-/// [`has_amx_int8`] must have returned true.
+/// [`has_amx_int8`](crate::kernels::features::has_amx_int8) must have returned true.
 pub unsafe fn row_sums_many(values: &[i8], cols: usize, xq: &[&[i8]], sums: &mut [&mut [i32]]) -> usize {
     // SAFETY: this function's contract.
-    let [done] = unsafe { row_sums_parts(values, cols, xq, [sums]) };
+    let [done] = unsafe { row_sums_tiles_i8(values, cols, xq, [sums]) };
     done
 }
 
@@ -124,8 +124,8 @@ pub unsafe fn row_sums_many(values: &[i8], cols: usize, xq: &[&[i8]], sums: &mut
 /// rows).
 ///
 /// # Safety
-/// [`has_amx_int8`] must have returned true.
-pub unsafe fn row_sums_parts<const PARTS: usize>(
+/// [`has_amx_int8`](crate::kernels::features::has_amx_int8) must have returned true.
+pub unsafe fn row_sums_tiles_i8<const PARTS: usize>(
     values: &[i8],
     cols: usize,
     xq: &[&[i8]],
@@ -431,7 +431,7 @@ mod tests {
             let mut sums_second: Vec<&mut [i32]> = out_second.iter_mut().map(|s| s.as_mut_slice()).collect();
             // SAFETY: `has_amx_int8` returned true above.
             let done =
-                unsafe { row_sums_parts(&values, cols, &xq, [&mut sums_first[..], &mut sums_second[..]]) };
+                unsafe { row_sums_tiles_i8(&values, cols, &xq, [&mut sums_first[..], &mut sums_second[..]]) };
             assert_eq!(done, tiled, "{cols} columns, parts of {first} and {second} rows");
             for (p, x) in xs.iter().enumerate() {
                 for (part, (out, start)) in [(&out_first, 0), (&out_second, first)].into_iter().enumerate() {

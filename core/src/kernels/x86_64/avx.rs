@@ -2,24 +2,24 @@
 //! needs the standard library). Each gives the scalar kernels' bits: integer sums are exact in
 //! any order, and the float kernels keep every row's (or element's) own order of rounding:
 //!
-//! - **f32 and f16 rows** ([`dots`]): the portable [`dot`](crate::kernels::portable::dot_f32) sums a row in
+//! - **f32 and f16 rows** ([`dots_strided`]): the portable [`dot`](crate::kernels::portable::dot_f32) sums a row in
 //!   four accumulators, column `c` into accumulator `c % 4`, multiplying and then adding (two
 //!   roundings, no fused multiply-add), and finishes with `(a0 + a1) + (a2 + a3) + tail`. Here
 //!   the four accumulators of a row are four lanes, and one 256-bit register holds two rows;
 //!   sixteen rows (eight registers) go per pass over the input, so eight independent chains of
 //!   additions keep the adders busy, each lane doing exactly the scalar additions in the scalar
 //!   order. f16 weights are widened by `VCVTPH2PS` (exact) on the way in. With two inputs
-//!   ([`dots_each`], two positions of a segment) each register of weights meets both, eight rows
+//!   ([`dots_strided_each`], two positions of a segment) each register of weights meets both, eight rows
 //!   per pass into two sets of accumulators. With four inputs or more each block of eight rows
 //!   is first copied as those registers (f16 widened once, not once per pass), which every pair
-//!   of inputs then reads with one load a register; on rows of 512 columns or more, tiles of six
+//!   of inputs then reads with one load a register; on rows of 512 columns or more, blocks of six
 //!   rows meet four inputs a step instead (`avx_blocks.rs`: one register holds a row's four
 //!   accumulators for two inputs).
-//! - **Weighted rows** ([`axpys`]): `out[e] += p[k] * rows[k][e]` in `k` order per element,
+//! - **Weighted rows** ([`axpys_strided`]): `out[e] += p[k] * rows[k][e]` in `k` order per element,
 //!   eight elements a register.
-//! - **int8 rows** ([`row_sums_i8`], [`row_sums_i8_pair`]): four weight rows per pass share the
+//! - **int8 rows** ([`row_sums_i8`], [`row_sums_pair_i8`]): four weight rows per pass share the
 //!   widened input (two inputs share each widened weight in the pair kernel); the input is
-//!   quantized eight columns a step ([`quantize_activations`]). CPUs with VNNI take
+//!   quantized eight columns a step ([`quantize_i8`]). CPUs with VNNI take
 //!   [`vnni`](super::vnni)'s kernels instead, 32 columns an instruction.
 //! - **The softmax's `exp`** ([`softmax_exp8`]): `libm`'s `expf`, step for step, eight lanes.
 
@@ -31,44 +31,21 @@ use half::f16;
 use super::row_element::{row_tail, RowElement};
 use crate::kernels::portable::{self, rows_that_fit};
 
-/// [`portable::int8_vecmat_sums`] compiled for AVX2 (the compiler vectorises its loop).
+/// [`portable::vecmat_sums_i8`] compiled for AVX2 (the compiler vectorises its loop).
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-pub unsafe fn int8_vecmat_sums_avx2(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
+pub unsafe fn vecmat_sums_i8(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
     portable::vecmat_sums_i8(xq, values, cols, acc);
 }
 
-/// [`portable::int8_vecmat_sums`] compiled for AVX-512F and BW.
-///
-/// # Safety
-/// The CPU must support AVX-512F and AVX-512BW.
-#[target_feature(enable = "avx512f,avx512bw")]
-pub unsafe fn int8_vecmat_sums_avx512(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
-    portable::vecmat_sums_i8(xq, values, cols, acc);
-}
-
-/// [`portable::int8_vecmat_sums_each`] compiled for AVX2.
+/// [`portable::vecmat_sums_each_i8`] compiled for AVX2.
 ///
 /// # Safety
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-pub unsafe fn int8_vecmat_sums_each_avx2(
-    xq: &[&[i8]; portable::VECMAT_INPUTS],
-    values: &[i8],
-    cols: usize,
-    sums: &mut [&mut [i32]; portable::VECMAT_INPUTS],
-) {
-    portable::vecmat_sums_each_i8(xq, values, cols, sums);
-}
-
-/// [`portable::int8_vecmat_sums_each`] compiled for AVX-512F and BW.
-///
-/// # Safety
-/// The CPU must support AVX-512F and AVX-512BW.
-#[target_feature(enable = "avx512f,avx512bw")]
-pub unsafe fn int8_vecmat_sums_each_avx512(
+pub unsafe fn vecmat_sums_each_i8(
     xq: &[&[i8]; portable::VECMAT_INPUTS],
     values: &[i8],
     cols: usize,
@@ -82,7 +59,7 @@ pub unsafe fn int8_vecmat_sums_each_avx512(
 /// added as there, so the bits equal `portable::dot_f16`'s.
 ///
 /// # Safety
-/// The CPU must support F16C ([`has_f16c`]).
+/// The CPU must support F16C ([`has_f16c`](crate::kernels::features::has_f16c)).
 #[target_feature(enable = "f16c")]
 pub unsafe fn dot_f16(a: &[f16], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -112,7 +89,7 @@ pub unsafe fn dot_f16(a: &[f16], b: &[f32]) -> f32 {
 /// `sum a[i] * b[i]` in i32, 16 products per step; equal to `portable::dot_i8`.
 ///
 /// # Safety
-/// The CPU must support AVX2 ([`has_avx2`]).
+/// The CPU must support AVX2 ([`has_avx2`](crate::kernels::features::has_avx2)).
 #[target_feature(enable = "avx2")]
 pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     let n = a.len().min(b.len());
@@ -142,9 +119,9 @@ pub unsafe fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 /// kernels' `zip` leaves them.
 ///
 /// # Safety
-/// The CPU must support AVX and F16C ([`has_avx_f16c`]).
+/// The CPU must support AVX and F16C ([`has_avx_f16c`](crate::kernels::features::has_avx_f16c)).
 #[target_feature(enable = "avx,f16c")]
-pub unsafe fn dots<T: RowElement>(rows: &[T], stride: usize, x: &[f32], out: &mut [f32]) {
+pub unsafe fn dots_strided<T: RowElement>(rows: &[T], stride: usize, x: &[f32], out: &mut [f32]) {
     let cols = x.len();
     let n = rows_that_fit(rows.len(), stride, cols, out.len());
     let mut r = 0;
@@ -166,24 +143,31 @@ pub unsafe fn dots<T: RowElement>(rows: &[T], stride: usize, x: &[f32], out: &mu
 }
 
 /// `outs[p][r] = rows[r * stride..][..cols] · xs[p]` for every input `p`, `cols` the inputs'
-/// length: [`dots`] for each input, with the bits of each. Eight rows at a time meet every
+/// length: [`dots_strided`] for each input, with the bits of each. Eight rows at a time meet every
 /// input, two inputs per pass (each loaded weight multiplies both), so each block of rows is
 /// read from memory once for all the inputs (then from the first-level cache); four inputs or
-/// more on rows of 512 columns or more take the tile kernel (`avx_blocks.rs`), six rows against
+/// more on rows of 512 columns or more take the block kernel (`avx_blocks.rs`), six rows against
 /// four inputs a step. The rows of the shortest output are computed.
 ///
 /// # Safety
-/// The CPU must support AVX and F16C ([`has_avx_f16c`]).
+/// The CPU must support AVX and F16C ([`has_avx_f16c`](crate::kernels::features::has_avx_f16c)).
 #[target_feature(enable = "avx,f16c")]
-pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
+pub unsafe fn dots_strided_each<T: RowElement>(
+    rows: &[T],
+    stride: usize,
+    xs: &[&[f32]],
+    outs: &mut [&mut [f32]],
+) {
     let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
     let wanted = outs.iter().map(|o| o.len()).min().unwrap_or(0);
     let n = rows_that_fit(rows.len(), stride, cols, wanted);
     let inputs = xs.len().min(outs.len());
     let mut r = 0;
-    if takes_tiles(inputs, cols) {
+    if takes_blocks(inputs, cols) {
         // SAFETY: the caller's contract (AVX and F16C), with `n` bounded as below; `cols >= 4`.
-        r = unsafe { super::avx_blocks::dots_each_tiled(rows, stride, n, &xs[..inputs], outs, cols) };
+        r = unsafe {
+            super::avx_blocks::dots_strided_each_in_blocks(rows, stride, n, &xs[..inputs], outs, cols)
+        };
     } else if inputs >= PACK_LEAST_INPUTS && cols >= 4 {
         r = PACKED_ROWS.with_borrow_mut(|packed| {
             // SAFETY: the caller's contract (AVX and F16C), with `n` bounded as below.
@@ -238,22 +222,22 @@ pub unsafe fn dots_each<T: RowElement>(rows: &[T], stride: usize, xs: &[&[f32]],
     }
 }
 
-/// Whether [`dots_each`] takes the tile kernel (`avx_blocks.rs`) for `inputs` inputs of `cols`
+/// Whether [`dots_strided_each`] takes the block kernel (`avx_blocks.rs`) for `inputs` inputs of `cols`
 /// columns.
 #[inline]
-pub fn takes_tiles(inputs: usize, cols: usize) -> bool {
-    inputs >= TILE_LEAST_INPUTS && cols >= TILE_LEAST_COLS
+pub fn takes_blocks(inputs: usize, cols: usize) -> bool {
+    inputs >= BLOCK_LEAST_INPUTS && cols >= BLOCK_LEAST_COLS
 }
 
-/// Inputs from which [`dots_each`] takes [`tiles`]' kernel: six rows meet four inputs a step.
-const TILE_LEAST_INPUTS: usize = 4;
+/// Inputs from which [`dots_strided_each`] takes the blocks' kernel (`avx_blocks.rs`): six rows meet four inputs a step.
+const BLOCK_LEAST_INPUTS: usize = 4;
 
-/// Columns from which [`dots_each`] takes [`tiles`]' kernel: on shorter rows (the bundled
-/// model's 128 and 256 columns, the attention's cached keys) the panel copy and each tile's
-/// finish cost more than the tile saves (measured with 4 to 128 inputs).
-const TILE_LEAST_COLS: usize = 512;
+/// Columns from which [`dots_strided_each`] takes the blocks' kernel (`avx_blocks.rs`): on shorter rows (the bundled
+/// model's 128 and 256 columns, the attention's cached keys) the panel copy and each block's
+/// finish cost more than the block saves (measured with 4 to 128 inputs).
+const BLOCK_LEAST_COLS: usize = 512;
 
-/// Inputs from which [`dots_each`] first copies each block of eight rows into
+/// Inputs from which [`dots_strided_each`] first copies each block of eight rows into
 /// [`PACKED_ROWS`]: a copy costs about one pass of the block, and saves every later pass the
 /// second load and the lane insertion (or the f16 widening) of each register of two rows.
 const PACK_LEAST_INPUTS: usize = 4;
@@ -263,7 +247,7 @@ std::thread_local! {
     static PACKED_ROWS: core::cell::RefCell<Vec<__m256>> = const { core::cell::RefCell::new(Vec::new()) };
 }
 
-/// [`dots_each`]'s blocks of eight rows, each first copied into `packed` as the registers
+/// [`dots_strided_each`]'s blocks of eight rows, each first copied into `packed` as the registers
 /// [`dots_pairs`] would load (rows `2i` and `2i + 1`'s columns `4q..4q + 4` at
 /// `packed[i * quads + q]`, f32 whatever `T` is), then met by every input, two a step, the
 /// last one alone. The same products and additions in the same order per row, lane and input,
@@ -533,9 +517,9 @@ unsafe fn dot_one<T: RowElement>(row: *const T, x: &[f32]) -> f32 {
 /// passes, then eight, then one.
 ///
 /// # Safety
-/// The CPU must support AVX and F16C ([`has_avx_f16c`]).
+/// The CPU must support AVX and F16C ([`has_avx_f16c`](crate::kernels::features::has_avx_f16c)).
 #[target_feature(enable = "avx,f16c")]
-pub unsafe fn axpys<T: RowElement>(rows: &[T], stride: usize, p: &[f32], out: &mut [f32]) {
+pub unsafe fn axpys_strided<T: RowElement>(rows: &[T], stride: usize, p: &[f32], out: &mut [f32]) {
     let n = out.len();
     let k_count = rows_that_fit(rows.len(), stride, n, p.len());
     let p = &p[..k_count];
@@ -590,9 +574,9 @@ pub unsafe fn axpys<T: RowElement>(rows: &[T], stride: usize, p: &[f32], out: &m
 /// Rust's `as` does). A subnormal range, whose `127 / max` overflows, takes the portable path.
 ///
 /// # Safety
-/// The CPU must support AVX ([`has_avx_f16c`]).
+/// The CPU must support AVX ([`has_avx_f16c`](crate::kernels::features::has_avx_f16c)).
 #[target_feature(enable = "avx,f16c")]
-pub unsafe fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+pub unsafe fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
     let n = x
         .len()
         .min(out.len())
@@ -670,7 +654,7 @@ pub unsafe fn quantize_activations(x: &[f32], act_scales: Option<&[f32]>, out: &
 /// `libm::expf` itself.
 ///
 /// # Safety
-/// The CPU must support AVX2 ([`has_avx2`]).
+/// The CPU must support AVX2 ([`has_avx2`](crate::kernels::features::has_avx2)).
 #[target_feature(enable = "avx2,f16c")]
 pub unsafe fn softmax_exp8(values: &mut [f32; 8], max: f32) {
     // libm's steps and constants, bit for bit (`kernels::fast_math::expf`)
@@ -767,7 +751,7 @@ pub(super) unsafe fn reduce_four(acc: [__m256i; 4]) -> __m128i {
 /// row (integer sums are exact).
 ///
 /// # Safety
-/// The CPU must support AVX2 ([`has_avx2`]).
+/// The CPU must support AVX2 ([`has_avx2`](crate::kernels::features::has_avx2)).
 #[target_feature(enable = "avx2")]
 pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     let xq = &xq[..cols];
@@ -804,7 +788,7 @@ pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32
     }
 }
 
-/// The int4 kernels' frame, one for the AVX2 and the VNNI builds ([`int4_row_sums`] here,
+/// The int4 kernels' frame, one for the AVX2 and the VNNI builds ([`row_sums_i4`] here,
 /// `x86_64/vnni.rs`): for groups of a multiple of 32 columns, four rows per pass; in each group
 /// the whole 32-column steps add into one register of eight i32 lanes per row (`$step`, with
 /// `$c` the step's first column, `$rows` the four packed rows and `$acc` their registers),
@@ -877,14 +861,14 @@ macro_rules! int4_row_sums_frame {
 }
 pub(super) use int4_row_sums_frame;
 
-/// [`portable::row_sums_i4`] with AVX2 ([`int4_row_sums_frame`]): each step widens sixteen
+/// [`portable::row_sums_i4`] with AVX2 (`int4_row_sums_frame!`): each step widens sixteen
 /// packed bytes of each row to 16 bits, each nibble sign-extended by a shift pair, the inputs
 /// reordered to match by one byte shuffle, once for the four rows. The same sums.
 ///
 /// # Safety
 /// The CPU must support AVX2 ([`has_avx2`](crate::kernels::features::has_avx2)).
 #[target_feature(enable = "avx2")]
-pub unsafe fn int4_row_sums(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
+pub unsafe fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) {
     // the bytes of two blocks of eight inputs, low-nibble columns (0-3 of each block) first
     let order = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15);
     int4_row_sums_frame!(
@@ -948,7 +932,7 @@ pub(super) unsafe fn i64_lanes_sum(lanes: __m256i) -> i64 {
 /// as the portable code does. Integer sums (wrapping, like the portable ones): the same bits.
 ///
 /// # Safety
-/// The CPU must support AVX2 ([`has_avx2`]).
+/// The CPU must support AVX2 ([`has_avx2`](crate::kernels::features::has_avx2)).
 #[target_feature(enable = "avx2")]
 pub unsafe fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
     const KEYS: usize = 4;
@@ -1011,7 +995,7 @@ pub unsafe fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u3
 /// code does. Integer sums (wrapping): the same bits.
 ///
 /// # Safety
-/// The CPU must support AVX2 ([`has_avx2`]).
+/// The CPU must support AVX2 ([`has_avx2`](crate::kernels::features::has_avx2)).
 #[target_feature(enable = "avx2")]
 pub unsafe fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
     let columns = acc.len();
@@ -1116,9 +1100,9 @@ fn weight_pair(weights: &[i32], a: usize) -> i32 {
 /// of four weight rows meets both inputs.
 ///
 /// # Safety
-/// The CPU must support AVX2 ([`has_avx2`]).
+/// The CPU must support AVX2 ([`has_avx2`](crate::kernels::features::has_avx2)).
 #[target_feature(enable = "avx2")]
-pub unsafe fn row_sums_i8_pair(values: &[i8], cols: usize, xq: [&[i8]; 2], sums: [&mut [i32]; 2]) {
+pub unsafe fn row_sums_pair_i8(values: &[i8], cols: usize, xq: [&[i8]; 2], sums: [&mut [i32]; 2]) {
     let xq = [&xq[0][..cols], &xq[1][..cols]];
     let [sums_a, sums_b] = sums;
     let n = rows_that_fit(values.len(), cols, cols, sums_a.len().min(sums_b.len()));
@@ -1197,15 +1181,15 @@ mod tests {
             let mut got = vec![7i32; len];
             if crate::kernels::features::has_avx2() {
                 // SAFETY: the CPU has AVX2, checked just above.
-                unsafe { super::int8_vecmat_sums_avx2(&xq, &values, cols, &mut got) };
+                unsafe { super::vecmat_sums_i8(&xq, &values, cols, &mut got) };
                 assert_eq!(got, want, "AVX2, {rows} x {cols}");
             } else {
                 eprintln!("SKIPPED (AVX2 part): this CPU has no AVX2");
             }
-            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bw") {
+            if crate::kernels::features::has_avx512bw() {
                 got.fill(7);
-                // SAFETY: the CPU has AVX-512F and BW, checked just above.
-                unsafe { super::int8_vecmat_sums_avx512(&xq, &values, cols, &mut got) };
+                // SAFETY: the CPU has AVX-512F, BW and VL, checked just above.
+                unsafe { super::super::avx512::vecmat_sums_i8(&xq, &values, cols, &mut got) };
                 assert_eq!(got, want, "AVX-512, {rows} x {cols}");
             } else {
                 eprintln!("SKIPPED (AVX-512 part): this CPU has no AVX-512BW");
@@ -1281,7 +1265,7 @@ mod tests {
         a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
     }
 
-    /// [`dots_each`](super::dots_each) over `n` rows at `stride`, as f32 and as f16 (the rows
+    /// [`dots_strided_each`](super::dots_strided_each) over `n` rows at `stride`, as f32 and as f16 (the rows
     /// rounded), asserted equal bit for bit to the portable `dot` and `dot_f16` of each row and
     /// input; returns those portable sums, `[f32, f16]`, input by input. The CPU must have AVX
     /// and F16C.
@@ -1296,11 +1280,11 @@ mod tests {
         let mut out = vec![vec![0.0f32; n]; xs.len()];
         let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
         // SAFETY: the caller has checked for AVX and F16C.
-        unsafe { super::dots_each(rows, stride, xs, &mut outs) };
+        unsafe { super::dots_strided_each(rows, stride, xs, &mut outs) };
         let mut out16 = vec![vec![0.0f32; n]; xs.len()];
         let mut outs16: Vec<&mut [f32]> = out16.iter_mut().map(|o| o.as_mut_slice()).collect();
         // SAFETY: as above.
-        unsafe { super::dots_each(&halves, stride, xs, &mut outs16) };
+        unsafe { super::dots_strided_each(&halves, stride, xs, &mut outs16) };
         let mut slow = Vec::new();
         for (p, x) in xs.iter().enumerate() {
             for r in 0..n {
@@ -1333,7 +1317,7 @@ mod tests {
                     let x = awkward_floats(cols, 7 + cols as u32);
                     let mut fast = vec![1.5f32; n];
                     // SAFETY: AVX and F16C were detected above.
-                    unsafe { super::dots(&rows, stride, &x, &mut fast) };
+                    unsafe { super::dots_strided(&rows, stride, &x, &mut fast) };
                     for (r, f) in fast.iter().enumerate() {
                         let slow =
                             crate::kernels::portable::dot_f32(&rows[r * stride..r * stride + cols], &x);
@@ -1361,7 +1345,7 @@ mod tests {
             let x: Vec<f32> = x.iter().map(|v| if v.is_finite() { *v } else { 0.25 }).collect();
             let mut fast = vec![0.0f32; n];
             // SAFETY: AVX and F16C were detected above.
-            unsafe { super::dots(&weights, cols, &x, &mut fast) };
+            unsafe { super::dots_strided(&weights, cols, &x, &mut fast) };
             for (r, f) in fast.iter().enumerate() {
                 let slow = crate::kernels::portable::dot_f16(&weights[r * cols..(r + 1) * cols], &x);
                 assert!(same_bits(*f, slow), "width {cols}, row {r}: {f:e} vs {slow:e}");
@@ -1383,7 +1367,7 @@ mod tests {
                 let start = awkward_floats(n, 99);
                 let (mut fast, mut slow) = (start.clone(), start);
                 // SAFETY: AVX and F16C were detected above.
-                unsafe { super::axpys(&rows, stride, &p, &mut fast) };
+                unsafe { super::axpys_strided(&rows, stride, &p, &mut fast) };
                 for (k, &weight) in p.iter().enumerate() {
                     for (o, v) in slow.iter_mut().zip(&rows[k * stride..k * stride + n]) {
                         *o += weight * v;
@@ -1425,7 +1409,7 @@ mod tests {
                 unsafe { super::row_sums_i8(&values, cols, &xb, &mut one) };
                 let (mut a, mut b) = (vec![0i32; n], vec![0i32; n]);
                 // SAFETY: AVX2 was detected above.
-                unsafe { super::row_sums_i8_pair(&values, cols, [&xa, &xb], [&mut a, &mut b]) };
+                unsafe { super::row_sums_pair_i8(&values, cols, [&xa, &xb], [&mut a, &mut b]) };
                 if cols > 0 {
                     assert_eq!(one, slow(&xb), "{n} rows of {cols}");
                     assert_eq!(a, slow(&xa), "{n} rows of {cols}, first of a pair");
@@ -1461,7 +1445,7 @@ mod tests {
                 xq.iter_mut().step_by(3).for_each(|v| *v = -127);
                 let (mut fast, mut slow) = (vec![0i64; rows], vec![0i64; rows]);
                 // SAFETY: AVX2 was detected above.
-                unsafe { super::int4_row_sums(&values, group, &codes, &xq, &mut fast) };
+                unsafe { super::row_sums_i4(&values, group, &codes, &xq, &mut fast) };
                 crate::kernels::portable::row_sums_i4(&values, group, &codes, &xq, &mut slow);
                 assert_eq!(fast, slow, "{rows} rows of {cols}, groups of {group}");
             }
@@ -1523,22 +1507,22 @@ mod tests {
             (9, 256),
             (24, 517),
             (16, 1024),
-            // six rows a tile against four inputs: whole tiles, a tile and rows after it, none
+            // six rows a block against four inputs: whole blocks, a block and rows after it, none
             (12, 512),
             (13, 1027),
             (5, 600),
-            // tiles over chunks of the panel, the last one short
+            // blocks over chunks of the panel, the last one short
             (24, 24_001),
             // over 1 MB of rows in f32 and in f16: a packed block asks for the next one
             (2_100, 255),
         ];
         // two inputs take their own kernel, three a pair and one, four or more a packed block
-        // (two at a time, then one), or on rows of 512 columns or more tiles of four inputs
+        // (two at a time, then one), or on rows of 512 columns or more blocks of four inputs
         // (the last group of 5, 7 and 11 filled up); rows at a stride longer than a row too (as
         // the attention's cached keys are)
         let counts = [2usize, 3, 4, 5, 7, 8, 11];
         let (mut finite, mut compared) = (0, 0);
-        // and sixteen groups of four over 1 MB of f32 rows: a tile asks for the one after next
+        // and sixteen groups of four over 1 MB of f32 rows: a block asks for the one after next
         let many = [((19, 20_200), 65)];
         for ((n, cols), count) in shapes
             .into_iter()
@@ -1575,8 +1559,8 @@ mod tests {
             return;
         }
         // one infinity per row against inputs without zeros: every sum is infinite, while a
-        // tile's lanes filled up with zero inputs (5 and 7 inputs) hold NaN; rows 0..12 are two
-        // tiles, rows 12 and 13 take the pair kernel, and three columns are each row's tail
+        // block's lanes filled up with zero inputs (5 and 7 inputs) hold NaN; rows 0..12 are two
+        // blocks, rows 12 and 13 take the pair kernel, and three columns are each row's tail
         let (n, cols, stride) = (14usize, 515usize, 517usize);
         let mut rows: Vec<f32> = awkward_floats(n * stride, 3)
             .into_iter()
@@ -1626,7 +1610,7 @@ mod tests {
                 for act in [None, Some(scales.as_slice())] {
                     let (mut fast, mut slow) = (vec![0i8; len], vec![0i8; len]);
                     // SAFETY: AVX was detected above.
-                    let fast_scale = unsafe { super::quantize_activations(&x, act, &mut fast) };
+                    let fast_scale = unsafe { super::quantize_i8(&x, act, &mut fast) };
                     let slow_scale = crate::kernels::portable::quantize_i8(&x, act, &mut slow);
                     assert!(same_bits(fast_scale, slow_scale), "length {len}, seed {seed}");
                     assert_eq!(fast, slow, "length {len}, seed {seed}, scales {}", act.is_some());
@@ -1643,7 +1627,7 @@ mod tests {
         x.push(127.0);
         let (mut fast, mut slow) = (vec![0i8; x.len()], vec![0i8; x.len()]);
         // SAFETY: AVX was detected above.
-        unsafe { super::quantize_activations(&x, None, &mut fast) };
+        unsafe { super::quantize_i8(&x, None, &mut fast) };
         crate::kernels::portable::quantize_i8(&x, None, &mut slow);
         assert_eq!(fast, slow);
     }
@@ -1744,7 +1728,7 @@ mod tests {
             let start = awkward_floats(n, 5);
             let (mut fast, mut slow) = (start.clone(), start);
             // SAFETY: AVX and F16C were detected above.
-            unsafe { super::axpys(&rows, stride, &p, &mut fast) };
+            unsafe { super::axpys_strided(&rows, stride, &p, &mut fast) };
             for (k, &weight) in p.iter().enumerate() {
                 for (o, v) in slow.iter_mut().zip(&rows[k * stride..k * stride + n]) {
                     *o += weight * widen(*v);
@@ -1757,7 +1741,7 @@ mod tests {
             let x = awkward_floats(n, 77);
             let mut dots = vec![0.0f32; keys];
             // SAFETY: AVX and F16C were detected above.
-            unsafe { super::dots(&rows, stride, &x, &mut dots) };
+            unsafe { super::dots_strided(&rows, stride, &x, &mut dots) };
             for (r, d) in dots.iter().enumerate() {
                 let slow = crate::kernels::portable::dot_f16(&rows[r * stride..r * stride + n], &x);
                 assert!(same_bits(*d, slow), "f16 row {r} of {keys} at stride {stride}");

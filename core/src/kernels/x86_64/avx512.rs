@@ -25,6 +25,29 @@ use core::arch::x86_64::*;
 use super::row_element::RowElement;
 use crate::kernels::portable::rows_that_fit;
 
+/// [`portable::vecmat_sums_i8`](crate::kernels::portable::vecmat_sums_i8) compiled for AVX-512F and BW.
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub unsafe fn vecmat_sums_i8(xq: &[i8], values: &[i8], cols: usize, acc: &mut [i32]) {
+    crate::kernels::portable::vecmat_sums_i8(xq, values, cols, acc);
+}
+
+/// [`portable::vecmat_sums_each_i8`](crate::kernels::portable::vecmat_sums_each_i8) compiled for AVX-512F and BW.
+///
+/// # Safety
+/// The CPU must support AVX-512F and AVX-512BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub unsafe fn vecmat_sums_each_i8(
+    xq: &[&[i8]; crate::kernels::portable::VECMAT_INPUTS],
+    values: &[i8],
+    cols: usize,
+    sums: &mut [&mut [i32]; crate::kernels::portable::VECMAT_INPUTS],
+) {
+    crate::kernels::portable::vecmat_sums_each_i8(xq, values, cols, sums);
+}
+
 /// Inputs a pass takes, each in sixteen accumulator lanes (four registers of four rows).
 const INPUTS: usize = 4;
 
@@ -54,9 +77,9 @@ type Sums = [[__m512; 4]; INPUTS];
 /// sixteen rows are finished together (`finish`).
 ///
 /// # Safety
-/// The CPU must support AVX-512F and F16C ([`has_avx512f`]).
+/// The CPU must support AVX-512F and F16C ([`has_avx512f`](crate::kernels::features::has_avx512f)).
 #[target_feature(enable = "avx512f,avx,f16c")]
-pub unsafe fn dots_four_inputs<T: RowElement>(
+pub unsafe fn dots_strided_each<T: RowElement>(
     rows: &[T],
     stride: usize,
     xs: &[&[f32]],
@@ -278,20 +301,20 @@ unsafe fn finish<T: RowElement>(
     })
 }
 
-/// Weight lists an [`axpys_each`] pass takes: four lists of one sixty-four element chunk are
+/// Weight lists an [`axpys_strided_each_f32`] pass takes: four lists of one sixty-four element chunk are
 /// sixteen accumulators, and each loaded row chunk meets all four.
 const LISTS: usize = 4;
 
 /// `outs[q] += ps[q][k] * rows[k * stride..][..n]` for each `k` in order, `n` the shortest
 /// output's length and `k` below the shortest list's, for every list `q`: the bits of
-/// [`x86::axpys`](super::x86::axpys) for each list (each element adds its products in `k`
+/// [`x86::axpys`](super::avx::axpys_strided) for each list (each element adds its products in `k`
 /// order, rounding the product and then the sum; no fused multiply-add). Four lists a pass,
 /// sixty-four elements at a time (masked past `n`), so each loaded row chunk meets four lists.
 ///
 /// # Safety
-/// The CPU must support AVX-512F ([`has_avx512f`]).
+/// The CPU must support AVX-512F ([`has_avx512f`](crate::kernels::features::has_avx512f)).
 #[target_feature(enable = "avx512f")]
-pub unsafe fn axpys_each(rows: &[f32], stride: usize, ps: &[&[f32]], outs: &mut [&mut [f32]]) {
+pub unsafe fn axpys_strided_each_f32(rows: &[f32], stride: usize, ps: &[&[f32]], outs: &mut [&mut [f32]]) {
     let n = outs.iter().map(|o| o.len()).min().unwrap_or(0);
     let wanted = ps.iter().map(|p| p.len()).min().unwrap_or(0);
     let k_count = rows_that_fit(rows.len(), stride, n, wanted);
@@ -375,7 +398,7 @@ unsafe fn axpys_chunk<const Q: usize>(
 /// `libm::expf`'s bits.
 ///
 /// # Safety
-/// The CPU must support AVX-512F ([`has_avx512f`]).
+/// The CPU must support AVX-512F ([`has_avx512f`](crate::kernels::features::has_avx512f)).
 #[inline]
 #[target_feature(enable = "avx512f")]
 pub unsafe fn softmax_exp16(values: &mut [f32; 16], max: f32) {
@@ -453,7 +476,7 @@ pub unsafe fn softmax_exp16(values: &mut [f32; 16], max: f32) {
 /// # Safety
 /// The CPU must support AVX-512F, AVX2 and F16C.
 #[target_feature(enable = "avx512f,avx2,f16c")]
-pub unsafe fn softmax_exps(values: &mut [f32], max: f32) {
+pub unsafe fn softmax_exps_f32(values: &mut [f32], max: f32) {
     let (sixteens, rest) = values.as_chunks_mut::<16>();
     for sixteen in sixteens {
         // SAFETY: the CPU has AVX-512F (this function's contract).
@@ -466,12 +489,12 @@ pub unsafe fn softmax_exps(values: &mut [f32], max: f32) {
     }
 }
 
-/// Rows whose LayerNorm sums [`layer_norm_sums`] adds side by side, one a lane.
+/// Rows whose LayerNorm sums [`layer_norm_sums_f32`] adds side by side, one a lane.
 pub const LAYER_NORM_ROWS: usize = 16;
 
 /// The LayerNorm sums of the first `rows = min(16, block.len() / width)` rows of `width` in
 /// `block`, side by side, with the bits of the portable
-/// [`layer_norm_rows_in_place`](crate::kernels::portable::layer_norm_rows_in_place): `means[b]` the sum
+/// [`layer_norm_rows_in_place`](crate::vector::layer_norm_rows_in_place): `means[b]` the sum
 /// of row `b`'s values from `-0.0` in column order, divided by `width`; `vars[b]` the sum of its
 /// `(v - mean) * (v - mean)` from `-0.0` in column order (not divided). Lanes past `rows` are
 /// `-0.0`, as the portable arrays start, with `means` divided all the same. One lane a row:
@@ -479,9 +502,9 @@ pub const LAYER_NORM_ROWS: usize = 16;
 /// transposed (`transpose_sixteen`), then added a column at a time; twice, once for each sum.
 ///
 /// # Safety
-/// `width` must not be zero; the CPU must support AVX-512F ([`has_avx512f`]).
+/// `width` must not be zero; the CPU must support AVX-512F ([`has_avx512f`](crate::kernels::features::has_avx512f)).
 #[target_feature(enable = "avx512f")]
-pub unsafe fn layer_norm_sums(
+pub unsafe fn layer_norm_sums_f32(
     block: &[f32],
     width: usize,
     means: &mut [f32; LAYER_NORM_ROWS],
@@ -690,8 +713,8 @@ mod tests {
                     let mut f16_refs: Vec<&mut [f32]> = outs_f16.iter_mut().map(|o| &mut o[..]).collect();
                     // SAFETY: AVX-512F and F16C were detected above.
                     unsafe {
-                        super::dots_four_inputs(&rows, stride, &x_refs, &mut out_refs);
-                        super::dots_four_inputs(&rows_f16, stride, &x_refs, &mut f16_refs);
+                        super::dots_strided_each(&rows, stride, &x_refs, &mut out_refs);
+                        super::dots_strided_each(&rows_f16, stride, &x_refs, &mut f16_refs);
                     }
                     for (p, x) in xs.iter().enumerate() {
                         for r in 0..n {
@@ -783,8 +806,8 @@ mod tests {
                         let mut f16_refs: Vec<&mut [f32]> = outs_f16.iter_mut().map(|o| &mut o[..]).collect();
                         // SAFETY: AVX-512F and F16C were detected above.
                         unsafe {
-                            super::dots_four_inputs(rows, stride, &x_refs, &mut out_refs);
-                            super::dots_four_inputs(rows_f16, stride, &x_refs, &mut f16_refs);
+                            super::dots_strided_each(rows, stride, &x_refs, &mut out_refs);
+                            super::dots_strided_each(rows_f16, stride, &x_refs, &mut f16_refs);
                         }
                     }
                     for (p, x) in case.xs.iter().enumerate() {
@@ -872,7 +895,7 @@ mod tests {
                     let mut means = [f32::NAN; 16];
                     let mut vars = [f32::NAN; 16];
                     // SAFETY: AVX-512F was detected above; `width` is not zero.
-                    unsafe { super::layer_norm_sums(&block, width, &mut means, &mut vars) };
+                    unsafe { super::layer_norm_sums_f32(&block, width, &mut means, &mut vars) };
                     for b in 0..16 {
                         let what = format!("row {b} of {rows}, width {width}");
                         assert_eq!(means[b].to_bits(), want_means[b].to_bits(), "mean of {what}");
@@ -948,7 +971,7 @@ mod tests {
                     let p_refs: Vec<&[f32]> = ps.iter().map(|p| &p[..]).collect();
                     let mut out_refs: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
                     // SAFETY: AVX-512F was detected above.
-                    unsafe { super::axpys_each(&rows, stride, &p_refs, &mut out_refs) };
+                    unsafe { super::axpys_strided_each_f32(&rows, stride, &p_refs, &mut out_refs) };
                     for (q, (p, start)) in ps.iter().zip(&starts).enumerate() {
                         for e in 0..n {
                             let mut want = start[e];

@@ -2,12 +2,12 @@
 //! queries of one head), chosen at run time (feature `std`): the integer sums of
 //! [`crate::int8_attention`], exact in any order, so the same bits as the portable code.
 //!
-//! - **Keys** ([`key_sums_each`]): each key is put in the query words' order and widened to
+//! - **Keys** ([`key_sums_each_i8`]): each key is put in the query words' order and widened to
 //!   16-bit pairs once; each of its words is then broadcast against that word of every query
 //!   side by side (one lane a query, the queries' words laid out by word once per call), so
 //!   one multiply-add of 16-bit pairs does two columns of sixteen queries. Sixteen keys' lanes
 //!   are then transposed into each query's row of sums.
-//! - **Values** ([`value_sums_each`]): two values' sixteen columns are widened into one
+//! - **Values** ([`value_sums_each_i8`]): two values' sixteen columns are widened into one
 //!   register of 16-bit pairs, which meets each list's two weights of those keys (broadcast),
 //!   sixteen lists' sums in sixteen registers.
 
@@ -18,14 +18,14 @@ use crate::kernels::portable::query_words;
 /// Queries (and weight lists) the kernels take at most: one register's lanes.
 pub const QUERIES: usize = 16;
 
-/// Keys [`key_sums_each`] transposes at a time.
+/// Keys [`key_sums_each_i8`] transposes at a time.
 const KEYS: usize = 16;
 
 /// Most words of a key's row in the query words' order (heads up to 256 columns wide; wider
 /// heads take the portable code).
 const MAX_WORDS: usize = 128;
 
-/// Key pairs [`value_sums_each`] takes a block: each list's weights of those keys are packed
+/// Key pairs [`value_sums_each_i8`] takes a block: each list's weights of those keys are packed
 /// into 16-bit pairs once per block.
 const PAIRS: usize = 16;
 
@@ -36,9 +36,9 @@ const PAIRS: usize = 16;
 /// columns, or a query has fewer words than its head needs.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, BW and VL ([`has_avx512bw`]).
+/// The CPU must support AVX-512F, BW and VL ([`has_avx512bw`](crate::kernels::features::has_avx512bw)).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub unsafe fn key_sums_each(
+pub unsafe fn key_sums_each_i8(
     keys: &[i8],
     stride: usize,
     d_head: usize,
@@ -113,9 +113,9 @@ pub unsafe fn key_sums_each(
 /// [`QUERIES`] lists.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, BW and VL ([`has_avx512bw`]).
+/// The CPU must support AVX-512F, BW and VL ([`has_avx512bw`](crate::kernels::features::has_avx512bw)).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-pub unsafe fn value_sums_each(
+pub unsafe fn value_sums_each_i8(
     values: &[i8],
     stride: usize,
     weights: &[&[i32]],
@@ -186,9 +186,9 @@ pub unsafe fn value_sums_each(
 /// with nothing changed, when there are more than [`QUERIES`] rows.
 ///
 /// # Safety
-/// The CPU must support AVX-512F ([`has_avx512bw`] checks more).
+/// The CPU must support AVX-512F ([`has_avx512bw`](crate::kernels::features::has_avx512bw) checks more).
 #[target_feature(enable = "avx512f")]
-pub unsafe fn magnitudes_each(
+pub unsafe fn magnitudes_each_f32(
     rows: &[&mut [f32]],
     largest: &mut [f32; QUERIES],
     sums: &mut [f32; QUERIES],
@@ -315,7 +315,7 @@ mod tests {
                     let mut got = vec![vec![i32::MIN; keys]; queries];
                     let mut got_refs: Vec<&mut [i32]> = got.iter_mut().map(|g| g.as_mut_slice()).collect();
                     // SAFETY: the CPU has AVX-512F, BW and VL (checked above).
-                    let ran = unsafe { key_sums_each(&memory, stride, d_head, &word_refs, &mut got_refs) };
+                    let ran = unsafe { key_sums_each_i8(&memory, stride, d_head, &word_refs, &mut got_refs) };
                     assert!(ran);
                     for (q, (got, words)) in got.iter().zip(&word_refs).enumerate() {
                         let mut want = vec![0i32; keys];
@@ -358,7 +358,7 @@ mod tests {
                     let mut got = start.clone();
                     let mut got_refs: Vec<&mut [i32]> = got.iter_mut().map(|g| g.as_mut_slice()).collect();
                     // SAFETY: the CPU has AVX-512F, BW and VL (checked above).
-                    let ran = unsafe { value_sums_each(&memory, stride, &weight_refs, &mut got_refs) };
+                    let ran = unsafe { value_sums_each_i8(&memory, stride, &weight_refs, &mut got_refs) };
                     assert!(ran);
                     for (l, ((got, start), weights)) in got.iter().zip(&start).zip(&weights).enumerate() {
                         let mut want = start.clone();
@@ -399,7 +399,7 @@ mod tests {
                     let mut refs: Vec<&mut [f32]> = data.iter_mut().map(|r| r.as_mut_slice()).collect();
                     let (mut largest, mut sums) = ([0.0f32; QUERIES], [0.0f32; QUERIES]);
                     // SAFETY: the CPU has AVX-512F (checked above).
-                    assert!(unsafe { magnitudes_each(&refs, &mut largest, &mut sums) });
+                    assert!(unsafe { magnitudes_each_f32(&refs, &mut largest, &mut sums) });
                     for (r, row) in refs.iter_mut().enumerate() {
                         // the loop of `ProbabilityWords::quantize_in_place`
                         let (mut max, mut sum) = (0.0f32, 0.0f32);

@@ -21,7 +21,7 @@ use core::arch::x86_64::*;
 use crate::kernels::portable::dot_fma_f32;
 use crate::kernels::portable::rows_that_fit;
 
-/// Inputs from which [`rows_avx2`] puts inputs in the lanes ([`inputs_in_lanes`]); fewer
+/// Inputs from which [`matmul_fma_f32`] puts inputs in the lanes ([`inputs_in_lanes`]); fewer
 /// take [`rows_in_lanes`], whose transposes cost less than lanes left empty.
 const INPUTS_IN_LANES_LEAST: usize = 5;
 
@@ -32,13 +32,13 @@ std::thread_local! {
 }
 
 /// `ys[p] = W xs[p]` in the fused order with AVX2 and FMA (see
-/// [`super::fma::matmul_fma_rows`]): the inputs in groups of sixteen (a last group of five to
+/// [`kernels::matmul_fma_f32`](crate::kernels::matmul_fma_f32)): the inputs in groups of sixteen (a last group of five to
 /// eight in one register), and a last one to four against eight rows a register.
 ///
 /// # Safety
-/// The CPU must support AVX2 and FMA ([`has_avx2_fma`]).
+/// The CPU must support AVX2 and FMA ([`has_avx2_fma`](crate::kernels::features::has_avx2_fma)).
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn rows_avx2(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
+pub unsafe fn matmul_fma_f32(weight: &[f32], cols: usize, xs: &[&[f32]], ys: &mut [&mut [f32]]) {
     let wanted = ys.iter().map(|y| y.len()).min().unwrap_or(0);
     let rows = rows_that_fit(weight.len(), cols, cols, wanted);
     let inputs = xs.len().min(ys.len());
@@ -331,6 +331,6 @@ mod tests {
             eprintln!("SKIPPED: this CPU has no AVX2 with FMA");
             return;
         }
-        equals_the_portable_order(super::rows_avx2);
+        equals_the_portable_order(super::matmul_fma_f32);
     }
 }

@@ -36,27 +36,27 @@ macro_rules! vnni_kernels {
             /// # Safety
             /// The CPU must support this module's instructions (see the module's check).
             #[target_feature(enable = $features)]
-            pub unsafe fn row_sums(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
+            pub unsafe fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
                 // SAFETY: the CPU has this module's features, as this function requires.
                 unsafe { row_sums_many::<1>(values, cols, [xq], [sums]) }
             }
 
-            /// [`row_sums`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: each
+            /// [`row_sums_i8`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: each
             /// loaded weight meets both.
             ///
             /// # Safety
-            /// As for [`row_sums`].
+            /// As for [`row_sums_i8`].
             #[target_feature(enable = $features)]
-            pub unsafe fn row_sums_pair(values: &[i8], cols: usize, xq: [&[i8]; 2], sums: [&mut [i32]; 2]) {
+            pub unsafe fn row_sums_pair_i8(values: &[i8], cols: usize, xq: [&[i8]; 2], sums: [&mut [i32]; 2]) {
                 // SAFETY: the CPU has this module's features, as this function requires.
                 unsafe { row_sums_many::<2>(values, cols, xq, sums) }
             }
 
-            /// [`row_sums`] for `INPUTS` inputs, each register of weights (sign-flipped once)
+            /// [`row_sums_i8`] for `INPUTS` inputs, each register of weights (sign-flipped once)
             /// multiplied into every input's accumulators.
             ///
             /// # Safety
-            /// As for [`row_sums`].
+            /// As for [`row_sums_i8`].
             #[inline]
             #[target_feature(enable = $features)]
             unsafe fn row_sums_many<const INPUTS: usize>(
@@ -106,9 +106,9 @@ macro_rules! vnni_kernels {
             /// sums (exact integers).
             ///
             /// # Safety
-            /// As for [`row_sums`].
+            /// As for [`row_sums_i8`].
             #[target_feature(enable = $features)]
-            pub unsafe fn int4_row_sums(
+            pub unsafe fn row_sums_i4(
                 values: &[u8],
                 group: usize,
                 codes: &[u8],
@@ -244,14 +244,14 @@ vnni_kernels!(
     evex,
     "avx2,avx512vnni,avx512vl",
     _mm256_dpbusd_epi32,
-    "The kernels with AVX-512 VNNI's `VPDPBUSD` on 256-bit registers ([`has_avx512_vnni`])."
+    "The kernels with AVX-512 VNNI's `VPDPBUSD` on 256-bit registers ([`has_avx512_vnni`](crate::kernels::features::has_avx512_vnni))."
 );
 
 vnni_kernels!(
     vex,
     "avx2,avxvnni",
     _mm256_dpbusd_avx_epi32,
-    "The kernels with AVX-VNNI's `VPDPBUSD` ([`has_avx_vnni`])."
+    "The kernels with AVX-VNNI's `VPDPBUSD` ([`has_avx_vnni`](crate::kernels::features::has_avx_vnni))."
 );
 
 #[cfg(test)]
@@ -270,10 +270,10 @@ mod tests {
     fn int4_builds() -> Vec<(&'static str, Int4RowSums)> {
         let mut builds: Vec<(&'static str, Int4RowSums)> = Vec::new();
         if crate::kernels::features::has_avx512_vnni() {
-            builds.push(("AVX-512 VNNI", super::evex::int4_row_sums));
+            builds.push(("AVX-512 VNNI", super::evex::row_sums_i4));
         }
         if crate::kernels::features::has_avx_vnni() {
-            builds.push(("AVX-VNNI", super::vex::int4_row_sums));
+            builds.push(("AVX-VNNI", super::vex::row_sums_i4));
         }
         builds
     }
@@ -328,10 +328,14 @@ mod tests {
     fn builds() -> Vec<(&'static str, RowSums, RowSumsPair)> {
         let mut builds: Vec<(&'static str, RowSums, RowSumsPair)> = Vec::new();
         if crate::kernels::features::has_avx512_vnni() {
-            builds.push(("AVX-512 VNNI", super::evex::row_sums, super::evex::row_sums_pair));
+            builds.push((
+                "AVX-512 VNNI",
+                super::evex::row_sums_i8,
+                super::evex::row_sums_pair_i8,
+            ));
         }
         if crate::kernels::features::has_avx_vnni() {
-            builds.push(("AVX-VNNI", super::vex::row_sums, super::vex::row_sums_pair));
+            builds.push(("AVX-VNNI", super::vex::row_sums_i8, super::vex::row_sums_pair_i8));
         }
         builds
     }

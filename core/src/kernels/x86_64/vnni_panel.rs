@@ -71,7 +71,7 @@ pub struct QuantizedInput<'a> {
 /// # Safety
 /// `values` must hold `row_scales.len()` rows of `cols`, every input `cols` values and every
 /// output at least `row_scales.len()` elements; the CPU must support AVX-512F, AVX-512VL and
-/// AVX-512 VNNI ([`has_vnni_512`]).
+/// AVX-512 VNNI ([`has_vnni_512`](crate::kernels::features::has_vnni_512)).
 #[target_feature(enable = "avx512f,avx512vl,avx512vnni")]
 pub unsafe fn scaled_rows_in_groups(
     values: &[i8],
