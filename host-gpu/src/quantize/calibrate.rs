@@ -5,8 +5,8 @@ use txl_core::weights::Matrix;
 use txl_core::{Model, SessionOptions};
 
 use crate::error::Error;
+use crate::reference::{Backend, Reference};
 pub use crate::statistics::ChannelRanges;
-use crate::{Backend, Reference};
 
 /// Runs `model` over `tokens` (one stream, in segments of `options.tgt_len`) on the f32 CPU
 /// reference and records the input range of every linear layer.

@@ -12,8 +12,8 @@
 use txl_core::{Model, SessionOptions};
 
 use crate::error::Error;
+use crate::reference::{Backend, Reference};
 pub use crate::statistics::InputGrams;
-use crate::{Backend, Reference};
 
 /// Runs the f32 `model` on the reference's `backend` over `tokens` (one stream, in segments of
 /// `options.tgt_len`) and returns the Gram matrix of every quantized matrix's inputs, in f64.
