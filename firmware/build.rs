@@ -166,18 +166,7 @@ fn run() -> Result<(), String> {
     line(
         "OPTIONS",
         "txl_core::SessionOptions",
-        format!(
-            "txl_core::SessionOptions {{ tgt_len: {}, mem_len: {}, clamp_len: {}, same_length: {}, \
-             mem_init: txl_core::MemInit::{:?}, mem_dtype: txl_core::MemDtype::{:?}, \
-             position_keys: txl_core::PositionKeys::{:?} }}",
-            options.tgt_len,
-            options.mem_len,
-            options.clamp_len,
-            options.same_length,
-            options.mem_init,
-            options.mem_dtype,
-            options.position_keys
-        ),
+        options.rust_literal("txl_core::").to_string(),
         "The build-time session options.",
     );
     write("build_config.rs", config.as_bytes())?;

@@ -40,7 +40,7 @@ build() {
     printf '%s\n' "$listing"
     exit 1
   }
-  for name in reference_cuda reference_hf cuda_limits; do
+  for name in reference_cuda reference_vs_hf cuda_limits; do
     path=$(printf '%s\n' "$listing" | sed -n "s|.*Executable tests/$name.rs (\(.*\))|\1|p")
     if [ -z "$path" ]; then
       echo "no test binary for tests/$name.rs in the cargo output"
@@ -102,8 +102,8 @@ run() {
   if ! timeout 120 "$bin/cuda_limits" --include-ignored --nocapture --test-threads 1 2>&1 | tee -a "$results"; then
     status=1
   fi
-  section "CPU backends vs Hugging Face (tests/tests/reference_hf.rs)"
-  if ! timeout 60 "$bin/reference_hf" --nocapture 2>&1 | grep -v 'max |Δ ln p| =' | tee -a "$results"; then
+  section "CPU backends vs Hugging Face (tests/tests/reference_vs_hf.rs)"
+  if ! timeout 60 "$bin/reference_vs_hf" --nocapture 2>&1 | grep -v 'max |Δ ln p| =' | tee -a "$results"; then
     status=1
   fi
   section "benchmark (examples/gpu_bench.rs)"

@@ -95,6 +95,8 @@ pub mod model;
 pub mod options;
 pub(crate) mod output;
 pub(crate) mod position;
+#[cfg(feature = "alloc")]
+pub mod random_model;
 pub mod rng;
 pub mod sampling;
 #[cfg(feature = "alloc")]

@@ -104,6 +104,104 @@ impl SessionOptions {
     }
 }
 
+/// The options as `txl inspect` prints them, each field's name and value:
+/// `tgt_len 4  mem_len 6  clamp_len 0  same_length false  mem_init empty  mem_dtype f32  position_keys session`.
+/// With `{:#}`, as a clause of a sentence:
+/// `tgt_len 4, mem_len 6, clamp_len 0, same_length false, mem_init empty, mem_dtype f32, position keys session`.
+///
+/// ```
+/// use txl_core::{MemInit, SessionOptions};
+/// # let config = txl_core::Config { n_token: 50, d_model: 16, d_embed: 16, n_head: 2, d_head: 8,
+/// #     d_inner: 32, n_layer: 2, cutoffs: [0; 8], n_cutoffs: 0, div_val: 1, tie_weight: true,
+/// #     tie_projs: 0, pre_lnorm: false, untie_r: true, layer_norm_epsilon: 1e-5, tgt_len: 4,
+/// #     mem_len: 6, clamp_len: 0, same_length: false };
+/// let options = SessionOptions { mem_init: MemInit::Zeros, ..SessionOptions::from_config(&config) };
+/// assert_eq!(
+///     options.to_string(),
+///     "tgt_len 4  mem_len 6  clamp_len 0  same_length false  mem_init zeros  mem_dtype f32  position_keys session"
+/// );
+/// assert_eq!(
+///     format!("{options:#}"),
+///     "tgt_len 4, mem_len 6, clamp_len 0, same_length false, mem_init zeros, mem_dtype f32, position keys session"
+/// );
+/// ```
+impl fmt::Display for SessionOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (sep, position_keys) = if f.alternate() {
+            (", ", "position keys")
+        } else {
+            ("  ", "position_keys")
+        };
+        write!(
+            f,
+            "tgt_len {}{sep}mem_len {}{sep}clamp_len {}{sep}same_length {}{sep}mem_init {}{sep}mem_dtype {}{sep}\
+             {position_keys} {}",
+            self.tgt_len,
+            self.mem_len,
+            self.clamp_len,
+            self.same_length,
+            self.mem_init,
+            self.mem_dtype,
+            self.position_keys
+        )
+    }
+}
+
+impl SessionOptions {
+    /// The options as a Rust expression, for generated code (a firmware's build script, `txl
+    /// export`): `SessionOptions`, `MemInit`, `MemDtype` and `PositionKeys` each named with `path`
+    /// before it (`""` where the module imports them, `"txl_core::"` where it does not), one
+    /// field a line.
+    ///
+    /// ```
+    /// use txl_core::SessionOptions;
+    /// # let config = txl_core::Config { n_token: 50, d_model: 16, d_embed: 16, n_head: 2, d_head: 8,
+    /// #     d_inner: 32, n_layer: 2, cutoffs: [0; 8], n_cutoffs: 0, div_val: 1, tie_weight: true,
+    /// #     tie_projs: 0, pre_lnorm: false, untie_r: true, layer_norm_epsilon: 1e-5, tgt_len: 4,
+    /// #     mem_len: 6, clamp_len: 0, same_length: false };
+    /// let options = SessionOptions::from_config(&config);
+    /// assert_eq!(
+    ///     format!("const OPTIONS: SessionOptions = {};", options.rust_literal("")),
+    ///     "const OPTIONS: SessionOptions = SessionOptions {
+    ///     tgt_len: 4,
+    ///     mem_len: 6,
+    ///     clamp_len: 0,
+    ///     same_length: false,
+    ///     mem_init: MemInit::Empty,
+    ///     mem_dtype: MemDtype::F32,
+    ///     position_keys: PositionKeys::PerSession,
+    /// };"
+    /// );
+    /// ```
+    pub fn rust_literal<'p>(&self, path: &'p str) -> RustLiteral<'p> {
+        RustLiteral { options: *self, path }
+    }
+}
+
+/// [`SessionOptions`] written as a Rust expression by its [`Display`](fmt::Display); see
+/// [`SessionOptions::rust_literal`].
+#[derive(Clone, Copy, Debug)]
+pub struct RustLiteral<'p> {
+    options: SessionOptions,
+    path: &'p str,
+}
+
+impl fmt::Display for RustLiteral<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (o, path) = (&self.options, self.path);
+        writeln!(f, "{path}SessionOptions {{")?;
+        writeln!(f, "    tgt_len: {},", o.tgt_len)?;
+        writeln!(f, "    mem_len: {},", o.mem_len)?;
+        writeln!(f, "    clamp_len: {},", o.clamp_len)?;
+        writeln!(f, "    same_length: {},", o.same_length)?;
+        // The variants' names, as `Debug` writes them.
+        writeln!(f, "    mem_init: {path}MemInit::{:?},", o.mem_init)?;
+        writeln!(f, "    mem_dtype: {path}MemDtype::{:?},", o.mem_dtype)?;
+        writeln!(f, "    position_keys: {path}PositionKeys::{:?},", o.position_keys)?;
+        f.write_str("}")
+    }
+}
+
 /// A word that names none of an option's values; its [`Display`](fmt::Display) lists the
 /// accepted words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

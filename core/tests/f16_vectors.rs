@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{log_prob_bits, tiny_config, tiny_image_with_vectors, Vectors, Weights};
+use common::{log_prob_bits, tiny_config, tiny_image_with_vectors, MatrixDtype, VectorDtype};
 use txl_core::{MemDtype, Model, SessionOptions};
 
 /// [`log_prob_bits`] of the image in `bytes`, two positions a pass (the default).
@@ -19,12 +19,21 @@ fn f16_vectors_give_the_bits_of_the_same_numbers_in_f32() {
     let tokens: Vec<u32> = (0..if miri { 4 } else { 17 })
         .map(|t| (t * 5 + 2) % config.n_token)
         .collect();
-    let every_weights = [Weights::F32, Weights::F16, Weights::Int8, Weights::Int8Smoothed];
-    let weights_kinds: &[Weights] = if miri { &[Weights::Int8] } else { &every_weights };
+    let every_weights = [
+        MatrixDtype::F32,
+        MatrixDtype::F16,
+        MatrixDtype::Int8,
+        MatrixDtype::Int8Smoothed,
+    ];
+    let weights_kinds: &[MatrixDtype] = if miri {
+        &[MatrixDtype::Int8]
+    } else {
+        &every_weights
+    };
     let tgt_lens: &[u32] = if miri { &[2] } else { &[1, 3, 5] };
     for &weights in weights_kinds {
-        let wide = tiny_image_with_vectors(&config, weights, Vectors::F32OfF16, 7);
-        let narrow = tiny_image_with_vectors(&config, weights, Vectors::F16, 7);
+        let wide = tiny_image_with_vectors(&config, weights, VectorDtype::F32OfF16, 7);
+        let narrow = tiny_image_with_vectors(&config, weights, VectorDtype::F16, 7);
         // the vectors are d_model, d_inner, n_head × d_head and n_token long, each padded to 16
         assert!(
             narrow.len() < wide.len(),
@@ -57,8 +66,8 @@ fn f16_vectors_are_not_f32_vectors() {
     let config = tiny_config();
     let options = SessionOptions::from_config(&config);
     let tokens = [1, 4, 9];
-    let exact = tiny_image_with_vectors(&config, Weights::F32, Vectors::F32, 7);
-    let rounded = tiny_image_with_vectors(&config, Weights::F32, Vectors::F16, 7);
+    let exact = tiny_image_with_vectors(&config, MatrixDtype::F32, VectorDtype::F32, 7);
+    let rounded = tiny_image_with_vectors(&config, MatrixDtype::F32, VectorDtype::F16, 7);
     assert_ne!(
         bits_of(exact.bytes(), options, &tokens),
         bits_of(rounded.bytes(), options, &tokens)

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{arena, tiny_config, tiny_image, Weights};
+use common::{arena, tiny_config, tiny_image, MatrixDtype};
 use txl_core::kernels::MAX_POSITIONS_PER_PASS;
 use txl_core::{Config, Model, Session, SessionOptions};
 
@@ -42,7 +42,7 @@ fn rows(model: &Model<'_>, tokens: &[u32], tgt_len: u32, positions: usize) -> Ve
 #[test]
 fn fast_f32_rows_are_close_to_the_exact_ones_and_not_the_same() {
     let config = wide_config();
-    let image = tiny_image(&config, Weights::F32, 21);
+    let image = tiny_image(&config, MatrixDtype::F32, 21);
     let exact_model = Model::parse(image.bytes()).unwrap();
     let mut fast_model = exact_model;
     fast_model.set_fast_f32(true);
@@ -71,7 +71,7 @@ fn fast_f32_rows_are_close_to_the_exact_ones_and_not_the_same() {
 #[test]
 fn fast_f32_bits_do_not_depend_on_positions_per_pass() {
     let config = wide_config();
-    let image = tiny_image(&config, Weights::F32, 8);
+    let image = tiny_image(&config, MatrixDtype::F32, 8);
     let mut model = Model::parse(image.bytes()).unwrap();
     model.set_fast_f32(true);
     let tokens: Vec<u32> = (0..if cfg!(miri) { 5 } else { 26 })

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{arena, tiny_config, tiny_image, Weights};
+use common::{arena, tiny_config, tiny_image, MatrixDtype};
 use txl_core::{MemDtype, MemInit, Model, OptionWord, PositionKeys, Session, SessionOptions};
 
 /// Largest |Δ ln p| between folded and kept keys, f32 and f16 weights (both compute the
@@ -133,10 +133,10 @@ fn each_mode(model: &Model<'_>, mut check: impl FnMut(SessionOptions, &[f32], &[
 #[test]
 fn folded_keys_agree_with_kept_keys_with_f32_and_f16_weights() {
     let config = tiny_config();
-    let weights_kinds: &[Weights] = if cfg!(miri) {
-        &[Weights::F16]
+    let weights_kinds: &[MatrixDtype] = if cfg!(miri) {
+        &[MatrixDtype::F16]
     } else {
-        &[Weights::F32, Weights::F16]
+        &[MatrixDtype::F32, MatrixDtype::F16]
     };
     for &weights in weights_kinds {
         let image = tiny_image(&config, weights, 21);
@@ -171,18 +171,18 @@ fn folded_keys_agree_with_kept_keys_with_f32_and_f16_weights() {
 #[test]
 fn folded_keys_with_int8_weights_are_as_close_to_the_f32_weights_as_kept_keys() {
     let config = tiny_config();
-    let cases: &[(Weights, u64)] = if cfg!(miri) {
-        &[(Weights::Int8Smoothed, 21)]
+    let cases: &[(MatrixDtype, u64)] = if cfg!(miri) {
+        &[(MatrixDtype::Int8Smoothed, 21)]
     } else {
         &[
-            (Weights::Int8, 21),
-            (Weights::Int8, 22),
-            (Weights::Int8Smoothed, 21),
-            (Weights::Int8Smoothed, 23),
+            (MatrixDtype::Int8, 21),
+            (MatrixDtype::Int8, 22),
+            (MatrixDtype::Int8Smoothed, 21),
+            (MatrixDtype::Int8Smoothed, 23),
         ]
     };
     for &(weights, seed) in cases {
-        let f32_image = tiny_image(&config, Weights::F32, seed);
+        let f32_image = tiny_image(&config, MatrixDtype::F32, seed);
         let exact = Model::parse(f32_image.bytes()).unwrap();
         let image = tiny_image(&config, weights, seed);
         let model = Model::parse(image.bytes()).unwrap();
@@ -216,7 +216,7 @@ fn folded_keys_with_int8_weights_are_as_close_to_the_f32_weights_as_kept_keys() 
 #[test]
 fn folded_keys_need_no_key_table() {
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::F32, 21);
+    let image = tiny_image(&config, MatrixDtype::F32, 21);
     let model = Model::parse(image.bytes()).unwrap();
     let options = SessionOptions::from_config(&config);
     let layout = |position_keys| {

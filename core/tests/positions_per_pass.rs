@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{arena, log_prob_bits, tiny_config, tiny_image, Weights};
+use common::{arena, log_prob_bits, tiny_config, tiny_image, MatrixDtype};
 use txl_core::kernels::MAX_POSITIONS_PER_PASS;
 use txl_core::{Config, Error, MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
 
@@ -19,8 +19,17 @@ fn every_number_of_positions_per_pass_gives_the_same_bits() {
         .map(|t| (t * 7 + 3) % config.n_token)
         .collect();
     let tgt_lens: &[u32] = if miri { &[5] } else { &[1, 5, 7] };
-    let every_weights = [Weights::F32, Weights::F16, Weights::Int8, Weights::Int8Smoothed];
-    let weights_kinds: &[Weights] = if miri { &[Weights::Int8] } else { &every_weights };
+    let every_weights = [
+        MatrixDtype::F32,
+        MatrixDtype::F16,
+        MatrixDtype::Int8,
+        MatrixDtype::Int8Smoothed,
+    ];
+    let weights_kinds: &[MatrixDtype] = if miri {
+        &[MatrixDtype::Int8]
+    } else {
+        &every_weights
+    };
     let mem_dtypes: &[MemDtype] = if miri {
         &[MemDtype::F32]
     } else {
@@ -77,7 +86,7 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
         d_head: 19,
         ..tiny_config()
     };
-    let image = tiny_image(&config, Weights::F32, 5);
+    let image = tiny_image(&config, MatrixDtype::F32, 5);
     let model = Model::parse(image.bytes()).unwrap();
     let miri = cfg!(miri);
     let tokens: Vec<u32> = (0..if miri { 6 } else { 90 })
@@ -155,7 +164,7 @@ fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
 #[test]
 fn a_number_of_positions_out_of_range_is_refused() {
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::F32, 3);
+    let image = tiny_image(&config, MatrixDtype::F32, 3);
     let model = Model::parse(image.bytes()).unwrap();
     let options = SessionOptions::from_config(&config);
     for positions in [0, MAX_POSITIONS_PER_PASS + 1] {
@@ -177,7 +186,7 @@ fn a_number_of_positions_out_of_range_is_refused() {
 fn a_pass_wider_than_the_output_rows_gives_the_same_bits() {
     use txl_core::arena::{ArenaLayout, MAX_OUTPUT_ROWS};
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::F32, 13);
+    let image = tiny_image(&config, MatrixDtype::F32, 13);
     let model = Model::parse(image.bytes()).unwrap();
     // segments of 70: on a host the linear layers take them at once, the output layer in two
     // parts (64 and 6); the second segment meets a memory
@@ -217,7 +226,7 @@ fn int8_rows_of_wide_layers_in_wide_passes_give_the_bits_of_pairs() {
         mem_len: 9,
         ..SessionOptions::from_config(&config)
     };
-    for weights in [Weights::Int8, Weights::Int8Smoothed] {
+    for weights in [MatrixDtype::Int8, MatrixDtype::Int8Smoothed] {
         let image = tiny_image(&config, weights, 17);
         let model = Model::parse(image.bytes()).unwrap();
         let pairs = log_prob_bits(&model, options, 2, &tokens);

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{arena, tiny_config, tiny_image, Weights};
+use common::{arena, tiny_config, tiny_image, MatrixDtype};
 use txl_core::kernels::MAX_POSITIONS_PER_PASS;
 use txl_core::{scoring, Error, Model, Session, SessionOptions};
 
@@ -27,10 +27,10 @@ fn a_target_s_log_probability_has_the_bits_of_the_full_row() {
     let tokens: Vec<u32> = (0..if cfg!(miri) { 7 } else { 29 })
         .map(|t| (t * 7 + 3) % config.n_token)
         .collect();
-    let weights_kinds: &[Weights] = if cfg!(miri) {
-        &[Weights::Int8]
+    let weights_kinds: &[MatrixDtype] = if cfg!(miri) {
+        &[MatrixDtype::Int8]
     } else {
-        &[Weights::F32, Weights::F16, Weights::Int8]
+        &[MatrixDtype::F32, MatrixDtype::F16, MatrixDtype::Int8]
     };
     for &weights in weights_kinds {
         let image = tiny_image(&config, weights, 5);
@@ -85,7 +85,7 @@ fn a_target_s_log_probability_has_the_bits_of_the_full_row() {
 #[test]
 fn scoring_gives_the_log_probabilities_of_full_rows() {
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::F32, 9);
+    let image = tiny_image(&config, MatrixDtype::F32, 9);
     let model = Model::parse(image.bytes()).unwrap();
     let tokens: Vec<u32> = (0..19).map(|t| (t * 11 + 5) % config.n_token).collect();
     let options = SessionOptions {
@@ -117,7 +117,7 @@ fn scoring_gives_the_log_probabilities_of_full_rows() {
 #[test]
 fn a_target_out_of_range_is_refused_before_anything_runs() {
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::F32, 3);
+    let image = tiny_image(&config, MatrixDtype::F32, 3);
     let model = Model::parse(image.bytes()).unwrap();
     let options = SessionOptions::from_config(&config);
     let mut memory = arena(Session::arena_bytes(&model, &options).unwrap());

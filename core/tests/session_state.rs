@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{arena, tiny_config, tiny_image, Weights};
+use common::{arena, tiny_config, tiny_image, MatrixDtype};
 use txl_core::{
     Config, Error, MemDtype, MemInit, Model, OptionWord, PositionKeys, Session, SessionOptions, StateError,
 };
@@ -70,10 +70,10 @@ fn every_options(config: &Config) -> Vec<SessionOptions> {
 #[test]
 fn a_restored_session_continues_bit_for_bit() {
     let config = tiny_config();
-    let weights_kinds: &[Weights] = if cfg!(miri) {
-        &[Weights::Int8]
+    let weights_kinds: &[MatrixDtype] = if cfg!(miri) {
+        &[MatrixDtype::Int8]
     } else {
-        &[Weights::F32, Weights::F16, Weights::Int8]
+        &[MatrixDtype::F32, MatrixDtype::F16, MatrixDtype::Int8]
     };
     for &weights in weights_kinds {
         let image = tiny_image(&config, weights, 7);
@@ -112,7 +112,7 @@ fn a_restored_session_continues_bit_for_bit() {
 #[test]
 fn a_partly_filled_memory_is_saved_and_restored() {
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::F32, 3);
+    let image = tiny_image(&config, MatrixDtype::F32, 3);
     let model = Model::parse(image.bytes()).unwrap();
     let options = SessionOptions::from_config(&config);
     let bytes = Session::arena_bytes(&model, &options).unwrap();
@@ -161,7 +161,7 @@ fn assert_refused(
 #[test]
 fn damaged_states_are_refused_and_change_nothing() {
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::F32, 11);
+    let image = tiny_image(&config, MatrixDtype::F32, 11);
     let model = Model::parse(image.bytes()).unwrap();
     let dtypes: &[MemDtype] = if cfg!(miri) {
         &[MemDtype::Int8]
@@ -221,8 +221,8 @@ fn damaged_states_are_refused_and_change_nothing() {
 #[test]
 fn a_state_from_another_model_or_other_options_is_refused() {
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::F32, 11);
-    let other_image = tiny_image(&config, Weights::F32, 12);
+    let image = tiny_image(&config, MatrixDtype::F32, 11);
+    let other_image = tiny_image(&config, MatrixDtype::F32, 12);
     let model = Model::parse(image.bytes()).unwrap();
     let other_model = Model::parse(other_image.bytes()).unwrap();
     let options = SessionOptions::from_config(&config);
@@ -272,7 +272,7 @@ fn a_state_from_another_model_or_other_options_is_refused() {
 #[test]
 fn a_short_buffer_is_an_error_not_a_partial_state() {
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::Int8, 5);
+    let image = tiny_image(&config, MatrixDtype::Int8, 5);
     let model = Model::parse(image.bytes()).unwrap();
     let options = SessionOptions::from_config(&config);
     let mut memory = arena(Session::arena_bytes(&model, &options).unwrap());
@@ -296,7 +296,7 @@ fn a_short_buffer_is_an_error_not_a_partial_state() {
 #[test]
 fn the_position_key_byte_keeps_its_values_and_refuses_others() {
     let config = tiny_config();
-    let image = tiny_image(&config, Weights::F32, 13);
+    let image = tiny_image(&config, MatrixDtype::F32, 13);
     let model = Model::parse(image.bytes()).unwrap();
     let reseal = |state: &mut Vec<u8>| {
         let crc_at = state.len() - 4;

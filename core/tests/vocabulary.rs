@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{arena, tiny_config, tiny_image, Weights};
+use common::{arena, tiny_config, tiny_image, MatrixDtype};
 use txl_core::image::{set_vocabulary, CRC_BYTES, VOCAB_OFFSET_AT};
 use txl_core::vocab::encode_section;
 use txl_core::{AlignedBytes, Error, Model, Session, SessionOptions, VocabError};
@@ -32,7 +32,7 @@ fn logp_bits(bytes: &[u8]) -> Vec<u32> {
 #[test]
 fn an_image_with_a_vocabulary_reads_its_symbols_and_runs_alike() {
     let config = tiny_config();
-    let plain = tiny_image(&config, Weights::F32, 3);
+    let plain = tiny_image(&config, MatrixDtype::F32, 3);
     assert!(Model::parse(plain.bytes())
         .unwrap()
         .image()
@@ -60,7 +60,7 @@ fn an_image_with_a_vocabulary_reads_its_symbols_and_runs_alike() {
 #[test]
 fn a_vocabulary_of_another_size_is_refused() {
     let config = tiny_config();
-    let plain = tiny_image(&config, Weights::Int8, 3);
+    let plain = tiny_image(&config, MatrixDtype::Int8, 3);
     let section = encode_section(&symbols(config.n_token + 1), false).unwrap();
     assert_eq!(
         set_vocabulary(plain.bytes(), Some(&section)).unwrap_err(),
@@ -82,7 +82,7 @@ fn with_crc(mut bytes: Vec<u8>) -> AlignedBytes {
 #[test]
 fn every_damaged_vocabulary_byte_is_an_error_or_a_readable_vocabulary() {
     let config = tiny_config();
-    let plain = tiny_image(&config, Weights::F16, 5);
+    let plain = tiny_image(&config, MatrixDtype::F16, 5);
     let section = encode_section(&symbols(config.n_token), false).unwrap();
     let with = set_vocabulary(plain.bytes(), Some(&section)).unwrap();
     let offset = u32::from_le_bytes(with[VOCAB_OFFSET_AT..VOCAB_OFFSET_AT + 4].try_into().unwrap()) as usize;

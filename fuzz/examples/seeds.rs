@@ -20,10 +20,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, TensorView};
+use txl_core::random_model::{Init, RandomInit, RandomModel};
 use txl_core::tensors::{for_each_tensor, LayerTensor, TensorName};
 use txl_core::{AlignedBytes, Config, Model};
 use txl_host_gpu::quantize::{quantize_weights, Target};
-use txl_host_gpu::{random_image, RandomInit};
 use txl_tools::checkpoint::parse_hf_config;
 use txl_tools::checkpoint::torch_writer::{encode, TorchFile};
 
@@ -64,6 +64,14 @@ fn vocab_seeds(dir: &Path, fixtures: &Path) {
         "vocab_and_text.txt",
         format!("{symbols}\n{heldout}").as_bytes(),
     );
+}
+
+/// Random weights for `config` from `seed`, at the fixtures' scale carried to its width.
+fn random_image(config: &Config, seed: u64) -> Vec<u8> {
+    RandomModel::new(config, seed)
+        .init(Init::Scaled(RandomInit::for_config(config)))
+        .image()
+        .unwrap()
 }
 
 /// A fresh, empty `dir`.
@@ -110,7 +118,7 @@ fn other_config() -> Config {
 fn image_seeds(dir: &Path) {
     let dir = fresh(dir);
     let tiny = txl_fuzz::tiny_config();
-    let f32_image = random_image(&tiny, 1, RandomInit::for_config(&tiny)).unwrap();
+    let f32_image = random_image(&tiny, 1);
     let aligned = AlignedBytes::copy_from(&f32_image).unwrap();
     let model = Model::parse(aligned.bytes()).unwrap();
     write(&dir, "tiny_f32.txl", &f32_image);
@@ -131,11 +139,7 @@ fn image_seeds(dir: &Path) {
         &txl_host_gpu::quantize::quantize_weights_grouped(&model, Target::Int4All, 8).unwrap(),
     );
     let other = other_config();
-    write(
-        &dir,
-        "other_f32.txl",
-        &random_image(&other, 2, RandomInit::for_config(&other)).unwrap(),
-    );
+    write(&dir, "other_f32.txl", &random_image(&other, 2));
     // With a vocabulary section (multi-byte UTF-8 included), to reach its checks.
     let symbols: Vec<String> = (0..tiny.n_token)
         .map(|i| match i {

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use txl_core::random_model::{Init, RandomInit, RandomModel};
 use txl_core::Config;
 use txl_tools::checkpoint::{
     load_checkpoint as load_any_checkpoint, load_hf_checkpoint, Checkpoint, CheckpointFormat,
@@ -110,7 +111,7 @@ pub fn tiny_config() -> Config {
         cutoffs,
         tgt_len: 3,
         mem_len: 4,
-        ..txl_host_gpu::small_config()
+        ..txl_core::random_model::small_config()
     }
 }
 
@@ -120,9 +121,10 @@ pub fn state_model() -> txl_core::Model<'static> {
     static IMAGE: OnceLock<txl_core::AlignedBytes> = OnceLock::new();
     let image = IMAGE.get_or_init(|| {
         let config = tiny_config();
-        let bytes = txl_host_gpu::random_image(&config, 1, txl_host_gpu::RandomInit::for_config(&config))
-            .expect("the tiny config is valid");
-        txl_core::AlignedBytes::copy_from(&bytes).expect("a few KB")
+        RandomModel::new(&config, 1)
+            .init(Init::Scaled(RandomInit::for_config(&config)))
+            .aligned()
+            .expect("the tiny config is valid")
     });
     txl_core::Model::parse(image.bytes()).expect("the random image parses")
 }

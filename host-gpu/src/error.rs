@@ -63,6 +63,7 @@ pub enum Error {
 
 impl Error {
     /// The error for `count` values of `T` that could not be had.
+    #[cfg(feature = "reference")]
     pub(crate) fn allocation<T>(what: &'static str, count: usize) -> Error {
         Error::AllocationFailed {
             what,
@@ -75,6 +76,7 @@ impl Error {
 /// An empty vector with room for `count` values, asked of the allocator fallibly: every
 /// buffer whose size comes from a model, the options or the input is allocated through this
 /// (or [`grow`]), so that an absurd size is an [`Error::AllocationFailed`], never an abort.
+#[cfg(feature = "reference")]
 pub(crate) fn with_room<T>(count: usize, what: &'static str) -> Result<Vec<T>, Error> {
     let mut values = Vec::new();
     values

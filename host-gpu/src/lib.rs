@@ -67,6 +67,7 @@ mod engine;
 mod error;
 #[cfg(feature = "reference")]
 mod eval;
+mod gram;
 pub mod quantize;
 mod random;
 #[cfg(feature = "reference")]

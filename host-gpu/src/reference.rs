@@ -2,10 +2,13 @@
 
 use txl_core::{Config, Model, SessionOptions};
 
+use crate::cpu::statistics::ChannelStats;
 use crate::cpu::CpuEngine;
 use crate::cuda::{CudaEngine, CudaLimits};
-use crate::engine::{lockstep, Settings, StepOutput, Wanted};
+use crate::engine::{lockstep, Segment, Settings, StepOutput, Wanted};
 use crate::error::{with_room, Error};
+use crate::real::Real;
+use crate::statistics::{ChannelRanges, Statistics};
 use crate::weights::HostWeights;
 
 /// Where and in which precision the forward pass runs.
@@ -57,7 +60,7 @@ impl StreamScores {
 }
 
 #[derive(Debug)]
-pub(crate) enum Engine {
+enum Engine {
     Cpu64(CpuEngine<f64>),
     Cpu32(CpuEngine<f32>),
     Cuda(Box<CudaEngine>),
@@ -69,7 +72,7 @@ pub(crate) enum Engine {
 pub struct Reference {
     config: Config,
     backend: Backend,
-    pub(crate) engine: Engine,
+    engine: Engine,
 }
 
 impl Reference {
@@ -205,7 +208,7 @@ impl Reference {
 }
 
 /// Every token of every stream below `n_token`, or the first one that is not.
-pub(crate) fn check_tokens(streams: &[&[u32]], n_token: u32) -> Result<(), Error> {
+fn check_tokens(streams: &[&[u32]], n_token: u32) -> Result<(), Error> {
     for (stream, tokens) in streams.iter().enumerate() {
         if let Some((position, &token)) = tokens.iter().enumerate().find(|(_, &t)| t >= n_token) {
             return Err(Error::TokenOutOfRange {
@@ -217,6 +220,87 @@ pub(crate) fn check_tokens(streams: &[&[u32]], n_token: u32) -> Result<(), Error
         }
     }
     Ok(())
+}
+
+/// Calls `step` for each step of `streams` in lockstep (segment `k` of every stream at step
+/// `k`), asking for no output: the engines skip the output layer.
+fn each_step(
+    streams: &[&[u32]],
+    settings: Settings,
+    mut step: impl FnMut(&[Segment<'_>], &Wanted<'_>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    for (_, segments) in lockstep(streams, settings.tgt_len) {
+        let rows = segments.iter().map(|s| s.tokens.len()).sum();
+        let targets = vec![None; rows];
+        let wanted = Wanted {
+            targets: &targets,
+            full_rows: &[],
+        };
+        step(&segments, &wanted)?;
+    }
+    Ok(())
+}
+
+/// Runs `streams` on the CPU `engine` with `stats` observing.
+fn observe<T: Real>(
+    engine: &mut CpuEngine<T>,
+    streams: &[&[u32]],
+    settings: Settings,
+    mut stats: ChannelStats,
+) -> Result<Statistics, Error> {
+    engine.start(streams.len(), settings)?;
+    each_step(streams, settings, |segments, wanted| {
+        engine.step_observed(segments, wanted, Some(&mut stats)).map(drop)
+    })?;
+    Ok(stats.finish())
+}
+
+/// [`observe`] on the GPU: the statistics stay on the device until the last step.
+fn observe_on_device(
+    engine: &mut CudaEngine,
+    streams: &[&[u32]],
+    settings: Settings,
+    grams: bool,
+) -> Result<Statistics, Error> {
+    engine.start(streams.len(), settings)?;
+    let mut stats = engine.statistics(grams);
+    each_step(streams, settings, |segments, wanted| {
+        engine.step_observed(segments, wanted, Some(&mut stats)).map(drop)
+    })?;
+    engine.finish_statistics(stats)
+}
+
+impl Reference {
+    /// What the quantizer calibrates with, seen while the model runs over `streams` as
+    /// [`Reference::score_batch`] runs them (each stream with its own memory, in segments of
+    /// `options.tgt_len`, the output layer skipped): per input channel of every linear layer
+    /// (and of the embedding projections and the output layer) the largest `|x|`, and with
+    /// `grams` the Gram matrix `XᵀX` of the inputs, accumulated in f64 on every backend (on
+    /// CUDA by cuBLAS's double-precision products, on the device).
+    pub fn statistics(
+        &mut self,
+        streams: &[&[u32]],
+        options: &SessionOptions,
+        grams: bool,
+    ) -> Result<Statistics, Error> {
+        let settings = Settings::new(options)?;
+        check_tokens(streams, self.config().n_token)?;
+        let config = *self.config();
+        match &mut self.engine {
+            Engine::Cpu64(e) => observe(e, streams, settings, ChannelStats::new(&config, grams)),
+            Engine::Cpu32(e) => observe(e, streams, settings, ChannelStats::new(&config, grams)),
+            Engine::Cuda(e) => observe_on_device(e, streams, settings, grams),
+        }
+    }
+
+    /// The ranges of [`Reference::statistics`] alone.
+    pub fn channel_ranges(
+        &mut self,
+        streams: &[&[u32]],
+        options: &SessionOptions,
+    ) -> Result<ChannelRanges, Error> {
+        Ok(self.statistics(streams, options, false)?.ranges)
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::Deserialize;
+pub use txl_core::random_model::small_config;
+use txl_core::random_model::RandomModel;
 use txl_core::rng::Rng;
 use txl_core::{AlignedBytes, Config, MemInit, OptionWord, PositionKeys, SessionOptions};
 use txl_host_gpu::quantize::{quantize, Method, QuantizeOptions, Quantized, Smoothing, Target};
-pub use txl_host_gpu::small_config;
-use txl_host_gpu::RandomInit;
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::compare::{compare, Comparison};
 
@@ -171,7 +171,8 @@ pub fn random_model(config: &Config, seed: u64) -> AlignedBytes {
 
 /// An image of `config` with random weights at the reference fixtures' scale.
 pub fn random_image(config: &Config, seed: u64) -> Vec<u8> {
-    txl_host_gpu::random_image(config, seed, RandomInit::default())
+    RandomModel::new(config, seed)
+        .image()
         .expect("a valid config gives a valid image")
 }
 

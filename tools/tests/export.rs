@@ -21,18 +21,11 @@ fn constant(module: &str, name: &str) -> usize {
     line.trim_end_matches(';').parse().unwrap()
 }
 
-/// The `OPTIONS` fields, as written.
+/// The `OPTIONS` constant, as written.
 fn options_text(options: &SessionOptions) -> String {
     format!(
-        "    tgt_len: {},\n    mem_len: {},\n    clamp_len: {},\n    same_length: {},\n    mem_init: MemInit::{:?},\n    \
-         mem_dtype: MemDtype::{:?},\n    position_keys: PositionKeys::{:?},\n",
-        options.tgt_len,
-        options.mem_len,
-        options.clamp_len,
-        options.same_length,
-        options.mem_init,
-        options.mem_dtype,
-        options.position_keys
+        "pub const OPTIONS: SessionOptions = {};\n",
+        options.rust_literal("")
     )
 }
 

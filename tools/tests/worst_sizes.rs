@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use serde_json::{json, Map, Value};
-use txl_core::image::{write_image, Payload};
-use txl_core::tensors::{for_each_tensor, TensorName};
+use txl_core::random_model::RandomModel;
 use txl_core::Config;
 
 mod common;
@@ -77,20 +76,10 @@ fn wide_image(dir: &Path, name: &str, tgt_len: u32, mem_len: u32, clamp_len: u32
     write_model(dir, name, &config)
 }
 
-/// `config` with small distinct weights (only the sizes matter here), as a model image in
-/// `dir/name`.
+/// `config` with random weights (only the sizes matter here), as a model image in `dir/name`.
 fn write_model(dir: &Path, name: &str, config: &Config) -> PathBuf {
-    let mut tensors: Vec<(TensorName, Vec<f32>)> = Vec::new();
-    for_each_tensor(config, |name, shape| {
-        let values = (0..shape.len()).map(|i| ((i % 7) as f32 - 3.0) * 0.01).collect();
-        tensors.push((name, values));
-    });
-    let payloads: Vec<(TensorName, Payload<'_>)> = tensors
-        .iter()
-        .map(|(name, values)| (*name, Payload::F32(values)))
-        .collect();
     let path = dir.join(name);
-    std::fs::write(&path, write_image(config, &payloads).unwrap()).unwrap();
+    std::fs::write(&path, RandomModel::new(config, 1).image().unwrap()).unwrap();
     path
 }
 

@@ -11,16 +11,17 @@
 pub(crate) mod attention;
 pub(crate) mod matmul;
 pub(crate) mod output;
+pub(crate) mod statistics;
 
 use txl_core::Linear;
 
 use crate::engine::{collect_rows, Segment, Settings, StepOutput, Wanted};
 use crate::error::{filled, with_room, Error};
 use crate::real::Real;
-use crate::statistics::ChannelStats;
 use crate::weights::{position_embeddings, HostWeights};
 use attention::Window;
 use matmul::linear;
+use statistics::ChannelStats;
 
 /// Rows of log-probabilities computed at once: bounds the output buffer to 64 MiB in f64.
 const OUTPUT_ELEMENTS: usize = 1 << 23;

@@ -4,199 +4,20 @@
 //!
 //! Every CUDA library is loaded when first needed (cudarc's `dynamic-loading`), so this crate
 //! builds and its CPU backends run on machines without CUDA. The functions here check for
-//! each library before touching it and report its absence as an [`Error`] instead of letting
+//! each library before touching it and report its absence as an [`Error`](crate::Error) instead of letting
 //! cudarc panic.
 
+mod device;
 mod engine;
+mod library;
+mod limits;
 mod ops;
 mod statistics;
 mod vocab;
 
-use cudarc::driver::CudaContext;
-use cudarc::nvrtc::{compile_ptx_with_opts, CompileError, CompileOptions, Ptx};
-
 pub(crate) use engine::CudaEngine;
-
-use crate::error::Error;
-
-/// The oldest CUDA driver the libraries this crate loads accept, as `cuDriverGetVersion`
-/// reports it (`1000 * major + 10 * minor`): NVRTC and cuBLAS 13 need a CUDA 13.0 driver
-/// (the 580 series or newer).
-pub const MIN_DRIVER_VERSION: i32 = 13000;
-
-/// `13000` as `13.0`.
-fn cuda_version(version: i32) -> String {
-    format!("{}.{}", version / 1000, version % 1000 / 10)
-}
-
-/// The kernels' CUDA C++ source.
-pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
-
-/// The `extern "C"` kernels [`KERNEL_SOURCE`] defines.
-pub const KERNEL_NAMES: [&str; 13] = [
-    "gather_rows",
-    "add_position_biases",
-    "store_kv",
-    "fill_kv",
-    "attention_probs",
-    "layer_norm",
-    "residual",
-    "add_bias",
-    "adaptive_log_softmax",
-    "gather_targets",
-    "column_max_abs",
-    "widen",
-    "mirror_upper",
-];
-
-/// The GPU the CUDA backend would use.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuInfo {
-    /// CUDA devices present.
-    pub devices: usize,
-    /// Name of device 0.
-    pub name: String,
-    /// The CUDA version the driver supports, as `cuDriverGetVersion` reports it
-    /// (`1000 * major + 10 * minor`, e.g. 13000 for CUDA 13.0); at least
-    /// [`MIN_DRIVER_VERSION`].
-    pub driver_version: i32,
-}
-
-/// Whether the CUDA backend can run here: the driver library loads, supports CUDA 13 (at least
-/// [`MIN_DRIVER_VERSION`], which the CUDA 13 NVRTC and cuBLAS need), a device exists, and
-/// cuBLAS loads. `Err(Error::NoGpu(why))` otherwise; never panics.
-pub fn cuda_available() -> Result<GpuInfo, Error> {
-    // SAFETY: only tries to load the driver library by its names (dlopen), loading nothing else.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(Error::NoGpu(
-            "the CUDA driver library (libcuda.so) is not installed".into(),
-        ));
-    }
-    let mut driver_version: std::ffi::c_int = 0;
-    // SAFETY: cuDriverGetVersion (in every driver, callable before cuInit) writes one int
-    // through the pointer, which points at a live local.
-    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_version).result() }
-        .map_err(|e| Error::NoGpu(format!("the CUDA driver does not report its version ({e})")))?;
-    if driver_version < MIN_DRIVER_VERSION {
-        return Err(Error::NoGpu(format!(
-            "the CUDA driver supports CUDA {} (driver API version {driver_version}), but the CUDA \
-             13 libraries this backend loads (NVRTC, cuBLAS) need CUDA {} ({MIN_DRIVER_VERSION}) \
-             or newer: install NVIDIA driver 580 or later",
-            cuda_version(driver_version),
-            cuda_version(MIN_DRIVER_VERSION),
-        )));
-    }
-    let devices = CudaContext::device_count()
-        .map_err(|e| Error::NoGpu(format!("the CUDA driver found no usable device ({e})")))?;
-    if devices < 1 {
-        return Err(Error::NoGpu("the CUDA driver found no device".into()));
-    }
-    let name = cudarc::driver::result::device::get(0)
-        .and_then(cudarc::driver::result::device::get_name)
-        .map_err(|e| Error::NoGpu(format!("device 0 cannot be queried ({e})")))?;
-    // SAFETY: as above, for cuBLAS.
-    if !unsafe { cudarc::cublas::sys::is_culib_present() } {
-        return Err(Error::NoGpu("cuBLAS (libcublas.so) is not installed".into()));
-    }
-    Ok(GpuInfo {
-        devices: devices as usize,
-        name,
-        driver_version,
-    })
-}
-
-/// Test-only limits of the CUDA backend, to exercise on small models the paths that only
-/// large ones reach with the defaults: rows wider than one block of threads, and the output
-/// log-softmax in several chunks. Passed to [`crate::Reference::with_cuda_limits`].
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CudaLimits {
-    /// Most log-probabilities computed at once: a step's output rows go through the output
-    /// layer in chunks of `max(1, output_elements / n_token)` rows. 1 to 2^28 (the default).
-    pub output_elements: usize,
-    /// Threads per block of every kernel launch: a power of two from 32 to 256 (the default).
-    /// The kernels loop over rows and elements with a stride of `blockDim.x` and reduce in
-    /// whole warps of 32 (at most 32 warps in their shared-memory partials), so any such width
-    /// is correct; it changes only how rows are split over threads and the order of f32 sums.
-    pub block: u32,
-}
-
-impl Default for CudaLimits {
-    /// What [`crate::Reference::new`] uses.
-    fn default() -> Self {
-        CudaLimits {
-            output_elements: engine::OUTPUT_ELEMENTS,
-            block: ops::BLOCK,
-        }
-    }
-}
-
-impl CudaLimits {
-    /// `Err(Error::BadOptions)` unless the kernels support these values.
-    pub fn check(&self) -> Result<(), Error> {
-        if !self.block.is_power_of_two() || !(32..=ops::BLOCK).contains(&self.block) {
-            return Err(Error::BadOptions(format!(
-                "CUDA block width {}: must be a power of two from 32 to {} (the kernels reduce \
-                 in whole warps of 32)",
-                self.block,
-                ops::BLOCK
-            )));
-        }
-        if !(1..=engine::OUTPUT_ELEMENTS).contains(&self.output_elements) {
-            return Err(Error::BadOptions(format!(
-                "CUDA output chunk of {} log-probabilities: must be from 1 to {}",
-                self.output_elements,
-                engine::OUTPUT_ELEMENTS
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Whether NVRTC (`libnvrtc.so`) can be loaded.
-pub fn nvrtc_available() -> Result<(), Error> {
-    // SAFETY: only tries to load the NVRTC library by its names.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(Error::NoNvrtc("no libnvrtc.so on the library path".into()))
-    }
-}
-
-/// PTX of the kernels, compiled by NVRTC.
-#[derive(Debug)]
-pub struct CompiledKernels {
-    ptx: Ptx,
-}
-
-impl CompiledKernels {
-    /// The PTX text.
-    pub fn ptx_source(&self) -> String {
-        self.ptx.to_src()
-    }
-
-    fn into_ptx(self) -> Ptx {
-        self.ptx
-    }
-}
-
-/// Compiles [`KERNEL_SOURCE`] with NVRTC for `arch` (e.g. `compute_90`; `None`: NVRTC's
-/// default). Needs only NVRTC, not a GPU.
-pub fn compile_kernels(arch: Option<&'static str>) -> Result<CompiledKernels, Error> {
-    nvrtc_available()?;
-    let options = CompileOptions {
-        arch,
-        name: Some("txl_kernels.cu".into()),
-        ..Default::default()
-    };
-    compile_ptx_with_opts(KERNEL_SOURCE, options)
-        .map(|ptx| CompiledKernels { ptx })
-        .map_err(|e| match e {
-            CompileError::CompileError { log, .. } => Error::KernelCompile {
-                log: log.to_string_lossy().into_owned(),
-            },
-            other => Error::KernelCompile {
-                log: other.to_string(),
-            },
-        })
-}
+pub use library::{
+    compile_kernels, cuda_available, nvrtc_available, CompiledKernels, GpuInfo, KERNEL_NAMES, KERNEL_SOURCE,
+    MIN_DRIVER_VERSION,
+};
+pub use limits::CudaLimits;

@@ -5,37 +5,11 @@ use std::sync::Arc;
 
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, PushKernelArg};
 
-use super::engine::{Buffers, Kernels};
+use super::device::{Buffers, Kernels};
 use crate::cpu::matmul::Rhs;
 use crate::error::Error;
-
-/// Threads per block by default (`BLOCK` in `kernels.cu` says the same; the kernels themselves
-/// read `blockDim.x`, so [`super::CudaLimits`] may choose another power of two).
-pub(super) const BLOCK: u32 = 256;
-
-/// Launch shapes, with the engine's block width.
-impl Kernels {
-    /// One block per row.
-    pub(super) fn per_row(&self, rows: usize) -> LaunchConfig {
-        LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (self.block, 1, 1),
-            shared_mem_bytes: 0,
-        }
-    }
-
-    /// Enough blocks for `elements` in a grid-stride loop.
-    pub(super) fn per_element(&self, elements: usize) -> LaunchConfig {
-        let blocks = elements.div_ceil(self.block as usize).clamp(1, 1 << 16);
-        LaunchConfig {
-            grid_dim: (blocks as u32, 1, 1),
-            block_dim: (self.block, 1, 1),
-            shared_mem_bytes: 0,
-        }
-    }
-}
 
 /// Elements a row-major `(rows, cols)` block with row stride `ld` spans.
 fn span(rows: usize, cols: usize, ld: usize) -> usize {

@@ -12,12 +12,10 @@ use cudarc::cublas::{Gemm, GemmConfig};
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, PushKernelArg};
 use txl_core::{Config, Linear};
 
-use super::engine::{Gpu, Kernels};
+use super::device::{Gpu, Kernels};
 use crate::error::Error;
-use crate::quantize::calibrate::ChannelRanges;
-use crate::quantize::gptq::Gram;
-use crate::quantize::inputs::InputGrams;
-use crate::statistics::{empty_ranges, Statistics};
+use crate::gram::Gram;
+use crate::statistics::{ChannelRanges, InputGrams, Statistics};
 
 /// Whose input a block of rows is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +151,7 @@ impl DeviceStatistics {
     /// symmetric by `mirror_upper` first) as [`InputGrams`]; a consumer that saw no rows has an
     /// empty range and matrix.
     pub(super) fn finish(mut self, k: &Kernels) -> Result<Statistics, Error> {
-        let mut ranges = empty_ranges(&self.config);
+        let mut ranges = ChannelRanges::empty(&self.config);
         let mut grams = self.grams.then(|| InputGrams::empty(&self.config));
         self.wide = None;
         for slot in &mut self.slots {

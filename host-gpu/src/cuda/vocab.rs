@@ -3,7 +3,7 @@
 
 use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
 
-use super::engine::{Buffers, Gpu};
+use super::device::{Buffers, Gpu};
 use super::ops::{add_bias, add_bias_view, gemm, SINGLE};
 use super::statistics::{Consumer, DeviceStatistics};
 use crate::cpu::matmul::Rhs;

@@ -2,35 +2,11 @@
 //! the SmoothQuant migration factors derived from them.
 
 use txl_core::weights::Matrix;
-use txl_core::{Linear, Model, SessionOptions};
+use txl_core::{Model, SessionOptions};
 
 use crate::error::Error;
-use crate::{Backend, Reference};
-
-/// Largest `|x[c]|` of each input channel, per consumer.
-#[derive(Clone, Debug, Default)]
-pub struct ChannelRanges {
-    /// `[layer][Qkv, ONet, Ff1, Ff2]`; see [`ChannelRanges::linear_input`].
-    pub layers: Vec<[Vec<f32>; 4]>,
-    /// Input of each output table (its cluster's projected hidden state), by table.
-    pub out_tables: Vec<Vec<f32>>,
-    /// Input of the cluster logits (the head's projected hidden state).
-    pub cluster_head: Vec<f32>,
-    /// Input of each embedding projection: the embedding rows looked up.
-    pub emb_proj: Vec<Vec<f32>>,
-}
-
-impl ChannelRanges {
-    /// The range of the input of `layer`'s linear layer `linear`.
-    pub fn linear_input(&self, layer: usize, linear: Linear) -> &[f32] {
-        &self.layers[layer][linear as usize]
-    }
-
-    /// That range, to widen.
-    pub(crate) fn linear_input_mut(&mut self, layer: usize, linear: Linear) -> &mut Vec<f32> {
-        &mut self.layers[layer][linear as usize]
-    }
-}
+use crate::reference::{Backend, Reference};
+pub use crate::statistics::ChannelRanges;
 
 /// Runs `model` over `tokens` (one stream, in segments of `options.tgt_len`) on the f32 CPU
 /// reference and records the input range of every linear layer.

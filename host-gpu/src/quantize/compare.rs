@@ -5,8 +5,10 @@
 
 use txl_core::Model;
 
+use super::options::{check_group, QuantizeOptions, Target};
+use super::report::PrecisionReport;
 use super::search::{bits_per_token, measure_layer_errors};
-use super::{check_group, PrecisionReport, QuantizeOptions, Source, Target};
+use super::source::Source;
 use crate::error::Error;
 
 /// The precisions compared, in the order the report lists them.

@@ -6,67 +6,14 @@
 //! `ff1` and `ff2` inputs, the output tables' inputs (the last layer's output, projected per
 //! cluster when the model has output projections), the cluster head's (cluster 0's), and the
 //! embedding projections' (the embedding rows looked up, once per occurrence). On the CPU
-//! backends the rows are added here, a batch at a time; on CUDA, on the device.
+//! backends the rows are added a batch at a time; on CUDA, on the device.
 //! See [`Reference::statistics`](crate::Reference::statistics).
 
-use txl_core::tensors::{LayerTensor, TensorName};
-use txl_core::{Config, Linear, Model, SessionOptions};
+use txl_core::{Model, SessionOptions};
 
-use super::gptq::Gram;
-use crate::cpu::matmul::{matmul, Rhs};
 use crate::error::Error;
-use crate::real::Real;
-use crate::{Backend, Reference};
-
-/// Input rows gathered before they are added to a Gram matrix as one product.
-const BATCH: usize = 256;
-
-/// `XᵀX` of each consumer's inputs.
-#[derive(Clone, Debug)]
-pub struct InputGrams {
-    /// `[layer][Qkv, ONet, Ff1, Ff2]`.
-    pub layers: Vec<[Gram; 4]>,
-    /// Input of each output table, by table.
-    pub out_tables: Vec<Gram>,
-    /// Input of the cluster logits (empty without tail clusters).
-    pub cluster_head: Gram,
-    /// Input of each embedding projection.
-    pub emb_proj: Vec<Gram>,
-}
-
-impl InputGrams {
-    /// Every matrix empty (nothing seen), for a model of `config`.
-    pub fn empty(config: &Config) -> InputGrams {
-        InputGrams {
-            layers: (0..config.n_layer)
-                .map(|_| std::array::from_fn(|_| Gram::new(0)))
-                .collect(),
-            out_tables: vec![Gram::new(0); config.n_emb_tables()],
-            cluster_head: Gram::new(0),
-            emb_proj: vec![Gram::new(0); config.n_emb_tables()],
-        }
-    }
-
-    /// The Gram matrix of the inputs `name` multiplies as a `(rows, cols)` matrix times a
-    /// column, if it is used that way: the layers' products, the output tables (and a tied
-    /// embedding table, which is one), the cluster head and the embedding projections. The
-    /// position projection `r_net` (its inputs are fixed sinusoids) and the output projections
-    /// (applied transposed) have none.
-    pub fn of(&self, config: &Config, name: TensorName) -> Option<&Gram> {
-        let gram = match name {
-            TensorName::Layer(l, LayerTensor::QkvWeight) => &self.layers[l as usize][Linear::Qkv as usize],
-            TensorName::Layer(l, LayerTensor::OWeight) => &self.layers[l as usize][Linear::ONet as usize],
-            TensorName::Layer(l, LayerTensor::Ff1Weight) => &self.layers[l as usize][Linear::Ff1 as usize],
-            TensorName::Layer(l, LayerTensor::Ff2Weight) => &self.layers[l as usize][Linear::Ff2 as usize],
-            TensorName::EmbLayer(t) if config.tie_weight => &self.out_tables[t as usize],
-            TensorName::OutWeight(t) => &self.out_tables[t as usize],
-            TensorName::ClusterWeight => &self.cluster_head,
-            TensorName::EmbProj(t) => &self.emb_proj[t as usize],
-            _ => return None,
-        };
-        (!gram.is_empty()).then_some(gram)
-    }
-}
+use crate::reference::{Backend, Reference};
+pub use crate::statistics::InputGrams;
 
 /// Runs the f32 `model` on the reference's `backend` over `tokens` (one stream, in segments of
 /// `options.tgt_len`) and returns the Gram matrix of every quantized matrix's inputs, in f64.
@@ -78,114 +25,6 @@ pub fn input_grams(
 ) -> Result<InputGrams, Error> {
     let statistics = Reference::new(model, backend)?.statistics(&[tokens], &options, true)?;
     Ok(statistics.grams.expect("asked for"))
-}
-
-/// A Gram matrix being accumulated on the CPU: rows wait in a batch, then go in as one product.
-#[derive(Clone, Debug)]
-pub(crate) struct GramAccumulator {
-    gram: Gram,
-    /// `(n, BATCH)` the waiting rows, transposed.
-    pending: Vec<f64>,
-    waiting: usize,
-}
-
-impl GramAccumulator {
-    fn new() -> GramAccumulator {
-        GramAccumulator {
-            gram: Gram::new(0),
-            pending: Vec::new(),
-            waiting: 0,
-        }
-    }
-
-    /// Adds the row `x`; the matrix takes `x`'s width on first use.
-    pub(crate) fn add<T: Real>(&mut self, x: &[T]) {
-        if self.gram.rows == 0 && self.waiting == 0 && self.gram.n != x.len() {
-            self.gram = Gram::new(x.len());
-            self.pending = vec![0.0; x.len() * BATCH];
-        }
-        for (c, &v) in x.iter().enumerate() {
-            self.pending[c * BATCH + self.waiting] = v.to_f64();
-        }
-        self.waiting += 1;
-        if self.waiting == BATCH {
-            self.flush();
-        }
-    }
-
-    /// Adds each `width`-long row of `rows`.
-    pub(crate) fn add_rows<T: Real>(&mut self, rows: &[T], width: usize) {
-        for row in rows.chunks_exact(width.max(1)) {
-            self.add(row);
-        }
-    }
-
-    /// `sum += P Pᵀ` for the waiting rows `P (n, waiting)`.
-    fn flush(&mut self) {
-        let n = self.gram.n;
-        if self.waiting > 0 {
-            // P (n, waiting) @ Pᵀ (waiting, n) -> (n, n), accumulated
-            matmul(
-                n,
-                n,
-                self.waiting,
-                &self.pending,
-                BATCH,
-                &self.pending,
-                Rhs::Transposed { ld: BATCH },
-                &mut self.gram.sum,
-                n,
-                true,
-            );
-            self.gram.rows += self.waiting;
-            self.waiting = 0;
-        }
-    }
-
-    /// The Gram matrix of every row added, exactly symmetric.
-    fn finish(mut self) -> Gram {
-        self.flush();
-        self.gram.symmetrize();
-        self.gram
-    }
-}
-
-/// A [`GramAccumulator`] per consumer, laid out as [`InputGrams`].
-#[derive(Debug)]
-pub(crate) struct GramAccumulators {
-    pub(crate) layers: Vec<[GramAccumulator; 4]>,
-    pub(crate) out_tables: Vec<GramAccumulator>,
-    pub(crate) cluster_head: GramAccumulator,
-    pub(crate) emb_proj: Vec<GramAccumulator>,
-}
-
-impl GramAccumulators {
-    /// Nothing seen yet, for a model of `config`.
-    pub(crate) fn new(config: &Config) -> GramAccumulators {
-        GramAccumulators {
-            layers: (0..config.n_layer)
-                .map(|_| std::array::from_fn(|_| GramAccumulator::new()))
-                .collect(),
-            out_tables: vec![GramAccumulator::new(); config.n_emb_tables()],
-            cluster_head: GramAccumulator::new(),
-            emb_proj: vec![GramAccumulator::new(); config.n_emb_tables()],
-        }
-    }
-
-    /// The Gram matrices, each exactly symmetric.
-    pub(crate) fn finish(self) -> InputGrams {
-        let finish = |all: Vec<GramAccumulator>| all.into_iter().map(GramAccumulator::finish).collect();
-        InputGrams {
-            layers: self
-                .layers
-                .into_iter()
-                .map(|layer| layer.map(GramAccumulator::finish))
-                .collect(),
-            out_tables: finish(self.out_tables),
-            cluster_head: self.cluster_head.finish(),
-            emb_proj: finish(self.emb_proj),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,13 +8,12 @@ use std::rc::Rc;
 
 use super::calibrate::{smoothing_factors, ChannelRanges};
 use super::inputs::InputGrams;
-use super::{check_group, gptq, int4, int8};
-use super::{
-    glob_match, Method, MixedPrecision, Plan, QuantizeOptions, Quantized, Report, RoundingReport, Smoothing,
-    Source, Target, TensorReport,
-};
+use super::options::{check_group, glob_match, Method, MixedPrecision, QuantizeOptions, Smoothing, Target};
+use super::report::{Quantized, Report, RoundingReport, TensorReport};
+use super::source::{Plan, Source};
+use super::{gptq, int4, int8};
 use crate::error::{filled, Error};
-use crate::Reference;
+use crate::reference::Reference;
 
 /// Bits per token of `image` on `tokens`, measured with the core (the engine that runs int8).
 pub(super) fn bits_per_token(image: &[u8], options: SessionOptions, tokens: &[u32]) -> Result<f64, Error> {
@@ -121,7 +120,7 @@ pub fn quantize_mixed(
             .iter()
             .enumerate()
             .map(|(index, level)| match level {
-                None => options.vectors.plan(),
+                None => Plan::vector(options.vectors),
                 Some(Level::F16) => Plan::F16,
                 Some(Level::Int4) => Plan::Int4(options.group),
                 Some(Level::Int8) => {

@@ -125,18 +125,7 @@ fn module_text(model: &Model<'_>, options: &SessionOptions, name: &str, source: 
         ),
         None => writeln!(w, "//! - vocabulary: none (token ids are bytes)"),
     };
-    let _ = writeln!(
-        w,
-        "//! - session: tgt_len {}, mem_len {}, clamp_len {}, same_length {}, mem_init {}, mem_dtype {}, \
-         position keys {}",
-        options.tgt_len,
-        options.mem_len,
-        options.clamp_len,
-        options.same_length,
-        options.mem_init,
-        options.mem_dtype,
-        options.position_keys
-    );
+    let _ = writeln!(w, "//! - session: {options:#}");
     let _ = writeln!(
         w,
         "//! - arena: {arena_bytes} bytes (memory {}, position keys {}, activations {}, scratch {})",
@@ -211,14 +200,10 @@ fn module_text(model: &Model<'_>, options: &SessionOptions, name: &str, source: 
     let _ = writeln!(w, "pub const STATE_BYTES: usize = {state_bytes};");
     let _ = writeln!(w);
     let _ = writeln!(w, "/// The session options [`ARENA_BYTES`] was computed for.");
-    let _ = writeln!(w, "pub const OPTIONS: SessionOptions = SessionOptions {{");
-    let _ = writeln!(w, "    tgt_len: {},", options.tgt_len);
-    let _ = writeln!(w, "    mem_len: {},", options.mem_len);
-    let _ = writeln!(w, "    clamp_len: {},", options.clamp_len);
-    let _ = writeln!(w, "    same_length: {},", options.same_length);
-    let _ = writeln!(w, "    mem_init: MemInit::{:?},", options.mem_init);
-    let _ = writeln!(w, "    mem_dtype: MemDtype::{:?},", options.mem_dtype);
-    let _ = writeln!(w, "    position_keys: PositionKeys::{:?},", options.position_keys);
-    let _ = writeln!(w, "}};");
+    let _ = writeln!(
+        w,
+        "pub const OPTIONS: SessionOptions = {};",
+        options.rust_literal("")
+    );
     Ok(m)
 }

@@ -77,17 +77,7 @@ impl Args {
             c.pre_lnorm, c.untie_r, c.layer_norm_epsilon
         )?;
         let options = self.session.options(&model);
-        writeln!(
-            out,
-            "session       tgt_len {}  mem_len {}  clamp_len {}  same_length {}  mem_init {}  mem_dtype {}  position_keys {}",
-            options.tgt_len,
-            options.mem_len,
-            options.clamp_len,
-            options.same_length,
-            options.mem_init,
-            options.mem_dtype,
-            options.position_keys
-        )?;
+        writeln!(out, "session       {options}")?;
         arena::arena_bytes(&model, &options)?;
         let layout = ArenaLayout::new(c, &options)?;
         writeln!(out, "arena bytes   {}", layout.total_bytes())?;
