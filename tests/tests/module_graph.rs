@@ -39,7 +39,7 @@ fn modules(src: &Path) -> BTreeMap<String, String> {
 }
 
 /// `text` without comments, string and character literals, and anything from the first
-/// `#[cfg(test)]` (or `#[cfg(all(test, ...))]`) module on.
+/// `#[cfg(test)]` (or `#[cfg(all(test, ...))]`) module on (`pub(super) mod tests` too).
 fn code_only(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
@@ -78,7 +78,15 @@ fn code_only(text: &str) -> String {
         let mut from = 0;
         while let Some(at) = out[from..].find(marker).map(|at| at + from) {
             let after = out[at..].find(']').map_or(out.len(), |end| at + end + 1);
-            if out[after..].trim_start().starts_with("mod ") {
+            let item = out[after..].trim_start();
+            let item = match item.strip_prefix("pub") {
+                Some(rest) if rest.starts_with('(') => {
+                    rest[rest.find(')').map_or(0, |end| end + 1)..].trim_start()
+                }
+                Some(rest) => rest.trim_start(),
+                None => item,
+            };
+            if item.starts_with("mod ") {
                 out.truncate(at);
                 break;
             }
@@ -436,7 +444,7 @@ const CORE_LAYERS: &[&[&str]] = &[
     &["attention"],
     &["embedding", "output", "arena", "macs"],
     &["session", "aligned"],
-    &["scoring", ""],
+    &["scoring", "random_model", ""],
 ];
 
 #[test]
