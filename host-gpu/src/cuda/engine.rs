@@ -4,10 +4,10 @@
 //! stay on the device; only token ids go up and only the asked-for log-probabilities come down.
 //!
 //! Read [`CudaEngine::step`] top to bottom, as the CPU backend's: [`embed`], then per layer
-//! [`Gpu::attention_sublayer`] (`[q k v] = LN?(h) W_qkv^T`, the keys and values stored in the
+//! [`Step::attention_sublayer`] (`[q k v] = LN?(h) W_qkv^T`, the keys and values stored in the
 //! stream's memory, the content and position scores, the masked softmax, `P V`, then
-//! `h = LN?(h + attn W_o^T)`) and [`Gpu::feed_forward_sublayer`], then
-//! [`Run::keep_last_positions`] and [`Gpu::output`] (the adaptive log-softmax, [`log_probs`],
+//! `h = LN?(h + attn W_o^T)`) and [`Step::feed_forward_sublayer`], then
+//! [`Run::keep_last_positions`] and [`Step::output`] (the adaptive log-softmax, [`log_probs`],
 //! in chunks of rows).
 
 use std::sync::Arc;
@@ -345,14 +345,14 @@ impl CudaEngine {
         wanted: &Wanted<'_>,
         mut stats: Option<&mut DeviceStatistics>,
     ) -> Result<StepOutput, Error> {
-        let gpu = Gpu {
+        let gpu = Step(Gpu {
             stream: &self.stream,
             blas: &self.blas,
             k: &self.k,
             w: &self.w,
             c: self.config,
             eps: self.eps,
-        };
+        });
         let run = self
             .run
             .as_mut()
@@ -412,7 +412,20 @@ impl SegmentShape {
     }
 }
 
-impl Gpu<'_> {
+/// One step's launches: the device's [`Gpu`] with the engine's sub-layers as methods (a type of
+/// this module's own, so the device's module depends on nothing here).
+#[derive(Clone, Copy)]
+struct Step<'a>(Gpu<'a>);
+
+impl<'a> core::ops::Deref for Step<'a> {
+    type Target = Gpu<'a>;
+
+    fn deref(&self) -> &Gpu<'a> {
+        &self.0
+    }
+}
+
+impl Step<'_> {
     /// `W`: the width of all heads' queries, keys or values together.
     fn width(&self) -> usize {
         self.c.qkv_width() as usize
