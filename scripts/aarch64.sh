@@ -6,7 +6,8 @@
 #      it: SMULL), so both int8 paths of the run-time choice run;
 #   2. `txl score` on the bundled demo model in f32, f16, int8 and int4, and f32 with
 #      `--fast-f32`, in segments and streaming, whose digests must be the x86-64 host's (and,
-#      but for `--fast-f32`, the firmware's).
+#      but for `--fast-f32`, the firmware's): those in `scripts/aarch64-digests.txt`, which
+#      `tools/tests/demo_digests.rs` checks on the host.
 # Installs what it needs first (the Rust target; Debian's gcc-aarch64-linux-gnu and qemu-user).
 # Fails on any test failure or digest mismatch. A few minutes, most of it the cross build.
 set -euo pipefail
@@ -60,20 +61,26 @@ check() { # check EXPECTED CPU MODEL [FLAGS...]
     failed=1
   fi
 }
-# the digests of the firmware README (256 held-out bytes, default options)
+# the expected digests, the x86-64 host's (tools/tests/demo_digests.rs checks them there)
+expected=()
+while read -r line; do
+  case $line in '' | '#'*) continue ;; esac
+  expected+=("$line")
+done < scripts/aarch64-digests.txt
+if [ ${#expected[@]} -eq 0 ]; then
+  echo "aarch64: no digests in scripts/aarch64-digests.txt" >&2
+  exit 1
+fi
 for cpu in max cortex-a53; do
-  for flags in "" "--tgt-len 1"; do
-    # shellcheck disable=SC2086 # the flags are words
-    check 0x33384696 "$cpu" demo.txl $flags
-    # shellcheck disable=SC2086
-    check 0x150adb7c "$cpu" demo-f16.txl $flags
-    # shellcheck disable=SC2086
-    check 0xe85c1b29 "$cpu" demo-int8.txl $flags
-    # shellcheck disable=SC2086
-    check 0x8559d706 "$cpu" demo-int4.txl $flags
-    # the fused order of --fast-f32 (NEON here, AVX2 with FMA on the x86-64 host)
-    # shellcheck disable=SC2086
-    check 0x0a2616d1 "$cpu" demo.txl --fast-f32 $flags
+  for streaming in "" "--tgt-len 1"; do
+    for line in "${expected[@]}"; do
+      # shellcheck disable=SC2086 # the fields and flags are words
+      set -- $line # NAME DIGEST MODEL [FLAGS...]
+      digest=$2 model=$3
+      shift 3
+      # shellcheck disable=SC2086
+      check "$digest" "$cpu" "$model" "$@" $streaming
+    done
   done
 done
 if [ "$failed" -ne 0 ]; then

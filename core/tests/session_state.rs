@@ -331,3 +331,54 @@ fn the_position_key_byte_keeps_its_values_and_refuses_others() {
         );
     }
 }
+
+/// `reset` is a fresh start: after any text, a reset session saves the state of a new one and
+/// continues with its bits, for each memory start, dtype and position-key mode.
+#[test]
+fn a_reset_session_is_a_fresh_one() {
+    let config = tiny_config();
+    let weights_kinds: &[MatrixDtype] = if cfg!(miri) {
+        &[MatrixDtype::Int8]
+    } else {
+        &[MatrixDtype::F32, MatrixDtype::Int8]
+    };
+    for &weights in weights_kinds {
+        let image = tiny_image(&config, weights, 17);
+        let model = Model::parse(image.bytes()).unwrap();
+        for options in every_options(&config) {
+            let what = format!("{weights:?} weights, {options:?}");
+            let bytes = Session::arena_bytes(&model, &options).unwrap();
+            let mut fresh_arena = arena(bytes);
+            let mut fresh =
+                Session::new(&model, bytemuck::cast_slice_mut(&mut fresh_arena), options).unwrap();
+            let fresh_state = saved(&fresh);
+            let fresh_len = fresh.memory_len();
+            let expected_len = match options.mem_init {
+                MemInit::Empty => 0,
+                MemInit::Zeros => options.mem_len as usize,
+            };
+            assert_eq!(fresh_len, expected_len, "{what}");
+            let fresh_bits = run(&mut fresh, &AFTER);
+
+            let mut used_arena = arena(bytes);
+            let mut used = Session::new(&model, bytemuck::cast_slice_mut(&mut used_arena), options).unwrap();
+            // Once with a full memory, once with part of one.
+            for before in [&BEFORE[..], &[&[2, 3][..]]] {
+                run(&mut used, before);
+                assert!(saved(&used) != fresh_state, "{what}: the text changed nothing");
+                used.reset();
+                assert_eq!(used.memory_len(), fresh_len, "{what}");
+                assert!(
+                    saved(&used) == fresh_state,
+                    "{what}: reset memory is not a fresh one"
+                );
+                assert_eq!(
+                    run(&mut used, &AFTER),
+                    fresh_bits,
+                    "{what}: reset differs from fresh"
+                );
+                used.reset();
+            }
+        }
+    }
+}
