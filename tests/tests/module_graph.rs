@@ -217,6 +217,46 @@ fn expand(tree: &str, out: &mut Vec<String>) {
     }
 }
 
+/// The type names of the inherent `impl` blocks in `code` (`impl<'a> Name<'a> {`, not
+/// `impl Trait for Name {`).
+fn inherent_impls(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, word) in tokens(code) {
+        if word != "impl" {
+            continue;
+        }
+        let header = &code[at + 4..];
+        let header = &header[..header.find('{').unwrap_or(header.len())];
+        // drop the generics (`<...>`, nested) to find the words outside them
+        let mut depth = 0usize;
+        let outside: String = header
+            .chars()
+            .map(|c| match c {
+                '<' => {
+                    depth += 1;
+                    ' '
+                }
+                '>' => {
+                    depth = depth.saturating_sub(1);
+                    ' '
+                }
+                _ if depth > 0 => ' ',
+                c => c,
+            })
+            .collect();
+        let words: Vec<&str> = outside.split_whitespace().collect();
+        if words.contains(&"for") {
+            continue;
+        }
+        if let Some(path) = words.first() {
+            if let Some(name) = path.rsplit("::").next().filter(|n| !n.is_empty()) {
+                out.push(name.to_string());
+            }
+        }
+    }
+    out
+}
+
 /// `path` named in `module`, as segments from the crate root.
 fn absolute(module: &str, path: &str) -> Vec<String> {
     let mut segments = path.split("::").map(str::trim).filter(|s| !s.is_empty());
@@ -333,7 +373,41 @@ impl Crate {
                 }
             }
         }
+        // A type's inherent methods written in another module make the type's module depend on
+        // that one (its methods are its items, wherever they are written), as `cargo modules`
+        // counts them.
+        let defined = self.type_modules();
+        for (module, text) in &self.code {
+            for name in inherent_impls(text) {
+                // (a child module's methods for its parent's type are the parent's own split)
+                let outside = |home: &&String| *home != module && !module.starts_with(&format!("{home}::"));
+                if let Some(home) = defined.get(&name).filter(outside) {
+                    edges.entry(home.clone()).or_default().insert(module.clone());
+                }
+            }
+        }
         edges
+    }
+
+    /// The module of each struct, enum and union name defined in exactly one module.
+    fn type_modules(&self) -> BTreeMap<String, String> {
+        let mut homes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (module, text) in &self.code {
+            let words = tokens(text);
+            for pair in words.windows(2) {
+                if matches!(pair[0].1, "struct" | "enum" | "union") {
+                    homes
+                        .entry(pair[1].1.to_string())
+                        .or_default()
+                        .insert(module.clone());
+                }
+            }
+        }
+        homes
+            .into_iter()
+            .filter(|(_, modules)| modules.len() == 1)
+            .filter_map(|(name, modules)| Some((name, modules.into_iter().next()?)))
+            .collect()
     }
 }
 
