@@ -9,7 +9,8 @@
 #      but for `--fast-f32`, the firmware's): those in `scripts/aarch64-digests.txt`, which
 #      `tools/tests/demo_digests.rs` checks on the host.
 # Installs what it needs first (the Rust target; Debian's gcc-aarch64-linux-gnu and qemu-user).
-# Fails on any test failure or digest mismatch. A few minutes, most of it the cross build.
+# Fails on any test failure or digest mismatch. A few minutes, most of it the cross build. The
+# tests' skips (SDOT on the Cortex-A53) go to the file $TXL_SKIPS names, as scripts/test.sh sets it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

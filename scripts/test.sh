@@ -1,12 +1,44 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need, then checks
 # formatting, lints, docs, the Cortex-M build of the core, `cargo test`, Miri and
-# AddressSanitizer on the core, and a short fuzzing run of every target.
+# AddressSanitizer on the core, and a short fuzzing run of every target. Ends with the list of
+# the checks this machine skipped (a CPU without a kernel's extension, no GPU): they pass, but
+# what they name was not checked here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Each step prints the minutes and seconds since the start, so a slow step is easy to find.
 step() { printf '== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+
+# Every test that cannot check what it was written for on this machine (a CPU without a kernel's
+# extension, no GPU) appends a line `<test>: <reason>` to the file TXL_SKIPS names
+# (core/src/test_skips.rs). Exported, so every cargo test below writes to it, the scripts' too.
+TXL_SKIPS="$PWD/target/test-skips.txt"
+export TXL_SKIPS
+mkdir -p target
+: >"$TXL_SKIPS"
+
+# skip_summary LEDGER: the last step, what this machine did not check: each skip, sorted, with
+# how many times it was recorded. Skips do not fail the run.
+skip_summary() {
+  local ledger=$1 total=0 distinct=0
+  if [ -s "$ledger" ]; then
+    total=$(wc -l <"$ledger")
+    distinct=$(sort -u "$ledger" | wc -l)
+  fi
+  if [ "$total" -eq 0 ]; then
+    step "skipped checks: no check was skipped on this machine"
+    return 0
+  fi
+  step "skipped checks: $total on this machine ($distinct different): what they name was NOT checked here"
+  local rule='!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!'
+  echo "$rule"
+  sort "$ledger" | uniq -c | while read -r count line; do
+    printf '%4d × %s\n' "$count" "$line"
+  done
+  echo "$rule"
+  echo "   (from $ledger; skips pass: run these checks on a machine that has what they need)"
+}
 
 step "setup: Rust targets (the firmware's boards: Cortex-M4F/M7, M33/M55, RV32IMAC)"
 for target in thumbv7em-none-eabihf thumbv8m.main-none-eabihf riscv32imac-unknown-none-elf; do
@@ -105,3 +137,4 @@ step "txl-host-gpu: the CUDA kernels compile with NVRTC"
 LD_LIBRARY_PATH="$PWD/$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
   cargo test -p txl-tests --locked --test reference_cuda -- --ignored nvrtc_compiles_every_kernel
 step "done: every check passed"
+skip_summary "$TXL_SKIPS"

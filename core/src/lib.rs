@@ -103,6 +103,8 @@ pub mod sampling;
 pub mod scoring;
 pub mod session;
 pub mod tensors;
+#[cfg(all(test, feature = "std"))]
+pub(crate) mod test_skips;
 pub mod vector;
 pub mod vocab;
 pub mod weights;

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{arena, tiny_config, tiny_image, MatrixDtype};
+use common::{arena, has_avx2_fma, tiny_config, tiny_image, unless_x86_64_reached, MatrixDtype};
 use txl_core::kernels::MAX_POSITIONS_PER_PASS;
 use txl_core::{Config, Model, Session, SessionOptions};
 
@@ -70,6 +70,12 @@ fn fast_f32_rows_are_close_to_the_exact_ones_and_not_the_same() {
 
 #[test]
 fn fast_f32_bits_do_not_depend_on_positions_per_pass() {
+    // (aarch64 always has its NEON kernel)
+    unless_x86_64_reached(
+        has_avx2_fma(),
+        "the fused order's AVX2 kernel (matmul_fma_f32)",
+        "AVX2 and FMA",
+    );
     let config = wide_config();
     let image = tiny_image(&config, MatrixDtype::F32, 8);
     let mut model = Model::parse(image.bytes()).unwrap();

@@ -5,8 +5,10 @@
 
 mod common;
 
-use common::{arena, log_prob_bits, tiny_config, tiny_image, MatrixDtype};
-use txl_core::kernels::MAX_POSITIONS_PER_PASS;
+use common::{
+    arena, has_avx512bw, log_prob_bits, tiny_config, tiny_image, unless_x86_64_reached, MatrixDtype,
+};
+use txl_core::kernels::{self, MAX_POSITIONS_PER_PASS};
 use txl_core::{Config, Error, MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
 
 #[test]
@@ -78,6 +80,13 @@ fn every_number_of_positions_per_pass_gives_the_same_bits() {
 
 #[test]
 fn queries_taken_together_give_the_bits_of_one_query_at_a_time() {
+    // without them the int8 memory's sums of several queries are one query's sums each time
+    unless_x86_64_reached(
+        has_avx512bw(),
+        "the attention's AVX-512BW kernels of several queries (key_sums_each_i8, value_sums_each_i8, \
+         magnitudes_each_f32)",
+        "AVX-512 F, BW and VL",
+    );
     // heads of 19: the products' columns past the register widths; 3 * 19 != d_model
     let config = Config {
         d_model: 12,
@@ -220,6 +229,18 @@ fn int8_rows_of_wide_layers_in_wide_passes_give_the_bits_of_pairs() {
         d_inner: 102,
         ..tiny_config()
     };
+    // the kernels this test was written for; where one is missing its rows go to the kernel of
+    // pairs, and the pairs are compared with themselves
+    unless_x86_64_reached(
+        kernels::has_row_sums_tiles_i8(),
+        "the AMX tile kernel (row_sums_tiles_i8)",
+        "AMX int8 (granted by the system)",
+    );
+    unless_x86_64_reached(
+        kernels::has_row_sums_groups_i8(),
+        "the grouped AVX-512 VNNI kernel (row_sums_groups_i8)",
+        "512-bit AVX-512 VNNI",
+    );
     let tokens: Vec<u32> = (0..40).map(|t| (t * 13 + 5) % config.n_token).collect();
     let options = SessionOptions {
         tgt_len: 20,

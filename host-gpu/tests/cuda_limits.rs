@@ -6,14 +6,20 @@
 //!
 //! On a machine without NVIDIA's libraries:
 //! - `unsupported_cuda_limits_are_rejected` runs (the limits are checked before the GPU);
-//! - `cuda_limit_tests_report_a_missing_gpu` prints that the GPU test is skipped, and checks
-//!   that the CUDA backend reports `Error::NoGpu`;
+//! - `cuda_limit_tests_report_a_missing_gpu` records that the GPU test is skipped (`TXL_SKIPS`,
+//!   listed at the end of `scripts/test.sh`), and checks that the CUDA backend reports
+//!   `Error::NoGpu`;
 //! - the GPU test is ignored; run with `--ignored` there, it fails with the reason instead of
 //!   passing. On a GPU machine:
 //!   `cargo test --release -p txl-host-gpu --test cuda_limits -- --include-ignored --nocapture`.
 //!
 //! Independent of `txl-tools` and `txl-tests`: the models come from
 //! [`txl_host_gpu::random_image`], aligned here.
+
+/// The skip ledger the core's tests keep too (`TXL_SKIPS`; `docs/TESTING.md`).
+#[path = "../../core/src/test_skips.rs"]
+mod test_skips;
+use test_skips::skipped;
 
 use txl_core::config::MAX_CUTOFFS;
 use txl_core::AlignedBytes;
@@ -159,10 +165,10 @@ fn cuda_limit_tests_report_a_missing_gpu() {
     };
     match cuda_available() {
         Err(Error::NoGpu(why)) => {
-            eprintln!(
-                "\n*** tests/cuda_limits.rs: GPU test SKIPPED (ignored): no GPU here ({why}). Run it \
-                 on a GPU machine with `--include-ignored`. ***\n"
-            );
+            skipped(&format!(
+                "the GPU test (ignored): no GPU here ({why}). Run it on a GPU machine with \
+                 `--include-ignored`."
+            ));
             match Reference::with_cuda_limits(&model, limits) {
                 Err(Error::NoGpu(_)) => {}
                 other => panic!("expected Error::NoGpu, got {other:?}"),

@@ -13,6 +13,12 @@ use txl_host_gpu::quantize::{quantize, Method, QuantizeOptions, Quantized, Smoot
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::compare::{compare, Comparison};
 
+/// The skip ledger the core's tests keep too: [`skipped`] prints `SKIPPED <test>: <reason>` and
+/// appends the line to the file `$TXL_SKIPS` names, which `scripts/test.sh` lists at its end.
+#[path = "../../core/src/test_skips.rs"]
+mod test_skips;
+pub use test_skips::skipped;
+
 /// `tests/fixtures`, or `$TXL_FIXTURES` (for test binaries run on another machine, as
 /// `scripts/gpu-check.sh run` does).
 pub fn fixtures_dir() -> PathBuf {

@@ -1,6 +1,6 @@
 //! The CUDA backend. On a machine without NVIDIA's libraries:
 //! - `cuda_backend_reports_a_missing_gpu_as_an_error` checks that asking for CUDA gives
-//!   `Error::NoGpu` (no panic) and prints that the GPU tests are skipped;
+//!   `Error::NoGpu` (no panic) and records that the GPU tests are skipped (`TXL_SKIPS`);
 //! - the NVRTC compilation test is ignored unless NVRTC is installed: `scripts/test.sh`
 //!   installs it (the `nvidia-cuda-nvrtc` wheel) and runs it with `--ignored`;
 //! - the GPU tests are ignored: `scripts/gpu-check.sh` runs them on a GPU machine.
@@ -8,7 +8,7 @@
 use txl_core::{MemInit, Model, SessionOptions};
 use txl_host_gpu::quantize::gptq::Gram;
 use txl_host_gpu::{compile_kernels, cuda_available, Backend, Error, Reference, Statistics, KERNEL_NAMES};
-use txl_tests::{max_delta, random_model, reference_config, session_variants, tokens, Manifest};
+use txl_tests::{max_delta, random_model, reference_config, session_variants, skipped, tokens, Manifest};
 use txl_tools::npy;
 
 #[test]
@@ -17,7 +17,9 @@ fn cuda_backend_reports_a_missing_gpu_as_an_error() {
     let model = Model::parse(image.bytes()).unwrap();
     match cuda_available() {
         Err(Error::NoGpu(why)) => {
-            eprintln!("\n*** GPU tests SKIPPED: no GPU here ({why}). Run scripts/gpu-check.sh on a GPU machine. ***\n");
+            skipped(&format!(
+                "the GPU tests: no GPU here ({why}). Run scripts/gpu-check.sh on a GPU machine."
+            ));
             match Reference::new(&model, Backend::Cuda) {
                 Err(Error::NoGpu(_)) => {}
                 other => panic!("expected Error::NoGpu, got {other:?}"),

@@ -9,7 +9,7 @@ use std::process::Command;
 use txl_core::{MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
 
 mod common;
-use common::{fixture, s, scratch_dir, stderr, txl};
+use common::{fixture, s, scratch_dir, skipped, stderr, txl};
 
 /// The value of `pub const NAME: usize = VALUE;` in `module`.
 fn constant(module: &str, name: &str) -> usize {
@@ -146,7 +146,7 @@ fn the_exported_example_runs_in_qemu_with_the_digest_of_score() {
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("thumbv7em-none-eabihf"));
     if !have("qemu-system-arm", "--version") || !target_installed {
-        eprintln!("skipped: needs qemu-system-arm and the thumbv7em-none-eabihf target");
+        skipped("needs qemu-system-arm and the thumbv7em-none-eabihf target");
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

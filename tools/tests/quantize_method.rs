@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 mod common;
-use common::{fixture, quantize, s, scratch_dir, stderr, txl};
+use common::{fixture, quantize, s, scratch_dir, skipped, stderr, txl};
 
 /// The `method` of every int8 tensor of a report.
 fn tensor_methods(report: &Value) -> Vec<(String, Value)> {
@@ -202,10 +202,9 @@ fn calib_backend_chooses_where_the_statistics_are_collected() {
     let text = stderr(&out);
     match txl_host_gpu::cuda_available() {
         Err(why) => {
-            eprintln!(
-                "\n*** --calib-backend cuda on a GPU: SKIPPED, no GPU here ({why}); scripts/gpu-check.sh \
-                 runs it. ***\n"
-            );
+            skipped(&format!(
+                "--calib-backend cuda on a GPU: no GPU here ({why}); scripts/gpu-check.sh runs it"
+            ));
             assert_eq!(out.status.code(), Some(1), "{text}");
             assert!(text.starts_with("error: ") && text.contains("GPU"), "{text}");
             assert!(

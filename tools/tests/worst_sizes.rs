@@ -16,7 +16,7 @@ use txl_core::random_model::RandomModel;
 use txl_core::Config;
 
 mod common;
-use common::{checkpoint, s, safetensors, scratch_dir, stderr, txl, EMBEDDING};
+use common::{checkpoint, s, safetensors, scratch_dir, skipped, stderr, txl, EMBEDDING};
 
 /// Asserts that a run was refused: exit status exactly 1, stderr one `error: ` message with
 /// every one of `names` in it, and no panic.
@@ -588,7 +588,7 @@ fn a_file_longer_than_any_image_is_refused_unread() {
     let len = 5u64 << 30;
     std::fs::File::create(&path).unwrap().set_len(len).unwrap();
     if std::fs::metadata(&path).unwrap().blocks() * 512 >= len {
-        eprintln!("skipped: {} does not hold sparse files", dir.display());
+        skipped(&format!("{} does not hold sparse files", dir.display()));
         return;
     }
     let tokens = tokens_file(&dir);

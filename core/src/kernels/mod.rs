@@ -516,6 +516,16 @@ pub const GROUP_ROWS: usize = 48;
 const _: () =
     assert!(GROUP_ROWS.is_multiple_of(vnni_panel::TILE_ROWS) && GROUP_INPUTS == vnni_panel::TILE_INPUTS);
 
+/// Whether [`row_sums_groups_i8`] has a kernel on this CPU (512-bit AVX-512 VNNI; x86-64 with
+/// `std`): where [`group_inputs_i8`] gives inputs for passes of [`GROUP_INPUTS`] or more.
+#[inline]
+pub fn has_row_sums_groups_i8() -> bool {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    return has_vnni_512();
+    #[allow(unreachable_code)]
+    false
+}
+
 /// A pass's int8 inputs as the grouped row kernel takes them, prepared once per call for every
 /// block of rows ([`group_inputs_i8`]).
 #[derive(Debug)]
@@ -536,7 +546,7 @@ pub fn group_inputs_i8<'x>(
 ) -> Option<GroupInputs<'x>> {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
-        if count < GROUP_INPUTS || !has_vnni_512() {
+        if count < GROUP_INPUTS || !has_row_sums_groups_i8() {
             return None;
         }
         let count = count.min(MAX_POSITIONS_PER_PASS);

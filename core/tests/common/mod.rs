@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub use test_skips::skipped;
 pub use txl_core::random_model::{tiny_config, MatrixDtype, VectorDtype};
 use txl_core::random_model::{Init, RandomModel};
 use txl_core::{AlignedBytes, Config, Model, Session, SessionOptions};
@@ -52,4 +53,49 @@ pub fn log_prob_bits(
             .unwrap();
     }
     bits
+}
+
+/// The skip ledger the core's unit tests keep too (`TXL_SKIPS`; `docs/TESTING.md`).
+#[path = "../../src/test_skips.rs"]
+mod test_skips;
+
+/// Records a skip of the running test where the kernel it was written for (`kernel`, which
+/// needs `needs`) did not run: the session took the kernel's fallback in its place, and the test
+/// compared that with the one-at-a-time path, not the kernel.
+pub fn unless_reached(reached: bool, kernel: &str, needs: &str) {
+    if !reached {
+        let build = if cfg!(feature = "std") {
+            ""
+        } else {
+            " and the core built with std (this build is without)"
+        };
+        skipped(&format!(
+            "{kernel} not reached, the fallback ran instead: it needs {needs}{build}"
+        ));
+    }
+}
+
+/// [`unless_reached`] for a kernel of x86-64, chosen at run time: other architectures have none
+/// to reach.
+pub fn unless_x86_64_reached(reached: bool, kernel: &str, needs: &str) {
+    if cfg!(target_arch = "x86_64") {
+        unless_reached(reached, kernel, needs);
+    }
+}
+
+/// Whether the core's AVX-512BW kernels run here: x86-64, the core built with `std` (the only
+/// build that chooses kernels at run time) and a CPU with AVX-512 F, BW and VL.
+pub fn has_avx512bw() -> bool {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    return txl_core::kernels::features::has_avx512bw();
+    #[allow(unreachable_code)]
+    false
+}
+
+/// Whether the core's AVX2-with-FMA kernel of the fused order runs here (x86-64, `std`).
+pub fn has_avx2_fma() -> bool {
+    #[cfg(all(feature = "std", target_arch = "x86_64"))]
+    return txl_core::kernels::features::has_avx2_fma();
+    #[allow(unreachable_code)]
+    false
 }

@@ -6,6 +6,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The skip ledger the core's tests keep too: [`skipped`] prints `SKIPPED <test>: <reason>` and
+/// appends the line to the file `$TXL_SKIPS` names, which `scripts/test.sh` lists at its end.
+#[path = "../../../core/src/test_skips.rs"]
+mod test_skips;
+#[allow(unused_imports)] // (the tests that may skip use it)
+pub use test_skips::skipped;
+
 /// Runs `txl args` in the current directory.
 pub fn txl(args: &[&str]) -> Output {
     txl_in(Path::new("."), args)

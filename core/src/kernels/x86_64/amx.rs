@@ -389,7 +389,7 @@ mod tests {
     #[test]
     fn the_input_layout_starts_on_a_line_whatever_the_buffer() {
         if !crate::kernels::features::has_avx512f() {
-            eprintln!("SKIPPED the_input_layout_starts_on_a_line_whatever_the_buffer: no AVX-512F here");
+            crate::test_skips::skipped("no AVX-512F here");
             return;
         }
         let xs: Vec<Vec<i8>> = (0..19).map(|p| pattern(100, 5 * p + 1)).collect();
@@ -410,7 +410,7 @@ mod tests {
     #[test]
     fn amx_row_sums_in_parts_equal_the_scalar_dot_per_row() {
         if !has_amx_int8() {
-            eprintln!("SKIPPED amx_row_sums_in_parts_equal_the_scalar_dot_per_row: no AMX int8 here");
+            crate::test_skips::skipped("no AMX int8 here");
             return;
         }
         // (cols, first part's rows, second part's rows, rows each part takes): a first part
@@ -451,9 +451,7 @@ mod tests {
     #[test]
     fn amx_row_sums_equal_the_scalar_dot_per_row() {
         if !has_amx_int8() {
-            eprintln!(
-                "SKIPPED amx_row_sums_equal_the_scalar_dot_per_row: this CPU (or system) has no AMX int8"
-            );
+            crate::test_skips::skipped("this CPU (or system) has no AMX int8");
             return;
         }
         // whole and partial tiles of rows and inputs, steps with and without a tail, the

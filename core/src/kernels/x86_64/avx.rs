@@ -1169,6 +1169,16 @@ mod tests {
 
     #[test]
     fn int8_transposed_sums_equal_the_portable_loop() {
+        let (avx2, avx512) = (
+            crate::kernels::features::has_avx2(),
+            crate::kernels::features::has_avx512bw(),
+        );
+        if !avx2 {
+            crate::test_skips::skipped("the AVX2 part: this CPU has no AVX2");
+        }
+        if !avx512 {
+            crate::test_skips::skipped("the AVX-512 part: this CPU has no AVX-512BW");
+        }
         // odd widths (vector bodies and their tails), the byte range's extremes
         let mut rng = Rng::new(1);
         for (rows, cols, len) in [(1, 1, 1), (7, 33, 33), (64, 100, 97), (129, 256, 256)] {
@@ -1179,20 +1189,16 @@ mod tests {
             let mut want = vec![0i32; len];
             crate::kernels::portable::vecmat_sums_i8(&xq, &values, cols, &mut want);
             let mut got = vec![7i32; len];
-            if crate::kernels::features::has_avx2() {
-                // SAFETY: the CPU has AVX2, checked just above.
+            if avx2 {
+                // SAFETY: the CPU has AVX2, checked at the start.
                 unsafe { super::vecmat_sums_i8(&xq, &values, cols, &mut got) };
                 assert_eq!(got, want, "AVX2, {rows} x {cols}");
-            } else {
-                eprintln!("SKIPPED (AVX2 part): this CPU has no AVX2");
             }
-            if crate::kernels::features::has_avx512bw() {
+            if avx512 {
                 got.fill(7);
-                // SAFETY: the CPU has AVX-512F, BW and VL, checked just above.
+                // SAFETY: the CPU has AVX-512F, BW and VL, checked at the start.
                 unsafe { super::super::avx512::vecmat_sums_i8(&xq, &values, cols, &mut got) };
                 assert_eq!(got, want, "AVX-512, {rows} x {cols}");
-            } else {
-                eprintln!("SKIPPED (AVX-512 part): this CPU has no AVX-512BW");
             }
         }
     }
@@ -1200,7 +1206,7 @@ mod tests {
     #[test]
     fn f16c_dot_equals_the_scalar_dot_for_every_half() {
         if !crate::kernels::features::has_f16c() {
-            eprintln!("SKIPPED: this CPU has no F16C");
+            crate::test_skips::skipped("this CPU has no F16C");
             return;
         }
         // every f16 bit pattern as a weight (NaNs compared as NaNs), against varied inputs
@@ -1226,7 +1232,7 @@ mod tests {
     #[test]
     fn avx2_dot_equals_the_scalar_dot() {
         if !crate::kernels::features::has_avx2() {
-            eprintln!("SKIPPED: this CPU has no AVX2");
+            crate::test_skips::skipped("this CPU has no AVX2");
             return;
         }
         let mut rng = Rng::new(1);
@@ -1306,7 +1312,7 @@ mod tests {
     #[test]
     fn avx_f32_rows_equal_the_scalar_dot_per_row() {
         if !crate::kernels::features::has_avx_f16c() {
-            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
         for cols in [0usize, 1, 3, 4, 5, 7, 8, 31, 32, 33, 128, 130] {
@@ -1334,7 +1340,7 @@ mod tests {
     #[test]
     fn f16c_rows_equal_the_scalar_dot_for_every_half() {
         if !crate::kernels::features::has_avx_f16c() {
-            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
         // every f16 bit pattern as a weight, in rows of several widths
@@ -1356,7 +1362,7 @@ mod tests {
     #[test]
     fn avx_weighted_rows_add_in_the_scalar_order() {
         if !crate::kernels::features::has_avx_f16c() {
-            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
         for n in [0usize, 1, 7, 8, 9, 31, 32, 33, 64, 70] {
@@ -1386,7 +1392,7 @@ mod tests {
     #[test]
     fn avx2_row_sums_equal_the_scalar_dot_per_row() {
         if !crate::kernels::features::has_avx2() {
-            eprintln!("SKIPPED: this CPU has no AVX2");
+            crate::test_skips::skipped("this CPU has no AVX2");
             return;
         }
         let mut rng = Rng::new(5);
@@ -1422,7 +1428,7 @@ mod tests {
     #[test]
     fn avx2_int4_sums_equal_the_scalar_sums() {
         if !crate::kernels::features::has_avx2() {
-            eprintln!("SKIPPED: this CPU has no AVX2");
+            crate::test_skips::skipped("this CPU has no AVX2");
             return;
         }
         let mut rng = Rng::new(9);
@@ -1458,7 +1464,7 @@ mod tests {
             key_sums_i8 as key_sums_portable, query_words, value_sums_i8 as value_sums_portable,
         };
         if !crate::kernels::features::has_avx2() {
-            eprintln!("SKIPPED: this CPU has no AVX2");
+            crate::test_skips::skipped("this CPU has no AVX2");
             return;
         }
         let mut rng = Rng::new(17);
@@ -1491,7 +1497,7 @@ mod tests {
     #[test]
     fn rows_for_several_inputs_equal_the_scalar_dot_per_row_and_input() {
         if !crate::kernels::features::has_avx_f16c() {
-            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
         let shapes = [
@@ -1555,7 +1561,7 @@ mod tests {
     #[test]
     fn infinite_weights_stay_in_their_own_rows_and_inputs() {
         if !crate::kernels::features::has_avx_f16c() {
-            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
         // one infinity per row against inputs without zeros: every sum is infinite, while a
@@ -1591,7 +1597,7 @@ mod tests {
     #[test]
     fn avx_quantization_equals_the_portable_one() {
         if !crate::kernels::features::has_avx_f16c() {
-            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
         for len in [0usize, 1, 7, 8, 9, 31, 64, 130] {
@@ -1635,7 +1641,7 @@ mod tests {
     #[test]
     fn avx2_softmax_exp_equals_libm_expf() {
         if !crate::kernels::features::has_avx2() || !crate::kernels::features::has_avx_f16c() {
-            eprintln!("SKIPPED: this CPU has no AVX2");
+            crate::test_skips::skipped("this CPU has no AVX2");
             return;
         }
         let check = |args: &[f32; 8], max: f32| {
@@ -1708,7 +1714,7 @@ mod tests {
     #[test]
     fn f16c_strided_rows_and_weighted_rows_equal_the_portable_loops() {
         if !crate::kernels::features::has_avx_f16c() {
-            eprintln!("SKIPPED: this CPU has no AVX and F16C");
+            crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
         let widen = crate::kernels::portable::f16_to_f32;

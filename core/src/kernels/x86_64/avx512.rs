@@ -625,7 +625,7 @@ mod tests {
     #[test]
     fn softmax_exp16_has_the_bits_of_libm_expf() {
         if !crate::kernels::features::has_avx512f() {
-            eprintln!("SKIPPED softmax_exp16_has_the_bits_of_libm_expf: this CPU has no AVX-512F");
+            crate::test_skips::skipped("this CPU has no AVX-512F");
             return;
         }
         let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
@@ -691,7 +691,7 @@ mod tests {
     #[test]
     fn avx512_rows_for_several_inputs_equal_the_scalar_dots() {
         if !crate::kernels::features::has_avx512f() {
-            eprintln!("SKIPPED: this CPU has no AVX-512F (with F16C)");
+            crate::test_skips::skipped("this CPU has no AVX-512F (with F16C)");
             return;
         }
         let mut rng = Rng::new(17);
@@ -782,9 +782,7 @@ mod tests {
     #[test]
     fn dots_four_inputs_have_the_bits_of_scalar_dot() {
         if !crate::kernels::features::has_avx512f() {
-            eprintln!(
-                "SKIPPED dots_four_inputs_have_the_bits_of_scalar_dot: this CPU has no AVX-512F (with F16C)"
-            );
+            crate::test_skips::skipped("this CPU has no AVX-512F (with F16C)");
             return;
         }
         for cols in [1usize, 3, 4, 5, 63, 64, 65, 130] {
@@ -861,9 +859,7 @@ mod tests {
     #[test]
     fn layer_norm_sums_have_the_bits_of_the_portable_loops() {
         if !crate::kernels::features::has_avx512f() {
-            eprintln!(
-                "SKIPPED layer_norm_sums_have_the_bits_of_the_portable_loops: this CPU has no AVX-512F"
-            );
+            crate::test_skips::skipped("this CPU has no AVX-512F");
             return;
         }
         let mut rng = Rng::new(29);
@@ -927,7 +923,7 @@ mod tests {
     fn the_transpose_moves_every_lane_across_the_diagonal() {
         use core::arch::x86_64::*;
         if !crate::kernels::features::has_avx512f() {
-            eprintln!("SKIPPED the_transpose_moves_every_lane_across_the_diagonal: this CPU has no AVX-512F");
+            crate::test_skips::skipped("this CPU has no AVX-512F");
             return;
         }
         let mut lanes = [[0i32; 16]; 16];
@@ -953,7 +949,7 @@ mod tests {
     #[test]
     fn avx512_weighted_rows_for_several_lists_equal_the_portable_sums() {
         if !crate::kernels::features::has_avx512f() {
-            eprintln!("SKIPPED: this CPU has no AVX-512F (with F16C)");
+            crate::test_skips::skipped("this CPU has no AVX-512F (with F16C)");
             return;
         }
         let mut rng = Rng::new(5);

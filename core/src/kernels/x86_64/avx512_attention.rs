@@ -278,11 +278,12 @@ mod tests {
         noise(n, seed).map(|v| (v >> 56) as i8).collect()
     }
 
-    fn skipped(test: &str) -> bool {
+    /// Whether this CPU lacks the kernels' extensions (then recorded as a skip of the test).
+    fn skipped() -> bool {
         if has_avx512bw() {
             return false;
         }
-        eprintln!("SKIPPED {test}: this CPU has no AVX-512BW and VL");
+        crate::test_skips::skipped("this CPU has no AVX-512BW and VL");
         true
     }
 
@@ -290,7 +291,7 @@ mod tests {
     /// counts around a block of sixteen, one to sixteen queries, keys at a stride of three heads.
     #[test]
     fn key_sums_each_are_the_portable_sums_of_each_query() {
-        if skipped("key_sums_each_are_the_portable_sums_of_each_query") {
+        if skipped() {
             return;
         }
         for d_head in [1, 3, 4, 8, 16, 19, 24, 64, 100] {
@@ -332,7 +333,7 @@ mod tests {
     /// lists, added onto accumulators that already hold sums.
     #[test]
     fn value_sums_each_are_the_portable_sums_of_each_list() {
-        if skipped("value_sums_each_are_the_portable_sums_of_each_list") {
+        if skipped() {
             return;
         }
         for columns in [1, 7, 16, 19, 64, 100] {
@@ -375,7 +376,7 @@ mod tests {
     /// of each row follow from them).
     #[test]
     fn magnitudes_each_are_the_portable_ones_of_each_row() {
-        if skipped("magnitudes_each_are_the_portable_ones_of_each_row") {
+        if skipped() {
             return;
         }
         let specials = [f32::NAN, f32::INFINITY, -0.0, f32::from_bits(1), -3.0e38, 1.0e-30];

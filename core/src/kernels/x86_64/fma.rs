@@ -328,7 +328,7 @@ mod tests {
     #[test]
     fn avx2_fused_rows_equal_the_portable_order() {
         if !crate::kernels::features::has_avx2_fma() {
-            eprintln!("SKIPPED: this CPU has no AVX2 with FMA");
+            crate::test_skips::skipped("this CPU has no AVX2 with FMA");
             return;
         }
         equals_the_portable_order(super::matmul_fma_f32);

@@ -267,23 +267,31 @@ mod tests {
     /// Every VNNI build's int4 kernel this CPU has, by name.
     type Int4RowSums = unsafe fn(&[u8], usize, &[u8], &[i8], &mut [i64]);
 
+    /// (Each build this CPU lacks is recorded as a skip of the calling test.)
     fn int4_builds() -> Vec<(&'static str, Int4RowSums)> {
         let mut builds: Vec<(&'static str, Int4RowSums)> = Vec::new();
         if crate::kernels::features::has_avx512_vnni() {
             builds.push(("AVX-512 VNNI", super::evex::row_sums_i4));
+        } else {
+            crate::test_skips::skipped(NO_AVX512_VNNI);
         }
         if crate::kernels::features::has_avx_vnni() {
             builds.push(("AVX-VNNI", super::vex::row_sums_i4));
+        } else {
+            crate::test_skips::skipped(NO_AVX_VNNI);
         }
         builds
     }
+
+    /// The skips of the builds a CPU lacks.
+    const NO_AVX512_VNNI: &str = "the AVX-512 VNNI build: this CPU has no AVX-512 VNNI (with VL)";
+    const NO_AVX_VNNI: &str = "the AVX-VNNI build: this CPU has no AVX-VNNI";
 
     #[test]
     fn vnni_int4_sums_equal_the_scalar_sums() {
         let builds = int4_builds();
         if builds.is_empty() {
-            eprintln!("SKIPPED: this CPU has neither AVX-512 VNNI nor AVX-VNNI");
-            return;
+            return; // (both builds recorded as skipped)
         }
         let mut rng = Rng::new(13);
         let mut next = || byte(&mut rng);
@@ -325,6 +333,7 @@ mod tests {
     type RowSums = unsafe fn(&[i8], usize, &[i8], &mut [i32]);
     type RowSumsPair = unsafe fn(&[i8], usize, [&[i8]; 2], [&mut [i32]; 2]);
 
+    /// (Each build this CPU lacks is recorded as a skip of the calling test.)
     fn builds() -> Vec<(&'static str, RowSums, RowSumsPair)> {
         let mut builds: Vec<(&'static str, RowSums, RowSumsPair)> = Vec::new();
         if crate::kernels::features::has_avx512_vnni() {
@@ -333,9 +342,13 @@ mod tests {
                 super::evex::row_sums_i8,
                 super::evex::row_sums_pair_i8,
             ));
+        } else {
+            crate::test_skips::skipped(NO_AVX512_VNNI);
         }
         if crate::kernels::features::has_avx_vnni() {
             builds.push(("AVX-VNNI", super::vex::row_sums_i8, super::vex::row_sums_pair_i8));
+        } else {
+            crate::test_skips::skipped(NO_AVX_VNNI);
         }
         builds
     }
@@ -344,8 +357,7 @@ mod tests {
     fn vnni_row_sums_equal_the_scalar_dot_per_row() {
         let builds = builds();
         if builds.is_empty() {
-            eprintln!("SKIPPED: this CPU has neither AVX-512 VNNI nor AVX-VNNI");
-            return;
+            return; // (both builds recorded as skipped)
         }
         let mut rng = Rng::new(11);
         let mut next = || byte(&mut rng) as i8;

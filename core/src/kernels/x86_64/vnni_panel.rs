@@ -404,7 +404,7 @@ mod tests {
     #[test]
     fn the_sums_are_the_portable_ones_scaled() {
         if !has_vnni_512() {
-            eprintln!("SKIPPED the_sums_are_the_portable_ones_scaled: no 512-bit AVX-512 VNNI here");
+            crate::test_skips::skipped("no 512-bit AVX-512 VNNI here");
             return;
         }
         let mut rng = Rng::new(3);
