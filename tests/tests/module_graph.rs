@@ -38,8 +38,8 @@ fn modules(src: &Path) -> BTreeMap<String, String> {
     out
 }
 
-/// `text` without comments, string and character literals, and anything from the first
-/// `#[cfg(test)]` (or `#[cfg(all(test, ...))]`) module on (`pub(super) mod tests` too).
+/// `text` without comments, string and character literals, and its `#[cfg(test)]` (or
+/// `#[cfg(all(test, ...))]`) modules (`pub(super) mod tests` too, and `mod name;` lines).
 fn code_only(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
@@ -78,19 +78,45 @@ fn code_only(text: &str) -> String {
         let mut from = 0;
         while let Some(at) = out[from..].find(marker).map(|at| at + from) {
             let after = out[at..].find(']').map_or(out.len(), |end| at + end + 1);
-            let item = out[after..].trim_start();
-            let item = match item.strip_prefix("pub") {
-                Some(rest) if rest.starts_with('(') => {
-                    rest[rest.find(')').map_or(0, |end| end + 1)..].trim_start()
+            let rest = out[after..].trim_start();
+            let item = match rest.strip_prefix("pub") {
+                Some(vis) if vis.starts_with('(') => {
+                    vis[vis.find(')').map_or(0, |end| end + 1)..].trim_start()
                 }
-                Some(rest) => rest.trim_start(),
-                None => item,
+                Some(vis) => vis.trim_start(),
+                None => rest,
             };
-            if item.starts_with("mod ") {
-                out.truncate(at);
-                break;
+            if !item.starts_with("mod ") {
+                from = after;
+                continue;
             }
-            from = after;
+            // the module: `mod name;` to its `;`, `mod name { .. }` to its closing brace
+            let start = out.len() - item.len();
+            let end = match (item.find(';'), item.find('{')) {
+                (Some(semi), Some(open)) if semi < open => start + semi + 1,
+                (Some(semi), None) => start + semi + 1,
+                (_, Some(open)) => {
+                    let mut depth = 0usize;
+                    let mut end = out.len();
+                    for (i, c) in out[start + open..].char_indices() {
+                        match c {
+                            '{' => depth += 1,
+                            '}' => {
+                                depth -= 1;
+                                if depth == 0 {
+                                    end = start + open + i + 1;
+                                    break;
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    end
+                }
+                (None, None) => out.len(),
+            };
+            out.replace_range(at..end, "");
+            from = at;
         }
     }
     out
