@@ -3,28 +3,10 @@
 
 mod common;
 
-use common::{arena, tiny_config, tiny_image, MatrixDtype};
+use common::{arena, run, saved, tiny_config, tiny_image, MatrixDtype};
 use txl_core::{
     Config, Error, MemDtype, MemInit, Model, OptionWord, PositionKeys, Session, SessionOptions, StateError,
 };
-
-/// Every log-probability of a run, as bits.
-fn run(session: &mut Session<'_, '_>, segments: &[&[u32]]) -> Vec<u32> {
-    let mut bits = Vec::new();
-    for segment in segments {
-        session
-            .forward(segment, |_, row| bits.extend(row.iter().map(|v| v.to_bits())))
-            .expect("forward");
-    }
-    bits
-}
-
-fn saved(session: &Session<'_, '_>) -> Vec<u8> {
-    let mut out = vec![0u8; session.state_bytes()];
-    let written = session.save_state(&mut out).expect("save");
-    out.truncate(written);
-    out
-}
 
 const BEFORE: [&[u32]; 3] = [&[1, 7, 13], &[19, 2], &[5, 5, 0]];
 const AFTER: [&[u32]; 2] = [&[3, 11, 17], &[8]];

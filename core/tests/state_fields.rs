@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{arena, tiny_config, tiny_image, MatrixDtype};
+use common::{arena, run, saved, tiny_config, tiny_image, MatrixDtype};
 use txl_core::{
     crc32, Error, MemDtype, MemInit, Model, OptionWord, PositionKeys, Session, SessionOptions, StateError,
 };
@@ -39,23 +39,6 @@ static NOTHING: [&[u32]; 0] = [];
 static EACH: [&[&[u32]]; 3] = [&FULL, &PARTLY, &NOTHING];
 /// The text after it, whose log-probabilities show what the session holds.
 const AFTER: [&[u32]; 2] = [&[3, 11, 17], &[8]];
-
-fn run(session: &mut Session<'_, '_>, segments: &[&[u32]]) -> Vec<u32> {
-    let mut bits = Vec::new();
-    for segment in segments {
-        session
-            .forward(segment, |_, row| bits.extend(row.iter().map(|v| v.to_bits())))
-            .expect("forward");
-    }
-    bits
-}
-
-fn saved(session: &Session<'_, '_>) -> Vec<u8> {
-    let mut out = vec![0u8; session.state_bytes()];
-    let written = session.save_state(&mut out).expect("save");
-    out.truncate(written);
-    out
-}
 
 fn get_u32(bytes: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())

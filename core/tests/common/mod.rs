@@ -99,3 +99,22 @@ pub fn has_avx2_fma() -> bool {
     #[allow(unreachable_code)]
     false
 }
+
+/// Every log-probability of a run of `segments`, as bits.
+pub fn run(session: &mut Session<'_, '_>, segments: &[&[u32]]) -> Vec<u32> {
+    let mut bits = Vec::new();
+    for segment in segments {
+        session
+            .forward(segment, |_, row| bits.extend(row.iter().map(|v| v.to_bits())))
+            .expect("forward");
+    }
+    bits
+}
+
+/// The session's state, as `save_state` writes it.
+pub fn saved(session: &Session<'_, '_>) -> Vec<u8> {
+    let mut out = vec![0u8; session.state_bytes()];
+    let written = session.save_state(&mut out).expect("save");
+    out.truncate(written);
+    out
+}
