@@ -13,7 +13,8 @@
 //! `W_r` folded into the query.
 
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
-use crate::memory::{MemDtype, Memory, QUERIES_TOGETHER};
+use crate::memory::{Memory, QUERIES_TOGETHER};
+use crate::options::MemDtype;
 use crate::position::PositionScores;
 use crate::vector;
 

@@ -73,18 +73,9 @@ impl fmt::Display for StateError {
                 f,
                 "the state was saved with another model image (image CRC {image_crc:#010x})"
             ),
-            StateError::OtherOptions { saved } => write!(
-                f,
-                "the state was saved with other session options (tgt_len {}, mem_len {}, clamp_len {}, \
-                 same_length {}, mem_init {}, mem_dtype {}, position keys {})",
-                saved.tgt_len,
-                saved.mem_len,
-                saved.clamp_len,
-                saved.same_length,
-                saved.mem_init,
-                saved.mem_dtype,
-                saved.position_keys
-            ),
+            StateError::OtherOptions { saved } => {
+                write!(f, "the state was saved with other session options ({saved:#})")
+            }
         }
     }
 }

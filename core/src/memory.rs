@@ -15,8 +15,7 @@ use half::f16;
 
 use crate::int8_attention;
 use crate::kernels;
-pub(crate) use crate::options::int8_values_bytes;
-pub use crate::options::MemDtype;
+use crate::options::MemDtype;
 
 /// Queries the attention (`crate::attention::attend_block`) takes together at most, and the
 /// memory's several-query products with them. Every key and value a block reads serves

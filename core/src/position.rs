@@ -22,7 +22,7 @@
 
 use crate::kernels;
 use crate::matrix;
-pub(crate) use crate::options::split_distances;
+use crate::options::split_distances;
 use crate::weights::Matrix;
 
 /// Where one query's position scores come from. [`PositionScores::start_head`] prepares a

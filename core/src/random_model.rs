@@ -177,46 +177,41 @@ impl RandomModel {
                 values.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
             }
         }
-        let halves = tensors
+        // each tensor as the image stores it, in tensor order (the smoothed matrices' activation
+        // scales are drawn matrix by matrix after every weight)
+        let stored = tensors
             .iter()
-            .map(|(name, _, values)| {
-                let wanted = if name.is_matrix() {
-                    self.matrices == MatrixDtype::F16
+            .map(|(name, shape, values)| {
+                let dtype = if name.is_matrix() {
+                    self.matrices
+                } else if self.vectors == VectorDtype::F16 {
+                    MatrixDtype::F16
                 } else {
-                    self.vectors == VectorDtype::F16
+                    MatrixDtype::F32
                 };
-                if wanted {
-                    let mut half = try_vec(values.len(), 2)?;
-                    half.extend(values.iter().map(|&v| f16::from_f32(v)));
-                    Ok(half)
-                } else {
-                    Ok(Vec::new())
-                }
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        let smoothed = self.matrices == MatrixDtype::Int8Smoothed;
-        let quantized = tensors
-            .iter()
-            .map(|(_, shape, values)| match self.matrices {
-                MatrixDtype::Int8 | MatrixDtype::Int8Smoothed => {
-                    quantize_rows(*shape, values, smoothed.then_some(&mut rng))
-                }
-                MatrixDtype::F32 | MatrixDtype::F16 => Ok(Int8Rows::default()),
+                Ok(match dtype {
+                    MatrixDtype::F32 => Stored::F32,
+                    MatrixDtype::F16 => {
+                        let mut half = try_vec(values.len(), 2)?;
+                        half.extend(values.iter().map(|&v| f16::from_f32(v)));
+                        Stored::F16(half)
+                    }
+                    MatrixDtype::Int8 => Stored::Int8(quantize_rows(*shape, values, None)?),
+                    MatrixDtype::Int8Smoothed => Stored::Int8(quantize_rows(*shape, values, Some(&mut rng))?),
+                })
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let payloads: Vec<(TensorName, Payload<'_>)> = tensors
             .iter()
-            .enumerate()
-            .map(|(i, (name, _, values))| {
-                let payload = match self.matrices {
-                    _ if !name.is_matrix() && self.vectors == VectorDtype::F16 => Payload::F16(&halves[i]),
-                    _ if !name.is_matrix() => Payload::F32(values),
-                    MatrixDtype::F32 => Payload::F32(values),
-                    MatrixDtype::F16 => Payload::F16(&halves[i]),
-                    MatrixDtype::Int8 | MatrixDtype::Int8Smoothed => Payload::Int8 {
-                        values: &quantized[i].values,
-                        row_scales: &quantized[i].row_scales,
-                        act_scales: smoothed.then_some(&quantized[i].act_scales[..]),
+            .zip(&stored)
+            .map(|((name, _, values), stored)| {
+                let payload = match stored {
+                    Stored::F32 => Payload::F32(values),
+                    Stored::F16(half) => Payload::F16(half),
+                    Stored::Int8(rows) => Payload::Int8 {
+                        values: &rows.values,
+                        row_scales: &rows.row_scales,
+                        act_scales: (!rows.act_scales.is_empty()).then_some(&rows.act_scales[..]),
                     },
                 };
                 (*name, payload)
@@ -307,6 +302,16 @@ fn scaled_mean_std(name: TensorName, shape: Shape, init: RandomInit) -> (f32, f3
     }
 }
 
+/// A tensor as the image stores it, beside its f32 draws.
+enum Stored {
+    /// The draws themselves.
+    F32,
+    /// The draws rounded to f16.
+    F16(Vec<f16>),
+    /// The draws quantized to int8 rows.
+    Int8(Int8Rows),
+}
+
 /// A matrix in int8: values, row scales, activation scales (empty unless smoothed).
 #[derive(Debug, Default)]
 struct Int8Rows {
@@ -317,7 +322,7 @@ struct Int8Rows {
 
 /// Symmetric int8 with one scale per row. With `smoothing`, each column `c` first gets a
 /// random activation scale `a_c` and the row stores `W[r][c] / a_c` (the matrix stands for
-/// `q * row_scale * a_c`). Nothing for a vector.
+/// `q * row_scale * a_c`). Only matrices are quantized (a vector's shape gives nothing).
 fn quantize_rows(shape: Shape, values: &[f32], smoothing: Option<&mut Rng>) -> Result<Int8Rows, Error> {
     let Shape::Matrix(rows, cols) = shape else {
         return Ok(Int8Rows::default());
@@ -389,26 +394,17 @@ pub fn tiny_config() -> Config {
     let mut cutoffs = [0; MAX_CUTOFFS];
     cutoffs[0] = 6;
     cutoffs[1] = 12;
+    // `small_config`'s switches, at smaller sizes and with the middle projection tied alone
     Config {
         n_token: 20,
         d_model: 8,
         d_embed: 8,
-        n_head: 2,
-        d_head: 4,
         d_inner: 12,
-        n_layer: 2,
         cutoffs,
-        n_cutoffs: 2,
-        div_val: 2,
-        tie_weight: true,
         tie_projs: 0b010,
-        pre_lnorm: false,
-        untie_r: true,
-        layer_norm_epsilon: 1e-5,
         tgt_len: 3,
         mem_len: 4,
-        clamp_len: 0,
-        same_length: false,
+        ..small_config()
     }
 }
 

@@ -175,9 +175,7 @@ pub fn dots_strided_f16(rows: &[half::f16], stride: usize, x: &[f32], out: &mut 
         // SAFETY: the CPU has AVX and F16C, checked just above.
         return unsafe { avx::dots_strided(rows, stride, x, out) };
     }
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = dot_f16(&rows[r * stride..r * stride + x.len()], x);
-    }
+    portable::dots_strided_f16(rows, stride, x, out)
 }
 
 /// The x86-64 kernels of [`dots_strided_each_f32`] for f32 or f16 rows: AVX-512F for three

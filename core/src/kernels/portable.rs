@@ -274,7 +274,7 @@ pub(crate) fn quantize_with(out: &mut [i8], max_abs: f32, values: impl Iterator<
 /// `libm::roundf(y) as i32` for `|y| < 2^31` (NaN gives 0): the same formula, truncating
 /// `y + copysign(0.5 - EPSILON / 4, y)`, without the call.
 #[inline(always)]
-pub(crate) fn round_in_range(y: f32) -> i32 {
+fn round_in_range(y: f32) -> i32 {
     const JUST_BELOW_HALF: f32 = 0.5 - 0.25 * f32::EPSILON;
     let half = if y < 0.0 {
         -JUST_BELOW_HALF

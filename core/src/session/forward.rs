@@ -18,9 +18,9 @@ use crate::embedding;
 use crate::error::Error;
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
 use crate::matrix;
-use crate::options::PositionKeys;
+use crate::options::{split_distances, PositionKeys};
 use crate::output;
-use crate::position::{position_embedding, position_embeddings, split_distances, PositionScores, SplitTable};
+use crate::position::{position_embedding, position_embeddings, PositionScores, SplitTable};
 use crate::vector;
 use crate::weights::Matrix;
 

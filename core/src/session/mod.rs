@@ -7,9 +7,9 @@ pub mod state;
 
 use crate::arena::{ArenaLayout, Carver};
 use crate::error::Error;
-use crate::memory::{int8_values_bytes, MemDtype, Memory, Store};
+use crate::memory::{Memory, Store};
 use crate::model::Model;
-use crate::options::{MemInit, SessionOptions};
+use crate::options::{int8_values_bytes, MemDtype, MemInit, SessionOptions};
 
 /// A linear layer of a decoder layer, as [`Probe`] names it; `linear as usize` is its place
 /// in the layer, in the order the forward pass runs them.

@@ -12,8 +12,8 @@
 
 use crate::crc32::crc32;
 use crate::error::{Error, StateError};
-use crate::memory::MemDtype;
 use crate::model::Model;
+use crate::options::MemDtype;
 use crate::options::{MemInit, OptionWord, PositionKeys, SessionOptions};
 
 use super::Session;
