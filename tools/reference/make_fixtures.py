@@ -26,6 +26,7 @@ See tools/reference/README.md for the full description and how to run it.
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import math
@@ -180,6 +181,7 @@ def make_config(
     tie_word_embeddings: bool,
     proj_share_all_but_first: bool,
     dropout: float = 0.0,
+    layer_norm_epsilon: float = 1e-5,
 ) -> TransfoXLConfig:
     """A TransfoXLConfig with every field spelled out (HF defaults are not relied upon).
 
@@ -212,7 +214,7 @@ def make_config(
         init_range=0.01,
         proj_init_std=0.01,
         init_std=0.02,
-        layer_norm_epsilon=1e-5,
+        layer_norm_epsilon=layer_norm_epsilon,
         eos_token_id=0,
         tie_word_embeddings=tie_word_embeddings,
         tgt_len=tgt_len,
@@ -474,6 +476,22 @@ def random_models() -> list[RandomModel]:
         Case("seg_mem8_empty", 6, 8, 0, False, "empty", 30),
         Case("seg_mem8_zeros", 6, 8, 0, False, "zeros", 30),
     ]
+    models.append(m)
+
+    # 6. Another LayerNorm epsilon, with embeddings small enough that it matters: the first
+    # LayerNorm of each layer sees a variance near 1e-2, so 1e-3 against HF's default 1e-5
+    # moves every log-probability (check_epsilon_matters shows by how much).
+    cfg = dict(n_token=80, cutoffs=[30], d_model=16, d_embed=16, n_head=2, d_head=8, d_inner=32,
+               div_val=1, n_layer=2, mem_len=6, tgt_len=5, clamp_len=0, same_length=False,
+               pre_lnorm=False, untie_r=True, tie_word_embeddings=False, proj_share_all_but_first=True,
+               layer_norm_epsilon=1e-3)
+    m = RandomModel(
+        "layer_norm_eps",
+        "layer_norm_epsilon 1e-3 (every other fixture has HF's default 1e-5) with small embeddings "
+        "(std 0.02, variance ~6e-3 after the sqrt(d_model) scale) so the epsilon matters; one tail cluster "
+        "(cutoffs [30]), div_val 1, untied output weights; post-LN; untie_r true",
+        seed=606, gain=1.0, emb_std=0.02, config=cfg, n_tokens=36)
+    m.cases = std_cases(5, 6, 0, False, 36)
     models.append(m)
     return models
 
@@ -790,6 +808,33 @@ def run_model_checks(spec: RandomModel, out_dir: Path, model64, tokens: list[int
     assert d32 < 1e-3, f"float32 vs float64 differ by {d32}"
     print(f"[check] {spec.name}: ok (segment/stream prefix, unbounded memory, carry, f32~f64 {d32:.1e})")
 
+    if model64.config.layer_norm_epsilon != 1e-5:
+        check_epsilon_matters(spec, model64, tokens, results)
+
+
+# A reader that ignored the config's epsilon and used HF's default must miss every case by far
+# more than the tests' tolerance (1e-4).
+EPSILON_MIN_EFFECT = 1e-2
+
+
+def check_epsilon_matters(spec: RandomModel, model64, tokens: list[int], results: dict) -> None:
+    """Every case scored with HF's default LayerNorm epsilon (1e-5) instead of the config's differs
+    from the fixture by more than EPSILON_MIN_EFFECT somewhere."""
+    default = copy.deepcopy(model64)
+    for module in default.modules():
+        if isinstance(module, nn.LayerNorm):
+            module.eps = 1e-5
+    worst = []
+    for case in spec.cases:
+        logp, full = score(default, tokens, case)
+        ref_logp, ref_full = results[case.name]
+        k = min(ROWS_K, case.n_tokens)
+        d = max((logp - ref_logp).abs().max().item(), (full[:k] - ref_full[:k]).abs().max().item())
+        assert d > EPSILON_MIN_EFFECT, f"{spec.name}/{case.name}: epsilon 1e-5 changes ln p by only {d:.2e}"
+        worst.append(d)
+    print(f"[check] {spec.name}: epsilon {model64.config.layer_norm_epsilon:g} -> 1e-5 changes ln p by "
+          f"{min(worst):.2e} to {max(worst):.2e} (max |Δ| per case)")
+
 
 def process_demo(args, summary: list) -> tuple[dict, float]:
     out_dir = FIXTURES / "demo"
@@ -878,6 +923,9 @@ def main() -> None:
                          "processes keep the cores busy; results may depend on this number)")
     ap.add_argument("--reuse-demo", action="store_true",
                     help="keep the existing demo model instead of retraining it (fixtures are still rewritten)")
+    ap.add_argument("--only", action="append", metavar="NAME",
+                    help="regenerate only this random model (repeatable); the other models, the demo and "
+                         "their manifest entries are left as they are")
     args = ap.parse_args()
 
     t0 = time.time()
@@ -888,18 +936,31 @@ def main() -> None:
 
     summary: list = []
     specs = random_models()
+    if args.only:
+        unknown = set(args.only) - {s.name for s in specs}
+        if unknown:
+            ap.error(f"--only: no random model named {', '.join(sorted(unknown))}")
+        old_entries = {e["name"]: e for e in json.loads((FIXTURES / "manifest.json").read_text())["models"]}
     entries = []
     use_patched_attention(True)
     for spec in specs:
-        entries.append(process_random_model(spec, summary))
+        if args.only and spec.name not in args.only:
+            entries.append(old_entries[spec.name])
+        else:
+            entries.append(process_random_model(spec, summary))
+    regenerated = [s for s in specs if not args.only or s.name in args.only]
 
     # Patch checks, on segment cases (several tokens per call, so the mask is in play).
-    for spec in specs:
+    for spec in regenerated:
         check_patch_is_exact(FIXTURES / spec.name, tokens_of(spec), spec.cases[0])
-    check_hf_float64_needs_patch(FIXTURES / specs[0].name, tokens_of(specs[0]), specs[0].cases[0])
+    check_hf_float64_needs_patch(FIXTURES / regenerated[0].name, tokens_of(regenerated[0]), regenerated[0].cases[0])
 
-    demo_entry, bpb = process_demo(args, summary)
-    entries.append(demo_entry)
+    if args.only:
+        entries.append(old_entries["demo"])
+        bpb = None
+    else:
+        demo_entry, bpb = process_demo(args, summary)
+        entries.append(demo_entry)
 
     manifest = {
         "generator": GENERATOR,
@@ -911,7 +972,8 @@ def main() -> None:
 
     print_summary(summary)
     total = sum(p.stat().st_size for p in FIXTURES.rglob("*") if p.is_file())
-    print(f"\ndemo held-out bits/byte: {bpb:.4f}")
+    if bpb is not None:
+        print(f"\ndemo held-out bits/byte: {bpb:.4f}")
     print(f"tests/fixtures total size: {total / 1e6:.2f} MB")
     print(f"wall time: {time.time() - t0:.0f}s")
 
