@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regenerate tests/fixtures: create a virtual environment (once), install the
-# pinned requirements, run make_fixtures.py, then pytorch_quantization.py
-# (PyTorch's quantization baseline on the demo model), make_second_model.py
+# pinned requirements, run make_fixtures.py, then make_compare_fixture.py
+# (tests/fixtures/compare, what `txl compare` must report, from the random
+# model adaptive_div2), pytorch_quantization.py (PyTorch's quantization
+# baseline on the demo model), make_second_model.py
 # --reuse and its baseline (the second trained model, tests/fixtures/second), then
 # make_original_fixtures.py (tests/fixtures/original, from the weights just
 # written; regenerate_original.sh runs that step alone).  Extra arguments are
@@ -16,7 +18,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 venv="${VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/txl-reference-venv}"
 python="${PYTHON:-python3}"
 
-if ! command -v bible >/dev/null 2>&1 && [[ " $* " != *" --corpus "* ]]; then
+# (--only leaves the demo model alone and needs no training text.)
+if ! command -v bible >/dev/null 2>&1 && [[ " $* " != *" --corpus "* && " $* " != *" --only "* ]]; then
     echo "error: the 'bible' program (Debian package bible-kjv) provides the training text:" >&2
     echo "       sudo apt-get install bible-kjv" >&2
     exit 1
@@ -30,6 +33,7 @@ fi
 "$venv/bin/python" -m pip install --quiet -r "$here/requirements.txt"
 
 "$venv/bin/python" "$here/make_fixtures.py" "$@"
+"$venv/bin/python" "$here/make_compare_fixture.py"
 "$venv/bin/python" "$here/pytorch_quantization.py"
 "$venv/bin/python" "$here/make_second_model.py" --reuse
 "$venv/bin/python" "$here/pytorch_quantization.py" --model second
