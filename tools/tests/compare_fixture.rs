@@ -82,8 +82,7 @@ fn compare_matches_hugging_face_float64() {
         let (got, want) = (ours[key].as_f64().unwrap(), expected[key].as_f64().unwrap());
         let delta = (got - want).abs();
         println!("{key:<26} txl {got:.9} Hugging Face {want:.9} |Δ| {delta:.2e}");
-        // (a NaN fails: the comparison is false)
-        if !(delta <= TOLERANCE) {
+        if delta.is_nan() || delta > TOLERANCE {
             failures.push(format!("{key}: txl {got}, Hugging Face float64 {want}"));
         }
     }
