@@ -1,7 +1,13 @@
 //! The firmware (`firmware/`) runs the unmodified core on microcontrollers in QEMU and gives the
 //! host core's results bit for bit; images that do not fit the board fail the build. The default
 //! board (`mps2-an386`, Cortex-M4F) is checked in depth; every other board (Cortex-M7, M33, M55,
-//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset.
+//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset. The session options'
+//! build variables (`TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`, `TXL_MEM_INIT`, f16 memory, the position
+//! keys per segment) run on the M33 and the keys folded into the queries on the RV32IMAC, then
+//! other options given at run time, with the static arena and one from the heap; each option is
+//! first seen to change the host's digest (the position keys per segment: its arena), so one the
+//! firmware ignored fails the test. The firmware's error exits (bad arguments, a heap too small
+//! for the arena, the core's errors) are checked with their exit codes and messages.
 //!
 //! Needs every board's Rust target and QEMU (`qemu-system-arm`, `qemu-system-riscv32`), which
 //! `scripts/test.sh` installs; a missing one fails the test. Builds go to `target/firmware-test`
