@@ -1,13 +1,14 @@
 //! The firmware (`firmware/`) runs the unmodified core on microcontrollers in QEMU and gives the
 //! host core's results bit for bit; images that do not fit the board fail the build. The default
 //! board (`mps2-an386`, Cortex-M4F) is checked in depth; every other board (Cortex-M7, M33, M55,
-//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset. The session options'
-//! build variables (`TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`, `TXL_MEM_INIT`, f16 memory, the position
-//! keys per segment) run on the M33 and the keys folded into the queries on the RV32IMAC, then
-//! other options given at run time, with the static arena and one from the heap; each option is
-//! first seen to change the host's digest (the position keys per segment: its arena), so one the
-//! firmware ignored fails the test. The firmware's error exits (bad arguments, a heap too small
-//! for the arena, the core's errors) are checked with their exit codes and messages.
+//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset. Every session option's
+//! build variable (`TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`,
+//! `TXL_MEM_INIT`, f16 memory, the position keys per segment) runs on the M33 and the keys folded
+//! into the queries on the RV32IMAC, then other options given at run time, with the static arena
+//! and one from the heap; each option is first seen to change the host's digest (the position
+//! keys per segment: its arena), so one the firmware ignored fails the test. The firmware's
+//! error exits (bad arguments, a heap too small for the arena, the core's errors) are checked with
+//! their exit codes and messages.
 //!
 //! Needs every board's Rust target and QEMU (`qemu-system-arm`, `qemu-system-riscv32`), which
 //! `scripts/test.sh` installs; a missing one fails the test. Builds go to `target/firmware-test`
@@ -981,12 +982,13 @@ fn assert_scores_like_the_host(
 /// The board of the session options set at build time and of the firmware's error exits.
 const OPTIONS_BOARD: Board = board::MPS2_AN505;
 
-/// Every session option's build variable but `TXL_TGT_LEN` and `TXL_MEM_LEN` (the default board
-/// checks those), each with a value other than the demo model's (`tgt_len` 64, `mem_len` 64, no
-/// clamp, `same_length` true). The position keys recomputed per segment give the same bits as
-/// those kept, in less RAM.
-const BUILT_IN_OPTIONS: [OptionChange; 5] = [
-    // below mem_len + tgt_len: the distances 41..128 share the embedding of 40
+/// Every session option's build variable, each with a value other than the demo model's
+/// (`tgt_len` 64, `mem_len` 64, no clamp, `same_length` true). The position keys recomputed per
+/// segment give the same bits as those kept, in less RAM.
+const BUILT_IN_OPTIONS: [OptionChange; 7] = [
+    ("TXL_TGT_LEN=32", |o| o.tgt_len = 32),
+    ("TXL_MEM_LEN=48", |o| o.mem_len = 48),
+    // below mem_len + tgt_len = 80: the distances 41 to 79 share the embedding of 40
     ("TXL_CLAMP_LEN=40", |o| o.clamp_len = 40),
     ("TXL_SAME_LENGTH=false", |o| o.same_length = false),
     ("TXL_MEM_INIT=zeros", |o| o.mem_init = MemInit::Zeros),
@@ -1147,7 +1149,7 @@ fn firmware_error_exits_say_why() {
         "txl-core: invalid session options (tgt_len must be at least 1)"
     );
 
-    // The static arena, sized for mem_len 64, with mem_len 128.
+    // The static arena, sized for mem_len 48, with mem_len 128.
     let options = SessionOptions {
         mem_len: 128,
         ..built_in
