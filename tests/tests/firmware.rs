@@ -1,7 +1,14 @@
 //! The firmware (`firmware/`) runs the unmodified core on microcontrollers in QEMU and gives the
 //! host core's results bit for bit; images that do not fit the board fail the build. The default
 //! board (`mps2-an386`, Cortex-M4F) is checked in depth; every other board (Cortex-M7, M33, M55,
-//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset.
+//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset. Every session option's
+//! build variable (`TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`,
+//! `TXL_MEM_INIT`, f16 memory, the position keys per segment) runs on the M33 and the keys folded
+//! into the queries on the RV32IMAC, then other options given at run time, with the static arena
+//! and one from the heap; each option is first seen to change the host's digest (the position
+//! keys per segment: its arena), so one the firmware ignored fails the test. The firmware's
+//! error exits (bad arguments, a heap too small for the arena, the core's errors) are checked with
+//! their exit codes and messages.
 //!
 //! Needs every board's Rust target and QEMU (`qemu-system-arm`, `qemu-system-riscv32`), which
 //! `scripts/test.sh` installs; a missing one fails the test. Builds go to `target/firmware-test`
@@ -10,7 +17,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use txl_core::arena::ArenaLayout;
@@ -19,7 +26,7 @@ use txl_core::macs;
 use txl_core::sampling::Sampling;
 use txl_core::scoring;
 use txl_core::AlignedBytes;
-use txl_core::{Config, Model, Session, SessionOptions};
+use txl_core::{Config, MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
 use txl_firmware_host::board::{self, Board};
 use txl_firmware_host::{field, Outcome, ScoreLine};
 use txl_host_gpu::quantize::{quantize_weights, Target};
@@ -250,9 +257,14 @@ fn demo_image_f32() -> Vec<u8> {
 
 /// The tokens, and a file of them for `TXL_TOKENS` (one per test: the tests run in parallel).
 fn score_tokens(file: &str) -> (Vec<u32>, PathBuf) {
+    heldout_tokens(file, SCORE_TOKENS)
+}
+
+/// The first `count` bytes of the held-out text as tokens, and `file` holding them.
+fn heldout_tokens(file: &str, count: usize) -> (Vec<u32>, PathBuf) {
     let heldout =
         std::fs::read(workspace().join("tests/fixtures/demo/heldout.txt")).expect("reading heldout.txt");
-    let bytes = &heldout[..SCORE_TOKENS];
+    let bytes = &heldout[..count];
     let path = work_dir().join(file);
     std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
     (bytes.iter().map(|&b| u32::from(b)).collect(), path)
@@ -755,12 +767,10 @@ fn check_board(board: &Board) {
 /// [`check_board`] for the given `TXL_DTYPE`s and the images they stand for.
 fn check_board_images<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N]) {
     require_target_and_qemu(board);
-    let heldout =
-        std::fs::read(workspace().join("tests/fixtures/demo/heldout.txt")).expect("reading heldout.txt");
-    let bytes = &heldout[..BOARD_TOKENS];
-    let tokens_path = work_dir().join(format!("tokens-{}-{}.bin", board.name, images[0].0));
-    std::fs::write(&tokens_path, bytes).expect("writing the tokens");
-    let tokens: Vec<u32> = bytes.iter().map(|&b| u32::from(b)).collect();
+    let (tokens, tokens_path) = heldout_tokens(
+        &format!("tokens-{}-{}.bin", board.name, images[0].0),
+        BOARD_TOKENS,
+    );
     for (dtype, image) in images {
         let aligned = AlignedBytes::copy_from(&image).unwrap();
         let model = Model::parse(aligned.bytes()).expect("the image parses");
@@ -855,4 +865,334 @@ fn boards_are_built_with_their_own_kernels_only() {
 #[test]
 fn rv32imac_riscv32_virt_is_bit_exact_with_the_host() {
     check_board(&board::RISCV32_VIRT);
+}
+
+/// A change to the session options, named by the build variable (`TXL_CLAMP_LEN=40`) or the
+/// firmware's arguments (`--clamp-len 20`) that make it.
+type OptionChange = (&'static str, fn(&mut SessionOptions));
+
+/// `base` with every one of `changes`, once each change is seen to count: without it the host
+/// gives another digest (or, for the position keys, needs another arena), so a firmware that
+/// ignored it would fail.
+fn with_changes_that_count(
+    model: &Model<'_>,
+    tokens: &[u32],
+    base: SessionOptions,
+    changes: &[OptionChange],
+) -> SessionOptions {
+    let all_but = |skip: Option<usize>| {
+        let mut options = base;
+        for (i, (_, change)) in changes.iter().enumerate() {
+            if Some(i) != skip {
+                change(&mut options);
+            }
+        }
+        options
+    };
+    let result = |options: SessionOptions| {
+        let host = scoring::score(model, tokens, options, 0, |_| {}).expect("the host scores");
+        (host.digest(), Session::arena_bytes(model, &options).unwrap())
+    };
+    let options = all_but(None);
+    let expected = result(options);
+    let names: Vec<&str> = changes.iter().map(|(name, _)| *name).collect();
+    assert_ne!(result(base), expected, "{names:?} change nothing");
+    for (i, (name, _)) in changes.iter().enumerate() {
+        let without = all_but(Some(i));
+        let (digest, arena) = result(without);
+        if without.position_keys == options.position_keys {
+            assert_ne!(
+                digest,
+                expected.0,
+                "{name} leaves the host's digest for {} tokens as it was",
+                tokens.len()
+            );
+        } else {
+            // the position keys kept or recomputed per segment: the same bits in another arena
+            assert_ne!(
+                (digest, arena),
+                expected,
+                "{name} changes neither the host's digest nor its arena"
+            );
+        }
+    }
+    options
+}
+
+/// The build variables of `changes` (`TXL_CLAMP_LEN=40`, ...).
+fn build_vars(changes: &[OptionChange]) -> Vec<(&'static str, &'static OsStr)> {
+    changes
+        .iter()
+        .map(|(name, _)| {
+            let (var, value) = name.split_once('=').expect("VAR=value");
+            (var, OsStr::new(value))
+        })
+        .collect()
+}
+
+/// The firmware's arguments of `changes` (`--clamp-len 20`, ...).
+fn run_args(changes: &[OptionChange]) -> Vec<&'static str> {
+    changes
+        .iter()
+        .flat_map(|(name, _)| name.split_whitespace())
+        .collect()
+}
+
+/// `run` scored `tokens` as the host does with `options`: digest and bits per token, the arena
+/// the core sizes for them, and the options the firmware says it runs with.
+fn assert_scores_like_the_host(
+    run: &Outcome,
+    model: &Model<'_>,
+    tokens: &[u32],
+    options: &SessionOptions,
+    what: &str,
+) {
+    let firmware = score_line(run);
+    let host = scoring::score(model, tokens, *options, 0, |_| {}).expect("the host scores");
+    assert_eq!(firmware.tokens, tokens.len());
+    assert_eq!(
+        (firmware.digest, firmware.bits_per_token),
+        (host.digest(), host.bits_per_token()),
+        "{what}: firmware digest {:#010x}, host {:#010x} ({options}):\n{}",
+        firmware.digest,
+        host.digest(),
+        run.transcript()
+    );
+    assert_eq!(
+        number_after(&run.lines, "arena bytes"),
+        Session::arena_bytes(model, options).unwrap(),
+        "{what}: the arena for {options}:\n{}",
+        run.transcript()
+    );
+    let session = format!(
+        "session: {}",
+        options
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    assert!(
+        run.lines.contains(&session),
+        "{what}: no line {session:?}:\n{}",
+        run.transcript()
+    );
+}
+
+/// The board of the session options set at build time and of the firmware's error exits.
+const OPTIONS_BOARD: Board = board::MPS2_AN505;
+
+/// Every session option's build variable, each with a value other than the demo model's
+/// (`tgt_len` 64, `mem_len` 64, no clamp, `same_length` true). The position keys recomputed per
+/// segment give the same bits as those kept, in less RAM.
+const BUILT_IN_OPTIONS: [OptionChange; 7] = [
+    ("TXL_TGT_LEN=32", |o| o.tgt_len = 32),
+    ("TXL_MEM_LEN=48", |o| o.mem_len = 48),
+    // below mem_len + tgt_len = 80: the distances 41 to 79 share the embedding of 40
+    ("TXL_CLAMP_LEN=40", |o| o.clamp_len = 40),
+    ("TXL_SAME_LENGTH=false", |o| o.same_length = false),
+    ("TXL_MEM_INIT=zeros", |o| o.mem_init = MemInit::Zeros),
+    ("TXL_MEM_DTYPE=f16", |o| o.mem_dtype = MemDtype::F16),
+    ("TXL_POSITION_KEYS=segment", |o| {
+        o.position_keys = PositionKeys::PerSegment
+    }),
+];
+
+/// The int8 demo for [`OPTIONS_BOARD`] with [`BUILT_IN_OPTIONS`], and the [`BOARD_TOKENS`] tokens
+/// it scores: built once, by the first test that runs it.
+fn options_firmware() -> &'static (PathBuf, Vec<u32>) {
+    static FIRMWARE: OnceLock<(PathBuf, Vec<u32>)> = OnceLock::new();
+    FIRMWARE.get_or_init(|| {
+        require_target_and_qemu(&OPTIONS_BOARD);
+        let (tokens, tokens_path) = heldout_tokens("tokens-options.bin", BOARD_TOKENS);
+        let mut vars = build_vars(&BUILT_IN_OPTIONS);
+        vars.extend([
+            ("TXL_DTYPE", OsStr::new("int8")),
+            ("TXL_TOKENS", tokens_path.as_os_str()),
+        ]);
+        let elf = build_firmware(&OPTIONS_BOARD, "mps2-an505-options", &vars)
+            .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+        (elf, tokens)
+    })
+}
+
+/// The session options' build variables on the M33, each of which changes the host's digest or
+/// arena: the firmware runs with them, in the arena the core sizes for them, with the host's
+/// digest and bits per token. Then the same firmware takes other options at run time, each of
+/// which counts too: other lengths in an arena from the heap, the model's `same_length` and
+/// memory start in the static one.
+#[test]
+fn session_options_built_into_the_cortex_m33_firmware_are_bit_exact() {
+    let image = AlignedBytes::copy_from(&demo_image_int8()).unwrap();
+    let model = Model::parse(image.bytes()).expect("the image parses");
+    let (elf, tokens) = options_firmware();
+    let defaults = SessionOptions::from_config(model.config());
+    let built_in = with_changes_that_count(&model, tokens, defaults, &BUILT_IN_OPTIONS);
+    let run = run_firmware(elf, &["score"]);
+    assert_scores_like_the_host(&run, &model, tokens, &built_in, "the build-time options");
+
+    // Other lengths and a clamp below them (with same_length false the distances reach 47), in
+    // an arena sized at boot; then the model's same_length and memory start again, which the
+    // static arena holds.
+    let lengths: [OptionChange; 3] = [
+        ("--tgt-len 16", |o| o.tgt_len = 16),
+        ("--mem-len 32", |o| o.mem_len = 32),
+        ("--clamp-len 20", |o| o.clamp_len = 20),
+    ];
+    assert_scores_with_run_time_options(elf, &model, tokens, built_in, "heap", &lengths);
+    let starts: [OptionChange; 2] = [
+        ("--same-length true", |o| o.same_length = true),
+        ("--mem-init empty", |o| o.mem_init = MemInit::Empty),
+    ];
+    assert_scores_with_run_time_options(elf, &model, tokens, built_in, "static", &starts);
+}
+
+/// Runs `score --arena ARENA` with the arguments of `changes` (each of which must count) on a
+/// firmware built with the options `built_in`: the host's digest for those options changed.
+fn assert_scores_with_run_time_options(
+    elf: &Path,
+    model: &Model<'_>,
+    tokens: &[u32],
+    built_in: SessionOptions,
+    arena: &str,
+    changes: &[OptionChange],
+) {
+    let options = with_changes_that_count(model, tokens, built_in, changes);
+    let mut args = vec!["score", "--arena", arena];
+    args.extend(run_args(changes));
+    let run = run_firmware(elf, &args);
+    assert_scores_like_the_host(&run, model, tokens, &options, &args.join(" "));
+    let source = match arena {
+        "heap" => "(from the heap, sized at boot",
+        _ => "(static, computed at build time",
+    };
+    assert!(
+        run.lines.iter().any(|l| l.contains(source)),
+        "no {source:?}:\n{}",
+        run.transcript()
+    );
+}
+
+/// Runs `elf` with `args`, which must end with exit code `code` and one `ERROR` line, the last;
+/// returns the log and that line's message.
+fn run_failing(elf: &Path, args: &[&str], code: i32) -> (Outcome, String) {
+    let outcome = txl_firmware_host::run(elf, args, Some(QEMU_TIMEOUT), |_| {})
+        .unwrap_or_else(|e| panic!("running {} {args:?} in QEMU: {e:#}", elf.display()));
+    assert_eq!(
+        outcome.exit_code(),
+        Some(code),
+        "{args:?}: the exit code:\n{}",
+        outcome.transcript()
+    );
+    let errors: Vec<&String> = outcome.lines.iter().filter(|l| l.starts_with("ERROR ")).collect();
+    assert!(
+        errors.len() == 1 && outcome.lines.last() == Some(errors[0]),
+        "{args:?}: one ERROR line, the last:\n{}",
+        outcome.transcript()
+    );
+    let message = errors[0]["ERROR ".len()..].to_string();
+    (outcome, message)
+}
+
+/// The firmware's error exits, each with its exit code and one line that says why: a command line
+/// it cannot read (2, before anything else is printed), an arena larger than the heap (1) and the
+/// core's errors (1): options it refuses, and options the static arena cannot hold.
+#[test]
+fn firmware_error_exits_say_why() {
+    let image = AlignedBytes::copy_from(&demo_image_int8()).unwrap();
+    let model = Model::parse(image.bytes()).expect("the image parses");
+    let mut built_in = SessionOptions::from_config(model.config());
+    for (_, change) in BUILT_IN_OPTIONS {
+        change(&mut built_in);
+    }
+    let (elf, _) = options_firmware();
+
+    for (args, expected) in [
+        (
+            &["score", "--arena", "nowhere"][..],
+            "--arena takes static or heap",
+        ),
+        (
+            &["score", "--mem-length", "32"],
+            "unknown argument (see firmware/README.md)",
+        ),
+        (
+            &["demo", "--temperature", "-1"],
+            "--temperature takes a finite number >= 0",
+        ),
+    ] {
+        let (outcome, message) = run_failing(elf, args, 2);
+        assert_eq!(message, expected, "{args:?}");
+        assert_eq!(outcome.lines.len(), 1, "{args:?}:\n{}", outcome.transcript());
+    }
+
+    // Memory for 2000 positions: more than the heap has.
+    let options = SessionOptions {
+        mem_len: 2000,
+        ..built_in
+    };
+    let needed = Session::arena_bytes(&model, &options).unwrap();
+    let (outcome, message) = run_failing(elf, &["score", "--arena", "heap", "--mem-len", "2000"], 1);
+    let free = number_after(&outcome.lines, "sized at boot;");
+    assert!(free < needed, "{free} >= {needed}");
+    assert_eq!(
+        message,
+        format!(
+            "the arena needs {needed} bytes, the heap has {free} free: {} bytes short",
+            needed - free
+        )
+    );
+
+    let (_, message) = run_failing(elf, &["score", "--tgt-len", "0"], 1);
+    assert_eq!(
+        message,
+        "txl-core: invalid session options (tgt_len must be at least 1)"
+    );
+
+    // The static arena, sized for mem_len 48, with mem_len 128.
+    let options = SessionOptions {
+        mem_len: 128,
+        ..built_in
+    };
+    let (_, message) = run_failing(elf, &["score", "--mem-len", "128"], 1);
+    assert_eq!(
+        message,
+        format!(
+            "txl-core: arena too small: needs {} bytes, got {}",
+            Session::arena_bytes(&model, &options).unwrap(),
+            Session::arena_bytes(&model, &built_in).unwrap()
+        )
+    );
+}
+
+/// `W_r` folded into the queries (other bits than the keys kept) on the RV32IMAC in int8, which
+/// runs the portable kernels and its floating point in software: the host's digest with the
+/// static arena, and with one taken from the heap for a `tgt_len` and `mem_len` given at run time.
+#[test]
+fn rv32imac_firmware_with_folded_position_keys_and_the_heap_arena_is_bit_exact() {
+    let board = board::RISCV32_VIRT;
+    require_target_and_qemu(&board);
+    let image = AlignedBytes::copy_from(&demo_image_int8()).unwrap();
+    let model = Model::parse(image.bytes()).expect("the image parses");
+    let (tokens, tokens_path) = heldout_tokens("tokens-riscv32-virt-folded.bin", BOARD_TOKENS);
+    let folded: [OptionChange; 1] = [("TXL_POSITION_KEYS=folded", |o| {
+        o.position_keys = PositionKeys::FoldedIntoQuery
+    })];
+    let defaults = SessionOptions::from_config(model.config());
+    let options = with_changes_that_count(&model, &tokens, defaults, &folded);
+    let mut vars = build_vars(&folded);
+    vars.extend([
+        ("TXL_DTYPE", OsStr::new("int8")),
+        ("TXL_TOKENS", tokens_path.as_os_str()),
+    ]);
+    let elf = build_firmware(&board, "riscv32-virt-folded", &vars)
+        .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+    let run = run_firmware(&elf, &["score"]);
+    assert_scores_like_the_host(&run, &model, &tokens, &options, "folded");
+
+    let run_time: [OptionChange; 2] = [
+        ("--tgt-len 16", |o| o.tgt_len = 16),
+        ("--mem-len 32", |o| o.mem_len = 32),
+    ];
+    assert_scores_with_run_time_options(&elf, &model, &tokens, options, "heap", &run_time);
 }

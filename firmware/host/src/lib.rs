@@ -62,6 +62,13 @@ impl Outcome {
         self.status.is_some_and(|s| s.success())
     }
 
+    /// The firmware's exit code (`firmware/README.md` lists them: 0 success, 1 an error, 2 bad
+    /// arguments, 101 a panic, 102 a fault, ...); `None` when QEMU timed out or was killed by a
+    /// signal.
+    pub fn exit_code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+
     /// The decoded log and QEMU's errors as one text, for failure messages.
     pub fn transcript(&self) -> String {
         let mut text = self.lines.join("\n");
@@ -302,6 +309,23 @@ mod tests {
             })
         );
         assert_eq!(ScoreLine::parse("score: 256 tokens"), None);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_exit_code_is_the_status_code() {
+        use std::os::unix::process::ExitStatusExt;
+        let outcome = |status| Outcome {
+            lines: vec![],
+            status,
+            stderr: String::new(),
+        };
+        // a wait status: the exit code in the second byte, a signal in the low bits
+        assert_eq!(outcome(Some(ExitStatus::from_raw(2 << 8))).exit_code(), Some(2));
+        assert_eq!(outcome(Some(ExitStatus::from_raw(0))).exit_code(), Some(0));
+        assert_eq!(outcome(Some(ExitStatus::from_raw(9))).exit_code(), None);
+        assert_eq!(outcome(None).exit_code(), None);
+        assert!(outcome(None).transcript().ends_with("[timed out]"));
     }
 
     #[test]
