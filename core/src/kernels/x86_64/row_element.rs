@@ -62,12 +62,12 @@ impl RowElement for f16 {
     #[inline]
     #[target_feature(enable = "avx,f16c")]
     unsafe fn two_quads(a: *const f16, b: *const f16) -> __m256 {
-        // SAFETY: the caller gives four readable f16 (8 bytes) at each pointer; the 64-bit loads
-        // need no alignment.
+        // SAFETY: the caller gives four readable f16 (8 bytes) at each pointer; `MOVQ`'s 64-bit
+        // loads need no alignment (`_mm_loadh_pd` would: it reads an `f64`, 8-byte aligned, and
+        // f16 rows are 2-byte aligned).
         unsafe {
-            let low = _mm_loadl_epi64(a.cast());
-            let both: __m128i = _mm_castpd_si128(_mm_loadh_pd(_mm_castsi128_pd(low), b.cast()));
-            _mm256_cvtph_ps(both)
+            let (low, high) = (_mm_loadl_epi64(a.cast()), _mm_loadl_epi64(b.cast()));
+            _mm256_cvtph_ps(_mm_unpacklo_epi64(low, high))
         }
     }
 
