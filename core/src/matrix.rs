@@ -648,7 +648,7 @@ mod tests {
         };
         for &(rows, cols) in shapes {
             let dense = noise(rows * cols, 1);
-            let halves: Vec<f16> = dense.iter().map(|&v| f16::from_f32(v)).collect();
+            let halves: Vec<f16> = dense.iter().map(|&v| f16::from_f32_const(v)).collect();
             let x = noise(rows, 2);
             for (m, widened) in [
                 (Matrix::f32(rows, cols, &dense), dense.clone()),

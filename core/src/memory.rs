@@ -41,8 +41,10 @@ impl Store<'_> {
         match self {
             Store::F32(s) => s[at..at + row.len()].copy_from_slice(row),
             Store::F16(s) => {
+                // `half`'s portable rounding on every machine (the same bits as F16C's
+                // `VCVTPS2PH`, which it would call where built with F16C, and which Miri cannot run)
                 for (o, &v) in s[at..at + row.len()].iter_mut().zip(row) {
-                    *o = f16::from_f32(v);
+                    *o = f16::from_f32_const(v);
                 }
             }
             Store::Int8 { values, scales } => {

@@ -174,7 +174,7 @@ impl RandomModel {
         let mut tensors = draw(config, self.init, &mut rng)?;
         if self.vectors != VectorDtype::F32 {
             for (_, _, values) in tensors.iter_mut().filter(|(name, _, _)| !name.is_matrix()) {
-                values.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
+                values.iter_mut().for_each(|v| *v = f16::from_f32_const(*v).to_f32());
             }
         }
         // each tensor as the image stores it, in tensor order (the smoothed matrices' activation
@@ -193,7 +193,7 @@ impl RandomModel {
                     MatrixDtype::F32 => Stored::F32,
                     MatrixDtype::F16 => {
                         let mut half = try_vec(values.len(), 2)?;
-                        half.extend(values.iter().map(|&v| f16::from_f32(v)));
+                        half.extend(values.iter().map(|&v| f16::from_f32_const(v)));
                         Stored::F16(half)
                     }
                     MatrixDtype::Int8 => Stored::Int8(quantize_rows(*shape, values, None)?),

@@ -286,8 +286,8 @@ mod tests {
         for &width in widths {
             let gain: Vec<f32> = (0..width).map(|_| 1.0 + value() / 40.0).collect();
             let bias: Vec<f32> = (0..width).map(|_| value() / 10.0).collect();
-            let gain16: Vec<f16> = gain.iter().map(|&g| f16::from_f32(g)).collect();
-            let bias16: Vec<f16> = bias.iter().map(|&b| f16::from_f32(b)).collect();
+            let gain16: Vec<f16> = gain.iter().map(|&g| f16::from_f32_const(g)).collect();
+            let bias16: Vec<f16> = bias.iter().map(|&b| f16::from_f32_const(b)).collect();
             let vectors = [
                 (Vector::F32(&gain), Vector::F32(&bias)),
                 (Vector::F16(&gain16), Vector::F16(&bias16)),
