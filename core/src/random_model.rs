@@ -174,7 +174,9 @@ impl RandomModel {
         let mut tensors = draw(config, self.init, &mut rng)?;
         if self.vectors != VectorDtype::F32 {
             for (_, _, values) in tensors.iter_mut().filter(|(name, _, _)| !name.is_matrix()) {
-                values.iter_mut().for_each(|v| *v = f16::from_f32_const(*v).to_f32());
+                values
+                    .iter_mut()
+                    .for_each(|v| *v = f16::from_f32_const(*v).to_f32());
             }
         }
         // each tensor as the image stores it, in tensor order (the smoothed matrices' activation
@@ -413,6 +415,8 @@ mod tests {
     use super::*;
 
     #[test]
+    // safe code that draws whole models: four minutes under Miri, which is for the kernels
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn a_config_beyond_a_model_image_is_refused_before_drawing() {
         // Valid (each tensor fits), but 65536 layers of d_model 1024 are 4 TB of weights.
         let config = Config {

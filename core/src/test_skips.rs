@@ -15,10 +15,12 @@ pub fn skipped(reason: &str) {
 
     let thread = std::thread::current();
     let line = format!(
-        "{}::{}: {}\n",
+        "{}::{}: {}{}\n",
         test_binary(),
         thread.name().unwrap_or("(a test's own thread)"),
-        reason.replace('\n', " ")
+        reason.replace('\n', " "),
+        // Miri's CPU has the extensions the build enabled and that Miri can interpret, no more
+        if cfg!(miri) { " (under Miri)" } else { "" }
     );
     std::eprint!("SKIPPED {line}");
     let Some(path) = std::env::var_os("TXL_SKIPS").filter(|p| !p.is_empty()) else {

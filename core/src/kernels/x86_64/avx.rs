@@ -1281,7 +1281,7 @@ mod tests {
         stride: usize,
         xs: &[&[f32]],
     ) -> Vec<[f32; 2]> {
-        let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32(*v)).collect();
+        let halves: Vec<f16> = rows.iter().map(|v| f16::from_f32_const(*v)).collect();
         let cols = xs[0].len();
         let mut out = vec![vec![0.0f32; n]; xs.len()];
         let mut outs: Vec<&mut [f32]> = out.iter_mut().map(|o| o.as_mut_slice()).collect();
@@ -1295,14 +1295,17 @@ mod tests {
         for (p, x) in xs.iter().enumerate() {
             for r in 0..n {
                 let row = r * stride..r * stride + cols;
-                let at = format!(
-                    "input {p} of {}, row {r} of {n}x{cols} at stride {stride}",
-                    xs.len()
-                );
+                // (the message formatted only on failure: Miri pays for every format)
+                let at = |width| {
+                    format!(
+                        "{width}, input {p} of {}, row {r} of {n}x{cols} at stride {stride}",
+                        xs.len()
+                    )
+                };
                 let slow32 = crate::kernels::portable::dot_f32(&rows[row.clone()], x);
-                assert!(same_bits(out[p][r], slow32), "f32, {at}");
+                assert!(same_bits(out[p][r], slow32), "{}", at("f32"));
                 let slow16 = crate::kernels::portable::dot_f16(&halves[row], x);
-                assert!(same_bits(out16[p][r], slow16), "f16, {at}");
+                assert!(same_bits(out16[p][r], slow16), "{}", at("f16"));
                 slow.push([slow32, slow16]);
             }
         }
@@ -1315,10 +1318,19 @@ mod tests {
             crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
-        for cols in [0usize, 1, 3, 4, 5, 7, 8, 31, 32, 33, 128, 130] {
+        // (under Miri, which checks every load and store, fewer: each edge of the loops)
+        let (all_cols, all_n): (&[usize], &[usize]) = if cfg!(miri) {
+            (&[0, 1, 5, 8, 33, 130], &[0, 1, 3, 17, 40])
+        } else {
+            (
+                &[0, 1, 3, 4, 5, 7, 8, 31, 32, 33, 128, 130],
+                &[0, 1, 2, 3, 15, 16, 17, 33, 40],
+            )
+        };
+        for &cols in all_cols {
             for extra in [0usize, 3] {
                 let stride = cols + extra;
-                for n in [0usize, 1, 2, 3, 15, 16, 17, 33, 40] {
+                for &n in all_n {
                     let rows = awkward_floats(n * stride, (cols * 131 + n) as u32);
                     let x = awkward_floats(cols, 7 + cols as u32);
                     let mut fast = vec![1.5f32; n];
@@ -1343,8 +1355,11 @@ mod tests {
             crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
-        // every f16 bit pattern as a weight, in rows of several widths
-        let weights: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        // every f16 bit pattern as a weight, in rows of several widths (under Miri, every 17th)
+        let weights: Vec<f16> = (0..=u16::MAX)
+            .step_by(if cfg!(miri) { 17 } else { 1 })
+            .map(f16::from_bits)
+            .collect();
         for cols in [4usize, 29, 61, 128] {
             let n = weights.len() / cols;
             let x = awkward_floats(cols, cols as u32);
@@ -1468,8 +1483,17 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(17);
-        for d_head in [1usize, 4, 8, 15, 16, 17, 24, 25, 32, 40, 47, 64, 100] {
-            for count in [0usize, 1, 3, 4, 5, 9, 33] {
+        // (under Miri, which checks every load and store, fewer: each edge of the loops)
+        let (heads, counts): (&[usize], &[usize]) = if cfg!(miri) {
+            (&[1, 8, 15, 17, 25, 47, 100], &[0, 1, 4, 5, 33])
+        } else {
+            (
+                &[1, 4, 8, 15, 16, 17, 24, 25, 32, 40, 47, 64, 100],
+                &[0, 1, 3, 4, 5, 9, 33],
+            )
+        };
+        for &d_head in heads {
+            for &count in counts {
                 let stride = d_head + 7;
                 let len = (count.max(1) - 1) * stride + d_head;
                 let mut keys = i8s(&mut rng, len);
@@ -1500,7 +1524,7 @@ mod tests {
             crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
-        let shapes = [
+        let all_shapes = [
             (0usize, 5usize),
             (1, 4),
             (17, 33),
@@ -1526,14 +1550,26 @@ mod tests {
         // (two at a time, then one), or on rows of 512 columns or more blocks of four inputs
         // (the last group of 5, 7 and 11 filled up); rows at a stride longer than a row too (as
         // the attention's cached keys are)
-        let counts = [2usize, 3, 4, 5, 7, 8, 11];
+        let all_counts = [2usize, 3, 4, 5, 7, 8, 11];
         let (mut finite, mut compared) = (0, 0);
         // and sixteen groups of four over 1 MB of f32 rows: a block asks for the one after next
-        let many = [((19, 20_200), 65)];
+        let all_many = [((19, 20_200), 65)];
+        // Miri, which checks every load and store, takes an hour over those: there, each kernel
+        // and each edge of its loops once, and no megabyte of rows (whose prefetches read nothing)
+        let (shapes, counts, many): (&[_], &[_], &[_]) = if cfg!(miri) {
+            (
+                &[(0, 5), (1, 4), (17, 33), (8, 3)],
+                &[2, 3, 5, 8],
+                // blocks: a block and a row after it; a chunk of the panel and a short one
+                &[((7, 515), 5), ((6, 1_100), 4)],
+            )
+        } else {
+            (&all_shapes, &all_counts, &all_many)
+        };
         for ((n, cols), count) in shapes
-            .into_iter()
-            .flat_map(|s| counts.map(|c| (s, c)))
-            .chain(many)
+            .iter()
+            .flat_map(|&s| counts.iter().map(move |&c| (s, c)))
+            .chain(many.iter().copied())
         {
             let stride = cols + count % 3;
             let len = (n * stride).saturating_sub(stride - cols);
@@ -1552,8 +1588,11 @@ mod tests {
                 compared += 1;
             }
         }
+        // most sums finite, so that the bits compared are not all infinities and NaNs (Miri's
+        // fewer long rows: more than half)
+        let (part, of) = if cfg!(miri) { (1, 2) } else { (3, 4) };
         assert!(
-            finite * 4 > compared * 3,
+            finite * of > compared * part,
             "{finite} of {compared} sums are finite"
         );
     }
@@ -1579,7 +1618,8 @@ mod tests {
                 f32::NEG_INFINITY
             };
         }
-        for count in [5usize, 7] {
+        // (Miri: the five inputs alone, a block's lanes filled up all the same)
+        for &count in if cfg!(miri) { &[5usize][..] } else { &[5, 7] } {
             let inputs: Vec<Vec<f32>> = (0..count)
                 .map(|p| {
                     (0..cols)
@@ -1653,10 +1693,12 @@ mod tests {
                 assert!(same_bits(*f, slow), "exp({a:e} - {max:e}): {f:e} vs {slow:e}");
             }
         };
-        // every 7th f32 from -0 down to past -104 (where exp is 0), and a few specials
+        // every 7th f32 from -0 down to past -104 (where exp is 0), and a few specials (under
+        // Miri, which checks the loads and stores, a sample of each range)
+        let (every, subnormal) = if cfg!(miri) { (1_000_003, 4_099) } else { (7, 1) };
         let mut batch = [0.0f32; 8];
         let mut filled = 0;
-        for bits in (0x8000_0000u32..=0xc2d0_0000).step_by(7) {
+        for bits in (0x8000_0000u32..=0xc2d0_0000).step_by(every) {
             batch[filled] = f32::from_bits(bits);
             filled += 1;
             if filled == 8 {
@@ -1665,7 +1707,7 @@ mod tests {
             }
         }
         // every f32 whose exp is subnormal (-87.33655 down to -103.97208)
-        for bits in 0xc2ae_ac50u32..=0xc2cf_f1b5 {
+        for bits in (0xc2ae_ac50u32..=0xc2cf_f1b5).step_by(subnormal) {
             batch[filled] = f32::from_bits(bits);
             filled += 1;
             if filled == 8 {
@@ -1728,7 +1770,7 @@ mod tests {
             let stride = n + extra;
             let rows: Vec<f16> = awkward_floats(keys * stride, (n * 7 + keys) as u32)
                 .iter()
-                .map(|v| f16::from_f32(*v))
+                .map(|v| f16::from_f32_const(*v))
                 .collect();
             let p = awkward_floats(keys, 11 + keys as u32);
             let start = awkward_floats(n, 5);

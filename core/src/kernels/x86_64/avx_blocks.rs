@@ -186,6 +186,7 @@ unsafe fn block_steps(panel: &[f32], inputs: &[f32], steps: usize, sums: &mut Bl
     // SAFETY: each pass reads 96 bytes of the panel and 64 of the inputs, `steps` passes, which
     // both hold (the contract); `steps >= 1`, so the count reaches zero. No stack, no flags kept;
     // the registers named are all declared.
+    #[cfg(not(miri))]
     unsafe {
         core::arch::asm!(
             "2:",
@@ -246,6 +247,27 @@ unsafe fn block_steps(panel: &[f32], inputs: &[f32], steps: usize, sums: &mut Bl
             t = out(ymm_reg) _,
             options(nostack, readonly),
         );
+    }
+    // Miri cannot run `asm!`: the same loads, products and sums in intrinsics, so that it checks
+    // the bytes the assembly reads.
+    #[cfg(miri)]
+    {
+        let mut accumulators = [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11];
+        for step in 0..steps {
+            // SAFETY: step `step < steps` reads floats `16 * step..16 * step + 16` of the inputs
+            // and `24 * step..24 * step + 24` of the panel, which hold them (the contract).
+            unsafe {
+                let x = inputs.as_ptr().add(16 * step);
+                let (x01, x23) = (_mm256_loadu_ps(x), _mm256_loadu_ps(x.add(8)));
+                for (row, pair) in accumulators.chunks_exact_mut(2).enumerate() {
+                    let quad = _mm_loadu_ps(panel.as_ptr().add(24 * step + 4 * row));
+                    let w = _mm256_set_m128(quad, quad);
+                    pair[0] = _mm256_add_ps(pair[0], _mm256_mul_ps(w, x01));
+                    pair[1] = _mm256_add_ps(pair[1], _mm256_mul_ps(w, x23));
+                }
+            }
+        }
+        [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11] = accumulators;
     }
     *sums = [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11];
 }
