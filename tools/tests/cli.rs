@@ -11,15 +11,7 @@ use common::{fixture, max_delta, scratch_dir, stderr, txl};
 
 /// Converts fixture `name` into `dir/model.txl`, which it returns.
 fn convert_fixture(name: &str, dir: &Path) -> PathBuf {
-    let image = dir.join("model.txl");
-    let out = txl(&[
-        "convert",
-        fixture(name).to_str().unwrap(),
-        "-o",
-        image.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "convert {name}: {}", stderr(&out));
-    image
+    common::convert(&fixture(name), dir.join("model.txl"))
 }
 
 #[test]

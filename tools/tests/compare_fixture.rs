@@ -5,12 +5,10 @@
 //! make_compare_fixture.py). Both checkpoints are converted to f32 images and compared by the
 //! binary; each field must match.
 
-use std::path::Path;
-
 use serde_json::Value;
 
 mod common;
-use common::{fixture, s, scratch_dir, stderr, txl};
+use common::{convert, fixture, s, scratch_dir, stderr, txl};
 
 /// Bits per token, relative Δ, mean KL and max |Δ ln p| are means, differences and a maximum
 /// of log-probabilities, each of which the core in f32 gives within ε = 6e-6 of Hugging Face's
@@ -20,14 +18,6 @@ use common::{fixture, s, scratch_dir, stderr, txl};
 /// compare_fixture -- --nocapture`.
 const TOLERANCE: f64 = 2e-5;
 
-/// Converts the Hugging Face checkpoint `dir` into `out/NAME.txl`.
-fn convert(dir: &Path, out: &Path, name: &str) -> std::path::PathBuf {
-    let image = out.join(format!("{name}.txl"));
-    let run = txl(&["convert", s(dir), "-o", s(&image)]);
-    assert!(run.status.success(), "convert {name}: {}", stderr(&run));
-    image
-}
-
 #[test]
 fn compare_matches_hugging_face_float64() {
     let dir = scratch_dir("compare");
@@ -36,10 +26,9 @@ fn compare_matches_hugging_face_float64() {
         serde_json::from_str(&std::fs::read_to_string(here.join("expected.json")).unwrap()).unwrap();
     let reference = convert(
         &fixture(fixture_json["reference"].as_str().unwrap()),
-        &dir,
-        "reference",
+        dir.join("reference.txl"),
     );
-    let candidate = convert(&here, &dir, "candidate");
+    let candidate = convert(&here, dir.join("candidate.txl"));
     let session = &fixture_json["session"];
     let number = |key: &str| session[key].to_string();
     let (tgt_len, mem_len, clamp_len, same_length) = (
@@ -60,7 +49,7 @@ fn compare_matches_hugging_face_float64() {
 
     let fields = expected.as_object().unwrap();
     assert_eq!(
-        ours.as_object().unwrap().keys().collect::<Vec<_>>().len(),
+        ours.as_object().unwrap().len(),
         fields.len(),
         "compare prints {ours}, the fixture has {expected}"
     );

@@ -76,6 +76,20 @@ pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Converts the checkpoint `checkpoint` (a directory or file `txl convert` reads) into the image
+/// `image`, which it returns; the conversion must succeed.
+#[allow(dead_code)] // (not every test binary converts)
+pub fn convert(checkpoint: &Path, image: PathBuf) -> PathBuf {
+    let run = txl(&["convert", s(checkpoint), "-o", s(&image)]);
+    assert!(
+        run.status.success(),
+        "convert {}: {}",
+        checkpoint.display(),
+        stderr(&run)
+    );
+    image
+}
+
 /// A checkpoint directory `dir/name` with `adaptive_div2`'s `config.json` and the weights file
 /// `weights`; returns the directory.
 pub fn checkpoint(dir: &Path, name: &str, weights: &str) -> PathBuf {
