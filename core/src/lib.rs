@@ -84,8 +84,10 @@ mod crc32;
 pub mod digest;
 pub(crate) mod embedding;
 pub mod error;
+pub mod fixed_point;
 pub mod image;
 pub mod int8_attention;
+pub mod integer;
 #[allow(unsafe_code)]
 pub mod kernels;
 pub mod macs;

@@ -1,0 +1,654 @@
+//! Fixed-point arithmetic for integer-only inference: every operation here uses integer
+//! instructions alone (additions, shifts, 32- and 64-bit multiplications and divisions), so a
+//! core without an FPU runs it without software floating point, and every core gives the same
+//! bits. Rounding is spelled out in each function; nothing depends on the platform.
+//!
+//! A fixed-point number in format `Q(f)` is the integer `v` standing for the real `v · 2^-f`.
+//!
+//! | what | type | format | range |
+//! |---|---|---|---|
+//! | [`Multiplier`] | `mantissa: i32`, `shift: u8` | `mantissa · 2^-shift` | `0` or `[2^-32, 2^30)`, 31 significant bits |
+//! | [`exp_neg`] in | `u32` | `Q24` nats, `t ≥ 0` | `e^-t` for `t < 256` |
+//! | [`exp_neg`] out | `u32` | `Q30` | `(0, 2^30]` |
+//! | [`log2`] out | `i32` | `Q24` | `[0, 64)` for a `u64` argument |
+//! | [`ln`] out | `i32` | `Q24` nats | `[0, 44.4)` |
+//!
+//! The two tables ([`EXP2_TABLE`], [`LOG2_TABLE`]) are constants of the code, not of a model:
+//! 257 entries each, read with linear interpolation between neighbours; a test checks every
+//! entry against `f64` math.
+
+/// `log2(e)` in `Q31`.
+pub const LOG2_E_Q31: u32 = 3_098_164_009;
+/// `ln(2)` in `Q31`.
+pub const LN_2_Q31: u32 = 1_488_522_236;
+/// Largest shift of a [`Multiplier`].
+pub const MAX_SHIFT: u8 = 62;
+
+/// A non-negative real number `mantissa · 2^-shift` with 31 significant bits, the way gemmlowp
+/// and TensorFlow Lite requantize: [`Multiplier::apply`] multiplies an `i32` by it with one
+/// 32 × 32 → 64-bit product and a rounding shift. A normalised multiplier has its mantissa in
+/// `[2^30, 2^31)`; zero is mantissa 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Multiplier {
+    /// The significant bits, `0..2^31`.
+    pub mantissa: i32,
+    /// The power of two it is divided by, `0..=MAX_SHIFT`.
+    pub shift: u8,
+}
+
+impl Multiplier {
+    /// Zero: [`Multiplier::apply`] gives 0.
+    pub const ZERO: Multiplier = Multiplier {
+        mantissa: 0,
+        shift: 0,
+    };
+
+    /// One.
+    pub const ONE: Multiplier = Multiplier {
+        mantissa: 1 << 30,
+        shift: 30,
+    };
+
+    /// Whether the fields are in range: a mantissa in `0..2^31` (not negative) and a shift of at
+    /// most [`MAX_SHIFT`]. Every multiplier this module makes is; an image's are checked with it.
+    pub const fn is_valid(self) -> bool {
+        self.mantissa >= 0 && self.shift <= MAX_SHIFT
+    }
+
+    /// The multiplier nearest `value` (round half up), normalised; `None` if `value` is negative,
+    /// not finite or at least `2^30`. Values below `2^-32` keep fewer significant bits (`shift`
+    /// stops at [`MAX_SHIFT`]), and below `2^-63` become zero. For the quantizer, on the host.
+    pub fn from_f64(value: f64) -> Option<Multiplier> {
+        if !(value >= 0.0 && value < (1u64 << 30) as f64) {
+            return None;
+        }
+        if value == 0.0 {
+            return Some(Multiplier::ZERO);
+        }
+        // the shift that brings value · 2^shift into [2^30, 2^31), at most MAX_SHIFT
+        let mut shift = 0u8;
+        let mut scaled = value;
+        while scaled < (1u64 << 30) as f64 && shift < MAX_SHIFT {
+            scaled *= 2.0;
+            shift += 1;
+        }
+        while scaled >= (1u64 << 31) as f64 {
+            // only for values in [2^30, ...), refused above; kept for clarity of the invariant
+            scaled /= 2.0;
+            shift = shift.checked_sub(1)?;
+        }
+        let mut mantissa = libm::floor(scaled + 0.5) as u64;
+        if mantissa == 1 << 31 {
+            // rounded up to the next power of two
+            if shift == 0 {
+                return None;
+            }
+            mantissa >>= 1;
+            shift -= 1;
+        }
+        Some(Multiplier {
+            mantissa: mantissa as i32,
+            shift,
+        })
+    }
+
+    /// The real value, for reports and tests.
+    pub fn to_f64(self) -> f64 {
+        self.mantissa as f64 / (1u64 << self.shift) as f64
+    }
+
+    /// `num / den` rounded down to 31 significant bits, normalised, in integers alone (one
+    /// 64-bit division); zero if `num` is 0 or the quotient is below `2^-62`, `None` if `den` is
+    /// 0 or the quotient is at least `2^31`.
+    pub fn from_ratio(num: u64, den: u64) -> Option<Multiplier> {
+        if den == 0 {
+            return None;
+        }
+        if num == 0 {
+            return Some(Multiplier::ZERO);
+        }
+        // keep 32 significant bits of the divisor (rounded up: at most 33 bits, a relative
+        // error below 2^-31), so that the dividend, shifted to 31 more bits than the divisor,
+        // fits 64 bits
+        let den_bits = 64 - den.leading_zeros() as i32;
+        let drop = (den_bits - 32).max(0);
+        // rounded up, so the quotient never exceeds num / den
+        let den = (den >> drop) + u64::from(den & ((1u64 << drop) - 1) != 0);
+        let den_bits = 64 - den.leading_zeros() as i32;
+        let num_bits = 64 - num.leading_zeros() as i32;
+        let mut k = 31 + den_bits - num_bits;
+        // (num << k) is in [2^(30 + den_bits), 2^(31 + den_bits)) and den in
+        // [2^(den_bits - 1), 2^den_bits): the quotient is in (2^30, 2^32), one halving from
+        // [2^30, 2^31)
+        let mut quotient = shifted_quotient(num, den, k);
+        if quotient >= 1 << 31 {
+            k -= 1;
+            quotient = shifted_quotient(num, den, k);
+        }
+        // num / den = quotient · 2^-k / 2^drop
+        let mut shift = k + drop;
+        if shift < 0 {
+            return None;
+        }
+        let mut quotient = quotient as i64;
+        while shift > MAX_SHIFT as i32 {
+            quotient >>= 1;
+            shift -= 1;
+        }
+        Some(Multiplier {
+            mantissa: quotient as i32,
+            shift: shift as u8,
+        })
+    }
+
+    /// `round(x · self)`, halves rounded up (toward +∞), saturated to the `i32` range: one
+    /// 64-bit product and an arithmetic shift.
+    #[inline]
+    pub fn apply(self, x: i32) -> i32 {
+        saturate(self.apply_wide(x))
+    }
+
+    /// `round(x · self)`, halves rounded up, in 64 bits (no saturation: `|x · mantissa| < 2^62`).
+    #[inline]
+    pub fn apply_wide(self, x: i32) -> i64 {
+        let product = x as i64 * self.mantissa as i64;
+        if self.shift == 0 {
+            return product;
+        }
+        (product + (1i64 << (self.shift - 1))) >> self.shift
+    }
+
+    /// The product of two multipliers, rounded down to 31 significant bits; `None` if it is at
+    /// least `2^31`.
+    pub fn times(self, other: Multiplier) -> Option<Multiplier> {
+        let product = self.mantissa as u64 * other.mantissa as u64; // < 2^62
+        Multiplier::from_ratio_pow2(product, self.shift as i32 + other.shift as i32)
+    }
+
+    /// `value · 2^-shift` as a multiplier, rounded down to 31 significant bits.
+    fn from_ratio_pow2(value: u64, shift: i32) -> Option<Multiplier> {
+        if value == 0 {
+            return Some(Multiplier::ZERO);
+        }
+        let bits = 64 - value.leading_zeros() as i32;
+        let (mut mantissa, mut shift) = if bits > 31 {
+            (value >> (bits - 31), shift - (bits - 31))
+        } else {
+            (value << (31 - bits), shift + (31 - bits))
+        };
+        if shift < 0 {
+            return None;
+        }
+        while shift > MAX_SHIFT as i32 {
+            mantissa >>= 1;
+            shift -= 1;
+        }
+        Some(Multiplier {
+            mantissa: mantissa as i32,
+            shift: shift as u8,
+        })
+    }
+}
+
+/// `(num << k) / den`, for `k` that keeps `num << k` within 64 bits (or `num >> -k`).
+fn shifted_quotient(num: u64, den: u64, k: i32) -> u64 {
+    if k >= 0 {
+        (num << k) / den
+    } else {
+        (num >> -k) / den
+    }
+}
+
+/// `x` clamped to the `i32` range.
+#[inline]
+pub fn saturate(x: i64) -> i32 {
+    x.clamp(i32::MIN as i64, i32::MAX as i64) as i32
+}
+
+/// `floor(sqrt(v))`, exactly, by the digit-by-digit method (no multiplication or division).
+pub fn isqrt(v: u64) -> u32 {
+    let mut remainder = v;
+    let mut root = 0u64;
+    let mut bit = 1u64 << 62;
+    while bit > remainder {
+        bit >>= 2;
+    }
+    while bit != 0 {
+        if remainder >= root + bit {
+            remainder -= root + bit;
+            root = (root >> 1) + bit;
+        } else {
+            root >>= 1;
+        }
+        bit >>= 2;
+    }
+    root as u32
+}
+
+/// `e^-t` in `Q30` for `t ≥ 0` in `Q24` nats: `t · log2(e)` in `Q24` (rounded down) split into
+/// an integer part `n` and a fraction `φ`, `2^-φ` from [`EXP2_TABLE`] with linear interpolation
+/// on the fraction's low 16 bits (rounded to nearest), then shifted right by `n` (rounded to
+/// nearest, halves up). `exp_neg(0)` is exactly `2^30`; the result is 0 from `t ≈ 21.5` on
+/// (`e^-t < 2^-31`). Relative error below `2^-19` (interpolation and rounding), checked by test.
+pub fn exp_neg(t: u32) -> u32 {
+    let y = (t as u64 * LOG2_E_Q31 as u64) >> 31; // Q24, < 2^33
+    let n = y >> 24;
+    if n > 31 {
+        return 0;
+    }
+    let fraction = (y & 0xFF_FFFF) as u32;
+    let index = (fraction >> 16) as usize;
+    let between = (fraction & 0xFFFF) as u64;
+    let (high, low) = (EXP2_TABLE[index], EXP2_TABLE[index + 1]);
+    let value = high - (((high - low) as u64 * between + (1 << 15)) >> 16) as u32;
+    if n == 0 {
+        value
+    } else {
+        (value + (1 << (n - 1))) >> n
+    }
+}
+
+/// `log2(v)` in `Q24` for `v ≥ 1` (0 for `v = 0`, which has none): the position of the leading
+/// one plus `log2` of the following bits from [`LOG2_TABLE`] with linear interpolation on 24
+/// more bits, rounded to nearest. Error below `2^-18`, checked by test.
+pub fn log2(v: u64) -> i32 {
+    if v == 0 {
+        return 0;
+    }
+    let top = 63 - v.leading_zeros();
+    let normal = v << (63 - top); // the leading one at bit 63
+    let index = ((normal >> 55) & 0xFF) as usize;
+    let between = (normal >> 31) & 0xFF_FFFF;
+    let (low, high) = (LOG2_TABLE[index], LOG2_TABLE[index + 1]);
+    let fraction = low as u64 + (((high - low) as u64 * between + (1 << 23)) >> 24); // Q30
+    ((top as i64) << 24) as i32 + ((fraction + (1 << 5)) >> 6) as i32
+}
+
+/// `ln(v)` in `Q24` nats for `v ≥ 1` ([`log2`] times `ln 2`, rounded to nearest).
+pub fn ln(v: u64) -> i32 {
+    ((log2(v) as i64 * LN_2_Q31 as i64 + (1 << 30)) >> 31) as i32
+}
+
+/// The `f32` nearest `v · 2^-frac_bits` (ties to even), built from its bits with integer
+/// operations alone: how fixed-point results become `f32` for printing without software
+/// floating point. Equals `(v as f64 / 2^frac_bits) as f32` for every `v` and `frac_bits ≤ 100`.
+pub fn to_f32(v: i32, frac_bits: u32) -> f32 {
+    if v == 0 {
+        return 0.0;
+    }
+    let sign = if v < 0 { 1u32 << 31 } else { 0 };
+    let magnitude = v.unsigned_abs();
+    let top = 31 - magnitude.leading_zeros(); // magnitude in [2^top, 2^(top + 1))
+    let mut exponent = top as i32 - frac_bits as i32 + 127;
+    let mut mantissa = if top > 23 {
+        let drop = top - 23;
+        let kept = magnitude >> drop;
+        let rest = magnitude & ((1 << drop) - 1);
+        let half = 1 << (drop - 1);
+        if rest > half || (rest == half && kept & 1 == 1) {
+            kept + 1
+        } else {
+            kept
+        }
+    } else {
+        magnitude << (23 - top)
+    };
+    if mantissa == 1 << 24 {
+        mantissa >>= 1;
+        exponent += 1;
+    }
+    // frac_bits ≤ 100 keeps the exponent normal: top - 100 + 127 ≥ 27
+    f32::from_bits(sign | (exponent as u32) << 23 | (mantissa & 0x7F_FFFF))
+}
+
+/// `2^(30 - i/256)`, rounded to nearest, for `i` in `0..=256`: `2^-φ` in `Q30` for fractions `φ`
+/// in steps of `1/256` (generated by `round(2 ** (30 - i / 256))`; a test checks each entry).
+pub const EXP2_TABLE: [u32; 257] = [
+    1073741824, 1070838486, 1067942999, 1065055341, 1062175491, 1059303428, 1056439131, 1053582579,
+    1050733751, 1047892626, 1045059183, 1042233401, 1039415261, 1036604740, 1033801819, 1031006477,
+    1028218693, 1025438448, 1022665720, 1019900489, 1017142735, 1014392438, 1011649578, 1008914134,
+    1006186087, 1003465416, 1000752102, 998046124, 995347464, 992656100, 989972014, 987295185, 984625594,
+    981963222, 979308048, 976660054, 974019220, 971385527, 968758955, 966139485, 963527098, 960921775,
+    958323496, 955732243, 953147997, 950570738, 948000448, 945437108, 942880699, 940331203, 937788600,
+    935252872, 932724001, 930201967, 927686753, 925178340, 922676710, 920181844, 917693724, 915212331,
+    912737649, 910269657, 907808339, 905353676, 902905651, 900464244, 898029440, 895601218, 893179563,
+    890764456, 888355878, 885953814, 883558244, 881169153, 878786521, 876410331, 874040567, 871677210,
+    869320244, 866969651, 864625413, 862287515, 859955938, 857630665, 855311680, 852998965, 850692504,
+    848392279, 846098274, 843810471, 841528855, 839253408, 836984114, 834720956, 832463917, 830212982,
+    827968132, 825729353, 823496627, 821269938, 819049271, 816834607, 814625932, 812423229, 810226483,
+    808035676, 805850792, 803671817, 801498734, 799331526, 797170178, 795014675, 792865000, 790721137,
+    788583072, 786450787, 784324269, 782203500, 780088465, 777979150, 775875538, 773777614, 771685363,
+    769598769, 767517817, 765442492, 763372778, 761308661, 759250125, 757197155, 755149737, 753107854,
+    751071493, 749040637, 747015274, 744995386, 742980960, 740971982, 738968435, 736970306, 734977579,
+    732990241, 731008277, 729031671, 727060411, 725094480, 723133865, 721178552, 719228525, 717283772,
+    715344277, 713410026, 711481005, 709557200, 707638598, 705725183, 703816941, 701913860, 700015924,
+    698123120, 696235434, 694352853, 692475362, 690602947, 688735596, 686873293, 685016026, 683163781,
+    681316545, 679474303, 677637043, 675804750, 673977412, 672155015, 670337545, 668524990, 666717336,
+    664914570, 663116678, 661323648, 659535466, 657752119, 655973594, 654199878, 652430958, 650666822,
+    648907455, 647152846, 645402981, 643657847, 641917433, 640181724, 638450708, 636724373, 635002706,
+    633285695, 631573326, 629865587, 628162466, 626463950, 624770026, 623080683, 621395908, 619715688,
+    618040012, 616368866, 614702239, 613040119, 611382493, 609729349, 608080675, 606436459, 604796689,
+    603161352, 601530438, 599903933, 598281827, 596664106, 595050760, 593441776, 591837143, 590236848,
+    588640881, 587049229, 585461881, 583878825, 582300049, 580725543, 579155293, 577589290, 576027521,
+    574469975, 572916640, 571367506, 569822560, 568281792, 566745190, 565212742, 563684439, 562160268,
+    560640218, 559124278, 557612438, 556104685, 554601009, 553101399, 551605844, 550114332, 548626854,
+    547143398, 545663953, 544188508, 542717053, 541249576, 539786068, 538326517, 536870912,
+];
+
+/// `log2(1 + i/256)` in `Q30`, rounded to nearest, for `i` in `0..=256` (a test checks each entry).
+pub const LOG2_TABLE: [u32; 257] = [
+    0, 6039314, 12055174, 18047761, 24017256, 29963836, 35887675, 41788947, 47667823, 53524472, 59359063,
+    65171760, 70962728, 76732128, 82480119, 88206862, 93912511, 99597222, 105261148, 110904440, 116527248,
+    122129721, 127712004, 133274244, 138816582, 144339162, 149842124, 155325606, 160789745, 166234679,
+    171660541, 177067464, 182455581, 187825021, 193175914, 198508388, 203822568, 209118580, 214396548,
+    219656594, 224898839, 230123404, 235330407, 240519966, 245692198, 250847218, 255985140, 261106077,
+    266210141, 271297442, 276368092, 281422197, 286459867, 291481207, 296486323, 301475319, 306448299,
+    311405366, 316346620, 321272163, 326182095, 331076513, 335955515, 340819199, 345667660, 350500993,
+    355319292, 360122651, 364911162, 369684916, 374444004, 379188517, 383918542, 388634168, 393335482,
+    398022572, 402695523, 407354420, 411999347, 416630388, 421247625, 425851141, 430441017, 435017334,
+    439580170, 444129607, 448665721, 453188592, 457698295, 462194908, 466678506, 471149164, 475606957,
+    480051959, 484484242, 488903880, 493310944, 497705506, 502087636, 506457405, 510814882, 515160136,
+    519493235, 523814248, 528123241, 532420281, 536705435, 540978767, 545240343, 549490228, 553728485,
+    557955178, 562170370, 566374123, 570566499, 574747559, 578917365, 583075977, 587223455, 591359858,
+    595485245, 599599675, 603703206, 607795895, 611877800, 615948977, 620009483, 624059373, 628098702,
+    632127527, 636145900, 640153876, 644151509, 648138853, 652115959, 656082880, 660039669, 663986377,
+    667923055, 671849754, 675766525, 679673418, 683570481, 687457766, 691335320, 695203192, 699061430,
+    702910083, 706749198, 710578822, 714399001, 718209783, 722011213, 725803337, 729586201, 733359850,
+    737124328, 740879680, 744625951, 748363183, 752091421, 755810707, 759521085, 763222597, 766915285,
+    770599192, 774274358, 777940826, 781598637, 785247830, 788888448, 792520529, 796144114, 799759243,
+    803365955, 806964289, 810554283, 814135978, 817709409, 821274617, 824831638, 828380510, 831921271,
+    835453956, 838978604, 842495250, 846003931, 849504683, 852997541, 856482542, 859959719, 863429109,
+    866890747, 870344666, 873790901, 877229486, 880660455, 884083842, 887499680, 890908003, 894308843,
+    897702233, 901088206, 904466794, 907838029, 911201944, 914558569, 917907937, 921250079, 924585025,
+    927912807, 931233456, 934547002, 937853475, 941152905, 944445323, 947730758, 951009239, 954280797,
+    957545460, 960803257, 964054218, 967298370, 970535742, 973766362, 976990259, 980207461, 983417995,
+    986621888, 989819169, 993009864, 996194001, 999371606, 1002542707, 1005707329, 1008865499, 1012017244,
+    1015162589, 1018301561, 1021434185, 1024560487, 1027680492, 1030794226, 1033901713, 1037002979,
+    1040098049, 1043186948, 1046269699, 1049346328, 1052416858, 1055481314, 1058539720, 1061592099,
+    1064638476, 1067678873, 1070713315, 1073741824,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    #[test]
+    fn the_tables_hold_what_they_say() {
+        for (i, &entry) in EXP2_TABLE.iter().enumerate() {
+            let exact = libm::exp2(30.0 - i as f64 / 256.0);
+            assert!(
+                (entry as f64 - exact).abs() <= 0.5 + 1e-6,
+                "EXP2_TABLE[{i}] = {entry}, 2^(30 - i/256) = {exact}"
+            );
+        }
+        for (i, &entry) in LOG2_TABLE.iter().enumerate() {
+            let exact = libm::log2(1.0 + i as f64 / 256.0) * (1u64 << 30) as f64;
+            assert!(
+                (entry as f64 - exact).abs() <= 0.5 + 1e-6,
+                "LOG2_TABLE[{i}] = {entry}, exact {exact}"
+            );
+        }
+        assert!((LOG2_E_Q31 as f64 / (1u64 << 31) as f64 - core::f64::consts::LOG2_E).abs() < 1e-9);
+        assert!((LN_2_Q31 as f64 / (1u64 << 31) as f64 - core::f64::consts::LN_2).abs() < 1e-9);
+    }
+
+    /// Random reals spread over many octaves in `[2^-40, 2^29)`.
+    fn spread(rng: &mut Rng) -> f64 {
+        libm::exp2(rng.unit_f64() * 69.0 - 40.0)
+    }
+
+    #[test]
+    fn multipliers_from_reals_are_the_nearest() {
+        let mut rng = Rng::new(1);
+        for _ in 0..20_000 {
+            let value = spread(&mut rng);
+            let m = Multiplier::from_f64(value).unwrap();
+            assert!(m.is_valid());
+            let step = libm::exp2(-(m.shift as f64));
+            assert!(
+                (m.to_f64() - value).abs() <= step * 0.5 * (1.0 + 1e-9),
+                "{value}: {m:?}"
+            );
+            if m.shift < MAX_SHIFT {
+                assert!(
+                    (1 << 30..=i32::MAX).contains(&m.mantissa),
+                    "{value}: not normalised: {m:?}"
+                );
+            }
+        }
+        assert_eq!(Multiplier::from_f64(0.0), Some(Multiplier::ZERO));
+        assert_eq!(Multiplier::from_f64(1.0), Some(Multiplier::ONE));
+        for bad in [-1e-30, f64::NAN, f64::INFINITY, (1u64 << 30) as f64] {
+            assert_eq!(Multiplier::from_f64(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn applying_a_multiplier_rounds_the_exact_product() {
+        let mut rng = Rng::new(2);
+        for _ in 0..50_000 {
+            let m = Multiplier::from_f64(spread(&mut rng)).unwrap();
+            let x = rng.next_u64() as i32 >> rng.below(31);
+            // exact: x · mantissa / 2^shift in i128, halves up
+            let exact = x as i128 * m.mantissa as i128;
+            let expected = if m.shift == 0 {
+                exact
+            } else {
+                (exact + (1i128 << (m.shift - 1))).div_euclid(1i128 << m.shift)
+            };
+            let expected = expected.clamp(i32::MIN as i128, i32::MAX as i128) as i32;
+            assert_eq!(m.apply(x), expected, "{x} · {m:?}");
+            // and the real product, within half a step
+            let real = x as f64 * m.to_f64();
+            if real.abs() < 2e9 {
+                assert!(
+                    (m.apply(x) as f64 - real).abs() <= 0.5 + 1e-6,
+                    "{x} · {m:?} = {real}"
+                );
+            }
+        }
+        assert_eq!(Multiplier::ONE.apply(i32::MIN), i32::MIN);
+        assert_eq!(Multiplier::from_f64(4.0).unwrap().apply(i32::MAX / 2), i32::MAX);
+        assert_eq!(Multiplier::ZERO.apply(12345), 0);
+        let half = Multiplier::from_f64(0.5).unwrap();
+        assert_eq!(
+            [half.apply(3), half.apply(-3), half.apply(1), half.apply(-1)],
+            [2, -1, 1, 0]
+        );
+    }
+
+    #[test]
+    fn ratios_round_down_to_31_bits() {
+        let mut rng = Rng::new(3);
+        for _ in 0..50_000 {
+            let num = rng.next_u64() >> rng.below(64);
+            let den = (rng.next_u64() >> rng.below(64)).max(1);
+            let exact = num as f64 / den as f64;
+            match Multiplier::from_ratio(num, den) {
+                None => assert!(exact >= (1u64 << 31) as f64 * (1.0 - 1e-9), "{num}/{den}"),
+                Some(m) => {
+                    assert!(m.is_valid(), "{num}/{den}: {m:?}");
+                    let got = m.to_f64();
+                    if exact < libm::exp2(-62.0) {
+                        assert!(got <= exact, "{num}/{den}: {got} > {exact}");
+                        continue;
+                    }
+                    if num != 0 && m.shift < MAX_SHIFT {
+                        assert!((1 << 30..=i32::MAX).contains(&m.mantissa), "{num}/{den}: {m:?}");
+                    }
+                    // rounded down, by less than 2^-29 relative (the divisor's dropped bits
+                    // and the quotient's)
+                    let ulp = libm::exp2(-(m.shift as f64));
+                    assert!(got <= exact * (1.0 + 1e-12), "{num}/{den}: {got} > {exact}");
+                    assert!(
+                        exact - got <= exact * libm::exp2(-29.0) + ulp,
+                        "{num}/{den}: {got} vs {exact}"
+                    );
+                }
+            }
+        }
+        assert_eq!(Multiplier::from_ratio(1, 0), None);
+        assert_eq!(Multiplier::from_ratio(0, 7), Some(Multiplier::ZERO));
+        assert_eq!(Multiplier::from_ratio(3, 3), Some(Multiplier::ONE));
+        assert_eq!(Multiplier::from_ratio(1 << 40, 1 << 9), None);
+        // a divisor whose kept bits round up to the next power of two
+        for (num, den) in [
+            (u64::MAX, u64::MAX),
+            (1 << 20, u64::MAX),
+            (u64::MAX >> 1, u64::MAX),
+            (u64::MAX, (1 << 33) - 1),
+        ] {
+            let got = Multiplier::from_ratio(num, den).unwrap().to_f64();
+            let exact = num as f64 / den as f64;
+            assert!(
+                got <= exact && exact - got <= exact * libm::exp2(-29.0),
+                "{num}/{den}: {got} vs {exact}"
+            );
+        }
+    }
+
+    #[test]
+    fn products_of_multipliers() {
+        let mut rng = Rng::new(4);
+        for _ in 0..20_000 {
+            let (a, b) = (spread(&mut rng) / 1e6, spread(&mut rng) / 1e6);
+            let (ma, mb) = (Multiplier::from_f64(a).unwrap(), Multiplier::from_f64(b).unwrap());
+            let exact = ma.to_f64() * mb.to_f64();
+            let product = ma.times(mb);
+            if exact >= (1u64 << 31) as f64 {
+                assert_eq!(product, None);
+                continue;
+            }
+            let got = product.unwrap().to_f64();
+            let ulp = libm::exp2(-(MAX_SHIFT as f64));
+            assert!(
+                got <= exact && exact - got <= exact * libm::exp2(-29.0) + ulp,
+                "{a} · {b}: {got} vs {exact}"
+            );
+        }
+    }
+
+    #[test]
+    fn integer_square_roots_are_exact() {
+        let mut rng = Rng::new(5);
+        let check = |v: u64| {
+            let r = isqrt(v) as u128;
+            assert!(
+                r * r <= v as u128 && (r + 1) * (r + 1) > v as u128,
+                "isqrt({v}) = {r}"
+            );
+        };
+        for v in (0..1000).chain([
+            u64::MAX,
+            u64::MAX - 1,
+            1 << 62,
+            (1 << 62) - 1,
+            u32::MAX as u64 * u32::MAX as u64,
+        ]) {
+            check(v);
+        }
+        for _ in 0..50_000 {
+            check(rng.next_u64() >> rng.below(64));
+        }
+    }
+
+    #[test]
+    fn exponentials_are_close() {
+        let mut rng = Rng::new(6);
+        assert_eq!(exp_neg(0), 1 << 30);
+        let mut worst = 0.0f64;
+        for i in 0..200_000u32 {
+            let t = if i < 100_000 {
+                i * 3001
+            } else {
+                (rng.next_u64() >> 32) as u32
+            };
+            let exact = libm::exp(-(t as f64) / (1u64 << 24) as f64) * (1u64 << 30) as f64;
+            let got = exp_neg(t) as f64;
+            let error = (got - exact).abs();
+            // relative error below 2^-19, and at most one unit in the last place near zero
+            assert!(
+                error <= exact * libm::exp2(-19.0) + 1.0,
+                "exp(-{t} / 2^24): {got} vs {exact}"
+            );
+            if exact > 1e6 {
+                worst = worst.max(error / exact);
+            }
+        }
+        assert!(worst > 0.0 && worst < libm::exp2(-19.0), "{worst}");
+        assert_eq!(exp_neg(u32::MAX), 0);
+        // monotone
+        let mut last = u32::MAX;
+        for t in (0..(40u32 << 24)).step_by(4099) {
+            let e = exp_neg(t);
+            assert!(e <= last, "exp_neg({t}) = {e} > {last}");
+            last = e;
+        }
+    }
+
+    #[test]
+    fn logarithms_are_close() {
+        let mut rng = Rng::new(7);
+        let q24 = (1u64 << 24) as f64;
+        let check = |v: u64| {
+            let exact = libm::log2(v as f64);
+            let got = log2(v) as f64 / q24;
+            assert!(
+                (got - exact).abs() < libm::exp2(-18.0),
+                "log2({v}): {got} vs {exact}"
+            );
+            let exact = libm::log(v as f64);
+            let got = ln(v) as f64 / q24;
+            assert!(
+                (got - exact).abs() < libm::exp2(-18.0),
+                "ln({v}): {got} vs {exact}"
+            );
+        };
+        for v in (1..5000).chain([u64::MAX, 1 << 63, (1 << 40) + 12345]) {
+            check(v);
+        }
+        for _ in 0..50_000 {
+            check((rng.next_u64() >> rng.below(64)).max(1));
+        }
+        assert_eq!(log2(1), 0);
+        assert_eq!(log2(1 << 40), 40 << 24);
+    }
+
+    #[test]
+    fn fixed_point_to_f32_rounds_like_the_fpu() {
+        let mut rng = Rng::new(8);
+        let check = |v: i32, frac_bits: u32| {
+            let expected = (v as f64 / libm::exp2(frac_bits as f64)) as f32;
+            let got = to_f32(v, frac_bits);
+            assert_eq!(
+                got.to_bits(),
+                expected.to_bits(),
+                "{v} / 2^{frac_bits}: {got} vs {expected}"
+            );
+        };
+        for frac_bits in [0, 1, 16, 24, 31, 60, 100] {
+            for v in [
+                0,
+                1,
+                -1,
+                i32::MAX,
+                i32::MIN,
+                i32::MIN + 1,
+                (1 << 24) + 1,
+                (1 << 24) + 3,
+                (1 << 25) + 2,
+                (1 << 25) + 6,
+                -(1 << 24) - 1,
+                0x7FFF_FFC0,
+                0x7FFF_FFBF,
+            ] {
+                check(v, frac_bits);
+            }
+        }
+        for _ in 0..200_000 {
+            let v = rng.next_u64() as i32 >> rng.below(32);
+            check(v, rng.below(64) as u32);
+        }
+    }
+}

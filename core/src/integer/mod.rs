@@ -1,0 +1,38 @@
+//! Integer-only arithmetic on rows: LayerNorm, the attention softmax with 16-bit probabilities
+//! and the output log-softmax, on fixed-point rows, with the scalar operations of
+//! [`fixed_point`](crate::fixed_point). No floating-point operation runs here, so a core
+//! without an FPU needs no software floating point for them, and every core gives the same
+//! bits.
+//!
+//! Rows are `i32` in one format `Q(frac)` (the real value of `v` is `v · 2^-frac`); `frac` is
+//! chosen so the largest value a row can hold fits with room to spare.
+//!
+//! | operation | input | output | how |
+//! |---|---|---|---|
+//! | [`layer_norm`] | `Q(frac)` | `Q(frac)` | mean in `i64`; variance of the deviations cut to 16 bits, in `u64`; [`isqrt`](crate::fixed_point::isqrt); one [`Multiplier`](crate::fixed_point::Multiplier) for `1/σ`; gain `Q(gain_frac)` in `i64` products |
+//! | [`softmax_q15`] | scores `Q(frac)` nats | probabilities `Q15`, at most `32767` | [`exp_neg`](crate::fixed_point::exp_neg) of each score's distance to the largest, sum in `u64`, one reciprocal |
+//! | [`log_softmax`] | logits `Q(frac)` nats | `ln p` in `Q(frac)` | `x - max - ln Σ e^(x - max)` with [`ln`](crate::fixed_point::ln) |
+
+mod layer_norm;
+mod softmax;
+
+pub use layer_norm::{layer_norm, LayerNormParams, NORMAL_FRAC};
+pub use softmax::{log_softmax, softmax_q15, to_exp_input, PROBABILITY_ONE};
+
+/// `v · 2^-shift` for `|v| < 2^62`: rounded to nearest (halves up) for `shift > 0` (0 from
+/// `shift = 63` on), exact for `shift ≤ 0` (a left shift, saturating at the `i64` range).
+#[inline]
+pub(crate) fn round_shift(v: i64, shift: i32) -> i64 {
+    if shift > 62 {
+        0
+    } else if shift > 0 {
+        (v + (1i64 << (shift - 1))) >> shift
+    } else {
+        let left = (-shift).min(63) as u32;
+        match v.checked_shl(left) {
+            Some(shifted) if shifted >> left == v => shifted,
+            _ if v < 0 => i64::MIN,
+            _ => i64::MAX,
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! The softmaxes in integers: attention probabilities in 16 bits, and the output's
+//! log-probabilities.
+
+use super::round_shift;
+use crate::fixed_point::{exp_neg, ln, Multiplier, LN_2_Q31};
+
+/// The probability 1 in [`softmax_q15`]'s `Q15`; the largest it gives is one less.
+pub const PROBABILITY_ONE: u32 = 1 << 15;
+
+/// The distance `largest - score` of two `Q(frac)` values as [`exp_neg`]'s `Q24` input:
+/// shifted left (saturating) or right (rounded down).
+#[inline]
+pub fn to_exp_input(largest: i32, score: i32, frac: u32) -> u32 {
+    let distance = (largest as i64 - score as i64).max(0) as u64; // < 2^32
+    if frac <= 24 {
+        (distance << (24 - frac)).min(u32::MAX as u64) as u32
+    } else {
+        (distance >> (frac - 24).min(63)) as u32
+    }
+}
+
+/// `probs = softmax(scores)` for scores in `Q(frac)` nats, probabilities in `Q15` (`32768` is
+/// 1), each at most `32767` so it fits a signed 16-bit half: `e_j = exp_neg(max - s_j)` in
+/// `Q30`, `S = Σ e_j` in `u64` (`S ≥ 2^30`: the largest score's term is `2^30`), then
+/// `p_j = round(e_j · 2^15 / S)` with one [`Multiplier::from_ratio`] (rounded down, relative
+/// error below `2^-29`). A probability below `2^-16` becomes 0: the step of a 16-bit
+/// probability is `2^-15`, against `2^-8` for int8. Empty rows give nothing.
+pub fn softmax_q15(scores: &[i32], frac: u32, probs: &mut [u16]) {
+    let Some(&largest) = scores.iter().max() else {
+        return;
+    };
+    let mut sum = 0u64;
+    for (&s, p) in scores.iter().zip(probs.iter_mut()) {
+        let e = exp_neg(to_exp_input(largest, s, frac));
+        sum += e as u64;
+        // e ≤ 2^30 does not fit u16: keep its top bits until the sum is known
+        *p = (e >> 15) as u16;
+    }
+    // p_j from e_j >> 15 loses the low 15 bits of e_j; recompute exactly instead
+    let normalise = Multiplier::from_ratio(PROBABILITY_ONE as u64, sum).unwrap_or(Multiplier::ZERO);
+    for (&s, p) in scores.iter().zip(probs.iter_mut()) {
+        let e = exp_neg(to_exp_input(largest, s, frac));
+        *p = normalise.apply(e as i32).min(PROBABILITY_ONE as i32 - 1) as u16;
+    }
+}
+
+/// `x = ln softmax(x)` in place for logits in `Q(frac)` nats (`frac ≤ 30`): `x_i - max - ln S`
+/// with `S = Σ exp_neg(max - x_j)` in `Q30` (`u64`), `ln S` from [`ln`] in `Q24` minus
+/// `30 · ln 2`, brought to `Q(frac)` (rounded to nearest), the differences saturated. Terms
+/// below `2^-31` round to 0, so `ln S` is low by at most `n · 2^-31` (n the row's length); the
+/// table's interpolation adds at most `2^-18`.
+pub fn log_softmax(x: &mut [i32], frac: u32) {
+    let Some(&largest) = x.iter().max() else {
+        return;
+    };
+    let sum: u64 = x
+        .iter()
+        .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as u64)
+        .sum();
+    // ln(S · 2^-30) in Q24, then Q(frac)
+    let ln_sum_q24 = ln(sum) as i64 - ((30 * LN_2_Q31 as i64) >> 7); // 30 · ln2 in Q24
+    let ln_sum = round_shift(ln_sum_q24, 24 - frac as i32);
+    for v in x.iter_mut() {
+        let log_p = *v as i64 - largest as i64 - ln_sum;
+        *v = log_p.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+    use alloc::vec::Vec;
+
+    fn real(v: i32, frac: u32) -> f64 {
+        v as f64 / libm::exp2(frac as f64)
+    }
+
+    #[test]
+    fn probabilities_match_f64() {
+        let mut rng = Rng::new(21);
+        for case in 0..400 {
+            let n = [1, 2, 7, 64, 65, 300, 1000, 4096][case % 8];
+            let frac = [8, 16, 20, 24, 26][case % 5];
+            let spread = libm::exp2(rng.unit_f64() * 6.0 - 2.0);
+            let scores: Vec<i32> = (0..n)
+                .map(|_| libm::round(rng.symmetric_f32() as f64 * spread * libm::exp2(frac as f64)) as i32)
+                .collect();
+            let mut probs = alloc::vec![0u16; n];
+            softmax_q15(&scores, frac, &mut probs);
+            let largest = scores.iter().map(|&s| real(s, frac)).fold(f64::MIN, f64::max);
+            let exps: Vec<f64> = scores
+                .iter()
+                .map(|&s| libm::exp(real(s, frac) - largest))
+                .collect();
+            let total: f64 = exps.iter().sum();
+            let mut mass = 0u32;
+            for (j, (&p, e)) in probs.iter().zip(&exps).enumerate() {
+                let expected = e / total * 32768.0;
+                // the rounding to Q15, the clamp at 32767, and the exps' relative 2^-19
+                assert!(
+                    (p as f64 - expected).abs() <= 1.0 + expected * 1e-5,
+                    "n {n} frac {frac} j {j}: {p} vs {expected}"
+                );
+                mass += p as u32;
+            }
+            assert!(
+                (mass as f64 - 32768.0).abs() <= n as f64 * 0.5 + 1.0,
+                "n {n}: mass {mass}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_score_gets_almost_all_the_mass() {
+        let mut probs = [0u16; 3];
+        softmax_q15(&[100 << 16, 0, -(100 << 16)], 16, &mut probs);
+        assert_eq!(probs, [32767, 0, 0]);
+        softmax_q15(&[7, 7, 7], 0, &mut probs);
+        assert_eq!(probs, [10923, 10923, 10923]);
+        // the extremes of Q30: about 2, -2 and 0 nats; 32768 · e^s / (1 + e^-4 + e^-2)
+        softmax_q15(&[i32::MAX, i32::MIN, 0], 30, &mut probs);
+        assert_eq!(probs, [28404, 520, 3844]);
+    }
+
+    #[test]
+    fn log_probabilities_match_f64() {
+        let mut rng = Rng::new(22);
+        for case in 0..300 {
+            let n = [1, 2, 5, 256, 1000, 20000][case % 6];
+            let frac = [16, 20, 24, 26][case % 4];
+            // logits within ±2^(29 - frac), so their differences fit Q(frac)
+            let spread = libm::exp2(rng.unit_f64() * 7.0 - 2.0).min(libm::exp2(29.0 - frac as f64));
+            let logits: Vec<i32> = (0..n)
+                .map(|_| libm::round(rng.symmetric_f32() as f64 * spread * libm::exp2(frac as f64)) as i32)
+                .collect();
+            let mut log_p = logits.clone();
+            log_softmax(&mut log_p, frac);
+            let largest = logits.iter().map(|&s| real(s, frac)).fold(f64::MIN, f64::max);
+            let total: f64 = logits.iter().map(|&s| libm::exp(real(s, frac) - largest)).sum();
+            let ln_total = libm::log(total);
+            for (i, (&got, &logit)) in log_p.iter().zip(&logits).enumerate() {
+                let expected = real(logit, frac) - largest - ln_total;
+                let bound = n as f64 * libm::exp2(-31.0) + libm::exp2(-18.0) + libm::exp2(-(frac as f64));
+                assert!(
+                    (real(got, frac) - expected).abs() <= bound,
+                    "n {n} frac {frac} i {i}: {} vs {expected}",
+                    real(got, frac)
+                );
+            }
+        }
+    }
+}
