@@ -68,6 +68,8 @@ mod error;
 #[cfg(feature = "reference")]
 mod eval;
 mod gram;
+#[cfg(feature = "reference")]
+pub mod integer;
 pub mod quantize;
 mod random;
 #[cfg(feature = "reference")]
