@@ -26,7 +26,7 @@
 //! key is one dot product, one shift and one 32 × 32 → 64-bit product; each value's scale
 //! folds into its 16-bit probability by a shift.
 
-use txl_core::fixed_point::{cos_turns, isqrt, sin_turns, turns, Multiplier};
+use txl_core::fixed_point::{cos_turns, isqrt, round_shift, sin_turns, turns, Multiplier};
 use txl_core::integer::{layer_norm, log_softmax, softmax_q15, LayerNormParams};
 use txl_core::weights::{
     int4_groups, int4_multiplier, int4_row_bytes, int4_value, Matrix, MatrixData, Vector,
@@ -233,17 +233,6 @@ fn quantize_int8(x: &[i64]) -> (Vec<i8>, Multiplier) {
         .and_then(|s| s.times_pow2(shift))
         .unwrap_or(SATURATED);
     (q, scale)
-}
-
-/// `v / 2^shift` rounded to nearest (halves up); a left shift for negative `shift`.
-fn round_shift(v: i64, shift: i32) -> i64 {
-    if shift > 62 {
-        0
-    } else if shift > 0 {
-        (v + (1i64 << (shift - 1))) >> shift
-    } else {
-        v.saturating_mul(1i64 << (-shift).min(62))
-    }
 }
 
 /// `x` as `round(x / 2^e)` with the smallest `e ≥ 0` that keeps every value within `limit`.

@@ -535,8 +535,16 @@ fn the_core_has_no_import_circles() {
 /// The core's layers, bottom to top (`docs/ARCHITECTURE.md`): a module imports only from its own
 /// layer or those below.
 const CORE_LAYERS: &[&[&str]] = &[
-    &["kernels", "config", "crc32", "digest", "rng", "vocab"],
-    &["vector", "tensors", "options"],
+    &[
+        "kernels",
+        "config",
+        "crc32",
+        "digest",
+        "rng",
+        "vocab",
+        "fixed_point",
+    ],
+    &["vector", "tensors", "options", "integer"],
     &["weights", "error"],
     &["matrix", "int8_attention", "image"],
     &["memory", "model", "sampling"],

@@ -1,7 +1,6 @@
 //! LayerNorm in integers: `y = (x - mean) / sqrt(var + eps) · gain + bias` on a `Q(frac)` row.
 
-use super::round_shift;
-use crate::fixed_point::{isqrt, Multiplier};
+use crate::fixed_point::{isqrt, round_shift, Multiplier};
 
 /// The format of the normalised row `(x - mean) / σ` inside [`layer_norm`]: `Q20`, so rows of
 /// up to `2^14` values (`|z| ≤ sqrt(n) ≤ 2^7`) fit an `i32` with room.

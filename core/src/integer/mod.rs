@@ -18,21 +18,3 @@ mod softmax;
 
 pub use layer_norm::{layer_norm, LayerNormParams, NORMAL_FRAC};
 pub use softmax::{log_softmax, softmax_q15, to_exp_input, PROBABILITY_ONE};
-
-/// `v · 2^-shift` for `|v| < 2^62`: rounded to nearest (halves up) for `shift > 0` (0 from
-/// `shift = 63` on), exact for `shift ≤ 0` (a left shift, saturating at the `i64` range).
-#[inline]
-pub(crate) fn round_shift(v: i64, shift: i32) -> i64 {
-    if shift > 62 {
-        0
-    } else if shift > 0 {
-        (v + (1i64 << (shift - 1))) >> shift
-    } else {
-        let left = (-shift).min(63) as u32;
-        match v.checked_shl(left) {
-            Some(shifted) if shifted >> left == v => shifted,
-            _ if v < 0 => i64::MIN,
-            _ => i64::MAX,
-        }
-    }
-}

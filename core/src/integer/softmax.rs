@@ -1,8 +1,7 @@
 //! The softmaxes in integers: attention probabilities in 16 bits, and the output's
 //! log-probabilities.
 
-use super::round_shift;
-use crate::fixed_point::{exp_neg, ln, Multiplier, LN_2_Q31};
+use crate::fixed_point::{exp_neg, ln, round_shift, Multiplier, LN_2_Q31};
 
 /// The probability 1 in [`softmax_q15`]'s `Q15`; the largest it gives is one less.
 pub const PROBABILITY_ONE: u32 = 1 << 15;
