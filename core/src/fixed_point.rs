@@ -78,6 +78,9 @@ impl Multiplier {
             shift = shift.checked_sub(1)?;
         }
         let mut mantissa = libm::floor(scaled + 0.5) as u64;
+        if mantissa == 0 {
+            return Some(Multiplier::ZERO);
+        }
         if mantissa == 1 << 31 {
             // rounded up to the next power of two
             if shift == 0 {
@@ -323,6 +326,152 @@ pub fn to_f32(v: i32, frac_bits: u32) -> f32 {
     }
     // frac_bits ≤ 100 keeps the exponent normal: top - 100 + 127 ≥ 27
     f32::from_bits(sign | (exponent as u32) << 23 | (mantissa & 0x7F_FFFF))
+}
+
+/// The multiplier that equals `value` exactly, from its bits (integer operations alone): an
+/// `f32` is a 24-bit mantissa times a power of two, so the image's f32 scales serve as
+/// multipliers on a core without an FPU. Equal to [`Multiplier::from_f64`] of the same value:
+/// `None` for a negative value (but `-0.0`), infinity, NaN or one of at least `2^30`; zero for
+/// one below `2^-63`, and rounded (halves up) to a shift of [`MAX_SHIFT`] below `2^-32`.
+pub fn multiplier_of_f32(value: f32) -> Option<Multiplier> {
+    let bits = value.to_bits();
+    let (negative, exponent, fraction) = (bits >> 31 != 0, (bits >> 23) & 0xFF, bits & 0x7F_FFFF);
+    if exponent == 0xFF || (negative && bits << 1 != 0) {
+        return None;
+    }
+    if exponent == 0 {
+        return Some(Multiplier::ZERO); // zero or subnormal: below 2^-126
+    }
+    // value = (2^23 + fraction) · 2^(exponent - 150) = mantissa · 2^-(157 - exponent)
+    let mantissa = ((1u32 << 23 | fraction) as i64) << 7;
+    let shift = 157 - exponent as i32;
+    if shift < 1 {
+        return None;
+    }
+    if shift <= MAX_SHIFT as i32 {
+        return Some(Multiplier {
+            mantissa: mantissa as i32,
+            shift: shift as u8,
+        });
+    }
+    let mantissa = round_shift(mantissa, shift - MAX_SHIFT as i32);
+    if mantissa == 0 {
+        return Some(Multiplier::ZERO);
+    }
+    if mantissa == 1 << 31 {
+        // rounded up to the next power of two
+        return Some(Multiplier {
+            mantissa: 1 << 30,
+            shift: MAX_SHIFT - 1,
+        });
+    }
+    Some(Multiplier {
+        mantissa: mantissa as i32,
+        shift: MAX_SHIFT,
+    })
+}
+
+/// `round(value · 2^frac)`, halves away from zero, saturated to `i64`, from the bits of `value`
+/// (integer operations alone); NaN gives 0, infinities saturate.
+pub fn fixed_of_f32_wide(value: f32, frac: u32) -> i64 {
+    let bits = value.to_bits();
+    let (negative, exponent, fraction) = (bits >> 31 != 0, (bits >> 23) & 0xFF, bits & 0x7F_FFFF);
+    if exponent == 0xFF && fraction != 0 {
+        return 0;
+    }
+    let magnitude: i64 = if exponent == 0xFF {
+        i64::MAX
+    } else {
+        // |value| = m · 2^(e - 150), m 24 bits (subnormals: no leading one, e = 1)
+        let (m, e) = if exponent == 0 {
+            (fraction as i64, 1)
+        } else {
+            ((1 << 23 | fraction) as i64, exponent as i32)
+        };
+        let e = e - 150 + frac as i32;
+        if e >= 0 {
+            if e > 39 {
+                i64::MAX
+            } else {
+                m << e
+            }
+        } else if e < -25 {
+            0
+        } else {
+            (m + (1 << (-e - 1))) >> -e
+        }
+    };
+    if negative {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+/// [`fixed_of_f32_wide`] saturated to `i32`.
+pub fn fixed_of_f32(value: f32, frac: u32) -> i32 {
+    saturate(fixed_of_f32_wide(value, frac))
+}
+
+/// `log2(10000)` in `Q56`.
+const LOG2_10000_Q56: u64 = 957_480_584_338_323_632;
+/// `log2(2π)` in `Q56`.
+const LOG2_TWO_PI_Q56: u64 = 191_060_431_690_653_558;
+
+/// `2^(-2^-i)` in `Q62` for `i` in `1..=32`, rounded to nearest (a test checks each entry).
+pub const HALVING_POWERS: [u64; 32] = [
+    3260954456333195553,
+    3877950241171266237,
+    4228934724888366668,
+    4416165660797809419,
+    4512867096753504463,
+    4562008997483360349,
+    4586780255215411731,
+    4599216278082138665,
+    4605446927862164404,
+    4608565417332308035,
+    4610125453837388245,
+    4610905670110601999,
+    4611295827762151833,
+    4611490918967884501,
+    4611588467665893036,
+    4611637242788701951,
+    4611661630543559956,
+    4611673824469352645,
+    4611679921444339948,
+    4611682969934856344,
+    4611684494180870228,
+    4611685256304066092,
+    4611685637365711255,
+    4611685827896545643,
+    4611685923161965790,
+    4611685970794676601,
+    4611685994611032191,
+    4611686006519210032,
+    4611686012473298964,
+    4611686015450343433,
+    4611686016938865668,
+    4611686017683126786,
+];
+
+/// The frequency of the position embeddings' pair `k` of `d_model` (`k < d_model / 2`),
+/// `10000^(-2k / d_model)` radians per position, in turns per position as [`sin_turns`] takes
+/// them (`2^-32` turns), in integers alone: `2^(32 - y)` for `y = 2k / d_model · log2(10000) +
+/// log2(2π)` in `Q56`, the power of the fraction's top 32 bits as a product of
+/// [`HALVING_POWERS`] in `Q62`, rounded to nearest. Within one unit of the exact value (the
+/// relative error of PyTorch's f32 `inv_freq` is `2^-24`), checked by test.
+pub fn position_frequency(k: usize, d_model: usize) -> u32 {
+    let (two_k, d) = (2 * k as u64, d_model.max(1) as u64);
+    let y = (LOG2_10000_Q56 / d) * two_k + (LOG2_10000_Q56 % d) * two_k / d + LOG2_TWO_PI_Q56;
+    let (whole, fraction) = ((y >> 56) as i32, (y >> 24) as u32);
+    let mut power = 1u64 << 62;
+    for (i, &factor) in HALVING_POWERS.iter().enumerate() {
+        if fraction & (1 << (31 - i)) != 0 {
+            power = ((power as u128 * factor as u128) >> 62) as u64;
+        }
+    }
+    // 2^(32 - whole) · power / 2^62
+    round_shift(power as i64, 30 + whole).clamp(0, u32::MAX as i64) as u32
 }
 
 /// `sin(2π · phase / 2^32)` in `Q30`: the phase in turns as a `u32`, so `d · f` wraps around
@@ -732,6 +881,93 @@ mod tests {
         }
         assert_eq!(log2(1), 0);
         assert_eq!(log2(1 << 40), 40 << 24);
+    }
+
+    #[test]
+    fn multipliers_from_f32_bits_are_exact() {
+        let mut rng = Rng::new(12);
+        for _ in 0..100_000 {
+            let value = f32::from_bits(rng.next_u64() as u32 & 0x7FFF_FFFF);
+            assert_eq!(
+                multiplier_of_f32(value),
+                Multiplier::from_f64(value as f64),
+                "{value:e}"
+            );
+        }
+        for value in [
+            0.0f32,
+            -0.0,
+            1.0,
+            0.5,
+            1e-30,
+            2.3e-10,
+            5.42e-20,
+            f32::MIN_POSITIVE,
+            1e-45,
+            1073741823.0,
+            1073741824.0,
+            6e8,
+        ] {
+            assert_eq!(
+                multiplier_of_f32(value),
+                Multiplier::from_f64(value as f64),
+                "{value:e}"
+            );
+        }
+        for bad in [-1.0f32, -1e-40, f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            assert_eq!(multiplier_of_f32(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn fixed_point_from_f32_bits_rounds_like_f64() {
+        let mut rng = Rng::new(13);
+        for _ in 0..200_000 {
+            let value = f32::from_bits(rng.next_u64() as u32);
+            let frac = rng.below(62) as u32;
+            let expected = if value.is_nan() {
+                0
+            } else {
+                let exact = libm::round(value as f64 * libm::exp2(frac as f64));
+                if exact >= i64::MAX as f64 {
+                    i64::MAX
+                } else if exact <= -(i64::MAX as f64) {
+                    -i64::MAX
+                } else {
+                    exact as i64
+                }
+            };
+            assert_eq!(fixed_of_f32_wide(value, frac), expected, "{value:e} · 2^{frac}");
+            assert_eq!(fixed_of_f32(value, frac), saturate(expected));
+        }
+        assert_eq!(
+            [
+                fixed_of_f32(0.5, 0),
+                fixed_of_f32(-0.5, 0),
+                fixed_of_f32(1.5, 0),
+                fixed_of_f32(-2.5, 0)
+            ],
+            [1, -1, 2, -3]
+        );
+    }
+
+    #[test]
+    fn position_frequencies_are_within_a_unit() {
+        for (i, &entry) in HALVING_POWERS.iter().enumerate() {
+            let exact = libm::exp2(62.0 - libm::exp2(-(i as f64 + 1.0)));
+            assert!(
+                (entry as f64 - exact).abs() <= exact * 1e-15 + 1.0,
+                "HALVING_POWERS[{i}]"
+            );
+        }
+        for d_model in [2, 16, 24, 96, 128, 410, 1024, 4096] {
+            for k in 0..d_model / 2 {
+                let radians = libm::pow(10000.0, -(2.0 * k as f64) / d_model as f64);
+                let exact = radians / (2.0 * core::f64::consts::PI) * 4_294_967_296.0;
+                let got = position_frequency(k, d_model) as f64;
+                assert!((got - exact).abs() <= 1.0, "k {k} of {d_model}: {got} vs {exact}");
+            }
+        }
     }
 
     #[test]

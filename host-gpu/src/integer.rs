@@ -26,7 +26,10 @@
 //! key is one dot product, one shift and one 32 × 32 → 64-bit product; each value's scale
 //! folds into its 16-bit probability by a shift.
 
-use txl_core::fixed_point::{cos_turns, isqrt, round_shift, sin_turns, turns, Multiplier};
+use txl_core::fixed_point::{
+    cos_turns, fixed_of_f32, fixed_of_f32_wide, isqrt, multiplier_of_f32, position_frequency, round_shift,
+    sin_turns, Multiplier,
+};
 use txl_core::integer::{layer_norm, log_softmax, softmax_q15, LayerNormParams};
 use txl_core::weights::{
     int4_groups, int4_multiplier, int4_row_bytes, int4_value, Matrix, MatrixData, Vector,
@@ -35,7 +38,6 @@ use txl_core::{Config, MemInit, Model, SessionOptions};
 
 use crate::error::Error;
 use crate::statistics::ChannelRanges;
-use crate::weights::inv_freq;
 
 /// The format of the attention scores: `Q20` nats.
 pub const SCORE_FRAC: u32 = 20;
@@ -66,9 +68,9 @@ struct Linear8 {
     act_scales: Option<Vec<Multiplier>>,
 }
 
-/// A multiplier for a positive real, or an error naming it.
-fn multiplier(value: f64, what: &str) -> Result<Multiplier, Error> {
-    Multiplier::from_f64(value)
+/// The multiplier an f32 scale is (exactly, from its bits), or an error naming it.
+fn multiplier(value: f32, what: &str) -> Result<Multiplier, Error> {
+    multiplier_of_f32(value)
         .ok_or_else(|| Error::BadOptions(format!("{what}: {value} has no fixed-point multiplier")))
 }
 
@@ -82,13 +84,13 @@ impl Linear8 {
             } => {
                 let row_scales = row_scales
                     .iter()
-                    .map(|&s| multiplier(s as f64, what))
+                    .map(|&s| multiplier(s, what))
                     .collect::<Result<_, _>>()?;
                 let act_scales = match act_scales {
                     Some(scales) => Some(
                         scales
                             .iter()
-                            .map(|&s| multiplier(s as f64, what))
+                            .map(|&s| multiplier(s, what))
                             .collect::<Result<_, _>>()?,
                     ),
                     None => None,
@@ -105,7 +107,7 @@ impl Linear8 {
                 codes,
                 group,
             } => {
-                let scale = multiplier(scale as f64, what)?;
+                let scale = multiplier(scale, what)?;
                 let values = Values::Int4 {
                     values: values.to_vec(),
                     codes: codes.to_vec(),
@@ -245,15 +247,9 @@ fn quantize_pow2(x: &[i32], limit: i64) -> (Vec<i32>, i32) {
     (x.iter().map(|&v| round_shift(v as i64, e) as i32).collect(), e)
 }
 
-/// `v` in `Q(frac)`, rounded and saturated.
-fn fixed(v: f64, frac: u32) -> i32 {
-    (v * (1u64 << frac) as f64)
-        .round()
-        .clamp(i32::MIN as f64, i32::MAX as f64) as i32
-}
-
+/// A vector in `Q(frac)`, each value rounded (halves away from zero) and saturated.
 fn fixed_vector(v: Vector<'_>, frac: u32) -> Vec<i32> {
-    v.iter().map(|x| fixed(x as f64, frac)).collect()
+    v.iter().map(|x| fixed_of_f32(x, frac)).collect()
 }
 
 /// A LayerNorm's parameters in fixed point.
@@ -267,17 +263,18 @@ struct Norm {
 
 impl Norm {
     fn new(gain: Vector<'_>, bias: Vector<'_>, eps: f32, frac: u32) -> Norm {
-        let largest = gain.iter().map(|g| g.abs() as f64).fold(0.0, f64::max);
-        // the most fraction bits that keep the largest gain below 2^30
+        // the largest |gain| (the order of non-negative f32 bits is their values'), and the
+        // most fraction bits that keep it below 2^30
+        let largest = f32::from_bits(gain.iter().map(|g| g.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0));
         let mut gain_frac = 30u32;
-        while gain_frac > 0 && largest * (1u64 << gain_frac) as f64 >= (1u64 << 30) as f64 {
+        while gain_frac > 0 && fixed_of_f32_wide(largest, gain_frac) >= 1 << 30 {
             gain_frac -= 1;
         }
         Norm {
             gain: fixed_vector(gain, gain_frac),
             gain_frac,
             bias: fixed_vector(bias, frac),
-            epsilon: (eps as f64 * (2f64).powi(2 * frac as i32)).round() as u64,
+            epsilon: fixed_of_f32_wide(eps, 2 * frac).max(0) as u64,
         }
     }
 
@@ -388,7 +385,11 @@ impl IntegerModel {
     pub fn new(model: &Model<'_>, frac: u32) -> Result<IntegerModel, Error> {
         let config = *model.config();
         let d_model = config.d_model as usize;
-        let emb_scale = multiplier((d_model as f64).sqrt(), "sqrt(d_model)")?;
+        // sqrt(d_model) = isqrt(d_model · 4^h) / 2^h, h as large as fits
+        let d = d_model as u64;
+        let half = (d.leading_zeros().max(1) - 1) / 2;
+        let emb_scale = Multiplier::from_ratio(isqrt(d << (2 * half)) as u64, 1 << half)
+            .ok_or_else(|| Error::BadOptions("d_model is too large".into()))?;
         let mut emb_layers = Vec::new();
         let mut emb_row_scales = Vec::new();
         let mut emb_projs = Vec::new();
@@ -399,17 +400,20 @@ impl IntegerModel {
                     "integer arithmetic needs int8 embedding tables".into(),
                 ));
             }
-            let MatrixData::Int8 { row_scales, .. } = model.emb_layer(table).data else {
-                unreachable!("checked by Linear8::new");
-            };
+            // each row's scale times 2^frac, and sqrt(d_model) where no projection follows
             let times = if config.has_emb_proj() {
-                1.0
+                Multiplier::ONE
             } else {
-                (d_model as f64).sqrt()
+                emb_scale
             };
-            let scales = row_scales
+            let scales = layer
+                .row_scales
                 .iter()
-                .map(|&s| multiplier(s as f64 * times * (1u64 << frac) as f64, "an embedding row"))
+                .map(|&s| {
+                    s.times(times)
+                        .and_then(|m| m.times_pow2(frac as i32))
+                        .ok_or_else(|| Error::BadOptions("an embedding row's scale is too large".into()))
+                })
                 .collect::<Result<_, _>>()?;
             emb_layers.push(layer);
             emb_row_scales.push(scales);
@@ -461,7 +465,7 @@ impl IntegerModel {
         } else {
             (None, Vec::new())
         };
-        let frequencies = inv_freq(d_model).iter().map(|&f| turns(f as f64)).collect();
+        let frequencies = (0..d_model / 2).map(|k| position_frequency(k, d_model)).collect();
         // 1 / sqrt(d_head) = 2^(k/2) / isqrt(d_head · 2^k), k even and as large as fits
         let d_head = config.d_head as u64;
         let half = (d_head.leading_zeros() - 1) / 2;
