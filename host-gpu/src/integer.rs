@@ -36,6 +36,7 @@ use txl_core::weights::{
 };
 use txl_core::{Config, MemInit, Model, SessionOptions};
 
+use crate::cpu::attention::Window;
 use crate::error::Error;
 use crate::statistics::ChannelRanges;
 
@@ -626,6 +627,12 @@ impl IntegerModel {
             let qlen = segment.len();
             let mlen = caches[0].keys.len();
             let klen = mlen + qlen;
+            let window = Window {
+                qlen,
+                mlen,
+                mem_len,
+                same_length: options.same_length,
+            };
             let mut hidden: Vec<Vec<i32>> = segment
                 .iter()
                 .map(|&token| {
@@ -657,9 +664,7 @@ impl IntegerModel {
                         };
                         let (content_q, content_e) = quantize_pow2(&with(&layer.r_w_bias), top);
                         let (position_q, position_e) = quantize_pow2(&with(&layer.r_r_bias), top);
-                        let visible: Vec<usize> = (0..klen)
-                            .filter(|&j| !masked(qlen, mlen, mem_len, options.same_length, i, j))
-                            .collect();
+                        let visible: Vec<usize> = (0..klen).filter(|&j| !window.masked(i, j)).collect();
                         let mut probs = vec![0u16; klen];
                         if visible.is_empty() {
                             // every key masked: uniform over all keys, as Hugging Face does
@@ -837,22 +842,4 @@ fn add(y: &mut [i32], x: &[i32]) {
     for (a, &b) in y.iter_mut().zip(x) {
         *a = a.saturating_add(b);
     }
-}
-
-/// Whether query `i` of a segment of `qlen` after `mlen` remembered positions must not see key
-/// `j`: Hugging Face's `triu(ones(qlen, klen), 1 + mlen)`, plus with `same_length`
-/// `tril(ones(qlen, klen), -shift)`.
-fn masked(qlen: usize, mlen: usize, mem_len: usize, same_length: bool, i: usize, j: usize) -> bool {
-    let future = j > mlen + i;
-    if !same_length {
-        return future;
-    }
-    let klen = (mlen + qlen) as isize;
-    let mask_len = klen - mem_len as isize;
-    let shift = if mask_len > 0 {
-        qlen as isize - mask_len
-    } else {
-        qlen as isize
-    };
-    future || (j as isize) <= i as isize - shift
 }
