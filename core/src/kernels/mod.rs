@@ -20,12 +20,12 @@
 //! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys_strided` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys_strided_f32` (f32) | |
 //! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | | |
 //! | [`quantize_i8`] | AVX `avx::quantize_i8` | | | |
-//! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | | |
+//! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | | RV32IM `rv32::widen_input_i8` |
 //! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` | RV32IM `rv32::row_sums_i8` |
 //! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair_i8`, AVX2 `avx::row_sums_pair_i8` | DSP `dsp::row_sums_pair_i8` | | RV32IM `rv32::row_sums_pair_i8` |
 //! | [`row_sums_groups_i8`] | AVX-512 VNNI `vnni_panel::scaled_rows_in_groups` | | | |
 //! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | | |
-//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | | |
+//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | | RV32IM `rv32::row_sums_i4` |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
 //! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8` | | |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
@@ -396,14 +396,20 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     portable::quantize_i8(x, act_scales, out)
 }
 
-/// Prepares a quantized input `xq` for [`row_sums_i8`], once per input however many rows read
-/// it: the DSP kernels take it widened to 16-bit pairs in `widened` (at least
-/// `2 * xq.len().div_ceil(4)` words); the other kernels read `xq` itself.
+/// Prepares a quantized input `xq` for [`row_sums_i8`] and [`row_sums_i4`], once per input
+/// however many rows read it: the DSP kernels take it widened to 16-bit pairs in `widened` (at
+/// least `2 * xq.len().div_ceil(4)` words), the RV32 int4 kernel as pairs of columns in the
+/// order its products meet them (as many words); the other kernels read `xq` itself.
 #[inline]
 pub fn widen_input_i8(xq: &[i8], widened: &mut [u32]) {
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     dsp::widen_input_i8(xq, widened);
-    #[cfg(not(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve"))))]
+    #[cfg(target_arch = "riscv32")]
+    rv32::widen_input_i8(xq, widened);
+    #[cfg(not(any(
+        all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")),
+        target_arch = "riscv32"
+    )))]
     let _ = (xq, widened);
 }
 
@@ -626,11 +632,12 @@ pub fn row_sums_groups_i8(
 /// `sums[r]` for the packed int4 rows of `values` and their groups' multiplier `codes`
 /// ([`portable::row_sums_i4`]), the input `xq` prepared by [`widen_input_i8`] in `widened`,
 /// `xq.len()` the columns: with VNNI or AVX2 on x86-64, two rows per pass with the
-/// `cortex-m-dsp` feature (`AND` and `SMLAD`; the Helium build widens the input itself), else
-/// the portable code. Every kernel gives the same sums (they are exact integers).
+/// `cortex-m-dsp` feature (`AND` and `SMLAD`; the Helium build widens the input itself), four
+/// on RV32 (two products a `MUL`), else the portable code. Every kernel gives the same sums
+/// (they are exact integers).
 #[inline]
 pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened: &[u32], sums: &mut [i64]) {
-    let _ = widened; // (read by the DSP kernels only)
+    let _ = widened; // (read by the DSP and RV32 kernels only)
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
         if has_avx512_vnni() {
@@ -650,6 +657,8 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened
     return dsp::row_sums_i4(values, group, codes, xq, widened, sums);
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return dsp::row_sums_i4_widening(values, group, codes, xq, sums);
+    #[cfg(target_arch = "riscv32")]
+    return rv32::row_sums_i4(values, group, codes, xq, widened, sums);
     #[allow(unreachable_code)]
     portable::row_sums_i4(values, group, codes, xq, sums)
 }
