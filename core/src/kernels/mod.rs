@@ -27,7 +27,7 @@
 //! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | | |
 //! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | | RV32IM `rv32::row_sums_i4` |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
-//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8` | | |
+//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
@@ -711,7 +711,7 @@ pub fn vecmat_sums_each_i8(
 /// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
 /// `keys[t * stride..]`, the 16-bit query widened into `words` ([`portable::key_sums_i8`]):
 /// the DSP kernel four keys a pass (whole groups of four columns; the rest portable), AVX2 on
-/// x86-64. Exact integers: the same sums.
+/// x86-64, four keys a pass on RV32. Exact integers: the same sums.
 #[inline]
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
     #[cfg(feature = "cortex-m-dsp")]
@@ -728,13 +728,16 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
         // SAFETY: the CPU has AVX2, checked just above.
         return unsafe { avx::key_sums_i8(keys, stride, d_head, words, sums) };
     }
+    #[cfg(target_arch = "riscv32")]
+    return rv32::key_sums_i8(keys, stride, d_head, words, sums);
     #[allow(unreachable_code)]
     portable::key_sums_i8(keys, stride, d_head, words, sums)
 }
 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
 /// `values[t * stride..]` ([`portable::value_sums_i8`]): the DSP kernel (whole groups of four
-/// columns; the rest portable), AVX2 on x86-64. Exact integers: the same sums.
+/// columns; the rest portable), AVX2 on x86-64, sixteen columns at a time on RV32. Exact
+/// integers: the same sums.
 #[inline]
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
     #[cfg(feature = "cortex-m-dsp")]
@@ -748,6 +751,8 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
         // SAFETY: the CPU has AVX2, checked just above.
         return unsafe { avx::value_sums_i8(values, stride, weights, acc) };
     }
+    #[cfg(target_arch = "riscv32")]
+    return rv32::value_sums_i8(values, stride, weights, acc);
     #[allow(unreachable_code)]
     portable::value_sums_i8(values, stride, weights, acc)
 }

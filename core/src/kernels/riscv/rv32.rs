@@ -11,7 +11,11 @@
 //!   and `ADD`: 214 instructions per 64 multiply-accumulates with the five pointer steps and the
 //!   branch, 3.34 each.
 //! - [`row_sums_pair_i8`]: three rows for two inputs a pass; per column two input `LB`s, three
-//!   weight `LB`s, six `MUL`s and six `ADD`s: 280 instructions per 96, 2.92 each.
+//!   weight `LB`s, six `MUL`s and six `ADD`s: 278 instructions per 96, 2.90 each.
+//! - [`key_sums_i8`]: four keys a pass as four rows, each 16-bit query value (`LH`) meeting
+//!   them: 214 instructions per 64, as [`row_sums_i8`].
+//! - [`value_sums_i8`]: sixteen columns with their sums in registers, each weight (`LW`)
+//!   meeting them: 53 instructions per 16, 3.31 each.
 //! - [`row_sums_i4`]: four rows a pass, two products a `MUL` (the int4 section below): 84
 //!   instructions per block of eight columns of the four rows (2.63 per multiply-accumulate);
 //!   a group of 32 columns then costs about 190 more for the four rows (the sums out of their
@@ -22,7 +26,8 @@
 //! compiler that memory may have changed there: the next column's loads stay after this
 //! column's, so no more values are live than there are registers. Without it the compiler
 //! loads columns ahead and keeps sums on the stack: 351 instructions for the 64
-//! multiply-accumulates of four rows, 542 for the 96 of the pair. It adds no instruction.
+//! multiply-accumulates of four rows, 542 for the 96 of the pair, 82 for the 16 of the values'
+//! columns. It adds no instruction.
 //!
 //! Two int8 products in one `MUL` (two inputs in the 16-bit halves of a register, one weight)
 //! do not pay: a product reaches `(-128)²`, so a half holds the sum of two products at most
@@ -46,47 +51,69 @@ const PAIR_ROWS: usize = 3;
 /// One column of a pass: `acc[p][j] += x[p] * w[j]` for the `P` inputs' values `x` and the
 /// `R` rows' weights `w` of that column.
 #[inline(always)]
-fn column<const R: usize, const P: usize>(acc: &mut [[i32; R]; P], x: [i8; P], w: [i8; R]) {
-    let x = x.map(i32::from);
+fn column<const R: usize, const P: usize>(acc: &mut [[i32; R]; P], x: [i32; P], w: [i8; R]) {
     for (j, w) in w.into_iter().enumerate() {
         let w = i32::from(w);
         for (acc, x) in acc.iter_mut().zip(x) {
-            acc[j] = acc[j].wrapping_add(x * w);
+            acc[j] = acc[j].wrapping_add(x.wrapping_mul(w));
         }
     }
     // the next column's loads after this column's products (see the module docs)
     core::hint::black_box(());
 }
 
-/// [`column()`] for each of the columns named, `$k` of step `$i` of the inputs `$x` and rows `$r`.
+/// [`column()`] for each pair of columns named: column `$k` of step `$i` of the rows `$r`,
+/// value `$h` of step `$i` of the inputs `$x`.
 macro_rules! unrolled {
-    ($acc:ident, $x:ident, $r:ident, $i:ident; $($k:literal)*) => {
+    ($acc:ident, $x:ident, $r:ident, $i:ident; $(($k:literal, $h:literal))*) => {
         $(
             column(
                 &mut $acc,
-                core::array::from_fn(|p| $x[p][$i][$k]),
+                core::array::from_fn(|p| $x[p][$i][$h].into()),
                 core::array::from_fn(|j| $r[j][$i][$k]),
             );
         )*
     };
 }
 
-/// `sums[p][j] = rows[j] · xs[p]` over the inputs' length (every row at least as long):
-/// [`STEP`] columns a step, then the columns after the last whole step one at a time.
+/// Where an input keeps its value of column `c`: at `c`, or (`PAIRED`, a query as
+/// `int8_attention::QueryWords` widens it, seen as 16-bit halves) at `c` with the middle two of
+/// each four swapped: columns `4g` and `4g + 2` share a word, then `4g + 1` and `4g + 3`.
 #[inline(always)]
-fn pass<const R: usize, const P: usize>(rows: [&[i8]; R], xs: [&[i8]; P]) -> [[i32; R]; P] {
-    let cols = xs.iter().map(|x| x.len()).min().unwrap_or(0);
+const fn input_index<const PAIRED: bool>(c: usize) -> usize {
+    if PAIRED {
+        c / 4 * 4 + [0, 2, 1, 3][c % 4]
+    } else {
+        c
+    }
+}
+
+/// `sums[p][j] = Σ_c rows[j][c] · xs[p][input_index(c)]` over the first `cols` columns (every
+/// row at least as long, every input as far as it is read): [`STEP`] columns a step, then the
+/// columns after the last whole step one at a time.
+#[inline(always)]
+fn pass<const R: usize, const P: usize, X: Copy + Into<i32>, const PAIRED: bool>(
+    rows: [&[i8]; R],
+    xs: [&[X]; P],
+    cols: usize,
+) -> [[i32; R]; P] {
     let steps = cols / STEP;
-    let x: [&[[i8; STEP]]; P] = xs.map(|x| &x.as_chunks::<STEP>().0[..steps]);
+    let x: [&[[X; STEP]]; P] = xs.map(|x| &x.as_chunks::<STEP>().0[..steps]);
     let r: [&[[i8; STEP]]; R] = rows.map(|row| &row.as_chunks::<STEP>().0[..steps]);
     let mut acc = [[0i32; R]; P];
     for i in 0..steps {
-        unrolled!(acc, x, r, i; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
+        if PAIRED {
+            unrolled!(acc, x, r, i; (0, 0) (1, 2) (2, 1) (3, 3) (4, 4) (5, 6) (6, 5) (7, 7)
+                (8, 8) (9, 10) (10, 9) (11, 11) (12, 12) (13, 14) (14, 13) (15, 15));
+        } else {
+            unrolled!(acc, x, r, i; (0, 0) (1, 1) (2, 2) (3, 3) (4, 4) (5, 5) (6, 6) (7, 7)
+                (8, 8) (9, 9) (10, 10) (11, 11) (12, 12) (13, 13) (14, 14) (15, 15));
+        }
     }
     for c in steps * STEP..cols {
         column(
             &mut acc,
-            core::array::from_fn(|p| xs[p][c]),
+            core::array::from_fn(|p| xs[p][input_index::<PAIRED>(c)].into()),
             core::array::from_fn(|j| rows[j][c]),
         );
     }
@@ -107,18 +134,19 @@ fn rows_in_passes<const R: usize, const P: usize>(
     if cols == 0 {
         return sums.into_iter().for_each(|s| s.fill(0));
     }
+    let width = xs.iter().map(|x| x.len()).min().unwrap_or(0);
     let mut rows = values[..count * cols].chunks_exact(cols);
     let mut first = 0;
     while first + R <= count {
         let block: [&[i8]; R] = core::array::from_fn(|_| rows.next().unwrap_or_default());
-        let acc = pass(block, xs);
+        let acc = pass::<R, P, i8, false>(block, xs, width);
         for (sums, acc) in sums.iter_mut().zip(acc) {
             sums[first..first + R].copy_from_slice(&acc);
         }
         first += R;
     }
     for (r, row) in rows.enumerate() {
-        let acc = pass([row], xs);
+        let acc = pass::<1, P, i8, false>([row], xs, width);
         for (sums, [acc]) in sums.iter_mut().zip(acc) {
             sums[first + r] = acc;
         }
@@ -152,6 +180,75 @@ pub fn row_sums_pair_i8(values: &[i8], cols: usize, xq: [&[i8]; 2], sums: [&mut 
     // the rows only one output has
     row_sums_i8(rest, cols, x_a, rest_a);
     row_sums_i8(rest, cols, x_b, rest_b);
+}
+
+// ---- the int8 attention's sums ------------------------------------------------------------------
+
+/// Columns of the values whose sums [`value_sums_i8`] keeps in registers.
+const VALUE_COLS: usize = 16;
+
+/// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
+/// `keys[t * stride..]`, the 16-bit query widened into `words` as `int8_attention::QueryWords`
+/// lays it out ([`portable::key_sums_i8`](crate::kernels::portable::key_sums_i8)): four keys
+/// a pass, as [`row_sums_i8`] takes four rows, each query value (`LH`, read where the words keep
+/// it) meeting the four. The same sums.
+pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
+    let halves: &[i16] = bytemuck::cast_slice(&words[..2 * d_head.div_ceil(4)]);
+    let key = |t: usize| &keys[t * stride..t * stride + d_head];
+    let first = sums.len() / ROWS * ROWS;
+    let mut blocks = sums.chunks_exact_mut(ROWS);
+    for (b, out) in (&mut blocks).enumerate() {
+        let first = b * ROWS;
+        let keys = core::array::from_fn(|j| key(first + j));
+        let [acc] = pass::<ROWS, 1, i16, true>(keys, [halves], d_head);
+        out.copy_from_slice(&acc);
+    }
+    for (t, sum) in blocks.into_remainder().iter_mut().enumerate() {
+        let [[acc]] = pass::<1, 1, i16, true>([key(first + t)], [halves], d_head);
+        *sum = acc;
+    }
+}
+
+/// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
+/// `values[t * stride..]` ([`portable::value_sums_i8`](crate::kernels::portable::value_sums_i8)):
+/// `VALUE_COLS` (16) columns at a time with their sums in registers, each weight loaded once for
+/// them; the columns after the last whole block, and values that overlap (a stride shorter than
+/// `acc`), by the portable code. The same sums (every product and sum wraps, as there).
+pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    use crate::kernels::portable;
+    if stride < acc.len() {
+        return portable::value_sums_i8(values, stride, weights, acc);
+    }
+    let Some((&last_weight, firsts)) = weights.split_last() else {
+        return;
+    };
+    if acc.is_empty() {
+        return;
+    }
+    // every value but the last a whole stride, the last as long as `acc`
+    let (rows, last) = values.split_at(firsts.len() * stride);
+    let last = &last[..acc.len()];
+    let body = acc.len() / VALUE_COLS * VALUE_COLS;
+    let (whole, rest) = acc.split_at_mut(body);
+    for (b, acc) in whole.as_chunks_mut::<VALUE_COLS>().0.iter_mut().enumerate() {
+        let columns = b * VALUE_COLS..(b + 1) * VALUE_COLS;
+        let mut sums = *acc;
+        let add = |sums: &mut [i32; VALUE_COLS], weight: i32, value: &[i8]| {
+            for (sum, &v) in sums.iter_mut().zip(value) {
+                *sum = sum.wrapping_add(weight.wrapping_mul(i32::from(v)));
+                // the next column's load after this column's product (as `column`)
+                core::hint::black_box(());
+            }
+        };
+        for (&weight, row) in firsts.iter().zip(rows.chunks_exact(stride)) {
+            add(&mut sums, weight, &row[columns.clone()]);
+        }
+        add(&mut sums, last_weight, &last[columns]);
+        *acc = sums;
+    }
+    if !rest.is_empty() {
+        portable::value_sums_i8(&values[body..], stride, weights, rest);
+    }
 }
 
 // ---- int4 rows ---------------------------------------------------------------------------------
@@ -351,7 +448,7 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], words: 
 
 #[cfg(test)]
 mod tests {
-    use super::{row_sums_i4, row_sums_i8, row_sums_pair_i8, widen_input_i8};
+    use super::{key_sums_i8, row_sums_i4, row_sums_i8, row_sums_pair_i8, value_sums_i8, widen_input_i8};
     use crate::kernels::portable;
     use crate::rng::Rng;
     use alloc::{vec, vec::Vec};
@@ -594,5 +691,68 @@ mod tests {
             portable_int4_sums(values, 12, &codes, &xq, rows),
             "groups of 12"
         );
+    }
+    /// Pseudo-random 32-bit words, a share of them with both halves at an extreme.
+    fn words(count: usize, rng: &mut Rng) -> Vec<u32> {
+        (0..count)
+            .map(|_| match rng.next_u64() >> 60 {
+                0 => 0x8000_8000,
+                1 => 0x7fff_7fff,
+                2 => 0x8001_7fff,
+                _ => rng.next_u64() as u32,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn int8_key_sums_equal_the_portable_sums() {
+        let mut rng = Rng::new(17);
+        let (heads, counts): (Vec<usize>, &[usize]) = if cfg!(miri) {
+            (vec![1, 4, 5, 17, 35], &[0, 1, 5])
+        } else {
+            (
+                (1..=40).chain([64, 65, 128]).collect(),
+                &[0, 1, 2, 3, 4, 5, 8, 9, 13],
+            )
+        };
+        for d_head in heads {
+            for &count in counts {
+                for stride in [d_head, d_head + 3, 2 * d_head + 5] {
+                    let keys = bytes(count.saturating_sub(1) * stride + d_head, &mut rng);
+                    let query = words(2 * d_head.div_ceil(4), &mut rng);
+                    let (mut fast, mut slow) = (vec![7i32; count], vec![-7i32; count]);
+                    key_sums_i8(&keys, stride, d_head, &query, &mut fast);
+                    portable::key_sums_i8(&keys, stride, d_head, &query, &mut slow);
+                    assert_eq!(fast, slow, "{count} keys of {d_head} at {stride}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int8_value_sums_equal_the_portable_sums() {
+        let mut rng = Rng::new(18);
+        let (widths, counts): (Vec<usize>, &[usize]) = if cfg!(miri) {
+            (vec![0, 5, 16, 17, 35], &[0, 1, 3])
+        } else {
+            (
+                (0..=40).chain([64, 65, 128]).collect(),
+                &[0, 1, 2, 3, 5, 8, 9, 64],
+            )
+        };
+        for cols in widths {
+            for &count in counts {
+                // values closer together than a block of columns, at their width, and apart
+                for stride in [cols.min(7), cols, cols + 3, 2 * cols + 5] {
+                    let values = bytes(count.saturating_sub(1) * stride + cols, &mut rng);
+                    let weights: Vec<i32> = words(count, &mut rng).iter().map(|&w| w as i16 as i32).collect();
+                    let start: Vec<i32> = (0..cols).map(|_| rng.next_u64() as i32 >> 8).collect();
+                    let (mut fast, mut slow) = (start.clone(), start);
+                    value_sums_i8(&values, stride, &weights, &mut fast);
+                    portable::value_sums_i8(&values, stride, &weights, &mut slow);
+                    assert_eq!(fast, slow, "{count} values of {cols} at {stride}");
+                }
+            }
+        }
     }
 }
