@@ -4,37 +4,38 @@
 //! of the same name in [`portable`]. Every kernel gives the portable kernel's bits.
 //!
 //! Kernels are chosen at compile time for Cortex-M (features `cortex-m-dsp` and
-//! `cortex-m-mve`, target ABI `eabihf` for the FPU) and aarch64 (NEON), and at run time on
-//! x86-64 and for aarch64's `SDOT` (feature `std`; [`features`] is the one probe).
+//! `cortex-m-mve`, target ABI `eabihf` for the FPU), aarch64 (NEON) and RISC-V (RV32, by
+//! `target_arch = "riscv32"`), and at run time on x86-64 and for aarch64's `SDOT` (feature
+//! `std`; [`features`] is the one probe).
 //!
-//! | operation | x86-64 (`std`) | Cortex-M | aarch64 |
-//! |---|---|---|---|
-//! | [`dot_f32`] | | | |
-//! | [`dot_f16`] | F16C `avx::dot_f16` | | |
-//! | [`dot_i8`] | AVX2 `avx::dot_i8` | DSP `dsp::dot_i8` | |
-//! | [`matvec_f32`], [`dots_strided_f32`] | AVX `avx::dots_strided` | FPU `fpu::matvec_f32`, `fpu::dots_strided_f32` | NEON `neon::dots_strided_each_f32` |
-//! | [`matvec_f16`], [`dots_strided_f16`] | AVX+F16C `avx::dots_strided` | FPU `fpu::matvec_f16` (matvec) | |
-//! | [`matmul_f32`], [`matmul_f16`], [`dots_strided_each_f32`], [`dots_strided_each_f16`] | AVX-512F `avx512::dots_strided_each`, AVX `avx::dots_strided_each` (blocks of six rows: `avx_blocks`) | one input at a time | NEON `neon::dots_strided_each_f32` (f32) |
-//! | [`matmul_fma_f32`] | AVX2+FMA `fma::matmul_fma_f32` | | NEON `neon::matmul_fma_f32` |
-//! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys_strided` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys_strided_f32` (f32) |
-//! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | |
-//! | [`quantize_i8`] | AVX `avx::quantize_i8` | | |
-//! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | |
-//! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` |
-//! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair_i8`, AVX2 `avx::row_sums_pair_i8` | DSP `dsp::row_sums_pair_i8` | |
-//! | [`row_sums_groups_i8`] | AVX-512 VNNI `vnni_panel::scaled_rows_in_groups` | | |
-//! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | |
-//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | |
-//! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | |
-//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8` | |
-//! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | |
-//! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | |
-//! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | |
-//! | [`widen_f16`] | | FPU `fpu::widen_f16` | |
+//! | operation | x86-64 (`std`) | Cortex-M | aarch64 | RISC-V |
+//! |---|---|---|---|---|
+//! | [`dot_f32`] | | | | |
+//! | [`dot_f16`] | F16C `avx::dot_f16` | | | |
+//! | [`dot_i8`] | AVX2 `avx::dot_i8` | DSP `dsp::dot_i8` | | |
+//! | [`matvec_f32`], [`dots_strided_f32`] | AVX `avx::dots_strided` | FPU `fpu::matvec_f32`, `fpu::dots_strided_f32` | NEON `neon::dots_strided_each_f32` | |
+//! | [`matvec_f16`], [`dots_strided_f16`] | AVX+F16C `avx::dots_strided` | FPU `fpu::matvec_f16` (matvec) | | |
+//! | [`matmul_f32`], [`matmul_f16`], [`dots_strided_each_f32`], [`dots_strided_each_f16`] | AVX-512F `avx512::dots_strided_each`, AVX `avx::dots_strided_each` (blocks of six rows: `avx_blocks`) | one input at a time | NEON `neon::dots_strided_each_f32` (f32) | |
+//! | [`matmul_fma_f32`] | AVX2+FMA `fma::matmul_fma_f32` | | NEON `neon::matmul_fma_f32` | |
+//! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys_strided` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys_strided_f32` (f32) | |
+//! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | | |
+//! | [`quantize_i8`] | AVX `avx::quantize_i8` | | | |
+//! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | | RV32IM `rv32::widen_input_i8` |
+//! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` | RV32IM `rv32::row_sums_i8` |
+//! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair_i8`, AVX2 `avx::row_sums_pair_i8` | DSP `dsp::row_sums_pair_i8` | | RV32IM `rv32::row_sums_pair_i8` |
+//! | [`row_sums_groups_i8`] | AVX-512 VNNI `vnni_panel::scaled_rows_in_groups` | | | |
+//! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | | |
+//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | | RV32IM `rv32::row_sums_i4` |
+//! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
+//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
+//! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
+//! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
+//! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
+//! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //!
 //! An empty cell runs the portable kernel. The folders: [`portable`] (the reference),
-//! `x86_64/`, `arm/` (`dsp.rs`, `fpu.rs`, `helium.rs`), `aarch64/`; `docs/ARCHITECTURE.md`
-//! says how to add an instruction set.
+//! `x86_64/`, `arm/` (`dsp.rs`, `fpu.rs`, `helium.rs`), `aarch64/`, `riscv/` (`rv32.rs`);
+//! `docs/ARCHITECTURE.md` says how to add an instruction set.
 //!
 //! Each kernel states its shapes: `W (rows, cols) @ x (cols) -> y (rows)`. Slices are taken
 //! at the lengths the shapes say; callers pass buffers of exactly those lengths.
@@ -51,6 +52,9 @@ pub mod x86_64;
 
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;
+
+#[cfg(any(target_arch = "riscv32", test))]
+pub mod riscv;
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
 use features::{
@@ -69,6 +73,9 @@ use arm::helium;
 
 #[cfg(target_arch = "aarch64")]
 use aarch64::neon;
+
+#[cfg(target_arch = "riscv32")]
+use riscv::rv32;
 
 pub use portable::{
     add_assign, argmax, f16_to_f32, i64_to_f32, max, relu, scale, Magnitudes, LAYER_NORM_ROWS, SIDE_BY_SIDE,
@@ -389,14 +396,20 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     portable::quantize_i8(x, act_scales, out)
 }
 
-/// Prepares a quantized input `xq` for [`row_sums_i8`], once per input however many rows read
-/// it: the DSP kernels take it widened to 16-bit pairs in `widened` (at least
-/// `2 * xq.len().div_ceil(4)` words); the other kernels read `xq` itself.
+/// Prepares a quantized input `xq` for [`row_sums_i8`] and [`row_sums_i4`], once per input
+/// however many rows read it: the DSP kernels take it widened to 16-bit pairs in `widened` (at
+/// least `2 * xq.len().div_ceil(4)` words), the RV32 int4 kernel as pairs of columns in the
+/// order its products meet them (as many words); the other kernels read `xq` itself.
 #[inline]
 pub fn widen_input_i8(xq: &[i8], widened: &mut [u32]) {
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     dsp::widen_input_i8(xq, widened);
-    #[cfg(not(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve"))))]
+    #[cfg(target_arch = "riscv32")]
+    rv32::widen_input_i8(xq, widened);
+    #[cfg(not(any(
+        all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")),
+        target_arch = "riscv32"
+    )))]
     let _ = (xq, widened);
 }
 
@@ -405,8 +418,8 @@ pub fn widen_input_i8(xq: &[i8], widened: &mut [u32]) {
 /// `cortex-m-mve` and `cortex-m-dsp` features (16 columns an instruction), else four rows per
 /// pass with the `cortex-m-dsp` feature, with `VPDPBUSD` (AVX-512 VNNI or AVX-VNNI, 32 columns
 /// an instruction) or else AVX2 on x86-64 (`std` feature, when the CPU has it), on aarch64
-/// `SDOT` (when the CPU has it and the `std` feature can tell) or else `SMULL`, else the
-/// portable dot product. All give the same sums.
+/// `SDOT` (when the CPU has it and the `std` feature can tell) or else `SMULL`, four rows per
+/// pass on RV32 (`riscv32`), else the portable dot product. All give the same sums.
 #[inline]
 pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums: &mut [i32]) {
     let _ = widened; // (read by the DSP kernels only)
@@ -436,13 +449,16 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums:
     }
     #[cfg(target_arch = "aarch64")]
     return neon::row_sums_i8_smull(values, cols, xq, sums);
+    #[cfg(target_arch = "riscv32")]
+    return rv32::row_sums_i8(values, cols, xq, sums);
     #[allow(unreachable_code)]
     portable::row_sums_i8(values, cols, xq, sums)
 }
 
 /// [`row_sums_i8`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: with the
-/// `cortex-m-dsp` feature, and with VNNI or AVX2 on x86-64, each weight is loaded (and widened
-/// or sign-flipped) once for both (Helium needs no widening and runs each input on its own).
+/// `cortex-m-dsp` feature, with VNNI or AVX2 on x86-64, and on RV32 (three rows per pass),
+/// each weight is loaded (and widened or sign-flipped) once for both (Helium needs no widening
+/// and runs each input on its own).
 #[inline]
 pub fn row_sums_pair_i8(
     values: &[i8],
@@ -468,6 +484,11 @@ pub fn row_sums_pair_i8(
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     return dsp::row_sums_pair_i8(values, cols, xq, widened, sums);
+    #[cfg(target_arch = "riscv32")]
+    {
+        let _ = widened; // (the RISC-V kernel reads `xq` itself)
+        return rv32::row_sums_pair_i8(values, cols, xq, sums);
+    }
     #[allow(unreachable_code)]
     for ((x, widened), sums) in xq.into_iter().zip(widened).zip(sums) {
         row_sums_i8(values, cols, x, widened, sums);
@@ -611,11 +632,12 @@ pub fn row_sums_groups_i8(
 /// `sums[r]` for the packed int4 rows of `values` and their groups' multiplier `codes`
 /// ([`portable::row_sums_i4`]), the input `xq` prepared by [`widen_input_i8`] in `widened`,
 /// `xq.len()` the columns: with VNNI or AVX2 on x86-64, two rows per pass with the
-/// `cortex-m-dsp` feature (`AND` and `SMLAD`; the Helium build widens the input itself), else
-/// the portable code. Every kernel gives the same sums (they are exact integers).
+/// `cortex-m-dsp` feature (`AND` and `SMLAD`; the Helium build widens the input itself), four
+/// on RV32 (two products a `MUL`), else the portable code. Every kernel gives the same sums
+/// (they are exact integers).
 #[inline]
 pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened: &[u32], sums: &mut [i64]) {
-    let _ = widened; // (read by the DSP kernels only)
+    let _ = widened; // (read by the DSP and RV32 kernels only)
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     {
         if has_avx512_vnni() {
@@ -635,6 +657,8 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened
     return dsp::row_sums_i4(values, group, codes, xq, widened, sums);
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return dsp::row_sums_i4_widening(values, group, codes, xq, sums);
+    #[cfg(target_arch = "riscv32")]
+    return rv32::row_sums_i4(values, group, codes, xq, widened, sums);
     #[allow(unreachable_code)]
     portable::row_sums_i4(values, group, codes, xq, sums)
 }
@@ -687,7 +711,7 @@ pub fn vecmat_sums_each_i8(
 /// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
 /// `keys[t * stride..]`, the 16-bit query widened into `words` ([`portable::key_sums_i8`]):
 /// the DSP kernel four keys a pass (whole groups of four columns; the rest portable), AVX2 on
-/// x86-64. Exact integers: the same sums.
+/// x86-64, four keys a pass on RV32. Exact integers: the same sums.
 #[inline]
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
     #[cfg(feature = "cortex-m-dsp")]
@@ -704,13 +728,16 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
         // SAFETY: the CPU has AVX2, checked just above.
         return unsafe { avx::key_sums_i8(keys, stride, d_head, words, sums) };
     }
+    #[cfg(target_arch = "riscv32")]
+    return rv32::key_sums_i8(keys, stride, d_head, words, sums);
     #[allow(unreachable_code)]
     portable::key_sums_i8(keys, stride, d_head, words, sums)
 }
 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
 /// `values[t * stride..]` ([`portable::value_sums_i8`]): the DSP kernel (whole groups of four
-/// columns; the rest portable), AVX2 on x86-64. Exact integers: the same sums.
+/// columns; the rest portable), AVX2 on x86-64, sixteen columns at a time on RV32. Exact
+/// integers: the same sums.
 #[inline]
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
     #[cfg(feature = "cortex-m-dsp")]
@@ -724,6 +751,8 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
         // SAFETY: the CPU has AVX2, checked just above.
         return unsafe { avx::value_sums_i8(values, stride, weights, acc) };
     }
+    #[cfg(target_arch = "riscv32")]
+    return rv32::value_sums_i8(values, stride, weights, acc);
     #[allow(unreachable_code)]
     portable::value_sums_i8(values, stride, weights, acc)
 }
