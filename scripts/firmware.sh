@@ -18,11 +18,13 @@ the firmware's log. ARGS are the firmware's own (default `score`, which ends wit
 firmware's.
 
 BOARD is one of:
-  mps2-an386    Cortex-M4F  (Arm MPS2 AN386, the default board of `cargo run` in firmware/)
-  mps2-an500    Cortex-M7   (Arm MPS2 AN500)
-  mps2-an505    Cortex-M33  (Arm MPS2 AN505)
-  mps3-an547    Cortex-M55  (Arm MPS3 AN547)
-  riscv32-virt  RV32IMAC    (QEMU's RISC-V virt machine)
+  mps2-an386      Cortex-M4F  (Arm MPS2 AN386, the default board of `cargo run` in firmware/)
+  mps2-an500      Cortex-M7   (Arm MPS2 AN500)
+  mps2-an505      Cortex-M33  (Arm MPS2 AN505)
+  mps3-an547      Cortex-M55  (Arm MPS3 AN547)
+  mps2-an385      Cortex-M3   (Arm MPS2 AN385; no DSP extension, no FPU)
+  mps2-an385-v6m  Armv6-M     (the AN385's Cortex-M3 running a thumbv6m build: Cortex-M0/M0+ code)
+  riscv32-virt    RV32IMAC    (QEMU's RISC-V virt machine)
 
 --table [BOARD...]  builds the bundled demo model in int8, int4, f16 and f32 for each board (all by
                     default), scores the default tokens and prints docs/MICROCONTROLLERS.md's tables,

@@ -100,7 +100,9 @@ mod arch {
 
     #[exception]
     fn SysTick() {
-        WRAPS.fetch_add(1, Ordering::AcqRel);
+        // Only this handler writes `WRAPS`, and nothing preempts it, so a load and a store do
+        // (Armv6-M has no atomic read-modify-write).
+        WRAPS.store(WRAPS.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
     }
 }
 

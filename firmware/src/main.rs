@@ -257,9 +257,12 @@ fn arena(
 /// The static arena; `None` after the first call.
 fn static_arena() -> Option<&'static mut [u8]> {
     static TAKEN: AtomicBool = AtomicBool::new(false);
-    if TAKEN.swap(true, Ordering::AcqRel) {
+    // The firmware is single-threaded and no interrupt handler calls this, so a load and a store
+    // do (Armv6-M has no atomic swap).
+    if TAKEN.load(Ordering::Acquire) {
         return None;
     }
+    TAKEN.store(true, Ordering::Release);
     // SAFETY: `TAKEN` hands out this one `&mut` to `ARENA` at most once, and nothing else
     // touches `ARENA`.
     Some(unsafe { &mut (*addr_of_mut!(ARENA)).0 })

@@ -1,14 +1,15 @@
 //! The firmware (`firmware/`) runs the unmodified core on microcontrollers in QEMU and gives the
 //! host core's results bit for bit; images that do not fit the board fail the build. The default
 //! board (`mps2-an386`, Cortex-M4F) is checked in depth; every other board (Cortex-M7, M33, M55,
-//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset. Every session option's
-//! build variable (`TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`,
-//! `TXL_MEM_INIT`, f16 memory, the position keys per segment) runs on the M33 and the keys folded
-//! into the queries on the RV32IMAC, then other options given at run time, with the static arena
-//! and one from the heap; each option is first seen to change the host's digest (the position
-//! keys per segment: its arena), so one the firmware ignored fails the test. The firmware's
-//! error exits (bad arguments, a heap too small for the arena, the core's errors) are checked with
-//! their exit codes and messages.
+//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset, the Cortex-M3 with int8
+//! and int4 weights, and Armv6-M code on the M3 with int8 weights. Every session option's build
+//! variable (`TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`, `TXL_MEM_INIT`, f16
+//! memory, the position keys per segment) runs on the M33 and the keys folded into the queries on
+//! the RV32IMAC, then other options given at run time, with the static arena and one from the
+//! heap; each option is first seen to change the host's digest (the position keys per segment: its
+//! arena), so one the firmware ignored fails the test. The firmware's error exits (bad arguments,
+//! a heap too small for the arena, the core's errors) are checked with their exit codes and
+//! messages.
 //!
 //! Needs every board's Rust target and QEMU (`qemu-system-arm`, `qemu-system-riscv32`), which
 //! `scripts/test.sh` installs; a missing one fails the test. Builds go to `target/firmware-test`
@@ -766,6 +767,11 @@ fn check_board(board: &Board) {
 
 /// [`check_board`] for the given `TXL_DTYPE`s and the images they stand for.
 fn check_board_images<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N]) {
+    check_board_runs(board, images, true);
+}
+
+/// [`check_board_images`], the resume after a reset left out when `resume` is false.
+fn check_board_runs<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N], resume: bool) {
     require_target_and_qemu(board);
     let (tokens, tokens_path) = heldout_tokens(
         &format!("tokens-{}-{}.bin", board.name, images[0].0),
@@ -805,7 +811,7 @@ fn check_board_images<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N
             board.name,
             run.transcript()
         );
-        if dtype == "int8" {
+        if dtype == "int8" && resume {
             assert_resumes_after_a_reset(&elf, 1, &[], host.digest());
         }
     }
@@ -865,6 +871,23 @@ fn boards_are_built_with_their_own_kernels_only() {
 #[test]
 fn rv32imac_riscv32_virt_is_bit_exact_with_the_host() {
     check_board(&board::RISCV32_VIRT);
+}
+
+/// The Cortex-M3 (no DSP extension, no FPU: the portable kernels, floating point in software)
+/// in int8, with a resume after a reset, and in int4; f32 would take minutes here.
+#[test]
+fn cortex_m3_mps2_an385_is_bit_exact_with_the_host() {
+    check_board_images(
+        &board::MPS2_AN385,
+        [("int8", demo_image_int8()), ("int4", demo_image_int4())],
+    );
+}
+
+/// Armv6-M code (Cortex-M0/M0+) on the AN385's M3, in int8. (The resume after a reset is the
+/// M3's, above.)
+#[test]
+fn armv6m_on_mps2_an385_is_bit_exact_with_the_host() {
+    check_board_runs(&board::MPS2_AN385_V6M, [("int8", demo_image_int8())], false);
 }
 
 /// A change to the session options, named by the build variable (`TXL_CLAMP_LEN=40`) or the

@@ -340,11 +340,35 @@ mod tests {
         };
         assert!(line(&board::MPS2_AN386).starts_with("qemu-system-arm -machine mps2-an386 -cpu cortex-m4 "));
         assert!(line(&board::MPS3_AN547).starts_with("qemu-system-arm -machine mps3-an547 -cpu cortex-m55 "));
+        for board in [board::MPS2_AN385, board::MPS2_AN385_V6M] {
+            assert!(line(&board).starts_with("qemu-system-arm -machine mps2-an385 -cpu cortex-m3 "));
+        }
         assert!(line(&board::RISCV32_VIRT)
             .starts_with("qemu-system-riscv32 -machine virt -bios none -m 64M -display none "));
         for board in BOARDS {
             assert_eq!(board_named(board.name), Some(board));
             assert!(line(&board).contains(" -icount shift=6 "));
+        }
+    }
+
+    /// `cargo run` in firmware/ starts this runner for every board's target
+    /// (firmware/.cargo/config.toml; without it cargo would execute the ELF on the host).
+    #[test]
+    fn every_board_target_has_the_runner() {
+        let config = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../.cargo/config.toml"))
+            .expect("reading firmware/.cargo/config.toml");
+        for board in BOARDS {
+            // Unquoted, as cargo reads `[target.thumbv8m.main-none-eabihf]` too.
+            let table = format!("[target.{}]", board.target);
+            let at = config
+                .find(&table)
+                .unwrap_or_else(|| panic!("no {table} in firmware/.cargo/config.toml ({})", board.name));
+            let body = &config[at + table.len()..];
+            let body = &body[..body.find("\n[").unwrap_or(body.len())];
+            assert!(
+                body.contains("runner = \"host/qemu-run\""),
+                "{table} has no runner in firmware/.cargo/config.toml"
+            );
         }
     }
 
