@@ -14,7 +14,8 @@ Builds txl-firmware for BOARD (release, with the build variables of firmware/REA
 TXL_MODEL, TXL_DTYPE, TXL_TOKENS, TXL_TGT_LEN, TXL_MEM_LEN, TXL_CLAMP_LEN, TXL_SAME_LENGTH,
 TXL_MEM_INIT, TXL_MEM_DTYPE, TXL_POSITION_KEYS), runs it in the board's QEMU machine and prints
 the firmware's log. ARGS are the firmware's own (default `score`, which ends with
-`score tokens=N bits_per_token=X digest=0x... instructions_per_token=Y`); the exit code is the
+`score tokens=N bits_per_token=X digest=0x... instructions_per_token=Y`, and on the boards
+without an FPU `soft_float_calls=S soft_float_calls_per_token=Z`); the exit code is the
 firmware's.
 
 BOARD is one of:
@@ -28,7 +29,8 @@ BOARD is one of:
 
 --table [BOARD...]  builds the bundled demo model in int8, int4, f16 and f32 for each board (all by
                     default), scores the default tokens and prints docs/MICROCONTROLLERS.md's tables,
-                    one per board: image bytes, arena bytes, instructions per token and per MAC.
+                    one per board: image bytes, arena bytes, instructions per token and per MAC (and
+                    on the boards without an FPU the calls into software floating point per token).
 --boards            lists the boards: name, Rust target, core and the firmware features its build
                     turns on (from firmware/src/board.rs).
 
@@ -76,19 +78,28 @@ board_table() {
   unset TXL_MODEL TXL_TOKENS TXL_TGT_LEN TXL_MEM_LEN TXL_CLAMP_LEN TXL_SAME_LENGTH TXL_MEM_INIT \
     TXL_MEM_DTYPE TXL_POSITION_KEYS
   core=$("$runner" --boards | awk -v board="$board" '$1 == board { print $3 }')
-  echo "#### $board ($core)"
-  echo
-  echo "| weights | image bytes | arena bytes | instructions / token | instructions / MAC | command |"
-  echo "|---|---:|---:|---:|---:|---|"
+  local rows="" soft_float="" calls
   for dtype in int8 int4 f16 f32; do
     log=$(TXL_DTYPE=$dtype run_board "$board" score)
     image=$(sed -n 's/.*: image \([0-9]*\) bytes.*/\1/p' <<<"$log")
     arena=$(sed -n 's/^arena bytes \([0-9]*\).*/\1/p' <<<"$log")
     per_token=$(sed -n 's/^score tokens=.*instructions_per_token=\([0-9]*\).*/\1/p' <<<"$log")
     per_mac=$(sed -n 's/^score macs_per_token=.*instructions_per_mac=\([0-9.]*\).*/\1/p' <<<"$log")
-    echo "| $dtype | $image | $arena | $per_token | $per_mac | \`TXL_DTYPE=$dtype scripts/firmware.sh $board\` |"
+    # The boards without an FPU also count the calls into software floating point.
+    calls=$(sed -n 's/^score tokens=.*soft_float_calls_per_token=\([0-9]*\).*/\1/p' <<<"$log")
+    [ -z "$calls" ] || { soft_float=yes; calls=" $calls |"; }
+    rows+="| $dtype | $image | $arena | $per_token | $per_mac |$calls \`TXL_DTYPE=$dtype scripts/firmware.sh $board\` |"$'\n'
   done
+  echo "#### $board ($core)"
   echo
+  if [ -n "$soft_float" ]; then
+    echo "| weights | image bytes | arena bytes | instructions / token | instructions / MAC | soft-float calls / token | command |"
+    echo "|---|---:|---:|---:|---:|---:|---|"
+  else
+    echo "| weights | image bytes | arena bytes | instructions / token | instructions / MAC | command |"
+    echo "|---|---:|---:|---:|---:|---|"
+  fi
+  printf '%s\n' "$rows"
 }
 
 case "${1:-}" in

@@ -71,6 +71,10 @@ pub struct Board {
     /// keeps the session state there. `None`: the board has none, and the firmware refuses
     /// `--reset-after`.
     pub surviving_ram: Option<Region>,
+    /// The core has no FPU: every floating-point operation is a call into the software routines
+    /// of `compiler_builtins` (`__aeabi_fadd`, `__addsf3`, ...). The firmware counts those calls
+    /// (the linker's `--wrap`, set up by the build script) and `score` prints the count.
+    pub soft_float: bool,
     /// The instruction counter.
     pub counter: Counter,
     /// How the board resets.
@@ -103,6 +107,7 @@ pub const MPS2_AN386: Board = Board {
         origin: 0x2100_0000,
         bytes: 16 << 20,
     }),
+    soft_float: false,
     counter: Counter::SysTick { hz: 25_000_000 },
     reset: Reset::SysResetReq,
 };
@@ -131,6 +136,7 @@ pub const MPS2_AN500: Board = Board {
         origin: 0x6000_0000,
         bytes: 16 << 20,
     }),
+    soft_float: false,
     counter: Counter::SysTick { hz: 25_000_000 },
     reset: Reset::SysResetReq,
 };
@@ -163,6 +169,7 @@ pub const MPS2_AN505: Board = Board {
         origin: 0x8000_0000,
         bytes: 16 << 20,
     }),
+    soft_float: false,
     counter: Counter::SysTick { hz: 20_000_000 },
     reset: Reset::SysResetReq,
 };
@@ -199,6 +206,7 @@ pub const MPS3_AN547: Board = Board {
         origin: 0x6000_0000,
         bytes: 16 << 20,
     }),
+    soft_float: false,
     counter: Counter::SysTick { hz: 32_000_000 },
     reset: Reset::SysResetReq,
 };
@@ -231,6 +239,7 @@ pub const MPS2_AN385: Board = Board {
         origin: 0x2100_0000,
         bytes: 16 << 20,
     }),
+    soft_float: true,
     counter: Counter::SysTick { hz: 25_000_000 },
     reset: Reset::SysResetReq,
 };
@@ -273,6 +282,7 @@ pub const RISCV32_VIRT: Board = Board {
         origin: 0x8200_0000,
         bytes: 16 << 20,
     }),
+    soft_float: true,
     counter: Counter::Minstret,
     reset: Reset::SifiveTest { base: 0x0010_0000 },
 };

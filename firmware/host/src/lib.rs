@@ -259,7 +259,8 @@ pub fn run(
 }
 
 /// The last line of `score`:
-/// `score tokens=N bits_per_token=X digest=0xHHHHHHHH instructions_per_token=Y`.
+/// `score tokens=N bits_per_token=X digest=0xHHHHHHHH instructions_per_token=Y`, on a board
+/// without an FPU followed by `soft_float_calls=S soft_float_calls_per_token=Z`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScoreLine {
     /// Tokens scored (`N`; `N - 1` are predicted).
@@ -270,6 +271,9 @@ pub struct ScoreLine {
     pub digest: u32,
     /// Instructions executed per token in the forward passes.
     pub instructions_per_token: u64,
+    /// Calls into software floating point in the forward passes, all tokens together: printed
+    /// on the boards without an FPU (`Board::soft_float`), `None` on the others.
+    pub soft_float_calls: Option<u64>,
 }
 
 impl ScoreLine {
@@ -282,6 +286,10 @@ impl ScoreLine {
             bits_per_token: field(&line, "bits_per_token")?.parse().ok()?,
             digest: u32::from_str_radix(field(&line, "digest")?.strip_prefix("0x")?, 16).ok()?,
             instructions_per_token: field(&line, "instructions_per_token")?.parse().ok()?,
+            soft_float_calls: match field(&line, "soft_float_calls") {
+                Some(calls) => Some(calls.parse().ok()?),
+                None => None,
+            },
         })
     }
 }
@@ -306,7 +314,14 @@ mod tests {
                 bits_per_token: 2.0625,
                 digest: 0x0bad_f00d,
                 instructions_per_token: 123,
+                soft_float_calls: None,
             })
+        );
+        let line = "score tokens=256 bits_per_token=2.0625 digest=0x0badf00d instructions_per_token=123 \
+                    soft_float_calls=5120 soft_float_calls_per_token=20";
+        assert_eq!(
+            ScoreLine::parse(line).map(|score| score.soft_float_calls),
+            Some(Some(5120))
         );
         assert_eq!(ScoreLine::parse("score: 256 tokens"), None);
     }
