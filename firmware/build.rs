@@ -92,6 +92,14 @@ fn run() -> Result<(), String> {
     println!("cargo:rustc-link-search={}", out_dir.display());
     println!("cargo:rustc-link-arg=-Tlink.x");
     println!("cargo:rustc-link-arg=-Tdefmt.x");
+    // On a board without an FPU, every call into the software floating-point routines goes
+    // through a wrapper that counts it.
+    let arch = env("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let soft_float = soft_float_wrappers(&board, &arch)?;
+    for routine in &soft_float.routines {
+        println!("cargo:rustc-link-arg=--wrap={routine}");
+    }
+    write("soft_float.s", soft_float.asm.as_bytes())?;
 
     let mut config = String::new();
     let mut line = |name: &str, ty: &str, value: String, doc: &str| {
@@ -169,8 +177,157 @@ fn run() -> Result<(), String> {
         options.rust_literal("txl_core::").to_string(),
         "The build-time session options.",
     );
+    line(
+        "SOFT_FLOAT_COUNTED",
+        "bool",
+        (!soft_float.routines.is_empty()).to_string(),
+        "Whether the calls into the software floating-point routines are counted (`soft_float.s`).",
+    );
+    line(
+        "SOFT_FLOAT_WRAPPER_INSTRUCTIONS",
+        "u64",
+        soft_float.instructions.to_string(),
+        "Instructions one counting wrapper executes before it jumps to the routine.",
+    );
     write("build_config.rs", config.as_bytes())?;
     Ok(())
+}
+
+/// The software floating-point routines of `compiler_builtins` whose calls the firmware counts on
+/// a board without an FPU, by their generic names: f32 and f64 arithmetic, comparisons and
+/// conversions (RISC-V calls these).
+const SOFT_FLOAT_ROUTINES: &str = "
+    __addsf3 __subsf3 __mulsf3 __divsf3
+    __eqsf2 __nesf2 __ltsf2 __lesf2 __gesf2 __gtsf2 __unordsf2
+    __fixsfsi __fixunssfsi __fixsfdi __fixunssfdi __floatsisf __floatunsisf __floatdisf __floatundisf
+    __extendsfdf2 __truncdfsf2
+    __adddf3 __subdf3 __muldf3 __divdf3
+    __eqdf2 __nedf2 __ltdf2 __ledf2 __gedf2 __gtdf2 __unorddf2
+    __fixdfsi __fixunsdfsi __fixdfdi __fixunsdfdi __floatsidf __floatunsidf __floatdidf __floatundidf
+";
+
+/// The same routines by the names of the Arm run-time ABI, which LLVM calls on Arm. Not counted:
+/// `__aeabi_frsub` and `__aeabi_drsub` (they call `__aeabi_fsub` and `__aeabi_dsub`, which are),
+/// the flag-setting comparisons `__aeabi_cfcmp*` and `__aeabi_cdcmp*` (LLVM does not call them),
+/// negation (LLVM flips the sign bit itself), and libm's functions (`expf`, `sqrtf`, `fmaxf`,
+/// ...: they call the counted routines).
+const SOFT_FLOAT_ROUTINES_AEABI: &str = "
+    __aeabi_fadd __aeabi_fsub __aeabi_fmul __aeabi_fdiv
+    __aeabi_fcmpeq __aeabi_fcmplt __aeabi_fcmple __aeabi_fcmpge __aeabi_fcmpgt __aeabi_fcmpun
+    __aeabi_f2iz __aeabi_f2uiz __aeabi_f2lz __aeabi_f2ulz __aeabi_i2f __aeabi_ui2f __aeabi_l2f __aeabi_ul2f
+    __aeabi_f2d __aeabi_d2f
+    __aeabi_dadd __aeabi_dsub __aeabi_dmul __aeabi_ddiv
+    __aeabi_dcmpeq __aeabi_dcmplt __aeabi_dcmple __aeabi_dcmpge __aeabi_dcmpgt __aeabi_dcmpun
+    __aeabi_d2iz __aeabi_d2uiz __aeabi_d2lz __aeabi_d2ulz __aeabi_i2d __aeabi_ui2d __aeabi_l2d __aeabi_ul2d
+";
+
+/// The counter the wrappers increment (`src/soft_float.rs`).
+const SOFT_FLOAT_COUNTER: &str = "TXL_SOFT_FLOAT_CALLS";
+
+/// A counting wrapper in Armv6-M code (it runs on every Cortex-M), for `global_asm!` (braces
+/// doubled): r0-r3 hold the arguments and are restored, r12 is free at a call. Nine instructions.
+const ARM_WRAPPER: &str = r#"
+    .section .text.__wrap_ROUTINE,"ax",%progbits
+    .global __wrap_ROUTINE
+    .type __wrap_ROUTINE,%function
+    .thumb_func
+    .p2align 1
+__wrap_ROUTINE:
+    push {{r0, r1}}
+    ldr r0, .Lcounter_ROUTINE
+    ldr r1, [r0]
+    adds r1, r1, #1
+    str r1, [r0]
+    ldr r0, .Lreal_ROUTINE
+    mov r12, r0
+    pop {{r0, r1}}
+    bx r12
+    .p2align 2
+.Lcounter_ROUTINE:
+    .word COUNTER
+.Lreal_ROUTINE:
+    .word __real_ROUTINE
+    .size __wrap_ROUTINE, . - __wrap_ROUTINE
+"#;
+
+/// A counting wrapper in RV32 code: a0-a7 hold the arguments, t0 and t1 are free at a call. No
+/// linker relaxation, so it keeps its six instructions (`tail` is two) wherever it lands.
+const RISCV_WRAPPER: &str = r#"
+    .section .text.__wrap_ROUTINE,"ax",@progbits
+    .global __wrap_ROUTINE
+    .type __wrap_ROUTINE,@function
+    .p2align 1
+__wrap_ROUTINE:
+    .option push
+    .option norelax
+    lui t0, %hi(COUNTER)
+    lw t1, %lo(COUNTER)(t0)
+    addi t1, t1, 1
+    sw t1, %lo(COUNTER)(t0)
+    tail __real_ROUTINE
+    .option pop
+    .size __wrap_ROUTINE, . - __wrap_ROUTINE
+"#;
+
+/// The routines to wrap, the wrappers (assembly for `global_asm!`) and the instructions each
+/// executes before it jumps to its routine.
+struct SoftFloatWrappers {
+    routines: Vec<&'static str>,
+    asm: String,
+    instructions: u32,
+}
+
+/// The counting wrappers for `board` (none for a board with an FPU). The linker's `--wrap=X`
+/// sends every call to `X` from another object file to `__wrap_X`, and `__real_X` to `X`; the
+/// routines live in `compiler_builtins`, which is never part of the LTO object, so every call from
+/// the firmware, the core or libm is wrapped. None is counted twice: the routines reach each other
+/// by their mangled Rust names, and the few functions that call a counted routine by its name
+/// (`__aeabi_frsub`, `__powisf2`, `fmaxf`, ...) are not wrapped themselves. Each wrapper adds one to
+/// a 32-bit counter and jumps to the routine with the arguments untouched, in a fixed number of
+/// instructions, which the firmware takes off its instruction counts.
+fn soft_float_wrappers(board: &board::Board, arch: &str) -> Result<SoftFloatWrappers, String> {
+    if !board.soft_float {
+        return Ok(SoftFloatWrappers {
+            routines: Vec::new(),
+            asm: String::new(),
+            instructions: 0,
+        });
+    }
+    let (routines, wrapper, instructions, mut asm): (Vec<&'static str>, _, _, _) = match arch {
+        "arm" => (
+            SOFT_FLOAT_ROUTINES_AEABI
+                .split_whitespace()
+                .chain(SOFT_FLOAT_ROUTINES.split_whitespace())
+                .collect(),
+            ARM_WRAPPER,
+            9,
+            String::from("    .syntax unified\n    .thumb\n"),
+        ),
+        "riscv32" => (
+            SOFT_FLOAT_ROUTINES.split_whitespace().collect(),
+            RISCV_WRAPPER,
+            6,
+            String::new(),
+        ),
+        other => {
+            return Err(format!(
+                "TXL_BOARD={}: no soft-float counting for the architecture {other}",
+                board.name
+            ))
+        }
+    };
+    for routine in &routines {
+        asm.push_str(
+            &wrapper
+                .replace("ROUTINE", routine)
+                .replace("COUNTER", SOFT_FLOAT_COUNTER),
+        );
+    }
+    Ok(SoftFloatWrappers {
+        routines,
+        asm,
+        instructions,
+    })
 }
 
 fn env(name: &str) -> Option<String> {

@@ -14,19 +14,23 @@ Builds txl-firmware for BOARD (release, with the build variables of firmware/REA
 TXL_MODEL, TXL_DTYPE, TXL_TOKENS, TXL_TGT_LEN, TXL_MEM_LEN, TXL_CLAMP_LEN, TXL_SAME_LENGTH,
 TXL_MEM_INIT, TXL_MEM_DTYPE, TXL_POSITION_KEYS), runs it in the board's QEMU machine and prints
 the firmware's log. ARGS are the firmware's own (default `score`, which ends with
-`score tokens=N bits_per_token=X digest=0x... instructions_per_token=Y`); the exit code is the
+`score tokens=N bits_per_token=X digest=0x... instructions_per_token=Y`, and on the boards
+without an FPU `soft_float_calls=S soft_float_calls_per_token=Z`); the exit code is the
 firmware's.
 
 BOARD is one of:
-  mps2-an386    Cortex-M4F  (Arm MPS2 AN386, the default board of `cargo run` in firmware/)
-  mps2-an500    Cortex-M7   (Arm MPS2 AN500)
-  mps2-an505    Cortex-M33  (Arm MPS2 AN505)
-  mps3-an547    Cortex-M55  (Arm MPS3 AN547)
-  riscv32-virt  RV32IMAC    (QEMU's RISC-V virt machine)
+  mps2-an386      Cortex-M4F  (Arm MPS2 AN386, the default board of `cargo run` in firmware/)
+  mps2-an500      Cortex-M7   (Arm MPS2 AN500)
+  mps2-an505      Cortex-M33  (Arm MPS2 AN505)
+  mps3-an547      Cortex-M55  (Arm MPS3 AN547)
+  mps2-an385      Cortex-M3   (Arm MPS2 AN385; no DSP extension, no FPU)
+  mps2-an385-v6m  Armv6-M     (the AN385's Cortex-M3 running a thumbv6m build: Cortex-M0/M0+ code)
+  riscv32-virt    RV32IMAC    (QEMU's RISC-V virt machine)
 
 --table [BOARD...]  builds the bundled demo model in int8, int4, f16 and f32 for each board (all by
                     default), scores the default tokens and prints docs/MICROCONTROLLERS.md's tables,
-                    one per board: image bytes, arena bytes, instructions per token and per MAC.
+                    one per board: image bytes, arena bytes, instructions per token and per MAC (and
+                    on the boards without an FPU the calls into software floating point per token).
 --boards            lists the boards: name, Rust target, core and the firmware features its build
                     turns on (from firmware/src/board.rs).
 
@@ -74,19 +78,28 @@ board_table() {
   unset TXL_MODEL TXL_TOKENS TXL_TGT_LEN TXL_MEM_LEN TXL_CLAMP_LEN TXL_SAME_LENGTH TXL_MEM_INIT \
     TXL_MEM_DTYPE TXL_POSITION_KEYS
   core=$("$runner" --boards | awk -v board="$board" '$1 == board { print $3 }')
-  echo "#### $board ($core)"
-  echo
-  echo "| weights | image bytes | arena bytes | instructions / token | instructions / MAC | command |"
-  echo "|---|---:|---:|---:|---:|---|"
+  local rows="" soft_float="" calls
   for dtype in int8 int4 f16 f32; do
     log=$(TXL_DTYPE=$dtype run_board "$board" score)
     image=$(sed -n 's/.*: image \([0-9]*\) bytes.*/\1/p' <<<"$log")
     arena=$(sed -n 's/^arena bytes \([0-9]*\).*/\1/p' <<<"$log")
     per_token=$(sed -n 's/^score tokens=.*instructions_per_token=\([0-9]*\).*/\1/p' <<<"$log")
     per_mac=$(sed -n 's/^score macs_per_token=.*instructions_per_mac=\([0-9.]*\).*/\1/p' <<<"$log")
-    echo "| $dtype | $image | $arena | $per_token | $per_mac | \`TXL_DTYPE=$dtype scripts/firmware.sh $board\` |"
+    # The boards without an FPU also count the calls into software floating point.
+    calls=$(sed -n 's/^score tokens=.*soft_float_calls_per_token=\([0-9]*\).*/\1/p' <<<"$log")
+    [ -z "$calls" ] || { soft_float=yes; calls=" $calls |"; }
+    rows+="| $dtype | $image | $arena | $per_token | $per_mac |$calls \`TXL_DTYPE=$dtype scripts/firmware.sh $board\` |"$'\n'
   done
+  echo "#### $board ($core)"
   echo
+  if [ -n "$soft_float" ]; then
+    echo "| weights | image bytes | arena bytes | instructions / token | instructions / MAC | soft-float calls / token | command |"
+    echo "|---|---:|---:|---:|---:|---:|---|"
+  else
+    echo "| weights | image bytes | arena bytes | instructions / token | instructions / MAC | command |"
+    echo "|---|---:|---:|---:|---:|---|"
+  fi
+  printf '%s\n' "$rows"
 }
 
 case "${1:-}" in

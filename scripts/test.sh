@@ -41,7 +41,7 @@ skip_summary() {
 }
 
 step "setup: Rust targets (the firmware's boards: Cortex-M4F/M7, M33/M55, RV32IMAC)"
-for target in thumbv7em-none-eabihf thumbv8m.main-none-eabihf riscv32imac-unknown-none-elf; do
+for target in thumbv7em-none-eabihf thumbv8m.main-none-eabihf riscv32imac-unknown-none-elf thumbv7m-none-eabi thumbv6m-none-eabi; do
   if ! rustup target list --installed | grep -qx "$target"; then
     rustup target add "$target"
   fi

@@ -30,7 +30,7 @@ use half::f16;
 use txl_core::weights::{int4_groups, int4_pack_row, int4_row_bytes, Matrix, MatrixData};
 use txl_core::{int8_attention, kernels, matrix};
 
-use crate::counter::{self, InstructionCounter};
+use crate::counter::InstructionCounter;
 use crate::Failure;
 
 /// `(rows, cols)` of the demo model's linear layers.
@@ -296,7 +296,7 @@ fn measure_attention(memory: AttentionMemory, counter: &InstructionCounter) -> u
     let mut out = vec![0.0f32; D_HEAD];
     let mut scratch = vec![0u32; int8_attention::scratch_words(D_HEAD)];
     let mut acc = vec![0i32; D_HEAD];
-    let start = counter.ticks();
+    let start = counter.read();
     for _ in 0..REPEATS {
         match memory {
             AttentionMemory::F32 => {
@@ -328,9 +328,9 @@ fn measure_attention(memory: AttentionMemory, counter: &InstructionCounter) -> u
             }
         }
     }
-    let ticks = counter.ticks_since(start);
+    let spent = counter.since(start);
     core::hint::black_box((&scores, &out));
-    counter::instructions(ticks) / REPEATS
+    spent.instructions() / REPEATS
 }
 
 fn report(kernel: &str, shape: &str, rows: usize, cols: usize, macs: u64, instructions: u64) {
@@ -378,14 +378,14 @@ fn measure(kernel: Kernel, rows: usize, cols: usize, counter: &InstructionCounte
         Kernel::F32 => MatrixData::F32(&weights),
     };
     let weight = Matrix { rows, cols, data };
-    let start = counter.ticks();
+    let start = counter.read();
     for _ in 0..REPEATS {
         match kernel {
             Kernel::Int8Pair => matrix::matvec_pair(&weight, [&x, &x2], [&mut y, &mut y2], &mut scratch),
             _ => matrix::matvec(&weight, &x, &mut y, &mut scratch),
         }
     }
-    let ticks = counter.ticks_since(start);
+    let spent = counter.since(start);
     core::hint::black_box((&y, &y2));
-    counter::instructions(ticks) / REPEATS
+    spent.instructions() / REPEATS
 }

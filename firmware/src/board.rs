@@ -71,6 +71,10 @@ pub struct Board {
     /// keeps the session state there. `None`: the board has none, and the firmware refuses
     /// `--reset-after`.
     pub surviving_ram: Option<Region>,
+    /// The core has no FPU: every floating-point operation is a call into the software routines
+    /// of `compiler_builtins` (`__aeabi_fadd`, `__addsf3`, ...). The firmware counts those calls
+    /// (the linker's `--wrap`, set up by the build script) and `score` prints the count.
+    pub soft_float: bool,
     /// The instruction counter.
     pub counter: Counter,
     /// How the board resets.
@@ -103,6 +107,7 @@ pub const MPS2_AN386: Board = Board {
         origin: 0x2100_0000,
         bytes: 16 << 20,
     }),
+    soft_float: false,
     counter: Counter::SysTick { hz: 25_000_000 },
     reset: Reset::SysResetReq,
 };
@@ -131,6 +136,7 @@ pub const MPS2_AN500: Board = Board {
         origin: 0x6000_0000,
         bytes: 16 << 20,
     }),
+    soft_float: false,
     counter: Counter::SysTick { hz: 25_000_000 },
     reset: Reset::SysResetReq,
 };
@@ -163,6 +169,7 @@ pub const MPS2_AN505: Board = Board {
         origin: 0x8000_0000,
         bytes: 16 << 20,
     }),
+    soft_float: false,
     counter: Counter::SysTick { hz: 20_000_000 },
     reset: Reset::SysResetReq,
 };
@@ -199,8 +206,54 @@ pub const MPS3_AN547: Board = Board {
         origin: 0x6000_0000,
         bytes: 16 << 20,
     }),
+    soft_float: false,
     counter: Counter::SysTick { hz: 32_000_000 },
     reset: Reset::SysResetReq,
+};
+
+/// Arm MPS2 with the AN385 FPGA image: Cortex-M3 (Armv7-M: no DSP extension, no FPU). The
+/// memory map is the AN386's; the core runs the portable kernels and its floating point in
+/// software.
+pub const MPS2_AN385: Board = Board {
+    name: "mps2-an385",
+    core: "Cortex-M3",
+    target: "thumbv7m-none-eabi",
+    qemu: "qemu-system-arm",
+    machine: "mps2-an385",
+    cpu: Some("cortex-m3"),
+    qemu_options: &[],
+    features: &[],
+    // SSRAM1, used as flash.
+    flash: Region {
+        origin: 0x0000_0000,
+        bytes: 4 << 20,
+    },
+    image: None,
+    // SSRAM2/3.
+    ram: Region {
+        origin: 0x2000_0000,
+        bytes: 4 << 20,
+    },
+    // PSRAM.
+    surviving_ram: Some(Region {
+        origin: 0x2100_0000,
+        bytes: 16 << 20,
+    }),
+    soft_float: true,
+    counter: Counter::SysTick { hz: 25_000_000 },
+    reset: Reset::SysResetReq,
+};
+
+/// The AN385's Cortex-M3 running a `thumbv6m-none-eabi` build: the instruction set of the
+/// Cortex-M0 and M0+ (Armv6-M, a subset of Armv7-M), for which QEMU 7.2 has no board with enough
+/// RAM. Same machine, memory map and counter as [`MPS2_AN385`]; the instructions counted are the
+/// ones an Armv6-M core would execute.
+pub const MPS2_AN385_V6M: Board = Board {
+    name: "mps2-an385-v6m",
+    // One word: `txl-qemu --boards` prints it as a field.
+    core: "Armv6-M",
+    target: "thumbv6m-none-eabi",
+    ..MPS2_AN385
 };
 
 /// QEMU's RISC-V `virt` machine with a 32-bit hart (RV32GC; the firmware uses RV32IMAC), run
@@ -229,12 +282,21 @@ pub const RISCV32_VIRT: Board = Board {
         origin: 0x8200_0000,
         bytes: 16 << 20,
     }),
+    soft_float: true,
     counter: Counter::Minstret,
     reset: Reset::SifiveTest { base: 0x0010_0000 },
 };
 
 /// Every board; the first is the default.
-pub const BOARDS: [Board; 5] = [MPS2_AN386, MPS2_AN500, MPS2_AN505, MPS3_AN547, RISCV32_VIRT];
+pub const BOARDS: [Board; 7] = [
+    MPS2_AN386,
+    MPS2_AN500,
+    MPS2_AN505,
+    MPS3_AN547,
+    MPS2_AN385,
+    MPS2_AN385_V6M,
+    RISCV32_VIRT,
+];
 
 /// The board called `name`.
 pub fn board_named(name: &str) -> Option<Board> {

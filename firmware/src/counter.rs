@@ -11,14 +11,47 @@
 //! - **RISC-V**: `minstret`, which QEMU 7.2 answers under `-icount` with the virtual clock in ns
 //!   ([`Counter::Minstret`]): `instructions = minstret / 2^S`. 64 bits, no wraps.
 //!
-//! The count is the same on every run.
+//! The count is the same on every run. On a board without an FPU each reading also takes the
+//! calls into software floating point so far ([`crate::soft_float`]): the counting wrappers'
+//! own instructions are taken off, so the counts are those of the firmware without them.
 
 use crate::board::{Counter, ICOUNT_SHIFT};
 use crate::build::BOARD;
+use crate::soft_float;
 
 /// The board's counter, started.
 #[derive(Debug)]
 pub struct InstructionCounter(());
+
+/// A reading of the counter: its ticks, and the calls into software floating point so far.
+#[derive(Clone, Copy, Debug)]
+pub struct Reading {
+    ticks: u64,
+    soft_float_calls: u32,
+}
+
+/// What ran between two readings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Spent {
+    /// Ticks of the board's counter.
+    pub ticks: u64,
+    /// Calls into software floating point (0 on a board with an FPU).
+    pub soft_float_calls: u64,
+}
+
+impl Spent {
+    /// The instructions executed, without the soft-float counting's own (a fixed number per call).
+    pub fn instructions(&self) -> u64 {
+        instructions(self.ticks).saturating_sub(self.soft_float_calls * soft_float::WRAPPER_INSTRUCTIONS)
+    }
+}
+
+impl core::ops::AddAssign for Spent {
+    fn add_assign(&mut self, other: Spent) {
+        self.ticks += other.ticks;
+        self.soft_float_calls += other.soft_float_calls;
+    }
+}
 
 impl InstructionCounter {
     /// Starts the counter.
@@ -27,14 +60,21 @@ impl InstructionCounter {
         InstructionCounter(())
     }
 
-    /// Ticks since the counter started (or since an arbitrary origin: only differences count).
-    pub fn ticks(&self) -> u64 {
-        arch::ticks()
+    /// The counter now (its origin is arbitrary: only differences count).
+    pub fn read(&self) -> Reading {
+        Reading {
+            ticks: arch::ticks(),
+            soft_float_calls: soft_float::calls(),
+        }
     }
 
-    /// Ticks since `start` (a value of [`InstructionCounter::ticks`]).
-    pub fn ticks_since(&self, start: u64) -> u64 {
-        self.ticks() - start
+    /// What ran since `start`.
+    pub fn since(&self, start: Reading) -> Spent {
+        let now = self.read();
+        Spent {
+            ticks: now.ticks - start.ticks,
+            soft_float_calls: u64::from(now.soft_float_calls.wrapping_sub(start.soft_float_calls)),
+        }
     }
 }
 
@@ -100,7 +140,9 @@ mod arch {
 
     #[exception]
     fn SysTick() {
-        WRAPS.fetch_add(1, Ordering::AcqRel);
+        // Only this handler writes `WRAPS`, and nothing preempts it, so a load and a store do
+        // (Armv6-M has no atomic read-modify-write).
+        WRAPS.store(WRAPS.load(Ordering::Relaxed).wrapping_add(1), Ordering::Release);
     }
 }
 

@@ -18,7 +18,7 @@ use txl_core::sampling::{Sampler, Sampling};
 use txl_core::{Session, Vocabulary};
 
 use crate::args::{DemoArgs, MAX_PROMPT};
-use crate::counter::{self, InstructionCounter};
+use crate::counter::InstructionCounter;
 use crate::Failure;
 
 /// Bytes per printed line of text.
@@ -51,7 +51,7 @@ pub fn run(
         sampling
     );
 
-    let start = counter.ticks();
+    let start = counter.read();
     let mut sampler = Sampler::new(sampling);
     let mut text = TextLines::new();
     text.push_all(&args.prompt);
@@ -78,7 +78,7 @@ pub fn run(
         session.forward_last(&[token], |_, row| next = Some(sampler.pick(row)))?;
     }
     text.finish();
-    let instructions = counter::instructions(counter.ticks_since(start));
+    let instructions = counter.since(start).instructions();
     let fed = (prompt.len() + generated).saturating_sub(1).max(1) as u64;
     info!(
         "demo tokens={=usize} digest=0x{=u32:08x} instructions_per_token={=u64}",

@@ -1,9 +1,9 @@
 //! # txl-firmware: the txl core on microcontrollers, bit-exact with the host
 //!
 //! The same `txl-core` the host tools use, unmodified, on the boards of [`board`] as QEMU models
-//! them: Arm MPS2/MPS3 boards with a Cortex-M4F (the default, `mps2-an386`), M7, M33 or M55, and
-//! RISC-V's `virt` machine with an RV32IMAC hart. Everything is decided at build time (see
-//! `build.rs`), the board included (`TXL_BOARD`):
+//! them: Arm MPS2/MPS3 boards with a Cortex-M4F (the default, `mps2-an386`), M7, M33, M55 or M3
+//! (also running Armv6-M code), and RISC-V's `virt` machine with an RV32IMAC hart. Everything is
+//! decided at build time (see `build.rs`), the board included (`TXL_BOARD`):
 //!
 //! - **The model image** lives in flash (`include_bytes!`, 16-byte aligned, in the section
 //!   `.txl_image` that the memory map places in the board's flash) and is read in place:
@@ -14,7 +14,8 @@
 //!   instead sizes its arena at boot (from the run-time options) and takes it from the heap.
 //! - **Two modes**: `score` scores the token file embedded at build time and prints bits per
 //!   token, an FNV-1a digest of every log-probability's bits (the same as `txl score --json`'s
-//!   `digest`) and the instructions executed per token; `demo` continues a prompt.
+//!   `digest`) and the instructions executed per token (on a board without an FPU also the calls
+//!   into software floating point, [`soft_float`]); `demo` continues a prompt.
 //! - **Logs** go out through `defmt` over semihosting and are decoded on the host (`host/`).
 //!
 //! Arguments come through semihosting (`cargo run --release -- demo --prompt "And God said"`):
@@ -33,6 +34,7 @@ mod counter;
 mod demo;
 mod resume;
 mod score;
+mod soft_float;
 
 use core::mem::MaybeUninit;
 use core::ptr::{addr_of, addr_of_mut};
@@ -156,9 +158,9 @@ fn run() -> Result<(), Failure> {
     if cli.mode == Mode::Bench {
         return bench::run(&counter);
     }
-    let start = counter.ticks();
+    let start = counter.read();
     let model = Model::parse(&IMAGE.0)?;
-    let parse_instructions = counter::instructions(counter.ticks_since(start));
+    let parse_instructions = counter.since(start).instructions();
     let config = model.config();
     info!(
         "txl-firmware on {=str} ({=str}): image {=usize} bytes in flash at {=usize:#010x} ({=str})",
@@ -189,7 +191,7 @@ fn run() -> Result<(), Failure> {
     );
 
     let arena = arena(&model, &options, cli.arena)?;
-    let start = counter.ticks();
+    let start = counter.read();
     let session = Session::new(&model, arena, options)?;
     let position_keys = match options.position_keys {
         PositionKeys::PerSession => "position keys for every distance and layer, computed once",
@@ -200,7 +202,7 @@ fn run() -> Result<(), Failure> {
     };
     info!(
         "session ready: {=u64} instructions ({=str})",
-        counter::instructions(counter.ticks_since(start)),
+        counter.since(start).instructions(),
         position_keys
     );
     match cli.mode {
@@ -257,9 +259,12 @@ fn arena(
 /// The static arena; `None` after the first call.
 fn static_arena() -> Option<&'static mut [u8]> {
     static TAKEN: AtomicBool = AtomicBool::new(false);
-    if TAKEN.swap(true, Ordering::AcqRel) {
+    // The firmware is single-threaded and no interrupt handler calls this, so a load and a store
+    // do (Armv6-M has no atomic swap).
+    if TAKEN.load(Ordering::Acquire) {
         return None;
     }
+    TAKEN.store(true, Ordering::Release);
     // SAFETY: `TAKEN` hands out this one `&mut` to `ARENA` at most once, and nothing else
     // touches `ARENA`.
     Some(unsafe { &mut (*addr_of_mut!(ARENA)).0 })

@@ -5,7 +5,7 @@
 //! Only boards with RAM that a reset leaves alone (`Board::surviving_ram`) can do this; the others
 //! refuse `--reset-after`.
 //!
-//! The record at the start of that RAM: a 48-byte header (below) with its own
+//! The record at the start of that RAM: a 64-byte header (below) with its own
 //! CRC-32, then the session state as `Session::save_state` writes it (which has its own CRC and
 //! says which model and options it belongs to). The header is cleared as soon as it is read, so
 //! a second reset starts afresh.
@@ -19,17 +19,20 @@
 //! | 20 | 4 | zero (the session state says its own length) |
 //! | 24 | 8 | the sum of ln p so far (f64) |
 //! | 32 | 8 | timer ticks spent in forward passes so far |
-//! | 40 | 4 | CRC-32 of bytes 0..40 |
+//! | 40 | 8 | calls into software floating point in them so far (0 on a board with an FPU) |
+//! | 48 | 8 | of those, the score's own (its sum of ln p in f64) |
+//! | 56 | 4 | CRC-32 of bytes 0..56 |
 
 use txl_core::digest::Digest;
 use txl_core::{crc32, Session};
 
 use crate::board::Reset;
 use crate::build::BOARD;
+use crate::counter::Spent;
 use crate::Failure;
 
 const MAGIC: [u8; 8] = *b"TXLRESUM";
-const HEADER_BYTES: usize = 48;
+const HEADER_BYTES: usize = 64;
 
 /// How far a score got.
 #[derive(Clone, Copy, Debug)]
@@ -42,8 +45,11 @@ pub struct Progress {
     pub digest: Digest,
     /// The sum of every ln p so far, in order.
     pub sum: f64,
-    /// Timer ticks spent in forward passes so far.
-    pub ticks: u64,
+    /// The forward passes so far: the counter's ticks and the calls into software floating
+    /// point (the callbacks that take the log-probabilities included).
+    pub spent: Spent,
+    /// Of those calls, the score's own: its sum of ln p in f64.
+    pub scoring_soft_float_calls: u64,
     /// Whether this run picked up after a reset.
     pub resumed: bool,
 }
@@ -56,7 +62,8 @@ impl Progress {
             predicted: 0,
             digest: Digest::new(),
             sum: 0.0,
-            ticks: 0,
+            spent: Spent::default(),
+            scoring_soft_float_calls: 0,
             resumed: false,
         }
     }
@@ -90,7 +97,7 @@ pub fn take(session: &mut Session<'_, '_>) -> Result<Option<Progress>, Failure> 
         return Ok(None);
     };
     let header = &region[..HEADER_BYTES];
-    if header[..8] != MAGIC || get_u32(header, 40) != crc32(&header[..40]) {
+    if header[..8] != MAGIC || get_u32(header, 56) != crc32(&header[..56]) {
         return Ok(None);
     }
     let progress = Progress {
@@ -98,7 +105,11 @@ pub fn take(session: &mut Session<'_, '_>) -> Result<Option<Progress>, Failure> 
         predicted: get_u32(header, 12) as usize,
         digest: Digest::resume(get_u32(header, 16)),
         sum: f64::from_bits(get_u64(header, 24)),
-        ticks: get_u64(header, 32),
+        spent: Spent {
+            ticks: get_u64(header, 32),
+            soft_float_calls: get_u64(header, 40),
+        },
+        scoring_soft_float_calls: get_u64(header, 48),
         resumed: true,
     };
     region[..8].fill(0);
@@ -122,9 +133,16 @@ pub fn save_and_reset(session: &Session<'_, '_>, progress: &Progress) -> Result<
         header[at..at + 4].copy_from_slice(&value.to_le_bytes());
     }
     header[24..32].copy_from_slice(&progress.sum.to_bits().to_le_bytes());
-    header[32..40].copy_from_slice(&progress.ticks.to_le_bytes());
-    let crc = crc32(&header[..40]);
-    header[40..44].copy_from_slice(&crc.to_le_bytes());
+    let wide: [(usize, u64); 3] = [
+        (32, progress.spent.ticks),
+        (40, progress.spent.soft_float_calls),
+        (48, progress.scoring_soft_float_calls),
+    ];
+    for (at, value) in wide {
+        header[at..at + 8].copy_from_slice(&value.to_le_bytes());
+    }
+    let crc = crc32(&header[..56]);
+    header[56..60].copy_from_slice(&crc.to_le_bytes());
     defmt::info!(
         "score: session state saved ({=usize} bytes) after segment {=usize}; resetting",
         state_len,

@@ -4,15 +4,20 @@
 //! The last line is `score tokens=N bits_per_token=X digest=0xHHHHHHHH instructions_per_token=Y`:
 //! `digest` is `txl_core::digest::Digest` over every `ln p(t[i+1] | t[..=i])`,
 //! `i < N - 1`, exactly as `txl score --json` prints it, so equal digests mean bit-identical
-//! log-probabilities; `bits_per_token` is computed in f64 in the same order as on the host.
+//! log-probabilities; `bits_per_token` is computed in f64 in the same order as on the host. On a
+//! board without an FPU the line goes on with `soft_float_calls=S soft_float_calls_per_token=Z`:
+//! the calls into software floating point the forward passes made ([`crate::soft_float`]; the
+//! score's own sum of ln p in f64 is not among them).
+
+use core::hint::black_box;
 
 use defmt::info;
 use heapless::Vec;
 use txl_core::{macs, Session};
 
-use crate::counter::{self, InstructionCounter};
+use crate::counter::InstructionCounter;
 use crate::resume::{self, Progress};
-use crate::Failure;
+use crate::{soft_float, Failure};
 
 /// Longest segment this mode feeds (`tgt_len` above it is refused).
 pub const MAX_SEGMENT: usize = 1024;
@@ -59,29 +64,38 @@ pub fn run(
         segment.clear();
         segment.extend(chunk.iter().map(|&t| u32::from(t)));
         let base = index * tgt_len;
-        let start = counter.ticks();
+        let start = counter.read();
         let p = &mut progress;
         session.forward(&segment, |i, log_probs| {
             if let Some(&next) = tokens.get(base + i + 1) {
                 let log_prob = log_probs[usize::from(next)];
                 p.digest.push(log_prob);
-                p.sum += f64::from(log_prob); // in order, as the host sums it
+                if soft_float::COUNTED {
+                    // The sum is the score's own arithmetic, not the forward pass's: its calls
+                    // are counted apart (`black_box` keeps them between the two readings).
+                    let before = soft_float::calls();
+                    p.sum = black_box(black_box(p.sum) + f64::from(black_box(log_prob)));
+                    p.scoring_soft_float_calls += u64::from(soft_float::calls().wrapping_sub(before));
+                } else {
+                    p.sum += f64::from(log_prob); // in order, as the host sums it
+                }
                 p.predicted += 1;
             }
         })?;
-        progress.ticks += counter.ticks_since(start);
+        progress.spent += counter.since(start);
     }
     let Progress {
         digest,
         sum,
         predicted,
-        ticks,
+        spent,
+        scoring_soft_float_calls,
         ..
     } = progress;
     let nll = -sum / predicted as f64;
     let bits_per_token = nll / core::f64::consts::LN_2;
 
-    let instructions = counter::instructions(ticks);
+    let instructions = spent.instructions();
     let macs = macs::score_macs(session.model().config(), &options, tokens.len());
     let per_token = instructions / tokens.len() as u64;
     // Instructions per MAC with two decimals, rounded.
@@ -98,12 +112,31 @@ pub fn run(
         per_mac_x100 / 100,
         per_mac_x100 % 100
     );
+    if !soft_float::COUNTED {
+        info!(
+            "score tokens={=usize} bits_per_token={=f64} digest=0x{=u32:08x} instructions_per_token={=u64}",
+            tokens.len(),
+            bits_per_token,
+            digest.value(),
+            per_token
+        );
+        return Ok(());
+    }
+    let soft_float_calls = spent.soft_float_calls - scoring_soft_float_calls;
     info!(
-        "score tokens={=usize} bits_per_token={=f64} digest=0x{=u32:08x} instructions_per_token={=u64}",
+        "score: {=u64} calls into software floating point in the forward passes ({=u64} more in the score's own sum of ln p, not counted; the counting's own {=u64} instructions are not in the instruction count)",
+        soft_float_calls,
+        scoring_soft_float_calls,
+        spent.soft_float_calls * soft_float::WRAPPER_INSTRUCTIONS
+    );
+    info!(
+        "score tokens={=usize} bits_per_token={=f64} digest=0x{=u32:08x} instructions_per_token={=u64} soft_float_calls={=u64} soft_float_calls_per_token={=u64}",
         tokens.len(),
         bits_per_token,
         digest.value(),
-        per_token
+        per_token,
+        soft_float_calls,
+        soft_float_calls / tokens.len() as u64
     );
     Ok(())
 }

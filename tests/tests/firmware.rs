@@ -1,14 +1,17 @@
 //! The firmware (`firmware/`) runs the unmodified core on microcontrollers in QEMU and gives the
 //! host core's results bit for bit; images that do not fit the board fail the build. The default
 //! board (`mps2-an386`, Cortex-M4F) is checked in depth; every other board (Cortex-M7, M33, M55,
-//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset. Every session option's
-//! build variable (`TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`,
-//! `TXL_MEM_INIT`, f16 memory, the position keys per segment) runs on the M33 and the keys folded
-//! into the queries on the RV32IMAC, then other options given at run time, with the static arena
-//! and one from the heap; each option is first seen to change the host's digest (the position
-//! keys per segment: its arena), so one the firmware ignored fails the test. The firmware's
-//! error exits (bad arguments, a heap too small for the arena, the core's errors) are checked with
-//! their exit codes and messages.
+//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset, the Cortex-M3 with int8
+//! and int4 weights, and Armv6-M code on the M3 with int8 weights. On the boards without an FPU
+//! (M3, Armv6-M, RV32IMAC) the score's count of calls into software floating point must be above
+//! 0 (today's forward pass computes in f32). Every session option's build variable
+//! (`TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`, `TXL_MEM_INIT`, f16 memory,
+//! the position keys per segment) runs on the M33 and the keys folded into the queries on the
+//! RV32IMAC, then other options given at run time, with the static arena and one from the heap;
+//! each option is first seen to change the host's digest (the position keys per segment: its
+//! arena), so one the firmware ignored fails the test. The firmware's error exits (bad arguments,
+//! a heap too small for the arena, the core's errors) are checked with their exit codes and
+//! messages.
 //!
 //! Needs every board's Rust target and QEMU (`qemu-system-arm`, `qemu-system-riscv32`), which
 //! `scripts/test.sh` installs; a missing one fails the test. Builds go to `target/firmware-test`
@@ -549,8 +552,8 @@ fn check_int8_variant(
 
 /// Runs `score --reset-after K` (then `options`): the firmware saves its session state after `K`
 /// segments, resets itself, restores the state after the reboot and must print the digest of an
-/// uninterrupted run, `digest`.
-fn assert_resumes_after_a_reset(elf: &Path, segments: usize, options: &[&str], digest: u32) {
+/// uninterrupted run, `digest`. Returns the score line.
+fn assert_resumes_after_a_reset(elf: &Path, segments: usize, options: &[&str], digest: u32) -> ScoreLine {
     let segments = segments.to_string();
     let mut args = vec!["score", "--reset-after", &segments];
     args.extend(options);
@@ -560,11 +563,12 @@ fn assert_resumes_after_a_reset(elf: &Path, segments: usize, options: &[&str], d
         transcript.contains("session state saved") && transcript.contains("resumed after a reset"),
         "the firmware did not reset and resume:\n{transcript}"
     );
+    let score = score_line(&run);
     assert_eq!(
-        score_line(&run).digest,
-        digest,
+        score.digest, digest,
         "the score resumed after a reset differs from an uninterrupted one:\n{transcript}"
     );
+    score
 }
 
 /// Builds the firmware with the bundled model in `dtype` (the build script converts it; `image`
@@ -759,13 +763,21 @@ const BOARD_TOKENS: usize = 128;
 
 /// Builds the firmware for `board` with the bundled model in int8 and in f32, and checks that each
 /// scores `BOARD_TOKENS` tokens with the host's digest and bits per token; the int8 build also
-/// resumes after a reset with the uninterrupted digest.
+/// resumes after a reset with the uninterrupted digest. On a board without an FPU the score counts
+/// its calls into software floating point: today's forward pass (f32 LayerNorm, softmax and
+/// attention) makes some with any weights, so the count must be above 0 (and the same after a
+/// reset).
 fn check_board(board: &Board) {
     check_board_images(board, [("int8", demo_image_int8()), ("f32", demo_image_f32())]);
 }
 
 /// [`check_board`] for the given `TXL_DTYPE`s and the images they stand for.
 fn check_board_images<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N]) {
+    check_board_runs(board, images, true);
+}
+
+/// [`check_board_images`], the resume after a reset left out when `resume` is false.
+fn check_board_runs<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N], resume: bool) {
     require_target_and_qemu(board);
     let (tokens, tokens_path) = heldout_tokens(
         &format!("tokens-{}-{}.bin", board.name, images[0].0),
@@ -805,8 +817,22 @@ fn check_board_images<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N
             board.name,
             run.transcript()
         );
-        if dtype == "int8" {
-            assert_resumes_after_a_reset(&elf, 1, &[], host.digest());
+        if board.soft_float {
+            assert!(
+                firmware.soft_float_calls.is_some_and(|calls| calls > 0),
+                "{} with {dtype} weights counted no calls into software floating point:\n{}",
+                board.name,
+                run.transcript()
+            );
+        } else {
+            assert_eq!(firmware.soft_float_calls, None, "{}", run.transcript());
+        }
+        if dtype == "int8" && resume {
+            let resumed = assert_resumes_after_a_reset(&elf, 1, &[], host.digest());
+            assert_eq!(
+                resumed.soft_float_calls, firmware.soft_float_calls,
+                "the soft-float calls counted across a reset"
+            );
         }
     }
 }
@@ -865,6 +891,23 @@ fn boards_are_built_with_their_own_kernels_only() {
 #[test]
 fn rv32imac_riscv32_virt_is_bit_exact_with_the_host() {
     check_board(&board::RISCV32_VIRT);
+}
+
+/// The Cortex-M3 (no DSP extension, no FPU: the portable kernels, floating point in software)
+/// in int8, with a resume after a reset, and in int4; f32 would take minutes here.
+#[test]
+fn cortex_m3_mps2_an385_is_bit_exact_with_the_host() {
+    check_board_images(
+        &board::MPS2_AN385,
+        [("int8", demo_image_int8()), ("int4", demo_image_int4())],
+    );
+}
+
+/// Armv6-M code (Cortex-M0/M0+) on the AN385's M3, in int8: the host's digest, and calls into
+/// software floating point counted. (The resume after a reset is the M3's, above.)
+#[test]
+fn armv6m_on_mps2_an385_is_bit_exact_and_counts_soft_float_calls() {
+    check_board_runs(&board::MPS2_AN385_V6M, [("int8", demo_image_int8())], false);
 }
 
 /// A change to the session options, named by the build variable (`TXL_CLAMP_LEN=40`) or the

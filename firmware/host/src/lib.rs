@@ -259,7 +259,8 @@ pub fn run(
 }
 
 /// The last line of `score`:
-/// `score tokens=N bits_per_token=X digest=0xHHHHHHHH instructions_per_token=Y`.
+/// `score tokens=N bits_per_token=X digest=0xHHHHHHHH instructions_per_token=Y`, on a board
+/// without an FPU followed by `soft_float_calls=S soft_float_calls_per_token=Z`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ScoreLine {
     /// Tokens scored (`N`; `N - 1` are predicted).
@@ -270,6 +271,9 @@ pub struct ScoreLine {
     pub digest: u32,
     /// Instructions executed per token in the forward passes.
     pub instructions_per_token: u64,
+    /// Calls into software floating point in the forward passes, all tokens together: printed
+    /// on the boards without an FPU (`Board::soft_float`), `None` on the others.
+    pub soft_float_calls: Option<u64>,
 }
 
 impl ScoreLine {
@@ -282,6 +286,10 @@ impl ScoreLine {
             bits_per_token: field(&line, "bits_per_token")?.parse().ok()?,
             digest: u32::from_str_radix(field(&line, "digest")?.strip_prefix("0x")?, 16).ok()?,
             instructions_per_token: field(&line, "instructions_per_token")?.parse().ok()?,
+            soft_float_calls: match field(&line, "soft_float_calls") {
+                Some(calls) => Some(calls.parse().ok()?),
+                None => None,
+            },
         })
     }
 }
@@ -306,7 +314,14 @@ mod tests {
                 bits_per_token: 2.0625,
                 digest: 0x0bad_f00d,
                 instructions_per_token: 123,
+                soft_float_calls: None,
             })
+        );
+        let line = "score tokens=256 bits_per_token=2.0625 digest=0x0badf00d instructions_per_token=123 \
+                    soft_float_calls=5120 soft_float_calls_per_token=20";
+        assert_eq!(
+            ScoreLine::parse(line).map(|score| score.soft_float_calls),
+            Some(Some(5120))
         );
         assert_eq!(ScoreLine::parse("score: 256 tokens"), None);
     }
@@ -340,11 +355,35 @@ mod tests {
         };
         assert!(line(&board::MPS2_AN386).starts_with("qemu-system-arm -machine mps2-an386 -cpu cortex-m4 "));
         assert!(line(&board::MPS3_AN547).starts_with("qemu-system-arm -machine mps3-an547 -cpu cortex-m55 "));
+        for board in [board::MPS2_AN385, board::MPS2_AN385_V6M] {
+            assert!(line(&board).starts_with("qemu-system-arm -machine mps2-an385 -cpu cortex-m3 "));
+        }
         assert!(line(&board::RISCV32_VIRT)
             .starts_with("qemu-system-riscv32 -machine virt -bios none -m 64M -display none "));
         for board in BOARDS {
             assert_eq!(board_named(board.name), Some(board));
             assert!(line(&board).contains(" -icount shift=6 "));
+        }
+    }
+
+    /// `cargo run` in firmware/ starts this runner for every board's target
+    /// (firmware/.cargo/config.toml; without it cargo would execute the ELF on the host).
+    #[test]
+    fn every_board_target_has_the_runner() {
+        let config = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../.cargo/config.toml"))
+            .expect("reading firmware/.cargo/config.toml");
+        for board in BOARDS {
+            // Unquoted, as cargo reads `[target.thumbv8m.main-none-eabihf]` too.
+            let table = format!("[target.{}]", board.target);
+            let at = config
+                .find(&table)
+                .unwrap_or_else(|| panic!("no {table} in firmware/.cargo/config.toml ({})", board.name));
+            let body = &config[at + table.len()..];
+            let body = &body[..body.find("\n[").unwrap_or(body.len())];
+            assert!(
+                body.contains("runner = \"host/qemu-run\""),
+                "{table} has no runner in firmware/.cargo/config.toml"
+            );
         }
     }
 
