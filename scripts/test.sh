@@ -77,6 +77,8 @@ step "firmware: fmt, clippy (every target, with a board of it), the QEMU runner'
 (cd firmware && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)
 (cd firmware && TXL_BOARD=mps3-an547 cargo clippy --release --locked --target thumbv8m.main-none-eabihf --features mve -- -D warnings)
 (cd firmware && TXL_BOARD=riscv32-virt cargo clippy --release --locked --target riscv32imac-unknown-none-elf -- -D warnings)
+(cd firmware && TXL_BOARD=mps2-an385 cargo clippy --release --locked --target thumbv7m-none-eabi -- -D warnings)
+(cd firmware && TXL_BOARD=mps2-an385-v6m cargo clippy --release --locked --target thumbv6m-none-eabi -- -D warnings)
 (cd firmware/host && cargo clippy --all-targets --locked -- -D warnings && cargo test --locked)
 
 step "cargo test"
