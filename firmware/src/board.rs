@@ -305,9 +305,10 @@ pub fn board_named(name: &str) -> Option<Board> {
 
 /// Bytes kept for the stack at the top of RAM; the heap ends below it.
 pub const STACK_BYTES: usize = 64 << 10;
-/// Flash kept for the code and constants besides the model image and the tokens (the firmware
-/// itself is about 115 KiB: 95 KiB of code, 20 KiB of constants).
-pub const CODE_BYTES: usize = 192 << 10;
+/// Flash kept for the code and constants besides the model image and the tokens: the firmware
+/// measures 196 to 253 KB (`txl_firmware_host::code_bytes`; the Cortex-M4F's build is the
+/// largest), and the firmware tests check every build they make against this.
+pub const CODE_BYTES: usize = 320 << 10;
 /// RAM kept for statics besides the arena (defmt, the allocator, buffers: a few KiB).
 pub const STATIC_BYTES: usize = 16 << 10;
 /// The `-icount shift` the runner gives QEMU: one instruction is `2^6 = 64` ns.

@@ -143,6 +143,13 @@ fn build_firmware(board: &Board, name: &str, vars: &[(&str, &OsStr)]) -> Result<
     let built = target_dir.join(board.target).join("release/txl-firmware");
     let elf = work_dir().join(format!("{name}.elf"));
     std::fs::copy(&built, &elf).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
+    // the flash the fit checks keep for code and constants must hold them
+    let code = txl_firmware_host::code_bytes(&std::fs::read(&elf).unwrap()).unwrap();
+    assert!(
+        code > 0 && code <= board::CODE_BYTES as u64,
+        "{name}: {code} bytes of code and constants, board::CODE_BYTES keeps {}",
+        board::CODE_BYTES
+    );
     Ok(elf)
 }
 

@@ -105,6 +105,22 @@ pub fn elf_board(elf_bytes: &[u8]) -> Result<Board> {
         .ok_or_else(|| anyhow!("the ELF was built for {name:?}, which this runner does not know"))
 }
 
+/// Bytes of code and constants an ELF places in its board's flash: every allocated section there
+/// but the model image and the tokens (`.txl_image`). The build's fit checks keep
+/// [`board::CODE_BYTES`] for them.
+pub fn code_bytes(elf_bytes: &[u8]) -> Result<u64> {
+    const SHF_ALLOC: u64 = 2;
+    let file = object::File::parse(elf_bytes).context("not an ELF file")?;
+    let flash = elf_board(elf_bytes)?.flash;
+    let flash = u64::from(flash.origin)..u64::from(flash.origin) + flash.bytes as u64;
+    Ok(file
+        .sections()
+        .filter(|s| s.name() != Ok(".txl_image") && flash.contains(&s.address()))
+        .filter(|s| matches!(s.flags(), object::SectionFlags::Elf { sh_flags } if sh_flags & SHF_ALLOC != 0))
+        .map(|s| s.size())
+        .sum())
+}
+
 /// The QEMU command line that runs `elf` on `board` with semihosting arguments `args` (argument 0
 /// is the program name).
 pub fn qemu_command(board: &Board, elf: &Path, args: &[&str]) -> Result<Command> {
