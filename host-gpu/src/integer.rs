@@ -1,7 +1,9 @@
-//! Integer-only Transformer-XL, plainly written: one stream, one position at a time, every
-//! product and sum in integers with the fixed-point operations of `txl_core::fixed_point` and
-//! `txl_core::integer`. It defines the arithmetic of the integer mode and measures what it
-//! costs in accuracy against the f64 reference ([`IntegerModel::score`]).
+//! Integer-only Transformer-XL, plainly written: one stream, a segment at a time, layer by layer,
+//! every product and sum in integers with the fixed-point operations of `txl_core::fixed_point`
+//! and `txl_core::integer`. It defines the arithmetic of the integer mode and measures what it
+//! costs in accuracy against the f64 reference ([`IntegerModel::score`]). Every parameter comes
+//! from the image's own values by integer operations on their bits (`docs/INTEGER.md`); the one
+//! number calibration adds is `frac`.
 //!
 //! ## Formats
 //! One fixed-point format `Q(frac)` for every activation of the model (the residual stream,
@@ -11,7 +13,7 @@
 //!
 //! | value | stored as | scale |
 //! |---|---|---|
-//! | weights | int8, one [`Multiplier`] per row (the image's row scale) | |
+//! | weights | int8, or int4 with a multiplier per group of columns | a [`Multiplier`] per row (the image's f32 row scale, exactly; int4: the matrix's) |
 //! | a linear layer's input | int8, per position: `round(x · 127 / max|x|)` | `max|x| / 127`, a [`Multiplier`] |
 //! | its output | `acc · row · token`, [`Multiplier::apply`] | `Q(frac)` |
 //! | biases, `u`, `v` | `i32` | `Q(frac)` |
