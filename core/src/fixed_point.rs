@@ -622,6 +622,7 @@ mod tests {
     use crate::rng::Rng;
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn the_tables_hold_what_they_say() {
         for (i, &entry) in EXP2_TABLE.iter().enumerate() {
             let exact = libm::exp2(30.0 - i as f64 / 256.0);
@@ -654,6 +655,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn multipliers_from_reals_are_the_nearest() {
         let mut rng = Rng::new(1);
         for _ in 0..20_000 {
@@ -680,6 +682,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn applying_a_multiplier_rounds_the_exact_product() {
         let mut rng = Rng::new(2);
         for _ in 0..50_000 {
@@ -714,6 +717,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn ratios_round_down_to_31_bits() {
         let mut rng = Rng::new(3);
         for _ in 0..50_000 {
@@ -764,6 +768,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn products_of_multipliers() {
         let mut rng = Rng::new(4);
         for _ in 0..20_000 {
@@ -785,6 +790,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn powers_of_two_move_the_shift() {
         let m = Multiplier::from_f64(0.75).unwrap();
         assert_eq!(m.times_pow2(3).unwrap().to_f64(), 6.0);
@@ -798,6 +804,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn integer_square_roots_are_exact() {
         let mut rng = Rng::new(5);
         let check = |v: u64| {
@@ -822,6 +829,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn exponentials_are_close() {
         let mut rng = Rng::new(6);
         assert_eq!(exp_neg(0), 1 << 30);
@@ -856,6 +864,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn logarithms_are_close() {
         let mut rng = Rng::new(7);
         let q24 = (1u64 << 24) as f64;
@@ -884,6 +893,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn multipliers_from_f32_bits_are_exact() {
         let mut rng = Rng::new(12);
         for _ in 0..100_000 {
@@ -920,6 +930,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn fixed_point_from_f32_bits_rounds_like_f64() {
         let mut rng = Rng::new(13);
         for _ in 0..200_000 {
@@ -952,6 +963,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn position_frequencies_are_within_a_unit() {
         for (i, &entry) in HALVING_POWERS.iter().enumerate() {
             let exact = libm::exp2(62.0 - libm::exp2(-(i as f64 + 1.0)));
@@ -971,6 +983,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn sines_and_cosines_are_close() {
         let mut rng = Rng::new(9);
         let q30 = (1u64 << 30) as f64;
@@ -1017,6 +1030,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn fixed_point_to_f32_rounds_like_the_fpu() {
         let mut rng = Rng::new(8);
         let check = |v: i32, frac_bits: u32| {

@@ -78,6 +78,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn layer_norm_matches_f64() {
         let mut rng = Rng::new(11);
         let mut worst = 0.0f64;
@@ -125,6 +126,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn a_constant_row_gives_the_bias() {
         let x = [5 << 16; 8];
         let gain = [1 << 20; 8];
@@ -143,6 +145,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn extreme_rows_saturate_without_overflow() {
         let x = [i32::MAX, i32::MIN, i32::MAX, i32::MIN];
         let gain = [i32::MAX; 4];

@@ -76,6 +76,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn probabilities_match_f64() {
         let mut rng = Rng::new(21);
         for case in 0..400 {
@@ -111,6 +112,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn one_score_gets_almost_all_the_mass() {
         let mut probs = [0u16; 3];
         softmax_q15(&[100 << 16, 0, -(100 << 16)], 16, &mut probs);
@@ -123,6 +125,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn log_probabilities_match_f64() {
         let mut rng = Rng::new(22);
         for case in 0..300 {
