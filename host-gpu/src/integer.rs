@@ -171,13 +171,18 @@ impl Linear8 {
     /// (times the activation scales, if any) quantized to int8 per call, the row sums exact,
     /// each row's multiplier times the input's; an int4 row's i64 sum is first cut to 31 bits.
     fn matvec(&self, x: &[i32], extra: Multiplier, y: &mut [i32]) {
+        self.matvec_rows(0..self.rows, x, extra, y);
+    }
+
+    /// [`Linear8::matvec`] for the rows `rows` alone, into `y` (one value per row).
+    fn matvec_rows(&self, rows: std::ops::Range<usize>, x: &[i32], extra: Multiplier, y: &mut [i32]) {
         let wide: Vec<i64> = match &self.act_scales {
             Some(scales) => x.iter().zip(scales).map(|(&v, s)| s.apply_wide(v)).collect(),
             None => x.iter().map(|&v| v as i64).collect(),
         };
         let (q, token) = quantize_int8(&wide);
         let token = product(token, extra);
-        for (r, y) in y.iter_mut().enumerate().take(self.rows) {
+        for (r, y) in rows.zip(y.iter_mut()) {
             let acc = self.row_sum(r, &q);
             let cut = (64 - acc.unsigned_abs().leading_zeros() as i32 - 31).max(0);
             let scale = product(self.row_scales[r], token)
@@ -789,29 +794,9 @@ impl IntegerModel {
             let (start, end) = (start as usize, end as usize);
             let table = c.emb_table_of_cluster(cluster);
             let first = if c.div_val == 1 { start } else { 0 };
-            let weight = &self.out_weights[table];
-            let rows = first..first + end - start;
-            let sub = Linear8 {
-                rows: rows.len(),
-                cols: weight.cols,
-                values: match &weight.values {
-                    Values::Int8(v) => {
-                        Values::Int8(v[rows.start * weight.cols..rows.end * weight.cols].to_vec())
-                    }
-                    Values::Int4 { values, codes, group } => {
-                        let (bytes, groups) = (int4_row_bytes(weight.cols), int4_groups(weight.cols, *group));
-                        Values::Int4 {
-                            values: values[rows.start * bytes..rows.end * bytes].to_vec(),
-                            codes: codes[rows.start * groups..rows.end * groups].to_vec(),
-                            group: *group,
-                        }
-                    }
-                },
-                row_scales: weight.row_scales[rows.clone()].to_vec(),
-                act_scales: weight.act_scales.clone(),
-            };
             let mut y = vec![0i32; end - start];
-            sub.matvec(x, Multiplier::ONE, &mut y);
+            // the cluster's rows of its table, read in place
+            self.out_weights[table].matvec_rows(first..first + end - start, x, Multiplier::ONE, &mut y);
             add(&mut y, &self.out_biases[table][first..first + end - start]);
             y
         };

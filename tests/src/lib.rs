@@ -149,6 +149,36 @@ pub fn max_delta(a: impl IntoIterator<Item = f64>, b: impl IntoIterator<Item = f
         .fold(0.0, f64::max)
 }
 
+/// The shapes the quantized-accuracy tests cover: the reference tests' config (adaptive,
+/// div_val 2, post-LN, per-layer biases, tied), a pre-LN one with div_val 1, d_embed ≠ d_model and
+/// a shared bias pair, and a plain softmax with untied output weights.
+pub fn accuracy_configs() -> Vec<(&'static str, Config)> {
+    let adaptive = reference_config();
+    let pre_ln = Config {
+        pre_lnorm: true,
+        untie_r: false,
+        div_val: 1,
+        d_embed: 12,
+        tie_projs: 0b010,
+        ..adaptive
+    };
+    let plain = Config {
+        n_token: 50,
+        n_cutoffs: 0,
+        cutoffs: [0; txl_core::config::MAX_CUTOFFS],
+        div_val: 1,
+        tie_projs: 0,
+        tie_weight: false,
+        n_head: 3,
+        ..adaptive
+    };
+    vec![
+        ("adaptive div2", adaptive),
+        ("pre-LN div1", pre_ln),
+        ("plain untied", plain),
+    ]
+}
+
 /// The reference tests' model: [`small_config`] with wider heads and vocabulary.
 pub fn reference_config() -> Config {
     let mut cutoffs = [0; txl_core::config::MAX_CUTOFFS];

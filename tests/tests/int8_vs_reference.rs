@@ -12,10 +12,10 @@
 //! Each bound is about 3× the worst value measured over every model, seed and variant below
 //! (`cargo test -p txl-tests --test int8_vs_reference -- --nocapture` prints them).
 
-use txl_core::{scoring, AlignedBytes, Config, Model, SessionOptions};
+use txl_core::{scoring, AlignedBytes, Model, SessionOptions};
 use txl_host_gpu::quantize::{quantize_weights, Target};
 use txl_host_gpu::{Backend, Reference};
-use txl_tests::{random_model, reference_config, session_variants, tokens};
+use txl_tests::{accuracy_configs, random_model, session_variants, tokens};
 
 /// How far one precision may move from the reference, and how far it must at least move
 /// somewhere (else the comparison would not be of weights in that precision).
@@ -58,36 +58,6 @@ const INT4: Bounds = Bounds {
 const TOKENS: usize = 64;
 /// Seeds per config.
 const SEEDS: u64 = 4;
-
-/// The reference tests' config (adaptive, div_val 2, post-LN, per-layer biases, tied), a
-/// pre-LN one with div_val 1, d_embed ≠ d_model and a shared bias pair, and a plain softmax
-/// with untied output weights.
-fn configs() -> Vec<(&'static str, Config)> {
-    let adaptive = reference_config();
-    let pre_ln = Config {
-        pre_lnorm: true,
-        untie_r: false,
-        div_val: 1,
-        d_embed: 12,
-        tie_projs: 0b010,
-        ..adaptive
-    };
-    let plain = Config {
-        n_token: 50,
-        n_cutoffs: 0,
-        cutoffs: [0; txl_core::config::MAX_CUTOFFS],
-        div_val: 1,
-        tie_projs: 0,
-        tie_weight: false,
-        n_head: 3,
-        ..adaptive
-    };
-    vec![
-        ("adaptive div2", adaptive),
-        ("pre-LN div1", pre_ln),
-        ("plain untied", plain),
-    ]
-}
 
 /// What one case measured.
 #[derive(Clone, Copy, Debug, Default)]
@@ -157,7 +127,7 @@ fn measure(
 fn check(target: Target, bounds: &Bounds) {
     let mut worst = Measured::default();
     let mut failures = Vec::new();
-    for (name, config) in configs() {
+    for (name, config) in accuracy_configs() {
         for seed in 1..=SEEDS {
             let f32_image = random_model(&config, 60 + seed);
             let f32_model = Model::parse(f32_image.bytes()).unwrap();

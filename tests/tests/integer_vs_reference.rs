@@ -12,11 +12,11 @@
 //! `cargo test --release -p txl-tests --test integer_vs_reference -- --nocapture` prints the
 //! measured figures.
 
-use txl_core::{AlignedBytes, Config, MemInit, Model, SessionOptions};
+use txl_core::{AlignedBytes, MemInit, Model, SessionOptions};
 use txl_host_gpu::integer::IntegerModel;
 use txl_host_gpu::quantize::{quantize_weights, Method, Target};
 use txl_host_gpu::{Backend, Reference};
-use txl_tests::{random_model, reference_config, session_variants, tokens, trained_text};
+use txl_tests::{accuracy_configs, random_model, session_variants, tokens, trained_text};
 
 const HELDOUT: usize = 2048;
 const CALIBRATION: usize = 4096;
@@ -127,41 +127,13 @@ fn int4_weights_lose_at_most_half_a_percent_more() {
     }
 }
 
-/// The shapes of `int8_vs_reference.rs`.
-fn configs() -> Vec<(&'static str, Config)> {
-    let adaptive = reference_config();
-    let pre_ln = Config {
-        pre_lnorm: true,
-        untie_r: false,
-        div_val: 1,
-        d_embed: 12,
-        tie_projs: 0b010,
-        ..adaptive
-    };
-    let plain = Config {
-        n_token: 50,
-        n_cutoffs: 0,
-        cutoffs: [0; txl_core::config::MAX_CUTOFFS],
-        div_val: 1,
-        tie_projs: 0,
-        tie_weight: false,
-        n_head: 3,
-        ..adaptive
-    };
-    vec![
-        ("adaptive div2", adaptive),
-        ("pre-LN div1", pre_ln),
-        ("plain untied", plain),
-    ]
-}
-
 // Measured worst over 3 shapes × 2 seeds × 4 settings: max |Δ ln p| 0.418, |Δ bits/token| 0.026
 // (the float arithmetic on int8 weights: 0.461 and 0.047 over 4 seeds); the bounds are
 // int8_vs_reference.rs's for int8 weights with float arithmetic.
 #[test]
 fn random_models_stay_within_the_int8_bounds() {
     let (mut worst_delta, mut worst_bits) = (0.0f64, 0.0f64);
-    for (name, config) in configs() {
+    for (name, config) in accuracy_configs() {
         for seed in 1..=2 {
             let f32_image = random_model(&config, 80 + seed);
             let f32_model = Model::parse(f32_image.bytes()).unwrap();
