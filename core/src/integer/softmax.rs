@@ -29,13 +29,10 @@ pub fn softmax_q15(scores: &[i32], frac: u32, probs: &mut [u16]) {
         return;
     };
     let mut sum = 0u64;
-    for (&s, p) in scores.iter().zip(probs.iter_mut()) {
-        let e = exp_neg(to_exp_input(largest, s, frac));
-        sum += e as u64;
-        // e ≤ 2^30 does not fit u16: keep its top bits until the sum is known
-        *p = (e >> 15) as u16;
+    for &s in scores {
+        sum += exp_neg(to_exp_input(largest, s, frac)) as u64;
     }
-    // p_j from e_j >> 15 loses the low 15 bits of e_j; recompute exactly instead
+    // each e_j again (a u16 row cannot keep a Q30 value until the sum is known), normalised
     let normalise = Multiplier::from_ratio(PROBABILITY_ONE as u64, sum).unwrap_or(Multiplier::ZERO);
     for (&s, p) in scores.iter().zip(probs.iter_mut()) {
         let e = exp_neg(to_exp_input(largest, s, frac));
