@@ -80,6 +80,51 @@ impl fmt::Display for StateError {
     }
 }
 
+/// Why [`crate::Image::parse`] refused an integer image: a fixed-point parameter the integer
+/// arithmetic would derive from it does not exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ArithmeticError {
+    /// The activations' fraction bits (the header's `frac`) are above
+    /// [`MAX_FRAC`](crate::image::MAX_FRAC).
+    Frac(u32),
+    /// A weight matrix is f32 or f16: integer arithmetic takes int8 and int4 weights.
+    FloatWeights(TensorName),
+    /// An embedding table or output projection is int4, or the projection has activation
+    /// scales: integer arithmetic takes them int8, with row scales alone.
+    NeedsInt8(TensorName),
+    /// A scale is negative, not finite or too large to be a fixed-point multiplier.
+    Scale(TensorName),
+    /// `d_model` or `d_head` is too large for the fixed-point square roots.
+    Size,
+}
+
+impl fmt::Display for ArithmeticError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArithmeticError::Frac(frac) => write!(
+                f,
+                "{frac} fraction bits for the activations (at most {})",
+                crate::image::MAX_FRAC
+            ),
+            ArithmeticError::FloatWeights(name) => write!(
+                f,
+                "tensor `{name}` is floating point: integer arithmetic needs int8 or int4 weights"
+            ),
+            ArithmeticError::NeedsInt8(name) => write!(
+                f,
+                "tensor `{name}` must be int8 without activation scales for integer arithmetic"
+            ),
+            ArithmeticError::Scale(name) => write!(
+                f,
+                "tensor `{name}` has a scale that is no fixed-point multiplier (negative, not finite or too large)"
+            ),
+            ArithmeticError::Size => f.write_str("d_model or d_head too large for integer arithmetic"),
+        }
+    }
+}
+
 /// Everything that can go wrong when reading an image or running a session.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -130,6 +175,11 @@ pub enum Error {
     ImageMisaligned,
     /// The image's vocabulary section is damaged: see [`VocabError`].
     BadVocabulary(VocabError),
+    /// An integer image's fixed-point parameters are inconsistent: see [`ArithmeticError`].
+    BadArithmetic(ArithmeticError),
+    /// Session options an integer image cannot run with: integer arithmetic keeps int8 memory
+    /// and a table of position keys (per session or per segment).
+    IntegerOptions,
     /// The arena is smaller than [`crate::Session::arena_bytes`].
     ArenaTooSmall {
         /// Bytes the session needs.
@@ -200,6 +250,10 @@ impl fmt::Display for Error {
             }
             Error::ImageMisaligned => f.write_str("the image must start on a 16-byte boundary"),
             Error::BadVocabulary(e) => write!(f, "invalid vocabulary section: {e}"),
+            Error::BadArithmetic(e) => write!(f, "invalid integer image: {e}"),
+            Error::IntegerOptions => f.write_str(
+                "an integer image runs with int8 memory and position keys per session or per segment",
+            ),
             Error::ArenaTooSmall { needed, got } => {
                 write!(f, "arena too small: needs {needed} bytes, got {got}")
             }
@@ -231,3 +285,4 @@ impl defmt::Format for Error {
 
 impl core::error::Error for Error {}
 impl core::error::Error for StateError {}
+impl core::error::Error for ArithmeticError {}

@@ -252,6 +252,22 @@ pub fn isqrt(v: u64) -> u32 {
     root as u32
 }
 
+/// `sqrt(n)` as a [`Multiplier`]: `isqrt(n · 4^h) / 2^h` with `h` as large as fits 64 bits
+/// (`None` for a root of `2^31` or more, which a `u32` cannot reach).
+pub fn sqrt_multiplier(n: u32) -> Option<Multiplier> {
+    let n = n as u64;
+    let half = (n.leading_zeros().max(1) - 1) / 2;
+    Multiplier::from_ratio(isqrt(n << (2 * half)) as u64, 1 << half)
+}
+
+/// `1 / sqrt(n)` as a [`Multiplier`]: `2^h / isqrt(n · 4^h)` with `h` as large as fits 64 bits
+/// (`None` for `n = 0`).
+pub fn inverse_sqrt_multiplier(n: u32) -> Option<Multiplier> {
+    let n = n as u64;
+    let half = (n.leading_zeros().max(1) - 1) / 2;
+    Multiplier::from_ratio(1 << half, isqrt(n << (2 * half)) as u64)
+}
+
 /// `e^-t` in `Q30` for `t ≥ 0` in `Q24` nats: `t · log2(e)` in `Q24` (rounded down) split into
 /// an integer part `n` and a fraction `φ`, `2^-φ` from [`EXP2_TABLE`] with linear interpolation
 /// on the fraction's low 16 bits (rounded to nearest), then shifted right by `n` (rounded to

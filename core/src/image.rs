@@ -8,7 +8,8 @@
 
 use crate::config::{Config, MAX_CUTOFFS};
 use crate::crc32::crc32;
-use crate::error::Error;
+use crate::error::{ArithmeticError, Error};
+use crate::fixed_point::{multiplier_of_f32, sqrt_multiplier, Multiplier};
 use crate::tensors::{for_each_tensor, Shape, TensorLayout, TensorName};
 use crate::vocab::{Vocabulary, VOCAB_MAGIC};
 use crate::weights::{int4_groups, int4_row_bytes, Matrix, MatrixData, Vector};
@@ -36,7 +37,37 @@ const FLAG_TIE_WEIGHT: u32 = 1 << 0;
 const FLAG_PRE_LNORM: u32 = 1 << 1;
 const FLAG_UNTIE_R: u32 = 1 << 2;
 const FLAG_SAME_LENGTH: u32 = 1 << 3;
-const KNOWN_FLAGS: u32 = FLAG_TIE_WEIGHT | FLAG_PRE_LNORM | FLAG_UNTIE_R | FLAG_SAME_LENGTH;
+const FLAG_INTEGER: u32 = 1 << 4;
+const KNOWN_FLAGS: u32 = FLAG_TIE_WEIGHT | FLAG_PRE_LNORM | FLAG_UNTIE_R | FLAG_SAME_LENGTH | FLAG_INTEGER;
+/// Header offset of `frac`: the fraction bits of an integer image's activations (0 in a float
+/// image).
+pub const FRAC_AT: usize = 120;
+/// The most fraction bits an integer image's activations may have.
+pub const MAX_FRAC: u32 = 30;
+
+/// How a session computes with the image's weights: in floating point, or in integers alone
+/// (`docs/INTEGER.md`), with every activation in `Q(frac)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Arithmetic {
+    /// f32 activations (images of every dtype).
+    Float,
+    /// Integer activations in `Q(frac)` (int8 and int4 images).
+    Integer {
+        /// Fraction bits of the activations, `0..=`[`MAX_FRAC`].
+        frac: u32,
+    },
+}
+
+impl Arithmetic {
+    /// `"float"` or `"integer"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arithmetic::Float => "float",
+            Arithmetic::Integer { .. } => "integer",
+        }
+    }
+}
 
 /// How a tensor's elements are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +163,7 @@ pub struct Image<'a> {
     config: Config,
     layout: TensorLayout,
     vocabulary: Option<Vocabulary<'a>>,
+    arithmetic: Arithmetic,
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> u32 {
@@ -150,7 +182,7 @@ fn decode_config(header: &[u8]) -> Result<Config, Error> {
         *cutoff = field(60 + 4 * i);
     }
     let flags = field(92);
-    if flags & !KNOWN_FLAGS != 0 || header[VOCAB_OFFSET_AT + 4..HEADER_BYTES].iter().any(|&b| b != 0) {
+    if flags & !KNOWN_FLAGS != 0 || header[FRAC_AT + 4..HEADER_BYTES].iter().any(|&b| b != 0) {
         return Err(Error::BadHeader);
     }
     let config = Config {
@@ -176,6 +208,21 @@ fn decode_config(header: &[u8]) -> Result<Config, Error> {
     };
     config.validate()?;
     Ok(config)
+}
+
+/// The arithmetic the header asks for (flag bit 4 and `frac`), or why it cannot be.
+fn decode_arithmetic(header: &[u8]) -> Result<Arithmetic, Error> {
+    let frac = read_u32(header, FRAC_AT);
+    if read_u32(header, 92) & FLAG_INTEGER == 0 {
+        return match frac {
+            0 => Ok(Arithmetic::Float),
+            _ => Err(Error::BadHeader),
+        };
+    }
+    if frac > MAX_FRAC {
+        return Err(Error::BadArithmetic(ArithmeticError::Frac(frac)));
+    }
+    Ok(Arithmetic::Integer { frac })
 }
 
 #[cfg(feature = "alloc")]
@@ -288,6 +335,7 @@ impl<'a> Image<'a> {
             return Err(Error::BadHeader);
         }
         let config = decode_config(&bytes[..HEADER_BYTES])?;
+        let arithmetic = decode_arithmetic(&bytes[..HEADER_BYTES])?;
         let layout = TensorLayout::new(&config);
         let count = read_u32(bytes, TENSOR_COUNT_AT) as usize;
         if count != layout.count() {
@@ -326,6 +374,7 @@ impl<'a> Image<'a> {
             config,
             layout,
             vocabulary: None,
+            arithmetic,
         };
         let mut index = 0;
         let mut payload_floor = directory_end;
@@ -338,6 +387,9 @@ impl<'a> Image<'a> {
             index += 1;
         });
         result?;
+        if let Arithmetic::Integer { frac } = arithmetic {
+            image.check_integer(frac)?;
+        }
         if vocab_offset != 0 {
             let section = &bytes[vocab_offset..crc_at];
             image.vocabulary =
@@ -418,6 +470,74 @@ impl<'a> Image<'a> {
             Dtype::F32 | Dtype::F16 => {}
         }
         Ok(())
+    }
+
+    /// Whether sessions compute in floating point or in integers.
+    pub fn arithmetic(&self) -> Arithmetic {
+        self.arithmetic
+    }
+
+    /// Checks what integer arithmetic needs of the weights, so that every fixed-point
+    /// parameter a session derives from them exists: every weight matrix int8 or int4, the
+    /// embedding tables and output projections int8 (the projections without activation
+    /// scales), every scale a [`Multiplier`] (non-negative, finite, below `2^31`), and an
+    /// embedding row's scale times `2^frac` (and `sqrt(d_model)` without projections) too.
+    fn check_integer(&self, frac: u32) -> Result<(), Error> {
+        let config = self.config;
+        let emb_scale = sqrt_multiplier(config.d_model).ok_or(Error::BadArithmetic(ArithmeticError::Size))?;
+        let mut index = 0;
+        let mut result = Ok(());
+        for_each_tensor(&config, |name, _| {
+            let at = index;
+            index += 1;
+            if result.is_err() || !name.is_matrix() {
+                return;
+            }
+            let fail = |e: fn(TensorName) -> ArithmeticError| Err(Error::BadArithmetic(e(name)));
+            let scale_ok = |s: &f32| multiplier_of_f32(*s).is_some();
+            result = match self.matrix(at).data {
+                MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => {
+                    fail(ArithmeticError::FloatWeights)
+                }
+                MatrixData::Int4 { .. }
+                    if matches!(name, TensorName::EmbLayer(_) | TensorName::OutProj(_)) =>
+                {
+                    fail(ArithmeticError::NeedsInt8)
+                }
+                MatrixData::Int8 {
+                    act_scales: Some(_), ..
+                } if matches!(name, TensorName::OutProj(_)) => fail(ArithmeticError::NeedsInt8),
+                MatrixData::Int4 { scale, .. } if !scale_ok(&scale) => fail(ArithmeticError::Scale),
+                MatrixData::Int4 { .. } => Ok(()),
+                MatrixData::Int8 {
+                    row_scales,
+                    act_scales,
+                    ..
+                } => {
+                    let times = if config.has_emb_proj() {
+                        Multiplier::ONE
+                    } else {
+                        emb_scale
+                    };
+                    let embedding_ok = |s: &f32| {
+                        multiplier_of_f32(*s)
+                            .and_then(|m| m.times(times))
+                            .and_then(|m| m.times_pow2(frac as i32))
+                            .is_some()
+                    };
+                    let rows_ok = match name {
+                        TensorName::EmbLayer(_) => row_scales.iter().all(embedding_ok),
+                        _ => row_scales.iter().all(scale_ok),
+                    };
+                    if rows_ok && act_scales.is_none_or(|a| a.iter().all(scale_ok)) {
+                        Ok(())
+                    } else {
+                        fail(ArithmeticError::Scale)
+                    }
+                }
+            };
+        });
+        result
     }
 
     /// The model's hyper-parameters.
@@ -707,6 +827,33 @@ pub fn write_image(
     let crc = crc32(&image);
     image.extend_from_slice(&crc.to_le_bytes());
     Ok(image)
+}
+
+/// `image` with its arithmetic set to `arithmetic` (header flag bit 4 and `frac`) and the CRC
+/// rewritten; the tensors stay as they are. `image` must be a whole image (it is not parsed
+/// here: parse the result, which checks what integer arithmetic needs of the weights).
+#[cfg(feature = "alloc")]
+pub fn set_arithmetic(image: &[u8], arithmetic: Arithmetic) -> Result<alloc::vec::Vec<u8>, Error> {
+    let minimum = HEADER_BYTES + CRC_BYTES;
+    if image.len() < minimum {
+        return Err(Error::Truncated {
+            needed: minimum,
+            got: image.len(),
+        });
+    }
+    let (flag, frac) = match arithmetic {
+        Arithmetic::Float => (0, 0),
+        Arithmetic::Integer { frac } if frac <= MAX_FRAC => (FLAG_INTEGER, frac),
+        Arithmetic::Integer { frac } => return Err(Error::BadArithmetic(ArithmeticError::Frac(frac))),
+    };
+    let mut out = image.to_vec();
+    let flags = read_u32(&out, 92) & !FLAG_INTEGER | flag;
+    out[92..96].copy_from_slice(&flags.to_le_bytes());
+    out[FRAC_AT..FRAC_AT + 4].copy_from_slice(&frac.to_le_bytes());
+    let crc_at = out.len() - CRC_BYTES;
+    let crc = crc32(&out[..crc_at]);
+    out[crc_at..].copy_from_slice(&crc.to_le_bytes());
+    Ok(out)
 }
 
 /// `image` with its vocabulary section replaced by `section` (or removed, with `None`): the

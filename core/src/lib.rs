@@ -116,7 +116,7 @@ pub use aligned::AlignedBytes;
 pub use attention::AttentionShape;
 pub use config::Config;
 pub use crc32::crc32;
-pub use error::{ConfigError, Error, StateError};
+pub use error::{ArithmeticError, ConfigError, Error, StateError};
 pub use image::Image;
 pub use model::Model;
 pub use options::{MemDtype, MemInit, OptionWord, PositionKeys, SessionOptions, UnknownWord};
