@@ -13,7 +13,9 @@
 
 use half::f16;
 
+use crate::fixed_point::round_shift;
 use crate::int8_attention;
+use crate::integer::pow2_exponent;
 use crate::kernels;
 use crate::options::MemDtype;
 
@@ -222,6 +224,86 @@ impl<'a> Memory<'a> {
         let at = self.offset(layer, position);
         self.keys.write(at, self.d_head, key);
         self.values.write(at, self.d_head, value);
+    }
+
+    /// Stores the key and value rows of logical `position` for integer arithmetic: each head
+    /// of `Q(frac)` values as int8 `round(x / 2^e)` with the smallest `e ≥ 0` that fits
+    /// ([`pow2_exponent`]), `e` in the head's scale slot (its bits). Int8 memory only (other
+    /// stores keep nothing: an integer session refuses them).
+    pub(crate) fn write_pow2(&mut self, layer: usize, position: usize, key: &[i32], value: &[i32]) {
+        let at = self.offset(layer, position);
+        let d_head = self.d_head;
+        for (store, row) in [(&mut self.keys, key), (&mut self.values, value)] {
+            let Store::Int8 { values, scales } = store else {
+                continue;
+            };
+            for (head, chunk) in row.chunks_exact(d_head).enumerate() {
+                let start = at + head * d_head;
+                let e = pow2_exponent(chunk, 127);
+                for (q, &v) in values[start..start + d_head].iter_mut().zip(chunk) {
+                    *q = round_shift(v as i64, e) as i8;
+                }
+                scales[start / d_head] = f32::from_bits(e as u32);
+            }
+        }
+    }
+
+    /// The power-of-two exponent [`Memory::write_pow2`] stored with head `head` of the key
+    /// (`keys`) or value of logical `position`.
+    pub(crate) fn exponent(&self, keys: bool, layer: usize, position: usize, head: usize) -> i32 {
+        let store = if keys { &self.keys } else { &self.values };
+        match store {
+            Store::Int8 { scales, .. } => {
+                scales[(self.offset(layer, position) + head * self.d_head) / self.d_head].to_bits() as i32
+            }
+            _ => 0,
+        }
+    }
+
+    /// `sums[t] = query · key[layer][lo + t][head]` in integers over int8 keys, the 16-bit
+    /// query widened into `words` ([`crate::kernels::key_sums_i8`]).
+    pub(crate) fn key_sums_int8(
+        &self,
+        layer: usize,
+        lo: usize,
+        head: usize,
+        words: &[u32],
+        sums: &mut [i32],
+    ) {
+        let Store::Int8 { values, .. } = &self.keys else {
+            return;
+        };
+        let d_head = self.d_head;
+        let mut done = 0;
+        for (at, run) in self.runs(layer, lo, sums.len()) {
+            let at = at + head * d_head;
+            let rows = &values[at..at + (run - 1) * self.width + d_head];
+            kernels::key_sums_i8(rows, self.width, d_head, words, &mut sums[done..done + run]);
+            done += run;
+        }
+    }
+
+    /// `acc[c] += Σ_t weights[t] · value[layer][lo + t][head][c]` in integers over int8
+    /// values ([`crate::kernels::value_sums_i8`]).
+    pub(crate) fn value_sums_int8(
+        &self,
+        layer: usize,
+        lo: usize,
+        head: usize,
+        weights: &[i32],
+        acc: &mut [i32],
+    ) {
+        let Store::Int8 { values, .. } = &self.values else {
+            return;
+        };
+        let d_head = self.d_head;
+        let mut done = 0;
+        for (at, run) in self.runs(layer, lo, weights.len()) {
+            let at = at + head * d_head;
+            let rows = &values[at..at + (run - 1) * self.width + d_head];
+            kernels::value_sums_i8(rows, self.width, &weights[done..done + run], acc);
+            done += run;
+        }
     }
 
     /// `query_head · key[layer][position][head]`.

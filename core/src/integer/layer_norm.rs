@@ -36,6 +36,30 @@ pub struct LayerNormParams<'a> {
 /// The 16-bit variance gives `σ` to about `2^-15` relative; everything else is exact or
 /// rounded in the last place.
 pub fn layer_norm(x: &[i32], params: &LayerNormParams<'_>, frac: u32, out: &mut [i32]) {
+    let (gain, bias) = (params.gain, params.bias);
+    let n = x.len().min(gain.len()).min(bias.len());
+    let gains = |i: usize| gain[i];
+    let biases = |i: usize| bias[i];
+    layer_norm_with(
+        &x[..n],
+        (gains, params.gain_frac),
+        biases,
+        params.epsilon,
+        frac,
+        out,
+    );
+}
+
+/// [`layer_norm`] with the gain (`Q(gain_frac)`) and bias (`Q(frac)`) of column `i` given by
+/// functions, for parameters made from the image's floats as they are read.
+pub fn layer_norm_with(
+    x: &[i32],
+    (gain, gain_frac): (impl Fn(usize) -> i32, u32),
+    bias: impl Fn(usize) -> i32,
+    epsilon: u64,
+    frac: u32,
+    out: &mut [i32],
+) {
     let n = x.len() as i64;
     if n == 0 {
         return;
@@ -53,16 +77,16 @@ pub fn layer_norm(x: &[i32], params: &LayerNormParams<'_>, frac: u32, out: &mut 
         })
         .sum();
     let epsilon =
-        (round_shift(params.epsilon.min(1 << 61) as i64, 2 * s - 16) as u64).saturating_mul((n * n) as u64);
+        (round_shift(epsilon.min(1 << 61) as i64, 2 * s - 16) as u64).saturating_mul((n * n) as u64);
     let variance = ((squares << 16) / n as u64).saturating_add(epsilon);
     let sigma = isqrt(variance) as u64;
     let normalise =
         Multiplier::from_ratio(1 << (8 + NORMAL_FRAC), sigma << (s - t)).unwrap_or(Multiplier::ZERO);
-    let shift = (NORMAL_FRAC + params.gain_frac) as i32 - frac as i32;
-    for (((y, &v), &gain), &bias) in out.iter_mut().zip(x).zip(params.gain).zip(params.bias) {
+    let shift = (NORMAL_FRAC + gain_frac) as i32 - frac as i32;
+    for (i, (y, &v)) in out.iter_mut().zip(x).enumerate() {
         let z = normalise.apply(round_shift(deviation(v), t) as i32) as i64;
-        let scaled = round_shift(z * gain as i64, shift);
-        *y = (scaled + bias as i64).clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+        let scaled = round_shift(z * gain(i) as i64, shift);
+        *y = (scaled + bias(i) as i64).clamp(i32::MIN as i64, i32::MAX as i64) as i32;
     }
 }
 

@@ -16,5 +16,16 @@
 mod layer_norm;
 mod softmax;
 
-pub use layer_norm::{layer_norm, LayerNormParams, NORMAL_FRAC};
+pub use layer_norm::{layer_norm, layer_norm_with, LayerNormParams, NORMAL_FRAC};
 pub use softmax::{log_softmax, softmax_q15, to_exp_input, PROBABILITY_ONE};
+
+/// The smallest `e ≥ 0` with `|round(x / 2^e)| ≤ limit` for every `x` of `row` (`limit ≥ 1`):
+/// the power of two of an int8 key, value or position key (`limit` 127), or of a 16-bit query.
+pub fn pow2_exponent(row: &[i32], limit: i64) -> i32 {
+    let largest = row.iter().map(|&v| (v as i64).abs()).max().unwrap_or(0);
+    let mut e = 0;
+    while crate::fixed_point::round_shift(largest, e) > limit {
+        e += 1;
+    }
+    e
+}

@@ -16,6 +16,7 @@ use super::{Linear, Probe, RunState, Session};
 use crate::attention::{self, AttentionShape};
 use crate::embedding;
 use crate::error::Error;
+use crate::image::Arithmetic;
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
 use crate::matrix;
 use crate::options::{split_distances, PositionKeys};
@@ -36,6 +37,10 @@ impl Session<'_, '_> {
     ) -> Result<(), Error> {
         self.check_segment(tokens)?;
         self.check_targets(targets)?;
+        if let Arithmetic::Integer { frac } = self.model.image().arithmetic() {
+            self.forward_integer(frac, tokens, first_output, targets, on_row);
+            return Ok(());
+        }
         let shape = self.attention_shape(tokens.len());
         let d_model = self.model.config().d_model as usize;
         self.embed(tokens);
@@ -54,7 +59,7 @@ impl Session<'_, '_> {
     }
 
     /// The shape of a segment of `qlen` positions after the `mlen` remembered ones.
-    fn attention_shape(&self, qlen: usize) -> AttentionShape {
+    pub(super) fn attention_shape(&self, qlen: usize) -> AttentionShape {
         let config = self.model.config();
         AttentionShape {
             qlen,
@@ -413,6 +418,9 @@ impl Session<'_, '_> {
     /// [`PositionKeys::FoldedIntoQuery`], the two small tables of `pos_emb` it splits the
     /// distances into ([`SplitTable`]).
     pub(super) fn compute_position_keys(&mut self) {
+        if let Arithmetic::Integer { frac } = self.model.image().arithmetic() {
+            return self.compute_position_keys_integer(frac);
+        }
         let config = *self.model.config();
         let d_model = config.d_model as usize;
         let width = config.qkv_width() as usize;
@@ -452,6 +460,9 @@ impl Session<'_, '_> {
     /// Fills the memory with the keys and values of `mem_len` all-zero hidden states:
     /// `[k | v] = W_kv x` with `x = LayerNorm(0)` (pre-LN) or `x = 0`, for every layer.
     pub(super) fn fill_zero_memory(&mut self) {
+        if let Arithmetic::Integer { frac } = self.model.image().arithmetic() {
+            return self.fill_zero_memory_integer(frac);
+        }
         let config = *self.model.config();
         let d_model = config.d_model as usize;
         let width = config.qkv_width() as usize;

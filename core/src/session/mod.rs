@@ -3,13 +3,15 @@
 //! bottom next to the paper, one function per sub-layer.
 
 mod forward;
+mod integer;
 pub mod state;
 
 use crate::arena::{ArenaLayout, Carver};
 use crate::error::Error;
+use crate::image::Arithmetic;
 use crate::memory::{Memory, Store};
 use crate::model::Model;
-use crate::options::{int8_values_bytes, MemDtype, MemInit, SessionOptions};
+use crate::options::{int8_values_bytes, MemDtype, MemInit, PositionKeys, SessionOptions};
 
 /// A linear layer of a decoder layer, as [`Probe`] names it; `linear as usize` is its place
 /// in the layer, in the order the forward pass runs them.
@@ -177,6 +179,12 @@ impl<'m, 'a> Session<'m, 'a> {
         positions: usize,
     ) -> Result<Self, Error> {
         let config = *model.config();
+        let integer = matches!(model.image().arithmetic(), Arithmetic::Integer { .. });
+        if integer
+            && (options.mem_dtype != MemDtype::Int8 || options.position_keys == PositionKeys::FoldedIntoQuery)
+        {
+            return Err(Error::IntegerOptions);
+        }
         let layout = ArenaLayout::with_positions_per_pass(&config, &options, positions)?;
         let needed = layout.total_bytes();
         if arena.len() < needed {

@@ -1,0 +1,635 @@
+//! The forward pass in integers, for images whose arithmetic is
+//! [`Arithmetic::Integer`](crate::image::Arithmetic): the sub-layers of `forward.rs` with every
+//! activation in one fixed-point format `Q(frac)`, int8 inputs to the linear layers (a
+//! [`Multiplier`] per position), int8 keys, values and position keys with a power of two per
+//! position and head, 16-bit queries, scores in `Q20` nats, 16-bit probabilities, and the
+//! log-softmax in fixed point (`docs/INTEGER.md`). No floating-point operation runs: the
+//! parameters come from the image's values by integer operations on their bits, and the
+//! log-probabilities become `f32` by [`to_f32`], bit by bit. The reference crate's
+//! `IntegerModel` computes the same arithmetic plainly; the two agree bit for bit.
+//!
+//! The buffers are the float session's, seen as `i32` (the same size and alignment): `hidden`
+//! holds `h` in `Q(frac)`, the memory's int8 stores keep each head's exponent in its scale
+//! slot, and a row of the position keys' table holds `n_head · d_head` int8 values and then
+//! one exponent byte per head.
+
+use super::Session;
+use crate::attention::AttentionShape;
+use crate::config::MAX_CLUSTERS;
+use crate::fixed_point::{
+    cos_turns, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
+    position_frequency, round_shift, saturate, sin_turns, sqrt_multiplier, to_f32, Multiplier,
+};
+use crate::integer::{layer_norm_with, log_softmax, pow2_exponent, softmax_q15};
+use crate::kernels;
+use crate::matrix::split_scratch;
+use crate::options::PositionKeys;
+use crate::vector::Vector;
+use crate::weights::{int4_groups, int4_row_bytes, Matrix, MatrixData};
+
+/// The format of the attention scores: `Q20` nats.
+pub const SCORE_FRAC: u32 = 20;
+
+/// The largest multiplier: where a product of multipliers passes `2^31`, results saturate.
+const SATURATED: Multiplier = Multiplier {
+    mantissa: i32::MAX,
+    shift: 0,
+};
+
+/// Rows of int4 sums a pass of [`Input::rows`] keeps.
+const INT4_ROWS: usize = 16;
+
+fn product(a: Multiplier, b: Multiplier) -> Multiplier {
+    a.times(b).unwrap_or(SATURATED)
+}
+
+/// The multiplier an image's scale is ([`Image::parse`](crate::Image::parse) checked that
+/// every scale of an integer image is one).
+fn scale_of(value: f32) -> Multiplier {
+    multiplier_of_f32(value).unwrap_or(SATURATED)
+}
+
+/// Element `i` of a vector of the image.
+fn element(v: Vector<'_>, i: usize) -> f32 {
+    match v {
+        Vector::F32(s) => s[i],
+        Vector::F16(s) => kernels::f16_to_f32(s[i]),
+    }
+}
+
+/// `y += b` (element `first + k` of `b` in `Q(frac)` to `y[k]`), saturating.
+fn add_bias(y: &mut [i32], b: Vector<'_>, first: usize, frac: u32) {
+    for (k, y) in y.iter_mut().enumerate() {
+        *y = y.saturating_add(fixed_of_f32(element(b, first + k), frac));
+    }
+}
+
+fn add(y: &mut [i32], x: &[i32]) {
+    for (a, &b) in y.iter_mut().zip(x) {
+        *a = a.saturating_add(b);
+    }
+}
+
+/// `out` = `round(x · 127 / m)`, `m = max|x|`, for `x = wide(c)` of each column, returning
+/// the scale `m / 127`. Values past 30 bits are first brought to 30 bits by a rounding shift.
+fn quantize_int8(wide: impl Fn(usize) -> i64, out: &mut [i8]) -> Multiplier {
+    let largest = (0..out.len()).map(|c| wide(c).unsigned_abs()).max().unwrap_or(0);
+    if largest == 0 {
+        out.fill(0);
+        return Multiplier::ZERO;
+    }
+    let shift = (64 - largest.leading_zeros()).saturating_sub(30) as i32;
+    let m = round_shift(largest as i64, shift) as u64;
+    let to_int8 = Multiplier::from_ratio(127, m).unwrap_or(Multiplier::ZERO);
+    for (c, q) in out.iter_mut().enumerate() {
+        *q = to_int8.apply(round_shift(wide(c), shift) as i32).clamp(-127, 127) as i8;
+    }
+    Multiplier::from_ratio(m, 127)
+        .and_then(|s| s.times_pow2(shift))
+        .unwrap_or(SATURATED)
+}
+
+/// The input of a linear layer quantized to int8, with what one step of it is worth.
+struct Input<'s> {
+    xq: &'s [i8],
+    widened: &'s [u32],
+    token: Multiplier,
+}
+
+impl<'s> Input<'s> {
+    /// `x` (`Q(frac)`, times the matrix's activation scales if it has them) quantized for `m`,
+    /// its step times `extra`, in `scratch` ([`crate::matrix::scratch_words`]`(m.cols)`).
+    fn new(m: &Matrix<'_>, x: &[i32], extra: Multiplier, scratch: &'s mut [u32]) -> Input<'s> {
+        let (xq, widened) = split_scratch(scratch, m.cols);
+        let token = match m.data {
+            MatrixData::Int8 {
+                act_scales: Some(act),
+                ..
+            } => quantize_int8(|c| scale_of(act[c]).apply_wide(x[c]), xq),
+            _ => quantize_int8(|c| x[c] as i64, xq),
+        };
+        kernels::widen_input_i8(xq, widened);
+        Input {
+            xq,
+            widened,
+            token: product(token, extra),
+        }
+    }
+
+    /// `y[k]` = row `first + k` of `m` times the input, in `Q(frac)`: the exact integer sum
+    /// (an int4 row's cut to 31 bits), times the row's multiplier and the input's.
+    fn rows(&self, m: &Matrix<'_>, first: usize, y: &mut [i32]) {
+        let m = m.row_range(first, first + y.len());
+        match m.data {
+            MatrixData::Int8 {
+                values, row_scales, ..
+            } => {
+                kernels::row_sums_i8(values, m.cols, self.xq, self.widened, y);
+                for (y, &s) in y.iter_mut().zip(row_scales) {
+                    *y = self.scaled(scale_of(s), *y as i64);
+                }
+            }
+            MatrixData::Int4 {
+                values,
+                scale,
+                codes,
+                group,
+            } => {
+                let (row_bytes, groups) = (int4_row_bytes(m.cols), int4_groups(m.cols, group));
+                let row_scale = scale_of(scale);
+                let mut sums = [0i64; INT4_ROWS];
+                for (pass, y) in y.chunks_mut(INT4_ROWS).enumerate() {
+                    let (r, n) = (pass * INT4_ROWS, y.len());
+                    let values = &values[r * row_bytes..(r + n) * row_bytes];
+                    let codes = &codes[r * groups..(r + n) * groups];
+                    kernels::row_sums_i4(values, group, codes, self.xq, self.widened, &mut sums[..n]);
+                    for (y, &acc) in y.iter_mut().zip(&sums[..n]) {
+                        *y = self.scaled(row_scale, acc);
+                    }
+                }
+            }
+            // an integer image has int8 and int4 weights alone (`Image::parse`)
+            MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => y.fill(0),
+        }
+    }
+
+    fn scaled(&self, row: Multiplier, acc: i64) -> i32 {
+        let cut = (64 - acc.unsigned_abs().leading_zeros() as i32 - 31).max(0);
+        product(row, self.token)
+            .times_pow2(cut)
+            .unwrap_or(SATURATED)
+            .apply(round_shift(acc, cut) as i32)
+    }
+}
+
+/// `y = xᵀ W` for the int8 `m` (an output projection): each input times its row's scale (and
+/// `2^8`, for precision), quantized to int8, the sums down the columns.
+fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
+    let MatrixData::Int8 {
+        values, row_scales, ..
+    } = m.data
+    else {
+        return y.fill(0); // (`Image::parse` refuses int4 output projections)
+    };
+    let (xq, _) = split_scratch(scratch, m.rows);
+    let token = quantize_int8(
+        |r| {
+            let scale = scale_of(row_scales[r]).times_pow2(8).unwrap_or(SATURATED);
+            scale.apply_wide(x[r])
+        },
+        xq,
+    );
+    let token = token.times_pow2(-8).unwrap_or(SATURATED);
+    kernels::vecmat_sums_i8(xq, values, m.cols, y);
+    for y in y.iter_mut() {
+        *y = token.apply(*y);
+    }
+}
+
+/// `out = LayerNorm(x)` with the image's gain and bias, in `Q(frac)`: the gain in as many
+/// fraction bits as keep its largest value below `2^30`.
+fn layer_norm(gain: Vector<'_>, bias: Vector<'_>, eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
+    // the order of non-negative f32 bits is their values'
+    let largest = f32::from_bits(gain.iter().map(|g| g.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0));
+    let mut gain_frac = 30u32;
+    while gain_frac > 0 && fixed_of_f32_wide(largest, gain_frac) >= 1 << 30 {
+        gain_frac -= 1;
+    }
+    let epsilon = fixed_of_f32_wide(eps, 2 * frac).max(0) as u64;
+    let gains = |i: usize| fixed_of_f32(element(gain, i), gain_frac);
+    let biases = |i: usize| fixed_of_f32(element(bias, i), frac);
+    layer_norm_with(x, (gains, gain_frac), biases, epsilon, frac, out);
+}
+
+/// One head's 16-bit query `q + b` (`b` the bias `Q(frac)` from column `first` on), as
+/// `round(x / 2^e)` within `top`, widened into `words` as the key kernels read it; returns `e`.
+fn query_words(q: &[i32], b: Vector<'_>, first: usize, frac: u32, top: i64, words: &mut [u32]) -> i32 {
+    let with = |c: usize| q[c].saturating_add(fixed_of_f32(element(b, first + c), frac));
+    let largest = (0..q.len()).map(|c| (with(c) as i64).abs()).max().unwrap_or(0);
+    let mut e = 0;
+    while round_shift(largest, e) > top {
+        e += 1;
+    }
+    let half = |c: usize| -> u32 {
+        match c < q.len() {
+            true => round_shift(with(c) as i64, e) as i16 as u16 as u32,
+            false => 0,
+        }
+    };
+    // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1
+    for (g, pair) in words[..kernels::portable::query_words(q.len())]
+        .chunks_exact_mut(2)
+        .enumerate()
+    {
+        pair[0] = half(4 * g) | half(4 * g + 2) << 16;
+        pair[1] = half(4 * g + 1) | half(4 * g + 3) << 16;
+    }
+    e
+}
+
+/// The score `(content · 2^ce + position · 2^pe) / sqrt(d_head)` in `Q20` nats from the two
+/// integer dot products and their powers of two (in `Q(2 frac)` units).
+fn attention_score(
+    inv_sqrt_d_head: Multiplier,
+    frac: u32,
+    (content, ce): (i32, i32),
+    (position, pe): (i32, i32),
+) -> i32 {
+    let e = ce.min(pe);
+    let sum = round_shift(content as i64, e - ce).saturating_add(round_shift(position as i64, e - pe));
+    // to 31 bits, then one 32 × 32 → 64-bit product
+    let bits = 64 - sum.unsigned_abs().leading_zeros() as i32;
+    let cut = (bits - 31).max(0);
+    let sum = round_shift(sum, cut) as i32;
+    let e = e + cut;
+    let product = sum as i64 * inv_sqrt_d_head.mantissa as i64;
+    let shift = inv_sqrt_d_head.shift as i32 + 2 * frac as i32 - SCORE_FRAC as i32 - e;
+    saturate(round_shift(product, shift))
+}
+
+/// `row` (one position key, `n_head · d_head` in `Q(frac)`) as its table row: int8 values per
+/// head with a power of two, then one exponent byte per head.
+fn store_position_key(row: &[i32], d_head: usize, out: &mut [u8]) {
+    let width = row.len();
+    let (values, exponents) = out.split_at_mut(width);
+    for (head, chunk) in row.chunks_exact(d_head).enumerate() {
+        let e = pow2_exponent(chunk, 127);
+        for (q, &v) in values[head * d_head..].iter_mut().zip(chunk) {
+            *q = round_shift(v as i64, e) as i8 as u8;
+        }
+        exponents[head] = e as u8;
+    }
+}
+
+impl Session<'_, '_> {
+    /// [`Session::forward_from`] in integers, activations in `Q(frac)`.
+    pub(super) fn forward_integer(
+        &mut self,
+        frac: u32,
+        tokens: &[u32],
+        first_output: usize,
+        targets: &[Option<u32>],
+        on_row: impl FnMut(usize, &[f32]),
+    ) {
+        let shape = self.attention_shape(tokens.len());
+        self.embed_integer(tokens, frac);
+        for layer in 0..self.model.config().n_layer as usize {
+            self.attention_integer(layer, &shape, frac);
+            self.feed_forward_integer(layer, shape.qlen, frac);
+        }
+        self.output_integer(shape.qlen, first_output, targets, frac, on_row);
+        self.memory.commit(shape.qlen);
+    }
+
+    /// `h_i = embedding(token_i) · sqrt(d_model)` in `Q(frac)`: the row's int8 values times its
+    /// scale (and `sqrt(d_model)` and `2^frac`) as one multiplier, or through the projection.
+    fn embed_integer(&mut self, tokens: &[u32], frac: u32) {
+        let config = *self.model.config();
+        let d_model = config.d_model as usize;
+        let emb_scale = sqrt_multiplier(config.d_model).unwrap_or(SATURATED);
+        let s = &mut self.state;
+        let hidden: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[..tokens.len() * d_model]);
+        for (&token, h) in tokens.iter().zip(hidden.chunks_exact_mut(d_model)) {
+            let (table, index) = config.embedding_row(token);
+            let m = self.model.emb_layer(table);
+            let MatrixData::Int8 {
+                values,
+                row_scales,
+                act_scales,
+            } = m.data
+            else {
+                h.fill(0); // (`Image::parse` refuses other embedding tables)
+                continue;
+            };
+            let times = if config.has_emb_proj() {
+                Multiplier::ONE
+            } else {
+                emb_scale
+            };
+            let scale = scale_of(row_scales[index])
+                .times(times)
+                .and_then(|m| m.times_pow2(frac as i32))
+                .unwrap_or(SATURATED);
+            let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.embed_row[..m.cols]);
+            let row = &values[index * m.cols..(index + 1) * m.cols];
+            for (c, (x, &q)) in x.iter_mut().zip(row).enumerate() {
+                *x = match act_scales {
+                    Some(act) => product(scale, scale_of(act[c])).apply(q as i32),
+                    None => scale.apply(q as i32),
+                };
+            }
+            if config.has_emb_proj() {
+                let proj = self.model.emb_proj(table);
+                Input::new(&proj, x, emb_scale, s.quantized_input).rows(&proj, 0, h);
+            } else {
+                h.copy_from_slice(x);
+            }
+        }
+    }
+
+    /// The attention sub-layer of `layer` in integers: `q, k, v` of each position (the keys
+    /// and values into the memory), each head's scores over the keys the mask lets it see,
+    /// their 16-bit probabilities, the values' sum, `o_net`, the residual and the LayerNorm.
+    fn attention_integer(&mut self, layer: usize, shape: &AttentionShape, frac: u32) {
+        let config = *self.model.config();
+        let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
+        let w = self.model.layer(layer);
+        let eps = config.layer_norm_epsilon;
+        for i in 0..shape.qlen {
+            let s = &mut self.state;
+            let h: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + 1) * d_model]);
+            let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
+            if config.pre_lnorm {
+                layer_norm(w.attn_norm_weight, w.attn_norm_bias, eps, frac, h, x);
+            } else {
+                x.copy_from_slice(h);
+            }
+            let input = Input::new(&w.qkv, x, Multiplier::ONE, s.quantized_input);
+            let query: &mut [i32] = bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + 1) * width]);
+            input.rows(&w.qkv, 0, query);
+            let key_value: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..2 * width]);
+            input.rows(&w.qkv, width, key_value);
+            let (key, value) = key_value.split_at(width);
+            self.memory.write_pow2(layer, shape.mlen + i, key, value);
+        }
+        let table = match self.options.position_keys {
+            PositionKeys::PerSegment => {
+                let distances = (shape.mlen + shape.qlen).min(self.options.distances());
+                self.position_keys_integer(layer, 0, distances, frac);
+                0
+            }
+            _ => layer,
+        };
+        for i in 0..shape.qlen {
+            self.attend_integer(layer, shape, table, i, frac);
+        }
+        for i in 0..shape.qlen {
+            let s = &mut self.state;
+            let a: &[i32] = bytemuck::cast_slice(&s.attn_vec[i * width..(i + 1) * width]);
+            let o: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
+            Input::new(&w.o_net, a, Multiplier::ONE, s.quantized_input).rows(&w.o_net, 0, o);
+            let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
+            add(h, o);
+            if !config.pre_lnorm {
+                layer_norm(w.attn_norm_weight, w.attn_norm_bias, eps, frac, h, o);
+                h.copy_from_slice(o);
+            }
+        }
+    }
+
+    /// Query `i`'s attention output in `attn_vec`, head by head. The scratch row of scores
+    /// holds the content sums and then the scores by key, the position sums by distance and
+    /// then the probabilities, and the query's words and then the values' sums.
+    fn attend_integer(&mut self, layer: usize, shape: &AttentionShape, table: usize, i: usize, frac: u32) {
+        let config = *self.model.config();
+        let (width, d_head) = (config.qkv_width() as usize, shape.d_head);
+        let w = self.model.layer(layer);
+        let capacity = self.memory.capacity();
+        let distances = self.options.distances();
+        let inv_sqrt_d_head = inverse_sqrt_multiplier(config.d_head).unwrap_or(Multiplier::ZERO);
+        let top = (32767i64).min(i32::MAX as i64 / 127 / d_head.max(1) as i64);
+        let klen = shape.mlen + shape.qlen;
+        let s = &mut self.state;
+        let keys: &[u8] = bytemuck::cast_slice(&s.position_keys[..]);
+        let keys = &keys[table * distances * 4 * width..];
+        let scratch: &mut [i32] = bytemuck::cast_slice_mut(&mut s.scores[..]);
+        let (sums, rest) = scratch.split_at_mut(capacity);
+        let (second, words) = rest.split_at_mut(capacity);
+        let query: &[i32] = bytemuck::cast_slice(&s.queries[i * width..(i + 1) * width]);
+        let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
+        for head in 0..shape.n_head {
+            let cols = head * d_head..(head + 1) * d_head;
+            let q = &query[cols.clone()];
+            let words: &mut [u32] = bytemuck::cast_slice_mut(&mut words[..]);
+            let visible = shape.visible_keys(i);
+            let (lo, hi) = visible.unwrap_or((0, klen - 1));
+            if let Some((lo, hi)) = visible {
+                // content sums (q + u) · k_j, then position sums (q + v) · R_d by distance
+                let ce = query_words(q, w.r_w_bias, cols.start, frac, top, words);
+                self.memory
+                    .key_sums_int8(layer, lo, head, words, &mut sums[lo..=hi]);
+                let pe = query_words(q, w.r_r_bias, cols.start, frac, top, words);
+                let far = (shape.mlen + i - lo).min(shape.max_distance);
+                let rows = &keys[head * d_head..far * 4 * width + head * d_head + d_head];
+                let rows: &[i8] = bytemuck::cast_slice(rows);
+                kernels::key_sums_i8(rows, 4 * width, d_head, words, &mut second[..=far]);
+                for (j, sum) in sums[lo..=hi].iter_mut().enumerate().map(|(t, s)| (lo + t, s)) {
+                    let d = (shape.mlen + i - j).min(shape.max_distance);
+                    let ke = self.memory.exponent(true, layer, j, head);
+                    let re = keys[d * 4 * width + width + head] as i32;
+                    *sum = attention_score(inv_sqrt_d_head, frac, (*sum, ce + ke), (second[d], pe + re));
+                }
+            }
+            let probs: &mut [u16] = bytemuck::cast_slice_mut(&mut second[..]);
+            if visible.is_some() {
+                softmax_q15(&sums[lo..=hi], SCORE_FRAC, &mut probs[lo..=hi]);
+            } else {
+                // every key masked: uniform over all keys, as Hugging Face does
+                let p = ((32768 + klen as u32 / 2) / klen as u32).min(32767) as u16;
+                probs[lo..=hi].fill(p);
+            }
+            // Σ_j p_j v_j, each value's power of two folded into its probability against the
+            // largest among the keys with a probability
+            let exponent = |j: usize| self.memory.exponent(false, layer, j, head);
+            let e_max = (lo..=hi)
+                .filter(|&j| probs[j] > 0)
+                .map(exponent)
+                .max()
+                .unwrap_or(0);
+            for j in lo..=hi {
+                sums[j] = round_shift(probs[j] as i64, e_max - exponent(j)) as i32;
+            }
+            let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
+            acc.fill(0);
+            self.memory.value_sums_int8(layer, lo, head, &sums[lo..=hi], acc);
+            for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {
+                *o = saturate(round_shift(sum as i64, 15 - e_max));
+            }
+        }
+    }
+
+    /// The feed-forward sub-layer of `layer` in integers, position by position.
+    fn feed_forward_integer(&mut self, layer: usize, qlen: usize, frac: u32) {
+        let config = *self.model.config();
+        let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
+        let eps = config.layer_norm_epsilon;
+        let w = self.model.layer(layer);
+        let s = &mut self.state;
+        for i in 0..qlen {
+            let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
+            let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
+            let x: &[i32] = if config.pre_lnorm {
+                layer_norm(w.ff_norm_weight, w.ff_norm_bias, eps, frac, h, normed);
+                normed
+            } else {
+                h
+            };
+            let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
+            Input::new(&w.ff1_weight, x, Multiplier::ONE, s.quantized_input).rows(&w.ff1_weight, 0, inner);
+            add_bias(inner, w.ff1_bias, 0, frac);
+            inner.iter_mut().for_each(|v| *v = (*v).max(0));
+            let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
+            Input::new(&w.ff2_weight, inner, Multiplier::ONE, s.quantized_input).rows(&w.ff2_weight, 0, out);
+            add_bias(out, w.ff2_bias, 0, frac);
+            add(h, out);
+            if !config.pre_lnorm {
+                let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
+                layer_norm(w.ff_norm_weight, w.ff_norm_bias, eps, frac, h, normed);
+                h.copy_from_slice(normed);
+            }
+        }
+    }
+
+    /// `ln p` of each position from `first_output` on, in `Q(frac)`: the full or adaptive
+    /// log-softmax in integers (only the target's cluster where `targets` names one), handed
+    /// to `on_row` as `f32` built from the bits.
+    fn output_integer(
+        &mut self,
+        qlen: usize,
+        first_output: usize,
+        targets: &[Option<u32>],
+        frac: u32,
+        mut on_row: impl FnMut(usize, &[f32]),
+    ) {
+        let config = *self.model.config();
+        let (d_model, n_token) = (config.d_model as usize, config.n_token as usize);
+        let n_clusters = config.n_clusters();
+        for i in first_output..qlen {
+            let target = targets.get(i).copied().flatten();
+            let s = &mut self.state;
+            let h: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + 1) * d_model]);
+            let row: &mut [i32] = bytemuck::cast_slice_mut(&mut s.log_probs[..n_token]);
+            let projected: &mut [i32] = bytemuck::cast_slice_mut(&mut s.embed_row[..]);
+            // cluster `c`'s logits (its rows of its table) into row[start..end], from `x`
+            let model = &self.model;
+            let logits = |cluster: usize, x: &[i32], row: &mut [i32], scratch: &mut [u32]| {
+                let (start, end) = config.cluster_range(cluster);
+                let (start, end) = (start as usize, end as usize);
+                let table = config.emb_table_of_cluster(cluster);
+                let first = if config.div_val == 1 { start } else { 0 };
+                let weight = model.out_weight(table);
+                let y = &mut row[start..end];
+                Input::new(&weight, x, Multiplier::ONE, scratch).rows(&weight, first, y);
+                add_bias(y, model.out_bias(table), first, frac);
+            };
+            let project = |cluster: usize, projected: &mut [i32], scratch: &mut [u32]| -> usize {
+                let proj = model.out_proj(cluster);
+                vecmat(&proj, h, scratch, &mut projected[..proj.cols]);
+                proj.cols
+            };
+            let x: &[i32] = if config.has_out_proj() {
+                let cols = project(0, projected, s.quantized_input);
+                &projected[..cols]
+            } else {
+                h
+            };
+            logits(0, x, row, s.quantized_input);
+            let shortlist = config.cluster_range(0).1 as usize;
+            let mut priors = [0i32; MAX_CLUSTERS];
+            if n_clusters > 0 {
+                let weight = model.cluster_weight();
+                let tails = &mut row[shortlist..shortlist + n_clusters];
+                Input::new(&weight, x, Multiplier::ONE, s.quantized_input).rows(&weight, 0, tails);
+                add_bias(tails, model.cluster_bias(), 0, frac);
+            }
+            log_softmax(&mut row[..shortlist + n_clusters], frac);
+            priors[..n_clusters].copy_from_slice(&row[shortlist..shortlist + n_clusters]);
+            for (cluster, &prior) in (1..=n_clusters).zip(&priors) {
+                if target.is_some_and(|t| config.cluster_of(t) != cluster) {
+                    continue;
+                }
+                let x: &[i32] = if config.has_out_proj() {
+                    let cols = project(cluster, projected, s.quantized_input);
+                    &projected[..cols]
+                } else {
+                    h
+                };
+                logits(cluster, x, row, s.quantized_input);
+                let (start, end) = config.cluster_range(cluster);
+                let tail = &mut row[start as usize..end as usize];
+                log_softmax(tail, frac);
+                for v in tail.iter_mut() {
+                    *v = saturate(prior as i64 + *v as i64);
+                }
+            }
+            // ln p as f32, from the bits (no floating-point operation)
+            let row = &mut s.log_probs[..n_token];
+            let convert = |v: &mut f32| *v = to_f32(v.to_bits() as i32, frac);
+            match target {
+                Some(t) => convert(&mut row[t as usize]),
+                None => row.iter_mut().for_each(convert),
+            }
+            on_row(i, row);
+        }
+    }
+
+    /// Table `table` of the position keys for `layer`, distances `0..distances`:
+    /// `R_d = W_r pos_emb(d)`, `pos_emb(d)` from the phases `d · f_k` in turns.
+    pub(super) fn position_keys_integer(&mut self, layer: usize, table: usize, distances: usize, frac: u32) {
+        let config = *self.model.config();
+        let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
+        let r_net = self.model.layer(layer).r_net;
+        let stride = self.options.distances() * 4 * width;
+        let s = &mut self.state;
+        let half = d_model / 2;
+        // the frequencies in turns per position, in the spent attention input
+        let frequencies: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..half]);
+        for (k, f) in frequencies.iter_mut().enumerate() {
+            *f = position_frequency(k, d_model) as i32;
+        }
+        let shift = 30 - frac as i32;
+        let keys: &mut [u8] = bytemuck::cast_slice_mut(&mut s.position_keys[..]);
+        for d in 0..distances {
+            let pos: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
+            pos.fill(0);
+            for (k, &f) in frequencies.iter().enumerate() {
+                let phase = (f as u32).wrapping_mul(d as u32);
+                pos[k] = round_shift(sin_turns(phase) as i64, shift) as i32;
+                pos[half + k] = round_shift(cos_turns(phase) as i64, shift) as i32;
+            }
+            let r: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..width]);
+            Input::new(&r_net, pos, Multiplier::ONE, s.quantized_input).rows(&r_net, 0, r);
+            let at = table * stride + d * 4 * width;
+            store_position_key(r, config.d_head as usize, &mut keys[at..at + 4 * width]);
+        }
+    }
+
+    /// Every layer's table of position keys ([`PositionKeys::PerSession`]; per segment, each
+    /// layer's is made as its attention runs).
+    pub(super) fn compute_position_keys_integer(&mut self, frac: u32) {
+        if self.options.position_keys != PositionKeys::PerSession {
+            return;
+        }
+        for layer in 0..self.model.config().n_layer as usize {
+            self.position_keys_integer(layer, layer, self.options.distances(), frac);
+        }
+    }
+
+    /// The memory of `mem_len` all-zero hidden states in integers: each layer's key and value
+    /// of `LayerNorm(0)` (pre-LN) or `0`.
+    pub(super) fn fill_zero_memory_integer(&mut self, frac: u32) {
+        let config = *self.model.config();
+        let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
+        let mem_len = self.options.mem_len as usize;
+        let s = &mut self.state;
+        for layer in 0..config.n_layer as usize {
+            let w = self.model.layer(layer);
+            let zero: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
+            zero.fill(0);
+            let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
+            if config.pre_lnorm {
+                let eps = config.layer_norm_epsilon;
+                layer_norm(w.attn_norm_weight, w.attn_norm_bias, eps, frac, zero, x);
+            } else {
+                x.fill(0);
+            }
+            let key_value: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..2 * width]);
+            Input::new(&w.qkv, x, Multiplier::ONE, s.quantized_input).rows(&w.qkv, width, key_value);
+            let (key, value) = key_value.split_at(width);
+            for position in 0..mem_len {
+                self.memory.write_pow2(layer, position, key, value);
+            }
+        }
+        self.memory.set_len(mem_len);
+    }
+}
