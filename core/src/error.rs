@@ -87,7 +87,7 @@ impl fmt::Display for StateError {
 #[non_exhaustive]
 pub enum ArithmeticError {
     /// The activations' fraction bits (the header's `frac`) are above
-    /// [`MAX_FRAC`](crate::image::MAX_FRAC).
+    /// [`MAX_FRAC`](crate::fixed_point::MAX_FRAC).
     Frac(u32),
     /// A weight matrix is f32 or f16: integer arithmetic takes int8 and int4 weights.
     FloatWeights(TensorName),
@@ -106,7 +106,7 @@ impl fmt::Display for ArithmeticError {
             ArithmeticError::Frac(frac) => write!(
                 f,
                 "{frac} fraction bits for the activations (at most {})",
-                crate::image::MAX_FRAC
+                crate::fixed_point::MAX_FRAC
             ),
             ArithmeticError::FloatWeights(name) => write!(
                 f,

@@ -23,6 +23,8 @@ pub const LOG2_E_Q31: u32 = 3_098_164_009;
 pub const LN_2_Q31: u32 = 1_488_522_236;
 /// Largest shift of a [`Multiplier`].
 pub const MAX_SHIFT: u8 = 62;
+/// The most fraction bits the activations of integer arithmetic may have (`Q30`).
+pub const MAX_FRAC: u32 = 30;
 
 /// A non-negative real number `mantissa · 2^-shift` with 31 significant bits, the way gemmlowp
 /// and TensorFlow Lite requantize: [`Multiplier::apply`] multiplies an `i32` by it with one

@@ -42,8 +42,7 @@ const KNOWN_FLAGS: u32 = FLAG_TIE_WEIGHT | FLAG_PRE_LNORM | FLAG_UNTIE_R | FLAG_
 /// Header offset of `frac`: the fraction bits of an integer image's activations (0 in a float
 /// image).
 pub const FRAC_AT: usize = 120;
-/// The most fraction bits an integer image's activations may have.
-pub const MAX_FRAC: u32 = 30;
+pub use crate::fixed_point::MAX_FRAC;
 
 /// How a session computes with the image's weights: in floating point, or in integers alone
 /// (`docs/INTEGER.md`), with every activation in `Q(frac)`.
