@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use txl_core::arena::ArenaLayout;
+use txl_core::image::Arithmetic;
 use txl_core::{AlignedBytes, MemDtype, MemInit, Model, PositionKeys, Session, SessionOptions};
 use txl_host_gpu::quantize::{quantize_weights, Target};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
@@ -431,10 +432,19 @@ fn session_options(model: &Model<'_>) -> Result<SessionOptions, String> {
     options.clamp_len = number("TXL_CLAMP_LEN", options.clamp_len)?;
     options.same_length = word("TXL_SAME_LENGTH", options.same_length)?;
     options.mem_init = word("TXL_MEM_INIT", MemInit::Empty)?;
-    options.mem_dtype = word("TXL_MEM_DTYPE", MemDtype::F32)?;
+    // an integer image keeps int8 memory (docs/INTEGER.md)
+    let integer = matches!(model.image().arithmetic(), Arithmetic::Integer { .. });
+    let memory = if integer { MemDtype::Int8 } else { MemDtype::F32 };
+    options.mem_dtype = word("TXL_MEM_DTYPE", memory)?;
     options.position_keys = word("TXL_POSITION_KEYS", PositionKeys::PerSession)?;
     if options.tgt_len == 0 {
         return Err("TXL_TGT_LEN must be at least 1".into());
+    }
+    if integer && options.mem_dtype != MemDtype::Int8 {
+        return Err("an integer image keeps int8 memory: leave TXL_MEM_DTYPE unset or int8".into());
+    }
+    if integer && options.position_keys == PositionKeys::FoldedIntoQuery {
+        return Err("an integer image keeps its position keys: TXL_POSITION_KEYS=session or segment".into());
     }
     Ok(options)
 }

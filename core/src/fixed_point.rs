@@ -254,6 +254,24 @@ pub fn isqrt(v: u64) -> u32 {
     root as u32
 }
 
+/// The f32 of an f16's bits, in integers alone (every f16 is exact in f32; subnormals are
+/// renormalised by a shift, where a float conversion would take an FPU or a soft-float call).
+pub fn f32_of_f16(half: u16) -> f32 {
+    let sign = (half as u32 & 0x8000) << 16;
+    let (exponent, mantissa) = ((half >> 10) & 0x1F, half as u32 & 0x3FF);
+    let bits = match (exponent, mantissa) {
+        (0, 0) => 0,
+        (0, m) => {
+            // m · 2^-24: the leading one moved to bit 10, the exponent lowered with it
+            let shift = m.leading_zeros() - 21;
+            ((113 - shift) << 23) | ((m << shift) & 0x3FF) << 13
+        }
+        (0x1F, m) => 0xFF << 23 | m << 13,
+        (e, m) => (e as u32 + 112) << 23 | m << 13,
+    };
+    f32::from_bits(sign | bits)
+}
+
 /// `sqrt(n)` as a [`Multiplier`]: `isqrt(n · 4^h) / 2^h` with `h` as large as fits 64 bits
 /// (`None` for a root of `2^31` or more, which a `u32` cannot reach).
 pub fn sqrt_multiplier(n: u32) -> Option<Multiplier> {
@@ -353,8 +371,10 @@ pub fn to_f32(v: i32, frac_bits: u32) -> f32 {
 /// one below `2^-63`, and rounded (halves up) to a shift of [`MAX_SHIFT`] below `2^-32`.
 pub fn multiplier_of_f32(value: f32) -> Option<Multiplier> {
     let bits = value.to_bits();
-    let (negative, exponent, fraction) = (bits >> 31 != 0, (bits >> 23) & 0xFF, bits & 0x7F_FFFF);
-    if exponent == 0xFF || (negative && bits << 1 != 0) {
+    let (exponent, fraction) = ((bits >> 23) & 0xFF, bits & 0x7F_FFFF);
+    // negative and not -0: an unsigned comparison of the bits (LLVM turns a test of the bits
+    // below the sign for zero into a float comparison, a call on a core without an FPU)
+    if exponent == 0xFF || bits > 1 << 31 {
         return None;
     }
     if exponent == 0 {
@@ -636,6 +656,18 @@ pub const SIN_TABLE: [u32; 257] = [
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn f32_of_f16_is_the_conversion() {
+        for bits in 0..=u16::MAX {
+            let expected = half::f16::from_bits(bits).to_f32();
+            let ours = super::f32_of_f16(bits);
+            assert!(
+                ours.to_bits() == expected.to_bits() || (ours.is_nan() && expected.is_nan()),
+                "{bits:#06x}: {ours} against {expected}"
+            );
+        }
+    }
+
     use super::*;
     use crate::rng::Rng;
 

@@ -387,3 +387,21 @@ pub fn sampled_text(model: &txl_core::Model<'_>, length: usize, seed: u64) -> Ve
     };
     txl_tools::generate::generate(model, options, &[1], length, sampling).unwrap()
 }
+
+/// `image` (int8 or int4 weights) as an integer image: the activations' format calibrated on
+/// `calibration` with the f64 reference (as `txl quantize --integer` does), the flag and `frac`
+/// set in its header.
+pub fn with_integer_arithmetic(image: &[u8], calibration: &[u32]) -> Vec<u8> {
+    use txl_core::image::{set_arithmetic, Arithmetic};
+    use txl_host_gpu::integer::IntegerModel;
+    use txl_host_gpu::{Backend, Reference};
+    let bytes = AlignedBytes::copy_from(image).unwrap();
+    let model = txl_core::Model::parse(bytes.bytes()).unwrap();
+    let options = SessionOptions::from_config(model.config());
+    let ranges = Reference::new(&model, Backend::Cpu64)
+        .unwrap()
+        .channel_ranges(&[calibration], &options)
+        .unwrap();
+    let frac = IntegerModel::frac_for(&ranges);
+    set_arithmetic(image, Arithmetic::Integer { frac }).unwrap()
+}

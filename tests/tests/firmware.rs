@@ -33,7 +33,7 @@ use txl_core::{Config, MemDtype, MemInit, Model, PositionKeys, Session, SessionO
 use txl_firmware_host::board::{self, Board};
 use txl_firmware_host::{field, Outcome, ScoreLine};
 use txl_host_gpu::quantize::{quantize_weights, Target};
-use txl_tests::random_image;
+use txl_tests::{random_image, with_integer_arithmetic};
 use txl_tools::checkpoint::{load_hf_checkpoint, CheckpointFormat};
 use txl_tools::generate;
 
@@ -775,10 +775,36 @@ const BOARD_TOKENS: usize = 128;
 /// attention) makes some with any weights, so the count must be above 0 (and the same after a
 /// reset).
 fn check_board(board: &Board) {
-    check_board_images(board, [("int8", demo_image_int8()), ("f32", demo_image_f32())]);
+    check_board_images(
+        board,
+        [
+            ("int8", demo_image_int8()),
+            ("f32", demo_image_f32()),
+            ("integer-int8", demo_image_integer()),
+        ],
+    );
 }
 
-/// [`check_board`] for the given `TXL_DTYPE`s and the images they stand for.
+/// The demo checkpoint in int8 as an integer image, calibrated on the first bytes of
+/// `calib.txt` (`txl quantize --integer --calib-bytes`), made once.
+fn demo_image_integer() -> Vec<u8> {
+    static IMAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    IMAGE.get_or_init(|| integer_image(&demo_image_int8())).clone()
+}
+
+/// [`demo_image_integer`] with int4 linear layers.
+fn demo_image_integer_int4() -> Vec<u8> {
+    integer_image(&demo_image_int4())
+}
+
+fn integer_image(image: &[u8]) -> Vec<u8> {
+    let calibration = std::fs::read(workspace().join("tests/fixtures/demo/calib.txt")).unwrap();
+    let calibration: Vec<u32> = calibration[..1024].iter().map(|&b| u32::from(b)).collect();
+    with_integer_arithmetic(image, &calibration)
+}
+
+/// [`check_board`] for the given `TXL_DTYPE`s (or `integer-…` for integer images, which go in as
+/// `TXL_MODEL`) and the images they stand for.
 fn check_board_images<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N]) {
     check_board_runs(board, images, true);
 }
@@ -793,18 +819,29 @@ fn check_board_runs<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N],
     for (dtype, image) in images {
         let aligned = AlignedBytes::copy_from(&image).unwrap();
         let model = Model::parse(aligned.bytes()).expect("the image parses");
+        let name = format!("{}-{dtype}", board.name);
+        // an integer image goes in as a file (the build script converts the others itself)
+        let integer = dtype.starts_with("integer");
+        let image_path = work_dir().join(format!("{name}.txl"));
+        if integer {
+            std::fs::write(&image_path, &image).unwrap();
+        }
+        let model_var = match integer {
+            true => ("TXL_MODEL", image_path.as_os_str()),
+            false => ("TXL_DTYPE", OsStr::new(dtype)),
+        };
         let elf = build_firmware(
             board,
-            &format!("{}-{dtype}", board.name),
-            &[
-                ("TXL_DTYPE", OsStr::new(dtype)),
-                ("TXL_TOKENS", tokens_path.as_os_str()),
-            ],
+            &name,
+            &[model_var, ("TXL_TOKENS", tokens_path.as_os_str())],
         )
         .unwrap_or_else(|stderr| panic!("building the firmware for {} failed:\n{stderr}", board.name));
         let run = run_firmware(&elf, &["score"]);
         let firmware = score_line(&run);
-        let options = SessionOptions::from_config(model.config());
+        let mut options = SessionOptions::from_config(model.config());
+        if integer {
+            options.mem_dtype = MemDtype::Int8; // as the build script sets it for integer images
+        }
         let host = scoring::score(&model, &tokens, options, 0, |_| {}).expect("the host scores");
         assert_eq!(firmware.tokens, tokens.len());
         assert_eq!(
@@ -824,7 +861,15 @@ fn check_board_runs<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N],
             board.name,
             run.transcript()
         );
-        if board.soft_float {
+        if board.soft_float && integer {
+            assert_eq!(
+                firmware.soft_float_calls,
+                Some(0),
+                "{} with an integer image called software floating point:\n{}",
+                board.name,
+                run.transcript()
+            );
+        } else if board.soft_float {
             assert!(
                 firmware.soft_float_calls.is_some_and(|calls| calls > 0),
                 "{} with {dtype} weights counted no calls into software floating point:\n{}",
@@ -834,7 +879,7 @@ fn check_board_runs<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N],
         } else {
             assert_eq!(firmware.soft_float_calls, None, "{}", run.transcript());
         }
-        if dtype == "int8" && resume {
+        if (dtype == "int8" || dtype == "integer-int8") && resume {
             let resumed = assert_resumes_after_a_reset(&elf, 1, &[], host.digest());
             assert_eq!(
                 resumed.soft_float_calls, firmware.soft_float_calls,
@@ -842,6 +887,13 @@ fn check_board_runs<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N],
             );
         }
     }
+}
+
+/// An integer image on the default board (Cortex-M4F): the DSP kernels' integer sums, the
+/// host's digest.
+#[test]
+fn integer_firmware_is_bit_exact_with_the_host() {
+    check_board_runs(&DEFAULT, [("integer-int8", demo_image_integer())], false);
 }
 
 #[test]
@@ -906,7 +958,12 @@ fn rv32imac_riscv32_virt_is_bit_exact_with_the_host() {
 fn cortex_m3_mps2_an385_is_bit_exact_with_the_host() {
     check_board_images(
         &board::MPS2_AN385,
-        [("int8", demo_image_int8()), ("int4", demo_image_int4())],
+        [
+            ("int8", demo_image_int8()),
+            ("int4", demo_image_int4()),
+            ("integer-int8", demo_image_integer()),
+            ("integer-int4", demo_image_integer_int4()),
+        ],
     );
 }
 
@@ -914,7 +971,14 @@ fn cortex_m3_mps2_an385_is_bit_exact_with_the_host() {
 /// software floating point counted. (The resume after a reset is the M3's, above.)
 #[test]
 fn armv6m_on_mps2_an385_is_bit_exact_and_counts_soft_float_calls() {
-    check_board_runs(&board::MPS2_AN385_V6M, [("int8", demo_image_int8())], false);
+    check_board_runs(
+        &board::MPS2_AN385_V6M,
+        [
+            ("int8", demo_image_int8()),
+            ("integer-int8", demo_image_integer()),
+        ],
+        false,
+    );
 }
 
 /// A change to the session options, named by the build variable (`TXL_CLAMP_LEN=40`) or the

@@ -7,27 +7,21 @@
 //! integer sums are the reference's.
 
 use txl_core::fixed_point::to_f32;
-use txl_core::image::{set_arithmetic, Arithmetic};
+use txl_core::image::Arithmetic;
 use txl_core::{AlignedBytes, Error, MemDtype, Model, PositionKeys, Session, SessionOptions};
 use txl_host_gpu::integer::IntegerModel;
 use txl_host_gpu::quantize::{quantize_weights, Method, Target};
-use txl_host_gpu::{Backend, Reference};
-use txl_tests::{accuracy_configs, core_session_variants, random_model, tokens, trained_text};
+use txl_tests::{
+    accuracy_configs, core_session_variants, random_model, tokens, trained_text, with_integer_arithmetic,
+};
 
 /// `image` (int8 or int4) as an integer image with the format calibrated on `calibration`, and
 /// the reference's integer model of it.
 fn integer_image(image: &[u8], calibration: &[u32]) -> (AlignedBytes, IntegerModel) {
-    let bytes = AlignedBytes::copy_from(image).unwrap();
-    let model = Model::parse(bytes.bytes()).unwrap();
-    let options = SessionOptions::from_config(model.config());
-    let ranges = Reference::new(&model, Backend::Cpu64)
-        .unwrap()
-        .channel_ranges(&[calibration], &options)
-        .unwrap();
-    let frac = IntegerModel::frac_for(&ranges);
-    let reference = IntegerModel::new(&model, frac).unwrap();
-    let integer = set_arithmetic(image, Arithmetic::Integer { frac }).unwrap();
-    (AlignedBytes::copy_from(&integer).unwrap(), reference)
+    let integer = AlignedBytes::copy_from(&with_integer_arithmetic(image, calibration)).unwrap();
+    let model = Model::parse(integer.bytes()).unwrap();
+    let reference = IntegerModel::new(&model, model_frac(&model)).unwrap();
+    (integer, reference)
 }
 
 /// The integer session's options: `options` with int8 memory.

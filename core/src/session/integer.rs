@@ -17,7 +17,7 @@ use super::Session;
 use crate::attention::AttentionShape;
 use crate::config::MAX_CLUSTERS;
 use crate::fixed_point::{
-    cos_turns, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
+    cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
     position_frequency, round_shift, saturate, sin_turns, sqrt_multiplier, to_f32, Multiplier,
 };
 use crate::integer::{layer_norm_with, log_softmax, pow2_exponent, softmax_q15};
@@ -53,7 +53,7 @@ fn scale_of(value: f32) -> Multiplier {
 fn element(v: Vector<'_>, i: usize) -> f32 {
     match v {
         Vector::F32(s) => s[i],
-        Vector::F16(s) => kernels::f16_to_f32(s[i]),
+        Vector::F16(s) => f32_of_f16(s[i].to_bits()),
     }
 }
 
@@ -190,7 +190,8 @@ fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
 /// fraction bits as keep its largest value below `2^30`.
 fn layer_norm(gain: Vector<'_>, bias: Vector<'_>, eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
     // the order of non-negative f32 bits is their values'
-    let largest = f32::from_bits(gain.iter().map(|g| g.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0));
+    let magnitude = |i: usize| element(gain, i).to_bits() & 0x7FFF_FFFF;
+    let largest = f32::from_bits((0..gain.len()).map(magnitude).max().unwrap_or(0));
     let mut gain_frac = 30u32;
     while gain_frac > 0 && fixed_of_f32_wide(largest, gain_frac) >= 1 << 30 {
         gain_frac -= 1;
