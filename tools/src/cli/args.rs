@@ -329,8 +329,9 @@ pub struct QuantizeArgs {
     /// calibration text (which it needs): room for eight times the largest activation the
     /// full-precision model shows there. Takes --dtype int8 or int4 (the embedding tables and
     /// output projections int8, no tensor kept in f16); sessions then keep int8 memory. The
-    /// cost: a few hundredths of a percent of bits per token over float arithmetic on the same
-    /// weights on the trained models (docs/INTEGER.md).
+    /// cost: one more pass of the full-precision model over the calibration text here, and a
+    /// few hundredths of a percent of bits per token over float arithmetic on the same weights
+    /// on the trained models (docs/INTEGER.md).
     #[arg(long)]
     pub integer: bool,
     /// Write the full report as JSON. With it (or --report-png) the model is also quantized
