@@ -147,7 +147,7 @@ if [ "$(uname -m)" = x86_64 ]; then
     --target x86_64-unknown-linux-gnu --target-dir target/asan --lib --tests
 fi
 
-step "fuzzing: every cargo-fuzz target for 20 s from its seeds and regressions (fuzz/README.md)"
+step "fuzzing: every cargo-fuzz target for 20 s (image and integer_image 10 s each) from its seeds and regressions (fuzz/README.md)"
 scripts/fuzz.sh 20
 
 step "NVRTC for the CUDA kernels' compile test (a PyPI wheel; needs no GPU and no CUDA)"

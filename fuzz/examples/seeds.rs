@@ -6,6 +6,8 @@
 //! - `image`: random-weight images of `txl_fuzz::tiny_config` in f32, f16 and int8 (and int8
 //!   with a vocabulary section), and of a second config with the other switches (pre-LN, shared
 //!   biases, untied output weights, one table, clamping, same_length).
+//! - `integer_image`: the two base images unedited, and an edit of each kind (a negative row
+//!   scale, `frac` 31, the arithmetic flag cleared, a header byte, a byte anywhere).
 //! - `safetensors` / `torch`: the checkpoint of `txl_fuzz::CHECKPOINT_CONFIG` as
 //!   `save_pretrained` and `torch.save` lay it out, plus the `no_mem` fixture's files (real
 //!   output of `transformers` and PyTorch, for another config: they reach the shape checks).
@@ -32,6 +34,7 @@ fn main() {
     let fixtures = fuzz.join("../tests/fixtures");
     let corpus = fuzz.join("corpus");
     image_seeds(&corpus.join("image"));
+    integer_image_seeds(&corpus.join("integer_image"));
     checkpoint_seeds(&corpus, &fixtures);
     config_seeds(&corpus.join("config"), &fixtures);
     firmware_args_seeds(&corpus.join("firmware_args"));
@@ -155,6 +158,39 @@ fn image_seeds(dir: &Path) {
         &txl_core::image::set_vocabulary(&quantize_weights(&model, Target::Int8).unwrap(), Some(&section))
             .unwrap(),
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// integer_image
+// ---------------------------------------------------------------------------------------
+
+/// Edit scripts of the `integer_image` target: a base (0 int8, 1 int4), then edits of seven
+/// bytes `[kind, a, b, v0, v1, v2, v3]`.
+fn integer_image_seeds(dir: &Path) {
+    let dir = fresh(dir);
+    let edit = |kind: u8, a: u8, b: u8, v: [u8; 4]| [kind, a, b, v[0], v[1], v[2], v[3]];
+    write(&dir, "int8", &[0]);
+    write(&dir, "int4", &[1]);
+    let negative_scale = edit(2, 3, 1, (-1.0f32).to_le_bytes());
+    write(&dir, "int8_negative_scale", &[&[0][..], &negative_scale].concat());
+    write(
+        &dir,
+        "int4_frac_31",
+        &[&[1][..], &edit(1, 1, 0, 31u32.to_le_bytes())].concat(),
+    );
+    write(
+        &dir,
+        "int8_float_flags",
+        &[&[0][..], &edit(1, 0, 0, [0; 4])].concat(),
+    );
+    let mixed = [
+        &[1][..],
+        &edit(0, 121, 1, [0; 4]),
+        &edit(3, 0x55, 0, 1000u32.to_le_bytes()),
+        &edit(2, 0, 0, f32::INFINITY.to_le_bytes()),
+    ]
+    .concat();
+    write(&dir, "int4_mixed_edits", &mixed);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
-use txl_core::{MemDtype, MemInit, Model, OptionWord, PositionKeys, SessionOptions};
+use txl_core::image::Arithmetic;
+use txl_core::{Error, MemDtype, MemInit, Model, OptionWord, PositionKeys, SessionOptions};
 use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
 use txl_host_gpu::quantize::{Method, Smoothing, VectorDtype};
 use txl_host_gpu::Backend;
@@ -45,28 +46,58 @@ pub struct SessionArgs {
     /// How the memory starts.
     #[arg(long, value_parser = words::<MemInit>(), default_value_t = MemInit::Empty)]
     pub mem_init: MemInit,
-    /// How the cached keys and values are stored (the core only).
-    #[arg(long, value_parser = words::<MemDtype>(), default_value_t = MemDtype::F32)]
-    pub mem_dtype: MemDtype,
+    /// How the cached keys and values are stored (the core only) [default: f32; int8 for an
+    /// integer image, which takes no other].
+    #[arg(long, value_parser = words::<MemDtype>())]
+    pub mem_dtype: Option<MemDtype>,
     /// Keep the position keys for the session, recompute them per segment (less RAM, same
-    /// bits), or fold W_r into the queries (no key tables, least RAM, other bits); the core only.
-    #[arg(long, value_parser = words::<PositionKeys>(), default_value_t = PositionKeys::PerSession)]
-    pub position_keys: PositionKeys,
+    /// bits), or fold W_r into the queries (no key tables, least RAM, other bits; not for an
+    /// integer image); the core only [default: session].
+    #[arg(long, value_parser = words::<PositionKeys>())]
+    pub position_keys: Option<PositionKeys>,
 }
 
 impl SessionArgs {
-    /// The options for `model`: its config's, with what was given on the command line.
-    pub fn options(&self, model: &Model<'_>) -> SessionOptions {
+    /// The options for `model`: its config's, with what was given on the command line, and for
+    /// an integer image the memory and position keys its arithmetic takes (an error when the
+    /// command line asks for others).
+    pub fn options(&self, model: &Model<'_>) -> Result<SessionOptions> {
+        self.options_for(model, model.image().arithmetic())
+    }
+
+    /// [`SessionArgs::options`] with `model`'s config for a model computing in `arithmetic`
+    /// (`txl compare`: the reference's config, the candidate's arithmetic).
+    pub fn options_for(&self, model: &Model<'_>, arithmetic: Arithmetic) -> Result<SessionOptions> {
         let config = SessionOptions::from_config(model.config());
-        SessionOptions {
+        let integer = matches!(arithmetic, Arithmetic::Integer { .. });
+        let mem_dtype = match self.mem_dtype {
+            Some(dtype @ (MemDtype::F32 | MemDtype::F16)) if integer => bail!(
+                "{}: --mem-dtype {dtype} is for float images; drop it (int8 is the default for an \
+                 integer image)",
+                Error::IntegerOptions
+            ),
+            Some(dtype) => dtype,
+            None if integer => MemDtype::Int8,
+            None => MemDtype::F32,
+        };
+        let position_keys = match self.position_keys {
+            Some(PositionKeys::FoldedIntoQuery) if integer => bail!(
+                "{}: --position-keys folded is for float images; give --position-keys session or \
+                 segment",
+                Error::IntegerOptions
+            ),
+            Some(keys) => keys,
+            None => PositionKeys::PerSession,
+        };
+        Ok(SessionOptions {
             tgt_len: self.tgt_len.unwrap_or(config.tgt_len),
             mem_len: self.mem_len.unwrap_or(config.mem_len),
             clamp_len: self.clamp_len.unwrap_or(config.clamp_len),
             same_length: self.same_length.unwrap_or(config.same_length),
             mem_init: self.mem_init,
-            mem_dtype: self.mem_dtype,
-            position_keys: self.position_keys,
-        }
+            mem_dtype,
+            position_keys,
+        })
     }
 
     /// Refuses the options only the core has (`--mem-dtype`, `--position-keys`) when `engine`
@@ -75,17 +106,15 @@ impl SessionArgs {
         if engine == Engine::Core {
             return Ok(());
         }
-        if self.mem_dtype != MemDtype::F32 {
+        if let Some(dtype) = self.mem_dtype.filter(|&d| d != MemDtype::F32) {
             bail!(
-                "--mem-dtype {} applies to the core only, not to --backend {}",
-                self.mem_dtype,
+                "--mem-dtype {dtype} applies to the core only, not to --backend {}",
                 engine.word()
             );
         }
-        if self.position_keys != PositionKeys::PerSession {
+        if let Some(keys) = self.position_keys.filter(|&k| k != PositionKeys::PerSession) {
             bail!(
-                "--position-keys {} applies to the core only, not to --backend {}",
-                self.position_keys,
+                "--position-keys {keys} applies to the core only, not to --backend {}",
                 engine.word()
             );
         }
@@ -294,6 +323,17 @@ pub struct QuantizeArgs {
     /// got its precision.
     #[arg(long, value_name = "N")]
     pub budget_bytes: Option<usize>,
+    /// Integer arithmetic: mark the image to compute with integers alone, every activation in
+    /// fixed point Q(frac), for cores without an FPU (RV32IMAC, Cortex-M0+, Cortex-M3), where
+    /// every f32 operation is a call into software floating point. frac is calibrated on the
+    /// calibration text (which it needs): room for eight times the largest activation the
+    /// full-precision model shows there. Takes --dtype int8 or int4 (the embedding tables and
+    /// output projections int8, no tensor kept in f16); sessions then keep int8 memory. The
+    /// cost: one more pass of the full-precision model over the calibration text here, and a
+    /// few hundredths of a percent of bits per token over float arithmetic on the same weights
+    /// on the trained models (docs/INTEGER.md).
+    #[arg(long)]
+    pub integer: bool,
     /// Write the full report as JSON. With it (or --report-png) the model is also quantized
     /// plainly to f16, int8, int4 and int4-all and each is measured the same way, for
     /// comparison (`precisions` in the JSON).
@@ -323,6 +363,7 @@ impl QuantizeArgs {
             (self.auto_keep_f16 != 0, "--auto-keep-f16"),
             (self.auto_keep_int8 != 0, "--auto-keep-int8"),
             (self.budget_bytes.is_some(), "--budget-bytes"),
+            (self.integer, "--integer"),
             (self.report.is_some(), "--report"),
             (self.report_png.is_some(), "--report-png"),
         ]

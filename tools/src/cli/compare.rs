@@ -4,7 +4,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use txl_core::{MemDtype, SessionOptions};
+use txl_core::image::Arithmetic;
+use txl_core::{MemDtype, PositionKeys, SessionOptions};
 
 use super::args::{SessionArgs, TokenSource};
 use super::{arena, progress};
@@ -41,10 +42,24 @@ impl Args {
         if tokens.len() < 2 {
             bail!("need at least 2 tokens to compare, got {}", tokens.len());
         }
-        let cand_options = self.session.options(&ref_model);
-        let ref_options = SessionOptions {
-            mem_dtype: MemDtype::F32,
-            ..cand_options
+        let cand_options = self
+            .session
+            .options_for(&ref_model, cand_model.image().arithmetic())?;
+        // The reference keeps f32 memory, or int8 with the position keys it takes when it is an
+        // integer image itself.
+        let ref_options = match ref_model.image().arithmetic() {
+            Arithmetic::Float => SessionOptions {
+                mem_dtype: MemDtype::F32,
+                ..cand_options
+            },
+            Arithmetic::Integer { .. } => SessionOptions {
+                mem_dtype: MemDtype::Int8,
+                position_keys: match cand_options.position_keys {
+                    PositionKeys::FoldedIntoQuery => PositionKeys::PerSession,
+                    keys => keys,
+                },
+                ..cand_options
+            },
         };
         arena::check_core(&[(&ref_model, ref_options), (&cand_model, cand_options)])?;
         let n_token = ref_model.config().n_token as usize;

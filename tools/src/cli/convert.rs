@@ -19,6 +19,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl convert path/to/hf-checkpoint -o model.txl\n  \
     txl convert path/to/hf-checkpoint -o model.txl --format pytorch-bin\n  \
     txl convert path/to/hf-checkpoint -o model-f16.txl --dtype f16\n  \
+    txl convert path/to/hf-checkpoint -o model-integer.txl --dtype int8 --integer --calib-bytes train.txt\n  \
     txl convert work_dir/model.pt -o model.txl\n  \
     txl convert state_dict.pt -o model.txl --pre-lnorm --tgt-len 128 --mem-len 1600 --clamp-len 1000\n  \
     txl convert tests/fixtures/original/no_mem/state_dict.pt -o no_mem.txl --cutoffs 20 --tgt-len 6\n  \
@@ -104,6 +105,9 @@ const _: () = assert!(DEFAULT_LAYER_NORM_EPS == 1e-5);
 impl Args {
     /// Converts; prints nothing on `out` (a note on stderr says what was written).
     pub fn run(self, _out: &mut dyn Write) -> Result<()> {
+        if self.quantize.integer && matches!(self.dtype, DtypeArg::F32 | DtypeArg::F16) {
+            bail!("--integer needs int8 or int4 weights: add --dtype int8 or --dtype int4");
+        }
         if let Some(flag) = self.quantize.given().filter(|_| self.dtype == DtypeArg::F32) {
             bail!("{flag} applies to quantization: add --dtype f16, int8, int4 or int4-all");
         }

@@ -90,7 +90,7 @@ impl Args {
         if tokens.len() < 2 {
             bail!("need at least 2 tokens to evaluate, got {}", tokens.len());
         }
-        let options = self.session.options(&model);
+        let options = self.session.options(&model)?;
         let batch = self.batch.max(1);
         // --batch is at most the streams: the text gives no more than one per prediction.
         let streams = txl_host_gpu::split_streams(&tokens, batch).len();

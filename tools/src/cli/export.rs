@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use txl_core::arena::ArenaLayout;
+use txl_core::image::Arithmetic;
 use txl_core::{Model, Session, SessionOptions};
 
 use super::args::SessionArgs;
@@ -44,7 +45,7 @@ impl Args {
     pub fn run(self, out: &mut dyn Write) -> Result<()> {
         let bytes = read_image(&self.model)?;
         let model = parse_model(&bytes, &self.model)?;
-        let options = self.session.options(&model);
+        let options = self.session.options(&model)?;
         let module = module_text(&model, &options, &self.name, &self.model.display().to_string())?;
         let image_path = self.rust.join(format!("{}.txl", self.name));
         let module_path = self.rust.join(format!("{}.rs", self.name));
@@ -124,6 +125,10 @@ fn module_text(model: &Model<'_>, options: &SessionOptions, name: &str, source: 
             if v.lower_case() { ", lower-cased text" } else { "" }
         ),
         None => writeln!(w, "//! - vocabulary: none (token ids are bytes)"),
+    };
+    let _ = match model.image().arithmetic() {
+        Arithmetic::Float => writeln!(w, "//! - arithmetic: float"),
+        Arithmetic::Integer { frac } => writeln!(w, "//! - arithmetic: integer, activations in Q{frac}"),
     };
     let _ = writeln!(w, "//! - session: {options:#}");
     let _ = writeln!(

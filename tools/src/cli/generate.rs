@@ -75,7 +75,7 @@ impl Args {
             bail!("the prompt is empty");
         }
         let sampling = Sampling::from_temperature(self.temperature, self.seed);
-        let options = self.session.options(&model);
+        let options = self.session.options(&model)?;
         arena::check_core(&[(&model, options)])?;
         // The tokens (4 bytes each) and, as text, up to 4 bytes more each.
         arena::check_values::<u64>(self.length, || format!("--length {}", self.length))?;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use txl_core::arena::ArenaLayout;
+use txl_core::image::Arithmetic;
 use txl_core::tensors::for_each_tensor;
 use txl_core::Session;
 
@@ -76,7 +77,11 @@ impl Args {
             "layers        pre_lnorm {}  untie_r {}  layer_norm_epsilon {:e}",
             c.pre_lnorm, c.untie_r, c.layer_norm_epsilon
         )?;
-        let options = self.session.options(&model);
+        match model.image().arithmetic() {
+            Arithmetic::Float => writeln!(out, "arithmetic    float")?,
+            Arithmetic::Integer { frac } => writeln!(out, "arithmetic    integer, activations Q{frac}")?,
+        }
+        let options = self.session.options(&model)?;
         writeln!(out, "session       {options}")?;
         arena::arena_bytes(&model, &options)?;
         let layout = ArenaLayout::new(c, &options)?;

@@ -7,10 +7,13 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use txl_core::{Model, SessionOptions};
+use txl_core::image::{set_arithmetic, Arithmetic};
+use txl_core::tensors::TensorName;
+use txl_core::{AlignedBytes, ArithmeticError, Error, Model, SessionOptions};
+use txl_host_gpu::integer::IntegerModel;
 use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
 use txl_host_gpu::quantize::{self, compare, MixedPrecision, QuantizeOptions, Smoothing, Target};
-use txl_host_gpu::Backend;
+use txl_host_gpu::{Backend, Reference};
 
 use super::args::{CalibBackendArg, DtypeArg, QuantizeArgs};
 use super::{arena, progress};
@@ -26,7 +29,9 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt --auto-keep-int8 4\n  \
     txl quantize model.txl -o model-mixed.txl --dtype int4 --calib-bytes train.txt --budget-bytes 450000 \
     --report-png report.png\n  \
-    txl quantize model.txl -o model-f16.txl --dtype f16";
+    txl quantize model.txl -o model-f16.txl --dtype f16\n  \
+    txl quantize model.txl -o model-integer.txl --integer --calib-bytes train.txt --method compensated\n  \
+    txl quantize model.txl -o model-int4-integer.txl --dtype int4 --integer --calib-bytes train.txt";
 
 /// Arguments of `txl quantize`.
 #[derive(clap::Args, Debug)]
@@ -63,6 +68,15 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         DtypeArg::Int4 => Target::Int4,
         DtypeArg::Int4All => Target::Int4All,
     };
+    if let Arithmetic::Integer { frac } = model.image().arithmetic() {
+        bail!(
+            "the input is an integer image (activations in Q{frac}): quantize the float image it \
+             was made from"
+        );
+    }
+    if args.integer {
+        check_integer_flags(target, args)?;
+    }
     if args.group_size != DEFAULT_GROUP && !matches!(target, Target::Int4 | Target::Int4All) {
         bail!("--group-size sets int4 groups: add --dtype int4 or --dtype int4-all");
     }
@@ -78,6 +92,12 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         format!("quantizing {parameters} parameters")
     })?;
     let calibration = args.calibration(model)?;
+    if args.integer && calibration.is_none() {
+        bail!(
+            "--integer calibrates the activations' fixed-point format on text: give --calib-bytes, \
+             --calib-tokens or --calib-text"
+        );
+    }
     let session = SessionOptions::from_config(model.config());
     // Without calibration text, smoothing cannot be measured: quantize the weights alone.
     let smoothing = match (&calibration, args.smooth) {
@@ -127,7 +147,96 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
     if let Some(path) = &args.report_png {
         write_file(path, &report_png::png(&quantized.report)?)?;
     }
-    Ok(quantized.image)
+    match calibration.as_deref().filter(|_| args.integer) {
+        Some(calibration) => integer_image(
+            model,
+            &quantized.image,
+            calibration,
+            (session, options.calibration_backend),
+        ),
+        None => Ok(quantized.image),
+    }
+}
+
+/// What `--integer` refuses before anything is quantized: a float or int4-all target, and
+/// tensors kept in f16.
+fn check_integer_flags(target: Target, args: &QuantizeArgs) -> Result<()> {
+    match target {
+        Target::F16 => bail!("--integer needs int8 or int4 weights: give --dtype int8 or --dtype int4"),
+        Target::Int4All => bail!(
+            "{} (--dtype int4-all makes it int4); give --dtype int4, which keeps the embedding \
+             tables and output projections int8",
+            Error::BadArithmetic(ArithmeticError::NeedsInt8(TensorName::EmbLayer(0)))
+        ),
+        _ => {}
+    }
+    let kept = [
+        (!args.keep_f16.is_empty(), "--keep-f16"),
+        (args.auto_keep_f16 != 0, "--auto-keep-f16"),
+    ];
+    if let Some((_, flag)) = kept.into_iter().find(|(given, _)| *given) {
+        bail!(
+            "{flag} keeps tensors in f16, and integer arithmetic needs int8 or int4 weights: drop \
+             it (with --dtype int4, --auto-keep-int8 keeps the costliest tensors in int8)"
+        );
+    }
+    Ok(())
+}
+
+/// The quantized `image` made an integer image: the activations' fraction bits calibrated with
+/// the full-precision `model` on `calibration` (its largest activations), written in the header
+/// and checked by parsing.
+fn integer_image(
+    model: &Model<'_>,
+    image: &[u8],
+    calibration: &[u32],
+    (session, backend): (SessionOptions, Backend),
+) -> Result<Vec<u8>> {
+    arena::check_reference(model, &session, backend, 1)?;
+    let spinner = progress::spinner();
+    spinner.set_message("calibrating the fixed-point format");
+    let ranges = Reference::new(model, backend)?.channel_ranges(&[calibration], &session)?;
+    spinner.finish_and_clear();
+    let frac = IntegerModel::frac_for(&ranges);
+    let largest = ranges
+        .layers
+        .iter()
+        .flatten()
+        .chain(&ranges.out_tables)
+        .chain(&ranges.emb_proj)
+        .chain(std::iter::once(&ranges.cluster_head))
+        .flatten()
+        .fold(0.0f32, |m, &v| m.max(v.abs()));
+    let image = set_arithmetic(image, Arithmetic::Integer { frac })?;
+    let aligned = AlignedBytes::copy_from(&image)?;
+    match Model::parse(aligned.bytes()) {
+        Ok(_) => {}
+        Err(Error::BadArithmetic(e)) => bail!("{}{}", Error::BadArithmetic(e), integer_hint(e, frac)),
+        Err(e) => return Err(e.into()),
+    }
+    eprintln!(
+        "integer arithmetic: activations in Q{frac} (largest calibrated |x| {largest:.4}, with room \
+         for eight times that)"
+    );
+    Ok(image)
+}
+
+/// What to change when the integer check refuses a quantized image.
+fn integer_hint(error: ArithmeticError, frac: u32) -> String {
+    match error {
+        ArithmeticError::FloatWeights(_) => "; the quantizer kept it in f16 (--budget-bytes raises \
+            tensors to f16): drop --budget-bytes, or with --dtype int4 keep the costliest tensors \
+            in int8 with --auto-keep-int8"
+            .into(),
+        ArithmeticError::NeedsInt8(_) => "; give --dtype int8, or --dtype int4 (not int4-all), \
+            which keep the embedding tables and output projections int8"
+            .into(),
+        ArithmeticError::Scale(_) => format!(
+            "; with the calibrated Q{frac} (an embedding row's scale times 2^{frac} must be one): \
+             quantize again with other calibration text, or keep float arithmetic"
+        ),
+        _ => "; keep float arithmetic for this model (drop --integer)".into(),
+    }
 }
 
 /// The report as a table on stderr.

@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use txl_core::digest::Digest;
-use txl_core::image::Dtype;
+use txl_core::image::{Arithmetic, Dtype};
 use txl_core::scoring::{LastToken, Scores};
 use txl_core::tensors::for_each_tensor;
 use txl_core::{scoring, Model, OptionWord, SessionOptions};
@@ -114,6 +114,9 @@ struct Report {
     fast_f32: bool,
     /// The image's weight precision: `f32`, `f16`, `int8` or `mixed`.
     precision: &'static str,
+    /// How the activations were computed: `integer` (the core on an integer image, in
+    /// fixed point) or `float` (a float image, or a reference backend).
+    arithmetic: &'static str,
     tokens_per_second: f64,
 }
 
@@ -149,7 +152,7 @@ impl Args {
         if tokens.len() < 2 {
             bail!("need at least 2 tokens to score, got {}", tokens.len());
         }
-        let options = self.session.options(&model);
+        let options = self.session.options(&model)?;
         let keep_rows = self.rows.unwrap_or(0);
         let n_token = model.config().n_token as usize;
         let kept_values = keep_rows.min(tokens.len()).saturating_mul(n_token);
@@ -198,6 +201,11 @@ impl Args {
             npy::write_f32(path, &shape, &scored.rows)?;
         }
         let digest = Digest::of(&scored.logp);
+        // The reference computes in floating point whatever the image says.
+        let arithmetic = match engine {
+            Engine::Core => model.image().arithmetic(),
+            Engine::Reference(_) => Arithmetic::Float,
+        };
         let nll = scored.nll;
         let tokens_per_second = tokens.len() as f64 / seconds.max(1e-9);
         if self.json {
@@ -222,17 +230,22 @@ impl Args {
                 backend: engine.word(),
                 fast_f32: self.fast_f32,
                 precision: precision(&model),
+                arithmetic: arithmetic.name(),
                 tokens_per_second,
             };
             writeln!(out, "{}", serde_json::to_string(&report)?)?;
         } else {
             writeln!(
                 out,
-                "tokens {}  nll {:.6} nats  bits/token {:.6}  ppl {:.4}  digest {digest:#010x}  ({:.0} tokens/s)",
+                "tokens {}  nll {:.6} nats  bits/token {:.6}  ppl {:.4}  digest {digest:#010x}  {} arithmetic  ({:.0} tokens/s)",
                 tokens.len(),
                 nll,
                 nll / std::f64::consts::LN_2,
                 nll.exp(),
+                match arithmetic {
+                    Arithmetic::Float => "float".to_string(),
+                    Arithmetic::Integer { frac } => format!("integer (Q{frac})"),
+                },
                 tokens_per_second
             )?;
         }

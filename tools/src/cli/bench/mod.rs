@@ -12,6 +12,7 @@ use txl_core::rng::Rng;
 
 use anyhow::{bail, Result};
 use serde::Serialize;
+use txl_core::image::Arithmetic;
 use txl_core::{scoring, AlignedBytes, Config, MemDtype, MemInit, Model, OptionWord, SessionOptions};
 use txl_host_gpu::quantize::{self, Target};
 use txl_host_gpu::{random_image, Backend, RandomInit, Reference};
@@ -139,15 +140,21 @@ impl Args {
         if self.recompute {
             return self.run_recompute(out);
         }
-        if self.session.mem_dtype != MemDtype::F32 {
+        if let Some(dtype) = self.session.mem_dtype.filter(|&d| d != MemDtype::F32) {
             bail!(
-                "--mem-dtype {} does not apply to bench, which measures f32, f16 and int8 memory in its variants",
-                self.session.mem_dtype
+                "--mem-dtype {dtype} does not apply to bench, which measures f32, f16 and int8 memory in its variants"
             );
         }
         let (bytes, name) = self.model_bytes()?;
         let model = Model::parse(bytes.bytes()).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-        let options = self.session.options(&model);
+        if let Arithmetic::Integer { frac } = model.image().arithmetic() {
+            bail!(
+                "{name} is an integer image (activations in Q{frac}): bench measures a float image \
+                 and the precisions it quantizes from it; give the float image, or time this one \
+                 with --recompute or `txl score`"
+            );
+        }
+        let options = self.session.options(&model)?;
         let requested = self.tokens.unwrap_or(1024);
         let count = requested.max(2);
         let what = || format!("--tokens {requested}");
@@ -414,7 +421,7 @@ impl Args {
         let config = *model.config();
         let count = self.tokens.unwrap_or(4).max(1);
         let cached_count = count.max(MIN_CACHED_TOKENS);
-        let base = self.session.options(&model);
+        let base = self.session.options(&model)?;
         let mut rows = Vec::new();
         for &length in &self.lengths {
             let cached = SessionOptions {
