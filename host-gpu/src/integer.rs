@@ -375,6 +375,14 @@ impl IntegerModel {
     /// what `ranges` saw: room for eight times that (residual sums, logits), and for at least
     /// 64 (log-probabilities).
     pub fn frac_for(ranges: &ChannelRanges) -> u32 {
+        let room = (8.0 * Self::largest_input(ranges)).max(64.0);
+        let bits = room.log2().ceil() as u32;
+        30u32.saturating_sub(bits).min(30)
+    }
+
+    /// The largest `|x|` `ranges` saw at any linear layer's input (the embedding and output
+    /// projections' and the cluster head's included).
+    pub fn largest_input(ranges: &ChannelRanges) -> f64 {
         let all = ranges
             .layers
             .iter()
@@ -383,10 +391,7 @@ impl IntegerModel {
             .chain(&ranges.emb_proj)
             .chain(std::iter::once(&ranges.cluster_head))
             .flatten();
-        let largest = all.fold(0.0f64, |m, &v| m.max(v.abs() as f64));
-        let room = (8.0 * largest).max(64.0);
-        let bits = room.log2().ceil() as u32;
-        30u32.saturating_sub(bits).min(30)
+        all.fold(0.0f64, |m, &v| m.max(v.abs() as f64))
     }
 
     /// The int8 `model` with activations in `Q(frac)`; int8 weights everywhere, or an error.

@@ -198,15 +198,7 @@ fn integer_image(
     let ranges = Reference::new(model, backend)?.channel_ranges(&[calibration], &session)?;
     spinner.finish_and_clear();
     let frac = IntegerModel::frac_for(&ranges);
-    let largest = ranges
-        .layers
-        .iter()
-        .flatten()
-        .chain(&ranges.out_tables)
-        .chain(&ranges.emb_proj)
-        .chain(std::iter::once(&ranges.cluster_head))
-        .flatten()
-        .fold(0.0f32, |m, &v| m.max(v.abs()));
+    let largest = IntegerModel::largest_input(&ranges);
     let image = set_arithmetic(image, Arithmetic::Integer { frac })?;
     let aligned = AlignedBytes::copy_from(&image)?;
     match Model::parse(aligned.bytes()) {
