@@ -161,13 +161,21 @@ fn header_damage_behind_a_valid_checksum_gets_its_error() {
         );
     }
     let flags = read_u32(&image, 92);
-    for bit in [4, 5, 16, 31] {
+    for bit in [5, 16, 31] {
         assert_eq!(
             with(92, flags | 1 << bit),
             Err(Error::BadHeader),
             "flag bit {bit}"
         );
     }
+    // bit 4 asks for integer arithmetic, which f32 weights cannot have
+    assert!(
+        matches!(
+            with(92, flags | 1 << 4),
+            Err(Error::BadArithmetic(txl_core::ArithmeticError::FloatWeights(_)))
+        ),
+        "flag bit 4 on f32 weights"
+    );
     // The config in the header is validated as a whole.
     let bad_config = [
         (28, 0, ConfigError::ZeroDimension),       // d_model
