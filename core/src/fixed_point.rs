@@ -657,6 +657,7 @@ pub const SIN_TABLE: [u32; 257] = [
 #[cfg(test)]
 mod tests {
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn f32_of_f16_is_the_conversion() {
         for bits in 0..=u16::MAX {
             let expected = half::f16::from_bits(bits).to_f32();
