@@ -165,6 +165,7 @@ impl Multiplier {
 
     /// The product of two multipliers, rounded down to 31 significant bits; `None` if it is at
     /// least `2^31`.
+    #[inline]
     pub fn times(self, other: Multiplier) -> Option<Multiplier> {
         let product = self.mantissa as u64 * other.mantissa as u64; // < 2^62
         Multiplier::from_ratio_pow2(product, self.shift as i32 + other.shift as i32)
@@ -177,6 +178,7 @@ impl Multiplier {
     }
 
     /// `value · 2^-shift` as a multiplier, rounded down to 31 significant bits.
+    #[inline]
     fn from_ratio_pow2(value: u64, shift: i32) -> Option<Multiplier> {
         if value == 0 {
             return Some(Multiplier::ZERO);
@@ -369,6 +371,7 @@ pub fn to_f32(v: i32, frac_bits: u32) -> f32 {
 /// multipliers on a core without an FPU. Equal to [`Multiplier::from_f64`] of the same value:
 /// `None` for a negative value (but `-0.0`), infinity, NaN or one of at least `2^30`; zero for
 /// one below `2^-63`, and rounded (halves up) to a shift of [`MAX_SHIFT`] below `2^-32`.
+#[inline]
 pub fn multiplier_of_f32(value: f32) -> Option<Multiplier> {
     let bits = value.to_bits();
     let (exponent, fraction) = ((bits >> 23) & 0xFF, bits & 0x7F_FFFF);

@@ -248,15 +248,23 @@ impl<'a> Memory<'a> {
         }
     }
 
-    /// The power-of-two exponent [`Memory::write_pow2`] stored with head `head` of the key
-    /// (`keys`) or value of logical `position`.
-    pub(crate) fn exponent(&self, keys: bool, layer: usize, position: usize, head: usize) -> i32 {
+    /// Reads the exponents [`Memory::write_pow2`] stored with head `head` of the keys (`keys`)
+    /// or values of `layer`: the function gives logical position `j`'s (`j < capacity`).
+    pub(crate) fn exponents(&self, keys: bool, layer: usize, head: usize) -> impl Fn(usize) -> i32 + '_ {
         let store = if keys { &self.keys } else { &self.values };
-        match store {
-            Store::Int8 { scales, .. } => {
-                scales[(self.offset(layer, position) + head * self.d_head) / self.d_head].to_bits() as i32
-            }
-            _ => 0,
+        let scales: &[f32] = match store {
+            Store::Int8 { scales, .. } => scales,
+            _ => &[],
+        };
+        let heads = self.width / self.d_head;
+        let (start, capacity) = (self.start, self.capacity);
+        let base = layer * capacity;
+        move |j| {
+            let slot = start + j;
+            let slot = if slot >= capacity { slot - capacity } else { slot };
+            scales
+                .get((base + slot) * heads + head)
+                .map_or(0, |s| s.to_bits() as i32)
         }
     }
 

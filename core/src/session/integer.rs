@@ -125,8 +125,9 @@ impl<'s> Input<'s> {
                 values, row_scales, ..
             } => {
                 kernels::row_sums_i8(values, m.cols, self.xq, self.widened, y);
+                // an int8 row's sum has 31 bits at most: no cut
                 for (y, &s) in y.iter_mut().zip(row_scales) {
-                    *y = self.scaled(scale_of(s), *y as i64);
+                    *y = product(scale_of(s), self.token).apply(*y);
                 }
             }
             MatrixData::Int4 {
@@ -414,9 +415,10 @@ impl Session<'_, '_> {
                 let rows = &keys[head * d_head..far * 4 * width + head * d_head + d_head];
                 let rows: &[i8] = bytemuck::cast_slice(rows);
                 kernels::key_sums_i8(rows, 4 * width, d_head, words, &mut second[..=far]);
-                for (j, sum) in sums[lo..=hi].iter_mut().enumerate().map(|(t, s)| (lo + t, s)) {
+                let key_exponent = self.memory.exponents(true, layer, head);
+                for (j, sum) in (lo..=hi).zip(&mut sums[lo..=hi]) {
                     let d = (shape.mlen + i - j).min(shape.max_distance);
-                    let ke = self.memory.exponent(true, layer, j, head);
+                    let ke = key_exponent(j);
                     let re = keys[d * 4 * width + width + head] as i32;
                     *sum = attention_score(inv_sqrt_d_head, frac, (*sum, ce + ke), (second[d], pe + re));
                 }
@@ -431,10 +433,10 @@ impl Session<'_, '_> {
             }
             // Σ_j p_j v_j, each value's power of two folded into its probability against the
             // largest among the keys with a probability
-            let exponent = |j: usize| self.memory.exponent(false, layer, j, head);
+            let exponent = self.memory.exponents(false, layer, head);
             let e_max = (lo..=hi)
                 .filter(|&j| probs[j] > 0)
-                .map(exponent)
+                .map(&exponent)
                 .max()
                 .unwrap_or(0);
             for j in lo..=hi {
