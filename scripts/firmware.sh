@@ -27,10 +27,12 @@ BOARD is one of:
   mps2-an385-v6m  Armv6-M     (the AN385's Cortex-M3 running a thumbv6m build: Cortex-M0/M0+ code)
   riscv32-virt    RV32IMAC    (QEMU's RISC-V virt machine)
 
---table [BOARD...]  builds the bundled demo model in int8, int4, f16 and f32 for each board (all by
-                    default), scores the default tokens and prints docs/MICROCONTROLLERS.md's tables,
-                    one per board: image bytes, arena bytes, instructions per token and per MAC (and
-                    on the boards without an FPU the calls into software floating point per token).
+--table [BOARD...]  builds the bundled demo model in int8, int4, f16 and f32, and as an integer
+                    image (int8 weights, `txl convert --integer` calibrated on calib.txt, int8
+                    memory), for each board (all by default), scores the default tokens and prints
+                    docs/MICROCONTROLLERS.md's tables, one per board: image bytes, arena bytes,
+                    instructions per token and per MAC (and on the boards without an FPU the calls
+                    into software floating point per token).
 --boards            lists the boards: name, Rust target, core and the firmware features its build
                     turns on (from firmware/src/board.rs).
 
@@ -78,9 +80,15 @@ board_table() {
   unset TXL_MODEL TXL_TOKENS TXL_TGT_LEN TXL_MEM_LEN TXL_CLAMP_LEN TXL_SAME_LENGTH TXL_MEM_INIT \
     TXL_MEM_DTYPE TXL_POSITION_KEYS
   core=$("$runner" --boards | awk -v board="$board" '$1 == board { print $3 }')
-  local rows="" soft_float="" calls
-  for dtype in int8 int4 f16 f32; do
-    log=$(TXL_DTYPE=$dtype run_board "$board" score)
+  local rows="" soft_float="" calls command
+  for dtype in int8 int4 f16 f32 integer; do
+    if [ "$dtype" = integer ]; then
+      log=$(TXL_MODEL="$integer_image" run_board "$board" score)
+      command="TXL_MODEL=demo-integer.txl scripts/firmware.sh $board"
+    else
+      log=$(TXL_DTYPE=$dtype run_board "$board" score)
+      command="TXL_DTYPE=$dtype scripts/firmware.sh $board"
+    fi
     image=$(sed -n 's/.*: image \([0-9]*\) bytes.*/\1/p' <<<"$log")
     arena=$(sed -n 's/^arena bytes \([0-9]*\).*/\1/p' <<<"$log")
     per_token=$(sed -n 's/^score tokens=.*instructions_per_token=\([0-9]*\).*/\1/p' <<<"$log")
@@ -88,7 +96,7 @@ board_table() {
     # The boards without an FPU also count the calls into software floating point.
     calls=$(sed -n 's/^score tokens=.*soft_float_calls_per_token=\([0-9]*\).*/\1/p' <<<"$log")
     [ -z "$calls" ] || { soft_float=yes; calls=" $calls |"; }
-    rows+="| $dtype | $image | $arena | $per_token | $per_mac |$calls \`TXL_DTYPE=$dtype scripts/firmware.sh $board\` |"$'\n'
+    rows+="| $dtype | $image | $arena | $per_token | $per_mac |$calls \`$command\` |"$'\n'
   done
   echo "#### $board ($core)"
   echo
@@ -112,6 +120,11 @@ case "${1:-}" in
     ;;
   --table)
     shift
+    # the integer image, as `txl convert --integer` makes it (docs/INTEGER.md)
+    integer_image="$root/target/firmware-table/demo-integer.txl"
+    mkdir -p "$(dirname "$integer_image")"
+    (cd "$root" && cargo run --quiet --release --locked -p txl-tools --bin txl -- convert tests/fixtures/demo \
+      --dtype int8 --integer --calib-bytes tests/fixtures/demo/calib.txt -o "$integer_image" >&2)
     boards=("$@")
     [ ${#boards[@]} -gt 0 ] || mapfile -t boards < <("$runner" --boards | awk '{ print $1 }')
     for board in "${boards[@]}"; do
