@@ -74,19 +74,47 @@ fn add(y: &mut [i32], x: &[i32]) {
 /// the scale `m / 127`. Values past 30 bits are first brought to 30 bits by a rounding shift.
 fn quantize_int8(wide: impl Fn(usize) -> i64, out: &mut [i8]) -> Multiplier {
     let largest = (0..out.len()).map(|c| wide(c).unsigned_abs()).max().unwrap_or(0);
-    if largest == 0 {
+    let Some((to_int8, shift, scale)) = int8_steps(largest) else {
         out.fill(0);
         return Multiplier::ZERO;
+    };
+    for (c, q) in out.iter_mut().enumerate() {
+        *q = to_int8.apply(round_shift(wide(c), shift) as i32).clamp(-127, 127) as i8;
+    }
+    scale
+}
+
+/// [`quantize_int8`] of `x` itself, in 32 bits where the shift is 0 (values below `2^30`).
+fn quantize_int8_narrow(x: &[i32], out: &mut [i8]) -> Multiplier {
+    let largest = x.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+    let Some((to_int8, shift, scale)) = int8_steps(largest as u64) else {
+        out.fill(0);
+        return Multiplier::ZERO;
+    };
+    for (q, &v) in out.iter_mut().zip(x) {
+        let v = if shift == 0 {
+            v
+        } else {
+            round_shift(v as i64, shift) as i32
+        };
+        *q = to_int8.apply(v).clamp(-127, 127) as i8;
+    }
+    scale
+}
+
+/// For inputs whose largest magnitude is `largest` (not 0): the multiplier to int8 steps, the
+/// shift that first brings the values to 30 bits, and what one step is worth.
+fn int8_steps(largest: u64) -> Option<(Multiplier, i32, Multiplier)> {
+    if largest == 0 {
+        return None;
     }
     let shift = (64 - largest.leading_zeros()).saturating_sub(30) as i32;
     let m = round_shift(largest as i64, shift) as u64;
     let to_int8 = Multiplier::from_ratio(127, m).unwrap_or(Multiplier::ZERO);
-    for (c, q) in out.iter_mut().enumerate() {
-        *q = to_int8.apply(round_shift(wide(c), shift) as i32).clamp(-127, 127) as i8;
-    }
-    Multiplier::from_ratio(m, 127)
+    let scale = Multiplier::from_ratio(m, 127)
         .and_then(|s| s.times_pow2(shift))
-        .unwrap_or(SATURATED)
+        .unwrap_or(SATURATED);
+    Some((to_int8, shift, scale))
 }
 
 /// The input of a linear layer quantized to int8, with what one step of it is worth.
@@ -106,7 +134,7 @@ impl<'s> Input<'s> {
                 act_scales: Some(act),
                 ..
             } => quantize_int8(|c| scale_of(act[c]).apply_wide(x[c]), xq),
-            _ => quantize_int8(|c| x[c] as i64, xq),
+            _ => quantize_int8_narrow(&x[..m.cols], xq),
         };
         kernels::widen_input_i8(xq, widened);
         Input {
