@@ -96,7 +96,8 @@ pub enum ArithmeticError {
     NeedsInt8(TensorName),
     /// A scale is negative, not finite or too large to be a fixed-point multiplier.
     Scale(TensorName),
-    /// `d_model` or `d_head` is too large for the fixed-point square roots.
+    /// `d_model` is above 2^14 (the integer LayerNorm's row), or too large for the fixed-point
+    /// square roots.
     Size,
 }
 
@@ -120,7 +121,7 @@ impl fmt::Display for ArithmeticError {
                 f,
                 "tensor `{name}` has a scale that is no fixed-point multiplier (negative, not finite or too large)"
             ),
-            ArithmeticError::Size => f.write_str("d_model or d_head too large for integer arithmetic"),
+            ArithmeticError::Size => f.write_str("d_model too large for integer arithmetic (at most 16384)"),
         }
     }
 }

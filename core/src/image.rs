@@ -43,6 +43,8 @@ const KNOWN_FLAGS: u32 = FLAG_TIE_WEIGHT | FLAG_PRE_LNORM | FLAG_UNTIE_R | FLAG_
 /// image).
 pub const FRAC_AT: usize = 120;
 pub use crate::fixed_point::MAX_FRAC;
+/// The widest `d_model` of an integer image (the integer LayerNorm's row).
+pub const MAX_NORM_ROW: u32 = 1 << 14;
 
 /// How a session computes with the image's weights: in floating point, or in integers alone
 /// (`docs/INTEGER.md`), with every activation in `Q(frac)`.
@@ -483,7 +485,12 @@ impl<'a> Image<'a> {
     /// embedding row's scale times `2^frac` (and `sqrt(d_model)` without projections) too.
     fn check_integer(&self, frac: u32) -> Result<(), Error> {
         let config = self.config;
-        let emb_scale = sqrt_multiplier(config.d_model).ok_or(Error::BadArithmetic(ArithmeticError::Size))?;
+        // the integer LayerNorm's sums hold rows of up to 2^14 values
+        let size = Error::BadArithmetic(ArithmeticError::Size);
+        if config.d_model > MAX_NORM_ROW {
+            return Err(size);
+        }
+        let emb_scale = sqrt_multiplier(config.d_model).ok_or(size)?;
         let mut index = 0;
         let mut result = Ok(());
         for_each_tensor(&config, |name, _| {

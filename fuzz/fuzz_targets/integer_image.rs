@@ -3,7 +3,8 @@
 //! an error or accepted with integer arithmetic that holds: `frac ≤ MAX_FRAC`, every weight
 //! matrix int8 or int4 (the embedding tables and output projections int8, the projections
 //! without activation scales), and every scale a fixed-point multiplier (an embedding row's
-//! scale times `sqrt(d_model)`, without projections, and `2^frac` too). Nothing may panic.
+//! scale times `sqrt(d_model)`, without projections, and `2^frac` too), and a session of it
+//! runs two segments with finite log-probabilities. Nothing may panic.
 //!
 //! The input's first byte picks the image the edits start from, a valid integer image of
 //! `txl_fuzz::tiny_config` ([`BASES`]): int8 or int4 weights. The rest is a list of edits of
@@ -21,7 +22,7 @@ use txl_core::image::{set_arithmetic, Arithmetic, HEADER_BYTES, MAX_FRAC};
 use txl_core::random_model::{Init, RandomInit, RandomModel};
 use txl_core::tensors::{for_each_tensor, TensorName};
 use txl_core::weights::MatrixData;
-use txl_core::{AlignedBytes, ArithmeticError, Error, Model};
+use txl_core::{AlignedBytes, ArithmeticError, Error, MemDtype, MemInit, Model, Session, SessionOptions};
 use txl_host_gpu::quantize::{quantize_weights_grouped, Target};
 
 /// The base images: int8 and int4 (int4 decoder layers in groups of 8, the tiny model's rows
@@ -155,10 +156,51 @@ fuzz_target!(|data: &[u8]| {
             }
             if let Arithmetic::Integer { frac } = arithmetic {
                 check_integer(&model, frac);
+                run_session(&model, edits);
             }
         }
     }
 });
+
+/// An accepted integer image runs: two segments of tokens from the input through a session
+/// with int8 memory, every `ln p` finite (an `f32` built from fixed-point bits).
+fn run_session(model: &Model<'_>, edits: &[u8]) {
+    let config = *model.config();
+    let options = SessionOptions {
+        tgt_len: 3,
+        mem_len: 4,
+        mem_dtype: MemDtype::Int8,
+        mem_init: if edits.len() % 2 == 0 {
+            MemInit::Zeros
+        } else {
+            MemInit::Empty
+        },
+        ..SessionOptions::from_config(&config)
+    };
+    let Ok(bytes) = Session::arena_bytes(model, &options) else {
+        return;
+    };
+    if bytes > 1 << 22 {
+        return; // a config edited far larger than the tiny model's
+    }
+    let mut arena = AlignedBytes::zeroed(bytes).expect("a small arena");
+    let mut session = Session::new(model, arena.bytes_mut(), options).expect("an integer session starts");
+    let tokens: Vec<u32> = edits
+        .iter()
+        .take(6)
+        .map(|&b| u32::from(b) % config.n_token)
+        .collect();
+    for segment in tokens.chunks(3) {
+        session
+            .forward(segment, |_, row| {
+                assert!(
+                    row.iter().all(|v| v.is_finite()),
+                    "a log-probability that is not finite"
+                );
+            })
+            .expect("valid tokens run");
+    }
+}
 
 /// What an accepted integer image must hold.
 fn check_integer(model: &Model<'_>, frac: u32) {
