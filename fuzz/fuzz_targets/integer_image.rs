@@ -170,7 +170,7 @@ fn run_session(model: &Model<'_>, edits: &[u8]) {
         tgt_len: 3,
         mem_len: 4,
         mem_dtype: MemDtype::Int8,
-        mem_init: if edits.len() % 2 == 0 {
+        mem_init: if edits.len().is_multiple_of(2) {
             MemInit::Zeros
         } else {
             MemInit::Empty
