@@ -1,7 +1,7 @@
 //! The core's integer forward pass (`Session` on an image whose arithmetic is integer) against
 //! the reference crate's plainly written integer Transformer-XL (`IntegerModel`): the same
 //! `ln p`, bit for bit, on random models of three shapes (int8 and int4 weights) under every
-//! session setting the core's checks cover, on the trained demo model, and token by token in
+//! session setting the core's checks cover, on the two trained models, and token by token in
 //! streaming. The core runs its kernels (AVX-512, AVX2 or portable on the host; the firmware
 //! tests run the device kernels on the same images), so this also checks that every kernel's
 //! integer sums are the reference's.
@@ -78,23 +78,28 @@ fn random_models_match_the_reference_bit_for_bit() {
 }
 
 #[test]
-fn the_demo_model_matches_the_reference_bit_for_bit() {
-    let text = trained_text("demo", 300, 2048);
-    for target in [Target::Int8, Target::Int4] {
-        let quantized = text.quantized(target, Method::Compensated).image;
-        let (image, reference) = integer_image(&quantized, &text.calibration);
-        let model = Model::parse(image.bytes()).unwrap();
-        let base = int8_memory(SessionOptions::from_config(model.config()));
-        for options in [
-            base,
-            SessionOptions { tgt_len: 1, ..base },
-            SessionOptions {
-                position_keys: PositionKeys::PerSegment,
-                ..base
-            },
-        ] {
-            let wrong = mismatches(&model, &reference, &text.heldout, options);
-            assert_eq!(wrong, 0, "{target:?} {options:?}");
+fn the_trained_models_match_the_reference_bit_for_bit() {
+    for (name, targets) in [
+        ("demo", &[Target::Int8, Target::Int4][..]),
+        ("second", &[Target::Int8][..]),
+    ] {
+        let text = trained_text(name, 300, 2048);
+        for &target in targets {
+            let quantized = text.quantized(target, Method::Compensated).image;
+            let (image, reference) = integer_image(&quantized, &text.calibration);
+            let model = Model::parse(image.bytes()).unwrap();
+            let base = int8_memory(SessionOptions::from_config(model.config()));
+            for options in [
+                base,
+                SessionOptions { tgt_len: 1, ..base },
+                SessionOptions {
+                    position_keys: PositionKeys::PerSegment,
+                    ..base
+                },
+            ] {
+                let wrong = mismatches(&model, &reference, &text.heldout, options);
+                assert_eq!(wrong, 0, "{name} {target:?} {options:?}");
+            }
         }
     }
 }
