@@ -21,7 +21,7 @@
 //! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | | |
 //! | [`quantize_i8`] | AVX `avx::quantize_i8` | | | |
 //! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | | RV32IM `rv32::widen_input_i8` |
-//! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` | RV32IM `rv32::row_sums_i8` |
+//! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8`, without DSP `base::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` | RV32IM `rv32::row_sums_i8` |
 //! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair_i8`, AVX2 `avx::row_sums_pair_i8` | DSP `dsp::row_sums_pair_i8` | | RV32IM `rv32::row_sums_pair_i8` |
 //! | [`row_sums_groups_i8`] | AVX-512 VNNI `vnni_panel::scaled_rows_in_groups` | | | |
 //! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | | |
@@ -44,7 +44,7 @@ pub mod fast_math;
 pub mod features;
 pub mod portable;
 
-#[cfg(feature = "cortex-m-dsp")]
+#[cfg(any(feature = "cortex-m-dsp", target_arch = "arm", test))]
 pub mod arm;
 
 #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -416,10 +416,11 @@ pub fn widen_input_i8(xq: &[i8], widened: &mut [u32]) {
 /// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
 /// `values (rows, cols)`, `widened` being `xq` prepared by [`widen_input_i8`]: Helium with the
 /// `cortex-m-mve` and `cortex-m-dsp` features (16 columns an instruction), else four rows per
-/// pass with the `cortex-m-dsp` feature, with `VPDPBUSD` (AVX-512 VNNI or AVX-VNNI, 32 columns
-/// an instruction) or else AVX2 on x86-64 (`std` feature, when the CPU has it), on aarch64
-/// `SDOT` (when the CPU has it and the `std` feature can tell) or else `SMULL`, four rows per
-/// pass on RV32 (`riscv32`), else the portable dot product. All give the same sums.
+/// pass with the `cortex-m-dsp` feature, and without it on the other Arm cores (Cortex-M3,
+/// Armv6-M: `LDRSB` and `MLA`), with `VPDPBUSD` (AVX-512 VNNI or AVX-VNNI, 32 columns an
+/// instruction) or else AVX2 on x86-64 (`std` feature, when the CPU has it), on aarch64 `SDOT`
+/// (when the CPU has it and the `std` feature can tell) or else `SMULL`, four rows per pass on
+/// RV32 (`riscv32`), else the portable dot product. All give the same sums.
 #[inline]
 pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums: &mut [i32]) {
     let _ = widened; // (read by the DSP kernels only)
@@ -451,6 +452,8 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], widened: &[u32], sums:
     return neon::row_sums_i8_smull(values, cols, xq, sums);
     #[cfg(target_arch = "riscv32")]
     return rv32::row_sums_i8(values, cols, xq, sums);
+    #[cfg(all(target_arch = "arm", not(feature = "cortex-m-dsp")))]
+    return arm::base::row_sums_i8(values, cols, xq, sums);
     #[allow(unreachable_code)]
     portable::row_sums_i8(values, cols, xq, sums)
 }

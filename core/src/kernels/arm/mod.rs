@@ -1,6 +1,8 @@
-//! Cortex-M kernels, chosen at compile time (feature `cortex-m-dsp`). Each gives the portable
-//! kernels' bits.
+//! Cortex-M kernels, chosen at compile time (feature `cortex-m-dsp`, or an Arm target without
+//! it). Each gives the portable kernels' bits.
 //!
+//! - `base.rs`: the cores without the DSP extension (Armv7-M: Cortex-M3; Armv6-M: M0, M0+):
+//!   int8 rows four at a time.
 //! - `dsp.rs`: the DSP extension (Armv7E-M: Cortex-M4, M7; Armv8-M Mainline with DSP: M33,
 //!   M55): int8 and int4 rows and the int8 attention's sums with `SMLAD`.
 //! - `fpu.rs`: the single-precision FPU (target ABI `eabihf`): f32 and f16 rows four at a time,
@@ -8,6 +10,9 @@
 //! - `helium.rs`: Helium, the M-profile Vector Extension (Cortex-M55, M85; feature
 //!   `cortex-m-mve`): int8 rows sixteen columns an instruction.
 
+#[cfg(any(all(target_arch = "arm", not(feature = "cortex-m-dsp")), test))]
+pub mod base;
+#[cfg(feature = "cortex-m-dsp")]
 pub mod dsp;
 #[cfg(target_abi = "eabihf")]
 pub mod fpu;
