@@ -27,7 +27,7 @@
 //! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | | |
 //! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | | RV32IM `rv32::row_sums_i4` |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
-//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
+//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
@@ -733,6 +733,8 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
     }
     #[cfg(target_arch = "riscv32")]
     return rv32::key_sums_i8(keys, stride, d_head, words, sums);
+    #[cfg(all(target_arch = "arm", not(feature = "cortex-m-dsp")))]
+    return arm::base::key_sums_i8(keys, stride, d_head, words, sums);
     #[allow(unreachable_code)]
     portable::key_sums_i8(keys, stride, d_head, words, sums)
 }
@@ -756,6 +758,8 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
     }
     #[cfg(target_arch = "riscv32")]
     return rv32::value_sums_i8(values, stride, weights, acc);
+    #[cfg(all(target_arch = "arm", not(feature = "cortex-m-dsp")))]
+    return arm::base::value_sums_i8(values, stride, weights, acc);
     #[allow(unreachable_code)]
     portable::value_sums_i8(values, stride, weights, acc)
 }

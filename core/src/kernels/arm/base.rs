@@ -1,8 +1,11 @@
 //! Kernels for the Cortex-M cores without the DSP extension (Armv7-M: Cortex-M3; Armv6-M:
 //! Cortex-M0, M0+), plain Rust the compiler maps onto their loads and multiplies: int8 rows
 //! four at a time, each input byte loaded once for the four (`LDRSB` with post-increment and
-//! `MLA` on the M3; `LDRSB`, `MULS`, `ADDS` on Armv6-M). Integer sums, exact: the portable
+//! `MLA` on the M3; `LDRSB`, `MULS`, `ADDS` on Armv6-M), and the int8 attention's sums with
+//! four keys a pass, four value columns in registers. Integer sums, exact: the portable
 //! kernels' bits.
+
+use crate::kernels::portable;
 
 /// Rows one pass of [`row_sums_i8`] takes.
 const ROWS: usize = 4;
@@ -38,10 +41,69 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     }
 }
 
+/// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
+/// `keys[t * stride..]`, the 16-bit query widened into `words`
+/// ([`portable::key_sums_i8`]): four keys a pass, each group of four query values read once for
+/// them; the columns after the last whole group and the last keys by the portable code. The
+/// same sums.
+pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
+    let groups = d_head / 4;
+    let half = |w: u32, high: bool| (if high { w >> 16 } else { w }) as u16 as i16 as i32;
+    let whole = sums.len() / ROWS * ROWS;
+    let (blocks, rest) = sums.split_at_mut(whole);
+    for (b, out) in blocks.chunks_exact_mut(ROWS).enumerate() {
+        let key = |k: usize| &keys[(ROWS * b + k) * stride..][..d_head];
+        let (k0, k1, k2, k3) = (key(0), key(1), key(2), key(3));
+        let mut acc = [0i32; ROWS];
+        for (g, w) in words.chunks_exact(2).take(groups).enumerate() {
+            // words 2g (columns 4g, 4g + 2) and 2g + 1 (4g + 1, 4g + 3)
+            let q = [
+                half(w[0], false),
+                half(w[1], false),
+                half(w[0], true),
+                half(w[1], true),
+            ];
+            for (a, k) in acc.iter_mut().zip([k0, k1, k2, k3]) {
+                let k = &k[4 * g..4 * g + 4];
+                let dot = (0..4).fold(0i32, |d, i| d.wrapping_add(k[i] as i32 * q[i]));
+                *a = a.wrapping_add(dot);
+            }
+        }
+        for (a, k) in acc.iter_mut().zip([k0, k1, k2, k3]) {
+            portable::key_sums_columns(k, 4 * groups, words, a);
+        }
+        out.copy_from_slice(&acc);
+    }
+    if !rest.is_empty() {
+        portable::key_sums_i8(&keys[whole * stride..], stride, d_head, words, rest);
+    }
+}
+
+/// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
+/// `values[t * stride..]` ([`portable::value_sums_i8`]): four columns at a time, their sums in
+/// registers through every value; the last columns by the portable code. The same sums (every
+/// product and sum wraps, as there).
+pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    let whole = acc.len() / 4 * 4;
+    let (blocks, rest) = acc.split_at_mut(whole);
+    for (g, out) in blocks.chunks_exact_mut(4).enumerate() {
+        let mut sums = [out[0], out[1], out[2], out[3]];
+        for (t, &w) in weights.iter().enumerate() {
+            let v = &values[t * stride + 4 * g..][..4];
+            for (s, &v) in sums.iter_mut().zip(v) {
+                *s = s.wrapping_add(w.wrapping_mul(v as i32));
+            }
+        }
+        out.copy_from_slice(&sums);
+    }
+    if !rest.is_empty() {
+        portable::value_sums_i8(&values[whole..], stride, weights, rest);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::portable;
     use crate::rng::Rng;
     use alloc::vec;
     use alloc::vec::Vec;
@@ -57,6 +119,35 @@ mod tests {
             row_sums_i8(&values, cols, &xq, &mut ours);
             portable::row_sums_i8(&values, cols, &xq, &mut theirs);
             assert_eq!(ours, theirs, "{rows} × {cols}");
+        }
+    }
+
+    #[test]
+    fn attention_sums_are_the_portable_sums() {
+        let mut rng = Rng::new(6);
+        // the last key as long as its head alone, as the memory hands its rows out
+        for (keys, d_head, stride) in [
+            (1usize, 4usize, 4usize),
+            (5, 6, 9),
+            (8, 32, 128),
+            (13, 17, 40),
+            (4, 3, 3),
+        ] {
+            let values: Vec<i8> = (0..keys * stride + d_head)
+                .map(|_| rng.next_u64() as i8)
+                .collect();
+            let words: Vec<u32> = (0..2 * d_head.div_ceil(4))
+                .map(|_| rng.next_u64() as u32)
+                .collect();
+            let (mut ours, mut theirs) = (vec![0; keys], vec![0; keys]);
+            key_sums_i8(&values, stride, d_head, &words, &mut ours);
+            portable::key_sums_i8(&values, stride, d_head, &words, &mut theirs);
+            assert_eq!(ours, theirs, "keys {keys} × {d_head}");
+            let weights: Vec<i32> = (0..keys).map(|_| (rng.next_u64() % 32768) as i32).collect();
+            let (mut ours, mut theirs) = (vec![7; d_head], vec![7; d_head]);
+            value_sums_i8(&values, stride, &weights, &mut ours);
+            portable::value_sums_i8(&values, stride, &weights, &mut theirs);
+            assert_eq!(ours, theirs, "values {keys} × {d_head}");
         }
     }
 }
