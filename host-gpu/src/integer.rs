@@ -32,7 +32,9 @@ use txl_core::fixed_point::{
     cos_turns, fixed_of_f32, fixed_of_f32_wide, isqrt, multiplier_of_f32, position_frequency, round_shift,
     sin_turns, Multiplier,
 };
-use txl_core::integer::{layer_norm, log_softmax, softmax_q15, LayerNormParams};
+use txl_core::integer::{
+    attention_score, layer_norm, log_softmax, pow2_exponent, softmax_q15, LayerNormParams,
+};
 use txl_core::weights::{
     int4_groups, int4_multiplier, int4_row_bytes, int4_value, Matrix, MatrixData, Vector,
 };
@@ -42,8 +44,7 @@ use crate::cpu::attention::Window;
 use crate::error::Error;
 use crate::statistics::ChannelRanges;
 
-/// The format of the attention scores: `Q20` nats.
-pub const SCORE_FRAC: u32 = 20;
+pub use txl_core::integer::SCORE_FRAC;
 
 /// Int8 weights, or int4 with a multiplier per group of columns.
 #[derive(Clone, Debug)]
@@ -247,11 +248,7 @@ fn quantize_int8(x: &[i64]) -> (Vec<i8>, Multiplier) {
 
 /// `x` as `round(x / 2^e)` with the smallest `e ≥ 0` that keeps every value within `limit`.
 fn quantize_pow2(x: &[i32], limit: i64) -> (Vec<i32>, i32) {
-    let largest = x.iter().map(|&v| (v as i64).abs()).max().unwrap_or(0);
-    let mut e = 0;
-    while round_shift(largest, e) > limit {
-        e += 1;
-    }
+    let e = pow2_exponent(x, limit);
     (x.iter().map(|&v| round_shift(v as i64, e) as i32).collect(), e)
 }
 
@@ -692,7 +689,12 @@ impl IntegerModel {
                                         (&position_keys[l][d].0[cols.clone()], position_keys[l][d].1[head]);
                                     let content: i32 = content_q.iter().zip(k).map(|(a, b)| a * b).sum();
                                     let position: i32 = position_q.iter().zip(r).map(|(a, b)| a * b).sum();
-                                    self.attention_score(content, content_e + ke, position, position_e + re)
+                                    attention_score(
+                                        self.inv_sqrt_d_head,
+                                        self.frac,
+                                        (content, content_e + ke),
+                                        (position, position_e + re),
+                                    )
                                 })
                                 .collect();
                             let mut visible_probs = vec![0u16; visible.len()];
@@ -764,21 +766,6 @@ impl IntegerModel {
             frac: self.frac,
             log_probs,
         })
-    }
-
-    /// The score `(content · 2^ce + position · 2^pe) / sqrt(d_head)` in `Q20` nats, from the
-    /// two integer dot products and their powers of two (in `Q(2 frac)` units).
-    fn attention_score(&self, content: i32, ce: i32, position: i32, pe: i32) -> i32 {
-        let e = ce.min(pe);
-        let sum = round_shift(content as i64, e - ce).saturating_add(round_shift(position as i64, e - pe));
-        // to 31 bits, then one 32 × 32 → 64-bit product
-        let bits = 64 - sum.unsigned_abs().leading_zeros() as i32;
-        let cut = (bits - 31).max(0);
-        let sum = round_shift(sum, cut) as i32;
-        let e = e + cut;
-        let product = sum as i64 * self.inv_sqrt_d_head.mantissa as i64;
-        let shift = self.inv_sqrt_d_head.shift as i32 + 2 * self.frac as i32 - SCORE_FRAC as i32 - e;
-        saturate(round_shift(product, shift))
     }
 
     /// `ln p(target | h)` in `Q(frac)`: the full or adaptive log-softmax in integers.

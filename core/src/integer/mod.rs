@@ -29,3 +29,27 @@ pub fn pow2_exponent(row: &[i32], limit: i64) -> i32 {
     }
     e
 }
+
+/// The format of the attention scores: `Q20` nats.
+pub const SCORE_FRAC: u32 = 20;
+
+/// The score `(content · 2^ce + position · 2^pe) / sqrt(d_head)` in `Q20` nats from the two
+/// integer dot products and their powers of two (in `Q(2 frac)` units), `inv_sqrt_d_head`
+/// being `1 / sqrt(d_head)`: the sum cut to 31 bits, then one 32 × 32 → 64-bit product.
+pub fn attention_score(
+    inv_sqrt_d_head: crate::fixed_point::Multiplier,
+    frac: u32,
+    (content, ce): (i32, i32),
+    (position, pe): (i32, i32),
+) -> i32 {
+    use crate::fixed_point::{round_shift, saturate};
+    let e = ce.min(pe);
+    let sum = round_shift(content as i64, e - ce).saturating_add(round_shift(position as i64, e - pe));
+    let bits = 64 - sum.unsigned_abs().leading_zeros() as i32;
+    let cut = (bits - 31).max(0);
+    let sum = round_shift(sum, cut) as i32;
+    let e = e + cut;
+    let product = sum as i64 * inv_sqrt_d_head.mantissa as i64;
+    let shift = inv_sqrt_d_head.shift as i32 + 2 * frac as i32 - SCORE_FRAC as i32 - e;
+    saturate(round_shift(product, shift))
+}

@@ -20,15 +20,12 @@ use crate::fixed_point::{
     cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
     position_frequency, round_shift, saturate, sin_turns, sqrt_multiplier, to_f32, Multiplier,
 };
-use crate::integer::{layer_norm_with, log_softmax, pow2_exponent, softmax_q15};
+use crate::integer::{attention_score, layer_norm_with, log_softmax, pow2_exponent, softmax_q15, SCORE_FRAC};
 use crate::kernels;
 use crate::matrix::split_scratch;
 use crate::options::PositionKeys;
 use crate::vector::Vector;
 use crate::weights::{int4_groups, int4_row_bytes, Matrix, MatrixData};
-
-/// The format of the attention scores: `Q20` nats.
-pub const SCORE_FRAC: u32 = 20;
 
 /// The largest multiplier: where a product of multipliers passes `2^31`, results saturate.
 const SATURATED: Multiplier = Multiplier {
@@ -257,26 +254,6 @@ fn query_words(q: &[i32], b: Vector<'_>, first: usize, frac: u32, top: i64, word
     e
 }
 
-/// The score `(content · 2^ce + position · 2^pe) / sqrt(d_head)` in `Q20` nats from the two
-/// integer dot products and their powers of two (in `Q(2 frac)` units).
-fn attention_score(
-    inv_sqrt_d_head: Multiplier,
-    frac: u32,
-    (content, ce): (i32, i32),
-    (position, pe): (i32, i32),
-) -> i32 {
-    let e = ce.min(pe);
-    let sum = round_shift(content as i64, e - ce).saturating_add(round_shift(position as i64, e - pe));
-    // to 31 bits, then one 32 × 32 → 64-bit product
-    let bits = 64 - sum.unsigned_abs().leading_zeros() as i32;
-    let cut = (bits - 31).max(0);
-    let sum = round_shift(sum, cut) as i32;
-    let e = e + cut;
-    let product = sum as i64 * inv_sqrt_d_head.mantissa as i64;
-    let shift = inv_sqrt_d_head.shift as i32 + 2 * frac as i32 - SCORE_FRAC as i32 - e;
-    saturate(round_shift(product, shift))
-}
-
 /// `row` (one position key, `n_head · d_head` in `Q(frac)`) as its table row: int8 values per
 /// head with a power of two, then one exponent byte per head.
 fn store_position_key(row: &[i32], d_head: usize, out: &mut [u8]) {
@@ -390,8 +367,9 @@ impl Session<'_, '_> {
             }
             _ => layer,
         };
+        let inv_sqrt_d_head = inverse_sqrt_multiplier(config.d_head).unwrap_or(Multiplier::ZERO);
         for i in 0..shape.qlen {
-            self.attend_integer(layer, shape, table, i, frac);
+            self.attend_integer(layer, shape, (table, inv_sqrt_d_head), i, frac);
         }
         for i in 0..shape.qlen {
             let s = &mut self.state;
@@ -410,13 +388,19 @@ impl Session<'_, '_> {
     /// Query `i`'s attention output in `attn_vec`, head by head. The scratch row of scores
     /// holds the content sums and then the scores by key, the position sums by distance and
     /// then the probabilities, and the query's words and then the values' sums.
-    fn attend_integer(&mut self, layer: usize, shape: &AttentionShape, table: usize, i: usize, frac: u32) {
+    fn attend_integer(
+        &mut self,
+        layer: usize,
+        shape: &AttentionShape,
+        (table, inv_sqrt_d_head): (usize, Multiplier),
+        i: usize,
+        frac: u32,
+    ) {
         let config = *self.model.config();
         let (width, d_head) = (config.qkv_width() as usize, shape.d_head);
         let w = self.model.layer(layer);
         let capacity = self.memory.capacity();
         let distances = self.options.distances();
-        let inv_sqrt_d_head = inverse_sqrt_multiplier(config.d_head).unwrap_or(Multiplier::ZERO);
         let top = (32767i64).min(i32::MAX as i64 / 127 / d_head.max(1) as i64);
         let klen = shape.mlen + shape.qlen;
         let s = &mut self.state;
