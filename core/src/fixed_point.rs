@@ -8,6 +8,8 @@
 //! | what | type | format | range |
 //! |---|---|---|---|
 //! | [`Multiplier`] | `mantissa: i32`, `shift: u8` | `mantissa · 2^-shift` | `0` or `[2^-32, 2^30)`, 31 significant bits |
+//! | [`Scale16`] | `mantissa: u32`, `exponent: i32` | `mantissa · 2^exponent` | `0` or positive, 16 significant bits |
+//! | [`Rescale`] | `mantissa: u32`, `shift: i32` | `mantissa · 2^-shift` | `0` or positive, 15 significant bits |
 //! | [`exp_neg`] in | `u32` | `Q24` nats, `t ≥ 0` | `e^-t` for `t < 256` |
 //! | [`exp_neg`] out | `u32` | `Q30` | `(0, 2^30]` |
 //! | [`log2`] out | `i32` | `Q24` | `[0, 64)` for a `u64` argument |
@@ -200,6 +202,165 @@ impl Multiplier {
             mantissa: mantissa as i32,
             shift: shift as u8,
         })
+    }
+}
+
+/// A positive real `mantissa · 2^exponent` with 16 significant bits (`mantissa` in
+/// `[2^15, 2^16)`), or zero (`mantissa` 0): the scales of a linear layer's rows and inputs in
+/// the integer arithmetic. Two of them multiply into a [`Rescale`] with one 16 × 16 → 32-bit
+/// product ([`Scale16::times`]), so each output row costs no 64-bit arithmetic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Scale16 {
+    /// The significant bits, `[2^15, 2^16)`, or 0.
+    pub mantissa: u32,
+    /// The power of two it is multiplied by.
+    pub exponent: i32,
+}
+
+impl Scale16 {
+    /// Zero.
+    pub const ZERO: Scale16 = Scale16 {
+        mantissa: 0,
+        exponent: 0,
+    };
+
+    /// `value` rounded (halves up) to 16 significant bits, from its bits; zero for zero, a
+    /// subnormal (below `2^-126`), a negative value, infinity or NaN (an integer image's scales
+    /// are none of those: `Image::parse`).
+    #[inline]
+    pub fn of_f32(value: f32) -> Scale16 {
+        let bits = value.to_bits();
+        let exponent = (bits >> 23) & 0xFF;
+        if bits >> 31 != 0 || exponent == 0 || exponent == 0xFF {
+            return Scale16::ZERO;
+        }
+        // (2^23 + fraction) · 2^(exponent - 150), rounded at bit 8
+        let rounded = ((1 << 23 | bits & 0x7F_FFFF) + 0x80) >> 8; // [2^15, 2^16]
+        let carry = rounded >> 16;
+        Scale16 {
+            mantissa: rounded >> carry,
+            exponent: exponent as i32 - 142 + carry as i32,
+        }
+    }
+
+    /// One.
+    pub const ONE: Scale16 = Scale16 {
+        mantissa: 1 << 15,
+        exponent: -15,
+    };
+
+    /// `self · 2^exponent`.
+    #[inline]
+    pub fn times_pow2(self, exponent: i32) -> Scale16 {
+        Scale16 {
+            mantissa: self.mantissa,
+            exponent: self.exponent + exponent,
+        }
+    }
+
+    /// `self · other` rounded (halves up) to 16 significant bits.
+    pub fn product(self, other: Scale16) -> Scale16 {
+        Scale16::of_wide(
+            self.mantissa as u64 * other.mantissa as u64,
+            self.exponent + other.exponent,
+        )
+    }
+
+    /// `value · 2^exponent` rounded (halves up) to 16 significant bits.
+    pub fn of_wide(value: u64, exponent: i32) -> Scale16 {
+        if value == 0 {
+            return Scale16::ZERO;
+        }
+        let bits = 64 - value.leading_zeros() as i32;
+        if bits <= 16 {
+            return Scale16 {
+                mantissa: (value << (16 - bits)) as u32,
+                exponent: exponent - (16 - bits),
+            };
+        }
+        let drop = bits - 16;
+        let rounded = (value >> (drop - 1)).div_ceil(2) as u32; // [2^15, 2^16]
+        let carry = rounded >> 16;
+        Scale16 {
+            mantissa: rounded >> carry,
+            exponent: exponent + drop + carry as i32,
+        }
+    }
+
+    /// A multiplier's value rounded to 16 significant bits.
+    pub fn of_multiplier(m: Multiplier) -> Scale16 {
+        Scale16::of_wide(m.mantissa.max(0) as u64, -(m.shift as i32))
+    }
+
+    /// `self · other` as a [`Rescale`]: the 32-bit product of the mantissas rounded (halves up)
+    /// to 15 significant bits.
+    #[inline]
+    pub fn times(self, other: Scale16) -> Rescale {
+        let product = self.mantissa * other.mantissa; // [2^30, 2^32) or 0
+        if product == 0 {
+            return Rescale::ZERO;
+        }
+        let drop = 16 + (product >> 31) as i32;
+        // below 2^32: product ≤ (2^16 - 1)^2
+        let mantissa = (product + (1 << (drop - 1))) >> drop; // [2^14, 2^15]
+        Rescale {
+            mantissa,
+            shift: -(self.exponent + other.exponent + drop),
+        }
+    }
+
+    /// `self` as a [`Rescale`], rounded (halves up) to 15 significant bits.
+    #[inline]
+    pub fn rescale(self) -> Rescale {
+        Rescale {
+            mantissa: (self.mantissa + 1) >> 1,
+            shift: -(self.exponent + 1),
+        }
+    }
+}
+
+/// Multiplication by a positive real `mantissa · 2^-shift` with 15 significant bits (`mantissa`
+/// at most `2^15`), or by zero: [`Rescale::apply`] needs two 32-bit products, no 64-bit one,
+/// for a shift in `17..=46` (a core without a 32 × 32 → 64-bit multiply, such as the Cortex-M0+,
+/// pays for none), and is exact: `round(x · mantissa / 2^shift)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Rescale {
+    /// The significant bits, at most `2^15`.
+    pub mantissa: u32,
+    /// The power of two it is divided by (negative: multiplied).
+    pub shift: i32,
+}
+
+impl Rescale {
+    /// Zero.
+    pub const ZERO: Rescale = Rescale {
+        mantissa: 0,
+        shift: 0,
+    };
+
+    /// `self · 2^exponent`.
+    #[inline]
+    pub fn times_pow2(self, exponent: i32) -> Rescale {
+        Rescale {
+            mantissa: self.mantissa,
+            shift: self.shift - exponent,
+        }
+    }
+
+    /// `round(x · mantissa / 2^shift)`, halves up, saturated to `i32`. For a shift in `17..=46`:
+    /// `x = h · 2^16 + l` (`l` the low 16 bits, unsigned), and
+    /// `⌊(x m + 2^(s-1)) / 2^s⌋ = ⌊(h m + 2^(s-17) + ⌊l m / 2^16⌋) / 2^(s-16)⌋`, each term within
+    /// 32 bits (`|h m| ≤ 2^30`, `l m < 2^31`); other shifts take one 64-bit product.
+    #[inline]
+    pub fn apply(self, x: i32) -> i32 {
+        let s = self.shift;
+        if (17..=46).contains(&s) {
+            let m = self.mantissa as i32;
+            let high = (x >> 16) * m + (1 << (s - 17));
+            let low = ((x as u32 & 0xFFFF) * self.mantissa) >> 16;
+            return (high + low as i32) >> (s - 16);
+        }
+        saturate(round_shift(x as i64 * self.mantissa as i64, s))
     }
 }
 
@@ -819,6 +980,64 @@ mod tests {
                 "{num}/{den}: {got} vs {exact}"
             );
         }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn sixteen_bit_scales_round_their_values() {
+        let value = |s: Scale16| s.mantissa as f64 * 2f64.powi(s.exponent);
+        let mut rng = Rng::new(11);
+        for _ in 0..20_000 {
+            let x = spread(&mut rng) as f32;
+            let s = Scale16::of_f32(x);
+            assert!((1 << 15..1 << 16).contains(&s.mantissa), "{x}: {s:?}");
+            let ulp = 2f64.powi(s.exponent);
+            assert!((value(s) - x as f64).abs() <= ulp / 2.0, "{x}: {s:?}");
+            let wide = Scale16::of_multiplier(multiplier_of_f32(x).unwrap());
+            assert_eq!(wide, s, "{x}");
+        }
+        // rounding up to the next power of two
+        let s = Scale16::of_f32(f32::from_bits(0x3FFF_FFFF));
+        assert_eq!((s.mantissa, s.exponent), (1 << 15, -14));
+        for x in [0.0f32, -1.0, f32::INFINITY, f32::NAN, 1e-40] {
+            assert_eq!(Scale16::of_f32(x), Scale16::ZERO, "{x}");
+        }
+        let small = Scale16::of_wide(3, 5);
+        assert_eq!((small.mantissa, small.exponent), (3 << 14, -9));
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn rescales_round_the_exact_product() {
+        let mut rng = Rng::new(12);
+        for i in 0..200_000u32 {
+            let a = Scale16::of_f32(spread(&mut rng) as f32);
+            let b = Scale16::of_f32(spread(&mut rng) as f32);
+            let r = a.times(b);
+            assert!((1 << 14..=1 << 15).contains(&r.mantissa), "{r:?}");
+            // the 15-bit product is within half a unit of its last place
+            let exact = a.mantissa as f64 * b.mantissa as f64 * 2f64.powi(a.exponent + b.exponent);
+            let got = r.mantissa as f64 * 2f64.powi(-r.shift);
+            assert!((got - exact).abs() <= 2f64.powi(-r.shift) / 2.0);
+            let r = Rescale {
+                mantissa: r.mantissa,
+                shift: (i % 70) as i32 - 10,
+            };
+            let bits = rng.next_u64() % 32;
+            let x = (rng.next_u64() as i32) >> bits;
+            for x in [x, i32::MIN, i32::MAX, -1, 0, 1 << 16, -(1 << 16)] {
+                let exact = (x as i128 * r.mantissa as i128) as f64 / 2f64.powi(r.shift);
+                let want = (exact + 0.5).floor().clamp(i32::MIN as f64, i32::MAX as f64) as i32;
+                assert_eq!(r.apply(x), want, "{x} {r:?}");
+            }
+        }
+        let top = Rescale {
+            mantissa: 1 << 15,
+            shift: 17,
+        };
+        assert_eq!(top.apply(i32::MIN), -(1 << 29));
+        assert_eq!(top.apply(i32::MAX), 1 << 29);
+        assert_eq!(Rescale::ZERO.apply(12345), 0);
     }
 
     #[test]

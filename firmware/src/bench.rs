@@ -8,7 +8,8 @@
 //! gives each kernel's figure over all four shapes (`shape=all`), one product per shape and
 //! position, as one token of the demo model computes them. `int8_matvec_pair` is the int8
 //! product for two positions at once, as a segment runs it (its MACs count both positions).
-//! `int4_matvec` is the int4 product (W4A8) with groups of [`INT4_GROUP`] columns, the default
+//! `int8_rows` is the integer sums alone, as the integer arithmetic runs them (the input
+//! already int8, the sums not scaled). `int4_matvec` is the int4 product (W4A8) with groups of [`INT4_GROUP`] columns, the default
 //! of `txl quantize --dtype int4`.
 //!
 //! Before counting, `bench` checks the attention's integer kernels and the int4 product's
@@ -46,6 +47,7 @@ const REPEATS: u64 = 4;
 #[derive(Clone, Copy)]
 enum Kernel {
     Int8,
+    Int8Rows,
     Int8Pair,
     Int4,
     F16,
@@ -56,6 +58,7 @@ impl Kernel {
     fn name(self) -> &'static str {
         match self {
             Kernel::Int8 => "int8_matvec",
+            Kernel::Int8Rows => "int8_rows",
             Kernel::Int8Pair => "int8_matvec_pair",
             Kernel::Int4 => "int4_matvec",
             Kernel::F16 => "f16_matvec",
@@ -92,6 +95,7 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=widen_f16 values={=usize} ok", values);
     for kernel in [
         Kernel::Int8,
+        Kernel::Int8Rows,
         Kernel::Int8Pair,
         Kernel::Int4,
         Kernel::F16,
@@ -369,7 +373,7 @@ fn measure(kernel: Kernel, rows: usize, cols: usize, counter: &InstructionCounte
             codes: &codes,
             group: INT4_GROUP,
         },
-        Kernel::Int8 | Kernel::Int8Pair => MatrixData::Int8 {
+        Kernel::Int8 | Kernel::Int8Rows | Kernel::Int8Pair => MatrixData::Int8 {
             values: &values,
             row_scales: &row_scales,
             act_scales: None,
@@ -378,14 +382,21 @@ fn measure(kernel: Kernel, rows: usize, cols: usize, counter: &InstructionCounte
         Kernel::F32 => MatrixData::F32(&weights),
     };
     let weight = Matrix { rows, cols, data };
+    let xq: Vec<i8> = x.iter().map(|&v| (v * 127.0) as i8).collect();
+    let mut widened = vec![0u32; matrix::scratch_words(cols)];
+    let mut sums = vec![0i32; rows];
     let start = counter.read();
     for _ in 0..REPEATS {
         match kernel {
+            Kernel::Int8Rows => {
+                kernels::widen_input_i8(&xq, &mut widened);
+                kernels::row_sums_i8(&values, cols, &xq, &widened, &mut sums);
+            }
             Kernel::Int8Pair => matrix::matvec_pair(&weight, [&x, &x2], [&mut y, &mut y2], &mut scratch),
             _ => matrix::matvec(&weight, &x, &mut y, &mut scratch),
         }
     }
     let spent = counter.since(start);
-    core::hint::black_box((&y, &y2));
+    core::hint::black_box((&y, &y2, &sums));
     spent.instructions() / REPEATS
 }

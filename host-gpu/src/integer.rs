@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | weights | int8, or int4 with a multiplier per group of columns | a [`Multiplier`] per row (the image's f32 row scale, exactly; int4: the matrix's) |
 //! | a linear layer's input | int8, per position: `round(x · 127 / max|x|)` | `max|x| / 127`, a [`Multiplier`] |
-//! | its output | `acc · row · token`, [`Multiplier::apply`] | `Q(frac)` |
+//! | its output | `acc` rescaled by row scale × step ([`Scale16::times`], [`txl_core::fixed_point::Rescale::apply`]) | `Q(frac)` |
 //! | biases, `u`, `v` | `i32` | `Q(frac)` |
 //! | LayerNorm gain | `i32` | `Q(gain_frac)`, per vector |
 //! | keys, values, position keys | int8 per position and head, `round(x / 2^e)` | `2^e` (`e ≥ 0`, `Q(frac)` units) |
@@ -30,10 +30,11 @@
 
 use txl_core::fixed_point::{
     cos_turns, fixed_of_f32, fixed_of_f32_wide, isqrt, multiplier_of_f32, position_frequency, round_shift,
-    sin_turns, Multiplier,
+    sin_turns, Multiplier, Scale16,
 };
 use txl_core::integer::{
-    attention_score, layer_norm, log_softmax, pow2_exponent, softmax_q15, LayerNormParams,
+    act_rescale, act_top, attention_score, layer_norm, log_softmax, pow2_exponent, rescale_wide, softmax_q15,
+    Int8Steps, LayerNormParams, ACT_SHIFT,
 };
 use txl_core::weights::{
     int4_groups, int4_multiplier, int4_row_bytes, int4_value, Matrix, MatrixData, Vector,
@@ -68,8 +69,12 @@ struct Linear8 {
     cols: usize,
     values: Values,
     row_scales: Vec<Multiplier>,
-    /// Per input column, when the image migrated activation scales into the weights.
-    act_scales: Option<Vec<Multiplier>>,
+    /// The row scales to 16 significant bits, as the rows' outputs are rescaled.
+    row_scales16: Vec<Scale16>,
+    /// Per input column, when the image migrated activation scales into the weights: as the
+    /// inputs are scaled, and as multipliers (an embedding row's columns).
+    act_scales: Option<Vec<Scale16>>,
+    act_multipliers: Option<Vec<Multiplier>>,
 }
 
 /// The multiplier an f32 scale is (exactly, from its bits), or an error naming it.
@@ -95,7 +100,7 @@ impl Linear8 {
                         scales
                             .iter()
                             .map(|&s| multiplier(s, what))
-                            .collect::<Result<_, _>>()?,
+                            .collect::<Result<Vec<_>, _>>()?,
                     ),
                     None => None,
                 };
@@ -125,12 +130,26 @@ impl Linear8 {
                 )))
             }
         };
+        let row_scales16 = match m.data {
+            MatrixData::Int8 { row_scales, .. } => row_scales.iter().map(|&s| Scale16::of_f32(s)).collect(),
+            MatrixData::Int4 { scale, .. } => vec![Scale16::of_f32(scale); m.rows],
+            _ => Vec::new(),
+        };
+        let act_scales16 = match m.data {
+            MatrixData::Int8 {
+                act_scales: Some(scales),
+                ..
+            } => Some(scales.iter().map(|&s| Scale16::of_f32(s)).collect()),
+            _ => None,
+        };
         Ok(Linear8 {
             rows: m.rows,
             cols: m.cols,
             values,
             row_scales,
-            act_scales,
+            row_scales16,
+            act_scales: act_scales16,
+            act_multipliers: act_scales,
         })
     }
 
@@ -170,26 +189,31 @@ impl Linear8 {
 
     /// `y = W x` for `x` in `Q(frac)` (`cols` values), `y` in `Q(frac)` times `extra`: the input
     /// (times the activation scales, if any) quantized to int8 per call, the row sums exact,
-    /// each row's multiplier times the input's; an int4 row's i64 sum is first cut to 31 bits.
-    fn matvec(&self, x: &[i32], extra: Multiplier, y: &mut [i32]) {
+    /// each rescaled by its row's scale times the input's step; an int4 row's i64 sum is first
+    /// cut to 31 bits.
+    fn matvec(&self, x: &[i32], extra: Scale16, y: &mut [i32]) {
         self.matvec_rows(0..self.rows, x, extra, y);
     }
 
     /// [`Linear8::matvec`] for the rows `rows` alone, into `y` (one value per row).
-    fn matvec_rows(&self, rows: std::ops::Range<usize>, x: &[i32], extra: Multiplier, y: &mut [i32]) {
-        let wide: Vec<i64> = match &self.act_scales {
-            Some(scales) => x.iter().zip(scales).map(|(&v, s)| s.apply_wide(v)).collect(),
-            None => x.iter().map(|&v| v as i64).collect(),
+    fn matvec_rows(&self, rows: std::ops::Range<usize>, x: &[i32], extra: Scale16, y: &mut [i32]) {
+        let x = &x[..self.cols];
+        // each column times its activation scale, against the largest scale's power of two
+        let (wide, times): (Vec<i64>, i32) = match &self.act_scales {
+            Some(scales) => {
+                let top = act_top(scales.iter().copied());
+                let scaled = x
+                    .iter()
+                    .zip(scales)
+                    .map(|(&v, &a)| act_rescale(a, top).apply(v) as i64);
+                (scaled.collect(), top + ACT_SHIFT)
+            }
+            None => (x.iter().map(|&v| v as i64).collect(), 0),
         };
-        let (q, token) = quantize_int8(&wide);
-        let token = product(token, extra);
+        let (q, step) = quantize_int8(&wide);
+        let step = step.times_pow2(times).product(extra);
         for (r, y) in rows.zip(y.iter_mut()) {
-            let acc = self.row_sum(r, &q);
-            let cut = (64 - acc.unsigned_abs().leading_zeros() as i32 - 31).max(0);
-            let scale = product(self.row_scales[r], token)
-                .times_pow2(cut)
-                .unwrap_or(SATURATED);
-            *y = scale.apply(round_shift(acc, cut) as i32);
+            *y = rescale_wide(self.row_scales16[r].times(step), self.row_sum(r, &q));
         }
     }
 
@@ -202,13 +226,13 @@ impl Linear8 {
             .zip(&self.row_scales)
             .map(|(&v, s)| s.times_pow2(8).unwrap_or(SATURATED).apply_wide(v))
             .collect();
-        let (q, token) = quantize_int8(&wide);
-        let token = token.times_pow2(-8).unwrap_or(SATURATED);
+        let (q, step) = quantize_int8(&wide);
+        let rescale = step.times_pow2(-8).rescale();
         for (c, y) in y.iter_mut().enumerate().take(self.cols) {
             let acc: i32 = (0..self.rows)
                 .map(|r| self.int8_row(r).map_or(0, |row| row[c] as i32 * q[r] as i32))
                 .sum();
-            *y = token.apply(acc);
+            *y = rescale.apply(acc);
         }
     }
 }
@@ -224,26 +248,14 @@ fn product(a: Multiplier, b: Multiplier) -> Multiplier {
     a.times(b).unwrap_or(SATURATED)
 }
 
-/// `x` quantized to int8, `round(x · 127 / m)` with `m = max|x|`, and the scale `m / 127` as a
-/// multiplier (what an int8 value is worth in `x`'s units). Values past 30 bits are first
-/// brought to 30 bits by a rounding shift.
-fn quantize_int8(x: &[i64]) -> (Vec<i8>, Multiplier) {
+/// `x` quantized to int8, `round(x · 127 / m)` with `m = max|x|` ([`Int8Steps`]), and what
+/// one int8 step is worth in `x`'s units (`m / 127`).
+fn quantize_int8(x: &[i64]) -> (Vec<i8>, Scale16) {
     let largest = x.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
-    if largest == 0 {
-        return (vec![0; x.len()], Multiplier::ZERO);
+    match Int8Steps::new(largest) {
+        Some(steps) => (x.iter().map(|&v| steps.quantize(v)).collect(), steps.step),
+        None => (vec![0; x.len()], Scale16::ZERO),
     }
-    let shift = (64 - largest.leading_zeros()).saturating_sub(30) as i32;
-    let cut = |v: i64| round_shift(v, shift);
-    let m = cut(largest as i64) as u64; // < 2^30 + 1
-    let to_int8 = Multiplier::from_ratio(127, m).unwrap_or(Multiplier::ZERO);
-    let q = x
-        .iter()
-        .map(|&v| to_int8.apply(cut(v) as i32).clamp(-127, 127) as i8)
-        .collect();
-    let scale = Multiplier::from_ratio(m, 127)
-        .and_then(|s| s.times_pow2(shift))
-        .unwrap_or(SATURATED);
-    (q, scale)
 }
 
 /// `x` as `round(x / 2^e)` with the smallest `e ≥ 0` that keeps every value within `limit`.
@@ -511,7 +523,7 @@ impl IntegerModel {
         let layer = &self.emb_layers[table];
         let row = layer.int8_row(index).expect("embedding tables are int8");
         let scale = self.emb_row_scales[table][index];
-        let x: Vec<i32> = match &layer.act_scales {
+        let x: Vec<i32> = match &layer.act_multipliers {
             // a table shared with a smoothed output layer keeps its columns' scales
             Some(act) => row
                 .iter()
@@ -521,7 +533,7 @@ impl IntegerModel {
             None => row.iter().map(|&q| scale.apply(q as i32)).collect(),
         };
         if c.has_emb_proj() {
-            self.emb_projs[table].matvec(&x, self.emb_scale, h);
+            self.emb_projs[table].matvec(&x, Scale16::of_multiplier(self.emb_scale), h);
         } else {
             h.copy_from_slice(&x);
         }
@@ -543,7 +555,7 @@ impl IntegerModel {
                     pos[half + k] = round_shift(cos_turns(phase) as i64, shift) as i32;
                 }
                 let mut r = vec![0i32; width];
-                layer.r_net.matvec(&pos, Multiplier::ONE, &mut r);
+                layer.r_net.matvec(&pos, Scale16::ONE, &mut r);
                 self.per_head_int8(&r)
             })
             .collect()
@@ -566,7 +578,7 @@ impl IntegerModel {
     fn key_value(&self, l: usize, x: &[i32]) -> (Vec<i32>, HeadRows, HeadRows) {
         let width = self.config.qkv_width() as usize;
         let mut qkv = vec![0i32; 3 * width];
-        self.layers[l].qkv.matvec(x, Multiplier::ONE, &mut qkv);
+        self.layers[l].qkv.matvec(x, Scale16::ONE, &mut qkv);
         let query = qkv[..width].to_vec();
         let key = self.per_head_int8(&qkv[width..2 * width]);
         let value = self.per_head_int8(&qkv[2 * width..]);
@@ -723,7 +735,7 @@ impl IntegerModel {
                         }
                     }
                     let mut o = vec![0i32; d_model];
-                    layer.o_net.matvec(&attn_vec, Multiplier::ONE, &mut o);
+                    layer.o_net.matvec(&attn_vec, Scale16::ONE, &mut o);
                     add(h, &o);
                     if !c.pre_lnorm {
                         let sum = h.clone();
@@ -738,11 +750,11 @@ impl IntegerModel {
                         h.clone()
                     };
                     let mut inner = vec![0i32; c.d_inner as usize];
-                    layer.ff1.matvec(&x, Multiplier::ONE, &mut inner);
+                    layer.ff1.matvec(&x, Scale16::ONE, &mut inner);
                     add(&mut inner, &layer.ff1_bias);
                     inner.iter_mut().for_each(|v| *v = (*v).max(0));
                     let mut out = vec![0i32; d_model];
-                    layer.ff2.matvec(&inner, Multiplier::ONE, &mut out);
+                    layer.ff2.matvec(&inner, Scale16::ONE, &mut out);
                     add(&mut out, &layer.ff2_bias);
                     add(h, &out);
                     if !c.pre_lnorm {
@@ -788,7 +800,7 @@ impl IntegerModel {
             let first = if c.div_val == 1 { start } else { 0 };
             let mut y = vec![0i32; end - start];
             // the cluster's rows of its table, read in place
-            self.out_weights[table].matvec_rows(first..first + end - start, x, Multiplier::ONE, &mut y);
+            self.out_weights[table].matvec_rows(first..first + end - start, x, Scale16::ONE, &mut y);
             add(&mut y, &self.out_biases[table][first..first + end - start]);
             y
         };
@@ -797,7 +809,7 @@ impl IntegerModel {
         let shortlist = head.len();
         if let Some(cluster_weight) = &self.cluster_weight {
             let mut tails = vec![0i32; c.n_clusters()];
-            cluster_weight.matvec(&head_input, Multiplier::ONE, &mut tails);
+            cluster_weight.matvec(&head_input, Scale16::ONE, &mut tails);
             add(&mut tails, &self.cluster_bias);
             head.extend(tails);
         }

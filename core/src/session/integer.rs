@@ -18,9 +18,12 @@ use crate::attention::AttentionShape;
 use crate::config::MAX_CLUSTERS;
 use crate::fixed_point::{
     cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
-    position_frequency, round_shift, saturate, sin_turns, sqrt_multiplier, to_f32, Multiplier,
+    position_frequency, round_shift, saturate, sin_turns, sqrt_multiplier, to_f32, Multiplier, Scale16,
 };
-use crate::integer::{attention_score, layer_norm_with, log_softmax, pow2_exponent, softmax_q15, SCORE_FRAC};
+use crate::integer::{
+    act_rescale, act_top, attention_score, layer_norm_with, log_softmax, pow2_exponent, rescale_wide,
+    softmax_q15, Int8Steps, ACT_SHIFT, SCORE_FRAC,
+};
 use crate::kernels;
 use crate::matrix::split_scratch;
 use crate::options::PositionKeys;
@@ -67,82 +70,55 @@ fn add(y: &mut [i32], x: &[i32]) {
     }
 }
 
-/// `out` = `round(x · 127 / m)`, `m = max|x|`, for `x = wide(c)` of each column, returning
-/// the scale `m / 127`. Values past 30 bits are first brought to 30 bits by a rounding shift.
-fn quantize_int8(wide: impl Fn(usize) -> i64, out: &mut [i8]) -> Multiplier {
-    let largest = (0..out.len()).map(|c| wide(c).unsigned_abs()).max().unwrap_or(0);
-    let Some((to_int8, shift, scale)) = int8_steps(largest) else {
+/// `out` = `round(x · 127 / m)`, `m = max|x|`, for `x = value(c)` of each column, returning
+/// what one step is worth ([`Int8Steps`]).
+fn quantize_int8(value: impl Fn(usize) -> i32, out: &mut [i8]) -> Scale16 {
+    let largest = (0..out.len()).map(|c| value(c).unsigned_abs()).max().unwrap_or(0);
+    let Some(steps) = Int8Steps::new(largest as u64) else {
         out.fill(0);
-        return Multiplier::ZERO;
+        return Scale16::ZERO;
     };
     for (c, q) in out.iter_mut().enumerate() {
-        *q = to_int8.apply(round_shift(wide(c), shift) as i32).clamp(-127, 127) as i8;
+        *q = steps.quantize(value(c) as i64);
     }
-    scale
-}
-
-/// [`quantize_int8`] of `x` itself, in 32 bits where the shift is 0 (values below `2^30`).
-fn quantize_int8_narrow(x: &[i32], out: &mut [i8]) -> Multiplier {
-    let largest = x.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
-    let Some((to_int8, shift, scale)) = int8_steps(largest as u64) else {
-        out.fill(0);
-        return Multiplier::ZERO;
-    };
-    for (q, &v) in out.iter_mut().zip(x) {
-        let v = if shift == 0 {
-            v
-        } else {
-            round_shift(v as i64, shift) as i32
-        };
-        *q = to_int8.apply(v).clamp(-127, 127) as i8;
-    }
-    scale
-}
-
-/// For inputs whose largest magnitude is `largest` (not 0): the multiplier to int8 steps, the
-/// shift that first brings the values to 30 bits, and what one step is worth.
-fn int8_steps(largest: u64) -> Option<(Multiplier, i32, Multiplier)> {
-    if largest == 0 {
-        return None;
-    }
-    let shift = (64 - largest.leading_zeros()).saturating_sub(30) as i32;
-    let m = round_shift(largest as i64, shift) as u64;
-    let to_int8 = Multiplier::from_ratio(127, m).unwrap_or(Multiplier::ZERO);
-    let scale = Multiplier::from_ratio(m, 127)
-        .and_then(|s| s.times_pow2(shift))
-        .unwrap_or(SATURATED);
-    Some((to_int8, shift, scale))
+    steps.step
 }
 
 /// The input of a linear layer quantized to int8, with what one step of it is worth.
 struct Input<'s> {
     xq: &'s [i8],
     widened: &'s [u32],
-    token: Multiplier,
+    step: Scale16,
 }
 
 impl<'s> Input<'s> {
     /// `x` (`Q(frac)`, times the matrix's activation scales if it has them) quantized for `m`,
     /// its step times `extra`, in `scratch` ([`crate::matrix::scratch_words`]`(m.cols)`).
-    fn new(m: &Matrix<'_>, x: &[i32], extra: Multiplier, scratch: &'s mut [u32]) -> Input<'s> {
+    fn new(m: &Matrix<'_>, x: &[i32], extra: Scale16, scratch: &'s mut [u32]) -> Input<'s> {
         let (xq, widened) = split_scratch(scratch, m.cols);
-        let token = match m.data {
+        let x = &x[..m.cols];
+        let step = match m.data {
             MatrixData::Int8 {
                 act_scales: Some(act),
                 ..
-            } => quantize_int8(|c| scale_of(act[c]).apply_wide(x[c]), xq),
-            _ => quantize_int8_narrow(&x[..m.cols], xq),
+            } => {
+                let act = &act[..m.cols];
+                let top = act_top(act.iter().map(|&a| Scale16::of_f32(a)));
+                let value = |c: usize| act_rescale(Scale16::of_f32(act[c]), top).apply(x[c]);
+                quantize_int8(value, xq).times_pow2(top + ACT_SHIFT)
+            }
+            _ => quantize_int8(|c| x[c], xq),
         };
         kernels::widen_input_i8(xq, widened);
         Input {
             xq,
             widened,
-            token: product(token, extra),
+            step: step.product(extra),
         }
     }
 
     /// `y[k]` = row `first + k` of `m` times the input, in `Q(frac)`: the exact integer sum
-    /// (an int4 row's cut to 31 bits), times the row's multiplier and the input's.
+    /// (an int4 row's cut to 31 bits), rescaled by the row's scale times the input's step.
     fn rows(&self, m: &Matrix<'_>, first: usize, y: &mut [i32]) {
         let m = m.row_range(first, first + y.len());
         match m.data {
@@ -152,7 +128,7 @@ impl<'s> Input<'s> {
                 kernels::row_sums_i8(values, m.cols, self.xq, self.widened, y);
                 // an int8 row's sum has 31 bits at most: no cut
                 for (y, &s) in y.iter_mut().zip(row_scales) {
-                    *y = product(scale_of(s), self.token).apply(*y);
+                    *y = Scale16::of_f32(s).times(self.step).apply(*y);
                 }
             }
             MatrixData::Int4 {
@@ -162,7 +138,7 @@ impl<'s> Input<'s> {
                 group,
             } => {
                 let (row_bytes, groups) = (int4_row_bytes(m.cols), int4_groups(m.cols, group));
-                let row_scale = scale_of(scale);
+                let rescale = Scale16::of_f32(scale).times(self.step);
                 let mut sums = [0i64; INT4_ROWS];
                 for (pass, y) in y.chunks_mut(INT4_ROWS).enumerate() {
                     let (r, n) = (pass * INT4_ROWS, y.len());
@@ -170,21 +146,13 @@ impl<'s> Input<'s> {
                     let codes = &codes[r * groups..(r + n) * groups];
                     kernels::row_sums_i4(values, group, codes, self.xq, self.widened, &mut sums[..n]);
                     for (y, &acc) in y.iter_mut().zip(&sums[..n]) {
-                        *y = self.scaled(row_scale, acc);
+                        *y = rescale_wide(rescale, acc);
                     }
                 }
             }
             // an integer image has int8 and int4 weights alone (`Image::parse`)
             MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => y.fill(0),
         }
-    }
-
-    fn scaled(&self, row: Multiplier, acc: i64) -> i32 {
-        let cut = (64 - acc.unsigned_abs().leading_zeros() as i32 - 31).max(0);
-        product(row, self.token)
-            .times_pow2(cut)
-            .unwrap_or(SATURATED)
-            .apply(round_shift(acc, cut) as i32)
     }
 }
 
@@ -198,17 +166,22 @@ fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
         return y.fill(0); // (`Image::parse` refuses int4 output projections)
     };
     let (xq, _) = split_scratch(scratch, m.rows);
-    let token = quantize_int8(
-        |r| {
-            let scale = scale_of(row_scales[r]).times_pow2(8).unwrap_or(SATURATED);
-            scale.apply_wide(x[r])
-        },
-        xq,
-    );
-    let token = token.times_pow2(-8).unwrap_or(SATURATED);
+    // each input times its row's scale and 2^8, in 64 bits
+    let wide = |r: usize| {
+        let scale = scale_of(row_scales[r]).times_pow2(8).unwrap_or(SATURATED);
+        scale.apply_wide(x[r])
+    };
+    let largest = (0..m.rows).map(|r| wide(r).unsigned_abs()).max().unwrap_or(0);
+    let Some(steps) = Int8Steps::new(largest) else {
+        return y.fill(0);
+    };
+    for (r, q) in xq.iter_mut().enumerate() {
+        *q = steps.quantize(wide(r));
+    }
     kernels::vecmat_sums_i8(xq, values, m.cols, y);
+    let rescale = steps.step.times_pow2(-8).rescale();
     for y in y.iter_mut() {
-        *y = token.apply(*y);
+        *y = rescale.apply(*y);
     }
 }
 
@@ -327,7 +300,7 @@ impl Session<'_, '_> {
             }
             if config.has_emb_proj() {
                 let proj = self.model.emb_proj(table);
-                Input::new(&proj, x, emb_scale, s.quantized_input).rows(&proj, 0, h);
+                Input::new(&proj, x, Scale16::of_multiplier(emb_scale), s.quantized_input).rows(&proj, 0, h);
             } else {
                 h.copy_from_slice(x);
             }
@@ -351,7 +324,7 @@ impl Session<'_, '_> {
             } else {
                 x.copy_from_slice(h);
             }
-            let input = Input::new(&w.qkv, x, Multiplier::ONE, s.quantized_input);
+            let input = Input::new(&w.qkv, x, Scale16::ONE, s.quantized_input);
             let query: &mut [i32] = bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + 1) * width]);
             input.rows(&w.qkv, 0, query);
             let key_value: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..2 * width]);
@@ -375,7 +348,7 @@ impl Session<'_, '_> {
             let s = &mut self.state;
             let a: &[i32] = bytemuck::cast_slice(&s.attn_vec[i * width..(i + 1) * width]);
             let o: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            Input::new(&w.o_net, a, Multiplier::ONE, s.quantized_input).rows(&w.o_net, 0, o);
+            Input::new(&w.o_net, a, Scale16::ONE, s.quantized_input).rows(&w.o_net, 0, o);
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
             add(h, o);
             if !config.pre_lnorm {
@@ -480,11 +453,11 @@ impl Session<'_, '_> {
                 h
             };
             let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
-            Input::new(&w.ff1_weight, x, Multiplier::ONE, s.quantized_input).rows(&w.ff1_weight, 0, inner);
+            Input::new(&w.ff1_weight, x, Scale16::ONE, s.quantized_input).rows(&w.ff1_weight, 0, inner);
             add_bias(inner, w.ff1_bias, 0, frac);
             inner.iter_mut().for_each(|v| *v = (*v).max(0));
             let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-            Input::new(&w.ff2_weight, inner, Multiplier::ONE, s.quantized_input).rows(&w.ff2_weight, 0, out);
+            Input::new(&w.ff2_weight, inner, Scale16::ONE, s.quantized_input).rows(&w.ff2_weight, 0, out);
             add_bias(out, w.ff2_bias, 0, frac);
             add(h, out);
             if !config.pre_lnorm {
@@ -524,7 +497,7 @@ impl Session<'_, '_> {
                 let first = if config.div_val == 1 { start } else { 0 };
                 let weight = model.out_weight(table);
                 let y = &mut row[start..end];
-                Input::new(&weight, x, Multiplier::ONE, scratch).rows(&weight, first, y);
+                Input::new(&weight, x, Scale16::ONE, scratch).rows(&weight, first, y);
                 add_bias(y, model.out_bias(table), first, frac);
             };
             let project = |cluster: usize, projected: &mut [i32], scratch: &mut [u32]| -> usize {
@@ -544,7 +517,7 @@ impl Session<'_, '_> {
             if n_clusters > 0 {
                 let weight = model.cluster_weight();
                 let tails = &mut row[shortlist..shortlist + n_clusters];
-                Input::new(&weight, x, Multiplier::ONE, s.quantized_input).rows(&weight, 0, tails);
+                Input::new(&weight, x, Scale16::ONE, s.quantized_input).rows(&weight, 0, tails);
                 add_bias(tails, model.cluster_bias(), 0, frac);
             }
             log_softmax(&mut row[..shortlist + n_clusters], frac);
@@ -603,7 +576,7 @@ impl Session<'_, '_> {
                 pos[half + k] = round_shift(cos_turns(phase) as i64, shift) as i32;
             }
             let r: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..width]);
-            Input::new(&r_net, pos, Multiplier::ONE, s.quantized_input).rows(&r_net, 0, r);
+            Input::new(&r_net, pos, Scale16::ONE, s.quantized_input).rows(&r_net, 0, r);
             let at = table * stride + d * 4 * width;
             store_position_key(r, config.d_head as usize, &mut keys[at..at + 4 * width]);
         }
@@ -639,7 +612,7 @@ impl Session<'_, '_> {
                 x.fill(0);
             }
             let key_value: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..2 * width]);
-            Input::new(&w.qkv, x, Multiplier::ONE, s.quantized_input).rows(&w.qkv, width, key_value);
+            Input::new(&w.qkv, x, Scale16::ONE, s.quantized_input).rows(&w.qkv, width, key_value);
             let (key, value) = key_value.split_at(width);
             for position in 0..mem_len {
                 self.memory.write_pow2(layer, position, key, value);
