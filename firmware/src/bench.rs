@@ -9,13 +9,14 @@
 //! position, as one token of the demo model computes them. `int8_matvec_pair` is the int8
 //! product for two positions at once, as a segment runs it (its MACs count both positions).
 //! `int8_rows` is the integer sums alone, as the integer arithmetic runs them (the input
-//! already int8, the sums not scaled). `int4_matvec` is the int4 product (W4A8) with groups of [`INT4_GROUP`] columns, the default
-//! of `txl quantize --dtype int4`.
+//! already int8, the sums not scaled). `int4_matvec` is the int4 product (W4A8) with groups of
+//! [`INT4_GROUP`] columns, the default of `txl quantize --dtype int4`.
 //!
 //! Before counting, `bench` checks the attention's integer kernels and the int4 product's
 //! against the portable code on odd shapes (`bench check kernel=attention_int8 shapes=N ok`,
-//! `bench check kernel=int4 shapes=N ok`), and the f16 widening of the vectors on every f16
-//! (`bench check kernel=widen_f16 values=N ok`); a mismatch fails the run.
+//! `bench check kernel=int4 shapes=N ok`), the integer row sums too (`kernel=int8_rows`), and
+//! the f16 widening of the vectors on every f16 (`bench check kernel=widen_f16 values=N ok`); a
+//! mismatch fails the run.
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
 //! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
@@ -91,6 +92,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=attention_int8 shapes={=usize} ok", shapes);
     let shapes = check_int4()?;
     info!("bench check kernel=int4 shapes={=usize} ok", shapes);
+    let shapes = check_int8_rows()?;
+    info!("bench check kernel=int8_rows shapes={=usize} ok", shapes);
     let values = check_widen_f16()?;
     info!("bench check kernel=widen_f16 values={=usize} ok", values);
     for kernel in [
@@ -183,6 +186,39 @@ fn int4_matrix(numbers: &mut Numbers, rows: usize, cols: usize, group: usize) ->
         .map(|_| (numbers.next() >> 24) as u8)
         .collect();
     (packed, codes)
+}
+
+/// The integer row sums (as this board runs them: `kernels::row_sums_i8`) against the portable
+/// ones, on rows of 0 to 131 columns (partial passes of eight and four) and row counts off the
+/// kernels' blocks, inputs down to `-127` against weights down to `-128`. Returns the number of
+/// shapes checked.
+fn check_int8_rows() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x5eed_1e55);
+    let mut shapes = 0;
+    for cols in [0usize, 1, 7, 8, 9, 15, 16, 17, 33, 128, 131] {
+        for rows in [1usize, 3, 4, 5, 8, 9] {
+            let values: Vec<i8> = (0..rows * cols)
+                .map(|_| (numbers.next() >> 24) as u8 as i8)
+                .collect();
+            // the extremes too: -128 weights times -127 inputs
+            let xq: Vec<i8> = (0..cols)
+                .map(|c| match c % 5 {
+                    0 => -127,
+                    _ => ((numbers.next() >> 24) as u8 as i8).max(-127),
+                })
+                .collect();
+            let mut widened = vec![0u32; matrix::scratch_words(cols)];
+            kernels::widen_input_i8(&xq, &mut widened);
+            let (mut fast, mut portable) = (vec![7i32; rows], vec![-7i32; rows]);
+            kernels::row_sums_i8(&values, cols, &xq, &widened, &mut fast);
+            kernels::portable::row_sums_i8(&values, cols, &xq, &mut portable);
+            shapes += 1;
+            if fast != portable {
+                return Err(Failure::KernelMismatch("int8_row_sums"));
+            }
+        }
+    }
+    Ok(shapes)
 }
 
 /// The int4 product's sums (as this board runs them: `kernels::row_sums_i4`) against the

@@ -1,15 +1,17 @@
 //! RV32IM kernels: the base integer instructions and the `M` extension's `MUL`, no SIMD (the
 //! RV32IMAC core of the `riscv32-virt` board). Plain, safe Rust, compiled into the host's unit
-//! tests as well.
+//! tests as well, but for one block of assembly: eight int8 rows a pass ([`row_sums_i8`]).
 //!
 //! A multiply-accumulate costs at least three instructions here: the weight's `LB`, a `MUL`
 //! and an `ADD`. The kernels take several weight rows per pass, so that each input byte loaded
 //! meets all of them, and unroll `STEP` columns, so that one pointer step per row and input
 //! covers them all. The inner loops, as rustc 1.95 compiles them:
 //!
-//! - [`row_sums_i8`]: four rows a pass; per column one input `LB` and four each of `LB`, `MUL`
-//!   and `ADD`: 214 instructions per 64 multiply-accumulates with the five pointer steps and the
-//!   branch, 3.34 each.
+//! - [`row_sums_i8`]: eight rows a pass in assembly (the compiler keeps eight rows' sums on the
+//!   stack); per column one input `LB` and eight each of `LB`, `MUL` and `ADD`: 410
+//!   instructions per 128 multiply-accumulates with the nine pointer steps and the branch, 3.20
+//!   each (the firmware's `bench`: 3.29 with each pass's set-up). The rows after the last eight
+//!   four a pass in Rust: 214 instructions per 64, 3.34 each.
 //! - [`row_sums_pair_i8`]: three rows for two inputs a pass; per column two input `LB`s, three
 //!   weight `LB`s, six `MUL`s and six `ADD`s: 278 instructions per 96, 2.90 each.
 //! - [`key_sums_i8`]: four keys a pass as four rows, each 16-bit query value (`LH`) meeting
@@ -158,7 +160,119 @@ fn rows_in_passes<const R: usize, const P: usize>(
 /// over the first `min(cols, xq.len())` columns): four rows per pass, the last rows one at a
 /// time. The same sums.
 pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
-    rows_in_passes::<ROWS, 1>(values, cols, [&xq[..cols.min(xq.len())]], [sums]);
+    let x = &xq[..cols.min(xq.len())];
+    let n = x.len();
+    let blocks = sums.len() / WIDE_ROWS * WIDE_ROWS;
+    let (wide, rest) = sums.split_at_mut(blocks);
+    for (b, out) in wide.chunks_exact_mut(WIDE_ROWS).enumerate() {
+        let rows = core::array::from_fn(|k| &values[(WIDE_ROWS * b + k) * cols..][..n]);
+        out.copy_from_slice(&eight_rows(x, rows));
+    }
+    rows_in_passes::<ROWS, 1>(&values[blocks * cols..], cols, [x], [rest]);
+}
+
+/// Rows per pass of [`eight_rows`].
+const WIDE_ROWS: usize = 8;
+
+/// `row_k · x` for eight rows (each as long as `x`), each input byte loaded once for the eight:
+/// off RISC-V, [`pass`].
+#[cfg(not(target_arch = "riscv32"))]
+fn eight_rows(x: &[i8], rows: [&[i8]; WIDE_ROWS]) -> [i32; WIDE_ROWS] {
+    let [acc] = pass::<WIDE_ROWS, 1, i8, false>(rows, [x], x.len());
+    acc
+}
+
+/// [`eight_rows`] on RV32IM, whose compiler keeps eight rows' sums on the stack: sixteen columns
+/// a step in assembly, per column one input `LB` and eight each of `LB`, `MUL` and `ADD`, then
+/// nine pointer steps and the branch (410 instructions per 128 multiply-accumulates, 3.20
+/// each); the columns after the last sixteen by [`pass`].
+#[cfg(target_arch = "riscv32")]
+fn eight_rows(x: &[i8], rows: [&[i8]; WIDE_ROWS]) -> [i32; WIDE_ROWS] {
+    let n = x.len();
+    let body = n / STEP * STEP;
+    let mut acc = [0i32; WIDE_ROWS];
+    if body > 0 {
+        let [mut p0, mut p1, mut p2, mut p3, mut p4, mut p5, mut p6, mut p7] = rows.map(|r| r.as_ptr());
+        let mut xp = x.as_ptr();
+        let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5, mut a6, mut a7] = acc;
+        // SAFETY: each pointer reads the first `body` bytes of its slice (each at least `n`
+        // long), sixteen a step at offsets 0 to 15, then moves on by 16; `end` is where the
+        // input's pointer stops.
+        unsafe {
+            let end = xp.add(body);
+            core::arch::asm!(
+                "2:",
+                ".irp k, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+                "lb {x}, \\k({xp})",
+                "lb {w}, \\k({p0})",
+                "mul {w}, {w}, {x}",
+                "add {a0}, {a0}, {w}",
+                "lb {w}, \\k({p1})",
+                "mul {w}, {w}, {x}",
+                "add {a1}, {a1}, {w}",
+                "lb {w}, \\k({p2})",
+                "mul {w}, {w}, {x}",
+                "add {a2}, {a2}, {w}",
+                "lb {w}, \\k({p3})",
+                "mul {w}, {w}, {x}",
+                "add {a3}, {a3}, {w}",
+                "lb {w}, \\k({p4})",
+                "mul {w}, {w}, {x}",
+                "add {a4}, {a4}, {w}",
+                "lb {w}, \\k({p5})",
+                "mul {w}, {w}, {x}",
+                "add {a5}, {a5}, {w}",
+                "lb {w}, \\k({p6})",
+                "mul {w}, {w}, {x}",
+                "add {a6}, {a6}, {w}",
+                "lb {w}, \\k({p7})",
+                "mul {w}, {w}, {x}",
+                "add {a7}, {a7}, {w}",
+                ".endr",
+                "addi {xp}, {xp}, 16",
+                "addi {p0}, {p0}, 16",
+                "addi {p1}, {p1}, 16",
+                "addi {p2}, {p2}, 16",
+                "addi {p3}, {p3}, 16",
+                "addi {p4}, {p4}, 16",
+                "addi {p5}, {p5}, 16",
+                "addi {p6}, {p6}, 16",
+                "addi {p7}, {p7}, 16",
+                "bne {xp}, {end}, 2b",
+                xp = inout(reg) xp,
+                p0 = inout(reg) p0,
+                p1 = inout(reg) p1,
+                p2 = inout(reg) p2,
+                p3 = inout(reg) p3,
+                p4 = inout(reg) p4,
+                p5 = inout(reg) p5,
+                p6 = inout(reg) p6,
+                p7 = inout(reg) p7,
+                a0 = inout(reg) a0,
+                a1 = inout(reg) a1,
+                a2 = inout(reg) a2,
+                a3 = inout(reg) a3,
+                a4 = inout(reg) a4,
+                a5 = inout(reg) a5,
+                a6 = inout(reg) a6,
+                a7 = inout(reg) a7,
+                end = in(reg) end,
+                x = out(reg) _,
+                w = out(reg) _,
+                options(nostack, readonly),
+            );
+        }
+        let _ = (xp, p0, p1, p2, p3, p4, p5, p6, p7);
+        acc = [a0, a1, a2, a3, a4, a5, a6, a7];
+    }
+    if body < n {
+        let tail = rows.map(|r| &r[body..n]);
+        let [rest] = pass::<WIDE_ROWS, 1, i8, false>(tail, [&x[body..]], n - body);
+        for (a, r) in acc.iter_mut().zip(rest) {
+            *a = a.wrapping_add(r);
+        }
+    }
+    acc
 }
 
 /// [`row_sums_i8`] for two inputs at once, `sums[p][r] = values[r] · xq[p]`: three rows per
