@@ -391,6 +391,17 @@ pub fn round_shift(v: i64, shift: i32) -> i64 {
     }
 }
 
+/// [`round_shift`] of an `i32` by `0..=31`, in 32-bit arithmetic: `⌊v / 2^shift⌋` plus bit
+/// `shift - 1` of `v` (the same halves rounded up), so no sum can overflow.
+#[inline]
+pub fn round_shift_i32(v: i32, shift: u32) -> i32 {
+    if shift == 0 {
+        v
+    } else {
+        (v >> shift) + ((v >> (shift - 1)) & 1)
+    }
+}
+
 /// `x` clamped to the `i32` range.
 #[inline]
 pub fn saturate(x: i64) -> i32 {
@@ -610,8 +621,20 @@ pub fn fixed_of_f32_wide(value: f32, frac: u32) -> i64 {
     }
 }
 
-/// [`fixed_of_f32_wide`] saturated to `i32`.
+/// [`fixed_of_f32_wide`] saturated to `i32`: in 32-bit arithmetic where the value's 24-bit
+/// mantissa is shifted right (most values: a core without 64-bit shifts pays for none), else
+/// by [`fixed_of_f32_wide`].
+#[inline]
 pub fn fixed_of_f32(value: f32, frac: u32) -> i32 {
+    let bits = value.to_bits();
+    let exponent = (bits >> 23) & 0xFF;
+    // |value| · 2^frac = (2^23 + fraction) · 2^-right
+    let right = 150 - exponent as i32 - frac as i32;
+    if exponent != 0 && (1..=24).contains(&right) {
+        let m = 1 << 23 | bits & 0x7F_FFFF;
+        let magnitude = ((m + (1 << (right - 1))) >> right) as i32; // below 2^24
+        return if bits >> 31 != 0 { -magnitude } else { magnitude };
+    }
     saturate(fixed_of_f32_wide(value, frac))
 }
 
@@ -979,6 +1002,24 @@ mod tests {
                 got <= exact && exact - got <= exact * libm::exp2(-29.0),
                 "{num}/{den}: {got} vs {exact}"
             );
+        }
+    }
+
+    #[test]
+    fn rounding_shifts_in_32_bits_are_the_wide_ones() {
+        let mut rng = Rng::new(14);
+        for i in 0..20_000u32 {
+            let v = match i {
+                0 => i32::MIN,
+                1 => i32::MAX,
+                _ => (rng.next_u64() as i32) >> (i % 31),
+            };
+            for shift in 0..32 {
+                assert_eq!(
+                    round_shift_i32(v, shift) as i64,
+                    round_shift(v as i64, shift as i32)
+                );
+            }
         }
     }
 

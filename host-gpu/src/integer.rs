@@ -702,7 +702,7 @@ impl IntegerModel {
                                     let content: i32 = content_q.iter().zip(k).map(|(a, b)| a * b).sum();
                                     let position: i32 = position_q.iter().zip(r).map(|(a, b)| a * b).sum();
                                     attention_score(
-                                        self.inv_sqrt_d_head,
+                                        Scale16::of_multiplier(self.inv_sqrt_d_head).rescale(),
                                         self.frac,
                                         (content, content_e + ke),
                                         (position, position_e + re),

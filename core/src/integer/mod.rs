@@ -38,21 +38,30 @@ pub const SCORE_FRAC: u32 = 20;
 
 /// The score `(content · 2^ce + position · 2^pe) / sqrt(d_head)` in `Q20` nats from the two
 /// integer dot products and their powers of two (in `Q(2 frac)` units), `inv_sqrt_d_head`
-/// being `1 / sqrt(d_head)`: the sum cut to 31 bits, then one 32 × 32 → 64-bit product.
+/// being `1 / sqrt(d_head)` to 15 bits ([`Scale16::rescale`](crate::fixed_point::Scale16)):
+/// the sum cut to 31 bits, then one [`Rescale::apply`].
 pub fn attention_score(
-    inv_sqrt_d_head: crate::fixed_point::Multiplier,
+    inv_sqrt_d_head: crate::fixed_point::Rescale,
     frac: u32,
     (content, ce): (i32, i32),
     (position, pe): (i32, i32),
 ) -> i32 {
-    use crate::fixed_point::{round_shift, saturate};
+    use crate::fixed_point::round_shift;
     let e = ce.min(pe);
-    let sum = round_shift(content as i64, e - ce).saturating_add(round_shift(position as i64, e - pe));
-    let bits = 64 - sum.unsigned_abs().leading_zeros() as i32;
-    let cut = (bits - 31).max(0);
-    let sum = round_shift(sum, cut) as i32;
-    let e = e + cut;
-    let product = sum as i64 * inv_sqrt_d_head.mantissa as i64;
-    let shift = inv_sqrt_d_head.shift as i32 + 2 * frac as i32 - SCORE_FRAC as i32 - e;
-    saturate(round_shift(product, shift))
+    let (a, b) = (ce - e, pe - e);
+    let sum = if a < 32 && b < 32 {
+        // each below 2^62 in magnitude: no overflow
+        ((content as i64) << a) + ((position as i64) << b)
+    } else {
+        round_shift(content as i64, -a).saturating_add(round_shift(position as i64, -b))
+    };
+    let (sum, e) = if sum > i32::MIN as i64 && sum <= i32::MAX as i64 {
+        (sum as i32, e)
+    } else {
+        let cut = 64 - sum.unsigned_abs().leading_zeros() as i32 - 31;
+        (round_shift(sum, cut) as i32, e + cut)
+    };
+    inv_sqrt_d_head
+        .times_pow2(SCORE_FRAC as i32 + e - 2 * frac as i32)
+        .apply(sum)
 }

@@ -18,7 +18,8 @@ use crate::attention::AttentionShape;
 use crate::config::MAX_CLUSTERS;
 use crate::fixed_point::{
     cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
-    position_frequency, round_shift, saturate, sin_turns, sqrt_multiplier, to_f32, Multiplier, Scale16,
+    position_frequency, round_shift, round_shift_i32, saturate, sin_turns, sqrt_multiplier, to_f32,
+    Multiplier, Rescale, Scale16,
 };
 use crate::integer::{
     act_rescale, act_top, attention_score, layer_norm_with, log_softmax, pow2_exponent, rescale_wide,
@@ -212,7 +213,7 @@ fn query_words(q: &[i32], b: Vector<'_>, first: usize, frac: u32, top: i64, word
     }
     let half = |c: usize| -> u32 {
         match c < q.len() {
-            true => round_shift(with(c) as i64, e) as i16 as u16 as u32,
+            true => round_shift_i32(with(c), e as u32) as i16 as u16 as u32,
             false => 0,
         }
     };
@@ -235,7 +236,7 @@ fn store_position_key(row: &[i32], d_head: usize, out: &mut [u8]) {
     for (head, chunk) in row.chunks_exact(d_head).enumerate() {
         let e = pow2_exponent(chunk, 127);
         for (q, &v) in values[head * d_head..].iter_mut().zip(chunk) {
-            *q = round_shift(v as i64, e) as i8 as u8;
+            *q = round_shift_i32(v, e as u32) as i8 as u8;
         }
         exponents[head] = e as u8;
     }
@@ -340,7 +341,9 @@ impl Session<'_, '_> {
             }
             _ => layer,
         };
-        let inv_sqrt_d_head = inverse_sqrt_multiplier(config.d_head).unwrap_or(Multiplier::ZERO);
+        let inv_sqrt_d_head =
+            Scale16::of_multiplier(inverse_sqrt_multiplier(config.d_head).unwrap_or(Multiplier::ZERO))
+                .rescale();
         for i in 0..shape.qlen {
             self.attend_integer(layer, shape, (table, inv_sqrt_d_head), i, frac);
         }
@@ -365,7 +368,7 @@ impl Session<'_, '_> {
         &mut self,
         layer: usize,
         shape: &AttentionShape,
-        (table, inv_sqrt_d_head): (usize, Multiplier),
+        (table, inv_sqrt_d_head): (usize, Rescale),
         i: usize,
         frac: u32,
     ) {
@@ -425,7 +428,10 @@ impl Session<'_, '_> {
                 .max()
                 .unwrap_or(0);
             for j in lo..=hi {
-                sums[j] = round_shift(probs[j] as i64, e_max - exponent(j)) as i32;
+                // a probability is below 2^15: shifted by 16 or more it is 0; a key of a larger
+                // power of two than `e_max` has probability 0
+                let shift = (e_max - exponent(j)).clamp(0, 16) as u32;
+                sums[j] = round_shift_i32(probs[j] as i32, shift);
             }
             let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
             acc.fill(0);
