@@ -347,18 +347,22 @@ impl Rescale {
         }
     }
 
-    /// `round(x · mantissa / 2^shift)`, halves up, saturated to `i32`. For a shift in `17..=46`:
-    /// `x = h · 2^16 + l` (`l` the low 16 bits, unsigned), and
-    /// `⌊(x m + 2^(s-1)) / 2^s⌋ = ⌊(h m + 2^(s-17) + ⌊l m / 2^16⌋) / 2^(s-16)⌋`, each term within
-    /// 32 bits (`|h m| ≤ 2^30`, `l m < 2^31`); other shifts take one 64-bit product.
+    /// `round(x · mantissa / 2^shift)`, halves up, saturated to `i32`. With `x = h · 2^16 + l`
+    /// (`l` the low 16 bits, unsigned; `|h m| ≤ 2^30`, `l m < 2^31`), in 32-bit arithmetic:
+    /// for a shift in `17..=46`,
+    /// `⌊(x m + 2^(s-1)) / 2^s⌋ = ⌊(h m + 2^(s-17) + ⌊l m / 2^16⌋) / 2^(s-16)⌋`; for a shift in
+    /// `1..=16` and `|h m| < 2^(14+s)` (a result below `2^30`),
+    /// `h m · 2^(16-s) + ⌊(l m + 2^(s-1)) / 2^s⌋`. Other cases take one 64-bit product.
     #[inline]
     pub fn apply(self, x: i32) -> i32 {
         let s = self.shift;
+        let m = self.mantissa as i32;
+        let (high, low) = ((x >> 16) * m, (x as u32 & 0xFFFF) * self.mantissa);
         if (17..=46).contains(&s) {
-            let m = self.mantissa as i32;
-            let high = (x >> 16) * m + (1 << (s - 17));
-            let low = ((x as u32 & 0xFFFF) * self.mantissa) >> 16;
-            return (high + low as i32) >> (s - 16);
+            return (high + (1 << (s - 17)) + (low >> 16) as i32) >> (s - 16);
+        }
+        if (1..=16).contains(&s) && high.unsigned_abs() < 1 << (14 + s) {
+            return (high << (16 - s)) + ((low + (1 << (s - 1))) >> s) as i32;
         }
         saturate(round_shift(x as i64 * self.mantissa as i64, s))
     }

@@ -17,7 +17,7 @@
 //! | a linear layer's input | int8, per position: `round(x · 127 / max|x|)` | `max|x| / 127`, a [`Multiplier`] |
 //! | its output | `acc` rescaled by row scale × step ([`Scale16::times`], [`txl_core::fixed_point::Rescale::apply`]) | `Q(frac)` |
 //! | biases, `u`, `v` | `i32` | `Q(frac)` |
-//! | LayerNorm gain | `i32` | `Q(gain_frac)`, per vector |
+//! | LayerNorm gain | its magnitude to 16 bits and its sign | a [`Scale16`] |
 //! | keys, values, position keys | int8 per position and head, `round(x / 2^e)` | `2^e` (`e ≥ 0`, `Q(frac)` units) |
 //! | queries `q + u`, `q + v` | 16 bits per head, `round(x / 2^e)`, `|·| ≤ 2^31 / 127 / d_head` | `2^e` |
 //! | scores | `i32` | `Q20` nats |
@@ -33,8 +33,8 @@ use txl_core::fixed_point::{
     sin_turns, Multiplier, Scale16,
 };
 use txl_core::integer::{
-    act_rescale, act_top, attention_score, layer_norm, log_softmax, pow2_exponent, rescale_wide, softmax_q15,
-    Int8Steps, LayerNormParams, ACT_SHIFT,
+    act_rescale, act_top, attention_score, layer_norm, log_softmax, pow2_exponent, rescale_wide,
+    signed_scale, softmax_q15, Int8Steps, LayerNormParams, SignedScale, ACT_SHIFT,
 };
 use txl_core::weights::{
     int4_groups, int4_multiplier, int4_row_bytes, int4_value, Matrix, MatrixData, Vector,
@@ -272,24 +272,15 @@ fn fixed_vector(v: Vector<'_>, frac: u32) -> Vec<i32> {
 /// A LayerNorm's parameters in fixed point.
 #[derive(Clone, Debug)]
 struct Norm {
-    gain: Vec<i32>,
-    gain_frac: u32,
+    gain: Vec<SignedScale>,
     bias: Vec<i32>,
     epsilon: u64,
 }
 
 impl Norm {
     fn new(gain: Vector<'_>, bias: Vector<'_>, eps: f32, frac: u32) -> Norm {
-        // the largest |gain| (the order of non-negative f32 bits is their values'), and the
-        // most fraction bits that keep it below 2^30
-        let largest = f32::from_bits(gain.iter().map(|g| g.to_bits() & 0x7FFF_FFFF).max().unwrap_or(0));
-        let mut gain_frac = 30u32;
-        while gain_frac > 0 && fixed_of_f32_wide(largest, gain_frac) >= 1 << 30 {
-            gain_frac -= 1;
-        }
         Norm {
-            gain: fixed_vector(gain, gain_frac),
-            gain_frac,
+            gain: gain.iter().map(signed_scale).collect(),
             bias: fixed_vector(bias, frac),
             epsilon: fixed_of_f32_wide(eps, 2 * frac).max(0) as u64,
         }
@@ -298,7 +289,6 @@ impl Norm {
     fn apply(&self, x: &[i32], frac: u32, out: &mut [i32]) {
         let params = LayerNormParams {
             gain: &self.gain,
-            gain_frac: self.gain_frac,
             bias: &self.bias,
             epsilon: self.epsilon,
         };

@@ -1,60 +1,57 @@
 //! LayerNorm in integers: `y = (x - mean) / sqrt(var + eps) · gain + bias` on a `Q(frac)` row.
 
-use crate::fixed_point::{isqrt, round_shift, Multiplier};
+use crate::fixed_point::{isqrt, round_shift, round_shift_i32, Scale16};
 
-/// The format of the normalised row `(x - mean) / σ` inside [`layer_norm`]: `Q20`, so rows of
-/// up to `2^14` values (`|z| ≤ sqrt(n) ≤ 2^7`) fit an `i32` with room.
-pub const NORMAL_FRAC: u32 = 20;
+/// A gain as LayerNorm takes it: its magnitude to 16 significant bits and its sign.
+pub type SignedScale = (Scale16, bool);
+
+/// `value`'s magnitude as a [`Scale16`] (from its bits) and whether it is negative.
+pub fn signed_scale(value: f32) -> SignedScale {
+    let bits = value.to_bits();
+    (
+        Scale16::of_f32(f32::from_bits(bits & 0x7FFF_FFFF)),
+        bits >> 31 != 0,
+    )
+}
 
 /// A LayerNorm's parameters in fixed point.
 #[derive(Clone, Copy, Debug)]
 pub struct LayerNormParams<'a> {
-    /// The gain `γ`, `Q(gain_frac)`.
-    pub gain: &'a [i32],
-    /// The fraction bits of `gain`, `0..=31`.
-    pub gain_frac: u32,
-    /// The bias `β`, in the output's `Q(frac)`.
+    /// The gains ([`signed_scale`]).
+    pub gain: &'a [SignedScale],
+    /// The biases in `Q(frac)`.
     pub bias: &'a [i32],
-    /// `eps` in `Q(2 · frac)` (the variance's format), rounded to nearest.
+    /// Epsilon in `Q(2 frac)`.
     pub epsilon: u64,
 }
 
-/// `out = LayerNorm(x)` for one row of `n = x.len()` values in `Q(frac)` (`1 ≤ n ≤ 2^14`,
-/// `gain`, `bias` and `out` of that length), output in `Q(frac)` too, saturated:
-///
-/// 1. `D = n · x - Σ x`, exactly in `i64` (`n` times the deviation from the mean; `|D| < 2^46`);
-/// 2. `D` cut to 16 bits for the variance, `v = round(D / 2^s)` with `|v| ≤ 2^15`, and to 31
-///    bits for the normalisation, `w = round(D / 2^t)` with `|w| ≤ 2^30`;
-/// 3. `V = floor(Σ v² · 2^16 / n) + eps · n² · 2^(16 - 2s)` (`Σ v² ≤ n · 2^30`, so
-///    `Σ v² · 2^16` fits `u64`), which is `n² (var + eps) 2^(16 - 2s)`, and
-///    `σ' = isqrt(V)`, which is `n σ 2^(8 - s)`;
-/// 4. `z = w · 2^(8 + NORMAL_FRAC) / (σ' · 2^(s - t))`, the normalised value in `Q20`, with one
-///    [`Multiplier`] (`|z| < 2^27`); `σ' = 0` (a constant row and no epsilon) gives `z = 0`;
-/// 5. `y = round(z · gain / 2^(NORMAL_FRAC + gain_frac - frac)) + bias` (an `i64` product
-///    below `2^58`).
-///
-/// The 16-bit variance gives `σ` to about `2^-15` relative; everything else is exact or
-/// rounded in the last place.
+/// [`layer_norm_with`] of the gains and biases in `params`.
 pub fn layer_norm(x: &[i32], params: &LayerNormParams<'_>, frac: u32, out: &mut [i32]) {
     let (gain, bias) = (params.gain, params.bias);
     let n = x.len().min(gain.len()).min(bias.len());
-    let gains = |i: usize| gain[i];
-    let biases = |i: usize| bias[i];
-    layer_norm_with(
-        &x[..n],
-        (gains, params.gain_frac),
-        biases,
-        params.epsilon,
-        frac,
-        out,
-    );
+    layer_norm_with(&x[..n], |i| gain[i], |i| bias[i], params.epsilon, frac, out);
 }
 
-/// [`layer_norm`] with the gain (`Q(gain_frac)`) and bias (`Q(frac)`) of column `i` given by
-/// functions, for parameters made from the image's floats as they are read.
+/// `out = LayerNorm(x)` for one row of `n = x.len()` values in `Q(frac)` (`1 ≤ n ≤ 2^14`,
+/// `gain`, `bias` and `out` of that length), output in `Q(frac)` too, saturated. Every step is
+/// 32-bit arithmetic but the sums and three divisions per row:
+///
+/// 1. the mean `m = round(Σ x · 2^k / n)` (halves up) with the most fraction bits `k ≤ 16` that
+///    keep each `x · 2^k` below `2^30`, and the deviations `d = x · 2^k - m`;
+/// 2. `d` cut to 16 bits for the variance, `c = round(d / 2^s)` with `|c| ≤ 2^15`;
+/// 3. `V = floor(Σ c² · 2^16 / n) + eps · 2^(16 - 2s + 2k)` (`Σ c² ≤ n · 2^30`, so `Σ c² · 2^16`
+///    fits `u64`), which is `(var + eps) 2^(16 - 2s + 2k)` in `Q(2 frac)` units, and
+///    `σ' = isqrt(V)`, which is `σ 2^(frac + 8 - s + k)`;
+/// 4. `1 / σ'` times `2^(frac + 8 - s)` as a [`Scale16`] (one 32-bit division of `2^31` by
+///    `σ'`'s 16 leading bits); `σ' = 0` (a constant row and no epsilon) gives `y = bias`;
+/// 5. `y = round(d · |gain| / σ) · sign(gain) + bias`, the gain's 16-bit scale times `1 / σ`
+///    as one [`Rescale`](crate::fixed_point::Rescale) (15 bits) applied to `d`.
+///
+/// The 16-bit variance gives `σ` to about `2^-15` relative, the 15-bit rescale `y - bias` to
+/// about `2^-15`; everything else is exact or rounded in the last place.
 pub fn layer_norm_with(
     x: &[i32],
-    (gain, gain_frac): (impl Fn(usize) -> i32, u32),
+    gain: impl Fn(usize) -> SignedScale,
     bias: impl Fn(usize) -> i32,
     epsilon: u64,
     frac: u32,
@@ -65,28 +62,37 @@ pub fn layer_norm_with(
         return;
     }
     let sum: i64 = x.iter().map(|&v| v as i64).sum();
-    let deviation = |v: i32| v as i64 * n - sum;
+    // k fraction bits more for the mean, as many as keep every `x · 2^k` below 2^30 (at most 16)
+    let top = x.iter().map(|&v| v.unsigned_abs()).max().unwrap_or(0);
+    let k = top.leading_zeros().saturating_sub(2).min(16);
+    let mean = ((sum << k) + n / 2).div_euclid(n) as i32; // |Σ x · 2^k| ≤ n · 2^30
+    let deviation = |v: i32| (v << k).saturating_sub(mean);
     let largest = x.iter().map(|&v| deviation(v).unsigned_abs()).max().unwrap_or(0);
-    let bits = 64 - largest.leading_zeros();
-    let (s, t) = (bits.saturating_sub(15) as i32, bits.saturating_sub(30) as i32);
+    let s = (32 - largest.leading_zeros()).saturating_sub(15);
     let squares: u64 = x
         .iter()
         .map(|&v| {
-            let cut = round_shift(deviation(v), s);
-            (cut * cut) as u64
+            let c = round_shift_i32(deviation(v), s); // |c| ≤ 2^15
+            (c * c) as u32 as u64
         })
         .sum();
-    let epsilon =
-        (round_shift(epsilon.min(1 << 61) as i64, 2 * s - 16) as u64).saturating_mul((n * n) as u64);
+    let epsilon = round_shift(epsilon.min(1 << 61) as i64, 2 * (s as i32 - k as i32) - 16) as u64;
     let variance = ((squares << 16) / n as u64).saturating_add(epsilon);
-    let sigma = isqrt(variance) as u64;
-    let normalise =
-        Multiplier::from_ratio(1 << (8 + NORMAL_FRAC), sigma << (s - t)).unwrap_or(Multiplier::ZERO);
-    let shift = (NORMAL_FRAC + gain_frac) as i32 - frac as i32;
+    let sigma = isqrt(variance); // below 2^31
+    if sigma == 0 {
+        for (i, y) in out.iter_mut().enumerate().take(x.len()) {
+            *y = bias(i);
+        }
+        return;
+    }
+    let drop = (32 - sigma.leading_zeros()).saturating_sub(16) as i32;
+    let exponent = frac as i32 + 8 - s as i32 - 31 - drop;
+    let inverse = Scale16::of_wide(((1u32 << 31) / (sigma >> drop)) as u64, exponent);
     for (i, (y, &v)) in out.iter_mut().zip(x).enumerate() {
-        let z = normalise.apply(round_shift(deviation(v), t) as i32) as i64;
-        let scaled = round_shift(z * gain(i) as i64, shift);
-        *y = (scaled + bias(i) as i64).clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+        let (g, negative) = gain(i);
+        let scaled = g.times(inverse).apply(deviation(v));
+        let scaled = if negative { scaled.saturating_neg() } else { scaled };
+        *y = scaled.saturating_add(bias(i));
     }
 }
 
@@ -117,13 +123,11 @@ mod tests {
             let gain: Vec<f64> = (0..n).map(|_| 1.0 + rng.symmetric_f32() as f64 * 0.5).collect();
             let bias: Vec<f64> = (0..n).map(|_| rng.symmetric_f32() as f64 * 0.2).collect();
             let eps = 1e-5;
-            let gain_frac = 28;
             let xq: Vec<i32> = x.iter().map(|&v| fixed(v, frac)).collect();
-            let gq: Vec<i32> = gain.iter().map(|&v| fixed(v, gain_frac)).collect();
+            let gq: Vec<SignedScale> = gain.iter().map(|&v| signed_scale(v as f32)).collect();
             let bq: Vec<i32> = bias.iter().map(|&v| fixed(v, frac)).collect();
             let params = LayerNormParams {
                 gain: &gq,
-                gain_frac,
                 bias: &bq,
                 epsilon: libm::round(eps * libm::exp2(2.0 * frac as f64)) as u64,
             };
@@ -134,13 +138,13 @@ mod tests {
             let mean = xr.iter().sum::<f64>() / n as f64;
             let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n as f64;
             for i in 0..n {
-                let g = gq[i] as f64 / libm::exp2(gain_frac as f64);
+                let g = gain[i] as f32 as f64;
                 let b = bq[i] as f64 / libm::exp2(frac as f64);
                 let expected = (xr[i] - mean) / libm::sqrt(var + eps) * g + b;
                 let got = out[i] as f64 / libm::exp2(frac as f64);
-                // 16-bit deviations in the variance (about 2^-15 relative in σ) and Q(frac)
-                // rounding
-                let bound = 1e-4 * (expected - b).abs() + 1e-5 + 2.0 * libm::exp2(-(frac as f64));
+                // 16-bit deviations in the variance (about 2^-15 relative in σ), the gain to 16
+                // bits, the 15-bit rescale, the mean rounded, and Q(frac) rounding
+                let bound = 1.5e-4 * (expected - b).abs() + 1e-5 + 2.0 * libm::exp2(-(frac as f64));
                 let error = (got - expected).abs();
                 assert!(error <= bound, "n {n} frac {frac} i {i}: {got} vs {expected}");
                 worst = worst.max(error);
@@ -153,12 +157,11 @@ mod tests {
     #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn a_constant_row_gives_the_bias() {
         let x = [5 << 16; 8];
-        let gain = [1 << 20; 8];
+        let gain = [signed_scale(1.0); 8];
         let bias = [3, -3, 0, 7, 1, 2, 3, 4];
         for epsilon in [0, 1 << 10] {
             let params = LayerNormParams {
                 gain: &gain,
-                gain_frac: 20,
                 bias: &bias,
                 epsilon,
             };
@@ -172,13 +175,12 @@ mod tests {
     #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn extreme_rows_saturate_without_overflow() {
         let x = [i32::MAX, i32::MIN, i32::MAX, i32::MIN];
-        let gain = [i32::MAX; 4];
+        let gain = [signed_scale(2_147_483_648.0); 4];
         let bias = [i32::MAX; 4];
         let mut out = [0; 4];
         // z = ±1: the largest gain and bias saturate at +1, cancel at -1
         let params = LayerNormParams {
             gain: &gain,
-            gain_frac: 0,
             bias: &bias,
             epsilon: 0,
         };

@@ -9,7 +9,7 @@
 //!
 //! | operation | input | output | how |
 //! |---|---|---|---|
-//! | [`layer_norm`] | `Q(frac)` | `Q(frac)` | mean in `i64`; variance of the deviations cut to 16 bits, in `u64`; [`isqrt`](crate::fixed_point::isqrt); one [`Multiplier`](crate::fixed_point::Multiplier) for `1/σ`; gain `Q(gain_frac)` in `i64` products |
+//! | [`layer_norm`] | `Q(frac)` | `Q(frac)` | sum in `i64`, the mean rounded; variance of the deviations cut to 16 bits, in `u64`; [`isqrt`](crate::fixed_point::isqrt); `1/σ` and each gain as [`Scale16`](crate::fixed_point::Scale16)s, one 32-bit rescale per value |
 //! | [`softmax_q15`] | scores `Q(frac)` nats | probabilities `Q15`, at most `32767` | [`exp_neg`](crate::fixed_point::exp_neg) of each score's distance to the largest, sum in `u64`, one reciprocal |
 //! | [`Int8Steps`], [`act_rescale`] | a linear layer's input `Q(frac)` | int8 and one [`Scale16`](crate::fixed_point::Scale16) step; rows rescaled by row scale × step | two 32-bit divisions per input, two 32-bit products per value and per output row |
 //! | [`log_softmax`] | logits `Q(frac)` nats | `ln p` in `Q(frac)` | `x - max - ln Σ e^(x - max)` with [`ln`](crate::fixed_point::ln) |
@@ -18,7 +18,7 @@ mod layer_norm;
 mod linear;
 mod softmax;
 
-pub use layer_norm::{layer_norm, layer_norm_with, LayerNormParams, NORMAL_FRAC};
+pub use layer_norm::{layer_norm, layer_norm_with, signed_scale, LayerNormParams, SignedScale};
 pub use linear::{act_rescale, act_top, rescale_wide, Int8Steps, ACT_SHIFT};
 pub use softmax::{log_softmax, softmax_q15, to_exp_input, PROBABILITY_ONE};
 

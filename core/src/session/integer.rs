@@ -23,7 +23,7 @@ use crate::fixed_point::{
 };
 use crate::integer::{
     act_rescale, act_top, attention_score, layer_norm_with, log_softmax, pow2_exponent, rescale_wide,
-    softmax_q15, Int8Steps, ACT_SHIFT, SCORE_FRAC,
+    signed_scale, softmax_q15, Int8Steps, ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -186,20 +186,13 @@ fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
     }
 }
 
-/// `out = LayerNorm(x)` with the image's gain and bias, in `Q(frac)`: the gain in as many
-/// fraction bits as keep its largest value below `2^30`.
+/// `out = LayerNorm(x)` with the image's gain and bias, in `Q(frac)`: each gain's magnitude to
+/// 16 bits and its sign, each bias in `Q(frac)`.
 fn layer_norm(gain: Vector<'_>, bias: Vector<'_>, eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
-    // the order of non-negative f32 bits is their values'
-    let magnitude = |i: usize| element(gain, i).to_bits() & 0x7FFF_FFFF;
-    let largest = f32::from_bits((0..gain.len()).map(magnitude).max().unwrap_or(0));
-    let mut gain_frac = 30u32;
-    while gain_frac > 0 && fixed_of_f32_wide(largest, gain_frac) >= 1 << 30 {
-        gain_frac -= 1;
-    }
     let epsilon = fixed_of_f32_wide(eps, 2 * frac).max(0) as u64;
-    let gains = |i: usize| fixed_of_f32(element(gain, i), gain_frac);
+    let gains = |i: usize| signed_scale(element(gain, i));
     let biases = |i: usize| fixed_of_f32(element(bias, i), frac);
-    layer_norm_with(x, (gains, gain_frac), biases, epsilon, frac, out);
+    layer_norm_with(x, gains, biases, epsilon, frac, out);
 }
 
 /// One head's 16-bit query `q + b` (`b` the bias `Q(frac)` from column `first` on), as
