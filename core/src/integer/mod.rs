@@ -39,7 +39,7 @@ pub const SCORE_FRAC: u32 = 20;
 /// The score `(content · 2^ce + position · 2^pe) / sqrt(d_head)` in `Q20` nats from the two
 /// integer dot products and their powers of two (in `Q(2 frac)` units), `inv_sqrt_d_head`
 /// being `1 / sqrt(d_head)` to 15 bits ([`Scale16::rescale`](crate::fixed_point::Scale16)):
-/// the sum cut to 31 bits, then one [`Rescale::apply`].
+/// the sum cut to 31 bits, then one [`Rescale::apply`](crate::fixed_point::Rescale::apply).
 pub fn attention_score(
     inv_sqrt_d_head: crate::fixed_point::Rescale,
     frac: u32,
