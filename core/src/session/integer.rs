@@ -58,11 +58,27 @@ fn element(v: Vector<'_>, i: usize) -> f32 {
     }
 }
 
+/// `f(k, v)` for `k < n`, `v` element `first + k` of `b` in `Q(frac)`; the vector's type
+/// matched once, not per element.
+#[inline(always)]
+fn each_fixed(b: Vector<'_>, first: usize, n: usize, frac: u32, mut f: impl FnMut(usize, i32)) {
+    match b {
+        Vector::F32(s) => {
+            for (k, &v) in s[first..first + n].iter().enumerate() {
+                f(k, fixed_of_f32(v, frac));
+            }
+        }
+        Vector::F16(s) => {
+            for (k, v) in s[first..first + n].iter().enumerate() {
+                f(k, fixed_of_f32(f32_of_f16(v.to_bits()), frac));
+            }
+        }
+    }
+}
+
 /// `y += b` (element `first + k` of `b` in `Q(frac)` to `y[k]`), saturating.
 fn add_bias(y: &mut [i32], b: Vector<'_>, first: usize, frac: u32) {
-    for (k, y) in y.iter_mut().enumerate() {
-        *y = y.saturating_add(fixed_of_f32(element(b, first + k), frac));
-    }
+    each_fixed(b, first, y.len(), frac, |k, v| y[k] = y[k].saturating_add(v));
 }
 
 fn add(y: &mut [i32], x: &[i32]) {
@@ -110,12 +126,34 @@ impl<'s> Input<'s> {
             }
             _ => quantize_int8(|c| x[c], xq),
         };
+        Input::widened(xq, widened, step.product(extra))
+    }
+
+    /// [`Input::new`] of an `x` the caller no longer needs: a matrix's activation scales
+    /// multiply it in place, once per value (the same int8 values and step).
+    fn new_in_place(m: &Matrix<'_>, x: &mut [i32], scratch: &'s mut [u32]) -> Input<'s> {
+        let (xq, widened) = split_scratch(scratch, m.cols);
+        let x = &mut x[..m.cols];
+        let step = match m.data {
+            MatrixData::Int8 {
+                act_scales: Some(act),
+                ..
+            } => {
+                let act = &act[..m.cols];
+                let top = act_top(act.iter().map(|&a| Scale16::of_f32(a)));
+                for (v, &a) in x.iter_mut().zip(act) {
+                    *v = act_rescale(Scale16::of_f32(a), top).apply(*v);
+                }
+                quantize_int8(|c| x[c], xq).times_pow2(top + ACT_SHIFT)
+            }
+            _ => quantize_int8(|c| x[c], xq),
+        };
+        Input::widened(xq, widened, step)
+    }
+
+    fn widened(xq: &'s mut [i8], widened: &'s mut [u32], step: Scale16) -> Input<'s> {
         kernels::widen_input_i8(xq, widened);
-        Input {
-            xq,
-            widened,
-            step: step.product(extra),
-        }
+        Input { xq, widened, step }
     }
 
     /// `y[k]` = row `first + k` of `m` times the input, in `Q(frac)`: the exact integer sum
@@ -190,34 +228,41 @@ fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
 /// 16 bits and its sign, each bias in `Q(frac)`.
 fn layer_norm(gain: Vector<'_>, bias: Vector<'_>, eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
     let epsilon = fixed_of_f32_wide(eps, 2 * frac).max(0) as u64;
-    let gains = |i: usize| signed_scale(element(gain, i));
-    let biases = |i: usize| fixed_of_f32(element(bias, i), frac);
-    layer_norm_with(x, gains, biases, epsilon, frac, out);
+    match (gain, bias) {
+        // the image's usual vectors, read without matching their type per element
+        (Vector::F32(g), Vector::F32(b)) => {
+            let gains = |i: usize| signed_scale(g[i]);
+            let biases = |i: usize| fixed_of_f32(b[i], frac);
+            layer_norm_with(x, gains, biases, epsilon, frac, out);
+        }
+        _ => {
+            let gains = |i: usize| signed_scale(element(gain, i));
+            let biases = |i: usize| fixed_of_f32(element(bias, i), frac);
+            layer_norm_with(x, gains, biases, epsilon, frac, out);
+        }
+    }
 }
 
 /// One head's 16-bit query `q + b` (`b` the bias `Q(frac)` from column `first` on), as
 /// `round(x / 2^e)` within `top`, widened into `words` as the key kernels read it; returns `e`.
 fn query_words(q: &[i32], b: Vector<'_>, first: usize, frac: u32, top: i64, words: &mut [u32]) -> i32 {
-    let with = |c: usize| q[c].saturating_add(fixed_of_f32(element(b, first + c), frac));
-    let largest = (0..q.len()).map(|c| (with(c) as i64).abs()).max().unwrap_or(0);
+    let n = q.len();
+    let mut largest = 0i64;
+    each_fixed(b, first, n, frac, |c, v| {
+        largest = largest.max((q[c].saturating_add(v) as i64).abs())
+    });
     let mut e = 0;
     while round_shift(largest, e) > top {
         e += 1;
     }
-    let half = |c: usize| -> u32 {
-        match c < q.len() {
-            true => round_shift_i32(with(c), e as u32) as i16 as u16 as u32,
-            false => 0,
-        }
-    };
-    // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1
-    for (g, pair) in words[..kernels::portable::query_words(q.len())]
-        .chunks_exact_mut(2)
-        .enumerate()
-    {
-        pair[0] = half(4 * g) | half(4 * g + 2) << 16;
-        pair[1] = half(4 * g + 1) | half(4 * g + 3) << 16;
-    }
+    // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1 (columns past the
+    // head are zero)
+    let words = &mut words[..kernels::portable::query_words(n)];
+    words.fill(0);
+    each_fixed(b, first, n, frac, |c, v| {
+        let half = round_shift_i32(q[c].saturating_add(v), e as u32) as i16 as u16 as u32;
+        words[2 * (c / 4) + (c & 1)] |= half << (8 * (c & 2));
+    });
     e
 }
 
@@ -318,7 +363,7 @@ impl Session<'_, '_> {
             } else {
                 x.copy_from_slice(h);
             }
-            let input = Input::new(&w.qkv, x, Scale16::ONE, s.quantized_input);
+            let input = Input::new_in_place(&w.qkv, x, s.quantized_input);
             let query: &mut [i32] = bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + 1) * width]);
             input.rows(&w.qkv, 0, query);
             let key_value: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..2 * width]);
@@ -342,9 +387,9 @@ impl Session<'_, '_> {
         }
         for i in 0..shape.qlen {
             let s = &mut self.state;
-            let a: &[i32] = bytemuck::cast_slice(&s.attn_vec[i * width..(i + 1) * width]);
+            let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
             let o: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            Input::new(&w.o_net, a, Scale16::ONE, s.quantized_input).rows(&w.o_net, 0, o);
+            Input::new_in_place(&w.o_net, a, s.quantized_input).rows(&w.o_net, 0, o);
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
             add(h, o);
             if !config.pre_lnorm {
@@ -444,19 +489,19 @@ impl Session<'_, '_> {
         let s = &mut self.state;
         for i in 0..qlen {
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
-            let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            let x: &[i32] = if config.pre_lnorm {
-                layer_norm(w.ff_norm_weight, w.ff_norm_bias, eps, frac, h, normed);
-                normed
+            // the input in `branch` (the residual `h` stays as it is)
+            let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
+            if config.pre_lnorm {
+                layer_norm(w.ff_norm_weight, w.ff_norm_bias, eps, frac, h, x);
             } else {
-                h
-            };
+                x.copy_from_slice(h);
+            }
             let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
-            Input::new(&w.ff1_weight, x, Scale16::ONE, s.quantized_input).rows(&w.ff1_weight, 0, inner);
+            Input::new_in_place(&w.ff1_weight, x, s.quantized_input).rows(&w.ff1_weight, 0, inner);
             add_bias(inner, w.ff1_bias, 0, frac);
             inner.iter_mut().for_each(|v| *v = (*v).max(0));
             let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-            Input::new(&w.ff2_weight, inner, Scale16::ONE, s.quantized_input).rows(&w.ff2_weight, 0, out);
+            Input::new_in_place(&w.ff2_weight, inner, s.quantized_input).rows(&w.ff2_weight, 0, out);
             add_bias(out, w.ff2_bias, 0, frac);
             add(h, out);
             if !config.pre_lnorm {
