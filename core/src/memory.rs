@@ -13,7 +13,7 @@
 
 use half::f16;
 
-use crate::fixed_point::round_shift;
+use crate::fixed_point::round_shift_i32;
 use crate::int8_attention;
 use crate::integer::pow2_exponent;
 use crate::kernels;
@@ -241,7 +241,7 @@ impl<'a> Memory<'a> {
                 let start = at + head * d_head;
                 let e = pow2_exponent(chunk, 127);
                 for (q, &v) in values[start..start + d_head].iter_mut().zip(chunk) {
-                    *q = round_shift(v as i64, e) as i8;
+                    *q = round_shift_i32(v, e as u32) as i8; // e ≤ 25 (2^31 / 2^25 = 64)
                 }
                 scales[start / d_head] = f32::from_bits(e as u32);
             }

@@ -25,9 +25,17 @@ pub use softmax::{log_softmax, softmax_q15, to_exp_input, PROBABILITY_ONE};
 /// The smallest `e ≥ 0` with `|round(x / 2^e)| ≤ limit` for every `x` of `row` (`limit ≥ 1`):
 /// the power of two of an int8 key, value or position key (`limit` 127), or of a 16-bit query.
 pub fn pow2_exponent(row: &[i32], limit: i64) -> i32 {
-    let largest = row.iter().map(|&v| (v as i64).abs()).max().unwrap_or(0);
-    let mut e = 0;
-    while crate::fixed_point::round_shift(largest, e) > limit {
+    let largest = row.iter().map(|&v| v.unsigned_abs()).max().unwrap_or(0);
+    pow2_exponent_of(largest as u64, limit)
+}
+
+/// The smallest `e ≥ 0` with `round(largest / 2^e) ≤ limit` (`limit ≥ 1`): from the bit
+/// lengths, then a step or two up. No `e` below `bits(largest) - bits(limit) - 1` can do, as
+/// `largest / 2^e` would reach `2^bits(limit)`.
+pub fn pow2_exponent_of(largest: u64, limit: i64) -> i32 {
+    let bits = |v: u64| 64 - v.leading_zeros() as i32;
+    let mut e = (bits(largest) - bits(limit.max(1) as u64) - 1).max(0);
+    while crate::fixed_point::round_shift(largest.min(i64::MAX as u64) as i64, e) > limit {
         e += 1;
     }
     e
@@ -64,4 +72,26 @@ pub fn attention_score(
     inv_sqrt_d_head
         .times_pow2(SCORE_FRAC as i32 + e - 2 * frac as i32)
         .apply(sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixed_point::round_shift;
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn pow2_exponents_are_the_smallest_that_fit() {
+        for limit in [1i64, 2, 3, 127, 128, 32767, 1 << 20] {
+            for largest in (0..4096u64).chain((12..=40).flat_map(|b| [(1u64 << b) - 1, 1 << b, (1 << b) + 1]))
+            {
+                let e = pow2_exponent_of(largest, limit);
+                assert!(round_shift(largest as i64, e) <= limit, "{largest} {limit}");
+                assert!(
+                    e == 0 || round_shift(largest as i64, e - 1) > limit,
+                    "{largest} {limit}"
+                );
+            }
+        }
+    }
 }

@@ -22,8 +22,8 @@ use crate::fixed_point::{
     Multiplier, Rescale, Scale16,
 };
 use crate::integer::{
-    act_rescale, act_top, attention_score, layer_norm_with, log_softmax, pow2_exponent, rescale_wide,
-    signed_scale, softmax_q15, Int8Steps, ACT_SHIFT, SCORE_FRAC,
+    act_rescale, act_top, attention_score, layer_norm_with, log_softmax, pow2_exponent, pow2_exponent_of,
+    rescale_wide, signed_scale, softmax_q15, Int8Steps, ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -251,10 +251,7 @@ fn query_words(q: &[i32], b: Vector<'_>, first: usize, frac: u32, top: i64, word
     each_fixed(b, first, n, frac, |c, v| {
         largest = largest.max((q[c].saturating_add(v) as i64).abs())
     });
-    let mut e = 0;
-    while round_shift(largest, e) > top {
-        e += 1;
-    }
+    let e = pow2_exponent_of(largest as u64, top);
     // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1 (columns past the
     // head are zero)
     let words = &mut words[..kernels::portable::query_words(n)];
