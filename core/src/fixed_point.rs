@@ -319,6 +319,25 @@ impl Scale16 {
     }
 }
 
+/// [`Rescale::apply`]'s 32-bit path for a shift in `17..=46` with its constants prepared once,
+/// for a loop that applies one rescale to many values ([`Rescale::prepared`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreparedRescale {
+    mantissa: u32,
+    round: i32,
+    shift: u32,
+}
+
+impl PreparedRescale {
+    /// [`Rescale::apply`] of `x`, the same bits.
+    #[inline]
+    pub fn apply(self, x: i32) -> i32 {
+        let high = (x >> 16) * self.mantissa as i32 + self.round;
+        let low = ((x as u32 & 0xFFFF) * self.mantissa) >> 16;
+        (high + low as i32) >> self.shift
+    }
+}
+
 /// Multiplication by a positive real `mantissa · 2^-shift` with 15 significant bits (`mantissa`
 /// at most `2^15`), or by zero: [`Rescale::apply`] needs two 32-bit products, no 64-bit one,
 /// for a shift in `17..=46` (a core without a 32 × 32 → 64-bit multiply, such as the Cortex-M0+,
@@ -338,6 +357,16 @@ impl Rescale {
         shift: 0,
     };
 
+    /// The 32-bit path of [`Rescale::apply`] prepared, for a shift in `17..=46`.
+    #[inline]
+    pub fn prepared(self) -> Option<PreparedRescale> {
+        (17..=46).contains(&self.shift).then(|| PreparedRescale {
+            mantissa: self.mantissa,
+            round: 1 << (self.shift - 17),
+            shift: (self.shift - 16) as u32,
+        })
+    }
+
     /// `self · 2^exponent`.
     #[inline]
     pub fn times_pow2(self, exponent: i32) -> Rescale {
@@ -355,12 +384,12 @@ impl Rescale {
     /// `h m · 2^(16-s) + ⌊(l m + 2^(s-1)) / 2^s⌋`. Other cases take one 64-bit product.
     #[inline]
     pub fn apply(self, x: i32) -> i32 {
+        if let Some(prepared) = self.prepared() {
+            return prepared.apply(x);
+        }
         let s = self.shift;
         let m = self.mantissa as i32;
         let (high, low) = ((x >> 16) * m, (x as u32 & 0xFFFF) * self.mantissa);
-        if (17..=46).contains(&s) {
-            return (high + (1 << (s - 17)) + (low >> 16) as i32) >> (s - 16);
-        }
         if (1..=16).contains(&s) && high.unsigned_abs() < 1 << (14 + s) {
             return (high << (16 - s)) + ((low + (1 << (s - 1))) >> s) as i32;
         }

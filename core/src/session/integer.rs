@@ -95,8 +95,18 @@ fn quantize_int8(value: impl Fn(usize) -> i32, out: &mut [i8]) -> Scale16 {
         out.fill(0);
         return Scale16::ZERO;
     };
-    for (c, q) in out.iter_mut().enumerate() {
-        *q = steps.quantize(value(c) as i64);
+    match (steps.cut, steps.to_int8.prepared()) {
+        // values below 2^30 and the usual shift: the loop without a branch per value
+        (0, Some(to_int8)) => {
+            for (c, q) in out.iter_mut().enumerate() {
+                *q = to_int8.apply(value(c)).clamp(-127, 127) as i8;
+            }
+        }
+        _ => {
+            for (c, q) in out.iter_mut().enumerate() {
+                *q = steps.quantize(value(c) as i64);
+            }
+        }
     }
     steps.step
 }
