@@ -1039,6 +1039,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn rounding_shifts_in_32_bits_are_the_wide_ones() {
         let mut rng = Rng::new(14);
         for i in 0..20_000u32 {
