@@ -248,23 +248,44 @@ impl<'a> Memory<'a> {
         }
     }
 
-    /// Reads the exponents [`Memory::write_pow2`] stored with head `head` of the keys (`keys`)
-    /// or values of `layer`: the function gives logical position `j`'s (`j < capacity`).
-    pub(crate) fn exponents(&self, keys: bool, layer: usize, head: usize) -> impl Fn(usize) -> i32 + '_ {
+    /// `f(t, e)` for each `t < n`, `e` the exponent [`Memory::write_pow2`] stored with head
+    /// `head` of the keys (`keys`) or values of `layer` at logical position `lo + t`
+    /// (`lo + n ≤ capacity`): the ring's slots in at most two runs, no wrap per position.
+    /// Stores other than int8 give 0.
+    #[inline(always)]
+    pub(crate) fn each_exponent(
+        &self,
+        keys: bool,
+        (layer, head): (usize, usize),
+        lo: usize,
+        n: usize,
+        mut f: impl FnMut(usize, i32),
+    ) {
         let store = if keys { &self.keys } else { &self.values };
-        let scales: &[f32] = match store {
-            Store::Int8 { scales, .. } => scales,
-            _ => &[],
-        };
         let heads = self.width / self.d_head;
-        let (start, capacity) = (self.start, self.capacity);
-        let base = layer * capacity;
-        move |j| {
-            let slot = start + j;
-            let slot = if slot >= capacity { slot - capacity } else { slot };
-            scales
-                .get((base + slot) * heads + head)
-                .map_or(0, |s| s.to_bits() as i32)
+        let capacity = self.capacity;
+        let ring = match store {
+            Store::Int8 { scales, .. } => {
+                scales.get(layer * capacity * heads..(layer + 1) * capacity * heads)
+            }
+            _ => None,
+        };
+        let Some(ring) = ring.filter(|_| head < heads && lo + n <= capacity) else {
+            return (0..n).for_each(|t| f(t, 0));
+        };
+        let first = self.start + lo;
+        let first = if first >= capacity {
+            first - capacity
+        } else {
+            first
+        };
+        let run = n.min(capacity - first);
+        let slots = |from: usize| ring[from * heads + head..].iter().step_by(heads);
+        for (t, e) in slots(first).take(run).enumerate() {
+            f(t, e.to_bits() as i32);
+        }
+        for (t, e) in slots(0).take(n - run).enumerate() {
+            f(run + t, e.to_bits() as i32);
         }
     }
 

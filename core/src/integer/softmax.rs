@@ -40,6 +40,24 @@ pub fn softmax_q15(scores: &[i32], frac: u32, probs: &mut [u16]) {
     }
 }
 
+/// [`softmax_q15`] in place: each score becomes its probability (the same values), each
+/// `e_j` computed once and kept in the score's place until the sum is known.
+pub fn softmax_q15_in_place(scores: &mut [i32], frac: u32) {
+    let Some(&largest) = scores.iter().max() else {
+        return;
+    };
+    let mut sum = 0u64;
+    for s in scores.iter_mut() {
+        let e = exp_neg(to_exp_input(largest, *s, frac)); // at most 2^30
+        sum += e as u64;
+        *s = e as i32;
+    }
+    let normalise = Multiplier::from_ratio(PROBABILITY_ONE as u64, sum).unwrap_or(Multiplier::ZERO);
+    for p in scores.iter_mut() {
+        *p = normalise.apply(*p).min(PROBABILITY_ONE as i32 - 1);
+    }
+}
+
 /// `x = ln softmax(x)` in place for logits in `Q(frac)` nats (`frac ≤ 30`): `x_i - max - ln S`
 /// with `S = Σ exp_neg(max - x_j)` in `Q30` (`u64`), `ln S` from [`ln`] in `Q24` minus
 /// `30 · ln 2`, brought to `Q(frac)` (rounded to nearest), the differences saturated. Terms
@@ -105,6 +123,9 @@ mod tests {
                 (mass as f64 - 32768.0).abs() <= n as f64 * 0.5 + 1.0,
                 "n {n}: mass {mass}"
             );
+            let mut in_place = scores.clone();
+            softmax_q15_in_place(&mut in_place, frac);
+            assert!(in_place.iter().zip(&probs).all(|(&a, &b)| a == b as i32), "n {n}");
         }
     }
 

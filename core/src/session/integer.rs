@@ -23,7 +23,7 @@ use crate::fixed_point::{
 };
 use crate::integer::{
     act_rescale, act_top, attention_score, layer_norm_with, log_softmax, pow2_exponent, pow2_exponent_of,
-    rescale_wide, signed_scale, softmax_q15, Int8Steps, ACT_SHIFT, SCORE_FRAC,
+    rescale_wide, signed_scale, softmax_q15_in_place, Int8Steps, ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -255,22 +255,37 @@ fn layer_norm(gain: Vector<'_>, bias: Vector<'_>, eps: f32, frac: u32, x: &[i32]
 
 /// One head's 16-bit query `q + b` (`b` the bias `Q(frac)` from column `first` on), as
 /// `round(x / 2^e)` within `top`, widened into `words` as the key kernels read it; returns `e`.
-fn query_words(q: &[i32], b: Vector<'_>, first: usize, frac: u32, top: i64, words: &mut [u32]) -> i32 {
+/// `qb` (as long as `q`) keeps `q + b`, each bias converted once.
+fn query_words(
+    (q, qb): (&[i32], &mut [i32]),
+    b: Vector<'_>,
+    first: usize,
+    frac: u32,
+    top: i64,
+    words: &mut [u32],
+) -> i32 {
     let n = q.len();
-    let mut largest = 0i64;
-    each_fixed(b, first, n, frac, |c, v| {
-        largest = largest.max((q[c].saturating_add(v) as i64).abs())
-    });
-    let e = pow2_exponent_of(largest as u64, top);
+    let qb = &mut qb[..n];
+    each_fixed(b, first, n, frac, |c, v| qb[c] = q[c].saturating_add(v));
+    let largest = qb.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+    let e = pow2_exponent_of(largest as u64, top) as u32;
     // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1 (columns past the
     // head are zero)
+    let half = |v: i32| round_shift_i32(v, e) as i16 as u16 as u32;
     let words = &mut words[..kernels::portable::query_words(n)];
-    words.fill(0);
-    each_fixed(b, first, n, frac, |c, v| {
-        let half = round_shift_i32(q[c].saturating_add(v), e as u32) as i16 as u16 as u32;
-        words[2 * (c / 4) + (c & 1)] |= half << (8 * (c & 2));
-    });
-    e
+    let (groups, rest) = qb.as_chunks::<4>();
+    let (pairs, tail) = words.as_chunks_mut::<2>();
+    for (w, g) in pairs.iter_mut().zip(groups) {
+        *w = [half(g[0]) | half(g[2]) << 16, half(g[1]) | half(g[3]) << 16];
+    }
+    if let Some(w) = pairs.get_mut(groups.len()) {
+        *w = [0; 2];
+        for (c, &v) in rest.iter().enumerate() {
+            w[c & 1] |= half(v) << (8 * (c & 2));
+        }
+    }
+    tail.fill(0);
+    e as i32
 }
 
 /// `row` (one position key, `n_head · d_head` in `Q(frac)`) as its table row: int8 values per
@@ -407,8 +422,9 @@ impl Session<'_, '_> {
     }
 
     /// Query `i`'s attention output in `attn_vec`, head by head. The scratch row of scores
-    /// holds the content sums and then the scores by key, the position sums by distance and
-    /// then the probabilities, and the query's words and then the values' sums.
+    /// holds the content sums, then the scores, then the probabilities by key; the second row
+    /// the position sums by distance; then the query's words and then the values' sums. The
+    /// head's columns of the output keep `q + u` and `q + v` until its output is written.
     fn attend_integer(
         &mut self,
         layer: usize,
@@ -440,44 +456,47 @@ impl Session<'_, '_> {
             let (lo, hi) = visible.unwrap_or((0, klen - 1));
             if let Some((lo, hi)) = visible {
                 // content sums (q + u) · k_j, then position sums (q + v) · R_d by distance
-                let ce = query_words(q, w.r_w_bias, cols.start, frac, top, words);
+                let qb = &mut out[cols.clone()];
+                let ce = query_words((q, qb), w.r_w_bias, cols.start, frac, top, words);
                 self.memory
                     .key_sums_int8(layer, lo, head, words, &mut sums[lo..=hi]);
-                let pe = query_words(q, w.r_r_bias, cols.start, frac, top, words);
+                let pe = query_words((q, qb), w.r_r_bias, cols.start, frac, top, words);
                 let far = (shape.mlen + i - lo).min(shape.max_distance);
                 let rows = &keys[head * d_head..far * 4 * width + head * d_head + d_head];
                 let rows: &[i8] = bytemuck::cast_slice(rows);
                 kernels::key_sums_i8(rows, 4 * width, d_head, words, &mut second[..=far]);
-                let key_exponent = self.memory.exponents(true, layer, head);
-                for (j, sum) in (lo..=hi).zip(&mut sums[lo..=hi]) {
-                    let d = (shape.mlen + i - j).min(shape.max_distance);
-                    let ke = key_exponent(j);
-                    let re = keys[d * 4 * width + width + head] as i32;
-                    *sum = attention_score(inv_sqrt_d_head, frac, (*sum, ce + ke), (second[d], pe + re));
-                }
-            }
-            let probs: &mut [u16] = bytemuck::cast_slice_mut(&mut second[..]);
-            if visible.is_some() {
-                softmax_q15(&sums[lo..=hi], SCORE_FRAC, &mut probs[lo..=hi]);
+                let position = shape.mlen + i;
+                self.memory
+                    .each_exponent(true, (layer, head), lo, hi + 1 - lo, |t, ke| {
+                        let j = lo + t;
+                        let d = (position - j).min(shape.max_distance);
+                        let re = keys[d * 4 * width + width + head] as i32;
+                        sums[j] =
+                            attention_score(inv_sqrt_d_head, frac, (sums[j], ce + ke), (second[d], pe + re));
+                    });
+                softmax_q15_in_place(&mut sums[lo..=hi], SCORE_FRAC);
             } else {
                 // every key masked: uniform over all keys, as Hugging Face does
-                let p = ((32768 + klen as u32 / 2) / klen as u32).min(32767) as u16;
-                probs[lo..=hi].fill(p);
+                let p = ((32768 + klen as u32 / 2) / klen as u32).min(32767);
+                sums[lo..=hi].fill(p as i32);
             }
             // Σ_j p_j v_j, each value's power of two folded into its probability against the
-            // largest among the keys with a probability
-            let exponent = self.memory.exponents(false, layer, head);
-            let e_max = (lo..=hi)
-                .filter(|&j| probs[j] > 0)
-                .map(&exponent)
-                .max()
-                .unwrap_or(0);
-            for j in lo..=hi {
-                // a probability is below 2^15: shifted by 16 or more it is 0; a key of a larger
-                // power of two than `e_max` has probability 0
-                let shift = (e_max - exponent(j)).clamp(0, 16) as u32;
-                sums[j] = round_shift_i32(probs[j] as i32, shift);
-            }
+            // largest among the keys with a probability (exponents are at least 0)
+            let probs = &mut sums[lo..=hi];
+            let mut e_max = 0;
+            self.memory
+                .each_exponent(false, (layer, head), lo, probs.len(), |t, e| {
+                    if probs[t] > 0 {
+                        e_max = e_max.max(e);
+                    }
+                });
+            self.memory
+                .each_exponent(false, (layer, head), lo, probs.len(), |t, e| {
+                    // a probability is below 2^15: shifted by 16 or more it is 0; a key of a larger
+                    // power of two than `e_max` has probability 0
+                    let shift = (e_max - e).clamp(0, 16) as u32;
+                    probs[t] = round_shift_i32(probs[t], shift);
+                });
             let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
             acc.fill(0);
             self.memory.value_sums_int8(layer, lo, head, &sums[lo..=hi], acc);
