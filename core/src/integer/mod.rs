@@ -57,6 +57,15 @@ pub fn attention_score(
     use crate::fixed_point::round_shift;
     let e = ce.min(pe);
     let (a, b) = (ce - e, pe - e);
+    // the usual case in 32 bits: both sums below 2^27 and shifted by at most 3, so their sum
+    // is below 2^31 (the same value as in 64 bits)
+    let small = |v: i32, shift: i32| shift <= 3 && v.unsigned_abs() < 1 << 27;
+    if small(content, a) && small(position, b) {
+        let sum = (content << a) + (position << b);
+        return inv_sqrt_d_head
+            .times_pow2(SCORE_FRAC as i32 + e - 2 * frac as i32)
+            .apply(sum);
+    }
     let sum = if a < 32 && b < 32 {
         // each below 2^62 in magnitude: no overflow
         ((content as i64) << a) + ((position as i64) << b)
@@ -78,6 +87,35 @@ pub fn attention_score(
 mod tests {
     use super::*;
     use crate::fixed_point::round_shift;
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn scores_are_the_rounded_rescale_of_the_exact_sum() {
+        use crate::fixed_point::{Rescale, Scale16};
+        let mut rng = crate::rng::Rng::new(37);
+        let inv = Scale16::of_f32(0.176_776_7).rescale();
+        for case in 0..50_000 {
+            // sums near the 32-bit path's limits, and exponents on both sides of its 3
+            let bits = [10, 26, 27, 28, 31][case % 5];
+            let value = |rng: &mut crate::rng::Rng| {
+                let v = (rng.next_u64() % (1u64 << bits)) as i64 - (1i64 << (bits - 1));
+                v.clamp(i32::MIN as i64 + 1, i32::MAX as i64) as i32
+            };
+            let (content, position) = (value(&mut rng), value(&mut rng));
+            let (ce, pe) = ((rng.next_u64() % 12) as i32, (rng.next_u64() % 12) as i32);
+            let frac = 16;
+            let got = attention_score(inv, frac, (content, ce), (position, pe));
+            // the exact sum in units of 2^e, cut to 31 bits as the function does
+            let e = ce.min(pe);
+            let sum = ((content as i64) << (ce - e)) + ((position as i64) << (pe - e));
+            let cut = (64 - sum.unsigned_abs().leading_zeros() as i32 - 31).max(0);
+            let sum = round_shift(sum, cut) as i32;
+            let r: Rescale = inv.times_pow2(SCORE_FRAC as i32 + e + cut - 2 * frac as i32);
+            let want =
+                round_shift(sum as i64 * r.mantissa as i64, r.shift).clamp(i32::MIN as i64, i32::MAX as i64);
+            assert_eq!(got as i64, want, "{content} {ce} {position} {pe}");
+        }
+    }
 
     #[test]
     #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
