@@ -189,14 +189,14 @@ fn int4_matrix(numbers: &mut Numbers, rows: usize, cols: usize, group: usize) ->
 }
 
 /// The integer row sums (as this board runs them: `kernels::row_sums_i8`) against the portable
-/// ones, on rows of 0 to 131 columns (partial passes of eight and four) and row counts off the
-/// kernels' blocks, inputs down to `-127` against weights down to `-128`. Returns the number of
-/// shapes checked.
+/// ones, on rows of 0 to 512 columns (partial passes of sixteen, eight and four) and row counts
+/// off the kernels' blocks, inputs down to `-127` against weights down to `-128`. Returns the
+/// number of shapes checked.
 fn check_int8_rows() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x5eed_1e55);
     let mut shapes = 0;
-    for cols in [0usize, 1, 7, 8, 9, 15, 16, 17, 33, 128, 131] {
-        for rows in [1usize, 3, 4, 5, 8, 9] {
+    for cols in [0usize, 1, 7, 8, 9, 15, 16, 17, 33, 128, 131, 256, 512] {
+        for rows in [1usize, 3, 4, 5, 8, 9, 16, 17, 33] {
             let values: Vec<i8> = (0..rows * cols)
                 .map(|_| (numbers.next() >> 24) as u8 as i8)
                 .collect();

@@ -442,7 +442,7 @@ fn firmware_bench_reports_every_kernel() {
     assert!(
         run.lines
             .iter()
-            .any(|l| l.contains("bench check kernel=int8_rows shapes=66 ok")),
+            .any(|l| l.contains("bench check kernel=int8_rows shapes=117 ok")),
         "{}",
         run.transcript()
     );
@@ -854,7 +854,7 @@ fn check_board_runs<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N],
                 bench
                     .lines
                     .iter()
-                    .any(|l| l.contains("bench check kernel=int8_rows shapes=66 ok")),
+                    .any(|l| l.contains("bench check kernel=int8_rows shapes=117 ok")),
                 "{}: {}",
                 board.name,
                 bench.transcript()

@@ -7,11 +7,13 @@
 //! meets all of them, and unroll `STEP` columns, so that one pointer step per row and input
 //! covers them all. The inner loops, as rustc 1.95 compiles them:
 //!
-//! - [`row_sums_i8`]: eight rows a pass in assembly (the compiler keeps eight rows' sums on the
-//!   stack); per column one input `LB` and eight each of `LB`, `MUL` and `ADD`: 410
-//!   instructions per 128 multiply-accumulates with the nine pointer steps and the branch, 3.20
-//!   each (the firmware's `bench`: 3.29 with each pass's set-up). The rows after the last eight
-//!   four a pass in Rust: 214 instructions per 64, 3.34 each.
+//! - [`row_sums_i8`]: for rows of 128, 256 or 512 columns sixteen rows a pass in assembly, the
+//!   sums in registers and the rows at immediate offsets from four pointers: 790 instructions
+//!   per 256 multiply-accumulates, 3.09 each; for other widths eight rows a pass in assembly
+//!   (the compiler keeps eight rows' sums on the stack); per column one input `LB` and eight
+//!   each of `LB`, `MUL` and `ADD`: 410 instructions per 128 multiply-accumulates with the nine
+//!   pointer steps and the branch, 3.20 each. The rows after the last eight four a pass in
+//!   Rust: 214 instructions per 64, 3.34 each.
 //! - [`row_sums_pair_i8`]: three rows for two inputs a pass; per column two input `LB`s, three
 //!   weight `LB`s, six `MUL`s and six `ADD`s: 278 instructions per 96, 2.90 each.
 //! - [`key_sums_i8`]: four keys a pass as four rows, each 16-bit query value (`LH`) meeting
@@ -157,11 +159,14 @@ fn rows_in_passes<const R: usize, const P: usize>(
 
 /// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
 /// `values (rows, cols)` ([`portable::row_sums_i8`](crate::kernels::portable::row_sums_i8):
-/// over the first `min(cols, xq.len())` columns): four rows per pass, the last rows one at a
-/// time. The same sums.
+/// over the first `min(cols, xq.len())` columns): sixteen rows a pass for rows of 128, 256 or
+/// 512 columns ([`tall_rows`]), else eight, the last rows four and then one at a time. The
+/// same sums.
 pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     let x = &xq[..cols.min(xq.len())];
     let n = x.len();
+    let done = tall_rows(values, cols, x, sums);
+    let (values, sums) = (&values[done * cols..], &mut sums[done..]);
     let blocks = sums.len() / WIDE_ROWS * WIDE_ROWS;
     let (wide, rest) = sums.split_at_mut(blocks);
     for (b, out) in wide.chunks_exact_mut(WIDE_ROWS).enumerate() {
@@ -169,6 +174,159 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
         out.copy_from_slice(&eight_rows(x, rows));
     }
     rows_in_passes::<ROWS, 1>(&values[blocks * cols..], cols, [x], [rest]);
+}
+
+/// Rows per pass of [`tall_rows`].
+const TALL_ROWS: usize = 16;
+
+/// [`row_sums_i8`]'s rows sixteen a pass for a width the kernel is built for (`COLS`: 128, 256
+/// or 512 columns, every row whole), each input byte loaded once for the sixteen; returns how
+/// many rows it summed (whole passes, 0 for another width), the caller sums the rest.
+fn tall_rows(values: &[i8], cols: usize, x: &[i8], sums: &mut [i32]) -> usize {
+    match (cols, x.len() == cols) {
+        (128, true) => tall_passes::<128>(values, x, sums),
+        (256, true) => tall_passes::<256>(values, x, sums),
+        (512, true) => tall_passes::<512>(values, x, sums),
+        _ => 0,
+    }
+}
+
+/// [`tall_rows`] for rows of `COLS` columns (`x` as long).
+#[inline(always)]
+fn tall_passes<const COLS: usize>(values: &[i8], x: &[i8], sums: &mut [i32]) -> usize {
+    let mut done = 0;
+    for (out, block) in sums
+        .chunks_exact_mut(TALL_ROWS)
+        .zip(values.chunks_exact(TALL_ROWS * COLS))
+    {
+        out.copy_from_slice(&sixteen_rows::<COLS>(x, block));
+        done += TALL_ROWS;
+    }
+    done
+}
+
+/// `row_k · x` for the sixteen rows of `COLS` columns in `rows` (`x` `COLS` long): off
+/// RISC-V, [`pass`].
+#[cfg(not(target_arch = "riscv32"))]
+fn sixteen_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; TALL_ROWS] {
+    let rows = core::array::from_fn(|k| &rows[k * COLS..(k + 1) * COLS]);
+    let [acc] = pass::<TALL_ROWS, 1, i8, false>(rows, [x], COLS);
+    acc
+}
+
+/// [`sixteen_rows`] on RV32IM: the sixteen sums in registers, the rows read through four
+/// pointers (one per four rows, each row at an immediate offset `j · COLS + k`, below 2048 for
+/// `COLS ≤ 677`); per column one input `LB` and sixteen each of `LB`, `MUL` and `ADD`, then five
+/// pointer steps and the branch per sixteen columns (790 instructions per 256
+/// multiply-accumulates, 3.09 each).
+#[cfg(target_arch = "riscv32")]
+fn sixteen_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; TALL_ROWS] {
+    const { assert!(COLS % STEP == 0 && COLS > 0 && 3 * COLS + STEP <= 2048) };
+    let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5, mut a6, mut a7, mut a8, mut a9, mut a10, mut a11, mut a12, mut a13, mut a14, mut a15] =
+        [0i32; TALL_ROWS];
+    if x.len() < COLS || rows.len() < TALL_ROWS * COLS {
+        return [0; TALL_ROWS]; // (the callers pass whole rows)
+    }
+    let base = rows.as_ptr();
+    // SAFETY: pointer `g` reads bytes `j · COLS + k` (j < 4, k < COLS) past row `4g`, within
+    // the `16 · COLS` bytes of `rows`; the input's pointer reads its `COLS` bytes; each moves on
+    // by 16 a step, and `end` is where the input's stops.
+    unsafe {
+        let (mut p0, mut p1, mut p2, mut p3) =
+            (base, base.add(4 * COLS), base.add(8 * COLS), base.add(12 * COLS));
+        let mut xp = x.as_ptr();
+        let end = xp.add(COLS);
+        core::arch::asm!(
+            "2:",
+            ".irp k, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+            "lb {x}, \\k({xp})",
+                "lb {w}, \\k+0*{cols}({p0})",
+                "mul {w}, {w}, {x}",
+                "add {a0}, {a0}, {w}",
+                "lb {w}, \\k+1*{cols}({p0})",
+                "mul {w}, {w}, {x}",
+                "add {a1}, {a1}, {w}",
+                "lb {w}, \\k+2*{cols}({p0})",
+                "mul {w}, {w}, {x}",
+                "add {a2}, {a2}, {w}",
+                "lb {w}, \\k+3*{cols}({p0})",
+                "mul {w}, {w}, {x}",
+                "add {a3}, {a3}, {w}",
+                "lb {w}, \\k+0*{cols}({p1})",
+                "mul {w}, {w}, {x}",
+                "add {a4}, {a4}, {w}",
+                "lb {w}, \\k+1*{cols}({p1})",
+                "mul {w}, {w}, {x}",
+                "add {a5}, {a5}, {w}",
+                "lb {w}, \\k+2*{cols}({p1})",
+                "mul {w}, {w}, {x}",
+                "add {a6}, {a6}, {w}",
+                "lb {w}, \\k+3*{cols}({p1})",
+                "mul {w}, {w}, {x}",
+                "add {a7}, {a7}, {w}",
+                "lb {w}, \\k+0*{cols}({p2})",
+                "mul {w}, {w}, {x}",
+                "add {a8}, {a8}, {w}",
+                "lb {w}, \\k+1*{cols}({p2})",
+                "mul {w}, {w}, {x}",
+                "add {a9}, {a9}, {w}",
+                "lb {w}, \\k+2*{cols}({p2})",
+                "mul {w}, {w}, {x}",
+                "add {a10}, {a10}, {w}",
+                "lb {w}, \\k+3*{cols}({p2})",
+                "mul {w}, {w}, {x}",
+                "add {a11}, {a11}, {w}",
+                "lb {w}, \\k+0*{cols}({p3})",
+                "mul {w}, {w}, {x}",
+                "add {a12}, {a12}, {w}",
+                "lb {w}, \\k+1*{cols}({p3})",
+                "mul {w}, {w}, {x}",
+                "add {a13}, {a13}, {w}",
+                "lb {w}, \\k+2*{cols}({p3})",
+                "mul {w}, {w}, {x}",
+                "add {a14}, {a14}, {w}",
+                "lb {w}, \\k+3*{cols}({p3})",
+                "mul {w}, {w}, {x}",
+                "add {a15}, {a15}, {w}",
+            ".endr",
+            "addi {xp}, {xp}, 16",
+            "addi {p0}, {p0}, 16",
+            "addi {p1}, {p1}, 16",
+            "addi {p2}, {p2}, 16",
+            "addi {p3}, {p3}, 16",
+            "bne {xp}, {end}, 2b",
+            xp = inout(reg) xp,
+            p0 = inout(reg) p0,
+            p1 = inout(reg) p1,
+            p2 = inout(reg) p2,
+            p3 = inout(reg) p3,
+                a0 = inout(reg) a0,
+                a1 = inout(reg) a1,
+                a2 = inout(reg) a2,
+                a3 = inout(reg) a3,
+                a4 = inout(reg) a4,
+                a5 = inout(reg) a5,
+                a6 = inout(reg) a6,
+                a7 = inout(reg) a7,
+                a8 = inout(reg) a8,
+                a9 = inout(reg) a9,
+                a10 = inout(reg) a10,
+                a11 = inout(reg) a11,
+                a12 = inout(reg) a12,
+                a13 = inout(reg) a13,
+                a14 = inout(reg) a14,
+                a15 = inout(reg) a15,
+            end = in(reg) end,
+            x = out(reg) _,
+            w = out(reg) _,
+            cols = const COLS,
+            options(nostack, readonly),
+        );
+        let _ = (xp, p0, p1, p2, p3);
+    }
+    [
+        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15,
+    ]
 }
 
 /// Rows per pass of [`eight_rows`].
@@ -584,7 +742,7 @@ mod tests {
             vec![0, 1, 16, 17, 35]
         } else {
             vec![
-                0, 1, 2, 3, 7, 15, 16, 17, 31, 32, 33, 47, 48, 64, 100, 128, 129, 255, 256,
+                0, 1, 2, 3, 7, 15, 16, 17, 31, 32, 33, 47, 48, 64, 100, 128, 129, 255, 256, 512,
             ]
         }
     }
@@ -593,7 +751,8 @@ mod tests {
         if cfg!(miri) {
             vec![0, 1, 4, 5]
         } else {
-            (0..=13).collect()
+            // (16 and more: the sixteen-row passes of 128, 256 and 512 columns)
+            (0..=13).chain([16, 17, 31, 32, 33]).collect()
         }
     }
 
