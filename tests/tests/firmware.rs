@@ -421,11 +421,11 @@ fn firmware_bench_reports_every_kernel() {
         "{}",
         run.transcript()
     );
-    // the attention's integer kernels equal the portable sums on odd shapes (13 x 5 of them)
+    // the attention's integer kernels equal the portable sums on odd shapes (15 x 5 of them)
     assert!(
         run.lines
             .iter()
-            .any(|l| l.contains("bench check kernel=attention_int8 shapes=65 ok")),
+            .any(|l| l.contains("bench check kernel=attention_int8 shapes=75 ok")),
         "{}",
         run.transcript()
     );
