@@ -278,9 +278,16 @@ impl QuantizationText {
     /// The f32 model quantized to `target`, rows rounded by `method`, calibrated on the
     /// calibration text with activation smoothing searched.
     pub fn quantized(&self, target: Target, method: Method) -> Quantized {
+        self.quantized_with(target, method, false)
+    }
+
+    /// [`QuantizationText::quantized`] as `txl quantize --integer` smooths (`power_of_two`: each
+    /// smoothing factor a power of two) or as without it.
+    pub fn quantized_with(&self, target: Target, method: Method, power_of_two: bool) -> Quantized {
         let model = txl_core::Model::parse(self.f32_image.bytes()).unwrap();
         let options = QuantizeOptions {
             smoothing: Smoothing::Auto,
+            power_of_two_smoothing: power_of_two,
             method,
             ..QuantizeOptions::weights_only(target, SessionOptions::from_config(model.config()))
         };

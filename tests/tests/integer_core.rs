@@ -8,6 +8,8 @@
 
 use txl_core::fixed_point::to_f32;
 use txl_core::image::Arithmetic;
+use txl_core::integer::pow2_act_top;
+use txl_core::weights::MatrixData;
 use txl_core::{AlignedBytes, Error, MemDtype, Model, PositionKeys, Session, SessionOptions};
 use txl_host_gpu::integer::IntegerModel;
 use txl_host_gpu::quantize::{quantize_weights, Method, Target};
@@ -84,10 +86,30 @@ fn the_trained_models_match_the_reference_bit_for_bit() {
         ("second", &[Target::Int8][..]),
     ] {
         let text = trained_text(name, 300, 2048);
-        for &target in targets {
-            let quantized = text.quantized(target, Method::Compensated).image;
+        // smoothing in any scale and in powers of two (`txl quantize --integer`: a shift per
+        // value instead of a rescale)
+        let variants = targets.iter().flat_map(|&t| [(t, false), (t, true)]);
+        for (target, power_of_two) in variants {
+            let quantized = text
+                .quantized_with(target, Method::Compensated, power_of_two)
+                .image;
             let (image, reference) = integer_image(&quantized, &text.calibration);
             let model = Model::parse(image.bytes()).unwrap();
+            if power_of_two && target == Target::Int8 {
+                // the shifts run: the smoothed inputs' scales are all powers of two
+                let smoothed: Vec<&[f32]> = (0..model.config().n_layer as usize)
+                    .flat_map(|l| {
+                        let w = model.layer(l);
+                        [w.qkv, w.o_net, w.ff1_weight, w.ff2_weight]
+                    })
+                    .filter_map(|m| match m.data {
+                        MatrixData::Int8 { act_scales, .. } => act_scales,
+                        _ => None,
+                    })
+                    .collect();
+                assert!(!smoothed.is_empty(), "{name}: nothing smoothed");
+                assert!(smoothed.iter().all(|a| pow2_act_top(a).is_some()), "{name}");
+            }
             let base = int8_memory(SessionOptions::from_config(model.config()));
             for options in [
                 base,
@@ -98,7 +120,7 @@ fn the_trained_models_match_the_reference_bit_for_bit() {
                 },
             ] {
                 let wrong = mismatches(&model, &reference, &text.heldout, options);
-                assert_eq!(wrong, 0, "{name} {target:?} {options:?}");
+                assert_eq!(wrong, 0, "{name} {target:?} {power_of_two} {options:?}");
             }
         }
     }

@@ -13,6 +13,7 @@ fn options(smoothing: Smoothing, keep_f16: &[&str], auto_keep_f16: usize) -> Qua
     QuantizeOptions {
         target: Target::Int8,
         smoothing,
+        power_of_two_smoothing: false,
         keep_f16: keep_f16.iter().map(|s| s.to_string()).collect(),
         auto_keep_f16,
         session: SessionOptions::from_config(&small_config()),

@@ -374,3 +374,35 @@ fn convert_integer_converts_quantizes_and_calibrates_in_one_step() {
         parse(&bytes)
     );
 }
+
+#[test]
+fn quantize_integer_smooths_in_powers_of_two() {
+    let dir = scratch_dir("power-of-two");
+    let float = common::convert(&fixture("demo"), dir.join("demo.txl"));
+    let integer = dir.join("demo-integer.txl");
+    let calib = fixture("demo").join("calib.txt");
+    #[rustfmt::skip]
+    let out = txl(&[
+        "quantize", s(&float), "-o", s(&integer), "--integer", "--calib-bytes", s(&calib),
+        "--calib-limit", "1024", "--calib-backend", "cpu32", "--smooth", "0.5",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let bytes = AlignedBytes::copy_from(&std::fs::read(&integer).unwrap()).unwrap();
+    let model = Model::parse(bytes.bytes()).unwrap();
+    // every smoothed input's scales are powers of two: the integer arithmetic shifts
+    let mut smoothed = 0;
+    for layer in 0..model.config().n_layer as usize {
+        let w = model.layer(layer);
+        for m in [w.qkv, w.o_net, w.ff1_weight, w.ff2_weight] {
+            if let txl_core::weights::MatrixData::Int8 {
+                act_scales: Some(act),
+                ..
+            } = m.data
+            {
+                assert!(txl_core::integer::pow2_act_top(act).is_some(), "{act:?}");
+                smoothed += 1;
+            }
+        }
+    }
+    assert!(smoothed > 0, "nothing smoothed");
+}

@@ -76,6 +76,35 @@ pub fn act_rescale(a: Scale16, top: i32) -> Rescale {
 /// is multiplied back by `2^(top + ACT_SHIFT)`).
 pub const ACT_SHIFT: i32 = 18;
 
+/// For activation scales that are all powers of two `2^p` (positive normal `f32`s with no
+/// fraction bits, as `txl quantize --integer` smooths), the largest one's biased exponent
+/// (`p + 127`); `None` if any is not one. [`act_top`] of such scales is that exponent less 142.
+pub fn pow2_act_top(scales: &[f32]) -> Option<u32> {
+    let mut top = 0;
+    for a in scales {
+        let bits = a.to_bits();
+        // sign 0, no fraction bits, a biased exponent in 1..=254
+        if bits & 0x807F_FFFF != 0 || bits.wrapping_sub(0x0080_0000) >= 0x7F00_0000 {
+            return None;
+        }
+        top = top.max(bits >> 23);
+    }
+    Some(top)
+}
+
+/// [`act_rescale`]`(a, top).apply(x)` for `a = 2^p` of scales whose [`pow2_act_top`] is
+/// `biased_top`, as a rounding shift by `3 + biased_top - (p + 127)` (at least 3): the
+/// rescale's mantissa is `2^14`, its shift `17 + biased_top - (p + 127)`. The same value.
+#[inline]
+pub fn act_shift(x: i32, a: f32, biased_top: u32) -> i32 {
+    let shift = 3 + biased_top - (a.to_bits() >> 23);
+    if shift < 32 {
+        crate::fixed_point::round_shift_i32(x, shift)
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +135,43 @@ mod tests {
             );
         }
         assert_eq!(Int8Steps::new(0), None);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn power_of_two_scales_shift_as_their_rescales_do() {
+        let mut rng = Rng::new(41);
+        for case in 0..2_000 {
+            // powers of two from 2^-60 to 2^40, spreads wide enough to reach shifts past 31
+            let n = 1 + case % 9;
+            let scales: alloc::vec::Vec<f32> = (0..n)
+                .map(|_| libm::exp2f((rng.next_u64() % 101) as f32 - 60.0))
+                .collect();
+            let biased = pow2_act_top(&scales).unwrap();
+            let top = act_top(scales.iter().map(|&a| Scale16::of_f32(a)));
+            assert_eq!(top, biased as i32 - 142);
+            for &a in &scales {
+                for x in [
+                    0,
+                    1,
+                    -1,
+                    7,
+                    -7,
+                    1 << 30,
+                    i32::MAX,
+                    i32::MIN,
+                    rng.next_u64() as i32,
+                ] {
+                    let want = act_rescale(Scale16::of_f32(a), top).apply(x);
+                    assert_eq!(act_shift(x, a, biased), want, "{a} {x} {scales:?}");
+                }
+            }
+        }
+        // anything else is not
+        for odd in [3.0f32, 0.0, -2.0, f32::INFINITY, f32::NAN, 1e-40, 1.5] {
+            assert_eq!(pow2_act_top(&[1.0, odd, 4.0]), None, "{odd}");
+        }
+        assert_eq!(pow2_act_top(&[0.5, 8.0]), Some(130));
     }
 
     #[test]

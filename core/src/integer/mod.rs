@@ -19,7 +19,7 @@ mod linear;
 mod softmax;
 
 pub use layer_norm::{layer_norm, layer_norm_with, signed_scale, LayerNormParams, SignedScale};
-pub use linear::{act_rescale, act_top, rescale_wide, Int8Steps, ACT_SHIFT};
+pub use linear::{act_rescale, act_shift, act_top, pow2_act_top, rescale_wide, Int8Steps, ACT_SHIFT};
 pub use softmax::{log_softmax, softmax_q15, softmax_q15_in_place, to_exp_input, PROBABILITY_ONE};
 
 /// The smallest `e ≥ 0` with `|round(x / 2^e)| ≤ limit` for every `x` of `row` (`limit ≥ 1`):

@@ -22,8 +22,9 @@ use crate::fixed_point::{
     Multiplier, Rescale, Scale16,
 };
 use crate::integer::{
-    act_rescale, act_top, attention_score, layer_norm_with, log_softmax, pow2_exponent, pow2_exponent_of,
-    rescale_wide, signed_scale, softmax_q15_in_place, Int8Steps, ACT_SHIFT, SCORE_FRAC,
+    act_rescale, act_shift, act_top, attention_score, layer_norm_with, log_softmax, pow2_act_top,
+    pow2_exponent, pow2_exponent_of, rescale_wide, signed_scale, softmax_q15_in_place, Int8Steps, ACT_SHIFT,
+    SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -130,9 +131,18 @@ impl<'s> Input<'s> {
                 ..
             } => {
                 let act = &act[..m.cols];
-                let top = act_top(act.iter().map(|&a| Scale16::of_f32(a)));
-                let value = |c: usize| act_rescale(Scale16::of_f32(act[c]), top).apply(x[c]);
-                quantize_int8(value, xq).times_pow2(top + ACT_SHIFT)
+                match pow2_act_top(act) {
+                    // powers of two: a shift per value (the same values)
+                    Some(biased) => {
+                        let value = |c: usize| act_shift(x[c], act[c], biased);
+                        quantize_int8(value, xq).times_pow2(biased as i32 - 142 + ACT_SHIFT)
+                    }
+                    None => {
+                        let top = act_top(act.iter().map(|&a| Scale16::of_f32(a)));
+                        let value = |c: usize| act_rescale(Scale16::of_f32(act[c]), top).apply(x[c]);
+                        quantize_int8(value, xq).times_pow2(top + ACT_SHIFT)
+                    }
+                }
             }
             _ => quantize_int8(|c| x[c], xq),
         };
@@ -150,10 +160,22 @@ impl<'s> Input<'s> {
                 ..
             } => {
                 let act = &act[..m.cols];
-                let top = act_top(act.iter().map(|&a| Scale16::of_f32(a)));
-                for (v, &a) in x.iter_mut().zip(act) {
-                    *v = act_rescale(Scale16::of_f32(a), top).apply(*v);
-                }
+                let top = match pow2_act_top(act) {
+                    // powers of two: a shift per value (the same values)
+                    Some(biased) => {
+                        for (v, &a) in x.iter_mut().zip(act) {
+                            *v = act_shift(*v, a, biased);
+                        }
+                        biased as i32 - 142
+                    }
+                    None => {
+                        let top = act_top(act.iter().map(|&a| Scale16::of_f32(a)));
+                        for (v, &a) in x.iter_mut().zip(act) {
+                            *v = act_rescale(Scale16::of_f32(a), top).apply(*v);
+                        }
+                        top
+                    }
+                };
                 quantize_int8(|c| x[c], xq).times_pow2(top + ACT_SHIFT)
             }
             _ => quantize_int8(|c| x[c], xq),

@@ -19,12 +19,13 @@ pub fn channel_ranges(
 }
 
 /// SmoothQuant factors `s[c] = max|x_c|^alpha / max_r |W[r][c]|^(1 - alpha)` for a matrix and
-/// the input range of its columns; `None` when nothing was observed.
+/// the input range of its columns (each rounded to the nearest power of two in log terms with
+/// `power_of_two`); `None` when nothing was observed.
 pub fn smoothing_factors(
     weight: &Matrix<'_>,
     dense: &[f32],
     input_range: &[f32],
-    alpha: f32,
+    (alpha, power_of_two): (f32, bool),
 ) -> Option<Vec<f32>> {
     let cols = weight.cols;
     if input_range.len() != cols || input_range.iter().all(|&r| r == 0.0) {
@@ -42,7 +43,12 @@ pub fn smoothing_factors(
             .zip(&weight_range)
             .map(|(&x, &w)| {
                 if x > 0.0 && w > 0.0 {
-                    (x.powf(alpha) / w.powf(1.0 - alpha)).clamp(1e-4, 1e4)
+                    let s = (x.powf(alpha) / w.powf(1.0 - alpha)).clamp(1e-4, 1e4);
+                    if power_of_two {
+                        s.log2().round().exp2()
+                    } else {
+                        s
+                    }
                 } else {
                     1.0
                 }

@@ -185,6 +185,10 @@ pub struct QuantizeOptions {
     pub target: Target,
     /// Activation smoothing (int8 with calibration only).
     pub smoothing: Smoothing,
+    /// Round each smoothing factor to the nearest power of two (in log terms), so that the
+    /// activation scales are powers of two: the integer arithmetic applies those with a shift
+    /// (`txl quantize --integer` sets it).
+    pub power_of_two_smoothing: bool,
     /// Tensors (glob patterns over names, `*` matches anything) kept in f16.
     pub keep_f16: Vec<String>,
     /// Also keep the `k` tensors whose int8 quantization alone costs most on the calibration text.
@@ -209,6 +213,7 @@ impl QuantizeOptions {
         QuantizeOptions {
             target,
             smoothing: Smoothing::Off,
+            power_of_two_smoothing: false,
             keep_f16: Vec::new(),
             auto_keep_f16: 0,
             method: Method::Round,

@@ -127,7 +127,8 @@ pub fn quantize_mixed(
                     let (name, _, data) = &source.tensors[index];
                     let smooth = alpha.zip(ranges.as_ref()).and_then(|(alpha, ranges)| {
                         let range = input_range(&config, *name, ranges)?;
-                        smoothing_factors(&model.image().matrix(index), data, range, alpha)
+                        let pow2 = options.power_of_two_smoothing;
+                        smoothing_factors(&model.image().matrix(index), data, range, (alpha, pow2))
                     });
                     Plan::Int8(smooth)
                 }

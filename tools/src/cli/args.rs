@@ -328,7 +328,8 @@ pub struct QuantizeArgs {
     /// every f32 operation is a call into software floating point. frac is calibrated on the
     /// calibration text (which it needs): room for eight times the largest activation the
     /// full-precision model shows there. Takes --dtype int8 or int4 (the embedding tables and
-    /// output projections int8, no tensor kept in f16); sessions then keep int8 memory. The
+    /// output projections int8, no tensor kept in f16); sessions then keep int8 memory.
+    /// Smoothing factors are rounded to powers of two, which the device applies as shifts. The
     /// cost: one more pass of the full-precision model over the calibration text here, and a
     /// few hundredths of a percent of bits per token over float arithmetic on the same weights
     /// on the trained models (docs/INTEGER.md).

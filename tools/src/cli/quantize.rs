@@ -111,6 +111,8 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
     let options = QuantizeOptions {
         target,
         smoothing,
+        // the integer arithmetic shifts by a power of two where a float scale costs a rescale
+        power_of_two_smoothing: args.integer,
         keep_f16: args.keep_f16.clone(),
         auto_keep_f16: args.auto_keep_f16,
         method: args.method,
