@@ -501,16 +501,24 @@ pub fn inverse_sqrt_multiplier(n: u32) -> Option<Multiplier> {
 /// nearest, halves up). `exp_neg(0)` is exactly `2^30`; the result is 0 from `t ≈ 21.5` on
 /// (`e^-t < 2^-31`). Relative error below `2^-19` (interpolation and rounding), checked by test.
 pub fn exp_neg(t: u32) -> u32 {
-    let y = (t as u64 * LOG2_E_Q31 as u64) >> 31; // Q24, < 2^33
+    // from t = 2^29 on, y passes 32 · 2^24 (log2(e) > 1): 0 without the product
+    if t >= 1 << 29 {
+        return 0;
+    }
+    let y = (t as u64 * LOG2_E_Q31 as u64) >> 31; // Q24, < 2^30
     let n = y >> 24;
     if n > 31 {
         return 0;
     }
     let fraction = (y & 0xFF_FFFF) as u32;
     let index = (fraction >> 16) as usize;
-    let between = (fraction & 0xFFFF) as u64;
+    let between = fraction & 0xFFFF;
     let (high, low) = (EXP2_TABLE[index], EXP2_TABLE[index + 1]);
-    let value = high - (((high - low) as u64 * between + (1 << 15)) >> 16) as u32;
+    // round((high - low) · between / 2^16) in 32 bits: the difference's high and low halves
+    // (`(h · 2^16 + l) b + 2^15 >> 16 = h b + (l b + 2^15 >> 16)`; h b < 2^22, l b < 2^32)
+    let difference = high - low;
+    let step = (difference >> 16) * between + (((difference & 0xFFFF) * between + (1 << 15)) >> 16);
+    let value = high - step;
     if n == 0 {
         value
     } else {
@@ -1173,6 +1181,41 @@ mod tests {
         }
         for _ in 0..50_000 {
             check(rng.next_u64() >> rng.below(64));
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn exponentials_in_32_bits_equal_the_64_bit_steps() {
+        // the 64-bit form of every step
+        let wide = |t: u32| {
+            let y = (t as u64 * LOG2_E_Q31 as u64) >> 31;
+            let n = y >> 24;
+            if n > 31 {
+                return 0;
+            }
+            let fraction = (y & 0xFF_FFFF) as u32;
+            let index = (fraction >> 16) as usize;
+            let between = (fraction & 0xFFFF) as u64;
+            let (high, low) = (EXP2_TABLE[index], EXP2_TABLE[index + 1]);
+            let value = high - (((high - low) as u64 * between + (1 << 15)) >> 16) as u32;
+            if n == 0 {
+                value
+            } else {
+                (value + (1 << (n - 1))) >> n
+            }
+        };
+        let mut rng = Rng::new(60);
+        for i in 0..300_000u32 {
+            let t = match i % 3 {
+                0 => i * 1797,
+                1 => (rng.next_u64() >> 32) as u32,
+                _ => (rng.next_u64() >> 35) as u32 + (1 << 28),
+            };
+            assert_eq!(exp_neg(t), wide(t), "{t}");
+        }
+        for t in [0, 1, (1 << 29) - 1, 1 << 29, u32::MAX] {
+            assert_eq!(exp_neg(t), wide(t), "{t}");
         }
     }
 

@@ -10,11 +10,19 @@ pub const PROBABILITY_ONE: u32 = 1 << 15;
 /// shifted left (saturating) or right (rounded down).
 #[inline]
 pub fn to_exp_input(largest: i32, score: i32, frac: u32) -> u32 {
-    let distance = (largest as i64 - score as i64).max(0) as u64; // < 2^32
+    if score >= largest {
+        return 0;
+    }
+    let distance = largest.wrapping_sub(score) as u32; // the exact difference: below 2^32
     if frac <= 24 {
-        (distance << (24 - frac)).min(u32::MAX as u64) as u32
+        let left = 24 - frac;
+        if distance > u32::MAX >> left {
+            u32::MAX
+        } else {
+            distance << left
+        }
     } else {
-        (distance >> (frac - 24).min(63)) as u32
+        distance.checked_shr(frac - 24).unwrap_or(0)
     }
 }
 
@@ -88,6 +96,33 @@ mod tests {
 
     fn real(v: i32, frac: u32) -> f64 {
         v as f64 / libm::exp2(frac as f64)
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn exp_inputs_in_32_bits_equal_the_64_bit_form() {
+        let wide = |largest: i32, score: i32, frac: u32| {
+            let distance = (largest as i64 - score as i64).max(0) as u64;
+            if frac <= 24 {
+                (distance << (24 - frac)).min(u32::MAX as u64) as u32
+            } else {
+                (distance >> (frac - 24).min(63)) as u32
+            }
+        };
+        let mut rng = Rng::new(22);
+        for i in 0..200_000 {
+            let frac = i % 61;
+            let (a, b) = (
+                rng.next_u64() as i32 >> (i % 32),
+                rng.next_u64() as i32 >> (i % 29),
+            );
+            for (largest, score) in [(a, b), (b, a), (a, a), (i32::MAX, i32::MIN), (0, i32::MIN)] {
+                assert_eq!(
+                    to_exp_input(largest, score, frac as u32),
+                    wide(largest, score, frac as u32)
+                );
+            }
+        }
     }
 
     #[test]
