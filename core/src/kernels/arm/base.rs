@@ -34,6 +34,82 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     }
 }
 
+// The Cortex-M3's loops are written out, one line per instruction (no `.rept` or `.irp`): the
+// compiler sizes an `asm!` block by its lines, and a block longer than it thinks can push the
+// function's constants out of a load's reach ("out of range pc-relative fixup value").
+
+/// Column `$k` of a step of [`six_rows`] (Cortex-M3): the input value, then the six rows'.
+#[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
+macro_rules! six_rows_column {
+    ($k:literal) => {
+        concat!(
+            "ldrsb.w {x}, [{xp}, #",
+            $k,
+            "]\n",
+            "ldrsb.w {w}, [{wp}, #(",
+            $k,
+            " + 0 * {cols})]\n",
+            "mla {a0}, {w}, {x}, {a0}\n",
+            "ldrsb.w {w}, [{wp}, #(",
+            $k,
+            " + 1 * {cols})]\n",
+            "mla {a1}, {w}, {x}, {a1}\n",
+            "ldrsb.w {w}, [{wp}, #(",
+            $k,
+            " + 2 * {cols})]\n",
+            "mla {a2}, {w}, {x}, {a2}\n",
+            "ldrsb.w {w}, [{wp}, #(",
+            $k,
+            " + 3 * {cols})]\n",
+            "mla {a3}, {w}, {x}, {a3}\n",
+            "ldrsb.w {w}, [{wp}, #(",
+            $k,
+            " + 4 * {cols})]\n",
+            "mla {a4}, {w}, {x}, {a4}\n",
+            "ldrsb.w {w}, [{wp}, #(",
+            $k,
+            " + 5 * {cols})]\n",
+            "mla {a5}, {w}, {x}, {a5}\n",
+        )
+    };
+}
+
+/// One column of [`four_rows`] (Cortex-M3).
+#[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
+macro_rules! four_rows_column {
+    () => {
+        concat!(
+            "ldrsb {x}, [{xp}], #1\n",
+            "ldrsb {w}, [{p0}], #1\n",
+            "mla {a0}, {w}, {x}, {a0}\n",
+            "ldrsb {w}, [{p1}], #1\n",
+            "mla {a1}, {w}, {x}, {a1}\n",
+            "ldrsb {w}, [{p2}], #1\n",
+            "mla {a2}, {w}, {x}, {a2}\n",
+            "ldrsb {w}, [{p3}], #1\n",
+            "mla {a3}, {w}, {x}, {a3}\n",
+        )
+    };
+}
+
+/// One column of [`four_keys`] (Cortex-M3).
+#[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
+macro_rules! four_keys_column {
+    () => {
+        concat!(
+            "ldrsh {x}, [{qp}], #2\n",
+            "ldrsb {w}, [{p0}], #1\n",
+            "mla {a0}, {w}, {x}, {a0}\n",
+            "ldrsb {w}, [{p1}], #1\n",
+            "mla {a1}, {w}, {x}, {a1}\n",
+            "ldrsb {w}, [{p2}], #1\n",
+            "mla {a2}, {w}, {x}, {a2}\n",
+            "ldrsb {w}, [{p3}], #1\n",
+            "mla {a3}, {w}, {x}, {a3}\n",
+        )
+    };
+}
+
 /// Rows one pass of [`six_rows`] takes.
 const WIDE_ROWS: usize = 6;
 
@@ -92,21 +168,7 @@ fn six_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; WIDE_ROWS] {
         let end = xp.add(COLS);
         core::arch::asm!(
             "2:",
-            ".irp k, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
-            "ldrsb.w {x}, [{xp}, #\\k]",
-                "ldrsb.w {w}, [{wp}, #(\\k + 0 * {cols})]",
-                "mla {a0}, {w}, {x}, {a0}",
-                "ldrsb.w {w}, [{wp}, #(\\k + 1 * {cols})]",
-                "mla {a1}, {w}, {x}, {a1}",
-                "ldrsb.w {w}, [{wp}, #(\\k + 2 * {cols})]",
-                "mla {a2}, {w}, {x}, {a2}",
-                "ldrsb.w {w}, [{wp}, #(\\k + 3 * {cols})]",
-                "mla {a3}, {w}, {x}, {a3}",
-                "ldrsb.w {w}, [{wp}, #(\\k + 4 * {cols})]",
-                "mla {a4}, {w}, {x}, {a4}",
-                "ldrsb.w {w}, [{wp}, #(\\k + 5 * {cols})]",
-                "mla {a5}, {w}, {x}, {a5}",
-            ".endr",
+            six_rows_column!(0), six_rows_column!(1), six_rows_column!(2), six_rows_column!(3), six_rows_column!(4), six_rows_column!(5), six_rows_column!(6), six_rows_column!(7), six_rows_column!(8), six_rows_column!(9), six_rows_column!(10), six_rows_column!(11), six_rows_column!(12), six_rows_column!(13), six_rows_column!(14), six_rows_column!(15),
             "adds {xp}, #16",
             "adds {wp}, #16",
             "cmp {xp}, {end}",
@@ -162,17 +224,8 @@ fn four_rows(x: &[i8], rows: [&[i8]; ROWS]) -> [i32; ROWS] {
             let end = xp.add(body);
             core::arch::asm!(
                 "2:",
-                ".rept 8",
-                "ldrsb {x}, [{xp}], #1",
-                "ldrsb {w}, [{p0}], #1",
-                "mla {a0}, {w}, {x}, {a0}",
-                "ldrsb {w}, [{p1}], #1",
-                "mla {a1}, {w}, {x}, {a1}",
-                "ldrsb {w}, [{p2}], #1",
-                "mla {a2}, {w}, {x}, {a2}",
-                "ldrsb {w}, [{p3}], #1",
-                "mla {a3}, {w}, {x}, {a3}",
-                ".endr",
+                four_rows_column!(), four_rows_column!(), four_rows_column!(), four_rows_column!(),
+                four_rows_column!(), four_rows_column!(), four_rows_column!(), four_rows_column!(),
                 "cmp {xp}, {end}",
                 "bne 2b",
                 xp = inout(reg) xp,
@@ -322,17 +375,8 @@ fn four_keys(q: &[i16], keys: [&[i8]; ROWS]) -> [i32; ROWS] {
             let end = qp.add(body);
             core::arch::asm!(
                 "2:",
-                ".rept 8",
-                "ldrsh {x}, [{qp}], #2",
-                "ldrsb {w}, [{p0}], #1",
-                "mla {a0}, {w}, {x}, {a0}",
-                "ldrsb {w}, [{p1}], #1",
-                "mla {a1}, {w}, {x}, {a1}",
-                "ldrsb {w}, [{p2}], #1",
-                "mla {a2}, {w}, {x}, {a2}",
-                "ldrsb {w}, [{p3}], #1",
-                "mla {a3}, {w}, {x}, {a3}",
-                ".endr",
+                four_keys_column!(), four_keys_column!(), four_keys_column!(), four_keys_column!(),
+                four_keys_column!(), four_keys_column!(), four_keys_column!(), four_keys_column!(),
                 "cmp {qp}, {end}",
                 "bne 2b",
                 qp = inout(reg) qp,
