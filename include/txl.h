@@ -213,7 +213,7 @@ int txl_session_memory_len(const txl_session *session, size_t *positions);
 int txl_session_options(const txl_session *session, txl_options *options);
 
 /* Sets up sampler: with temperature above 0 it samples from p^(1/temperature) with a generator
- * seeded by seed (the choices of `txl generate --temperature T --seed S`); with 0 or below it
+ * seeded by seed (the core's sampler, as `txl generate --temperature T --seed S`); with 0 or below it
  * takes the most likely token. A NaN temperature is refused (TXL_ERR_BAD_ARGUMENT). */
 int txl_sampler_init(txl_sampler *sampler, float temperature, uint64_t seed);
 

@@ -1,5 +1,5 @@
 //! `txl_sampler`: the next token from a row of log-probabilities, greedy or sampled with a
-//! temperature and a seed: `txl_core::sampling`, the choices `txl generate` makes.
+//! temperature and a seed: `txl_core::sampling`, the sampler `txl generate` uses.
 
 use core::ffi::c_int;
 
@@ -24,7 +24,7 @@ const _: () = assert!(fits::<txl_sampler, Sampler>(), "TXL_SAMPLER_WORDS is too 
 const MAGIC: u64 = u64::from_le_bytes(*b"txlsampl");
 
 /// Sets up `sampler`: with `temperature` above 0, it samples from p^(1 / temperature) with a
-/// generator seeded by `seed` (`txl generate --temperature T --seed S` makes the same choices);
+/// generator seeded by `seed` (the core's sampler, as `txl generate --temperature T --seed S`);
 /// with 0 or below, it takes the most likely token. A NaN temperature is refused.
 ///
 /// # Safety
