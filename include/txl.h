@@ -8,8 +8,10 @@
  *
  * Every function returns TXL_OK (0) or a TXL_ERR_* code, and checks each pointer (NULL,
  * alignment), each struct (set up by its function), each length and that the buffers of one
- * call do not overlap, before it reads or writes anything: a refusal changes nothing.
- * txl_strerror gives each code's message. What the library cannot check is that a pointer and
+ * call do not overlap, before it reads or writes anything: such a refusal changes nothing. A
+ * setup function (txl_model_parse, txl_session_init, txl_sampler_init) that refuses what it was
+ * given past those checks (an image, options, an arena, a temperature) leaves its struct not set
+ * up. txl_strerror gives each code's message. What the library cannot check is that a pointer and
  * its length name memory the caller owns.
  *
  * C99 and C++. docs/C.md: building, linking, a minimal main. Matches capi/src

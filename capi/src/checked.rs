@@ -53,8 +53,9 @@ pub fn disjoint(spans: &[Span]) -> Result<(), c_int> {
 }
 
 /// The span of `len` values of `T` at `at`, if `at` is not NULL, is aligned for `T`, and the
-/// bytes fit the address space (and `isize`, as a slice needs).
-fn span<T>(at: *const T, len: usize) -> Result<Span, c_int> {
+/// bytes fit the address space (and `isize`, as a slice needs). Overlaps are checked on these,
+/// before any reference to the bytes exists.
+pub fn span<T>(at: *const T, len: usize) -> Result<Span, c_int> {
     if at.is_null() {
         return Err(TXL_ERR_NULL);
     }

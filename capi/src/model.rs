@@ -6,7 +6,7 @@ use core::ffi::{c_int, c_void};
 use txl_core::image::Arithmetic;
 use txl_core::{MemDtype, Model, PositionKeys, Session, SessionOptions};
 
-use crate::checked::{self, fits};
+use crate::checked::{self, fits, Span};
 use crate::options::txl_options;
 use crate::status::{code, of_error, TXL_ERR_INTEGER_OPTIONS};
 
@@ -108,12 +108,13 @@ pub unsafe extern "C" fn txl_model_parse(
 }
 
 unsafe fn parse(model: *mut txl_model, image: *const c_void, image_bytes: usize) -> Result<(), c_int> {
-    // SAFETY: the caller's contract: the bytes stay, unchanged, while the model is used.
-    let bytes: &'static [u8] = unsafe { checked::slice(image.cast::<u8>(), image_bytes)? };
-    checked::disjoint(&[checked::Span::of(bytes), checked::Span::of_one(model)])?;
+    let image_span = checked::span(image.cast::<u8>(), image_bytes)?;
+    checked::disjoint(&[image_span, Span::of_one(model)])?;
     // Every pointer checked: from here on a failure leaves the model not set up.
     // SAFETY: `txl_model` holds a `Slot<Model>`; the caller's contract.
     unsafe { checked::clear::<txl_model, Model<'static>>(model)? };
+    // SAFETY: the caller's contract: the bytes stay, unchanged, while the model is used.
+    let bytes: &'static [u8] = unsafe { checked::slice(image.cast::<u8>(), image_bytes)? };
     let parsed = Model::parse(bytes).map_err(of_error)?;
     // SAFETY: as above.
     unsafe { checked::put(model, MAGIC, parsed) }
@@ -131,11 +132,13 @@ pub unsafe extern "C" fn txl_model_get_info(model: *const txl_model, info: *mut 
 
 unsafe fn model_info(model: *const txl_model, info: *mut txl_model_info) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
-    let model = unsafe { model_ref(model)? };
-    // SAFETY: the caller's contract.
-    let out = unsafe { checked::slice_mut(info, 1)? };
+    unsafe { write_out(model, info, |model| Ok(info_of(model))) }
+}
+
+/// What `model` is.
+fn info_of(model: &Model<'_>) -> txl_model_info {
     let c = model.config();
-    out[0] = txl_model_info {
+    txl_model_info {
         n_token: c.n_token,
         n_layer: c.n_layer,
         d_model: c.d_model,
@@ -144,7 +147,27 @@ unsafe fn model_info(model: *const txl_model, info: *mut txl_model_info) -> Resu
         d_inner: c.d_inner,
         integer: u32::from(matches!(model.image().arithmetic(), Arithmetic::Integer { .. })),
         image_bytes: model.image().bytes().len(),
-    };
+    }
+}
+
+/// Writes `value(model)` to the one `T` at `out`, which must overlap neither the model's storage
+/// nor its image.
+///
+/// # Safety
+/// `model` must point to a `txl_model`, `out` to a `T` (each checked).
+unsafe fn write_out<T>(
+    model: *const txl_model,
+    out: *mut T,
+    value: impl FnOnce(&Model<'static>) -> Result<T, c_int>,
+) -> Result<(), c_int> {
+    // SAFETY: the caller's contract.
+    let parsed = unsafe { model_ref(model)? };
+    let out_span = checked::span(out, 1)?;
+    checked::disjoint(&[out_span, Span::of_one(model), Span::of(parsed.image().bytes())])?;
+    let written = value(parsed)?;
+    // SAFETY: the caller's contract; it overlaps nothing this function reads.
+    let slot = unsafe { checked::slice_mut(out, 1)? };
+    slot[0] = written;
     Ok(())
 }
 
@@ -165,11 +188,11 @@ pub unsafe extern "C" fn txl_model_default_options(
 
 unsafe fn model_default_options(model: *const txl_model, options: *mut txl_options) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
-    let model = unsafe { model_ref(model)? };
-    // SAFETY: the caller's contract.
-    let out = unsafe { checked::slice_mut(options, 1)? };
-    out[0] = txl_options::from_core(&default_options(model));
-    Ok(())
+    unsafe {
+        write_out(model, options, |model| {
+            Ok(txl_options::from_core(&default_options(model)))
+        })
+    }
 }
 
 /// The options at `options`, checked.
@@ -220,12 +243,12 @@ unsafe fn sizes(
     size: fn(&Model<'_>, &SessionOptions) -> Result<usize, txl_core::Error>,
 ) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
-    let model = unsafe { model_ref(model)? };
-    // SAFETY: the caller's contract.
     let options = unsafe { read_options(options)? };
     // SAFETY: the caller's contract.
-    let out = unsafe { checked::slice_mut(bytes, 1)? };
-    check_arithmetic(model, &options)?;
-    out[0] = size(model, &options).map_err(of_error)?;
-    Ok(())
+    unsafe {
+        write_out(model, bytes, |model| {
+            check_arithmetic(model, &options)?;
+            size(model, &options).map_err(of_error)
+        })
+    }
 }

@@ -68,18 +68,20 @@ unsafe fn sample(
 ) -> Result<(), c_int> {
     // SAFETY: `txl_sampler` holds a `Slot<Sampler>`; the caller's contract.
     let picker = unsafe { checked::get_mut::<txl_sampler, Sampler>(sampler, MAGIC)? };
-    // SAFETY: the caller's contract.
-    let row = unsafe { checked::slice(log_probs, n_log_probs)? };
-    // SAFETY: the caller's contract.
-    let out = unsafe { checked::slice_mut(token, 1)? };
-    if row.is_empty() {
+    let spans = [
+        checked::Span::of_one(sampler),
+        checked::span(log_probs, n_log_probs)?,
+        checked::span(token, 1)?,
+    ];
+    if n_log_probs == 0 {
         return Err(TXL_ERR_EMPTY);
     }
-    checked::disjoint(&[
-        checked::Span::of_one(sampler),
-        checked::Span::of(row),
-        checked::Span::of(out),
-    ])?;
-    out[0] = picker.pick(row);
+    checked::disjoint(&spans)?;
+    // SAFETY: the caller's contract; the buffers overlap nothing else of this call.
+    let row = unsafe { checked::slice(log_probs, n_log_probs)? };
+    let picked = picker.pick(row);
+    // SAFETY: as above.
+    let slot = unsafe { checked::slice_mut(token, 1)? };
+    slot[0] = picked;
     Ok(())
 }

@@ -130,17 +130,19 @@ unsafe fn init(
     if session.is_null() {
         return Err(TXL_ERR_NULL);
     }
+    let model_at = model;
     // SAFETY: the caller's contract.
     let model = unsafe { model_ref(model)? };
     // SAFETY: the caller's contract.
     let options = unsafe { read_options(options)? };
-    // SAFETY: the caller's contract: the arena is the session's while it is used.
-    let arena: &'static mut [u8] = unsafe { checked::slice_mut(arena.cast::<u8>(), arena_bytes)? };
-    let (arena_span, image) = (Span::of(arena), Span::of(model.image().bytes()));
-    checked::disjoint(&[arena_span, image, Span::of_one(session), Span::of_one(model)])?;
+    let arena_span = checked::span(arena.cast::<u8>(), arena_bytes)?;
+    let image = Span::of(model.image().bytes());
+    checked::disjoint(&[arena_span, image, Span::of_one(session), Span::of_one(model_at)])?;
     // Every pointer checked: from here on a failure leaves the session not set up.
     // SAFETY: `txl_session` holds a `Slot<Running>`; the caller's contract.
     unsafe { checked::clear::<txl_session, Running>(session)? };
+    // SAFETY: the caller's contract: the arena is the session's while it is used.
+    let arena: &'static mut [u8] = unsafe { checked::slice_mut(arena.cast::<u8>(), arena_bytes)? };
     let started = Session::new(model, arena, options).map_err(of_error)?;
     let running = Running {
         session: started,
@@ -182,21 +184,25 @@ unsafe fn feed(
 ) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     let running = unsafe { running_mut(session)? };
-    // SAFETY: the caller's contract.
-    let tokens = unsafe { checked::slice(tokens, n_tokens)? };
-    if tokens.is_empty() {
+    let tokens_span = checked::span(tokens, n_tokens)?;
+    if n_tokens == 0 {
         return Err(TXL_ERR_EMPTY);
     }
     let n_token = running.n_token();
+    let out_span = match next_log_probs.is_null() {
+        // no output: an empty span, which overlaps nothing
+        true => Span::of::<f32>(&[]),
+        false if n_log_probs < n_token => return Err(TXL_ERR_BUFFER_TOO_SMALL),
+        false => checked::span(next_log_probs, n_token)?,
+    };
+    running.disjoint(session, &[tokens_span, out_span])?;
+    // SAFETY: the caller's contract; the buffers overlap nothing else of this call.
+    let tokens = unsafe { checked::slice(tokens, n_tokens)? };
     let mut out = match next_log_probs.is_null() {
         true => None,
-        false if n_log_probs < n_token => return Err(TXL_ERR_BUFFER_TOO_SMALL),
-        // SAFETY: the caller's contract.
+        // SAFETY: as above.
         false => Some(unsafe { checked::slice_mut(next_log_probs, n_token)? }),
     };
-    // (no output: an empty span, which overlaps nothing)
-    let out_span = out.as_deref().map_or(Span::of::<f32>(&[]), Span::of);
-    running.disjoint(session, &[Span::of(tokens), out_span])?;
     running.check_tokens(tokens)?;
     let tgt_len = running.tgt_len();
     let segments = tokens.len().div_ceil(tgt_len);
@@ -247,28 +253,28 @@ unsafe fn score(
 ) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     let running = unsafe { running_mut(session)? };
-    // SAFETY: the caller's contract.
-    let tokens = unsafe { checked::slice(tokens, n_tokens)? };
-    if tokens.is_empty() {
+    let tokens_span = checked::span(tokens, n_tokens)?;
+    if n_tokens == 0 {
         return Err(TXL_ERR_EMPTY);
     }
-    let scored = tokens.len() - 1;
-    if scored == 0 {
-        running.disjoint(session, &[Span::of(tokens)])?;
-        return running.check_tokens(tokens);
-    }
-    if n_log_probs < scored {
+    let scored = n_tokens - 1;
+    let out_span = match scored {
+        // nothing to score: an empty span, which overlaps nothing
+        0 => Span::of::<f32>(&[]),
         // a NULL pointer is named first
-        return Err(if log_probs.is_null() {
-            TXL_ERR_NULL
-        } else {
-            TXL_ERR_BUFFER_TOO_SMALL
-        });
-    }
-    // SAFETY: the caller's contract.
-    let out = unsafe { checked::slice_mut(log_probs, scored)? };
-    running.disjoint(session, &[Span::of(tokens), Span::of(out)])?;
+        _ if log_probs.is_null() => return Err(TXL_ERR_NULL),
+        _ if n_log_probs < scored => return Err(TXL_ERR_BUFFER_TOO_SMALL),
+        _ => checked::span(log_probs, scored)?,
+    };
+    running.disjoint(session, &[tokens_span, out_span])?;
+    // SAFETY: the caller's contract; the buffers overlap nothing else of this call.
+    let tokens = unsafe { checked::slice(tokens, n_tokens)? };
     running.check_tokens(tokens)?;
+    if scored == 0 {
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let out = unsafe { checked::slice_mut(log_probs, scored)? };
     let tgt_len = running.tgt_len();
     let mut start = 0;
     for segment in tokens[..scored].chunks(tgt_len) {
@@ -328,11 +334,13 @@ unsafe fn save_state(
 ) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     let running = unsafe { running(session)? };
-    // SAFETY: the caller's contract.
-    let out = unsafe { checked::slice_mut(state.cast::<u8>(), state_bytes)? };
-    // SAFETY: the caller's contract.
+    let state = state.cast::<u8>();
+    let spans = [checked::span(state, state_bytes)?, checked::span(written, 1)?];
+    running.disjoint(session, &spans)?;
+    // SAFETY: the caller's contract; the buffers overlap nothing else of this call.
+    let out = unsafe { checked::slice_mut(state, state_bytes)? };
+    // SAFETY: as above.
     let written = unsafe { checked::slice_mut(written, 1)? };
-    running.disjoint(session, &[Span::of(out), Span::of(written)])?;
     written[0] = running.session.save_state(out).map_err(of_error)?;
     Ok(())
 }
@@ -361,9 +369,10 @@ unsafe fn restore_state(
 ) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     let running = unsafe { running_mut(session)? };
-    // SAFETY: the caller's contract.
-    let bytes = unsafe { checked::slice(state.cast::<u8>(), state_bytes)? };
-    running.disjoint(session, &[Span::of(bytes)])?;
+    let state = state.cast::<u8>();
+    running.disjoint(session, &[checked::span(state, state_bytes)?])?;
+    // SAFETY: the caller's contract; the bytes overlap nothing else of this call.
+    let bytes = unsafe { checked::slice(state, state_bytes)? };
     running.session.restore_state(bytes).map_err(of_error)?;
     Ok(())
 }
@@ -417,9 +426,10 @@ unsafe fn write_out<T>(
 ) -> Result<(), c_int> {
     // SAFETY: the caller's contract.
     let running = unsafe { running(session)? };
-    // SAFETY: the caller's contract.
-    let out = unsafe { checked::slice_mut(out, 1)? };
-    running.disjoint(session, &[Span::of(out)])?;
-    out[0] = value(running);
+    running.disjoint(session, &[checked::span(out, 1)?])?;
+    let written = value(running);
+    // SAFETY: the caller's contract; it overlaps nothing else of this call.
+    let slot = unsafe { checked::slice_mut(out, 1)? };
+    slot[0] = written;
     Ok(())
 }

@@ -189,6 +189,9 @@ static void session_errors(const txl_model *model, const txl_options *defaults, 
     EXPECT(TXL_ERR_NULL, txl_model_get_info(model, NULL));
     EXPECT(TXL_ERR_NOT_INITIALIZED, txl_model_get_info(&empty_model, &info));
     EXPECT(TXL_ERR_MISALIGNED, txl_model_get_info(model, (txl_model_info *)(void *)(unaligned.bytes + 1)));
+    EXPECT(TXL_ERR_OVERLAP, txl_model_get_info(model, (txl_model_info *)(uintptr_t)model));
+    EXPECT(TXL_ERR_OVERLAP, txl_model_default_options(model, (txl_options *)(uintptr_t)model));
+    EXPECT(TXL_ERR_OVERLAP, txl_arena_bytes(model, &options, (size_t *)(uintptr_t)model));
     EXPECT(TXL_ERR_NULL, txl_model_default_options(NULL, &options));
     EXPECT(TXL_ERR_NULL, txl_model_default_options(model, NULL));
     EXPECT(TXL_ERR_NOT_INITIALIZED, txl_model_default_options(&empty_model, &options));
