@@ -66,9 +66,10 @@ impl Args {
         let model = parse_model(&bytes, &self.model)?;
         let options = self.session.options(&model)?;
         let source = self.model.display().to_string();
-        let Some(rust) = &self.rust else {
-            let c_dir = self.c.as_ref().expect("clap requires --rust or --c");
-            return c::write(&model, &options, &self.name, &source, c_dir, out);
+        let rust = match (&self.rust, &self.c) {
+            (Some(rust), None) => rust,
+            (None, Some(c_dir)) => return c::write(&model, &options, &self.name, &source, c_dir, out),
+            _ => bail!("give one of --rust OUT_DIR and --c OUT_DIR"),
         };
         let module = module_text(&model, &options, &self.name, &source)?;
         let image_path = rust.join(format!("{}.txl", self.name));
@@ -123,14 +124,22 @@ impl Sizes {
     }
 }
 
+/// Where an export's reader finds the image and the vocabulary, for [`summary`].
+struct Places<'a> {
+    /// Where the image is.
+    image: &'a str,
+    /// How the firmware reads the vocabulary's symbols.
+    vocabulary: &'a str,
+}
+
 /// The lines that say what an export holds (the model, the image, its vocabulary and arithmetic,
-/// the session options, the arena's parts), for a comment; `image_at` says where the image is.
+/// the session options, the arena's parts), for a comment.
 fn summary(
     model: &Model<'_>,
     options: &SessionOptions,
     sizes: &Sizes,
     source: &str,
-    image_at: &str,
+    places: &Places<'_>,
 ) -> Vec<String> {
     let c = model.config();
     let image_bytes = model.image().bytes().len();
@@ -157,13 +166,17 @@ fn summary(
             },
             precision(model)
         ),
-        format!("- image: {image_bytes} bytes, CRC-32 {crc:#010x} ({image_at})"),
+        format!(
+            "- image: {image_bytes} bytes, CRC-32 {crc:#010x} ({})",
+            places.image
+        ),
     ];
     lines.push(match model.image().vocabulary() {
         Some(v) => format!(
-            "- vocabulary: {} symbols{} (`txl_core::Model::image().vocabulary()`)",
+            "- vocabulary: {} symbols{} ({})",
             v.len(),
-            if v.lower_case() { ", lower-cased text" } else { "" }
+            if v.lower_case() { ", lower-cased text" } else { "" },
+            places.vocabulary
         ),
         None => "- vocabulary: none (token ids are bytes)".to_string(),
     });
@@ -190,8 +203,11 @@ fn module_text(model: &Model<'_>, options: &SessionOptions, name: &str, source: 
     let image_bytes = model.image().bytes().len();
     let mut m = String::new();
     let w = &mut m;
-    let image_at = format!("`{name}.txl` beside this file");
-    for line in summary(model, options, &sizes, source, &image_at) {
+    let places = Places {
+        image: &format!("`{name}.txl` beside this file"),
+        vocabulary: "`txl_core::Model::image().vocabulary()`",
+    };
+    for line in summary(model, options, &sizes, source, &places) {
         // Writing to a String cannot fail.
         let _ = match line.is_empty() {
             true => writeln!(w, "//!"),

@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::Result;
 use txl_core::{MemDtype, MemInit, Model, PositionKeys, SessionOptions};
 
-use super::{summary, Sizes};
+use super::{summary, Places, Sizes};
 use crate::image_file::write_file;
 
 /// Writes `dir/NAME.h` and `dir/NAME.c`; says so on `out`.
@@ -24,8 +24,11 @@ pub fn write(
     out: &mut dyn Write,
 ) -> Result<()> {
     let sizes = Sizes::of(model, options)?;
-    let image_at = format!("`{name}_image` in {name}.c");
-    let summary = summary(model, options, &sizes, source, &image_at);
+    let places = Places {
+        image: &format!("`{name}_image` in {name}.c"),
+        vocabulary: "in the image; the C API takes and gives token ids",
+    };
+    let summary = summary(model, options, &sizes, source, &places);
     let header_path = dir.join(format!("{name}.h"));
     let source_path = dir.join(format!("{name}.c"));
     write_file(
