@@ -409,8 +409,12 @@ fn the_c_example_runs_in_qemu_with_the_digest_of_score() {
         .args(["target", "list", "--installed"])
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("thumbv7em-none-eabihf"));
-    if !have("qemu-system-arm", "--version") || !have("arm-none-eabi-gcc", "--version") || !target_installed {
-        skipped("needs qemu-system-arm, arm-none-eabi-gcc (gcc-arm-none-eabi, libnewlib-arm-none-eabi) and the thumbv7em-none-eabihf target");
+    let tools = ["qemu-system-arm", "arm-none-eabi-gcc", "make"];
+    if !tools.iter().all(|tool| have(tool, "--version")) || !target_installed {
+        skipped(
+            "needs qemu-system-arm, arm-none-eabi-gcc (gcc-arm-none-eabi, libnewlib-arm-none-eabi), \
+             make and the thumbv7em-none-eabihf target",
+        );
         return;
     }
     let dir = scratch_dir("example");
