@@ -49,10 +49,14 @@ done
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
-step "setup: QEMU for the firmware tests (qemu-system-arm; qemu-system-riscv32 is in qemu-system-misc)"
+step "setup: QEMU for the firmware tests (qemu-system-arm; qemu-system-riscv32 is in qemu-system-misc), arm-none-eabi-gcc, newlib and make for the C example, c++"
 qemu_packages=()
 command -v qemu-system-arm >/dev/null 2>&1 || qemu_packages+=(qemu-system-arm)
 command -v qemu-system-riscv32 >/dev/null 2>&1 || qemu_packages+=(qemu-system-misc)
+command -v arm-none-eabi-gcc >/dev/null 2>&1 || qemu_packages+=(gcc-arm-none-eabi)
+[ -e /usr/lib/arm-none-eabi/lib/librdimon.a ] || qemu_packages+=(libnewlib-arm-none-eabi)
+command -v c++ >/dev/null 2>&1 || qemu_packages+=(g++) # the C API's test links a C++ program
+command -v make >/dev/null 2>&1 || qemu_packages+=(make)
 if [ ${#qemu_packages[@]} -gt 0 ]; then
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
@@ -92,6 +96,10 @@ echo "   model into it with scripts/export-example.sh and ran it in QEMU)"
 (cd examples/export-demo && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)
 cargo test -p txl-core --features fast-math --locked
 cargo test -p txl-tests --features txl-core/fast-math --locked --test fast_math
+
+step "the C API: fmt and clippy (its own crate; cargo test above built it, ran its C tests under"
+echo "   AddressSanitizer and UndefinedBehaviorSanitizer and its example in QEMU with scripts/c-example.sh)"
+(cd capi && cargo fmt -- --check && cargo clippy --release --locked --target thumbv7em-none-eabihf --features cortex-m-dsp -- -D warnings)
 
 step "Miri: the core's unsafe code under the interpreter (nightly; catches undefined behaviour)"
 if ! rustup toolchain list | grep -q '^nightly'; then

@@ -112,13 +112,16 @@ enum Command {
     /// Print a model image's config, vocabulary, tensors and the arena a session needs.
     #[command(after_help = inspect::EXAMPLES)]
     Inspect(inspect::Args),
-    /// Write a Rust module for firmware: the image as an aligned static, the arena size and the
-    /// session options.
+    /// Write a Rust module or C source for firmware: the image as an aligned static, the arena
+    /// size and the session options.
     ///
-    /// The module (OUT_DIR/NAME.rs) includes a copy of the image (OUT_DIR/NAME.txl) with
+    /// The module (--rust: OUT_DIR/NAME.rs) includes a copy of the image (OUT_DIR/NAME.txl) with
     /// include_bytes!, aligned to 16 bytes, and holds ARENA_BYTES and STATE_BYTES for the
     /// session options given here (the model's defaults otherwise) and those options as a const
     /// txl_core::SessionOptions. It needs txl-core alone: nothing of txl's tools at build time.
+    /// Its C twin (--c: OUT_DIR/NAME.h and OUT_DIR/NAME.c) holds the image as an aligned const
+    /// uint8_t array, TXL_ARENA_BYTES, TXL_STATE_BYTES and the options, for the C API
+    /// (include/txl.h).
     #[command(after_help = export::EXAMPLES)]
     Export(export::Args),
     /// Convert the bundled demo model, score held-out text, generate a sample, quantize to int8.
