@@ -50,17 +50,17 @@ rustup component list --installed | grep -q '^rustfmt' || rustup component add r
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 
 step "setup: QEMU for the firmware tests (qemu-system-arm; qemu-system-riscv32 is in qemu-system-misc), arm-none-eabi-gcc, newlib and make for the C example, c++"
-qemu_packages=()
-command -v qemu-system-arm >/dev/null 2>&1 || qemu_packages+=(qemu-system-arm)
-command -v qemu-system-riscv32 >/dev/null 2>&1 || qemu_packages+=(qemu-system-misc)
-command -v arm-none-eabi-gcc >/dev/null 2>&1 || qemu_packages+=(gcc-arm-none-eabi)
-[ -e /usr/lib/arm-none-eabi/lib/librdimon.a ] || qemu_packages+=(libnewlib-arm-none-eabi)
-command -v c++ >/dev/null 2>&1 || qemu_packages+=(g++) # the C API's test links a C++ program
-command -v make >/dev/null 2>&1 || qemu_packages+=(make)
-if [ ${#qemu_packages[@]} -gt 0 ]; then
+packages=()
+command -v qemu-system-arm >/dev/null 2>&1 || packages+=(qemu-system-arm)
+command -v qemu-system-riscv32 >/dev/null 2>&1 || packages+=(qemu-system-misc)
+command -v arm-none-eabi-gcc >/dev/null 2>&1 || packages+=(gcc-arm-none-eabi)
+[ -e /usr/lib/arm-none-eabi/lib/librdimon.a ] || packages+=(libnewlib-arm-none-eabi)
+command -v c++ >/dev/null 2>&1 || packages+=(g++) # the C API's test links a C++ program
+command -v make >/dev/null 2>&1 || packages+=(make)
+if [ ${#packages[@]} -gt 0 ]; then
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
-  $sudo_cmd apt-get install -y -qq --no-install-recommends "${qemu_packages[@]}"
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${packages[@]}"
 fi
 
 step "cargo fmt --check"
