@@ -30,7 +30,7 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     }
     for (k, sum) in rest.iter_mut().enumerate() {
         let row = &values[(whole + k) * cols..][..n];
-        *sum = dot(row, xq);
+        *sum = dot_from(0, row, xq);
     }
 }
 
@@ -74,42 +74,6 @@ macro_rules! six_rows_column {
     };
 }
 
-/// One column of [`four_rows`] (Cortex-M3).
-#[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
-macro_rules! four_rows_column {
-    () => {
-        concat!(
-            "ldrsb {x}, [{xp}], #1\n",
-            "ldrsb {w}, [{p0}], #1\n",
-            "mla {a0}, {w}, {x}, {a0}\n",
-            "ldrsb {w}, [{p1}], #1\n",
-            "mla {a1}, {w}, {x}, {a1}\n",
-            "ldrsb {w}, [{p2}], #1\n",
-            "mla {a2}, {w}, {x}, {a2}\n",
-            "ldrsb {w}, [{p3}], #1\n",
-            "mla {a3}, {w}, {x}, {a3}\n",
-        )
-    };
-}
-
-/// One column of [`four_keys`] (Cortex-M3).
-#[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
-macro_rules! four_keys_column {
-    () => {
-        concat!(
-            "ldrsh {x}, [{qp}], #2\n",
-            "ldrsb {w}, [{p0}], #1\n",
-            "mla {a0}, {w}, {x}, {a0}\n",
-            "ldrsb {w}, [{p1}], #1\n",
-            "mla {a1}, {w}, {x}, {a1}\n",
-            "ldrsb {w}, [{p2}], #1\n",
-            "mla {a2}, {w}, {x}, {a2}\n",
-            "ldrsb {w}, [{p3}], #1\n",
-            "mla {a3}, {w}, {x}, {a3}\n",
-        )
-    };
-}
-
 /// Rows one pass of [`six_rows`] takes.
 const WIDE_ROWS: usize = 6;
 
@@ -146,7 +110,7 @@ fn wide_passes<const COLS: usize>(values: &[i8], x: &[i8], sums: &mut [i32]) -> 
 /// Cortex-M3.
 #[cfg(not(all(target_arch = "arm", target_has_atomic = "ptr")))]
 fn six_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; WIDE_ROWS] {
-    core::array::from_fn(|k| dot(&rows[k * COLS..(k + 1) * COLS], x))
+    core::array::from_fn(|k| dot_from(0, &rows[k * COLS..(k + 1) * COLS], x))
 }
 
 /// [`six_rows`] on Armv7-M: the six sums in registers, the rows at immediate offsets
@@ -192,126 +156,6 @@ fn six_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; WIDE_ROWS] {
     [a0, a1, a2, a3, a4, a5]
 }
 
-/// `row · x` in i32, wrapping.
-fn dot(row: &[i8], x: &[i8]) -> i32 {
-    row.iter()
-        .zip(x)
-        .fold(0i32, |acc, (&w, &x)| acc.wrapping_add(w as i32 * x as i32))
-}
-
-/// `[r0 · x, r1 · x, r2 · x, r3 · x]` (rows as long as `x`), each input byte loaded once for the
-/// four rows: in Rust off Arm.
-#[cfg(not(target_arch = "arm"))]
-fn four_rows(x: &[i8], rows: [&[i8]; ROWS]) -> [i32; ROWS] {
-    rows.map(|row| dot(row, x))
-}
-
-/// [`four_rows`] on Armv7-M (Cortex-M3; `target_has_atomic`, which Armv6-M lacks, tells them
-/// apart): eight columns a pass of `LDRSB` with post-increment and `MLA`, 9 instructions per
-/// column for the four rows; the columns after the last eight in Rust.
-#[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
-fn four_rows(x: &[i8], rows: [&[i8]; ROWS]) -> [i32; ROWS] {
-    let n = x.len();
-    let body = n / 8 * 8;
-    let mut acc = [0i32; ROWS];
-    if body > 0 {
-        let [mut p0, mut p1, mut p2, mut p3] = rows.map(|r| r.as_ptr());
-        let mut xp = x.as_ptr();
-        let [mut a0, mut a1, mut a2, mut a3] = acc;
-        // SAFETY: every pointer reads `body` bytes from the start of its slice (each at least `n`
-        // long), one byte a load; `end` is one past the last byte of `x` read.
-        unsafe {
-            let end = xp.add(body);
-            core::arch::asm!(
-                "2:",
-                four_rows_column!(), four_rows_column!(), four_rows_column!(), four_rows_column!(),
-                four_rows_column!(), four_rows_column!(), four_rows_column!(), four_rows_column!(),
-                "cmp {xp}, {end}",
-                "bne 2b",
-                xp = inout(reg) xp,
-                p0 = inout(reg) p0,
-                p1 = inout(reg) p1,
-                p2 = inout(reg) p2,
-                p3 = inout(reg) p3,
-                a0 = inout(reg) a0,
-                a1 = inout(reg) a1,
-                a2 = inout(reg) a2,
-                a3 = inout(reg) a3,
-                end = in(reg) end,
-                x = out(reg) _,
-                w = out(reg) _,
-                options(nostack, readonly),
-            );
-        }
-        let _ = (xp, p0, p1, p2, p3);
-        acc = [a0, a1, a2, a3];
-    }
-    for (a, row) in acc.iter_mut().zip(rows) {
-        *a = a.wrapping_add(dot(&row[body..n], &x[body..]));
-    }
-    acc
-}
-
-/// [`four_rows`] on Armv6-M (Cortex-M0, M0+): `LDRSB` takes a register offset alone and
-/// `MULS` low registers, so one index counts up to zero for the input and the four rows (low
-/// registers `r0`–`r7`, `r6` and `r7` saved and restored on the stack: the compiler keeps them
-/// for itself), the sums in high registers (`r8`–`r11`): 15 instructions per column for the four rows.
-#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
-fn four_rows(x: &[i8], rows: [&[i8]; ROWS]) -> [i32; ROWS] {
-    let n = x.len();
-    if n == 0 {
-        return [0; ROWS];
-    }
-    let [e0, e1, e2, e3] = rows.map(|r| r[..n].as_ptr_range().end);
-    let end = x.as_ptr_range().end;
-    let (a0, a1, a2, a3): (i32, i32, i32, i32);
-    // SAFETY: the index runs from -n to -1, so each load reads a byte of its slice (each `n`
-    // long, ending at its `end`); r6 and r7 are pushed before use and popped after.
-    unsafe {
-        core::arch::asm!(
-            "push {{r6, r7}}",
-            "movs r6, #0",
-            "mov r8, r6",
-            "mov r9, r6",
-            "mov r10, r6",
-            "mov r11, r6",
-            "2:",
-            "ldrsb r6, [r1, r0]",
-            "ldrsb r7, [r2, r0]",
-            "muls r7, r6, r7",
-            "add r8, r7",
-            "ldrsb r7, [r3, r0]",
-            "muls r7, r6, r7",
-            "add r9, r7",
-            "ldrsb r7, [r4, r0]",
-            "muls r7, r6, r7",
-            "add r10, r7",
-            "ldrsb r7, [r5, r0]",
-            "muls r7, r6, r7",
-            "add r11, r7",
-            "adds r0, #1",
-            "bne 2b",
-            "pop {{r6, r7}}",
-            "mov r2, r8",
-            "mov r3, r9",
-            "mov r4, r10",
-            "mov r5, r11",
-            inout("r0") -(n as isize) => _,
-            in("r1") end,
-            inout("r2") e0 => a0,
-            inout("r3") e1 => a1,
-            inout("r4") e2 => a2,
-            inout("r5") e3 => a3,
-            out("r8") _,
-            out("r9") _,
-            out("r10") _,
-            out("r11") _,
-            options(readonly),
-        );
-    }
-    [a0, a1, a2, a3]
-}
-
 /// Query values [`key_sums_i8`] unpacks at a time.
 const QUERY_CHUNK: usize = 64;
 
@@ -346,124 +190,186 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
     }
 }
 
-/// `[k0 · q, k1 · q, k2 · q, k3 · q]` for int8 keys as long as the 16-bit query `q`: in Rust
-/// off Arm.
+/// `[r0 · x, r1 · x, r2 · x, r3 · x]` for four int8 rows as long as the input `x` (int8 for a
+/// linear layer's rows, 16-bit for a query against four keys), each input value loaded once for
+/// the four: in Rust off Arm.
 #[cfg(not(target_arch = "arm"))]
-fn four_keys(q: &[i16], keys: [&[i8]; ROWS]) -> [i32; ROWS] {
-    keys.map(|k| {
-        k.iter()
-            .zip(q)
-            .fold(0i32, |acc, (&k, &q)| acc.wrapping_add(k as i32 * q as i32))
-    })
+fn four_dots<X: Copy + Into<i32>>(x: &[X], rows: [&[i8]; ROWS]) -> [i32; ROWS] {
+    rows.map(|row| dot_from(0, row, x))
 }
 
-/// [`four_keys`] on Armv7-M: eight columns a pass of `LDRSH` and `LDRSB` with post-increment
-/// and `MLA`, 9 instructions per column for the four keys; the columns after the last eight in
-/// Rust.
+/// `acc + row · x` in i32, wrapping.
+fn dot_from<X: Copy + Into<i32>>(acc: i32, row: &[i8], x: &[X]) -> i32 {
+    row.iter()
+        .zip(x)
+        .fold(acc, |acc, (&w, &x)| acc.wrapping_add(w as i32 * x.into()))
+}
+
+/// Defines [`four_dots`] for Armv7-M (Cortex-M3; `target_has_atomic`, which Armv6-M lacks,
+/// tells them apart) for inputs of type `$x` loaded by `$load` (with post-increment): eight
+/// columns a pass, per column the input's load and per row `LDRSB` with post-increment and
+/// `MLA`, 9 instructions per column for the four rows; the columns after the last eight in Rust.
+/// Written out one line per instruction (above).
 #[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
-fn four_keys(q: &[i16], keys: [&[i8]; ROWS]) -> [i32; ROWS] {
-    let n = q.len();
-    let body = n / 8 * 8;
-    let mut acc = [0i32; ROWS];
-    if body > 0 {
-        let [mut p0, mut p1, mut p2, mut p3] = keys.map(|k| k.as_ptr());
-        let mut qp = q.as_ptr();
-        let [mut a0, mut a1, mut a2, mut a3] = acc;
-        // SAFETY: every pointer reads the first `body` values of its slice (each at least `n`
-        // long), one a load; `end` is one past the last query value read.
-        unsafe {
-            let end = qp.add(body);
-            core::arch::asm!(
-                "2:",
-                four_keys_column!(), four_keys_column!(), four_keys_column!(), four_keys_column!(),
-                four_keys_column!(), four_keys_column!(), four_keys_column!(), four_keys_column!(),
-                "cmp {qp}, {end}",
-                "bne 2b",
-                qp = inout(reg) qp,
-                p0 = inout(reg) p0,
-                p1 = inout(reg) p1,
-                p2 = inout(reg) p2,
-                p3 = inout(reg) p3,
-                a0 = inout(reg) a0,
-                a1 = inout(reg) a1,
-                a2 = inout(reg) a2,
-                a3 = inout(reg) a3,
-                end = in(reg) end,
-                x = out(reg) _,
-                w = out(reg) _,
-                options(nostack, readonly),
-            );
+macro_rules! armv7m_four_dots {
+    ($name:ident, $x:ty, $load:literal) => {
+        fn $name(x: &[$x], rows: [&[i8]; ROWS]) -> [i32; ROWS] {
+            let n = x.len();
+            let body = n / 8 * 8;
+            let mut acc = [0i32; ROWS];
+            if body > 0 {
+                let [mut p0, mut p1, mut p2, mut p3] = rows.map(|r| r.as_ptr());
+                let mut xp = x.as_ptr();
+                let [mut a0, mut a1, mut a2, mut a3] = acc;
+                // SAFETY: every pointer reads the first `body` values of its slice (each at least
+                // `n` long), one a load; `end` is one past the last input value read.
+                unsafe {
+                    let end = xp.add(body);
+                    core::arch::asm!(
+                        "2:",
+                        armv7m_column!($load), armv7m_column!($load),
+                        armv7m_column!($load), armv7m_column!($load),
+                        armv7m_column!($load), armv7m_column!($load),
+                        armv7m_column!($load), armv7m_column!($load),
+                        "cmp {xp}, {end}",
+                        "bne 2b",
+                        xp = inout(reg) xp,
+                        p0 = inout(reg) p0,
+                        p1 = inout(reg) p1,
+                        p2 = inout(reg) p2,
+                        p3 = inout(reg) p3,
+                        a0 = inout(reg) a0,
+                        a1 = inout(reg) a1,
+                        a2 = inout(reg) a2,
+                        a3 = inout(reg) a3,
+                        end = in(reg) end,
+                        x = out(reg) _,
+                        w = out(reg) _,
+                        options(nostack, readonly),
+                    );
+                }
+                let _ = (xp, p0, p1, p2, p3);
+                acc = [a0, a1, a2, a3];
+            }
+            for (a, row) in acc.iter_mut().zip(rows) {
+                *a = dot_from(*a, &row[body..n], &x[body..]);
+            }
+            acc
         }
-        let _ = (qp, p0, p1, p2, p3);
-        acc = [a0, a1, a2, a3];
-    }
-    for (a, k) in acc.iter_mut().zip(keys) {
-        let tail = k[body..n].iter().zip(&q[body..]);
-        *a = tail.fold(*a, |acc, (&k, &q)| acc.wrapping_add(k as i32 * q as i32));
-    }
-    acc
+    };
 }
 
-/// [`four_keys`] on Armv6-M, as its [`four_rows`]: one index counting up to zero (the query's
-/// byte offset twice it: `LSLS`, then a register-offset `LDRSH`), the keys' register-offset
-/// `LDRSB`, `MULS` and `ADD` into the high registers `r8`–`r11`: 16 instructions per column
-/// for the four keys.
+/// One column of [`armv7m_four_dots`]: the input's `$load`, then the four rows'.
+#[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
+macro_rules! armv7m_column {
+    ($load:literal) => {
+        concat!(
+            $load,
+            "\n",
+            "ldrsb {w}, [{p0}], #1\n",
+            "mla {a0}, {w}, {x}, {a0}\n",
+            "ldrsb {w}, [{p1}], #1\n",
+            "mla {a1}, {w}, {x}, {a1}\n",
+            "ldrsb {w}, [{p2}], #1\n",
+            "mla {a2}, {w}, {x}, {a2}\n",
+            "ldrsb {w}, [{p3}], #1\n",
+            "mla {a3}, {w}, {x}, {a3}\n",
+        )
+    };
+}
+
+/// Defines [`four_dots`] for Armv6-M (Cortex-M0, M0+) for inputs of type `$x`, column `r0` of
+/// the input (an index counting up to zero) loaded into `r6` by `$load`: `LDRSB` takes a
+/// register offset alone and `MULS` low registers, so the one index serves the input and the
+/// four rows (low registers `r0`–`r7`, `r6` and `r7` saved and restored on the stack: the
+/// compiler keeps them for itself), the sums in high registers (`r8`–`r11`): 15 instructions per
+/// column for int8 inputs, 16 for 16-bit ones (the byte offset twice the index: `LSLS`).
 #[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+macro_rules! armv6m_four_dots {
+    ($name:ident, $x:ty, $($load:literal),+) => {
+        fn $name(x: &[$x], rows: [&[i8]; ROWS]) -> [i32; ROWS] {
+            let n = x.len();
+            if n == 0 {
+                return [0; ROWS];
+            }
+            let [e0, e1, e2, e3] = rows.map(|r| r[..n].as_ptr_range().end);
+            let end = x.as_ptr_range().end;
+            let (a0, a1, a2, a3): (i32, i32, i32, i32);
+            // SAFETY: the index runs from -n to -1, so each load reads a value of its slice
+            // (each `n` long, ending at its `end`); r6 and r7 are pushed before use and popped
+            // after.
+            unsafe {
+                core::arch::asm!(
+                    "push {{r6, r7}}",
+                    "movs r6, #0",
+                    "mov r8, r6",
+                    "mov r9, r6",
+                    "mov r10, r6",
+                    "mov r11, r6",
+                    "2:",
+                    $($load,)+
+                    "ldrsb r7, [r2, r0]",
+                    "muls r7, r6, r7",
+                    "add r8, r7",
+                    "ldrsb r7, [r3, r0]",
+                    "muls r7, r6, r7",
+                    "add r9, r7",
+                    "ldrsb r7, [r4, r0]",
+                    "muls r7, r6, r7",
+                    "add r10, r7",
+                    "ldrsb r7, [r5, r0]",
+                    "muls r7, r6, r7",
+                    "add r11, r7",
+                    "adds r0, #1",
+                    "bne 2b",
+                    "pop {{r6, r7}}",
+                    "mov r2, r8",
+                    "mov r3, r9",
+                    "mov r4, r10",
+                    "mov r5, r11",
+                    inout("r0") -(n as isize) => _,
+                    in("r1") end,
+                    inout("r2") e0 => a0,
+                    inout("r3") e1 => a1,
+                    inout("r4") e2 => a2,
+                    inout("r5") e3 => a3,
+                    out("r8") _,
+                    out("r9") _,
+                    out("r10") _,
+                    out("r11") _,
+                    options(readonly),
+                );
+            }
+            [a0, a1, a2, a3]
+        }
+    };
+}
+
+#[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
+armv7m_four_dots!(four_dots_i8, i8, "ldrsb {x}, [{xp}], #1");
+#[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
+armv7m_four_dots!(four_dots_i16, i16, "ldrsh {x}, [{xp}], #2");
+#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+armv6m_four_dots!(four_dots_i8, i8, "ldrsb r6, [r1, r0]");
+#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+armv6m_four_dots!(four_dots_i16, i16, "lsls r7, r0, #1", "ldrsh r6, [r1, r7]");
+
+/// The int8 rows' [`four_dots`].
+#[inline(always)]
+fn four_rows(x: &[i8], rows: [&[i8]; ROWS]) -> [i32; ROWS] {
+    #[cfg(target_arch = "arm")]
+    return four_dots_i8(x, rows);
+    #[cfg(not(target_arch = "arm"))]
+    four_dots(x, rows)
+}
+
+/// The keys' [`four_dots`] for a 16-bit query.
+#[inline(always)]
 fn four_keys(q: &[i16], keys: [&[i8]; ROWS]) -> [i32; ROWS] {
-    let n = q.len();
-    if n == 0 {
-        return [0; ROWS];
-    }
-    let [e0, e1, e2, e3] = keys.map(|k| k[..n].as_ptr_range().end);
-    let end = q.as_ptr_range().end;
-    let (a0, a1, a2, a3): (i32, i32, i32, i32);
-    // SAFETY: the index runs from -n to -1, so each load reads a value of its slice (each `n`
-    // long, ending at its `end`; the query's at twice the index in bytes); r6 and r7 are pushed
-    // before use and popped after.
-    unsafe {
-        core::arch::asm!(
-            "push {{r6, r7}}",
-            "movs r6, #0",
-            "mov r8, r6",
-            "mov r9, r6",
-            "mov r10, r6",
-            "mov r11, r6",
-            "2:",
-            "lsls r7, r0, #1",
-            "ldrsh r6, [r1, r7]",
-            "ldrsb r7, [r2, r0]",
-            "muls r7, r6, r7",
-            "add r8, r7",
-            "ldrsb r7, [r3, r0]",
-            "muls r7, r6, r7",
-            "add r9, r7",
-            "ldrsb r7, [r4, r0]",
-            "muls r7, r6, r7",
-            "add r10, r7",
-            "ldrsb r7, [r5, r0]",
-            "muls r7, r6, r7",
-            "add r11, r7",
-            "adds r0, #1",
-            "bne 2b",
-            "pop {{r6, r7}}",
-            "mov r2, r8",
-            "mov r3, r9",
-            "mov r4, r10",
-            "mov r5, r11",
-            inout("r0") -(n as isize) => _,
-            in("r1") end,
-            inout("r2") e0 => a0,
-            inout("r3") e1 => a1,
-            inout("r4") e2 => a2,
-            inout("r5") e3 => a3,
-            out("r8") _,
-            out("r9") _,
-            out("r10") _,
-            out("r11") _,
-            options(readonly),
-        );
-    }
-    [a0, a1, a2, a3]
+    #[cfg(target_arch = "arm")]
+    return four_dots_i16(q, keys);
+    #[cfg(not(target_arch = "arm"))]
+    four_dots(q, keys)
 }
 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
