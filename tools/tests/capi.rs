@@ -109,6 +109,20 @@ fn image_of(source: &str) -> Vec<u8> {
         .collect()
 }
 
+/// `demo` (a float image) as an integer image in `dir`, calibrated on the first 2048 bytes of
+/// the demo's `calib.txt` (`txl quantize --integer`).
+fn integer_image(dir: &Path, demo: &Path) -> PathBuf {
+    let integer = dir.join("demo-integer.txl");
+    let calib = fixture("demo").join("calib.txt");
+    #[rustfmt::skip]
+    let out = txl(&[
+        "quantize", s(demo), "-o", s(&integer), "--integer", "--calib-bytes", s(&calib),
+        "--calib-limit", "2048",
+    ]);
+    succeeded("quantize --integer", &out);
+    integer
+}
+
 #[test]
 fn export_c_writes_the_image_the_sizes_and_every_session_option() {
     let dir = scratch_dir("export");
@@ -293,22 +307,7 @@ fn every_function_and_error_from_c_under_the_sanitizers() {
     let dir = scratch_dir("host");
     let demo = dir.join("demo.txl");
     succeeded("convert", &txl(&["convert", s(&fixture("demo")), "-o", s(&demo)]));
-    let calib = dir.join("calib.txt");
-    let text = std::fs::read(fixture("demo").join("calib.txt")).unwrap();
-    std::fs::write(&calib, &text[..2048]).unwrap();
-    let integer = dir.join("demo-integer.txl");
-    succeeded(
-        "quantize --integer",
-        &txl(&[
-            "quantize",
-            s(&demo),
-            "-o",
-            s(&integer),
-            "--integer",
-            "--calib-bytes",
-            s(&calib),
-        ]),
-    );
+    let integer = integer_image(&dir, &demo);
     let adaptive = dir.join("adaptive.txl");
     succeeded(
         "convert",
@@ -425,22 +424,7 @@ fn the_c_example_runs_in_qemu_with_the_digest_of_score() {
         "quantize",
         &txl(&["quantize", s(&demo), "-o", s(&int8), "--dtype", "int8"]),
     );
-    let calib = dir.join("calib.txt");
-    let text = std::fs::read(fixture("demo").join("calib.txt")).unwrap();
-    std::fs::write(&calib, &text[..2048]).unwrap();
-    let integer = dir.join("demo-integer.txl");
-    succeeded(
-        "quantize --integer",
-        &txl(&[
-            "quantize",
-            s(&demo),
-            "-o",
-            s(&integer),
-            "--integer",
-            "--calib-bytes",
-            s(&calib),
-        ]),
-    );
+    let integer = integer_image(&dir, &demo);
     let tokens = dir.join("tokens.bin");
     let heldout = std::fs::read(fixture("demo").join("heldout.txt")).unwrap();
     std::fs::write(&tokens, &heldout[..128]).unwrap();

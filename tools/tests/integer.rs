@@ -2,7 +2,7 @@
 //! scales, and `txl quantize --integer` / `txl convert --integer` with what the other commands
 //! do with the image it writes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use txl_core::image::{set_arithmetic, Arithmetic, FRAC_AT, MAX_FRAC};
 use txl_core::tensors::{for_each_tensor, TensorName};
@@ -178,17 +178,25 @@ fn refused(args: &[&str], needles: &[&str]) {
     }
 }
 
-#[test]
-fn quantize_integer_writes_an_integer_image_that_the_commands_run_with_int8_memory() {
-    let dir = scratch_dir("round-trip");
+/// `txl quantize --integer` of the demo model (converted into `dir`) with `--smooth smooth`,
+/// calibrated on 1024 bytes of `calib.txt`: the float image's path, the integer image's and the
+/// command's output.
+fn quantize_demo_integer(dir: &Path, smooth: &str) -> (PathBuf, PathBuf, std::process::Output) {
     let float = common::convert(&fixture("demo"), dir.join("demo.txl"));
     let integer = dir.join("demo-integer.txl");
     let calib = fixture("demo").join("calib.txt");
     #[rustfmt::skip]
     let out = txl(&[
         "quantize", s(&float), "-o", s(&integer), "--integer", "--calib-bytes", s(&calib),
-        "--calib-limit", "1024", "--calib-backend", "cpu32", "--smooth", "off",
+        "--calib-limit", "1024", "--calib-backend", "cpu32", "--smooth", smooth,
     ]);
+    (float, integer, out)
+}
+
+#[test]
+fn quantize_integer_writes_an_integer_image_that_the_commands_run_with_int8_memory() {
+    let dir = scratch_dir("round-trip");
+    let (float, integer, out) = quantize_demo_integer(&dir, "off");
     let text = stderr(&out);
     assert!(out.status.success(), "quantize --integer: {text}");
     assert!(
@@ -378,14 +386,7 @@ fn convert_integer_converts_quantizes_and_calibrates_in_one_step() {
 #[test]
 fn quantize_integer_smooths_in_powers_of_two() {
     let dir = scratch_dir("power-of-two");
-    let float = common::convert(&fixture("demo"), dir.join("demo.txl"));
-    let integer = dir.join("demo-integer.txl");
-    let calib = fixture("demo").join("calib.txt");
-    #[rustfmt::skip]
-    let out = txl(&[
-        "quantize", s(&float), "-o", s(&integer), "--integer", "--calib-bytes", s(&calib),
-        "--calib-limit", "1024", "--calib-backend", "cpu32", "--smooth", "0.5",
-    ]);
+    let (_, integer, out) = quantize_demo_integer(&dir, "0.5");
     assert!(out.status.success(), "{}", stderr(&out));
     let bytes = AlignedBytes::copy_from(&std::fs::read(&integer).unwrap()).unwrap();
     let model = Model::parse(bytes.bytes()).unwrap();
