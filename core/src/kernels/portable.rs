@@ -422,6 +422,27 @@ pub fn widen_f16(src: &[f16], dst: &mut [f32]) {
     }
 }
 
+/// `sums` in passes of `R` whole rows of `cols` columns of the row-major `values`, `pass` summing
+/// one block of `R · cols` bytes (a kernel built for that width): returns the rows summed, the
+/// rows after the last whole pass are the caller's (all of them for `cols` 0).
+#[inline(always)]
+pub fn row_passes<const R: usize>(
+    values: &[i8],
+    cols: usize,
+    sums: &mut [i32],
+    mut pass: impl FnMut(&[i8]) -> [i32; R],
+) -> usize {
+    if cols == 0 {
+        return 0;
+    }
+    let mut done = 0;
+    for (out, block) in sums.chunks_exact_mut(R).zip(values.chunks_exact(R * cols)) {
+        out.copy_from_slice(&pass(block));
+        done += R;
+    }
+    done
+}
+
 /// `sums[r] = values[r] · xq` in i32 for each row `r < sums.len()` of the row-major int8
 /// `values (rows, cols)`: [`dot_i8`] per row.
 pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {

@@ -85,25 +85,11 @@ fn wide_rows(values: &[i8], cols: usize, x: &[i8], sums: &mut [i32]) -> usize {
         return 0;
     }
     match (cols, x.len() == cols) {
-        (128, true) => wide_passes::<128>(values, x, sums),
-        (256, true) => wide_passes::<256>(values, x, sums),
-        (512, true) => wide_passes::<512>(values, x, sums),
+        (128, true) => portable::row_passes(values, cols, sums, |rows| six_rows::<128>(x, rows)),
+        (256, true) => portable::row_passes(values, cols, sums, |rows| six_rows::<256>(x, rows)),
+        (512, true) => portable::row_passes(values, cols, sums, |rows| six_rows::<512>(x, rows)),
         _ => 0,
     }
-}
-
-/// [`wide_rows`] for rows of `COLS` columns (`x` as long).
-#[inline(always)]
-fn wide_passes<const COLS: usize>(values: &[i8], x: &[i8], sums: &mut [i32]) -> usize {
-    let mut done = 0;
-    for (out, block) in sums
-        .chunks_exact_mut(WIDE_ROWS)
-        .zip(values.chunks_exact(WIDE_ROWS * COLS))
-    {
-        out.copy_from_slice(&six_rows::<COLS>(x, block));
-        done += WIDE_ROWS;
-    }
-    done
 }
 
 /// `row_k · x` for the six rows of `COLS` columns in `rows` (`x` `COLS` long): in Rust off the

@@ -183,26 +183,13 @@ const TALL_ROWS: usize = 16;
 /// or 512 columns, every row whole), each input byte loaded once for the sixteen; returns how
 /// many rows it summed (whole passes, 0 for another width), the caller sums the rest.
 fn tall_rows(values: &[i8], cols: usize, x: &[i8], sums: &mut [i32]) -> usize {
+    use crate::kernels::portable::row_passes;
     match (cols, x.len() == cols) {
-        (128, true) => tall_passes::<128>(values, x, sums),
-        (256, true) => tall_passes::<256>(values, x, sums),
-        (512, true) => tall_passes::<512>(values, x, sums),
+        (128, true) => row_passes(values, cols, sums, |rows| sixteen_rows::<128>(x, rows)),
+        (256, true) => row_passes(values, cols, sums, |rows| sixteen_rows::<256>(x, rows)),
+        (512, true) => row_passes(values, cols, sums, |rows| sixteen_rows::<512>(x, rows)),
         _ => 0,
     }
-}
-
-/// [`tall_rows`] for rows of `COLS` columns (`x` as long).
-#[inline(always)]
-fn tall_passes<const COLS: usize>(values: &[i8], x: &[i8], sums: &mut [i32]) -> usize {
-    let mut done = 0;
-    for (out, block) in sums
-        .chunks_exact_mut(TALL_ROWS)
-        .zip(values.chunks_exact(TALL_ROWS * COLS))
-    {
-        out.copy_from_slice(&sixteen_rows::<COLS>(x, block));
-        done += TALL_ROWS;
-    }
-    done
 }
 
 /// `row_k · x` for the sixteen rows of `COLS` columns in `rows` (`x` `COLS` long): off
