@@ -338,6 +338,70 @@ impl PreparedRescale {
     }
 }
 
+/// A [`Scale16`] that multiplies many `f32` scales read from their bits, each product applied to
+/// one value at once: [`ScaledByBits::apply`]`(bits, x)` is
+/// `Scale16::of_f32(f32::from_bits(bits)).times(scale).apply(x)`, the same bits, with the usual
+/// case (a positive normal `f32`, a rescale of [`Rescale::apply`]'s 32-bit paths) in
+/// straight-line 32-bit arithmetic: a linear layer's rows rescaled by their scales times the
+/// input's step, a LayerNorm's gains times `1 / σ`.
+#[derive(Clone, Copy, Debug)]
+pub struct ScaledByBits {
+    scale: Scale16,
+    /// `142 - scale.exponent`: the rescale's shift is this less the `f32`'s biased exponent and
+    /// the bits dropped from the mantissas' product.
+    base: i32,
+}
+
+impl ScaledByBits {
+    /// For `scale`.
+    pub fn new(scale: Scale16) -> ScaledByBits {
+        let normal = (1 << 15..1 << 16).contains(&scale.mantissa);
+        ScaledByBits {
+            scale,
+            // (a scale of another mantissa, zero: a shift no product takes, so every value
+            // takes the general path)
+            base: if normal {
+                142 - scale.exponent
+            } else {
+                i32::MIN / 2
+            },
+        }
+    }
+
+    /// `Scale16::of_f32(f32::from_bits(bits)).times(scale).apply(x)` (a positive normal `f32`,
+    /// and a shift that takes one of [`Rescale::apply`]'s 32-bit paths, in line). The `f32`'s 16-bit
+    /// mantissa is taken as rounded, `[2^15, 2^16]`, without bringing `2^16` back to `2^15`:
+    /// the product of `2^16` and the scale's mantissa drops one bit more, so the rescale is the
+    /// same (and stays below `2^32`: the scale's mantissa is below `2^16`).
+    #[inline(always)]
+    pub fn apply(self, bits: u32, x: i32) -> i32 {
+        let biased = bits >> 23; // with the sign bit: 256 or more
+        let mantissa = ((bits & 0x7F_FFFF | 0x80_0000) + 0x80) >> 8; // [2^15, 2^16]
+        let product = mantissa.wrapping_mul(self.scale.mantissa); // [2^30, 2^32)
+        let up = product >> 31;
+        let shift = self.base - biased as i32 - 16 - up as i32;
+        if biased.wrapping_sub(1) < 254 {
+            // product / 2^(16 + up), rounded halves up, in [2^14, 2^15]; then `Rescale::apply`'s
+            // two 32-bit paths
+            let m = ((product >> (15 + up)) + 1) >> 1;
+            let (high, low) = ((x >> 16) * m as i32, (x as u32 & 0xFFFF) * m);
+            if (17..=46).contains(&shift) {
+                return (high + (1 << (shift - 17)) + (low >> 16) as i32) >> (shift - 16);
+            }
+            if (1..=16).contains(&shift) && high.unsigned_abs() < 1 << (14 + shift) {
+                return (high << (16 - shift)) + ((low + (1 << (shift - 1))) >> shift) as i32;
+            }
+        }
+        self.general(bits, x)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn general(self, bits: u32, x: i32) -> i32 {
+        Scale16::of_f32(f32::from_bits(bits)).times(self.scale).apply(x)
+    }
+}
+
 /// Multiplication by a positive real `mantissa · 2^-shift` with 15 significant bits (`mantissa`
 /// at most `2^15`), or by zero: [`Rescale::apply`] needs two 32-bit products, no 64-bit one,
 /// for a shift in `17..=46` (a core without a 32 × 32 → 64-bit multiply, such as the Cortex-M0+,
@@ -1456,5 +1520,41 @@ mod tests {
             let v = rng.next_u64() as i32 >> rng.below(32);
             check(v, rng.below(64) as u32);
         }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn scales_read_from_bits_rescale_as_scale16_does() {
+        let mut rng = Rng::new(77);
+        let mut fast = 0;
+        for case in 0..200_000u32 {
+            // steps of every exponent a session makes, and zero
+            let step = if case % 997 == 0 {
+                Scale16::ZERO
+            } else {
+                Scale16::of_wide(1 + rng.next_u64() % (1 << 40), rng.below(80) as i32 - 70)
+            };
+            // usual scales, mantissas that round up to 2^16, signs, zero, subnormals, infinities
+            let bits = match case % 6 {
+                0 => (rng.next_u64() as u32 & 0x807F_FFFF) | (rng.below(256) as u32) << 23,
+                1 => (rng.next_u64() as u32 & 0x7F_FFFF) | 0x7F_FF80 | (100 + rng.below(40) as u32) << 23,
+                2 => [0, 0x8000_0000, 1, 0x7F80_0000, 0x7FC0_0000, 0xFF80_0000][rng.below(6) as usize],
+                _ => (rng.next_u64() as u32 & 0x7F_FFFF) | (100 + rng.below(40) as u32) << 23,
+            };
+            let x = match case % 5 {
+                0 => [0, 1, -1, i32::MAX, i32::MIN, 65535, -65536][rng.below(7) as usize],
+                _ => rng.next_u64() as i32 >> rng.below(32),
+            };
+            let want = Scale16::of_f32(f32::from_bits(bits)).times(step).apply(x);
+            assert_eq!(
+                ScaledByBits::new(step).apply(bits, x),
+                want,
+                "{bits:#x} {step:?} {x}"
+            );
+            let r = Scale16::of_f32(f32::from_bits(bits)).times(step);
+            fast += (1..=46).contains(&r.shift) as u32;
+        }
+        // most cases took the straight-line path
+        assert!(fast > 40_000, "{fast}");
     }
 }

@@ -1,6 +1,6 @@
 //! LayerNorm in integers: `y = (x - mean) / sqrt(var + eps) · gain + bias` on a `Q(frac)` row.
 
-use crate::fixed_point::{isqrt, round_shift, round_shift_i32, Scale16};
+use crate::fixed_point::{isqrt, round_shift, round_shift_i32, Scale16, ScaledByBits};
 
 /// A gain as LayerNorm takes it: its magnitude to 16 significant bits and its sign.
 pub type SignedScale = (Scale16, bool);
@@ -57,42 +57,105 @@ pub fn layer_norm_with(
     frac: u32,
     out: &mut [i32],
 ) {
-    let n = x.len() as i64;
-    if n == 0 {
-        return;
-    }
-    let sum: i64 = x.iter().map(|&v| v as i64).sum();
-    // k fraction bits more for the mean, as many as keep every `x · 2^k` below 2^30 (at most 16)
-    let top = x.iter().map(|&v| v.unsigned_abs()).max().unwrap_or(0);
-    let k = top.leading_zeros().saturating_sub(2).min(16);
-    let mean = ((sum << k) + n / 2).div_euclid(n) as i32; // |Σ x · 2^k| ≤ n · 2^30
-    let deviation = |v: i32| (v << k).saturating_sub(mean);
-    let largest = x.iter().map(|&v| deviation(v).unsigned_abs()).max().unwrap_or(0);
-    let s = (32 - largest.leading_zeros()).saturating_sub(15);
-    let squares: u64 = x
-        .iter()
-        .map(|&v| {
-            let c = round_shift_i32(deviation(v), s); // |c| ≤ 2^15
-            (c * c) as u32 as u64
-        })
-        .sum();
-    let epsilon = round_shift(epsilon.min(1 << 61) as i64, 2 * (s as i32 - k as i32) - 16) as u64;
-    let variance = ((squares << 16) / n as u64).saturating_add(epsilon);
-    let sigma = isqrt(variance); // below 2^31
-    if sigma == 0 {
+    let Some(stats) = Statistics::of(x, epsilon, frac) else {
         for (i, y) in out.iter_mut().enumerate().take(x.len()) {
             *y = bias(i);
         }
         return;
-    }
-    let drop = (32 - sigma.leading_zeros()).saturating_sub(16) as i32;
-    let exponent = frac as i32 + 8 - s as i32 - 31 - drop;
-    let inverse = Scale16::of_wide(((1u32 << 31) / (sigma >> drop)) as u64, exponent);
+    };
     for (i, (y, &v)) in out.iter_mut().zip(x).enumerate() {
         let (g, negative) = gain(i);
-        let scaled = g.times(inverse).apply(deviation(v));
+        let scaled = g.times(stats.inverse).apply(stats.deviation(v));
         let scaled = if negative { scaled.saturating_neg() } else { scaled };
         *y = scaled.saturating_add(bias(i));
+    }
+}
+
+/// [`layer_norm_with`] of gains given as `f32` bits (`gain_bits(i)`, the value
+/// [`signed_scale`] takes): the same values, each gain's product with `1 / σ` made as
+/// [`ScaledByBits`] makes it.
+pub fn layer_norm_of_bits(
+    x: &[i32],
+    gain_bits: impl Fn(usize) -> u32,
+    bias: impl Fn(usize) -> i32,
+    epsilon: u64,
+    frac: u32,
+    out: &mut [i32],
+) {
+    let Some(stats) = Statistics::of(x, epsilon, frac) else {
+        for (i, y) in out.iter_mut().enumerate().take(x.len()) {
+            *y = bias(i);
+        }
+        return;
+    };
+    let inverse = ScaledByBits::new(stats.inverse);
+    for (i, (y, &v)) in out.iter_mut().zip(x).enumerate() {
+        let bits = gain_bits(i);
+        let scaled = inverse.apply(bits & 0x7FFF_FFFF, stats.deviation(v));
+        let scaled = if bits >> 31 != 0 {
+            scaled.saturating_neg()
+        } else {
+            scaled
+        };
+        *y = scaled.saturating_add(bias(i));
+    }
+}
+
+/// A row's mean and `1 / σ` as [`layer_norm_with`] makes them (steps 1 to 4).
+struct Statistics {
+    /// The fraction bits more the mean and deviations have.
+    k: u32,
+    mean: i32,
+    inverse: Scale16,
+}
+
+impl Statistics {
+    /// `None` for an empty row, or `σ' = 0` (a constant row and no epsilon: `y = bias`).
+    fn of(x: &[i32], epsilon: u64, frac: u32) -> Option<Statistics> {
+        let n = x.len() as i64;
+        if n == 0 {
+            return None;
+        }
+        let sum: i64 = x.iter().map(|&v| v as i64).sum();
+        // k fraction bits more for the mean, as many as keep every `x · 2^k` below 2^30 (at
+        // most 16)
+        let top = x.iter().map(|&v| v.unsigned_abs()).max().unwrap_or(0);
+        let k = top.leading_zeros().saturating_sub(2).min(16);
+        let mean = ((sum << k) + n / 2).div_euclid(n) as i32; // |Σ x · 2^k| ≤ n · 2^30
+        let stats = Statistics {
+            k,
+            mean,
+            inverse: Scale16::ZERO,
+        };
+        let largest = x
+            .iter()
+            .map(|&v| stats.deviation(v).unsigned_abs())
+            .max()
+            .unwrap_or(0);
+        let s = (32 - largest.leading_zeros()).saturating_sub(15);
+        let squares: u64 = x
+            .iter()
+            .map(|&v| {
+                let c = round_shift_i32(stats.deviation(v), s); // |c| ≤ 2^15
+                (c * c) as u32 as u64
+            })
+            .sum();
+        let epsilon = round_shift(epsilon.min(1 << 61) as i64, 2 * (s as i32 - k as i32) - 16) as u64;
+        let variance = ((squares << 16) / n as u64).saturating_add(epsilon);
+        let sigma = isqrt(variance); // below 2^31
+        if sigma == 0 {
+            return None;
+        }
+        let drop = (32 - sigma.leading_zeros()).saturating_sub(16) as i32;
+        let exponent = frac as i32 + 8 - s as i32 - 31 - drop;
+        let inverse = Scale16::of_wide(((1u32 << 31) / (sigma >> drop)) as u64, exponent);
+        Some(Statistics { inverse, ..stats })
+    }
+
+    /// `x · 2^k - mean`, saturated.
+    #[inline]
+    fn deviation(&self, v: i32) -> i32 {
+        (v << self.k).saturating_sub(self.mean)
     }
 }
 
@@ -197,5 +260,31 @@ mod tests {
         let expected = (1.0 - libm::sqrt(2.0 / 3.0)) * i32::MAX as f64;
         assert_eq!([out[0], out[2]], [i32::MAX, i32::MAX]);
         assert!((out[1] as f64 - expected).abs() < expected * 1e-4, "{out:?}");
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn gains_read_from_bits_give_the_same_rows() {
+        let mut rng = Rng::new(23);
+        for case in 0..2_000 {
+            let n = [1, 2, 5, 64, 128, 300][case % 6];
+            let frac = [8, 16, 23, 28][case % 4];
+            let spread = rng.below(31) as u32;
+            let x: Vec<i32> = (0..n).map(|_| rng.next_u64() as i32 >> spread).collect();
+            // usual gains of either sign, and now and then zero, subnormal, huge or not finite
+            let gains: Vec<u32> = (0..n)
+                .map(|_| match rng.below(20) {
+                    0 => [0, 0x8000_0000, 3, 0x7F7F_FFFF, 0x7F80_0000, 0xFFC0_0000][rng.below(6) as usize],
+                    _ => (rng.next_u64() as u32 & 0x807F_FFFF) | (110 + rng.below(30) as u32) << 23,
+                })
+                .collect();
+            let bias: Vec<i32> = (0..n).map(|_| rng.next_u64() as i32 >> 8).collect();
+            let epsilon = [0, 1, 1 << 20, rng.next_u64() >> 10][case % 4];
+            let (mut ours, mut theirs) = (alloc::vec![0; n], alloc::vec![0; n]);
+            layer_norm_of_bits(&x, |i| gains[i], |i| bias[i], epsilon, frac, &mut ours);
+            let gain = |i: usize| signed_scale(f32::from_bits(gains[i]));
+            layer_norm_with(&x, gain, |i| bias[i], epsilon, frac, &mut theirs);
+            assert_eq!(ours, theirs, "case {case}");
+        }
     }
 }

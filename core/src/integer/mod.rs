@@ -18,7 +18,9 @@ mod layer_norm;
 mod linear;
 mod softmax;
 
-pub use layer_norm::{layer_norm, layer_norm_with, signed_scale, LayerNormParams, SignedScale};
+pub use layer_norm::{
+    layer_norm, layer_norm_of_bits, layer_norm_with, signed_scale, LayerNormParams, SignedScale,
+};
 pub use linear::{act_rescale, act_shift, act_top, pow2_act_top, rescale_wide, Int8Steps, ACT_SHIFT};
 pub use softmax::{log_softmax, softmax_q15, softmax_q15_in_place, to_exp_input, PROBABILITY_ONE};
 

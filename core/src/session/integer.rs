@@ -19,12 +19,11 @@ use crate::config::MAX_CLUSTERS;
 use crate::fixed_point::{
     cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
     position_frequency, round_shift, round_shift_i32, saturate, sin_turns, sqrt_multiplier, to_f32,
-    Multiplier, Rescale, Scale16,
+    Multiplier, Rescale, Scale16, ScaledByBits,
 };
 use crate::integer::{
-    act_rescale, act_shift, act_top, attention_score, layer_norm_with, log_softmax, pow2_act_top,
-    pow2_exponent, pow2_exponent_of, rescale_wide, signed_scale, softmax_q15_in_place, Int8Steps, ACT_SHIFT,
-    SCORE_FRAC,
+    act_rescale, act_shift, act_top, attention_score, layer_norm_of_bits, log_softmax, pow2_act_top,
+    pow2_exponent, pow2_exponent_of, rescale_wide, softmax_q15_in_place, Int8Steps, ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -198,8 +197,9 @@ impl<'s> Input<'s> {
             } => {
                 kernels::row_sums_i8(values, m.cols, self.xq, self.widened, y);
                 // an int8 row's sum has 31 bits at most: no cut
+                let rescale = ScaledByBits::new(self.step);
                 for (y, &s) in y.iter_mut().zip(row_scales) {
-                    *y = Scale16::of_f32(s).times(self.step).apply(*y);
+                    *y = rescale.apply(s.to_bits(), *y);
                 }
             }
             MatrixData::Int4 {
@@ -263,14 +263,14 @@ fn layer_norm(gain: Vector<'_>, bias: Vector<'_>, eps: f32, frac: u32, x: &[i32]
     match (gain, bias) {
         // the image's usual vectors, read without matching their type per element
         (Vector::F32(g), Vector::F32(b)) => {
-            let gains = |i: usize| signed_scale(g[i]);
+            let gains = |i: usize| g[i].to_bits();
             let biases = |i: usize| fixed_of_f32(b[i], frac);
-            layer_norm_with(x, gains, biases, epsilon, frac, out);
+            layer_norm_of_bits(x, gains, biases, epsilon, frac, out);
         }
         _ => {
-            let gains = |i: usize| signed_scale(element(gain, i));
+            let gains = |i: usize| element(gain, i).to_bits();
             let biases = |i: usize| fixed_of_f32(element(bias, i), frac);
-            layer_norm_with(x, gains, biases, epsilon, frac, out);
+            layer_norm_of_bits(x, gains, biases, epsilon, frac, out);
         }
     }
 }
