@@ -728,8 +728,9 @@ pub fn fixed_of_f32_wide(value: f32, frac: u32) -> i64 {
 
 /// [`fixed_of_f32_wide`] saturated to `i32`: in 32-bit arithmetic where the value's 24-bit
 /// mantissa is shifted right (most values: a core without 64-bit shifts pays for none), else
-/// by [`fixed_of_f32_wide`].
-#[inline]
+/// by [`fixed_of_f32_wide`] (out of line: the usual path is a dozen instructions, in line
+/// in the loops that convert a vector).
+#[inline(always)]
 pub fn fixed_of_f32(value: f32, frac: u32) -> i32 {
     let bits = value.to_bits();
     let exponent = (bits >> 23) & 0xFF;
@@ -738,8 +739,15 @@ pub fn fixed_of_f32(value: f32, frac: u32) -> i32 {
     if exponent != 0 && (1..=24).contains(&right) {
         let m = 1 << 23 | bits & 0x7F_FFFF;
         let magnitude = ((m + (1 << (right - 1))) >> right) as i32; // below 2^24
-        return if bits >> 31 != 0 { -magnitude } else { magnitude };
+        let sign = bits as i32 >> 31; // 0 or -1
+        return (magnitude ^ sign) - sign;
     }
+    fixed_of_f32_rare(value, frac)
+}
+
+#[cold]
+#[inline(never)]
+fn fixed_of_f32_rare(value: f32, frac: u32) -> i32 {
     saturate(fixed_of_f32_wide(value, frac))
 }
 
