@@ -153,26 +153,52 @@ const QUERY_CHUNK: usize = 64;
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
     let whole = sums.len() / ROWS * ROWS;
     let (blocks, rest) = sums.split_at_mut(whole);
-    blocks.fill(0);
     let mut query = [0i16; QUERY_CHUNK];
     for start in (0..d_head).step_by(QUERY_CHUNK) {
         let n = QUERY_CHUNK.min(d_head - start);
         let query = &mut query[..n];
-        // column c: word 2(c / 4) + (c & 1), its high half for c & 2
-        for (c, q) in (start..).zip(query.iter_mut()) {
-            let word = words.get(2 * (c / 4) + (c & 1)).copied().unwrap_or(0);
-            *q = (if c & 2 != 0 { word >> 16 } else { word }) as u16 as i16;
-        }
+        unpack_query(words, start, query);
         for (b, out) in blocks.chunks_exact_mut(ROWS).enumerate() {
             let key = |k: usize| &keys[(ROWS * b + k) * stride + start..][..n];
             let acc = four_keys(query, [key(0), key(1), key(2), key(3)]);
-            for (o, a) in out.iter_mut().zip(acc) {
-                *o = o.wrapping_add(a);
+            if start == 0 {
+                out.copy_from_slice(&acc);
+            } else {
+                for (o, a) in out.iter_mut().zip(acc) {
+                    *o = o.wrapping_add(a);
+                }
             }
         }
     }
     if !rest.is_empty() {
         portable::key_sums_i8(&keys[whole * stride..], stride, d_head, words, rest);
+    }
+}
+
+/// Query columns `start..start + query.len()` (`start` a multiple of 4) from `words` into
+/// column order: column `c` is word `2(c / 4) + (c & 1)`, its high half for `c & 2`; a column
+/// past the words is 0.
+fn unpack_query(words: &[u32], start: usize, query: &mut [i16]) {
+    let groups = query.len() / 4;
+    let first = start / 4 * 2;
+    // whole groups of four columns from two words each, where the words are there
+    let done = match words.get(first..first + 2 * groups) {
+        Some(pairs) => {
+            for (q, w) in query
+                .as_chunks_mut::<4>()
+                .0
+                .iter_mut()
+                .zip(pairs.as_chunks::<2>().0)
+            {
+                *q = [w[0] as i16, w[1] as i16, (w[0] >> 16) as i16, (w[1] >> 16) as i16];
+            }
+            4 * groups
+        }
+        None => 0,
+    };
+    for (c, q) in (start..).zip(query.iter_mut()).skip(done) {
+        let word = words.get(2 * (c / 4) + (c & 1)).copied().unwrap_or(0);
+        *q = (if c & 2 != 0 { word >> 16 } else { word }) as u16 as i16;
     }
 }
 
