@@ -61,8 +61,13 @@ pub fn softmax_q15_in_place(scores: &mut [i32], frac: u32) {
         *s = e as i32;
     }
     let normalise = Multiplier::from_ratio(PROBABILITY_ONE as u64, sum).unwrap_or(Multiplier::ZERO);
+    // `normalise.apply(e)` of an `e` in `0..=2^30`, unsigned (the product is below 2^62, so no
+    // saturation comes before the `min`): one 32 × 32 → 64-bit product a probability
+    let (m, shift) = (normalise.mantissa.max(0) as u64, normalise.shift as u32);
+    let half = (1u64 << shift) >> 1;
     for p in scores.iter_mut() {
-        *p = normalise.apply(*p).min(PROBABILITY_ONE as i32 - 1);
+        let e = *p as u32 as u64;
+        *p = ((e * m + half) >> shift).min(PROBABILITY_ONE as u64 - 1) as i32;
     }
 }
 
