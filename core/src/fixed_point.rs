@@ -446,18 +446,29 @@ impl Rescale {
     /// `⌊(x m + 2^(s-1)) / 2^s⌋ = ⌊(h m + 2^(s-17) + ⌊l m / 2^16⌋) / 2^(s-16)⌋`; for a shift in
     /// `1..=16` and `|h m| < 2^(14+s)` (a result below `2^30`),
     /// `h m · 2^(16-s) + ⌊(l m + 2^(s-1)) / 2^s⌋`. Other cases take one 64-bit product.
-    #[inline]
+    /// The two 32-bit paths in line, the 64-bit one out of line.
+    #[inline(always)]
     pub fn apply(self, x: i32) -> i32 {
-        if let Some(prepared) = self.prepared() {
-            return prepared.apply(x);
-        }
         let s = self.shift;
-        let m = self.mantissa as i32;
-        let (high, low) = ((x >> 16) * m, (x as u32 & 0xFFFF) * self.mantissa);
+        let m = self.mantissa;
+        let (high, low) = (
+            (x >> 16).wrapping_mul(m as i32),
+            (x as u32 & 0xFFFF).wrapping_mul(m),
+        );
+        if (17..=46).contains(&s) {
+            // `PreparedRescale::apply`
+            return (high + (1 << (s - 17)) + (low >> 16) as i32) >> (s - 16);
+        }
         if (1..=16).contains(&s) && high.unsigned_abs() < 1 << (14 + s) {
             return (high << (16 - s)) + ((low + (1 << (s - 1))) >> s) as i32;
         }
-        saturate(round_shift(x as i64 * self.mantissa as i64, s))
+        self.apply_wide(x)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn apply_wide(self, x: i32) -> i32 {
+        saturate(round_shift(x as i64 * self.mantissa as i64, self.shift))
     }
 }
 

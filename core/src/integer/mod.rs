@@ -56,7 +56,6 @@ pub fn attention_score(
     (content, ce): (i32, i32),
     (position, pe): (i32, i32),
 ) -> i32 {
-    use crate::fixed_point::round_shift;
     let e = ce.min(pe);
     let (a, b) = (ce - e, pe - e);
     // the usual case in 32 bits: both sums below 2^27 and shifted by at most 3, so their sum
@@ -68,6 +67,21 @@ pub fn attention_score(
             .times_pow2(SCORE_FRAC as i32 + e - 2 * frac as i32)
             .apply(sum);
     }
+    attention_score_wide(inv_sqrt_d_head, frac, (content, a), (position, b), e)
+}
+
+/// [`attention_score`] of sums that need 64 bits: `content · 2^a + position · 2^b`, then
+/// `2^e` more.
+#[cold]
+#[inline(never)]
+fn attention_score_wide(
+    inv_sqrt_d_head: crate::fixed_point::Rescale,
+    frac: u32,
+    (content, a): (i32, i32),
+    (position, b): (i32, i32),
+    e: i32,
+) -> i32 {
+    use crate::fixed_point::round_shift;
     let sum = if a < 32 && b < 32 {
         // each below 2^62 in magnitude: no overflow
         ((content as i64) << a) + ((position as i64) << b)
