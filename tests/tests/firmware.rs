@@ -79,6 +79,13 @@ fn cargo() -> Command {
     {
         command.env_remove(var);
     }
+    // The release profile without link-time optimisation: a build for another model or
+    // options recompiles the firmware crate alone, not the whole program (a few seconds
+    // against about fifteen). The same digests, which is what these tests check; the
+    // instruction counts the docs report come from `scripts/firmware.sh`'s optimised builds.
+    command
+        .env("CARGO_PROFILE_RELEASE_LTO", "off")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16");
     command
 }
 
