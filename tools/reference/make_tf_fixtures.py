@@ -21,6 +21,7 @@ Per fixture (tests/fixtures/tf/<name>/):
   tokens.txt                                                        token ids
   case.json                                                         the convert flags and the scoring case
   seg.logp.npy                                                      ln p(t[i+1] | t[..=i]), float64
+and tests/fixtures/tf/damaged/{wrong_shape,missing_tensor}/: checkpoints that must be refused.
 
 Run with tools/reference/regenerate_tf.sh (it makes the virtual environment).
 """
@@ -153,7 +154,7 @@ def tf_variables(model: TransfoXLLMHeadModel, f: dict) -> dict[str, np.ndarray]:
     return {k: np.ascontiguousarray(x) for k, x in v.items()}
 
 
-def write_tf_checkpoint(variables: dict[str, np.ndarray], out_dir: Path, seed: int) -> None:
+def write_tf_checkpoint(variables: dict[str, np.ndarray], out_dir: Path, seed: int, slots: bool = True) -> None:
     """model.ckpt-0.{index,data-00000-of-00001} and `checkpoint`, written by TensorFlow's Saver
     in graph mode, with Adam's slots and the step counter as training leaves them."""
     rng = np.random.default_rng(seed)
@@ -162,7 +163,7 @@ def write_tf_checkpoint(variables: dict[str, np.ndarray], out_dir: Path, seed: i
         tf_vars = []
         for name, value in variables.items():
             tf_vars.append(tf.compat.v1.Variable(value, name=name))
-            for slot in ("Adam", "Adam_1"):
+            for slot in ("Adam", "Adam_1") if slots else ():
                 noise = rng.normal(0, 0.01, value.shape).astype(np.float32)
                 tf_vars.append(tf.compat.v1.Variable(noise, name=f"{name}/{slot}"))
         tf_vars.append(tf.compat.v1.Variable(np.int64(0), name="global_step"))
@@ -299,7 +300,7 @@ def write_cache_pkl(symbols: list[str], tokens: list[int], path: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
-def make(f: dict) -> None:
+def make(f: dict) -> TransfoXLLMHeadModel:
     out = OUT / f["name"]
     if out.exists():
         shutil.rmtree(out)
@@ -337,13 +338,33 @@ def make(f: dict) -> None:
     }, indent=2) + "\n")
     size = sum(p.stat().st_size for p in out.iterdir())
     print(f"[{f['name']}] {size} bytes, mean ln p {float(logp.mean()):.4f}")
+    return model
+
+
+def make_damaged(model: TransfoXLLMHeadModel, f: dict) -> None:
+    """Checkpoints TensorFlow writes but txl must refuse (no optimizer slots): one tensor of
+    the wrong shape (`damaged/wrong_shape`), one tensor missing (`damaged/missing_tensor`)."""
+    good = tf_variables(model, f)
+    info = json.dumps({"vocab_size": f["n_token"], "cutoffs": [], "dataset": f["dataset"]}) + "\n"
+    wrong = dict(good)
+    name = T + "layer_1/ff/layer_2/bias"
+    wrong[name] = np.concatenate([wrong[name], np.zeros(1, np.float32)])
+    missing = {k: v for k, v in good.items() if k != T + "layer_1/ff/LayerNorm/beta"}
+    for sub, variables in (("wrong_shape", wrong), ("missing_tensor", missing)):
+        out = OUT / "damaged" / sub
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        write_tf_checkpoint(variables, out, f["seed"], slots=False)
+        (out / "corpus-info.json").write_text(info)
+        print(f"[damaged/{sub}] written")
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     tf.compat.v1.disable_eager_execution()
-    for f in FIXTURES:
-        make(f)
+    models = {f["name"]: make(f) for f in FIXTURES}
+    make_damaged(models["enwik8_div1"], FIXTURES[0])
 
 
 if __name__ == "__main__":

@@ -233,7 +233,24 @@ pub fn convert_tf(
     quantize: Option<(DtypeArg, &QuantizeArgs)>,
 ) -> Result<usize> {
     let (checkpoint, report) = tf::load_tf_checkpoint(prefix, options, std::io::stderr().is_terminal())?;
+    // The vocabulary first: the note below is for a conversion that goes through.
+    let vocabulary = match vocab {
+        Some(path) => Some(match tf::read_cache_pkl(path) {
+            Ok(v) => v,
+            Err(_) => crate::vocab::read_vocabulary(path)?,
+        }),
+        None => tf::find_beside(prefix, tf::CACHE_PKL_FILE)
+            .map(|p| tf::read_cache_pkl(&p))
+            .transpose()?,
+    };
     let c = &checkpoint.config;
+    if let Some(v) = vocabulary.as_ref().filter(|v| v.len() != c.n_token as usize) {
+        bail!(
+            "the vocabulary has {} symbols but the model has {} tokens (n_token): it belongs to another model",
+            v.len(),
+            c.n_token
+        );
+    }
     let dataset = report.corpus_info.as_ref().and_then(|i| i.dataset.clone());
     let defaults = EvalSettings::for_dataset(dataset.as_deref());
     let from = match &report.defaults_for {
@@ -256,15 +273,6 @@ pub fn convert_tf(
         c.pre_lnorm,
         c.layer_norm_epsilon
     );
-    let vocabulary = match vocab {
-        Some(path) => Some(match tf::read_cache_pkl(path) {
-            Ok(v) => v,
-            Err(_) => crate::vocab::read_vocabulary(path)?,
-        }),
-        None => tf::find_beside(prefix, tf::CACHE_PKL_FILE)
-            .map(|p| tf::read_cache_pkl(&p))
-            .transpose()?,
-    };
     finish(&checkpoint, vocabulary, out, quantize)
 }
 

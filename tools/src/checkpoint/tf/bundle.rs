@@ -173,6 +173,17 @@ impl Bundle {
         self.entries.get(name).map(|e| e.shape.as_slice())
     }
 
+    /// Where tensor `name`'s bytes lie: its data file, byte offset and length.
+    pub fn location(&self, name: &str) -> Option<(PathBuf, u64, u64)> {
+        self.entries.get(name).map(|e| {
+            (
+                shard_path(&self.prefix, e.shard, self.num_shards),
+                e.offset,
+                e.size,
+            )
+        })
+    }
+
     /// The bytes of tensor `name`, checked against its CRC32C.
     fn bytes(&self, name: &str) -> Result<Vec<u8>> {
         let entry = self
