@@ -344,6 +344,43 @@ mod tests {
         assert!(CorpusInfo::parse("[", p).is_err());
     }
 
+    /// `cache.pkl` as Python 2 writes it (protocol 2): `str` as SHORT_BINSTRING / BINSTRING,
+    /// and a NumPy array whose raw bytes are not UTF-8.
+    #[test]
+    fn reads_a_python2_corpus_pickle_with_a_numpy_array() {
+        let mut p: Vec<u8> = b"\x80\x02cdata_utils\nCorpus\n)\x81}(".to_vec();
+        let short = |p: &mut Vec<u8>, s: &str| {
+            p.push(b'U');
+            p.push(s.len() as u8);
+            p.extend_from_slice(s.as_bytes());
+        };
+        short(&mut p, "vocab");
+        p.extend_from_slice(b"cvocabulary\nVocab\n)\x81}(");
+        short(&mut p, "idx2sym");
+        p.extend_from_slice(b"](");
+        for symbol in ["32", "101", "<eos>"] {
+            short(&mut p, symbol);
+        }
+        p.extend_from_slice(b"eu"); // APPENDS, SETITEMS
+        p.push(b'b'); // BUILD the Vocab
+        short(&mut p, "train");
+        p.extend_from_slice(b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85");
+        short(&mut p, "b");
+        p.extend_from_slice(b"\x87R(K\x01K\x02\x85cnumpy\ndtype\n");
+        short(&mut p, "i8");
+        p.extend_from_slice(b"\x85R\x89T\x10\x00\x00\x00");
+        p.extend_from_slice(&[0xff, 0xfe, 0, 0, 0, 0, 0, 0, 0x80, 0, 0, 0, 0, 0, 0, 0]);
+        p.extend_from_slice(b"tbu"); // the array's state, BUILD it, SETITEMS
+        p.extend_from_slice(b"b."); // BUILD the Corpus, STOP
+        let root = unpickle::read(&mut p.as_slice(), p.len()).unwrap();
+        let vocabulary = vocabulary_of(&root).unwrap();
+        assert_eq!(vocabulary.symbols(), ["32", "101", "<eos>"]);
+        // A class outside the allow-list stops the read at its name.
+        let hostile = b"\x80\x02cos\nsystem\nU\x02ls\x85R.";
+        let error = unpickle::read(&mut hostile.as_slice(), hostile.len()).unwrap_err();
+        assert!(error.to_string().contains("os.system"), "{error}");
+    }
+
     #[test]
     fn the_state_file_names_the_checkpoint() {
         let text = "model_checkpoint_path: \"model.ckpt-0\"\nall_model_checkpoint_paths: \"model.ckpt-0\"\n";
