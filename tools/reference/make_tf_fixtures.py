@@ -75,8 +75,34 @@ FIXTURES = [
     dict(name="div1_cutoffs_proj", dataset="ptb", vocab=None, n_token=60, cutoffs=[24], d_model=16, d_embed=24,
          n_head=2, d_head=8, d_inner=32, div_val=1, n_layer=3, untie_r=False, share_all_but_first=True,
          convert=["--tgt-len", "5", "--mem-len", "7"], clamp_len=-1, same_length=False, seed=14),
+    # One Billion Word-like: div_val 4 with proj_same_dim False (no proj_W where a table is
+    # d_model wide: the identity), no projection shared (read by this script's own mapping: HF's
+    # TF loader expects every cutoff_{i}/proj_W).
+    dict(name="lm1b_div4_samedim", dataset="lm1b", vocab=None, n_token=90, cutoffs=[30, 60], d_model=16, d_embed=16,
+         n_head=2, d_head=8, d_inner=32, div_val=4, n_layer=2, untie_r=True, share_all_but_first=False,
+         proj_same_dim=False, convert=["--tgt-len", "4", "--mem-len", "6"], clamp_len=-1, same_length=True, seed=15),
 ]
 N_TOKENS = 40
+
+
+def proj_same_dim(f: dict) -> bool:
+    return f.get("proj_same_dim", True)
+
+
+def has_emb_proj(f: dict, i: int) -> bool:
+    """Whether embedding table i has a `proj_W` (the TensorFlow code's condition)."""
+    width = f["d_embed"] // f["div_val"] ** i
+    if f["div_val"] == 1:
+        return f["d_embed"] != f["d_model"]
+    return not (width == f["d_model"] and not proj_same_dim(f))
+
+
+def has_out_proj(f: dict, i: int) -> bool:
+    """Whether softmax cluster i has a `proj` of its own (untied, and not the identity)."""
+    width = f["d_embed"] // f["div_val"] ** i
+    if tf_tie_projs(f)[i]:
+        return False
+    return not ((f["div_val"] == 1 or not proj_same_dim(f)) and width == f["d_model"])
 
 
 def tf_tie_projs(f: dict) -> list[bool]:
@@ -116,7 +142,8 @@ def tf_variables(model: TransfoXLLMHeadModel, f: dict) -> dict[str, np.ndarray]:
     else:
         for i in range(n_clusters + 1):
             v[T + f"adaptive_embed/cutoff_{i}/lookup_table"] = a(tr.word_emb.emb_layers[i].weight)
-            v[T + f"adaptive_embed/cutoff_{i}/proj_W"] = a(tr.word_emb.emb_projs[i]).T
+            if has_emb_proj(f, i):
+                v[T + f"adaptive_embed/cutoff_{i}/proj_W"] = a(tr.word_emb.emb_projs[i]).T
     if f["untie_r"]:
         v[T + "r_w_bias"] = np.stack([a(layer.dec_attn.r_w_bias) for layer in tr.layers])
         v[T + "r_r_bias"] = np.stack([a(layer.dec_attn.r_r_bias) for layer in tr.layers])
@@ -147,7 +174,7 @@ def tf_variables(model: TransfoXLLMHeadModel, f: dict) -> dict[str, np.ndarray]:
                 v[s + "b"] = a(crit.out_layers[0].bias)[ends[i]:ends[i + 1]]
             else:
                 v[s + "b"] = a(crit.out_layers[i].bias)
-            if proj and not tf_tie_projs(f)[i]:
+            if proj and has_out_proj(f, i):
                 v[s + "proj"] = a(crit.out_projs[i]).T
         v[T + "adaptive_softmax/cutoff_0/cluster_W"] = a(crit.cluster_weight)
         v[T + "adaptive_softmax/cutoff_0/cluster_b"] = a(crit.cluster_bias)
@@ -187,17 +214,31 @@ def write_tf_checkpoint(variables: dict[str, np.ndarray], out_dir: Path, seed: i
 # ---------------------------------------------------------------------------
 
 
-def load_div1(model: TransfoXLLMHeadModel, f: dict, prefix: str) -> None:
-    """The TensorFlow code's div_val-1 names into Hugging Face's model (its TF loader maps only
-    the `cutoff_{i}` embedding layout)."""
+def load_own(model: TransfoXLLMHeadModel, f: dict, prefix: str) -> None:
+    """The TensorFlow code's names into Hugging Face's model by this script's own mapping, for
+    the layouts Hugging Face's TF loader cannot read: div_val 1 (`adaptive_embed/lookup_table`),
+    and tables without `proj_W` (`proj_same_dim = False`: the identity)."""
     reader = tf.train.load_checkpoint(prefix)
     get = lambda n: torch.from_numpy(np.array(reader.get_tensor(T + n)))  # noqa: E731
     tr, crit = model.transformer, model.crit
+    n_clusters = len(f["cutoffs"])
+    proj = f["div_val"] != 1 or f["d_embed"] != f["d_model"]
     with torch.no_grad():
-        tr.word_emb.emb_layers[0].weight.copy_(get("adaptive_embed/lookup_table"))
-        proj = f["d_embed"] != f["d_model"]
-        if proj:
-            tr.word_emb.emb_projs[0].copy_(get("adaptive_embed/proj_W").T)
+        emb_projs = []  # each table's projection as Hugging Face holds it ([d_model, width])
+        if f["div_val"] == 1:
+            tr.word_emb.emb_layers[0].weight.copy_(get("adaptive_embed/lookup_table"))
+            if proj:
+                emb_projs.append(get("adaptive_embed/proj_W").T)
+        else:
+            for i in range(n_clusters + 1):
+                c = f"adaptive_embed/cutoff_{i}/"
+                tr.word_emb.emb_layers[i].weight.copy_(get(c + "lookup_table"))
+                if has_emb_proj(f, i):
+                    emb_projs.append(get(c + "proj_W").T)
+                else:
+                    emb_projs.append(torch.eye(f["d_model"]))
+        for i, p in enumerate(emb_projs):
+            tr.word_emb.emb_projs[i].copy_(p)
         if f["untie_r"]:
             for l, layer in enumerate(tr.layers):
                 layer.dec_attn.r_w_bias.copy_(get("r_w_bias")[l])
@@ -219,29 +260,34 @@ def load_div1(model: TransfoXLLMHeadModel, f: dict, prefix: str) -> None:
             ff.CoreNet[3].bias.copy_(get(p + "ff/layer_2/bias"))
             ff.layer_norm.weight.copy_(get(p + "ff/LayerNorm/gamma"))
             ff.layer_norm.bias.copy_(get(p + "ff/LayerNorm/beta"))
-        n_clusters = len(f["cutoffs"])
         if n_clusters == 0:
             crit.out_layers[0].bias.copy_(get("adaptive_softmax/bias"))
             if proj:  # the TensorFlow code scores through the embedding's projection
-                crit.out_projs[0].copy_(get("adaptive_embed/proj_W").T)
+                crit.out_projs[0].copy_(emb_projs[0])
         else:
-            crit.out_layers[0].bias.copy_(
-                torch.cat([get(f"adaptive_softmax/cutoff_{i}/b") for i in range(n_clusters + 1)])
-            )
-            for i, tied in enumerate(tf_tie_projs(f)):
+            for i in range(n_clusters + 1):
+                c = f"adaptive_softmax/cutoff_{i}/"
+                if f["div_val"] != 1:
+                    crit.out_layers[i].bias.copy_(get(c + "b"))
                 if proj:
-                    name = "adaptive_embed/proj_W" if tied else f"adaptive_softmax/cutoff_{i}/proj"
-                    crit.out_projs[i].copy_(get(name).T)
+                    own = has_out_proj(f, i)
+                    table = 0 if f["div_val"] == 1 else i
+                    crit.out_projs[i].copy_(get(c + "proj").T if own else emb_projs[table])
+            if f["div_val"] == 1:
+                crit.out_layers[0].bias.copy_(
+                    torch.cat([get(f"adaptive_softmax/cutoff_{i}/b") for i in range(n_clusters + 1)])
+                )
             crit.cluster_weight.copy_(get("adaptive_softmax/cutoff_0/cluster_W"))
             crit.cluster_bias.copy_(get("adaptive_softmax/cutoff_0/cluster_b"))
-        # The output layer is the embedding (one Parameter, tied).
-        assert crit.out_layers[0].weight is tr.word_emb.emb_layers[0].weight
+        # The output layers are the embedding tables (one Parameter each, tied).
+        for out, emb in zip(crit.out_layers, tr.word_emb.emb_layers):
+            assert out.weight is emb.weight
 
 
 def reference_model(f: dict, prefix: str) -> TransfoXLLMHeadModel:
     model = TransfoXLLMHeadModel(hf_config(f)).eval()
-    if f["div_val"] == 1:
-        load_div1(model, f, prefix)
+    if f["div_val"] == 1 or not proj_same_dim(f):
+        load_own(model, f, prefix)
     else:
         mf.hf_txl.load_tf_weights_in_transfo_xl(model, model.config, prefix)
     return model
@@ -308,6 +354,13 @@ def make(f: dict) -> TransfoXLLMHeadModel:
     torch.manual_seed(f["seed"])
     model = TransfoXLLMHeadModel(hf_config(f)).eval()
     mf.scaled_random_init(model, seed=f["seed"], gain=1.0, emb_std=0.3)
+    with torch.no_grad():  # where the TensorFlow code has no projection, the identity
+        if f["div_val"] != 1:
+            for i in range(len(f["cutoffs"]) + 1):
+                if not has_emb_proj(f, i):
+                    model.transformer.word_emb.emb_projs[i].copy_(torch.eye(f["d_model"]))
+                if not has_out_proj(f, i) and not tf_tie_projs(f)[i]:
+                    model.crit.out_projs[i].copy_(torch.eye(f["d_model"]))
     write_tf_checkpoint(tf_variables(model, f), out, f["seed"])
 
     cutoffs = [0] + f["cutoffs"] + [f["n_token"]] if f["cutoffs"] else []

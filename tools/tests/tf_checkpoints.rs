@@ -15,11 +15,12 @@ use txl_tools::npy;
 mod common;
 use common::{fixture, max_delta, s, scratch_dir, stderr, txl};
 
-const FIXTURES: [&str; 4] = [
+const FIXTURES: [&str; 5] = [
     "enwik8_div1",
     "text8_div1_proj",
     "wt103_div4",
     "div1_cutoffs_proj",
+    "lm1b_div4_samedim",
 ];
 
 fn tf_fixture(name: &str) -> PathBuf {
@@ -180,6 +181,22 @@ fn shapes_give_the_sizes_and_the_dataset_gives_the_evaluation_settings() {
     assert_eq!((c.div_val, c.cutoffs(), c.tie_projs), (1, &[24][..], 0b10));
     assert!(checkpoint.tensor(TensorName::OutProj(0)).is_some());
     assert!(checkpoint.tensor(TensorName::OutProj(1)).is_none());
+
+    // lm1b: proj_same_dim False leaves the d_model-wide table without proj_W (the identity),
+    // and its cluster without a projection of its own; the paper's lm1b evaluation.
+    let (checkpoint, report) = load("lm1b_div4_samedim", &TfOptions::default());
+    let c = checkpoint.config;
+    assert_eq!(report.layout.identity_emb_projs, [0]);
+    assert_eq!((c.div_val, c.tie_projs), (4, 0b001));
+    let identity = checkpoint.tensor(TensorName::EmbProj(0)).unwrap();
+    assert!(identity
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == if i % 17 == 0 { 1.0 } else { 0.0 }));
+    assert_eq!(
+        (c.tgt_len, c.mem_len, c.clamp_len, c.same_length),
+        (32, 128, 0, true)
+    );
 }
 
 #[test]
