@@ -159,8 +159,9 @@ impl CorpusInfo {
 }
 
 /// Where a TensorFlow checkpoint given as `src` is: its prefix (`DIR/model.ckpt-0`), if `src`
-/// is one. `src` may be the prefix, its `.index` file, or a directory holding a `checkpoint`
-/// state file (its `model_checkpoint_path`) or exactly one `*.index`.
+/// is one. `src` may be the prefix, its `.index` file, or a directory (without a
+/// `config.json`) holding a `checkpoint` state file (its `model_checkpoint_path`) or exactly
+/// one `*.index`.
 pub fn checkpoint_prefix(src: &Path) -> Result<Option<PathBuf>> {
     if src.is_file() {
         if src.extension().is_some_and(|e| e == "index") {
@@ -171,7 +172,8 @@ pub fn checkpoint_prefix(src: &Path) -> Result<Option<PathBuf>> {
     if bundle::index_path(src).is_file() {
         return Ok(Some(src.to_path_buf()));
     }
-    if !src.is_dir() {
+    // A folder with a config.json is a Hugging Face checkpoint, whatever else it holds.
+    if !src.is_dir() || src.join(super::CONFIG_FILE).is_file() {
         return Ok(None);
     }
     let state = src.join(CHECKPOINT_STATE_FILE);

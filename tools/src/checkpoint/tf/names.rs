@@ -474,11 +474,10 @@ pub fn read_tensors(
             strays.len()
         );
     }
-    let total: u64 = used
+    let total = used
         .iter()
         .filter_map(|n| bundle.meta(n))
-        .map(|m| m.byte_len)
-        .sum();
+        .fold(0u64, |sum, m| sum.saturating_add(m.byte_len));
     let bar = progress_bar(total, show_progress);
     let mut sliced: HashMap<String, Vec<f32>> = HashMap::new();
     let mut tensors = Vec::with_capacity(planned.len());
