@@ -84,8 +84,9 @@ pub struct OriginalArgs {
     /// -1; for TensorFlow, the dataset's].
     #[arg(long, alias = "clamp_len", value_name = "N", allow_negative_numbers = true)]
     pub clamp_len: Option<i64>,
-    /// Every query sees the same number of keys; `--same-length=false` turns it off
-    /// [default: the model.pt's; for a state_dict, off; for TensorFlow, the dataset's].
+    /// Every query sees the same number of keys; `--same-length=false` turns off a TensorFlow
+    /// dataset's default (`txl score --same-length false` does so for any image) [default: the
+    /// model.pt's; for a state_dict, off; for TensorFlow, the dataset's].
     #[arg(long, alias = "same_length", value_name = "true|false", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub same_length: Option<bool>,
     /// LayerNorm before each sub-layer (train.py --pre_lnorm): a state_dict's shapes do not

@@ -304,6 +304,9 @@ fn emb_proj_name(config: &Config, table: usize) -> String {
     }
 }
 
+/// Canonical tensors, in canonical order, as [`crate::checkpoint::Checkpoint`] holds them.
+pub type Tensors = Vec<(TensorName, Vec<f32>)>;
+
 /// How one canonical tensor is made from TensorFlow variables.
 enum Source {
     /// The variable as stored (`[rows, cols]` or a vector).
@@ -439,7 +442,7 @@ pub fn read_tensors(
     layout: &TfLayout,
     bundle: &mut Bundle,
     show_progress: bool,
-) -> Result<(Vec<(TensorName, Vec<f32>)>, Vec<String>)> {
+) -> Result<(Tensors, Vec<String>)> {
     let mut planned = Vec::new();
     for_each_tensor(config, |name, shape| {
         planned.push((name, source_of(config, layout, name, shape)))

@@ -23,6 +23,9 @@ pub const TRAILER_LEN: usize = 5;
 const NO_COMPRESSION: u8 = 0;
 const SNAPPY: u8 = 1;
 
+/// A table entry: key and value.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
 /// Where a block lies in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlockHandle {
@@ -149,7 +152,7 @@ fn block(file: &[u8], handle: BlockHandle, what: &str) -> Result<Vec<u8>, TfErro
 }
 
 /// The (key, value) entries of a block, in order.
-fn entries(block: &[u8], what: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, TfError> {
+fn entries(block: &[u8], what: &str) -> Result<Vec<Entry>, TfError> {
     if block.len() < 4 {
         return Err(TfError::Malformed(format!(
             "{what} is {} bytes, too short for its restart count",
@@ -172,7 +175,7 @@ fn entries(block: &[u8], what: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, TfError>
             ))
         })?;
     let data = &block[..count_at - restart_bytes];
-    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut out: Vec<Entry> = Vec::new();
     let mut key: Vec<u8> = Vec::new();
     let mut at = 0;
     while at < data.len() {
@@ -210,10 +213,10 @@ fn entries(block: &[u8], what: &str) -> Result<Vec<(Vec<u8>, Vec<u8>)>, TfError>
 
 /// Every (key, value) entry of the table in `file` (the whole `.index` file), in key order;
 /// each block's CRC checked.
-pub fn read_table(file: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, TfError> {
+pub fn read_table(file: &[u8]) -> Result<Vec<Entry>, TfError> {
     let (_metaindex, index) = footer(file)?;
     let index_block = block(file, index, "the index block")?;
-    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut out: Vec<Entry> = Vec::new();
     for (n, (last_key, handle)) in entries(&index_block, "the index block")?.into_iter().enumerate() {
         let mut at = 0;
         let what = format!("data block {n}");
