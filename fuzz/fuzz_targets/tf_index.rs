@@ -4,19 +4,23 @@
 //! shapes to a config. Errors are fine, panics are not; an index that gives a config gives a
 //! valid one, and reading its tensors (there is no data shard) is an error, not a panic.
 //!
-//! The last 4 bytes of every block trailer are a masked CRC32C, so most mutations stop there;
-//! the seeds (the fixtures' indexes, `fuzz/corpus/tf_index/`) reach the decoders behind it.
+//! Every block trailer ends in a masked CRC32C, which most mutations would break: the target
+//! reseals the blocks first (`table::reseal`), so edits reach the decoders behind the
+//! checksums (the refusal of a wrong CRC is tested by `table`'s unit tests and
+//! `tools/tests/tf_checkpoints.rs`). Seeds: the fixtures' indexes (`fuzz/corpus/tf_index/`).
 
 #![no_main]
 
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use txl_tools::checkpoint::tf::{names, Bundle, EvalSettings, TfOptions};
+use txl_tools::checkpoint::tf::{names, table, Bundle, EvalSettings, TfOptions};
 
 fuzz_target!(|data: &[u8]| {
+    let mut index = data.to_vec();
+    table::reseal(&mut index);
     let prefix = Path::new("/nonexistent-txl-fuzz/model.ckpt-0");
-    let Ok(mut bundle) = Bundle::from_index(prefix, data) else {
+    let Ok(mut bundle) = Bundle::from_index(prefix, &index) else {
         return;
     };
     let defaults = EvalSettings::for_dataset(None);
