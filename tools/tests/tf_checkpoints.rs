@@ -113,6 +113,25 @@ fn the_prefix_its_index_and_its_directory_give_the_same_image() {
     let from_index = std::fs::read(convert(&index, &dir, "index", &flags)).unwrap();
     assert_eq!(from_dir, from_prefix);
     assert_eq!(from_dir, from_index);
+
+    // The release layout: `model/` (the checkpoint) beside `data/` (corpus-info.json,
+    // cache.pkl), given as the top folder or as `model/`.
+    let name = "enwik8_div1";
+    let flags = convert_flags(name);
+    let expected = std::fs::read(convert(&tf_fixture(name), &dir, "flat", &flags)).unwrap();
+    let release = dir.join("tf_enwik8");
+    copy_dir(&tf_fixture(name), &release.join("model"));
+    std::fs::create_dir_all(release.join("data")).unwrap();
+    for file in ["corpus-info.json", "cache.pkl"] {
+        std::fs::rename(release.join("model").join(file), release.join("data").join(file)).unwrap();
+    }
+    let from_top = std::fs::read(convert(&release, &dir, "top", &flags)).unwrap();
+    let from_model = std::fs::read(convert(&release.join("model"), &dir, "model", &flags)).unwrap();
+    assert_eq!(
+        from_top, expected,
+        "the vocabulary and corpus-info.json from ../data/"
+    );
+    assert_eq!(from_model, expected);
 }
 
 #[test]

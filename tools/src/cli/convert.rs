@@ -26,7 +26,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl convert state_dict.pt -o model.txl --pre-lnorm --tgt-len 128 --mem-len 1600 --clamp-len 1000\n  \
     txl convert tests/fixtures/original/no_mem/state_dict.pt -o no_mem.txl --cutoffs 20 --tgt-len 6\n  \
     txl convert path/to/hf-checkpoint -o words.txl --vocab vocab.pkl\n  \
-    txl convert pretrained_xl/tf_enwik8/model -o enwik8.txl\n  \
+    txl convert pretrained_xl/tf_enwik8 -o enwik8.txl\n  \
     txl convert pretrained_xl/tf_wt103/model/model.ckpt-0 -o wt103.txl --mem-len 640\n  \
     txl convert tests/fixtures/tf/enwik8_div1 -o tiny.txl --tgt-len 8 --mem-len 16 --same-length=false";
 

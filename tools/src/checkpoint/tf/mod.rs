@@ -160,8 +160,8 @@ impl CorpusInfo {
 
 /// Where a TensorFlow checkpoint given as `src` is: its prefix (`DIR/model.ckpt-0`), if `src`
 /// is one. `src` may be the prefix, its `.index` file, or a directory (without a
-/// `config.json`) holding a `checkpoint` state file (its `model_checkpoint_path`) or exactly
-/// one `*.index`.
+/// `config.json`) holding a `checkpoint` state file (its `model_checkpoint_path`), a `model/`
+/// folder holding one (the release layout's top folder), or exactly one `*.index`.
 pub fn checkpoint_prefix(src: &Path) -> Result<Option<PathBuf>> {
     if src.is_file() {
         if src.extension().is_some_and(|e| e == "index") {
@@ -175,6 +175,11 @@ pub fn checkpoint_prefix(src: &Path) -> Result<Option<PathBuf>> {
     // A folder with a config.json is a Hugging Face checkpoint, whatever else it holds.
     if !src.is_dir() || src.join(super::CONFIG_FILE).is_file() {
         return Ok(None);
+    }
+    // The release layout's top folder: `model/` beside `data/`.
+    let model = src.join("model");
+    if !src.join(CHECKPOINT_STATE_FILE).is_file() && model.join(CHECKPOINT_STATE_FILE).is_file() {
+        return checkpoint_prefix(&model);
     }
     let state = src.join(CHECKPOINT_STATE_FILE);
     if state.is_file() {
