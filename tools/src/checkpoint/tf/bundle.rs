@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+use super::crc32c::crc32c;
 use super::error::TfError;
 use super::proto::{BundleEntry, BundleHeader};
 use super::table::{mask_crc, read_table};
@@ -215,7 +216,7 @@ impl Bundle {
         file.seek(SeekFrom::Start(entry.offset))
             .and_then(|_| file.take(entry.size).read_to_end(&mut bytes))
             .with_context(|| format!("cannot read `{name}` from {}", path.display()))?;
-        let computed = mask_crc(crc32c::crc32c(&bytes));
+        let computed = mask_crc(crc32c(&bytes));
         if computed != entry.crc32c {
             return Err(anyhow!(TfError::Checksum {
                 what: format!("tensor `{name}` in {}", path.display()),

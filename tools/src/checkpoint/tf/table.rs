@@ -11,7 +11,9 @@
 //! that block's handle. Filter blocks (the metaindex) are not read: the bundle writer makes
 //! none, and nothing here needs one.
 
+use super::crc32c::{crc32c, crc32c_append};
 use super::error::TfError;
+use super::snappy;
 
 /// Magic number at the end of every table (`kTableMagicNumber`).
 pub const TABLE_MAGIC: u64 = 0xdb47_7524_8b80_fb57;
@@ -121,7 +123,7 @@ fn block(file: &[u8], handle: BlockHandle, what: &str) -> Result<Vec<u8>, TfErro
     let mut crc_bytes = [0u8; 4];
     crc_bytes.copy_from_slice(&file[data_end + 1..end]);
     let expected = u32::from_le_bytes(crc_bytes);
-    let actual = mask_crc(crc32c::crc32c_append(crc32c::crc32c(stored), &[kind]));
+    let actual = mask_crc(crc32c_append(crc32c(stored), &[kind]));
     if actual != expected {
         return Err(TfError::Checksum {
             what: format!("{what} at byte {start}"),
@@ -131,20 +133,7 @@ fn block(file: &[u8], handle: BlockHandle, what: &str) -> Result<Vec<u8>, TfErro
     }
     match kind {
         NO_COMPRESSION => Ok(stored.to_vec()),
-        SNAPPY => {
-            let len = snap::raw::decompress_len(stored)
-                .map_err(|e| TfError::Malformed(format!("{what}: bad Snappy data: {e}")))?;
-            // A Snappy block expands at most about 6x per input byte; refuse claims beyond it.
-            if len > stored.len().saturating_mul(64).max(1 << 16) {
-                return Err(TfError::Malformed(format!(
-                    "{what}: Snappy claims {len} bytes from {}",
-                    stored.len()
-                )));
-            }
-            snap::raw::Decoder::new()
-                .decompress_vec(stored)
-                .map_err(|e| TfError::Malformed(format!("{what}: bad Snappy data: {e}")))
-        }
+        SNAPPY => snappy::decompress(stored, what),
         other => Err(TfError::Malformed(format!(
             "{what}: compression type {other} (only 0, none, and 1, Snappy, exist)"
         ))),
@@ -255,10 +244,7 @@ pub fn reseal(file: &mut [u8]) {
             return false;
         };
         let (start, data_end) = (handle.offset as usize, end as usize - TRAILER_LEN);
-        let crc = mask_crc(crc32c::crc32c_append(
-            crc32c::crc32c(&file[start..data_end]),
-            &[file[data_end]],
-        ));
+        let crc = mask_crc(crc32c_append(crc32c(&file[start..data_end]), &[file[data_end]]));
         file[data_end + 1..end as usize].copy_from_slice(&crc.to_le_bytes());
         true
     }
@@ -286,7 +272,7 @@ mod tests {
     use super::*;
 
     /// A table of `entries` in one block, built as TensorFlow's writer builds it (one restart
-    /// every 16 entries), with `compress` applied to each block.
+    /// every 16 entries), its data block Snappy-compressed (literals only) when `snappy`.
     pub(crate) fn build_table(entries: &[(&[u8], &[u8])], snappy: bool) -> Vec<u8> {
         fn put_varint(out: &mut Vec<u8>, mut v: u64) {
             while v >= 0x80 {
@@ -324,14 +310,14 @@ mod tests {
         }
         fn write_block(file: &mut Vec<u8>, block: &[u8], snappy: bool) -> (u64, u64) {
             let (stored, kind) = if snappy {
-                (snap::raw::Encoder::new().compress_vec(block).unwrap(), SNAPPY)
+                (super::super::snappy::literals_only(block), SNAPPY)
             } else {
                 (block.to_vec(), NO_COMPRESSION)
             };
             let offset = file.len() as u64;
             file.extend_from_slice(&stored);
             file.push(kind);
-            let crc = mask_crc(crc32c::crc32c_append(crc32c::crc32c(&stored), &[kind]));
+            let crc = mask_crc(crc32c_append(crc32c(&stored), &[kind]));
             file.extend_from_slice(&crc.to_le_bytes());
             (offset, stored.len() as u64)
         }
@@ -395,7 +381,7 @@ mod tests {
     #[test]
     fn crc32c_mask_matches_leveldb() {
         // crc32c("123456789") = 0xe3069283 (the CRC-32C check value, RFC 3720 B.4).
-        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
         assert_eq!(mask_crc(0), 0xa282_ead8);
         assert_eq!(
             mask_crc(0xe306_9283),
