@@ -47,6 +47,8 @@
 //! - `pickle_tree`: a pickle walked as a tree of data, with an allow-list of the classes it
 //!   may name (the module's classes and attributes, which `pytorch-reader` does not keep).
 //! - `legacy_module_source`: the tensors of a module saved in the pre-1.6 stream format.
+//! - [`tf`]: the original TensorFlow code's checkpoints (tensor bundles), read without
+//!   TensorFlow; [`load_checkpoint`] takes one given as its prefix, `.index` or directory.
 //!
 //! Every element type the files use for weights (f32, f16, bf16, f64) is converted to f32.
 
@@ -57,6 +59,7 @@ mod pickle_tree;
 mod resolve;
 mod safetensors_source;
 mod source;
+pub mod tf;
 mod torch_source;
 pub mod torch_writer;
 
@@ -77,6 +80,8 @@ pub use original::{
     allowed_global, load_original_checkpoint, OriginalKind, OriginalOptions, DEFAULT_CLAMP_LEN,
     DEFAULT_LAYER_NORM_EPS, DEFAULT_MEM_LEN, DEFAULT_TGT_LEN,
 };
+
+pub use tf::{load_tf_checkpoint, TfOptions, TfReport};
 
 use safetensors_source::SafetensorsSource;
 use source::TensorSource;

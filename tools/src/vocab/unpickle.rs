@@ -27,6 +27,14 @@ const ALLOWED: &[(&str, &str)] = &[
     ("torch", "LongStorage"),
     ("torch", "IntStorage"),
     ("torch", "FloatStorage"),
+    // The TensorFlow code's `cache.pkl` (`pickle.dump(corpus, protocol=2)`): its token arrays
+    // are NumPy arrays (kept opaque, never built), and Python 3 writes their bytes through
+    // `_codecs.encode`.
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
 ];
 
 /// A pickled value.
@@ -266,9 +274,24 @@ pub fn read(r: &mut impl Read, limit: usize) -> Result<Value> {
                 m.push(Value::Bytes(read_vec(r, u64::from(len), limit)?))?;
             }
             b'U' => {
-                // SHORT_BINSTRING (protocol 2 str of Python 2): read as text
+                // SHORT_BINSTRING (protocol 2 str of Python 2): read as text, or bytes when it
+                // is not UTF-8 (a small NumPy array's data)
                 let [len] = read_n::<1>(r)?;
-                m.push(text(read_vec(r, u64::from(len), limit)?)?)?;
+                let bytes = read_vec(r, u64::from(len), limit)?;
+                m.push(match String::from_utf8(bytes) {
+                    Ok(s) => Value::Str(s),
+                    Err(e) => Value::Bytes(e.into_bytes()),
+                })?;
+            }
+            b'T' => {
+                // BINSTRING (a longer Python 2 str): text, or bytes when it is not UTF-8 (a
+                // NumPy array's data)
+                let len = u32::from_le_bytes(read_n(r)?);
+                let bytes = read_vec(r, u64::from(len), limit)?;
+                m.push(match String::from_utf8(bytes) {
+                    Ok(s) => Value::Str(s),
+                    Err(e) => Value::Bytes(e.into_bytes()),
+                })?;
             }
             b')' => m.push(Value::List(Vec::new()))?,
             b']' => m.push(Value::List(Vec::new()))?,
@@ -370,7 +393,11 @@ pub fn read(r: &mut impl Read, limit: usize) -> Result<Value> {
                     "collections.OrderedDict" => Value::Dict(Vec::new()),
                     "collections.Counter"
                     | "torch._utils._rebuild_tensor_v2"
-                    | "torch._utils._rebuild_tensor" => Value::Opaque(name),
+                    | "torch._utils._rebuild_tensor"
+                    | "numpy.core.multiarray._reconstruct"
+                    | "numpy._core.multiarray._reconstruct"
+                    | "numpy.dtype"
+                    | "_codecs.encode" => Value::Opaque(name),
                     "builtins.set" | "__builtin__.set" => match args {
                         Value::List(mut a) if a.len() == 1 => a.pop().unwrap_or(Value::None),
                         _ => Value::List(Vec::new()),
