@@ -10,11 +10,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::crc32c::crc32c;
 use super::error::TfError;
 use super::proto::{BundleEntry, BundleHeader};
 use super::table::{mask_crc, read_table};
 use crate::checkpoint::source::{byte_len, with_room, ByteOrder, SourceDtype, TensorMeta, TensorSource};
+use ::crc32c::crc32c;
 
 /// The largest `.index` file read (the index of a 24-layer model with its optimizer slots is
 /// tens of kilobytes).

@@ -4,8 +4,8 @@
 //!
 //! A checkpoint is a tensor bundle: `PREFIX.index` ([`table`], [`proto`]) and
 //! `PREFIX.data-SSSSS-of-NNNNN` ([`bundle`]), every block and tensor checked against its
-//! CRC32C ([`crc32c`]; Snappy-compressed blocks: [`snappy`]). The variables carry the names the original `tf/model.py` gives them; [`names`]
-//! maps them to txl's canonical tensors and infers the hyper-parameters from their shapes.
+//! CRC32C (the `crc32c` crate; Snappy-compressed blocks: [`snappy`]). The variables carry the
+//! names the original `tf/model.py` gives them; [`names`] maps them to txl's canonical tensors and infers the hyper-parameters from their shapes.
 //! What shapes cannot tell (the evaluation's `tgt_len`, `mem_len`, `clamp_len`,
 //! `same_length`, and `pre_lnorm`, which the TensorFlow code does not have) comes from
 //! [`TfOptions`], whose defaults are the paper's evaluation settings (`tf/sota/*.sh`) for the
@@ -17,7 +17,6 @@
 //! then in `../data/`.
 
 pub mod bundle;
-pub mod crc32c;
 pub mod error;
 pub mod names;
 pub mod proto;

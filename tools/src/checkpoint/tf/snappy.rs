@@ -1,11 +1,7 @@
-//! Snappy's raw block format (no framing), decompression only: what a LevelDB table block with
-//! compression type 1 holds. A varint32 of the uncompressed length, then elements: a literal
-//! (tag `00`: its length in the tag or the 1–4 bytes after it, then the bytes) or a copy of
-//! earlier output (tags `01`, `10`, `11`: a length and an offset of 11, 16 or 32 bits). Every
-//! length and offset is checked against what there is.
+//! Snappy's raw block format (no framing), what a LevelDB table block with compression type 1
+//! holds, decompressed by the `snap` crate once the length it claims is checked.
 
 use super::error::TfError;
-use super::table::varint;
 
 /// The largest uncompressed block accepted (a table block is a few kilobytes).
 pub const MAX_UNCOMPRESSED: usize = 1 << 26;
@@ -16,8 +12,7 @@ fn malformed(what: &str, detail: &str) -> TfError {
 
 /// Decompresses the raw Snappy block `input`; `what` names it for errors.
 pub fn decompress(input: &[u8], what: &str) -> Result<Vec<u8>, TfError> {
-    let mut at = 0;
-    let len = varint(input, &mut at, 5, what)? as usize;
+    let len = snap::raw::decompress_len(input).map_err(|e| malformed(what, &e.to_string()))?;
     // Each input byte makes at most 64 output bytes (a 3-byte copy of 64); refuse claims
     // beyond that before allocating.
     if len > MAX_UNCOMPRESSED || len > input.len().saturating_mul(64) {
@@ -26,65 +21,9 @@ pub fn decompress(input: &[u8], what: &str) -> Result<Vec<u8>, TfError> {
             &format!("it claims {len} bytes from {}", input.len()),
         ));
     }
-    let mut out = Vec::with_capacity(len);
-    while at < input.len() {
-        let tag = input[at];
-        at += 1;
-        let take = |at: &mut usize, n: usize| -> Result<u64, TfError> {
-            let bytes = input
-                .get(*at..*at + n)
-                .ok_or_else(|| malformed(what, "an element runs past the end"))?;
-            *at += n;
-            Ok(bytes.iter().rev().fold(0u64, |v, &b| (v << 8) | u64::from(b)))
-        };
-        let (copy_len, offset) = match tag & 3 {
-            0 => {
-                let short = usize::from(tag >> 2);
-                let n = if short < 60 {
-                    short + 1
-                } else {
-                    take(&mut at, short - 59)? as usize + 1
-                };
-                let bytes = at
-                    .checked_add(n)
-                    .and_then(|end| input.get(at..end))
-                    .ok_or_else(|| malformed(what, "a literal runs past the end"))?;
-                if out.len() + n > len {
-                    return Err(malformed(what, "more bytes than it claims"));
-                }
-                out.extend_from_slice(bytes);
-                at += n;
-                continue;
-            }
-            1 => (
-                usize::from((tag >> 2) & 7) + 4,
-                (usize::from(tag >> 5) << 8) | take(&mut at, 1)? as usize,
-            ),
-            2 => (usize::from(tag >> 2) + 1, take(&mut at, 2)? as usize),
-            _ => (usize::from(tag >> 2) + 1, take(&mut at, 4)? as usize),
-        };
-        if offset == 0 || offset > out.len() {
-            return Err(malformed(
-                what,
-                &format!("a copy reaches {offset} bytes back, past the start"),
-            ));
-        }
-        if out.len() + copy_len > len {
-            return Err(malformed(what, "more bytes than it claims"));
-        }
-        let start = out.len() - offset;
-        for i in 0..copy_len {
-            // Byte by byte: a copy may overlap what it writes (a run).
-            out.push(out[start + i]);
-        }
-    }
-    if out.len() != len {
-        return Err(malformed(
-            what,
-            &format!("{} bytes where it claims {len}", out.len()),
-        ));
-    }
-    Ok(out)
+    snap::raw::Decoder::new()
+        .decompress_vec(input)
+        .map_err(|e| malformed(what, &e.to_string()))
 }
 
 /// A valid Snappy block of `data` made of literals only (for tests that need one).

@@ -11,9 +11,9 @@
 //! that block's handle. Filter blocks (the metaindex) are not read: the bundle writer makes
 //! none, and nothing here needs one.
 
-use super::crc32c::{crc32c, crc32c_append};
 use super::error::TfError;
 use super::snappy;
+use ::crc32c::{crc32c, crc32c_append};
 
 /// Magic number at the end of every table (`kTableMagicNumber`).
 pub const TABLE_MAGIC: u64 = 0xdb47_7524_8b80_fb57;
