@@ -345,8 +345,10 @@ pub struct QuantizeArgs {
     /// comparison (`precisions` in the JSON).
     #[arg(long, value_name = "FILE.json")]
     pub report: Option<PathBuf>,
-    /// Draw the report as a PNG picture: each tensor's SQNR and each layer's output error in
-    /// every precision beside this image's, and the calibration bits per token of each.
+    /// Draw the report as a PNG picture: a grid of layers (rows) by matrix kinds (columns),
+    /// each cell coloured by the matrix's weight SQNR; each layer's output error for this image
+    /// and every precision rounded plainly; the worst matrices named; and the calibration bits
+    /// per token of each precision. The picture grows with the number of layers.
     #[arg(long, value_name = "FILE.png")]
     pub report_png: Option<PathBuf>,
 }

@@ -23,14 +23,14 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl quantize model.txl -o model-int8.txl\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --report report.json\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --auto-keep-f16 2\n  \
-    txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --method compensated\n  \
+    txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --method round\n  \
     txl quantize words.txl -o words-int8.txl --calib-text train.txt\n  \
-    txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt --method compensated\n  \
+    txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt\n  \
     txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt --auto-keep-int8 4\n  \
     txl quantize model.txl -o model-mixed.txl --dtype int4 --calib-bytes train.txt --budget-bytes 450000 \
     --report-png report.png\n  \
     txl quantize model.txl -o model-f16.txl --dtype f16\n  \
-    txl quantize model.txl -o model-integer.txl --integer --calib-bytes train.txt --method compensated\n  \
+    txl quantize model.txl -o model-integer.txl --integer --calib-bytes train.txt\n  \
     txl quantize model.txl -o model-int4-integer.txl --dtype int4 --integer --calib-bytes train.txt";
 
 /// Arguments of `txl quantize`.
