@@ -118,6 +118,7 @@ pub struct Box2 {
     pub h: i32,
 }
 
+#[cfg(test)]
 impl Box2 {
     /// Whether the two share a pixel.
     pub fn intersects(&self, other: &Box2) -> bool {
@@ -260,9 +261,12 @@ fn ink_on(fill: RGBColor) -> RGBColor {
     }
 }
 
+/// Measures text: its width and height in pixels at a size.
+type Measure<'m> = &'m dyn Fn(&str, u32) -> Result<(i32, i32)>;
+
 /// Places text and keeps the boxes: `measure` gives a text's width and height at a size.
 struct Placer<'m> {
-    measure: &'m dyn Fn(&str, u32) -> Result<(i32, i32)>,
+    measure: Measure<'m>,
     labels: Vec<Label>,
 }
 
@@ -310,7 +314,7 @@ struct ErrorColumn<'r> {
 
 /// The picture's layout for `report`, its text measured by `measure` (width and height in
 /// pixels of a text at a size).
-pub fn layout(report: &Report, measure: &dyn Fn(&str, u32) -> Result<(i32, i32)>) -> Result<Layout> {
+pub fn layout(report: &Report, measure: Measure<'_>) -> Result<Layout> {
     let mut p = Placer {
         measure,
         labels: Vec::new(),
