@@ -134,6 +134,30 @@ fn the_default_method_is_compensated_with_calibration_text_and_round_without() {
     assert!(help.contains("Default: compensated"), "{help}");
 }
 
+/// `auto` fits on one half of the calibration text and chooses on the other: too few tokens
+/// for both halves is one error line, and nothing is written.
+#[test]
+fn auto_refuses_calibration_text_too_short_to_split() {
+    let dir = scratch_dir("method-auto-short");
+    let image = dir.join("adaptive_div2.txl");
+    let out = txl(&["convert", s(&fixture("adaptive_div2")), "-o", s(&image)]);
+    assert!(out.status.success(), "convert: {}", stderr(&out));
+    let tokens = fixture("adaptive_div2").join("tokens.txt");
+    let written = dir.join("auto.txl");
+    #[rustfmt::skip]
+    let out = txl(&[
+        "quantize", s(&image), "-o", s(&written), "--calib-tokens", s(&tokens),
+        "--calib-limit", "3", "--method", "auto",
+    ]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.starts_with("error: ") && text.lines().count() == 1 && text.contains("3 tokens are too few"),
+        "{text}"
+    );
+    assert!(!written.exists());
+}
+
 #[test]
 fn compensated_rounding_needs_calibration_text_and_int8() {
     let dir = scratch_dir("method-no-text");
