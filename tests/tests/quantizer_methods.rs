@@ -3,8 +3,8 @@
 //! model and `tests/fixtures/second`), calibrated on 4096 bytes of `calib.txt` with smoothing
 //! searched, as `txl quantize --calib-bytes` does, and scored on 8192 bytes of `heldout.txt`
 //! (never used for calibration) against the f32 model; and, in a test run on demand (about
-//! eight minutes on two cores), the same images as integer images (`txl quantize --integer`:
-//! smoothing in powers of two, int8 memory). `cargo test -p txl-tests --test quantizer_methods
+//! two and a half minutes on two cores), the same images as integer images (`txl quantize
+//! --integer`: smoothing in powers of two, int8 memory). `cargo test -p txl-tests --test quantizer_methods
 //! -- --include-ignored --nocapture` prints the table of docs/QUANTIZATION.md. The default with
 //! calibration text must be the method with the lowest loss, and `auto` must make its choice on
 //! calibration text its candidates were not fitted on.
@@ -129,7 +129,7 @@ fn the_default_with_calibration_text_is_the_method_that_loses_least() {
 /// precisions (measured: compensated +0.066%, auto +0.18%, round +0.31%), though not in each
 /// (on the second model's int8, plain rounding came out 0.029% ahead).
 #[test]
-#[ignore = "about eight minutes on two cores; run with --include-ignored to regenerate the table"]
+#[ignore = "about two and a half minutes on two cores; run with --include-ignored to regenerate the table"]
 fn as_integer_images_the_default_loses_least_summed() {
     header();
     let deltas = measure_every_method(true);
