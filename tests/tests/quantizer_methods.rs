@@ -4,10 +4,10 @@
 //! searched, as `txl quantize --calib-bytes` does, and scored on 8192 bytes of `heldout.txt`
 //! (never used for calibration) against the f32 model; and, in a test run on demand (about
 //! two and a half minutes on two cores), the same images as integer images (`txl quantize
-//! --integer`: smoothing in powers of two, int8 memory). `cargo test -p txl-tests --test quantizer_methods
-//! -- --include-ignored --nocapture` prints the table of docs/QUANTIZATION.md. The default with
-//! calibration text must be the method with the lowest loss, and `auto` must make its choice on
-//! calibration text its candidates were not fitted on.
+//! --integer`: smoothing in powers of two, int8 memory). `cargo test -p txl-tests --test
+//! quantizer_methods -- --include-ignored --nocapture` prints the table of docs/QUANTIZATION.md.
+//! The default with calibration text must be the method with the lowest loss, and `auto` must
+//! make its choice on calibration text its candidates were not fitted on.
 
 use txl_core::{AlignedBytes, MemDtype, Model, SessionOptions};
 use txl_host_gpu::quantize::{quantize, Method, QuantizeOptions, Target};
