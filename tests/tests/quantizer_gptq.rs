@@ -169,8 +169,9 @@ fn check_reports(m: &Measured, max_error_ratio: f64) {
             "{method}: tensors compared"
         );
     }
-    // auto starts from plain rounding and keeps only what lowers the calibration bits
-    assert!(calibration_bits(&m.auto.0) <= calibration_bits(&m.round.0));
+    // auto judges on the half of the calibration text its candidates were not fitted on
+    let n = m.auto.0.report.calibration_tokens;
+    assert_eq!(m.auto.0.report.rounding_choice, Some([n / 2, n - n / 2]));
 }
 
 // Measured with the committed code (calibration as `quantized_accuracy.rs`: smoothing auto, 4096
@@ -183,16 +184,17 @@ const DEMO_COMPENSATED_MAX_MEAN_KL: f64 = 1.7e-4;
 /// mean KL 6.16e-5 (plain: 8.9e-5).
 const DEMO_COMPENSATED_INT8_MEMORY_MAX_ABS_DELTA: f64 = 9.0e-5;
 const DEMO_COMPENSATED_INT8_MEMORY_MAX_MEAN_KL: f64 = 1.85e-4;
-/// Demo, auto: held-out relative Δ measured +1.1e-5, mean KL 6.78e-5.
-const DEMO_AUTO_MAX_ABS_DELTA: f64 = 1.0e-4;
-const DEMO_AUTO_MAX_MEAN_KL: f64 = 2.0e-4;
+/// Demo, auto (fitted on the first half of the calibration text, chosen on the second): held-out
+/// relative Δ measured +2.80e-4, mean KL 8.38e-5.
+const DEMO_AUTO_MAX_ABS_DELTA: f64 = 8.4e-4;
+const DEMO_AUTO_MAX_MEAN_KL: f64 = 2.5e-4;
 /// adaptive_div2, compensated: relative Δ measured +6.4e-5 (plain: +1.36e-4), mean KL 3.75e-4
 /// (plain: 4.67e-4).
 const ADAPTIVE_COMPENSATED_MAX_ABS_DELTA: f64 = 1.9e-4;
 const ADAPTIVE_COMPENSATED_MAX_MEAN_KL: f64 = 1.1e-3;
-/// adaptive_div2, auto: relative Δ measured +1.63e-4, mean KL 4.67e-4.
-const ADAPTIVE_AUTO_MAX_ABS_DELTA: f64 = 4.9e-4;
-const ADAPTIVE_AUTO_MAX_MEAN_KL: f64 = 1.4e-3;
+/// adaptive_div2, auto: relative Δ measured +1.09e-4, mean KL 3.88e-4.
+const ADAPTIVE_AUTO_MAX_ABS_DELTA: f64 = 3.3e-4;
+const ADAPTIVE_AUTO_MAX_MEAN_KL: f64 = 1.2e-3;
 /// Compensated may lose to plain rounding on held-out text by no more than this relative Δ
 /// (measured: it wins by 1.1e-4 on the demo, 7.2e-5 on adaptive_div2).
 const COMPENSATED_MARGIN: f64 = 1.0e-5;

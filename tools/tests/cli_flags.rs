@@ -565,7 +565,12 @@ fn report_png_draws_the_report() {
         args.extend(flags);
         quantize(&image, &dir, name, &args);
         let (size, colours) = png_size_and_colours(&png);
-        assert_eq!(size, (1200, 1000), "--report-png ({name})");
+        // laid out to its content: a few hundred pixels a side at least, within reason
+        let (width, height) = size;
+        assert!(
+            (600..=3000).contains(&width) && (300..=3000).contains(&height),
+            "--report-png ({name}): {size:?}"
+        );
         assert!(colours > 10, "--report-png ({name}): {colours} colours");
     }
 }

@@ -1,6 +1,7 @@
 //! `txl quantize --method`: how int8 rows are rounded (round, compensated, auto). Each value
 //! must change the image or the report, the report must say which method every int8 tensor
-//! got, and the method that needs calibration text is refused without it.
+//! got, and the method that needs calibration text is refused without it. Without the flag,
+//! the method is compensated with calibration text and round without.
 
 use std::path::Path;
 
@@ -83,6 +84,9 @@ fn every_rounding_method_changes_the_image_or_the_report() {
         &[&calib[..], &["--method", "auto"]].concat(),
     );
     assert_eq!(report["method"], "auto", "--method auto");
+    // fitted on the first half of the calibration text, chosen on the second
+    let n = report["calibration_tokens"].as_u64().unwrap();
+    assert_eq!(report["rounding_choice"], serde_json::json!([n / 2, n - n / 2]));
     for t in report["tensors"].as_array().unwrap() {
         if !t["rounding"].is_null() {
             let bits = t["rounding"]["bits_per_token"]
@@ -93,6 +97,65 @@ fn every_rounding_method_changes_the_image_or_the_report() {
             assert_eq!(t["method"], expected, "--method auto: {}", t["name"]);
         }
     }
+}
+
+/// No `--method`: compensated with calibration text (the method that lost least on held-out
+/// text, docs/QUANTIZATION.md), the image `--method compensated` makes; round without it, and
+/// for f16, which is not rounded to steps.
+#[test]
+fn the_default_method_is_compensated_with_calibration_text_and_round_without() {
+    let dir = scratch_dir("method-default");
+    let image = dir.join("adaptive_div2.txl");
+    let out = txl(&["convert", s(&fixture("adaptive_div2")), "-o", s(&image)]);
+    assert!(out.status.success(), "convert: {}", stderr(&out));
+    let tokens = fixture("adaptive_div2").join("tokens.txt");
+    let calib = ["--calib-tokens", s(&tokens), "--smooth", "off"];
+
+    let (default, report) = quantize(&image, &dir, "default", &calib);
+    assert_eq!(report["method"], "compensated", "with calibration text");
+    let (compensated, _) = quantize(
+        &image,
+        &dir,
+        "compensated",
+        &[&calib[..], &["--method", "compensated"]].concat(),
+    );
+    assert!(default == compensated, "the default made another image");
+
+    let (default, report) = quantize(&image, &dir, "no-text", &["--smooth", "off"]);
+    assert_eq!(report["method"], "round", "without calibration text");
+    let (round, _) = quantize(&image, &dir, "round", &["--smooth", "off", "--method", "round"]);
+    assert!(default == round, "the default made another image");
+
+    let (_, report) = quantize(&image, &dir, "f16", &[&calib[..], &["--dtype", "f16"]].concat());
+    assert_eq!(report["method"], "round", "f16 with calibration text");
+
+    let out = txl(&["quantize", "--help"]);
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("Default: compensated"), "{help}");
+}
+
+/// `auto` fits on one half of the calibration text and chooses on the other: too few tokens
+/// for both halves is one error line, and nothing is written.
+#[test]
+fn auto_refuses_calibration_text_too_short_to_split() {
+    let dir = scratch_dir("method-auto-short");
+    let image = dir.join("adaptive_div2.txl");
+    let out = txl(&["convert", s(&fixture("adaptive_div2")), "-o", s(&image)]);
+    assert!(out.status.success(), "convert: {}", stderr(&out));
+    let tokens = fixture("adaptive_div2").join("tokens.txt");
+    let written = dir.join("auto.txl");
+    #[rustfmt::skip]
+    let out = txl(&[
+        "quantize", s(&image), "-o", s(&written), "--calib-tokens", s(&tokens),
+        "--calib-limit", "3", "--method", "auto",
+    ]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.starts_with("error: ") && text.lines().count() == 1 && text.contains("3 tokens are too few"),
+        "{text}"
+    );
+    assert!(!written.exists());
 }
 
 #[test]

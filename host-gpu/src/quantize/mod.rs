@@ -39,7 +39,9 @@ mod report;
 mod search;
 mod source;
 
-pub use options::{glob_match, Method, MixedPrecision, QuantizeOptions, Smoothing, Target, VectorDtype};
+pub use options::{
+    glob_match, Method, MixedPrecision, QuantizeOptions, Smoothing, Target, VectorDtype, AUTO_FIT_SHARE,
+};
 pub use report::{PrecisionReport, Quantized, Report, RoundingReport, TensorReport};
 #[cfg(feature = "reference")]
 pub use search::{quantize, quantize_mixed};

@@ -44,8 +44,9 @@ pub struct RoundingReport {
     pub round_output_error: f64,
     /// The same, error-compensated.
     pub compensated_output_error: f64,
-    /// [`Method::Auto`] only: calibration bits per token with this tensor rounded plainly and
-    /// compensated (the tensors before it as already chosen, those after it plain).
+    /// [`Method::Auto`] only: bits per token with this tensor rounded plainly and compensated
+    /// (the tensors before it as already chosen, those after it plain), on the part of the
+    /// calibration text the compensation was not fitted on ([`Report::rounding_choice`]).
     pub bits_per_token: Option<[f64; 2]>,
 }
 
@@ -69,6 +70,10 @@ pub struct Report {
     pub bits_per_token: Vec<(String, f64)>,
     /// Calibration tokens used (0 without calibration).
     pub calibration_tokens: usize,
+    /// [`Method::Auto`] with calibration text: the tokens its compensated candidates were
+    /// fitted on (the start of the calibration text) and the tokens the roundings were
+    /// compared on (the rest).
+    pub rounding_choice: Option<[usize; 2]>,
     /// The reference backend that collected the calibration statistics (`cpu64`, `cpu32` or
     /// `cuda`; `None` when none were collected).
     pub statistics_backend: Option<&'static str>,

@@ -78,6 +78,21 @@ pub fn quantize_mixed(
     }
     // The reference's statistics: ranges for smoothing, Gram matrices for compensated rounding.
     let wants_grams = matches!(options.method, Method::Compensated | Method::Auto);
+    // `auto` fits its candidates on the start of the text and judges them on the rest.
+    let auto_split = match (options.method, calibration) {
+        (Method::Auto, Some(tokens)) if options.target.is_integer() => {
+            let split = Method::auto_split(tokens.len());
+            if split == 0 || tokens.len() - split < 2 {
+                return Err(Error::BadOptions(format!(
+                    "the rounding method auto fits on one half of the calibration text and \
+                     chooses on the other: {} tokens are too few (4 at least)",
+                    tokens.len()
+                )));
+            }
+            Some(split)
+        }
+        _ => None,
+    };
     let (ranges, grams) = match (calibration, options.target.is_integer()) {
         (Some(tokens), true) => {
             let backend = options.calibration_backend;
@@ -95,6 +110,19 @@ pub fn quantize_mixed(
             (Some(statistics.ranges), statistics.grams)
         }
         _ => (None, None),
+    };
+    let fit_grams = match (calibration, auto_split) {
+        (Some(tokens), Some(split)) => {
+            progress(&format!(
+                "calibrating on {}: input Gram matrices of the first {split} tokens",
+                options.calibration_backend.name()
+            ));
+            let mut reference = Reference::new(model, options.calibration_backend)?;
+            reference
+                .statistics(&[&tokens[..split]], &options.session, true)?
+                .grams
+        }
+        _ => None,
     };
     // Each tensor's precision (`None`: a vector, f32) and why it is above the target's.
     let mut levels: Vec<Option<Level>> = source
@@ -243,7 +271,8 @@ pub fn quantize_mixed(
         reports: vec![None; plans.len()],
     };
     if let (Some(tokens), Some(grams)) = (calibration, &grams) {
-        rounding = choose_rounding(&source, &mut plans, grams, options, tokens, &mut progress)?;
+        let auto = fit_grams.as_ref().zip(auto_split);
+        rounding = choose_rounding(&source, &mut plans, (grams, auto), options, tokens, &mut progress)?;
     }
     progress("writing the image");
     let (image, sqnr) = source.build(&plans)?;
@@ -325,6 +354,9 @@ pub fn quantize_mixed(
         layer_errors,
         bits_per_token: bits,
         calibration_tokens: calibration.map_or(0, <[u32]>::len),
+        rounding_choice: auto_split
+            .zip(calibration)
+            .map(|(split, tokens)| [split, tokens.len() - split]),
         statistics_backend: ranges.is_some().then(|| options.calibration_backend.name()),
         image_bytes: image.len(),
         budget_bytes: mixed.budget_bytes,
@@ -411,49 +443,63 @@ struct Rounding {
     reports: Vec<Option<RoundingReport>>,
 }
 
-/// Quantizes every int8 and int4 tensor of `plans` both ways where it has calibration inputs,
-/// and keeps the compensated rounding everywhere ([`Method::Compensated`]) or, tensor by tensor
-/// in image order, where it lowers the calibration bits per token ([`Method::Auto`]). The plans
+/// Quantizes every int8 and int4 tensor of `plans` both ways where it has calibration inputs
+/// (`grams`, from all of `tokens`), and keeps the compensated rounding everywhere
+/// ([`Method::Compensated`]) or, tensor by tensor in image order, where it lowers the bits per
+/// token ([`Method::Auto`]). For `auto`, `auto` holds the Gram matrices of `tokens[..split]` and
+/// `split`: the candidates are compensated with those and measured on `tokens[split..]`, text
+/// they were not fitted on, and the tensors chosen are then compensated with `grams`. The plans
 /// become [`Plan::Quantized`] or [`Plan::Int4Quantized`].
 fn choose_rounding(
     source: &Source,
     plans: &mut [Plan],
-    grams: &InputGrams,
+    (grams, auto): (&InputGrams, Option<(&InputGrams, usize)>),
     options: &QuantizeOptions,
     tokens: &[u32],
     progress: &mut impl FnMut(&str),
 ) -> Result<Rounding, Error> {
     let mut methods = vec![None; plans.len()];
     let mut reports = vec![None; plans.len()];
+    // (tensor, compensated with all the text, compensated with the fitting part for `auto`)
     let mut compensated = Vec::new();
     for (index, plan) in plans.iter_mut().enumerate() {
         let (name, _, data) = &source.tensors[index];
         let cols = source.cols(index);
         let gram = grams.of(&source.config, *name);
+        let fit_gram = auto.and_then(|(fit, _)| fit.of(&source.config, *name));
         // each rounding, as a plan and the matrix it stands for
-        let (plain, other) = match plan {
+        let (plain, other, trial) = match plan {
             Plan::Int8(smooth) => {
                 let smooth = smooth.as_deref();
                 let plain = int8::quantize(data, cols, smooth);
                 let back = plain.dequantize(cols);
-                let other = gram.map(|gram| {
+                let mut compensate = |gram| {
                     progress(&format!("compensating: {name}"));
-                    let other = gptq::quantize(data, cols, smooth, gram, gptq::DAMPENING);
+                    gptq::quantize(data, cols, smooth, gram, gptq::DAMPENING)
+                };
+                let other = gram.map(|gram| {
+                    let other = compensate(gram);
                     let back = other.dequantize(cols);
                     (Plan::Quantized(Rc::new(other)), back, gram)
                 });
-                ((Plan::Quantized(Rc::new(plain)), back), other)
+                let trial = fit_gram.map(|gram| Plan::Quantized(Rc::new(compensate(gram))));
+                ((Plan::Quantized(Rc::new(plain)), back), other, trial)
             }
             Plan::Int4(group) => {
-                let plain = int4::quantize(data, cols, *group);
+                let group = *group;
+                let plain = int4::quantize(data, cols, group);
                 let back = plain.dequantize(cols);
-                let other = gram.map(|gram| {
+                let mut compensate = |gram| {
                     progress(&format!("compensating: {name}"));
-                    let other = gptq::quantize_int4(data, cols, *group, gram, gptq::DAMPENING);
+                    gptq::quantize_int4(data, cols, group, gram, gptq::DAMPENING)
+                };
+                let other = gram.map(|gram| {
+                    let other = compensate(gram);
                     let back = other.dequantize(cols);
                     (Plan::Int4Quantized(Rc::new(other)), back, gram)
                 });
-                ((Plan::Int4Quantized(Rc::new(plain)), back), other)
+                let trial = fit_gram.map(|gram| Plan::Int4Quantized(Rc::new(compensate(gram))));
+                ((Plan::Int4Quantized(Rc::new(plain)), back), other, trial)
             }
             _ => continue,
         };
@@ -466,37 +512,46 @@ fn choose_rounding(
                 compensated_output_error: output_error(&other_back),
                 bits_per_token: None,
             });
-            compensated.push((index, other));
+            compensated.push((index, other, trial));
         }
         *plan = plain.0;
         methods[index] = Some(Method::Round);
     }
-    match options.method {
-        Method::Round => {}
-        Method::Compensated => {
-            for (index, other) in compensated {
+    match (options.method, auto) {
+        // (`auto` without the fitting part's matrices has nothing it could judge fairly)
+        (Method::Round, _) | (Method::Auto, None) => {}
+        (Method::Compensated, _) => {
+            for (index, other, _) in compensated {
                 plans[index] = other;
                 methods[index] = Some(Method::Compensated);
             }
         }
-        Method::Auto => {
-            let mut best = bits_per_token(&source.build(plans)?.0, options.session, tokens)?;
-            for (index, other) in compensated {
+        (Method::Auto, Some((_, split))) => {
+            let judged = &tokens[split..];
+            let mut best = bits_per_token(&source.build(plans)?.0, options.session, judged)?;
+            let mut chosen = Vec::new();
+            for (index, other, trial) in compensated {
+                let Some(trial) = trial else { continue };
                 progress(&format!(
                     "rounding: trying {} compensated",
                     source.tensors[index].0
                 ));
-                let previous = std::mem::replace(&mut plans[index], other);
-                let bits = bits_per_token(&source.build(plans)?.0, options.session, tokens)?;
+                let previous = std::mem::replace(&mut plans[index], trial);
+                let bits = bits_per_token(&source.build(plans)?.0, options.session, judged)?;
                 if let Some(report) = &mut reports[index] {
                     report.bits_per_token = Some([best, bits]);
                 }
                 if bits < best {
                     best = bits;
                     methods[index] = Some(Method::Compensated);
+                    chosen.push((index, other));
                 } else {
                     plans[index] = previous;
                 }
+            }
+            // what was chosen on the held-back part, fitted on all of the text
+            for (index, other) in chosen {
+                plans[index] = other;
             }
         }
     }

@@ -12,7 +12,7 @@ use txl_core::tensors::TensorName;
 use txl_core::{AlignedBytes, ArithmeticError, Error, Model, SessionOptions};
 use txl_host_gpu::integer::IntegerModel;
 use txl_host_gpu::quantize::int4::DEFAULT_GROUP;
-use txl_host_gpu::quantize::{self, compare, MixedPrecision, QuantizeOptions, Smoothing, Target};
+use txl_host_gpu::quantize::{self, compare, Method, MixedPrecision, QuantizeOptions, Smoothing, Target};
 use txl_host_gpu::{Backend, Reference};
 
 use super::args::{CalibBackendArg, DtypeArg, QuantizeArgs};
@@ -23,14 +23,14 @@ pub const EXAMPLES: &str = "Examples:\n  \
     txl quantize model.txl -o model-int8.txl\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --report report.json\n  \
     txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --auto-keep-f16 2\n  \
-    txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --method compensated\n  \
+    txl quantize model.txl -o model-int8.txl --calib-bytes train.txt --method round\n  \
     txl quantize words.txl -o words-int8.txl --calib-text train.txt\n  \
-    txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt --method compensated\n  \
+    txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt\n  \
     txl quantize model.txl -o model-int4.txl --dtype int4 --calib-bytes train.txt --auto-keep-int8 4\n  \
     txl quantize model.txl -o model-mixed.txl --dtype int4 --calib-bytes train.txt --budget-bytes 450000 \
     --report-png report.png\n  \
     txl quantize model.txl -o model-f16.txl --dtype f16\n  \
-    txl quantize model.txl -o model-integer.txl --integer --calib-bytes train.txt --method compensated\n  \
+    txl quantize model.txl -o model-integer.txl --integer --calib-bytes train.txt\n  \
     txl quantize model.txl -o model-int4-integer.txl --dtype int4 --integer --calib-bytes train.txt";
 
 /// Arguments of `txl quantize`.
@@ -115,7 +115,10 @@ pub fn quantize_image(model: &Model<'_>, dtype: DtypeArg, args: &QuantizeArgs) -
         power_of_two_smoothing: args.integer,
         keep_f16: args.keep_f16.clone(),
         auto_keep_f16: args.auto_keep_f16,
-        method: args.method,
+        // compensated where there is text to fit on; f16 is not rounded to steps
+        method: args
+            .method
+            .unwrap_or(Method::default_for(calibration.is_some() && target.is_integer())),
         group: args.group_size,
         vectors: args.vectors.unwrap_or(target.default_vectors()),
         session,
