@@ -70,9 +70,9 @@ enum Command {
     /// int8 is per-row symmetric with the clipping range searched per row; int4 has a
     /// multiplier per group of --group-size columns. With calibration text (never the text you
     /// evaluate on), activation smoothing is tried and kept where it lowers the measured bits per
-    /// token, rows can be rounded with their errors compensated (--method), tensors kept at a
-    /// higher precision within a byte budget (--budget-bytes), and the report measures each
-    /// precision (--report JSON, --report-png picture).
+    /// token, rows are rounded with their errors compensated (--method's default then),
+    /// tensors kept at a higher precision within a byte budget (--budget-bytes), and the report
+    /// measures each precision (--report JSON, --report-png picture).
     #[command(after_help = quantize::EXAMPLES)]
     Quantize(quantize::Args),
     /// Compare a candidate image (e.g. quantized) with a reference on the same tokens.
