@@ -13,7 +13,7 @@ use plotters::style::{register_font, FontStyle};
 use super::Answer;
 
 /// Width and height in pixels.
-pub const SIZE: (u32, u32) = (1000, 360);
+pub const SIZE: (u32, u32) = (1000, 320);
 
 /// DejaVu Sans Mono (its licence: `tools/assets/DejaVuSansMono-LICENSE.txt`).
 const FONT_BYTES: &[u8] = include_bytes!("../../../assets/DejaVuSansMono.ttf");
@@ -69,7 +69,7 @@ pub fn png(answer: &Answer, model: &str) -> Result<Vec<u8>> {
             ("activations", answer.arena_activation_bytes, ACTIVATIONS),
             ("scratch", answer.arena_scratch_bytes, SCRATCH),
         ];
-        bar(&root, 210, "RAM", answer.ram_bytes, &ram)?;
+        bar(&root, 200, "RAM", answer.ram_bytes, &ram)?;
         drawn(root.present())?;
     }
     let mut out = Vec::new();
@@ -97,6 +97,7 @@ fn bar(
     let scale_bytes = capacity.max(need).max(1) as f64;
     let x_of = |bytes: usize| left + ((right - left) as f64 * bytes as f64 / scale_bytes).round() as i32;
     let text = (FONT, 15).into_font().color(&BLACK);
+    let legend = (FONT, 14).into_font().color(&BLACK);
     drawn(root.draw_text(label, &(FONT, 18).into_font().color(&BLACK), (20, y + 14)))?;
     drawn(root.draw(&Rectangle::new(
         [(left, y), (x_of(capacity), y + height)],
@@ -141,8 +142,9 @@ fn bar(
             [(x, y + height + 10), (x + 12, y + height + 22)],
             colour.filled(),
         )))?;
-        drawn(root.draw_text(&entry, &text, (x + 16, y + height + 8)))?;
-        x += 16 + 9 * entry.len() as i32 + 18;
+        drawn(root.draw_text(&entry, &legend, (x + 16, y + height + 9)))?;
+        // DejaVu Sans Mono at 14 px: about 8.5 px a character
+        x += 16 + (entry.len() as i32 * 17).div_ceil(2) + 10;
     }
     Ok(())
 }
