@@ -141,6 +141,7 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
             instructions as f32 / macs as f32
         );
     }
+    crate::stack::report();
     Ok(())
 }
 

@@ -163,8 +163,6 @@ fn main() -> ! {
             }
         }
     };
-    let (used, reserved) = stack::used();
-    info!("stack: {=usize} bytes used of {=usize} reserved", used, reserved);
     semihosting::process::exit(code)
 }
 

@@ -117,6 +117,7 @@ pub fn run(
         per_mac_x100 / 100,
         per_mac_x100 % 100
     );
+    crate::stack::report();
     if !soft_float::COUNTED {
         info!(
             "score tokens={=usize} bits_per_token={=f64} digest=0x{=u32:08x} instructions_per_token={=u64}",

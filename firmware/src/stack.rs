@@ -1,7 +1,8 @@
 //! How much of the stack reserve a run uses, measured by painting: at boot every word of the
 //! reserve below the current stack pointer gets a pattern, and at the end the lowest word that
-//! no longer holds it is the deepest the stack went. The `stack:` line of the log reports it;
-//! the reserve of a board with little RAM (`Board::stack_bytes`) is sized from these figures.
+//! no longer holds it is the deepest the stack went. `score`, `demo` and `bench` report it in a
+//! `stack:` line just before their last line; the reserve of a board with little RAM
+//! (`Board::stack_bytes`) is sized from these figures.
 
 use core::mem::MaybeUninit;
 use core::ptr::addr_of;
@@ -40,8 +41,14 @@ pub fn paint() {
     }
 }
 
+/// Logs the most stack bytes used since [`paint`] and the reserve's size.
+pub fn report() {
+    let (used, reserved) = used();
+    defmt::info!("stack: {=usize} bytes used of {=usize} reserved", used, reserved);
+}
+
 /// The most stack bytes used since [`paint`], and the reserve's size.
-pub fn used() -> (usize, usize) {
+fn used() -> (usize, usize) {
     let (low, top) = bounds();
     let mut at = (low + 3) & !3;
     // SAFETY: reading the stack reserve below the live frames; every word there is initialized

@@ -144,7 +144,7 @@ fn bar(
         )))?;
         drawn(root.draw_text(&entry, &legend, (x + 16, y + height + 9)))?;
         // DejaVu Sans Mono at 14 px: about 8.5 px a character
-        x += 16 + (entry.len() as i32 * 17).div_ceil(2) + 10;
+        x += 16 + (entry.len() as i32 * 17 + 1) / 2 + 10;
     }
     Ok(())
 }
