@@ -358,13 +358,13 @@ impl Args {
         if !answer.fits {
             let mut short = Vec::new();
             if !answer.flash_fits {
-                short.push(format!("{} bytes of flash", answer.flash_shortfall_bytes));
+                short.push(format!("the flash is {} bytes short", answer.flash_shortfall_bytes));
             }
             if !answer.ram_fits {
-                short.push(format!("{} bytes of RAM", answer.ram_shortfall_bytes));
+                short.push(format!("the RAM is {} bytes short", answer.ram_shortfall_bytes));
             }
             bail!(
-                "{} does not fit {}: {} too few",
+                "{} does not fit {}: {}",
                 model_path.display(),
                 part.name,
                 short.join(" and ")
