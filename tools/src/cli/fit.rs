@@ -358,7 +358,10 @@ impl Args {
         if !answer.fits {
             let mut short = Vec::new();
             if !answer.flash_fits {
-                short.push(format!("the flash is {} bytes short", answer.flash_shortfall_bytes));
+                short.push(format!(
+                    "the flash is {} bytes short",
+                    answer.flash_shortfall_bytes
+                ));
             }
             if !answer.ram_fits {
                 short.push(format!("the RAM is {} bytes short", answer.ram_shortfall_bytes));
@@ -640,7 +643,7 @@ fn grouped(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(' ');
         }
         out.push(c);
@@ -649,9 +652,9 @@ fn grouped(n: usize) -> String {
 }
 
 fn kib(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
-    } else if n % 1024 == 0 {
+    } else if n.is_multiple_of(1024) {
         format!("{} KiB", n >> 10)
     } else {
         format!("{n} bytes")
