@@ -80,6 +80,14 @@ fn run() -> Result<(), String> {
         &model_source,
         &options,
     )?;
+    let state_bytes =
+        Session::state_bytes_for(&model, &options).map_err(|e| format!("sizing the session state: {e}"))?;
+    let surviving = surviving_ram(&board, layout.total_bytes(), state_bytes);
+    if let (Err(why), true) = (&surviving, board.ram_survives_reset) {
+        println!("cargo:warning={why}");
+    }
+    let no_surviving_ram = surviving.as_ref().err().cloned().unwrap_or_default();
+    let surviving = surviving.ok();
 
     // Only now, with every check passed, replace the outputs of the last successful run: a
     // failed build leaves them as they were.
@@ -89,7 +97,7 @@ fn run() -> Result<(), String> {
     write("model.txl", &image)?;
     write("tokens.bin", &tokens)?;
     // The memory map, and the linker scripts of the runtime (cortex-m-rt or riscv-rt) and defmt.
-    write("memory.x", memory_x(&board).as_bytes())?;
+    write("memory.x", memory_x(&board, surviving).as_bytes())?;
     println!("cargo:rustc-link-search={}", out_dir.display());
     println!("cargo:rustc-link-arg=-Tlink.x");
     println!("cargo:rustc-link-arg=-Tdefmt.x");
@@ -177,6 +185,30 @@ fn run() -> Result<(), String> {
         "txl_core::SessionOptions",
         options.rust_literal("txl_core::").to_string(),
         "The build-time session options.",
+    );
+    line(
+        "SURVIVING_RAM",
+        "Option<crate::board::Region>",
+        match surviving {
+            Some(region) => format!(
+                "Some(crate::board::Region {{ origin: {:#010x}, bytes: {} }})",
+                region.origin, region.bytes
+            ),
+            None => "None".to_string(),
+        },
+        "RAM that a reset leaves alone and nothing is linked into (`score --reset-after`).",
+    );
+    line(
+        "NO_SURVIVING_RAM",
+        "&str",
+        format!("{no_surviving_ram:?}"),
+        "Why `SURVIVING_RAM` is `None` (empty when it is not).",
+    );
+    line(
+        "STACK_BYTES",
+        "usize",
+        board.stack_bytes.to_string(),
+        "Bytes kept for the stack at the top of RAM.",
     );
     line(
         "SOFT_FLOAT_COUNTED",
@@ -506,7 +538,7 @@ fn check_fit(
 ) -> Result<(), String> {
     // The image and the tokens share the flash with the code, or have a region of their own.
     let (code, region) = match board.image {
-        None => (board::CODE_BYTES, board.flash),
+        None => (board.code_bytes, board.flash),
         Some(region) => (0, region),
     };
     let flash = image_bytes + token_bytes + code;
@@ -520,16 +552,14 @@ fn check_fit(
             flash - region.bytes
         ));
     }
-    if board::CODE_BYTES > board.flash.bytes {
+    if board.code_bytes > board.flash.bytes {
         return Err(format!(
             "the board's flash ({} bytes, {}) cannot hold the code ({} bytes)",
-            board.flash.bytes,
-            board.name,
-            board::CODE_BYTES
+            board.flash.bytes, board.name, board.code_bytes
         ));
     }
     let arena = layout.total_bytes();
-    let ram = arena + board::STACK_BYTES + board::STATIC_BYTES;
+    let ram = arena + board.stack_bytes + board.static_bytes;
     if ram > board.ram.bytes {
         return Err(format!(
             "the arena does not fit the board's RAM: arena {arena} bytes (memory {}, position keys {}, \
@@ -541,8 +571,8 @@ fn check_fit(
             layout.scratch_bytes(),
             options.tgt_len,
             options.mem_len,
-            board::STACK_BYTES,
-            board::STATIC_BYTES,
+            board.stack_bytes,
+            board.static_bytes,
             board.ram.bytes,
             board.name,
             ram - board.ram.bytes
@@ -551,15 +581,68 @@ fn check_fit(
     Ok(())
 }
 
+/// Bytes of the record `score --reset-after` keeps across a reset: `src/resume.rs`'s header
+/// and the session state.
+const RESUME_HEADER_BYTES: usize = 64;
+
+/// Where `score --reset-after` keeps the session state: the board's own surviving RAM, or, on a
+/// board whose RAM survives a reset, the top of that RAM when the record fits beside the arena,
+/// the stack and the statics. `Err` says why there is none.
+fn surviving_ram(
+    board: &board::Board,
+    arena_bytes: usize,
+    state_bytes: usize,
+) -> Result<board::Region, String> {
+    if let Some(region) = board.surviving_ram {
+        return Ok(region);
+    }
+    if !board.ram_survives_reset {
+        return Err(format!(
+            "{}: no RAM survives a reset, so `score --reset-after` is refused",
+            board.name
+        ));
+    }
+    // 16-byte steps keep the stack's top aligned.
+    let record = (RESUME_HEADER_BYTES + state_bytes).next_multiple_of(16);
+    let used = arena_bytes + board.stack_bytes + board.static_bytes;
+    let free = board.ram.bytes - used;
+    if record > free {
+        return Err(format!(
+            "{}: `score --reset-after` is refused with these options: the session state's record \
+             ({record} bytes: header {RESUME_HEADER_BYTES} + state {state_bytes}) does not fit the \
+             {free} bytes of RAM left beside the arena ({arena_bytes}), the stack ({}) and the statics \
+             ({}), {} bytes too many",
+            board.name,
+            board.stack_bytes,
+            board.static_bytes,
+            record - free
+        ));
+    }
+    Ok(board::Region {
+        origin: board.ram.origin + (board.ram.bytes - record) as u32,
+        bytes: record,
+    })
+}
+
 /// The memory map for the runtime's `link.x` (cortex-m-rt's or riscv-rt's): the stack takes the
 /// top `STACK_BYTES` of RAM (`_stack_end` is its lowest address), the heap the RAM between the
 /// statics and the stack. The model image and the tokens (section `.txl_image`) follow the
 /// constants in flash, or go to the board's image region.
-fn memory_x(board: &board::Board) -> String {
+fn memory_x(board: &board::Board, surviving: Option<board::Region>) -> String {
+    // The session state's record at the top of the RAM is not the firmware's RAM.
+    let ram_bytes = match surviving {
+        Some(region)
+            if region.origin > board.ram.origin
+                && region.origin < board.ram.origin + board.ram.bytes as u32 =>
+        {
+            (region.origin - board.ram.origin) as usize
+        }
+        _ => board.ram.bytes,
+    };
     let mut x = format!(
         "/* Written by build.rs from src/board.rs: {} as QEMU models it. */\nMEMORY\n{{\n  \
          FLASH : ORIGIN = {:#010x}, LENGTH = {}\n  RAM : ORIGIN = {:#010x}, LENGTH = {}\n",
-        board.name, board.flash.origin, board.flash.bytes, board.ram.origin, board.ram.bytes
+        board.name, board.flash.origin, board.flash.bytes, board.ram.origin, ram_bytes
     );
     if let Some(image) = board.image {
         let _ = writeln!(
@@ -590,7 +673,7 @@ fn memory_x(board: &board::Board) -> String {
          ASSERT(__sheap <= _stack_end,\n  \
          \"txl-firmware: the statics (arena included) overlap the stack reserve at the top of RAM\");\n",
         if board.image.is_some() { "IMAGE" } else { "FLASH" },
-        board::STACK_BYTES
+        board.stack_bytes
     );
     x
 }

@@ -26,13 +26,19 @@ BOARD is one of:
   mps2-an385      Cortex-M3   (Arm MPS2 AN385; no DSP extension, no FPU)
   mps2-an385-v6m  Armv6-M     (the AN385's Cortex-M3 running a thumbv6m build: Cortex-M0/M0+ code)
   riscv32-virt    RV32IMAC    (QEMU's RISC-V virt machine)
+  stm32f405       Cortex-M4F  (QEMU's netduinoplus2: an STM32F405RG, 1 MiB flash, 128 KiB of its SRAM)
 
 --table [BOARD...]  builds the bundled demo model in int8, int4, f16 and f32, and as an integer
                     image (int8 weights, `txl convert --integer` calibrated on calib.txt, int8
                     memory), for each board (all by default), scores the default tokens and prints
                     docs/MICROCONTROLLERS.md's tables, one per board: image bytes, arena bytes,
                     instructions per token and per MAC (and on the boards without an FPU the calls
-                    into software floating point per token).
+                    into software floating point per token). On the stm32f405 (128 KiB of RAM):
+                    tests/fixtures/second in int4, streaming (tgt_len 1, mem_len 64, int8 memory,
+                    folded position keys), on its first 256 held-out bytes. Also writes the
+                    same figures and each build's code bytes to tools/src/cli/fit/cores.tsv
+                    (TXL_TABLE_TSV=FILE: elsewhere), which `txl fit` embeds: the rows of the
+                    boards run replace theirs.
 --boards            lists the boards: name, Rust target, core and the firmware features its build
                     turns on (from firmware/src/board.rs).
 
@@ -73,16 +79,28 @@ run_board() {
     TXL_BOARD="$board" cargo run --quiet --release --locked --target "$target" $features -- "$@"
 }
 
-# Prints board $1's table: one row per precision of the demo model.
+# The flash the code and constants of board $1's last build take (txl-qemu --code-bytes).
+code_bytes_of() {
+  "$runner" --code-bytes "$root/firmware/target/$(target_of "$1")/release/txl-firmware"
+}
+
+# Prints board $1's table: one row per precision of the demo model (on the stm32f405, whose
+# 128 KiB of RAM the demo's default arena does not fit, the second model in int4, streaming).
+# Adds the machine-readable rows to $tsv_rows.
 board_table() {
   local board=$1 core dtype log image arena per_token per_mac
   # The demo model with default options, whatever the caller's environment says.
   unset TXL_MODEL TXL_TOKENS TXL_TGT_LEN TXL_MEM_LEN TXL_CLAMP_LEN TXL_SAME_LENGTH TXL_MEM_INIT \
     TXL_MEM_DTYPE TXL_POSITION_KEYS
   core=$("$runner" --boards | awk -v board="$board" '$1 == board { print $3 }')
-  local rows="" soft_float="" calls command
-  for dtype in int8 int4 f16 f32 integer; do
-    if [ "$dtype" = integer ]; then
+  local rows="" soft_float="" calls command dtypes=(int8 int4 f16 f32 integer) tgt_len=64
+  [ "$board" != stm32f405 ] || { dtypes=(int4); tgt_len=1; }
+  for dtype in "${dtypes[@]}"; do
+    if [ "$board" = stm32f405 ]; then
+      log=$(TXL_MODEL="$second_image" TXL_TOKENS="$second_tokens" TXL_TGT_LEN=1 TXL_MEM_LEN=64 \
+        TXL_MEM_DTYPE=int8 TXL_POSITION_KEYS=folded run_board "$board" score)
+      command="TXL_MODEL=second-int4.txl TXL_TOKENS=second-heldout-256.bin TXL_TGT_LEN=1 TXL_MEM_LEN=64 TXL_MEM_DTYPE=int8 TXL_POSITION_KEYS=folded scripts/firmware.sh $board"
+    elif [ "$dtype" = integer ]; then
       log=$(TXL_MODEL="$integer_image" run_board "$board" score)
       command="TXL_MODEL=demo-integer.txl scripts/firmware.sh $board"
     else
@@ -97,6 +115,7 @@ board_table() {
     calls=$(sed -n 's/^score tokens=.*soft_float_calls_per_token=\([0-9]*\).*/\1/p' <<<"$log")
     [ -z "$calls" ] || { soft_float=yes; calls=" $calls |"; }
     rows+="| $dtype | $image | $arena | $per_token | $per_mac |$calls \`$command\` |"$'\n'
+    tsv_rows+="$board"$'\t'"$core"$'\t'"$dtype"$'\t'"$tgt_len"$'\t'"$image"$'\t'"$arena"$'\t'"$per_token"$'\t'"$per_mac"$'\t'"$(code_bytes_of "$board")"$'\n'
   done
   echo "#### $board ($core)"
   echo
@@ -125,11 +144,28 @@ case "${1:-}" in
     mkdir -p "$(dirname "$integer_image")"
     (cd "$root" && cargo run --quiet --release --locked -p txl-tools --bin txl -- convert tests/fixtures/demo \
       --dtype int8 --integer --calib-bytes tests/fixtures/demo/calib.txt -o "$integer_image" >&2)
+    # the second model in int4 and its held-out bytes, for the stm32f405
+    second_image="$root/target/firmware-table/second-int4.txl"
+    second_tokens="$root/target/firmware-table/second-heldout-256.bin"
+    (cd "$root" && cargo run --quiet --release --locked -p txl-tools --bin txl -- convert tests/fixtures/second \
+      --dtype int4 -o "$second_image" >&2)
+    head -c 256 "$root/tests/fixtures/second/heldout.txt" >"$second_tokens"
     boards=("$@")
     [ ${#boards[@]} -gt 0 ] || mapfile -t boards < <("$runner" --boards | awk '{ print $1 }')
+    tsv_rows=""
     for board in "${boards[@]}"; do
       board_table "$board"
     done
+    # The same figures for `txl fit`, which embeds the file: the rows of the boards run here
+    # replace theirs, the others stay.
+    tsv=${TXL_TABLE_TSV:-$root/tools/src/cli/fit/cores.tsv}
+    {
+      [ -f "$tsv" ] && grep '^#' "$tsv" || true
+      [ -f "$tsv" ] && grep -v '^#' "$tsv" | awk -F'\t' -v run=" ${boards[*]} " 'index(run, " " $1 " ") == 0' || true
+      printf '%s' "$tsv_rows"
+    } >"$tsv.new"
+    mv "$tsv.new" "$tsv"
+    echo "wrote $tsv" >&2
     ;;
   -*)
     echo "scripts/firmware.sh: unknown option '$1' (see --help)" >&2

@@ -68,6 +68,12 @@ impl Kernel {
     }
 }
 
+/// Heap `bench` takes at most, with room for the allocator: the f16 check's 65 536 halves and
+/// their f32 widening (393 212 bytes), more than the largest shape's weights in f32, f16, int8
+/// and int4 with its vectors (about 377 000). A board with less (the `stm32f405`, whose 128 KiB
+/// the arena mostly takes) refuses `bench`.
+const HEAP_BYTES: usize = 400 << 10;
+
 /// A small xorshift generator: the same weights on every run and board.
 struct Numbers(u32);
 
@@ -88,6 +94,13 @@ impl Numbers {
 /// Runs every kernel on every shape and prints the counts, after checking the attention's
 /// integer kernels against the portable code.
 pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
+    let free = crate::heap_free();
+    if free < HEAP_BYTES {
+        return Err(Failure::BenchHeapTooSmall {
+            needed: HEAP_BYTES,
+            free,
+        });
+    }
     let shapes = check_int8_attention()?;
     info!("bench check kernel=attention_int8 shapes={=usize} ok", shapes);
     let shapes = check_int4()?;
@@ -128,6 +141,7 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
             instructions as f32 / macs as f32
         );
     }
+    crate::stack::report();
     Ok(())
 }
 

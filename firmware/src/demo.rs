@@ -80,6 +80,7 @@ pub fn run(
     text.finish();
     let instructions = counter.since(start).instructions();
     let fed = (prompt.len() + generated).saturating_sub(1).max(1) as u64;
+    crate::stack::report();
     info!(
         "demo tokens={=usize} digest=0x{=u32:08x} instructions_per_token={=u64}",
         generated,

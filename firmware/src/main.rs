@@ -35,6 +35,7 @@ mod demo;
 mod resume;
 mod score;
 mod soft_float;
+mod stack;
 
 use core::mem::MaybeUninit;
 use core::ptr::{addr_of, addr_of_mut};
@@ -101,6 +102,13 @@ pub enum Failure {
     Args(&'static str),
     /// A kernel gave other sums than the portable code (`bench`'s check).
     KernelMismatch(&'static str),
+    /// The heap cannot hold what `bench` needs.
+    BenchHeapTooSmall {
+        /// Heap bytes `bench` needs.
+        needed: usize,
+        /// Heap bytes free.
+        free: usize,
+    },
     /// The heap cannot hold the arena.
     HeapTooSmall {
         /// Arena bytes needed.
@@ -118,6 +126,12 @@ impl defmt::Format for Failure {
             Failure::KernelMismatch(kernel) => {
                 defmt::write!(f, "{=str} differs from the portable code", kernel)
             }
+            Failure::BenchHeapTooSmall { needed, free } => defmt::write!(
+                f,
+                "bench needs {=usize} bytes of heap, this build has {=usize} free (the arena takes the rest of the RAM)",
+                needed,
+                free
+            ),
             Failure::HeapTooSmall { needed, free } => defmt::write!(
                 f,
                 "the arena needs {=usize} bytes, the heap has {=usize} free: {=usize} bytes short",
@@ -138,6 +152,7 @@ impl From<txl_core::Error> for Failure {
 #[cfg_attr(target_arch = "arm", cortex_m_rt::entry)]
 #[cfg_attr(target_arch = "riscv32", riscv_rt::entry)]
 fn main() -> ! {
+    stack::paint();
     let code = match run() {
         Ok(()) => 0,
         Err(failure) => {
@@ -281,6 +296,11 @@ fn heap_arena(bytes: usize) -> Option<&'static mut [u8]> {
     // SAFETY: `ptr` is a fresh, zeroed allocation of at least `bytes` bytes that is never freed,
     // so the slice is valid, initialized and exclusive for `'static`.
     Some(unsafe { core::slice::from_raw_parts_mut(ptr, bytes) })
+}
+
+/// Heap bytes free now.
+pub fn heap_free() -> usize {
+    HEAP.free()
 }
 
 /// Gives the heap the RAM between the end of the statics and the stack reserve.

@@ -2,8 +2,9 @@
 //! score got go to RAM that the reset leaves alone; after it, the firmware picks them up and
 //! goes on, and prints the digest an uninterrupted run prints.
 //!
-//! Only boards with RAM that a reset leaves alone (`Board::surviving_ram`) can do this; the others
-//! refuse `--reset-after`.
+//! Only boards with RAM that a reset leaves alone can do this (`build::SURVIVING_RAM`: the
+//! board's `surviving_ram`, or the top of its RAM where the RAM itself survives a reset and the
+//! record fits); the others refuse `--reset-after`, saying why.
 //!
 //! The record at the start of that RAM: a 64-byte header (below) with its own
 //! CRC-32, then the session state as `Session::save_state` writes it (which has its own CRC and
@@ -71,11 +72,11 @@ impl Progress {
 
 /// Why `--reset-after` is refused on a board without surviving RAM.
 pub const NO_SURVIVING_RAM: &str =
-    "--reset-after needs RAM that survives a reset, and this board has none (firmware/README.md)";
+    "--reset-after needs RAM that survives a reset, and this build has none (firmware/README.md)";
 
-/// The surviving RAM, if the board has any.
+/// The surviving RAM, if the build has any.
 fn region() -> Option<&'static mut [u8]> {
-    let region = BOARD.surviving_ram?;
+    let region = crate::build::SURVIVING_RAM?;
     // SAFETY: the surviving RAM is RAM on this board that the linker script places nothing in and
     // no other code touches; this firmware is single-threaded and uses the slice returned here
     // only until the next call (`take` and `save_and_reset` never overlap).

@@ -36,8 +36,13 @@ pub fn run(
     if tgt_len > MAX_SEGMENT {
         return Err(Failure::Args("score feeds segments of at most 1024 tokens"));
     }
-    if reset_after.is_some() && crate::build::BOARD.surviving_ram.is_none() {
-        return Err(Failure::Args(resume::NO_SURVIVING_RAM));
+    if reset_after.is_some() && crate::build::SURVIVING_RAM.is_none() {
+        // the build's reason, when it has one (the record does not fit beside the arena)
+        return Err(Failure::Args(if crate::build::NO_SURVIVING_RAM.is_empty() {
+            resume::NO_SURVIVING_RAM
+        } else {
+            crate::build::NO_SURVIVING_RAM
+        }));
     }
     let mut progress = match resume::take(&mut session)? {
         Some(progress) => {
@@ -112,6 +117,7 @@ pub fn run(
         per_mac_x100 / 100,
         per_mac_x100 % 100
     );
+    crate::stack::report();
     if !soft_float::COUNTED {
         info!(
             "score tokens={=usize} bits_per_token={=f64} digest=0x{=u32:08x} instructions_per_token={=u64}",

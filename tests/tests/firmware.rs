@@ -1340,3 +1340,198 @@ fn rv32imac_firmware_with_folded_position_keys_and_the_heap_arena_is_bit_exact()
     ];
     assert_scores_with_run_time_options(&elf, &model, &tokens, options, "heap", &run_time);
 }
+
+/// `tests/fixtures/second` (a trained 6-layer model, d_model 96) with int4 linear layers, as `txl
+/// convert --dtype int4` quantizes it (no calibration text).
+fn second_image_int4() -> Vec<u8> {
+    let dir = workspace().join("tests/fixtures/second");
+    let f32_image = load_hf_checkpoint(&dir, CheckpointFormat::Auto, false)
+        .and_then(|checkpoint| checkpoint.to_image())
+        .expect("the second checkpoint converts");
+    let f32_image = AlignedBytes::copy_from(&f32_image).unwrap();
+    let model = Model::parse(f32_image.bytes()).expect("the image parses");
+    quantize_weights(&model, Target::Int4).expect("the second model quantizes")
+}
+
+/// The first 256 bytes of the second model's held-out text as tokens, and `file` holding them.
+fn second_tokens(file: &str) -> (Vec<u32>, PathBuf) {
+    let heldout = std::fs::read(workspace().join("tests/fixtures/second/heldout.txt"))
+        .expect("reading the second model's heldout.txt");
+    let bytes = &heldout[..256];
+    let path = work_dir().join(file);
+    std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    (bytes.iter().map(|&b| u32::from(b)).collect(), path)
+}
+
+/// The build variables of the second model streamed on the STM32F405 with `mem_len`.
+fn stm32_vars<'a>(image: &'a Path, tokens: &'a Path, mem_len: &'a str) -> Vec<(&'static str, &'a OsStr)> {
+    vec![
+        ("TXL_MODEL", image.as_os_str()),
+        ("TXL_TOKENS", tokens.as_os_str()),
+        ("TXL_TGT_LEN", OsStr::new("1")),
+        ("TXL_MEM_LEN", OsStr::new(mem_len)),
+        ("TXL_MEM_DTYPE", OsStr::new("int8")),
+        ("TXL_POSITION_KEYS", OsStr::new("folded")),
+    ]
+}
+
+/// The STM32F405 (QEMU's `netduinoplus2`) within the real part's limits: 1 MiB of flash and the
+/// first 128 KiB of SRAM. A trained model in int4 streams there (tgt_len 1, mem_len 64, int8
+/// memory, W_r folded into the queries) with the host's digest and bits per token; the stack
+/// stays inside its measured reserve; `--reset-after` is refused with the reason (the session
+/// state's record does not fit beside the arena) and, with a shorter memory whose record fits,
+/// the score resumes after a reset with the uninterrupted digest; options that do not fit
+/// the part fail the build, naming it and the shortfall.
+#[test]
+fn stm32f405_streams_a_trained_int4_model_within_the_parts_limits() {
+    let board = board::STM32F405;
+    require_target_and_qemu(&board);
+    assert_eq!(
+        (board.flash.bytes, board.ram.bytes),
+        (1 << 20, 128 << 10),
+        "the real part's"
+    );
+    let image = second_image_int4();
+    let image_path = work_dir().join("second-int4.txl");
+    std::fs::write(&image_path, &image).expect("writing the image");
+    let aligned = AlignedBytes::copy_from(&image).unwrap();
+    let model = Model::parse(aligned.bytes()).expect("the image parses");
+    let (tokens, tokens_path) = second_tokens("tokens-stm32f405.bin");
+    let options = SessionOptions {
+        tgt_len: 1,
+        mem_len: 64,
+        mem_dtype: MemDtype::Int8,
+        position_keys: PositionKeys::FoldedIntoQuery,
+        ..SessionOptions::from_config(model.config())
+    };
+    let elf = build_firmware(
+        &board,
+        "stm32f405-second-int4",
+        &stm32_vars(&image_path, &tokens_path, "64"),
+    )
+    .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+    let run = run_firmware(&elf, &["score"]);
+    let firmware = score_line(&run);
+    let host = scoring::score(&model, &tokens, options, 0, |_| {}).expect("the host scores");
+    assert_eq!(
+        (firmware.digest, firmware.bits_per_token),
+        (host.digest(), host.bits_per_token()),
+        "{}",
+        run.transcript()
+    );
+    let arena = Session::arena_bytes(&model, &options).unwrap();
+    assert_eq!(number_after(&run.lines, "arena bytes"), arena);
+    assert!(arena + board.stack_bytes + board.static_bytes <= board.ram.bytes);
+    // the painted stack: used, and within the reserve
+    let used = number_after(&run.lines, "stack:");
+    assert!(
+        used > 0 && used < board.stack_bytes,
+        "stack {used} of {}",
+        board.stack_bytes
+    );
+
+    // the session state's record does not fit beside this arena: refused, saying why
+    let (_, message) = run_failing(&elf, &["score", "--reset-after", "2"], 2);
+    let record = Session::state_bytes_for(&model, &options).unwrap() + 64;
+    assert!(
+        message.contains("stm32f405: `score --reset-after` is refused")
+            && message.contains(&format!("record ({} bytes", record.next_multiple_of(16)))
+            && message.contains("does not fit"),
+        "{message}"
+    );
+
+    // with 8 positions of memory it fits: the score resumes after a system reset
+    let short = SessionOptions {
+        mem_len: 8,
+        ..options
+    };
+    let elf = build_firmware(
+        &board,
+        "stm32f405-second-int4-mem8",
+        &stm32_vars(&image_path, &tokens_path, "8"),
+    )
+    .unwrap_or_else(|stderr| panic!("building the firmware failed:\n{stderr}"));
+    let host = scoring::score(&model, &tokens, short, 0, |_| {}).expect("the host scores");
+    assert_resumes_after_a_reset(&elf, 100, &[], host.digest());
+
+    // f32 memory with the keys kept does not fit the part: the build says so, with the bytes
+    let f32_memory = SessionOptions {
+        mem_dtype: MemDtype::F32,
+        position_keys: PositionKeys::PerSession,
+        ..options
+    };
+    let arena = Session::arena_bytes(&model, &f32_memory).unwrap();
+    let mut vars = stm32_vars(&image_path, &tokens_path, "64");
+    vars.retain(|(name, _)| !matches!(*name, "TXL_MEM_DTYPE" | "TXL_POSITION_KEYS"));
+    let stderr = build_firmware(&board, "stm32f405-too-large", &vars).expect_err("an arena over 128 KiB");
+    let over = arena + board.stack_bytes + board.static_bytes - board.ram.bytes;
+    let expected = format!("({}), {over} bytes too many", board.name);
+    assert!(
+        stderr.contains("does not fit the board's RAM") && stderr.contains(&expected),
+        "expected \"does not fit the board's RAM ... {expected}\" in:\n{stderr}"
+    );
+}
+
+/// `scripts/firmware.sh --table` writes the figures `txl fit` embeds
+/// (`tools/src/cli/fit/cores.tsv`): a fresh run for the cheapest board, the stm32f405 (one build),
+/// gives its committed rows, figure for figure.
+#[test]
+fn the_committed_cores_table_matches_a_fresh_table_run() {
+    let board = board::STM32F405;
+    require_target_and_qemu(&board);
+    let committed = workspace().join("tools/src/cli/fit/cores.tsv");
+    let committed = std::fs::read_to_string(&committed).expect("reading cores.tsv");
+    let fresh = work_dir().join("cores-fresh.tsv");
+    std::fs::write(&fresh, "").unwrap();
+    let _build = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+    let output = cargo_free_command("bash")
+        .current_dir(workspace())
+        .env("TXL_TABLE_TSV", &fresh)
+        .args(["scripts/firmware.sh", "--table", board.name])
+        .output()
+        .expect("bash runs");
+    assert!(
+        output.status.success(),
+        "scripts/firmware.sh --table {} failed:\n{}",
+        board.name,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{}\t", board.name)))
+            .map(String::from)
+            .collect()
+    };
+    let fresh = std::fs::read_to_string(&fresh).unwrap();
+    assert!(
+        !rows(&fresh).is_empty(),
+        "no {} row written:\n{fresh}",
+        board.name
+    );
+    assert_eq!(
+        rows(&fresh),
+        rows(&committed),
+        "tools/src/cli/fit/cores.tsv is out of date: run scripts/firmware.sh --table {}",
+        board.name
+    );
+}
+
+/// `program` with none of this test run's cargo or build variables.
+fn cargo_free_command(program: &str) -> Command {
+    let mut command = Command::new(program);
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "DEFMT_LOG",
+        "TXL_TABLE_TSV",
+    ]
+    .into_iter()
+    .chain(BUILD_VARS)
+    {
+        command.env_remove(var);
+    }
+    command
+}

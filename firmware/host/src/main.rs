@@ -4,7 +4,9 @@
 //! for the firmware: `cargo run --release -- demo --prompt "And God said"` inside `firmware/`.
 //!
 //! `txl-qemu --boards` lists the boards, one a line: name, Rust target, core, and the firmware's
-//! cargo features the board's build turns on (comma-separated; `-` for none).
+//! cargo features the board's build turns on (comma-separated; `-` for none). `txl-qemu
+//! --code-bytes ELF` prints the bytes of flash the ELF's code and constants take (every
+//! allocated section in the board's flash but the model image and the tokens).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -24,6 +26,24 @@ fn main() {
                 board.features.join(",")
             };
             println!("{} {} {} {features}", board.name, board.target, board.core);
+        }
+        return;
+    }
+    if elf.as_os_str() == "--code-bytes" {
+        // The flash an ELF's code and constants take (`txl_firmware_host::code_bytes`).
+        let Some(path) = args.next() else {
+            eprintln!("usage: txl-qemu --code-bytes ELF");
+            std::process::exit(2);
+        };
+        match std::fs::read(&path)
+            .map_err(anyhow::Error::from)
+            .and_then(|bytes| txl_firmware_host::code_bytes(&bytes))
+        {
+            Ok(bytes) => println!("{bytes}"),
+            Err(error) => {
+                eprintln!("error: {path}: {error:#}");
+                std::process::exit(1);
+            }
         }
         return;
     }

@@ -24,6 +24,7 @@ mod convert;
 mod demo;
 mod eval;
 mod export;
+mod fit;
 mod generate;
 mod inspect;
 mod progress;
@@ -50,7 +51,8 @@ mod score;
         txl compare model.txl model-int8.txl --bytes heldout.txt --mem-dtype int8\n  \
         txl eval model.txl --text heldout.txt --bytes --batch 8\n  \
         txl bench model.txl\n  \
-        txl export model.txl --rust firmware/src/model"
+        txl export model.txl --rust firmware/src/model\n  \
+        txl fit model.txl --part stm32f405"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -127,6 +129,18 @@ enum Command {
     /// Convert the bundled demo model, score held-out text, generate a sample, quantize to int8.
     #[command(after_help = demo::EXAMPLES)]
     Demo(demo::Args),
+    /// Does a model fit a microcontroller: flash, RAM, session options and tokens per second.
+    ///
+    /// Checks the image against the part's flash beside the firmware's own code (measured), and
+    /// finds the session options whose arena fits its RAM beside the stack and statics the
+    /// firmware keeps: for each memory dtype and position-key mode the longest mem_len,
+    /// streaming (tgt_len 1) and in segments. It suggests the most exact options that keep the
+    /// model's mem_len streaming (else the longest memory), and estimates instructions per token
+    /// from the instructions per MAC the firmware measured on the part's core in QEMU
+    /// (scripts/firmware.sh --table). QEMU counts instructions, not cycles: tokens per second
+    /// assume one instruction a cycle, an upper bound. --part list prints the parts.
+    #[command(after_help = fit::EXAMPLES)]
+    Fit(fit::Args),
 }
 
 impl Cli {
@@ -143,6 +157,7 @@ impl Cli {
             Command::Inspect(args) => args.run(out),
             Command::Export(args) => args.run(out),
             Command::Demo(args) => args.run(out),
+            Command::Fit(args) => args.run(out),
         }
     }
 }
