@@ -1,21 +1,25 @@
 //! The firmware (`firmware/`) runs the unmodified core on microcontrollers in QEMU and gives the
 //! host core's results bit for bit; images that do not fit the board fail the build. The default
 //! board (`mps2-an386`, Cortex-M4F) is checked in depth; every other board (Cortex-M7, M33, M55,
-//! RV32IMAC) scores with int8 and f32 weights and resumes after a reset, the Cortex-M3 with int8
-//! and int4 weights, and Armv6-M code on the M3 with int8 weights. On the boards without an FPU
-//! (M3, Armv6-M, RV32IMAC) the score's count of calls into software floating point must be above
-//! 0 (today's forward pass computes in f32). Every session option's build variable
-//! (`TXL_TGT_LEN`, `TXL_MEM_LEN`, `TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`, `TXL_MEM_INIT`, f16 memory,
-//! the position keys per segment) runs on the M33 and the keys folded into the queries on the
-//! RV32IMAC, then other options given at run time, with the static arena and one from the heap;
-//! each option is first seen to change the host's digest (the position keys per segment: its
-//! arena), so one the firmware ignored fails the test. The firmware's error exits (bad arguments,
-//! a heap too small for the arena, the core's errors) are checked with their exit codes and
-//! messages.
+//! RV32IMAC) scores with int8 and f32 weights and an integer image and resumes after a reset,
+//! the Cortex-M3 with int8 and int4 weights and integer images, and Armv6-M code on the M3 with
+//! int8 weights and an integer image. On the boards without an FPU (M3, Armv6-M, RV32IMAC) the
+//! score's count of calls into software floating point must be above 0 with float arithmetic
+//! and 0 with an integer image. The `stm32f405` (a real part's limits: 1 MiB of flash, 128 KiB
+//! of SRAM) streams a trained int4 model, keeps its stack within the measured reserve, refuses
+//! `--reset-after` where the state's record does not fit and resumes where it does; and
+//! `tools/src/cli/fit/cores.tsv` (what `txl fit` embeds) matches a fresh `--table` run of that
+//! board. Every session option's build variable (`TXL_TGT_LEN`, `TXL_MEM_LEN`,
+//! `TXL_CLAMP_LEN`, `TXL_SAME_LENGTH`, `TXL_MEM_INIT`, f16 memory, the position keys per
+//! segment) runs on the M33 and the keys folded into the queries on the RV32IMAC, then other
+//! options given at run time, with the static arena and one from the heap; each option is first
+//! seen to change the host's digest (the position keys per segment: its arena), so one the
+//! firmware ignored fails the test. The firmware's error exits (bad arguments, a heap too small
+//! for the arena, the core's errors) are checked with their exit codes and messages.
 //!
 //! Needs every board's Rust target and QEMU (`qemu-system-arm`, `qemu-system-riscv32`), which
 //! `scripts/test.sh` installs; a missing one fails the test. Builds go to `target/firmware-test`
-//! (this test run holds no lock on it).
+//! (this test run holds no lock on it), without link-time optimisation ([`cargo`]).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
