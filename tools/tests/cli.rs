@@ -502,7 +502,7 @@ fn every_example_in_the_help_and_the_readme_parses() {
         .filter_map(|l| l.split_whitespace().next())
         .filter(|&name| name != "help")
         .collect();
-    assert_eq!(commands.len(), 10, "{top}");
+    assert_eq!(commands.len(), 11, "{top}");
     for name in commands {
         let sub = examples_in(&help(&[name, "--help"]));
         assert!(!sub.is_empty(), "`txl {name} --help` has no examples");

@@ -38,8 +38,9 @@ mod score;
     version,
     about = "Transformer-XL for microcontrollers: convert checkpoints, score and generate text",
     long_about = "Transformer-XL for microcontrollers.\n\n\
-        Convert a Hugging Face TransfoXL checkpoint to a txl model image, then score or \
-        generate text with the same no_std engine that runs on the device.",
+        Convert a Transformer-XL checkpoint (Hugging Face, or the authors' PyTorch or \
+        TensorFlow code) to a txl model image, then score or generate text with the same \
+        no_std engine that runs on the device, and see whether it fits your microcontroller.",
     after_help = "Examples:\n  \
         txl demo\n  \
         txl convert path/to/hf-checkpoint -o model.txl\n  \
@@ -61,10 +62,12 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Convert a Hugging Face TransfoXL checkpoint to a txl model image.
+    /// Convert a checkpoint (Hugging Face, the authors' PyTorch or TensorFlow code) to a txl model image.
     ///
-    /// SRC is a directory with config.json and model.safetensors or pytorch_model.bin
-    /// (or one of those files, with config.json beside it). Tied tensors are stored once.
+    /// SRC is a Hugging Face directory with config.json and model.safetensors or
+    /// pytorch_model.bin (or one of those files, with config.json beside it), the original
+    /// training code's model.pt or state_dict, or a TensorFlow checkpoint (model.ckpt-N, its
+    /// .index, or the folder holding `checkpoint`). Tied tensors are stored once.
     #[command(after_help = convert::EXAMPLES)]
     Convert(convert::Args),
     /// Quantize a model image to f16, int8 (W8A8) or int4 (W4A8) weights, with a report of the cost.
