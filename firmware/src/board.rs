@@ -394,7 +394,7 @@ pub fn board_named(name: &str) -> Option<Board> {
 /// Bytes kept for the stack at the top of RAM; the heap ends below it.
 pub const STACK_BYTES: usize = 64 << 10;
 /// Flash kept for the code and constants besides the model image and the tokens: the firmware
-/// measures up to 320 304 bytes (`txl_firmware_host::code_bytes`, `txl-qemu --code-bytes ELF`;
+/// measures up to 319 984 bytes (`txl_firmware_host::code_bytes`, `txl-qemu --code-bytes ELF`;
 /// the Cortex-M7's build of the integer image is the largest; every build's figure is in
 /// `tools/src/cli/fit/cores.tsv`), and the firmware tests check every build they make against
 /// this.

@@ -27,6 +27,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok((config, layout)) = names::infer_config(&bundle, None, &TfOptions::default(), defaults) else {
         return;
     };
-    assert!(config.validate().is_ok(), "an accepted index gave an invalid config");
+    assert!(
+        config.validate().is_ok(),
+        "an accepted index gave an invalid config"
+    );
     assert!(names::read_tensors(&config, &layout, &mut bundle, false).is_err());
 });
