@@ -76,6 +76,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 step "txl-core for thumbv7em-none-eabihf (no_std, no alloc)"
 cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked
 cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked --features fast-math
+echo "   one weight precision and memory dtype (the rest left out): builds, lints, and refuses the rest"
+cargo build --release -p txl-core --target thumbv7em-none-eabihf --locked --no-default-features --features "weights-int8 memory-f32"
+cargo clippy -p txl-core --locked --no-default-features --features "weights-int8 memory-f32" -- -D warnings
+cargo test -p txl-core --locked --no-default-features --features "weights-int8 memory-f32 alloc" --test left_out
 
 step "firmware: fmt, clippy (every target, with a board of it), the QEMU runner's tests"
 (cd firmware && cargo fmt -- --check && cargo clippy --release --locked -- -D warnings)

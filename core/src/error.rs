@@ -181,6 +181,10 @@ pub enum Error {
     /// Session options an integer image cannot run with: integer arithmetic keeps int8 memory
     /// and a table of position keys (per session or per segment).
     IntegerOptions,
+    /// The image or the session options need a weight precision, memory dtype or arithmetic
+    /// that this build of the crate leaves out: the cargo feature named (see
+    /// [`crate::included`]).
+    LeftOut(&'static str),
     /// The arena is smaller than [`crate::Session::arena_bytes`].
     ArenaTooSmall {
         /// Bytes the session needs.
@@ -254,6 +258,10 @@ impl fmt::Display for Error {
             Error::BadArithmetic(e) => write!(f, "invalid integer image: {e}"),
             Error::IntegerOptions => f.write_str(
                 "an integer image runs with int8 memory and position keys per session or per segment",
+            ),
+            Error::LeftOut(feature) => write!(
+                f,
+                "this build of txl-core leaves out what the image or options need: its cargo feature `{feature}`"
             ),
             Error::ArenaTooSmall { needed, got } => {
                 write!(f, "arena too small: needs {needed} bytes, got {got}")

@@ -10,6 +10,7 @@ use crate::config::{Config, MAX_CUTOFFS};
 use crate::crc32::crc32;
 use crate::error::{ArithmeticError, Error};
 use crate::fixed_point::{multiplier_of_f32, sqrt_multiplier, Multiplier};
+use crate::included;
 use crate::tensors::{for_each_tensor, Shape, TensorLayout, TensorName};
 use crate::vocab::{Vocabulary, VOCAB_MAGIC};
 use crate::weights::{int4_groups, int4_row_bytes, Matrix, MatrixData, Vector};
@@ -268,26 +269,27 @@ fn encode_header(config: &Config, image_bytes: u32, tensor_count: u32) -> [u8; H
 
 /// Whether the zero-padded name field equals `name`'s text.
 fn name_matches(field: &[u8], name: TensorName) -> bool {
-    struct Compare<'f> {
-        field: &'f [u8],
-        at: usize,
-        equal: bool,
-    }
-    impl core::fmt::Write for Compare<'_> {
-        fn write_str(&mut self, s: &str) -> core::fmt::Result {
-            let end = self.at + s.len();
-            self.equal &= self.field.get(self.at..end) == Some(s.as_bytes());
-            self.at = end;
-            Ok(())
+    let (prefix, number, rest) = name.pieces();
+    let mut digits = [0u8; 10];
+    let mut first = digits.len();
+    if let Some(mut n) = number {
+        loop {
+            first -= 1;
+            digits[first] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
         }
     }
-    let mut compare = Compare {
-        field,
-        at: 0,
-        equal: true,
-    };
-    let _ = core::fmt::write(&mut compare, format_args!("{name}"));
-    compare.equal && compare.at < field.len() && field[compare.at..].iter().all(|&b| b == 0)
+    let mut at = 0;
+    for piece in [prefix.as_bytes(), &digits[first..], rest.as_bytes()] {
+        if field.get(at..at + piece.len()) != Some(piece) {
+            return false;
+        }
+        at += piece.len();
+    }
+    at < field.len() && field[at..].iter().all(|&b| b == 0)
 }
 
 impl<'a> Image<'a> {
@@ -389,6 +391,9 @@ impl<'a> Image<'a> {
         });
         result?;
         if let Arithmetic::Integer { frac } = arithmetic {
+            if !included::INTEGER {
+                return Err(Error::LeftOut("integer"));
+            }
             image.check_integer(frac)?;
         }
         if vocab_offset != 0 {
@@ -470,11 +475,16 @@ impl<'a> Image<'a> {
             }
             Dtype::F32 | Dtype::F16 => {}
         }
-        Ok(())
+        included::tensor(name, dtype)
     }
 
     /// Whether sessions compute in floating point or in integers.
     pub fn arithmetic(&self) -> Arithmetic {
+        // A build without integer arithmetic refuses integer images, and its sessions' integer
+        // branches go with this constant.
+        if !included::INTEGER {
+            return Arithmetic::Float;
+        }
         self.arithmetic
     }
 

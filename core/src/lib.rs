@@ -86,6 +86,7 @@ pub(crate) mod embedding;
 pub mod error;
 pub mod fixed_point;
 pub mod image;
+pub mod included;
 pub mod int8_attention;
 pub mod integer;
 #[allow(unsafe_code)]

@@ -3,6 +3,7 @@
 //! dispatch layer ([`crate::kernels`]) and blocking rows so each block of weights is read once
 //! for all the inputs of a pass.
 
+use crate::included::{WEIGHTS_F16, WEIGHTS_F32, WEIGHTS_INT4, WEIGHTS_INT8, WEIGHTS_QUANTIZED};
 use crate::kernels::portable::{
     i64_to_f32, int4_groups, int4_multiplier, int4_row_bytes, int4_value, largest_magnitude, max_abs,
     quantize_with,
@@ -10,6 +11,11 @@ use crate::kernels::portable::{
 use crate::kernels::{self, GroupInputs, GROUP_ROWS, MAX_POSITIONS_PER_PASS, VECMAT_INPUTS};
 use crate::vector::{add_vector, Vector};
 use crate::weights::{Matrix, MatrixData};
+
+/// A product with a matrix of a precision this build leaves out ([`crate::included`]): nothing
+/// is computed. `Image::parse` refuses such matrices, so only one built by hand gets here.
+#[inline(always)]
+fn left_out() {}
 
 /// Words of kernel scratch a product with `cols` inputs needs: the input quantized to int8 (one
 /// byte a column, rounded up to whole words) and, for the DSP kernels, the same values widened
@@ -37,14 +43,14 @@ pub fn split_scratch(scratch: &mut [u32], cols: usize) -> (&mut [i8], &mut [u32]
 pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [u32]) {
     let cols = weight.cols;
     match weight.data {
-        MatrixData::F32(w) => kernels::matvec_f32(w, x, y),
-        MatrixData::F32Fma(w) => kernels::matvec_fma_f32(w, x, y),
-        MatrixData::F16(w) => kernels::matvec_f16(w, x, y),
+        MatrixData::F32(w) if WEIGHTS_F32 => kernels::matvec_f32(w, x, y),
+        MatrixData::F32Fma(w) if WEIGHTS_F32 => kernels::matvec_fma_f32(w, x, y),
+        MatrixData::F16(w) if WEIGHTS_F16 => kernels::matvec_f16(w, x, y),
         MatrixData::Int8 {
             values,
             row_scales,
             act_scales,
-        } => {
+        } if WEIGHTS_INT8 => {
             let input = Int8Input::quantize(x, act_scales, scratch, cols);
             input.rows(values, row_scales, y);
         }
@@ -53,10 +59,11 @@ pub fn matvec(weight: &Matrix<'_>, x: &[f32], y: &mut [f32], scratch: &mut [u32]
             scale,
             codes,
             group,
-        } => {
+        } if WEIGHTS_INT4 => {
             let input = Int8Input::quantize(x, None, scratch, cols);
             input.int4_rows(values, scale, codes, group, y);
         }
+        _ => left_out(),
     }
 }
 
@@ -165,7 +172,7 @@ pub fn matvec_split(
             values,
             row_scales,
             act_scales,
-        } => {
+        } if WEIGHTS_INT8 => {
             let input = Int8Input::quantize(x, act_scales, scratch, cols);
             let (scales_first, scales_rest) = row_scales.split_at(split);
             let (values_first, values_rest) = values.split_at(split * cols);
@@ -177,7 +184,7 @@ pub fn matvec_split(
             scale,
             codes,
             group,
-        } => {
+        } if WEIGHTS_INT4 => {
             let input = Int8Input::quantize(x, None, scratch, cols);
             let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
             let (values_first, values_rest) = values.split_at(split * row_bytes);
@@ -217,7 +224,7 @@ pub fn matvec_pair_split(
             values,
             row_scales,
             act_scales,
-        } => {
+        } if WEIGHTS_INT8 => {
             let (scratch_a, scratch_b) = scratch.split_at_mut(scratch_words(cols));
             let input_a = Int8Input::quantize(x[0], act_scales, scratch_a, cols);
             let input_b = Int8Input::quantize(x[1], act_scales, scratch_b, cols);
@@ -250,15 +257,15 @@ pub fn matvec_pair_split(
 /// pair).
 pub fn matmul(weight: &Matrix<'_>, xs: &[&[f32]], ys: &mut [&mut [f32]], scratch: &mut [u32]) {
     match weight.data {
-        MatrixData::F32(w) => kernels::matmul_f32(w, xs, ys),
-        MatrixData::F32Fma(w) => kernels::matmul_fma_f32(w, xs, ys),
-        MatrixData::F16(w) => kernels::matmul_f16(w, xs, ys),
-        MatrixData::Int4 { .. } => {
+        MatrixData::F32(w) if WEIGHTS_F32 => kernels::matmul_f32(w, xs, ys),
+        MatrixData::F32Fma(w) if WEIGHTS_F32 => kernels::matmul_fma_f32(w, xs, ys),
+        MatrixData::F16(w) if WEIGHTS_F16 => kernels::matmul_f16(w, xs, ys),
+        MatrixData::Int4 { .. } if WEIGHTS_INT4 => {
             for (x, y) in xs.iter().zip(ys.iter_mut()) {
                 matvec(weight, x, y, scratch);
             }
         }
-        MatrixData::Int8 { .. } => {
+        MatrixData::Int8 { .. } if WEIGHTS_INT8 => {
             for (x, y) in xs.chunks(2).zip(ys.chunks_mut(2)) {
                 match (x, y) {
                     ([x_a, x_b], [y_a, y_b]) => matvec_pair(weight, [x_a, x_b], [y_a, y_b], scratch),
@@ -270,6 +277,7 @@ pub fn matmul(weight: &Matrix<'_>, xs: &[&[f32]], ys: &mut [&mut [f32]], scratch
                 }
             }
         }
+        _ => left_out(),
     }
 }
 
@@ -307,7 +315,9 @@ pub fn matmul_split<'y>(
         }
         (xs, firsts, rests) => match weight.data {
             MatrixData::Int8 { .. } | MatrixData::Int4 { .. } => {
-                integer_rows_blocked(weight, xs, firsts, rests, scratch)
+                if WEIGHTS_QUANTIZED {
+                    integer_rows_blocked(weight, xs, firsts, rests, scratch)
+                }
             }
             MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => {
                 let split = firsts[0].len();
@@ -389,7 +399,7 @@ fn integer_rows_blocked<'y>(
                     values,
                     row_scales: scales,
                     ..
-                } => {
+                } if WEIGHTS_INT8 => {
                     // eight inputs at a time where the CPU has the group kernel, then pairs
                     let mut p = group_inputs.as_ref().map_or(0, |grouped| {
                         kernels::row_sums_groups_i8(
@@ -421,13 +431,13 @@ fn integer_rows_blocked<'y>(
                     scale,
                     codes,
                     group,
-                } => {
+                } if WEIGHTS_INT4 => {
                     for (p, (input, y)) in inputs.iter().zip(outputs.iter_mut()).enumerate() {
                         kernels::prefetch_share(next_int4, p..p + 1, inputs.len());
                         input.int4_rows(values, scale, codes, group, &mut y[out.clone()]);
                     }
                 }
-                MatrixData::F32(_) | MatrixData::F32Fma(_) | MatrixData::F16(_) => {}
+                _ => {}
             }
             start = end;
         }
@@ -450,7 +460,7 @@ fn int8_rows_tiled<'y>(
     else {
         return [0; 2];
     };
-    if !kernels::has_row_sums_tiles_i8() {
+    if !WEIGHTS_INT8 || !kernels::has_row_sums_tiles_i8() {
         return [0; 2];
     }
     let xq: [&[i8]; MAX_POSITIONS_PER_PASS] =
@@ -487,7 +497,7 @@ fn int8_rows_tiled<'y>(
 /// [`kernels::GROUP_INPUTS`] inputs, a CPU with the kernel): the inputs as it takes them, once
 /// per call for every block of rows. `None` elsewhere.
 fn int8_group_inputs<'x>(weight: &Matrix<'_>, inputs: &[Int8Input<'x>]) -> Option<GroupInputs<'x>> {
-    if !matches!(weight.data, MatrixData::Int8 { .. }) {
+    if !WEIGHTS_INT8 || !matches!(weight.data, MatrixData::Int8 { .. }) {
         return None;
     }
     kernels::group_inputs_i8(weight.cols, inputs.len(), |p| (inputs[p].xq, inputs[p].x_scale))
@@ -510,12 +520,12 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
         // `y[c] = Σ_r x[r] * w[r][c]`, added in `r` order from `0.0`: the weighted rows'
         // kernels (`y += x[r] * row r` for each `r` in order), which keep that order per
         // element; the transposed product keeps the exact order in a fast-f32 model too
-        MatrixData::F32(w) | MatrixData::F32Fma(w) => {
+        MatrixData::F32(w) | MatrixData::F32Fma(w) if WEIGHTS_F32 => {
             let (rows, len) = (x.len().min(w.len() / cols.max(1)), y.len().min(cols));
             y.fill(0.0);
             kernels::axpys_strided_f32(w, cols, &x[..rows], &mut y[..len]);
         }
-        MatrixData::F16(w) => {
+        MatrixData::F16(w) if WEIGHTS_F16 => {
             let (rows, len) = (x.len().min(w.len() / cols.max(1)), y.len().min(cols));
             y.fill(0.0);
             kernels::axpys_strided_f16(w, cols, &x[..rows], &mut y[..len]);
@@ -524,7 +534,7 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
             values,
             row_scales,
             act_scales,
-        } => {
+        } if WEIGHTS_INT8 => {
             let (xq, _) = split_scratch(scratch, weight.rows);
             let scaled = || x.iter().zip(row_scales).map(|(v, s)| v * s);
             let x_scale = quantize_with(xq, max_abs(scaled()), scaled());
@@ -544,7 +554,7 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
             scale,
             codes,
             group,
-        } => {
+        } if WEIGHTS_INT4 => {
             let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
             let (xq, _) = split_scratch(scratch, weight.rows);
             let x_scale = quantize_with(xq, largest_magnitude(x), x.iter().copied());
@@ -560,6 +570,7 @@ pub fn vecmat(x: &[f32], weight: &Matrix<'_>, y: &mut [f32], scratch: &mut [u32]
                 *out = i64_to_f32(acc) * (x_scale * scale);
             }
         }
+        _ => left_out(),
     }
 }
 
@@ -578,7 +589,7 @@ pub fn vecmat_each(xs: &[&[f32]], weight: &Matrix<'_>, ys: &mut [&mut [f32]], sc
         act_scales,
     } = weight.data
     {
-        while p + VECMAT_INPUTS <= inputs && scratch.len() >= VECMAT_INPUTS * words {
+        while WEIGHTS_INT8 && p + VECMAT_INPUTS <= inputs && scratch.len() >= VECMAT_INPUTS * words {
             let mut quantized = scratch[..VECMAT_INPUTS * words].chunks_exact_mut(words);
             let mut xq: [&mut [i8]; VECMAT_INPUTS] = core::array::from_fn(|_| Default::default());
             let mut x_scales = [0.0f32; VECMAT_INPUTS];

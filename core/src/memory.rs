@@ -14,6 +14,7 @@
 use half::f16;
 
 use crate::fixed_point::round_shift_i32;
+use crate::included::{MEMORY_F16, MEMORY_F32, MEMORY_INT8};
 use crate::int8_attention;
 use crate::integer::pow2_exponent;
 use crate::kernels;
@@ -25,6 +26,11 @@ use crate::options::MemDtype;
 /// content terms of up to `n - 1` keys per query that the query does not see, and the keys
 /// all its queries see, whose values it adds together, are `n - 1` fewer than a window.
 pub(crate) const QUERIES_TOGETHER: usize = 16;
+
+/// A memory dtype this build leaves out ([`crate::included`]): nothing is stored or read.
+/// `Session::new` refuses such options, so no session gets here.
+#[inline(always)]
+fn left_out() {}
 
 /// One of the two caches (keys or values) in its storage type.
 #[derive(Debug)]
@@ -41,15 +47,15 @@ impl Store<'_> {
     /// Writes `row` (`width` elements at row offset `at`, split into heads of `d_head`).
     fn write(&mut self, at: usize, d_head: usize, row: &[f32]) {
         match self {
-            Store::F32(s) => s[at..at + row.len()].copy_from_slice(row),
-            Store::F16(s) => {
+            Store::F32(s) if MEMORY_F32 => s[at..at + row.len()].copy_from_slice(row),
+            Store::F16(s) if MEMORY_F16 => {
                 // `half`'s portable rounding on every machine (the same bits as F16C's
                 // `VCVTPS2PH`, which it would call where built with F16C, and which Miri cannot run)
                 for (o, &v) in s[at..at + row.len()].iter_mut().zip(row) {
                     *o = f16::from_f32_const(v);
                 }
             }
-            Store::Int8 { values, scales } => {
+            Store::Int8 { values, scales } if MEMORY_INT8 => {
                 for (head, chunk) in row.chunks_exact(d_head).enumerate() {
                     let start = at + head * d_head;
                     let out = &mut values[start..start + d_head];
@@ -58,6 +64,7 @@ impl Store<'_> {
                         kernels::portable::quantize_with(out, max_abs, chunk.iter().copied());
                 }
             }
+            _ => left_out(),
         }
     }
 
@@ -357,7 +364,7 @@ impl<'a> Memory<'a> {
     ) {
         let d_head = self.d_head;
         match &self.keys {
-            Store::F32(s) => {
+            Store::F32(s) if MEMORY_F32 => {
                 let mut done = 0;
                 for (at, count) in self.runs(layer, lo, out.len()) {
                     let at = at + head * d_head;
@@ -366,29 +373,32 @@ impl<'a> Memory<'a> {
                     done += count;
                 }
             }
-            Store::Int8 { values, scales } => {
+            Store::Int8 { values, scales } if MEMORY_INT8 => {
                 self.key_dots_int8(values, scales, (layer, lo, head), query_head, scratch, out)
             }
-            Store::F16(s) => self.key_dots_f16(s, (layer, lo, head), query_head, out),
+            Store::F16(s) if MEMORY_F16 => self.key_dots_f16(s, (layer, lo, head), query_head, out),
+            _ => left_out(),
         }
     }
 
     /// Whether the keys and values are f32 or f16, which [`Memory::key_dots_each`] and
     /// [`Memory::add_values_each`] take.
     pub fn is_float(&self) -> bool {
-        matches!(
-            (&self.keys, &self.values),
-            (Store::F32(_), Store::F32(_)) | (Store::F16(_), Store::F16(_))
-        )
+        match (&self.keys, &self.values) {
+            (Store::F32(_), Store::F32(_)) => MEMORY_F32,
+            (Store::F16(_), Store::F16(_)) => MEMORY_F16,
+            _ => false,
+        }
     }
 
     /// Whether the keys and values are int8, which [`Memory::key_dots_each_int8`] and
     /// [`Memory::add_values_each_int8`] take.
     pub fn is_int8(&self) -> bool {
-        matches!(
-            (&self.keys, &self.values),
-            (Store::Int8 { .. }, Store::Int8 { .. })
-        )
+        MEMORY_INT8
+            && matches!(
+                (&self.keys, &self.values),
+                (Store::Int8 { .. }, Store::Int8 { .. })
+            )
     }
 
     /// [`Memory::key_dots`] for several queries of one head over int8 keys, each query already
@@ -563,9 +573,13 @@ impl<'a> Memory<'a> {
             let queries = &queries[..queries.len().min(QUERIES_TOGETHER)];
             let parts = &mut parts[..queries.len()];
             match &self.keys {
-                Store::F32(s) => kernels::dots_strided_each_f32(&s[rows], self.width, queries, parts),
-                Store::F16(s) => kernels::dots_strided_each_f16(&s[rows], self.width, queries, parts),
-                Store::Int8 { .. } => {}
+                Store::F32(s) if MEMORY_F32 => {
+                    kernels::dots_strided_each_f32(&s[rows], self.width, queries, parts)
+                }
+                Store::F16(s) if MEMORY_F16 => {
+                    kernels::dots_strided_each_f16(&s[rows], self.width, queries, parts)
+                }
+                _ => {}
             }
             done += run;
         }
@@ -596,13 +610,15 @@ impl<'a> Memory<'a> {
             }
             let lists = &parts[..ps.len().min(QUERIES_TOGETHER)];
             match &self.values {
-                Store::F32(s) => kernels::axpys_strided_each_f32(&s[rows], self.width, lists, outs),
-                Store::F16(s) => {
+                Store::F32(s) if MEMORY_F32 => {
+                    kernels::axpys_strided_each_f32(&s[rows], self.width, lists, outs)
+                }
+                Store::F16(s) if MEMORY_F16 => {
                     for (p, out) in lists.iter().zip(outs.iter_mut()) {
                         kernels::axpys_strided_f16(&s[rows.clone()], self.width, p, out);
                     }
                 }
-                Store::Int8 { .. } => {}
+                _ => {}
             }
             done += run;
         }
@@ -738,7 +754,7 @@ impl<'a> Memory<'a> {
     ) {
         let d_head = self.d_head;
         match &self.values {
-            Store::F32(s) => {
+            Store::F32(s) if MEMORY_F32 => {
                 let mut done = 0;
                 for (at, count) in self.runs(layer, lo, p.len()) {
                     let at = at + head * d_head;
@@ -747,10 +763,11 @@ impl<'a> Memory<'a> {
                     done += count;
                 }
             }
-            Store::Int8 { values, scales } => {
+            Store::Int8 { values, scales } if MEMORY_INT8 => {
                 self.add_values_int8(values, scales, (layer, lo, head), p, scratch, out_head)
             }
-            Store::F16(s) => self.add_values_f16(s, (layer, lo, head), p, out_head),
+            Store::F16(s) if MEMORY_F16 => self.add_values_f16(s, (layer, lo, head), p, out_head),
+            _ => left_out(),
         }
     }
 

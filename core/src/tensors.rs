@@ -63,19 +63,19 @@ impl LayerTensor {
 
     fn suffix(self) -> &'static str {
         match self {
-            LayerTensor::RWBias => "dec_attn.r_w_bias",
-            LayerTensor::RRBias => "dec_attn.r_r_bias",
-            LayerTensor::QkvWeight => "dec_attn.qkv_net.weight",
-            LayerTensor::RWeight => "dec_attn.r_net.weight",
-            LayerTensor::OWeight => "dec_attn.o_net.weight",
-            LayerTensor::AttnNormWeight => "dec_attn.layer_norm.weight",
-            LayerTensor::AttnNormBias => "dec_attn.layer_norm.bias",
-            LayerTensor::Ff1Weight => "pos_ff.CoreNet.0.weight",
-            LayerTensor::Ff1Bias => "pos_ff.CoreNet.0.bias",
-            LayerTensor::Ff2Weight => "pos_ff.CoreNet.3.weight",
-            LayerTensor::Ff2Bias => "pos_ff.CoreNet.3.bias",
-            LayerTensor::FfNormWeight => "pos_ff.layer_norm.weight",
-            LayerTensor::FfNormBias => "pos_ff.layer_norm.bias",
+            LayerTensor::RWBias => ".dec_attn.r_w_bias",
+            LayerTensor::RRBias => ".dec_attn.r_r_bias",
+            LayerTensor::QkvWeight => ".dec_attn.qkv_net.weight",
+            LayerTensor::RWeight => ".dec_attn.r_net.weight",
+            LayerTensor::OWeight => ".dec_attn.o_net.weight",
+            LayerTensor::AttnNormWeight => ".dec_attn.layer_norm.weight",
+            LayerTensor::AttnNormBias => ".dec_attn.layer_norm.bias",
+            LayerTensor::Ff1Weight => ".pos_ff.CoreNet.0.weight",
+            LayerTensor::Ff1Bias => ".pos_ff.CoreNet.0.bias",
+            LayerTensor::Ff2Weight => ".pos_ff.CoreNet.3.weight",
+            LayerTensor::Ff2Bias => ".pos_ff.CoreNet.3.bias",
+            LayerTensor::FfNormWeight => ".pos_ff.layer_norm.weight",
+            LayerTensor::FfNormBias => ".pos_ff.layer_norm.bias",
         }
     }
 }
@@ -128,20 +128,35 @@ impl TensorName {
     }
 }
 
+impl TensorName {
+    /// The name in three pieces, without `core::fmt` (which the image check would otherwise
+    /// link into every firmware): a prefix, the layer, table or cluster number if the name has
+    /// one, and the rest. `layers.3.dec_attn.qkv_net.weight` is `("layers.", Some(3),
+    /// ".dec_attn.qkv_net.weight")`.
+    pub fn pieces(self) -> (&'static str, Option<u32>, &'static str) {
+        match self {
+            TensorName::EmbLayer(i) => ("word_emb.emb_layers.", Some(i.into()), ".weight"),
+            TensorName::EmbProj(i) => ("word_emb.emb_projs.", Some(i.into()), ""),
+            TensorName::SharedRWBias => ("r_w_bias", None, ""),
+            TensorName::SharedRRBias => ("r_r_bias", None, ""),
+            TensorName::Layer(l, t) => ("layers.", Some(l), t.suffix()),
+            TensorName::OutWeight(i) => ("crit.out_layers.", Some(i.into()), ".weight"),
+            TensorName::OutBias(i) => ("crit.out_layers.", Some(i.into()), ".bias"),
+            TensorName::OutProj(i) => ("crit.out_projs.", Some(i.into()), ""),
+            TensorName::ClusterWeight => ("crit.cluster_weight", None, ""),
+            TensorName::ClusterBias => ("crit.cluster_bias", None, ""),
+        }
+    }
+}
+
 impl fmt::Display for TensorName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TensorName::EmbLayer(i) => write!(f, "word_emb.emb_layers.{i}.weight"),
-            TensorName::EmbProj(i) => write!(f, "word_emb.emb_projs.{i}"),
-            TensorName::SharedRWBias => f.write_str("r_w_bias"),
-            TensorName::SharedRRBias => f.write_str("r_r_bias"),
-            TensorName::Layer(l, t) => write!(f, "layers.{l}.{}", t.suffix()),
-            TensorName::OutWeight(i) => write!(f, "crit.out_layers.{i}.weight"),
-            TensorName::OutBias(i) => write!(f, "crit.out_layers.{i}.bias"),
-            TensorName::OutProj(i) => write!(f, "crit.out_projs.{i}"),
-            TensorName::ClusterWeight => f.write_str("crit.cluster_weight"),
-            TensorName::ClusterBias => f.write_str("crit.cluster_bias"),
+        let (prefix, number, rest) = self.pieces();
+        f.write_str(prefix)?;
+        if let Some(number) = number {
+            write!(f, "{number}")?;
         }
+        f.write_str(rest)
     }
 }
 

@@ -9,6 +9,7 @@ pub mod state;
 use crate::arena::{ArenaLayout, Carver};
 use crate::error::Error;
 use crate::image::Arithmetic;
+use crate::included;
 use crate::memory::{Memory, Store};
 use crate::model::Model;
 use crate::options::{int8_values_bytes, MemDtype, MemInit, PositionKeys, SessionOptions};
@@ -179,6 +180,7 @@ impl<'m, 'a> Session<'m, 'a> {
         positions: usize,
     ) -> Result<Self, Error> {
         let config = *model.config();
+        included::memory(options.mem_dtype)?;
         let integer = matches!(model.image().arithmetic(), Arithmetic::Integer { .. });
         if integer
             && (options.mem_dtype != MemDtype::Int8 || options.position_keys == PositionKeys::FoldedIntoQuery)
