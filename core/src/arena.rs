@@ -226,7 +226,11 @@ const ZEROED_AT_ONCE: usize = 4096;
 /// give each of them a page of its own first. The same bytes either way.
 fn zero(bytes: &mut [u8]) {
     for part in bytes.chunks_mut(ZEROED_AT_ONCE) {
-        let any_set = part.iter().fold(0u8, |any, &b| any | b) != 0;
+        // a word at a time where the part is whole words (the arena's parts are)
+        let any_set = match bytemuck::try_cast_slice::<u8, u32>(part) {
+            Ok(words) => words.iter().fold(0, |any, &w| any | w) != 0,
+            Err(_) => part.iter().fold(0, |any, &b| any | b) != 0,
+        };
         if any_set {
             part.fill(0);
         }

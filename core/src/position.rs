@@ -125,7 +125,10 @@ impl PositionScores<'_> {
         }
         // out[t] holds distance nearest + t; key t wants nearest + n - 1 - t, clamped
         computed.reverse();
-        out.copy_within(0..m, n - m);
+        // moved right, last first (`copy_within` would link a general `memmove`)
+        for t in (0..m).rev() {
+            out[n - m + t] = out[t];
+        }
         let farthest = out[n - m];
         out[..n - m].fill(farthest);
     }

@@ -25,6 +25,8 @@
 
 use half::f16;
 
+use crate::included::{WEIGHTS_F16, WEIGHTS_F32, WEIGHTS_INT4, WEIGHTS_INT8};
+
 /// Elements of a matrix.
 #[derive(Clone, Copy, Debug)]
 pub enum MatrixData<'a> {
@@ -99,14 +101,14 @@ impl<'a> Matrix<'a> {
     pub fn row_range(&self, start: usize, end: usize) -> Matrix<'a> {
         let (a, b) = (start * self.cols, end * self.cols);
         let data = match self.data {
-            MatrixData::F32(d) => MatrixData::F32(&d[a..b]),
-            MatrixData::F32Fma(d) => MatrixData::F32Fma(&d[a..b]),
-            MatrixData::F16(d) => MatrixData::F16(&d[a..b]),
+            MatrixData::F32(d) if WEIGHTS_F32 => MatrixData::F32(&d[a..b]),
+            MatrixData::F32Fma(d) if WEIGHTS_F32 => MatrixData::F32Fma(&d[a..b]),
+            MatrixData::F16(d) if WEIGHTS_F16 => MatrixData::F16(&d[a..b]),
             MatrixData::Int8 {
                 values,
                 row_scales,
                 act_scales,
-            } => MatrixData::Int8 {
+            } if WEIGHTS_INT8 => MatrixData::Int8 {
                 values: &values[a..b],
                 row_scales: &row_scales[start..end],
                 act_scales,
@@ -116,7 +118,7 @@ impl<'a> Matrix<'a> {
                 scale,
                 codes,
                 group,
-            } => {
+            } if WEIGHTS_INT4 => {
                 let (row_bytes, groups) = (int4_row_bytes(self.cols), int4_groups(self.cols, group));
                 MatrixData::Int4 {
                     values: &values[start * row_bytes..end * row_bytes],
@@ -125,6 +127,8 @@ impl<'a> Matrix<'a> {
                     group,
                 }
             }
+            // a precision this build leaves out ([`crate::included`]): never parsed
+            data => data,
         };
         Matrix {
             rows: end - start,
@@ -137,8 +141,8 @@ impl<'a> Matrix<'a> {
     pub fn row_to_f32(&self, row: usize, out: &mut [f32]) {
         let range = row * self.cols..(row + 1) * self.cols;
         match self.data {
-            MatrixData::F32(d) | MatrixData::F32Fma(d) => out.copy_from_slice(&d[range]),
-            MatrixData::F16(d) => {
+            MatrixData::F32(d) | MatrixData::F32Fma(d) if WEIGHTS_F32 => out.copy_from_slice(&d[range]),
+            MatrixData::F16(d) if WEIGHTS_F16 => {
                 for (o, v) in out.iter_mut().zip(&d[range]) {
                     *o = crate::kernels::f16_to_f32(*v);
                 }
@@ -147,7 +151,7 @@ impl<'a> Matrix<'a> {
                 values,
                 row_scales,
                 act_scales,
-            } => {
+            } if WEIGHTS_INT8 => {
                 let scale = row_scales[row];
                 for (c, (o, &q)) in out.iter_mut().zip(&values[range]).enumerate() {
                     let act = act_scales.map_or(1.0, |a| a[c]);
@@ -159,7 +163,7 @@ impl<'a> Matrix<'a> {
                 scale,
                 codes,
                 group,
-            } => {
+            } if WEIGHTS_INT4 => {
                 let (row_bytes, groups) = (int4_row_bytes(self.cols), int4_groups(self.cols, group));
                 let packed = &values[row * row_bytes..(row + 1) * row_bytes];
                 let row_codes = &codes[row * groups..(row + 1) * groups];
@@ -168,6 +172,7 @@ impl<'a> Matrix<'a> {
                     *o = q as f32 * scale;
                 }
             }
+            _ => {} // a precision this build leaves out: never parsed
         }
     }
 

@@ -298,21 +298,34 @@ pub(crate) fn max_abs(values: impl Iterator<Item = f32>) -> f32 {
     max
 }
 
-/// The largest `|v|` of `values` (NaNs ignored, as `f32::max` ignores them; 0 for none): eight
-/// running maxima side by side, which the compiler can vectorise (the largest of a set is the
-/// same whatever the order).
+/// The largest `|v|` of `values` (NaNs ignored, as `f32::max` ignores them; 0 for none): four
+/// running maxima side by side, in registers at any optimization level (the largest of a set is
+/// the same whatever the order). Comparisons, not `f32::max`, which is a call into `fmaxf` on a
+/// core without `VMAXNM` (Armv7E-M): the same value.
 pub(crate) fn largest_magnitude(values: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (eights, rest) = values.as_chunks::<8>();
-    for eight in eights {
-        for (lane, v) in lanes.iter_mut().zip(eight) {
-            *lane = lane.max(v.abs());
-        }
+    let (mut m0, mut m1, mut m2, mut m3) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
+    let (fours, rest) = values.as_chunks::<4>();
+    for &[a, b, c, d] in fours {
+        m0 = larger(m0, a.abs());
+        m1 = larger(m1, b.abs());
+        m2 = larger(m2, c.abs());
+        m3 = larger(m3, d.abs());
     }
     for v in rest {
-        lanes[0] = lanes[0].max(v.abs());
+        m0 = larger(m0, v.abs());
     }
-    lanes.into_iter().fold(0.0, f32::max)
+    larger(larger(m0, m1), larger(m2, m3))
+}
+
+/// `b` if it is larger than `a`, else `a` (so a NaN `b` is ignored): `f32::max` for an `a` that is
+/// never NaN, without the call into `fmaxf` that `f32::max` is on Armv7E-M.
+#[inline(always)]
+fn larger(a: f32, b: f32) -> f32 {
+    if b > a {
+        b
+    } else {
+        a
+    }
 }
 
 /// `y += x`.
@@ -329,16 +342,17 @@ pub fn scale(y: &mut [f32], s: f32) {
     }
 }
 
-/// In place `max(x, 0)`.
+/// In place `max(x, 0)`: positive values stay, everything else (zeros of either sign, negative
+/// values, NaN) becomes `+0.0`, on every target.
 pub fn relu(x: &mut [f32]) {
     for a in x.iter_mut() {
-        *a = a.max(0.0);
+        *a = larger(0.0, *a);
     }
 }
 
 /// Largest element (`-inf` for an empty slice).
 pub fn max(x: &[f32]) -> f32 {
-    x.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+    x.iter().copied().fold(f32::NEG_INFINITY, larger)
 }
 
 /// Index of the largest element (the first on ties; 0 for an empty slice).

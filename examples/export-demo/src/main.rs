@@ -72,7 +72,7 @@ fn score(arena: &mut [u8]) -> Result<(), Error> {
     let bits_per_token = -sum / predicted.max(1) as f64 / core::f64::consts::LN_2;
     let mut line = Line::new();
     line.text("score tokens=")
-        .decimal(TOKENS.len() as u64)
+        .decimal(TOKENS.len() as u32)
         .text(" bits_per_token=")
         .fixed6(bits_per_token)
         .text(" digest=0x")
@@ -123,8 +123,9 @@ impl Line {
         self
     }
 
-    fn decimal(&mut self, mut value: u64) -> &mut Line {
-        let mut digits = [0u8; 20];
+    /// `value` in decimal, with 32-bit divisions (64-bit ones are a library call on the core).
+    fn decimal(&mut self, mut value: u32) -> &mut Line {
+        let mut digits = [0u8; 10];
         let mut count = 0;
         loop {
             digits[count] = b'0' + (value % 10) as u8;
@@ -140,14 +141,18 @@ impl Line {
         self
     }
 
-    /// `value` (non-negative) rounded to six decimals.
+    /// `value` (non-negative, below 2^32) rounded to six decimals.
     fn fixed6(&mut self, value: f64) -> &mut Line {
-        let micros = (value * 1e6 + 0.5) as u64;
-        self.decimal(micros / 1_000_000).text(".");
-        let fraction = micros % 1_000_000;
+        let mut whole = value as u32;
+        let mut micros = ((value - f64::from(whole)) * 1e6 + 0.5) as u32;
+        if micros >= 1_000_000 {
+            whole += 1;
+            micros -= 1_000_000;
+        }
+        self.decimal(whole).text(".");
         let mut scale = 100_000;
         while scale > 0 {
-            self.byte(b'0' + (fraction / scale % 10) as u8);
+            self.byte(b'0' + (micros / scale % 10) as u8);
             scale /= 10;
         }
         self

@@ -46,6 +46,7 @@ fn smlad(a: u32, b: u32, acc: i32) -> i32 {
     out
 }
 
+#[inline(always)]
 fn word(bytes: &[i8]) -> u32 {
     u32::from_le_bytes([bytes[0] as u8, bytes[1] as u8, bytes[2] as u8, bytes[3] as u8])
 }

@@ -138,8 +138,9 @@ pub fn matvec_f32(weight: &[f32], x: &[f32], y: &mut [f32]) {
     let groups = cols / 4;
     let mut blocks = y.chunks_exact_mut(4);
     let mut done = 0;
+    // zeroed once: the kernel overwrites all 16 for each block (and none when `groups` is 0)
+    let mut sums = [0.0f32; 16];
     for (out, rows) in (&mut blocks).zip(weight.chunks_exact(4 * cols)) {
-        let mut sums = [0.0f32; 16];
         if groups > 0 {
             // SAFETY: `rows` holds four rows of `cols >= 4 * groups` f32 at a stride of `cols`
             // f32, and `x` holds `cols`: the kernel reads only those, writes the 16 floats of
@@ -211,8 +212,9 @@ pub fn matvec_f16(weight: &[f16], x: &[f32], y: &mut [f32]) {
     let aligned = cols.is_multiple_of(2) && (weight.as_ptr() as usize).is_multiple_of(4);
     let mut done = 0;
     if aligned {
+        // zeroed once, as in `matvec_f32`
+        let mut sums = [0.0f32; 16];
         for (out, rows) in y.chunks_exact_mut(4).zip(weight.chunks_exact(4 * cols)) {
-            let mut sums = [0.0f32; 16];
             if groups > 0 {
                 // SAFETY: as for `txl_rows4_f32`, with f16 rows: four rows of `cols` f16 at a
                 // stride of `2 * cols` bytes, each 4-byte aligned (checked above).
@@ -241,9 +243,10 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
     let groups = n / 4;
     let mut done = 0;
     if groups > 0 && stride >= n {
+        // once per call: the kernel overwrites all 16 for each block
+        let mut sums = [0.0f32; 16];
         while done + 4 <= out.len() {
             let block = &rows[done * stride..(done + 3) * stride + n];
-            let mut sums = [0.0f32; 16];
             // SAFETY: `block` holds four rows of `n >= 4 * groups` f32 at a stride of `stride`
             // f32 (the last ends at `3 * stride + n`), `x` holds `n`: the kernel reads only
             // those, writes the 16 floats of `sums`, and preserves the callee-saved registers.
@@ -301,6 +304,7 @@ pub fn axpys_strided_f32(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]
 
 /// Each row's total from the kernel's four partial sums and the columns after `body`, in the
 /// portable kernels' order: `(a0 + a1) + (a2 + a3) + tail`.
+#[inline(always)]
 fn finish_rows<'w, T: Copy + 'w>(
     out: &mut [f32],
     sums: &[f32; 16],
