@@ -267,6 +267,25 @@ fn encode_header(config: &Config, image_bytes: u32, tensor_count: u32) -> [u8; H
     header
 }
 
+/// Whether this build runs tensor `name` stored as `dtype` ([`included`]); else the feature it
+/// needs, as [`Error::LeftOut`].
+fn built_for(name: TensorName, dtype: Dtype) -> Result<(), Error> {
+    let (built, feature) = match dtype {
+        // biases, gains and `r_w_bias` / `r_r_bias` in f32 or f16 (as int4 images keep them)
+        // are read without kernels of their own
+        Dtype::F32 | Dtype::F16 if !name.is_matrix() => (true, ""),
+        Dtype::F32 => (included::WEIGHTS_F32, "weights-f32"),
+        Dtype::F16 => (included::WEIGHTS_F16, "weights-f16"),
+        Dtype::Int8RowScaled => (included::WEIGHTS_INT8, "weights-int8"),
+        Dtype::Int4GroupScaled => (included::WEIGHTS_INT4, "weights-int4"),
+    };
+    if built {
+        Ok(())
+    } else {
+        Err(Error::LeftOut(feature))
+    }
+}
+
 /// Whether the zero-padded name field equals `name`'s text.
 fn name_matches(field: &[u8], name: TensorName) -> bool {
     let (prefix, number, rest) = name.pieces();
@@ -475,7 +494,7 @@ impl<'a> Image<'a> {
             }
             Dtype::F32 | Dtype::F16 => {}
         }
-        included::tensor(name, dtype)
+        built_for(name, dtype)
     }
 
     /// Whether sessions compute in floating point or in integers.

@@ -6,16 +6,11 @@
 //! left out is guarded by one of these constants, so the compiler removes it and its kernels
 //! are not linked; [`Image::parse`](crate::Image::parse) and
 //! [`Session::new`](crate::Session::new) refuse an image or options that need it with
-//! [`Error::LeftOut`], so no guarded branch is ever reached with data. (A [`Matrix`] of a
+//! [`Error::LeftOut`](crate::Error::LeftOut), so no guarded branch is ever reached with data. (A [`Matrix`] of a
 //! left-out precision built by hand through the public API computes nothing: its products
 //! leave the outputs as they were.)
 //!
 //! [`Matrix`]: crate::weights::Matrix
-
-use crate::error::Error;
-use crate::image::Dtype;
-use crate::options::MemDtype;
-use crate::tensors::TensorName;
 
 /// f32 weight matrices (feature `weights-f32`).
 pub const WEIGHTS_F32: bool = cfg!(feature = "weights-f32");
@@ -48,31 +43,3 @@ compile_error!("txl-core needs at least one weight precision: a feature `weights
 compile_error!(
     "txl-core needs at least one memory dtype: a feature `memory-f32`, `memory-f16` or `memory-int8`"
 );
-
-/// Whether this build runs tensor `name` stored as `dtype`; else the feature it needs.
-pub(crate) fn tensor(name: TensorName, dtype: Dtype) -> Result<(), Error> {
-    let (included, feature) = match dtype {
-        // biases, gains and `r_w_bias` / `r_r_bias` in f32 or f16 (as int4 images keep
-        // them) are read without kernels of their own
-        Dtype::F32 | Dtype::F16 if !name.is_matrix() => (true, ""),
-        Dtype::F32 => (WEIGHTS_F32, "weights-f32"),
-        Dtype::F16 => (WEIGHTS_F16, "weights-f16"),
-        Dtype::Int8RowScaled => (WEIGHTS_INT8, "weights-int8"),
-        Dtype::Int4GroupScaled => (WEIGHTS_INT4, "weights-int4"),
-    };
-    if included {
-        Ok(())
-    } else {
-        Err(Error::LeftOut(feature))
-    }
-}
-
-/// Whether this build keeps memory in `dtype`; else the feature it needs.
-pub(crate) fn memory(dtype: MemDtype) -> Result<(), Error> {
-    match dtype {
-        MemDtype::F32 if !MEMORY_F32 => Err(Error::LeftOut("memory-f32")),
-        MemDtype::F16 if !MEMORY_F16 => Err(Error::LeftOut("memory-f16")),
-        MemDtype::Int8 if !MEMORY_INT8 => Err(Error::LeftOut("memory-int8")),
-        _ => Ok(()),
-    }
-}

@@ -537,6 +537,7 @@ fn the_core_has_no_import_circles() {
 const CORE_LAYERS: &[&[&str]] = &[
     &[
         "kernels",
+        "included",
         "config",
         "crc32",
         "digest",

@@ -180,7 +180,14 @@ impl<'m, 'a> Session<'m, 'a> {
         positions: usize,
     ) -> Result<Self, Error> {
         let config = *model.config();
-        included::memory(options.mem_dtype)?;
+        let (built, feature) = match options.mem_dtype {
+            MemDtype::F32 => (included::MEMORY_F32, "memory-f32"),
+            MemDtype::F16 => (included::MEMORY_F16, "memory-f16"),
+            MemDtype::Int8 => (included::MEMORY_INT8, "memory-int8"),
+        };
+        if !built {
+            return Err(Error::LeftOut(feature));
+        }
         let integer = matches!(model.image().arithmetic(), Arithmetic::Integer { .. });
         if integer
             && (options.mem_dtype != MemDtype::Int8 || options.position_keys == PositionKeys::FoldedIntoQuery)

@@ -1,8 +1,11 @@
 //! `txl fit`: does a model fit a microcontroller, with which session options, and how fast might
 //! it run there.
 //!
-//! - **Flash**: the image beside the firmware's own code, as measured on the core's board
-//!   ([`CORES`], written by `scripts/firmware.sh --table`).
+//! - **Flash**: the image beside txl's code for the image's weight precision alone, as
+//!   `examples/export-demo` measures it on the part's Arm instruction set ([`CODE`], written by
+//!   `scripts/export-example.sh --code-table`); where none is measured (RISC-V, integer images),
+//!   the code of the whole firmware on the core's board ([`CORES`], `scripts/firmware.sh
+//!   --table`: every precision, the log and the benchmarks, several times more).
 //! - **RAM**: the arena ([`Session::arena_bytes`], the core's own arithmetic) beside the stack
 //!   and the statics the firmware keeps (measured on the `stm32f405` board: `firmware/src/board.rs`).
 //!   For each memory dtype and position-key mode, the longest `mem_len` that fits, streaming
@@ -48,6 +51,50 @@ const PARTS: &str = include_str!("fit/parts.tsv");
 /// What the firmware measured on each board (`scripts/firmware.sh --table` writes it): per
 /// precision of the demo model, instructions per MAC, and the flash its code takes.
 pub const CORES: &str = include_str!("fit/cores.tsv");
+
+/// txl's code for one weight precision on each Arm instruction set: `.text` bytes of
+/// `examples/export-demo` built with that precision's features (`scripts/export-example.sh
+/// --code-table` writes it).
+pub const CODE: &str = include_str!("fit/code.tsv");
+
+/// The Rust target whose row of [`CODE`] stands for `core`'s code: the one it builds for, or for
+/// Armv8-M Mainline (M33, M55) Armv7E-M's, the same Thumb-2 instructions with the DSP extension.
+fn code_target(core: &str) -> Option<&'static str> {
+    match core {
+        "Cortex-M4F" | "Cortex-M4" | "Cortex-M7" | "Cortex-M33" | "Cortex-M55" => {
+            Some("thumbv7em-none-eabihf")
+        }
+        "Cortex-M3" => Some("thumbv7m-none-eabi"),
+        "Cortex-M0+" | "Cortex-M0" | "Armv6-M" => Some("thumbv6m-none-eabi"),
+        _ => None,
+    }
+}
+
+/// `(bytes, where measured)` of txl's code for `weights` on `core`, from [`CODE`].
+fn precision_code(core: &str, weights: &str) -> Result<Option<(usize, String)>> {
+    let Some(target) = code_target(core) else {
+        return Ok(None);
+    };
+    for (number, line) in CODE.lines().enumerate() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        let [row_target, row_weights, bytes] = f[..] else {
+            bail!("code table line {}: {line:?}", number + 1);
+        };
+        if row_target == target && row_weights == weights {
+            let bytes = bytes
+                .parse()
+                .with_context(|| format!("code table line {}: {line:?}", number + 1))?;
+            return Ok(Some((
+                bytes,
+                format!("examples/export-demo, {weights} alone, {target}"),
+            )));
+        }
+    }
+    Ok(None)
+}
 
 /// The longest `mem_len` searched.
 const MAX_MEM_LEN: u32 = 1 << 20;
@@ -514,10 +561,13 @@ pub fn fit(model: &Model<'_>, image_bytes: usize, part: &Part) -> Result<Answer>
         .iter()
         .filter(|r| Some(&r.board) == code_board.as_ref())
         .collect();
-    // The code of that board (its largest build), or the largest measured anywhere.
-    let (code_bytes, code_measured_on) = match code_rows.iter().map(|r| r.code_bytes).max() {
-        Some(code) => (code, code_board),
-        None => {
+    // txl's code for this precision alone; else that board's firmware (its largest build), or
+    // the largest measured anywhere.
+    let firmware_code = code_rows.iter().map(|r| r.code_bytes).max();
+    let (code_bytes, code_measured_on) = match (precision_code(&part.core, weights)?, firmware_code) {
+        (Some((code, on)), _) => (code, Some(on)),
+        (None, Some(code)) => (code, code_board),
+        (None, None) => {
             let row = rows
                 .iter()
                 .max_by_key(|r| r.code_bytes)
