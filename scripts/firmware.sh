@@ -2,6 +2,14 @@
 # Builds the firmware for one board, runs it in QEMU and prints its log; see --help.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# The firmware's build reads TXL_MODEL and TXL_TOKENS from firmware/: a relative path that
+# names a file here is made absolute first, so it means what it says where the script was run.
+for var in TXL_MODEL TXL_TOKENS; do
+  value=${!var:-}
+  if [[ -n "$value" && "$value" != /* && -e "$value" ]]; then
+    export "$var=$PWD/$value"
+  fi
+done
 runner="$root/firmware/host/qemu-run"
 
 usage() {
