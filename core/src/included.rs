@@ -43,3 +43,9 @@ compile_error!("txl-core needs at least one weight precision: a feature `weights
 compile_error!(
     "txl-core needs at least one memory dtype: a feature `memory-f32`, `memory-f16` or `memory-int8`"
 );
+
+/// The branch for a weight precision or memory dtype this build leaves out: nothing is
+/// computed or stored. `Image::parse` and `Session::new` refuse what needs it, so only a
+/// [`Matrix`](crate::weights::Matrix) built by hand through the public API gets here.
+#[inline(always)]
+pub(crate) fn left_out() {}

@@ -3,7 +3,7 @@
 //! dispatch layer ([`crate::kernels`]) and blocking rows so each block of weights is read once
 //! for all the inputs of a pass.
 
-use crate::included::{WEIGHTS_F16, WEIGHTS_F32, WEIGHTS_INT4, WEIGHTS_INT8, WEIGHTS_QUANTIZED};
+use crate::included::{left_out, WEIGHTS_F16, WEIGHTS_F32, WEIGHTS_INT4, WEIGHTS_INT8, WEIGHTS_QUANTIZED};
 use crate::kernels::portable::{
     i64_to_f32, int4_groups, int4_multiplier, int4_row_bytes, int4_value, largest_magnitude, max_abs,
     quantize_with,
@@ -11,11 +11,6 @@ use crate::kernels::portable::{
 use crate::kernels::{self, GroupInputs, GROUP_ROWS, MAX_POSITIONS_PER_PASS, VECMAT_INPUTS};
 use crate::vector::{add_vector, Vector};
 use crate::weights::{Matrix, MatrixData};
-
-/// A product with a matrix of a precision this build leaves out ([`crate::included`]): nothing
-/// is computed. `Image::parse` refuses such matrices, so only one built by hand gets here.
-#[inline(always)]
-fn left_out() {}
 
 /// Words of kernel scratch a product with `cols` inputs needs: the input quantized to int8 (one
 /// byte a column, rounded up to whole words) and, for the DSP kernels, the same values widened

@@ -14,7 +14,7 @@
 use half::f16;
 
 use crate::fixed_point::round_shift_i32;
-use crate::included::{MEMORY_F16, MEMORY_F32, MEMORY_INT8};
+use crate::included::{left_out, MEMORY_F16, MEMORY_F32, MEMORY_INT8};
 use crate::int8_attention;
 use crate::integer::pow2_exponent;
 use crate::kernels;
@@ -26,11 +26,6 @@ use crate::options::MemDtype;
 /// content terms of up to `n - 1` keys per query that the query does not see, and the keys
 /// all its queries see, whose values it adds together, are `n - 1` fewer than a window.
 pub(crate) const QUERIES_TOGETHER: usize = 16;
-
-/// A memory dtype this build leaves out ([`crate::included`]): nothing is stored or read.
-/// `Session::new` refuses such options, so no session gets here.
-#[inline(always)]
-fn left_out() {}
 
 /// One of the two caches (keys or values) in its storage type.
 #[derive(Debug)]

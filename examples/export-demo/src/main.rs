@@ -38,7 +38,11 @@ fn main() -> ! {
         Ok(()) => 0,
         Err(error) => {
             let mut line = Line::new();
-            line.text("error: ").text(reason(&error)).text("\n");
+            line.text("error: ").text(reason(&error));
+            if let Error::LeftOut(feature) = error {
+                line.text(": ").text(feature);
+            }
+            line.text("\n");
             line.print();
             1
         }

@@ -27,6 +27,7 @@ mod export;
 mod fit;
 mod generate;
 mod inspect;
+mod picture;
 mod progress;
 mod quantize;
 mod score;

@@ -4,21 +4,14 @@
 //! bar that overflows is drawn to the need, past a red line at the part's size. Drawn with the
 //! quantizer report's font and crates (`plotters`, `png`).
 
-use std::sync::OnceLock;
-
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
-use plotters::style::{register_font, FontStyle};
 
 use super::Answer;
+use crate::cli::picture::{font, png_bytes, FONT};
 
 /// Width and height in pixels.
 pub const SIZE: (u32, u32) = (1000, 320);
-
-/// DejaVu Sans Mono (its licence: `tools/assets/DejaVuSansMono-LICENSE.txt`).
-const FONT_BYTES: &[u8] = include_bytes!("../../../assets/DejaVuSansMono.ttf");
-/// The family name the font is registered under.
-const FONT: &str = "txl-fit-mono";
 
 fn drawn<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T> {
     result.map_err(|e| anyhow!("drawing the fit: {e}"))
@@ -37,10 +30,7 @@ const OVER: RGBColor = RGBColor(204, 0, 0);
 
 /// The answer drawn as a PNG file's bytes.
 pub fn png(answer: &Answer, model: &str) -> Result<Vec<u8>> {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    if !*REGISTERED.get_or_init(|| register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok()) {
-        return Err(anyhow!("the picture's font does not load"));
-    }
+    font()?;
     let (width, height) = SIZE;
     let mut pixels = vec![0u8; width as usize * height as usize * 3];
     {
@@ -72,14 +62,7 @@ pub fn png(answer: &Answer, model: &str) -> Result<Vec<u8>> {
         bar(&root, 200, "RAM", answer.ram_bytes, &ram)?;
         drawn(root.present())?;
     }
-    let mut out = Vec::new();
-    let mut encoder = png::Encoder::new(&mut out, width, height);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder.write_header()?;
-    writer.write_image_data(&pixels)?;
-    writer.finish()?;
-    Ok(out)
+    png_bytes(&pixels, width, height)
 }
 
 /// One bar at `y`: `capacity` bytes across the bar's width (or the need, if larger), the

@@ -8,17 +8,12 @@
 //! overlap (the tests check the boxes). Drawn from the [`Report`] alone (the JSON holds the
 //! same numbers), with the font in `tools/assets/`, so no system font is needed.
 
-use std::sync::OnceLock;
-
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
-use plotters::style::{register_font, FontDesc, FontFamily, FontStyle};
+use plotters::style::{FontDesc, FontFamily, FontStyle};
 use txl_host_gpu::quantize::{Report, Target};
 
-/// DejaVu Sans Mono (its licence: `tools/assets/DejaVuSansMono-LICENSE.txt`).
-const FONT_BYTES: &[u8] = include_bytes!("../../../assets/DejaVuSansMono.ttf");
-/// The family name the font is registered under.
-const FONT: &str = "txl-mono";
+use crate::cli::picture::{font, png_bytes, FONT};
 
 /// The margin around the picture and between its parts, in pixels.
 const MARGIN: i32 = 20;
@@ -60,16 +55,6 @@ const LIGHT: RGBColor = RGBColor(238, 238, 236);
 /// A plotters error as an error of this crate.
 fn drawn<T, E: std::fmt::Display>(result: Result<T, E>) -> Result<T> {
     result.map_err(|e| anyhow!("drawing the report: {e}"))
-}
-
-/// Registers the font once.
-fn font() -> Result<()> {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    if *REGISTERED.get_or_init(|| register_font(FONT, FontStyle::Normal, FONT_BYTES).is_ok()) {
-        Ok(())
-    } else {
-        Err(anyhow!("the report's font does not load"))
-    }
 }
 
 /// Where a matrix of the report sits: a layer's column, or a row of its own outside the layers.
@@ -849,14 +834,7 @@ pub fn png(report: &Report) -> Result<Vec<u8>> {
         }
         drawn(root.present())?;
     }
-    let mut out = Vec::new();
-    let mut encoder = png::Encoder::new(&mut out, width, height);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder.write_header()?;
-    writer.write_image_data(&pixels)?;
-    writer.finish()?;
-    Ok(out)
+    png_bytes(&pixels, width, height)
 }
 
 #[cfg(test)]
