@@ -288,7 +288,14 @@ fn round_in_range(y: f32) -> i32 {
 /// folds it; [`largest_magnitude`] takes a slice.
 #[inline(always)]
 pub(crate) fn max_abs(values: impl Iterator<Item = f32>) -> f32 {
-    values.fold(0.0, |max, v| larger(max, v.abs()))
+    let mut max = 0.0f32;
+    for v in values {
+        let a = v.abs();
+        if a > max {
+            max = a;
+        }
+    }
+    max
 }
 
 /// The largest `|v|` of `values` (NaNs ignored, as `f32::max` ignores them; 0 for none): four
