@@ -222,6 +222,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn query_words_round_trip_every_column_including_a_partial_group() {
         let query: [f32; 7] = [1.0, -2.0, 0.5, 3.0, -3.0, 0.25, -0.125];
         let mut words = [0u32; 4];
@@ -236,6 +237,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn non_finite_inputs_take_the_f32_path() {
         let mut words = [0u32; 2];
         assert!(QueryWords::quantize(&[1.0, f32::NAN], &mut words).is_none());
@@ -247,6 +249,7 @@ mod tests {
     /// Found by fuzzing: subnormal weights made the step's inverse infinite, and a weight
     /// saturated to `i32::MAX`. Values that small quantize to zero now.
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn subnormal_values_quantize_to_zero() {
         let tiny = f32::from_bits(1); // the smallest subnormal
         let mut w = [tiny, 0.0, tiny];
@@ -262,6 +265,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn probability_weights_never_overflow_the_sums() {
         // many keys of equal weight: the sum limit, not the 16-bit one, sets the step
         let mut p = [1.0f32; 4000];
@@ -275,6 +279,7 @@ mod tests {
     /// each may be off by at most half a 16-bit step per term (plus f32 rounding), at every
     /// head width (whole and partial groups of four) and an odd key count.
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn integer_products_are_the_f64_products_to_half_a_step() {
         for d_head in [1usize, 3, 4, 8, 13, 32, 64] {
             let stride = d_head + 5;

@@ -169,19 +169,19 @@ fn folded_keys_agree_with_kept_keys_with_f32_and_f16_weights() {
 /// and the two orders are at most half as far from each other as the kept keys are from the
 /// f32 weights (measured 0.06-0.21x).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "int8 weights with folded keys run under Miri in positions_per_pass; the comparison is safe code"
+)]
 fn folded_keys_with_int8_weights_are_as_close_to_the_f32_weights_as_kept_keys() {
     let config = tiny_config();
-    let cases: &[(MatrixDtype, u64)] = if cfg!(miri) {
-        &[(MatrixDtype::Int8Smoothed, 21)]
-    } else {
-        &[
-            (MatrixDtype::Int8, 21),
-            (MatrixDtype::Int8, 22),
-            (MatrixDtype::Int8Smoothed, 21),
-            (MatrixDtype::Int8Smoothed, 23),
-        ]
-    };
-    for &(weights, seed) in cases {
+    let cases = [
+        (MatrixDtype::Int8, 21),
+        (MatrixDtype::Int8, 22),
+        (MatrixDtype::Int8Smoothed, 21),
+        (MatrixDtype::Int8Smoothed, 23),
+    ];
+    for (weights, seed) in cases {
         let f32_image = tiny_image(&config, MatrixDtype::F32, seed);
         let exact = Model::parse(f32_image.bytes()).unwrap();
         let image = tiny_image(&config, weights, seed);

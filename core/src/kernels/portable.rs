@@ -643,6 +643,7 @@ mod tests {
     use alloc::{vec, vec::Vec};
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn i64_to_f32_rounds_as_the_cast_does() {
         let mut values = vec![0i64, 1, -1, i64::MAX, i64::MIN, i64::MIN + 1];
         for k in 24..63 {
@@ -670,6 +671,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn int4_values_unpack_as_packed_at_every_position() {
         let cols = 21;
         let values: Vec<i8> = (0..cols).map(|c| (c % 16) as i8 - 8).collect();
@@ -683,6 +685,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn f16_widening_is_exact_for_every_value() {
         for bits in 0..=u16::MAX {
             let half = f16::from_bits(bits);
@@ -695,6 +698,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn activations_quantize_symmetrically() {
         let mut q = [0i8; 4];
         let scale = quantize_i8(&[1.0, -0.5, 0.25, 0.0], None, &mut q);
@@ -704,6 +708,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn rounding_equals_libm_roundf() {
         let check = |y: f32| {
             let reference = libm::roundf(y) as i32;
@@ -743,6 +748,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn quantization_rounds_as_roundf_and_clamps_a_subnormal_range() {
         let x = [
             1.0,
