@@ -83,6 +83,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn draws_cover_their_range_evenly() {
         let mut rng = Rng::new(11);
         let mut counts = [0u32; 10];

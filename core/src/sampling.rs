@@ -83,6 +83,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn sampling_follows_the_distribution() {
         let mut sampler = Sampler::new(Sampling::Temperature {
             temperature: 1.0,
