@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-seconds=${1:-20}
+seconds=${1:-10}
 shift || true
 # Flags of the build and of every run (a run with other flags would build again).
 build_flags=(--debug-assertions)

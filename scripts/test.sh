@@ -159,8 +159,8 @@ if [ "$(uname -m)" = x86_64 ]; then
     --target x86_64-unknown-linux-gnu --target-dir target/asan --lib --tests
 fi
 
-step "fuzzing: every cargo-fuzz target for 20 s (image and integer_image 10 s each) from its seeds and regressions (fuzz/README.md)"
-scripts/fuzz.sh 20
+step "fuzzing: every cargo-fuzz target for 10 s (image and integer_image 5 s each) from its seeds and regressions (fuzz/README.md)"
+scripts/fuzz.sh 10
 
 step "NVRTC for the CUDA kernels' compile test (a PyPI wheel; needs no GPU and no CUDA)"
 nvrtc_lib=target/nvrtc/nvidia/cu13/lib
