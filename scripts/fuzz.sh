@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of the parsers (fuzz/README.md): installs cargo-fuzz and the nightly
 # toolchain if missing, builds every target of fuzz/ (AddressSanitizer, debug assertions, so an
-# integer overflow panics too), then runs each one for SECONDS (default 20), as many side by
+# integer overflow panics too), then runs each one for SECONDS (default 10), as many side by
 # side as the machine has cores, and fails if any crashes, leaks, hangs (an input over 10 s),
 # allocates over 256 MB at once, or grows past 2 GB. About 3 minutes on a 2-core machine from a
 # clean fuzz/target (fuzz/README.md).
