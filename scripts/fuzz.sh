@@ -3,7 +3,7 @@
 # toolchain if missing, builds every target of fuzz/ (AddressSanitizer, debug assertions, so an
 # integer overflow panics too), then runs each one for SECONDS (default 10), as many side by
 # side as the machine has cores, and fails if any crashes, leaks, hangs (an input over 10 s),
-# allocates over 256 MB at once, or grows past 2 GB. About 3 minutes on a 2-core machine from a
+# allocates over 256 MB at once, or grows past 2 GB. About 2.5 minutes on a 2-core machine from a
 # clean fuzz/target (fuzz/README.md).
 # When every target runs, `image` and `integer_image` (model images as they come, and integer
 # images edited) share one target's time: SECONDS/2 each.
