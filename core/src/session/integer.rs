@@ -522,8 +522,29 @@ impl Session<'_, '_> {
             let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
             acc.fill(0);
             self.memory.value_sums_int8(layer, lo, head, &sums[lo..=hi], acc);
-            for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {
-                *o = saturate(round_shift(sum as i64, 15 - e_max));
+            let shift = 15 - e_max;
+            if shift >= 0 {
+                // a rounding shift right of an `i32` stays within it: no saturation
+                for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {
+                    *o = round_shift_i32(sum, shift as u32);
+                }
+            } else if shift > -32 {
+                // a shift left, saturated where the value leaves the `i32` range
+                let left = shift.unsigned_abs();
+                for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {
+                    let y = sum << left;
+                    *o = if y >> left == sum {
+                        y
+                    } else if sum < 0 {
+                        i32::MIN
+                    } else {
+                        i32::MAX
+                    };
+                }
+            } else {
+                for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {
+                    *o = saturate(round_shift(sum as i64, shift));
+                }
             }
         }
     }

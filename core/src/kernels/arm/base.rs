@@ -384,20 +384,42 @@ fn four_keys(q: &[i16], keys: [&[i8]; ROWS]) -> [i32; ROWS] {
     four_dots(q, keys)
 }
 
+/// Value columns one pass of [`value_sums_i8`] keeps in registers: eight on Armv7-M (each value
+/// byte an `LDRSB.W` at an immediate offset), four on Armv6-M (fewer registers).
+const VALUE_COLS: usize = if cfg!(all(target_arch = "arm", not(target_has_atomic = "ptr"))) {
+    4
+} else {
+    8
+};
+
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
-/// `values[t * stride..]` ([`portable::value_sums_i8`]): four columns at a time, their sums in
-/// registers through every value; the last columns by the portable code. The same sums (every
-/// product and sum wraps, as there).
+/// `values[t * stride..]` ([`portable::value_sums_i8`]): [`VALUE_COLS`] columns at a time, their
+/// sums in registers through every value, each weight loaded once for them, no bounds check
+/// per value; the last columns, and values that overlap (a stride shorter than `acc`), by the
+/// portable code. The same sums (every product and sum wraps, as there).
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
-    let whole = acc.len() / 4 * 4;
+    let n = weights.len();
+    if n == 0 || acc.is_empty() {
+        return;
+    }
+    if stride < acc.len() || values.len() < (n - 1) * stride + acc.len() {
+        return portable::value_sums_i8(values, stride, weights, acc);
+    }
+    let whole = acc.len() / VALUE_COLS * VALUE_COLS;
     let (blocks, rest) = acc.split_at_mut(whole);
-    for (g, out) in blocks.chunks_exact_mut(4).enumerate() {
-        let mut sums = [out[0], out[1], out[2], out[3]];
-        for (t, &w) in weights.iter().enumerate() {
-            let v = &values[t * stride + 4 * g..][..4];
+    for (g, out) in blocks.chunks_exact_mut(VALUE_COLS).enumerate() {
+        let mut sums = [0i32; VALUE_COLS];
+        sums.copy_from_slice(out);
+        let mut at = values[g * VALUE_COLS..].as_ptr();
+        for &w in weights {
+            // SAFETY: value `t` (`t < n`) has `acc.len()` bytes from `t * stride` in `values`
+            // (checked above), so columns `g · VALUE_COLS..(g + 1) · VALUE_COLS` are there; `at`
+            // moves on by `stride` after each value, past the slice only after the last.
+            let v = unsafe { &*(at as *const [i8; VALUE_COLS]) };
             for (s, &v) in sums.iter_mut().zip(v) {
                 *s = s.wrapping_add(w.wrapping_mul(v as i32));
             }
+            at = at.wrapping_add(stride);
         }
         out.copy_from_slice(&sums);
     }
