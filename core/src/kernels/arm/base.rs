@@ -295,7 +295,8 @@ macro_rules! armv7m_column {
 /// register offset alone and `MULS` low registers, so the one index serves the input and the
 /// four rows (low registers `r0`–`r7`, `r6` and `r7` saved and restored on the stack: the
 /// compiler keeps them for itself), the sums in high registers (`r8`–`r11`): 15 instructions per
-/// column for int8 inputs, 16 for 16-bit ones (the byte offset twice the index: `LSLS`).
+/// column for int8 inputs, 16 for 16-bit ones (the byte offset twice the index: `LSLS`); four
+/// columns a pass with one branch where the length is a multiple of 4 (14.25 and 15.25).
 #[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
 macro_rules! armv6m_four_dots {
     ($name:ident, $x:ty, $($load:literal),+) => {
@@ -307,6 +308,44 @@ macro_rules! armv6m_four_dots {
             let [e0, e1, e2, e3] = rows.map(|r| r[..n].as_ptr_range().end);
             let end = x.as_ptr_range().end;
             let (a0, a1, a2, a3): (i32, i32, i32, i32);
+            if n % 4 == 0 {
+                // four columns a pass: one branch for them
+                // SAFETY: as below; `n` is a multiple of 4, so the index reaches 0 at the end
+                // of a pass.
+                unsafe {
+                    core::arch::asm!(
+                        "push {{r6, r7}}",
+                        "movs r6, #0",
+                        "mov r8, r6",
+                        "mov r9, r6",
+                        "mov r10, r6",
+                        "mov r11, r6",
+                        "2:",
+                        armv6m_column!($($load),+),
+                        armv6m_column!($($load),+),
+                        armv6m_column!($($load),+),
+                        armv6m_column!($($load),+),
+                        "bne 2b",
+                        "pop {{r6, r7}}",
+                        "mov r2, r8",
+                        "mov r3, r9",
+                        "mov r4, r10",
+                        "mov r5, r11",
+                        inout("r0") -(n as isize) => _,
+                        in("r1") end,
+                        inout("r2") e0 => a0,
+                        inout("r3") e1 => a1,
+                        inout("r4") e2 => a2,
+                        inout("r5") e3 => a3,
+                        out("r8") _,
+                        out("r9") _,
+                        out("r10") _,
+                        out("r11") _,
+                        options(readonly),
+                    );
+                }
+                return [a0, a1, a2, a3];
+            }
             // SAFETY: the index runs from -n to -1, so each load reads a value of its slice
             // (each `n` long, ending at its `end`); r6 and r7 are pushed before use and popped
             // after.
@@ -319,20 +358,7 @@ macro_rules! armv6m_four_dots {
                     "mov r10, r6",
                     "mov r11, r6",
                     "2:",
-                    $($load,)+
-                    "ldrsb r7, [r2, r0]",
-                    "muls r7, r6, r7",
-                    "add r8, r7",
-                    "ldrsb r7, [r3, r0]",
-                    "muls r7, r6, r7",
-                    "add r9, r7",
-                    "ldrsb r7, [r4, r0]",
-                    "muls r7, r6, r7",
-                    "add r10, r7",
-                    "ldrsb r7, [r5, r0]",
-                    "muls r7, r6, r7",
-                    "add r11, r7",
-                    "adds r0, #1",
+                    armv6m_column!($($load),+),
                     "bne 2b",
                     "pop {{r6, r7}}",
                     "mov r2, r8",
@@ -354,6 +380,30 @@ macro_rules! armv6m_four_dots {
             }
             [a0, a1, a2, a3]
         }
+    };
+}
+
+/// One column of [`armv6m_four_dots`]: the input's load, the four rows' `LDRSB`, `MULS` and
+/// `ADD`, then the index's step (its flags for the loop's branch).
+#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+macro_rules! armv6m_column {
+    ($($load:literal),+) => {
+        concat!(
+            $($load, "\n",)+
+            "ldrsb r7, [r2, r0]\n",
+            "muls r7, r6, r7\n",
+            "add r8, r7\n",
+            "ldrsb r7, [r3, r0]\n",
+            "muls r7, r6, r7\n",
+            "add r9, r7\n",
+            "ldrsb r7, [r4, r0]\n",
+            "muls r7, r6, r7\n",
+            "add r10, r7\n",
+            "ldrsb r7, [r5, r0]\n",
+            "muls r7, r6, r7\n",
+            "add r11, r7\n",
+            "adds r0, #1\n",
+        )
     };
 }
 
