@@ -2,10 +2,11 @@
 //! Cortex-M0, M0+): int8 rows several at a time, each input byte loaded once for them, in
 //! assembly (the firmware's `bench`, `int8_rows`: 2.25 instructions per multiply-accumulate on
 //! the M3, six rows a pass at immediate offsets with `LDRSB.W` and `MLA` for rows of 128, 256
-//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.87 on
-//! Armv6-M with register-offset `LDRSB`, `MULS` and `ADD`), and the int8 attention's sums in
-//! Rust with four keys a pass, four value columns in registers. Off Arm (the host's unit
-//! tests) the rows are Rust too. Integer sums, exact: the portable kernels' bits.
+//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.68 on
+//! Armv6-M with register-offset `LDRSB`, `MULS` and `ADD`, four columns a pass), the int8
+//! attention's key sums in assembly with four keys a pass, and its value sums in Rust with
+//! eight value columns in registers (four on Armv6-M). Off Arm (the host's unit tests) the rows
+//! are Rust too. Integer sums, exact: the portable kernels' bits.
 
 use crate::kernels::portable;
 
