@@ -338,6 +338,11 @@ impl PreparedRescale {
     }
 }
 
+/// Whether the target multiplies 32 × 32 → 64 bits in one instruction or two (`SMULL`, RV32M's
+/// `MUL` and `MULH`, 64-bit cores): [`ScaledByBits::apply`] then takes one such product. Not on
+/// Armv6-M, where it is a library call.
+const WIDE_MULTIPLY: bool = !cfg!(all(target_arch = "arm", not(target_has_atomic = "ptr")));
+
 /// A [`Scale16`] that multiplies many `f32` scales read from their bits, each product applied to
 /// one value at once: [`ScaledByBits::apply`]`(bits, x)` is
 /// `Scale16::of_f32(f32::from_bits(bits)).times(scale).apply(x)`, the same bits, with the usual
@@ -384,6 +389,18 @@ impl ScaledByBits {
             // product / 2^(16 + up), rounded halves up, in [2^14, 2^15]; then `Rescale::apply`'s
             // two 32-bit paths
             let m = ((product >> (15 + up)) + 1) >> 1;
+            if WIDE_MULTIPLY && (1..=31).contains(&shift) {
+                // one 32 × 32 → 64-bit product, rounded and shifted as two words: the exact
+                // `round(x m / 2^shift)` wherever it fits 32 bits, as the 32-bit paths give it
+                let wide = x as i64 * m as i64 + (1u32 << (shift - 1)) as i64; // below 2^47 in magnitude
+                let (low, high) = (wide as u32, (wide >> 32) as i32);
+                let y = ((low >> shift) | ((high as u32) << (32 - shift))) as i32;
+                // it fits where the bits above the result's are copies of its sign
+                if high >> (shift - 1) == y >> 31 {
+                    return y;
+                }
+                return self.general(bits, x);
+            }
             let (high, low) = ((x >> 16) * m as i32, (x as u32 & 0xFFFF) * m);
             if (17..=46).contains(&shift) {
                 return (high + (1 << (shift - 17)) + (low >> 16) as i32) >> (shift - 16);

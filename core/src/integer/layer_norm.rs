@@ -113,13 +113,17 @@ impl Statistics {
     /// `None` for an empty row, or `σ' = 0` (a constant row and no epsilon: `y = bias`).
     fn of(x: &[i32], epsilon: u64, frac: u32) -> Option<Statistics> {
         let n = x.len() as i64;
-        if n == 0 {
-            return None;
+        let &first = x.first()?;
+        // the sum, the smallest and the largest value in one pass
+        let (mut sum, mut low, mut high) = (0i64, first, first);
+        for &v in x {
+            sum += v as i64;
+            low = low.min(v);
+            high = high.max(v);
         }
-        let sum: i64 = x.iter().map(|&v| v as i64).sum();
         // k fraction bits more for the mean, as many as keep every `x · 2^k` below 2^30 (at
         // most 16)
-        let top = x.iter().map(|&v| v.unsigned_abs()).max().unwrap_or(0);
+        let top = low.unsigned_abs().max(high.unsigned_abs());
         let k = top.leading_zeros().saturating_sub(2).min(16);
         let mean = ((sum << k) + n / 2).div_euclid(n) as i32; // |Σ x · 2^k| ≤ n · 2^30
         let stats = Statistics {
@@ -127,11 +131,12 @@ impl Statistics {
             mean,
             inverse: Scale16::ZERO,
         };
-        let largest = x
-            .iter()
-            .map(|&v| stats.deviation(v).unsigned_abs())
-            .max()
-            .unwrap_or(0);
+        // the deviation grows with the value (`x · 2^k` is exact), so its largest magnitude is
+        // the smallest value's or the largest's
+        let largest = stats
+            .deviation(low)
+            .unsigned_abs()
+            .max(stats.deviation(high).unsigned_abs());
         let s = (32 - largest.leading_zeros()).saturating_sub(15);
         let squares: u64 = x
             .iter()

@@ -22,7 +22,10 @@ pub use layer_norm::{
     layer_norm, layer_norm_of_bits, layer_norm_with, signed_scale, LayerNormParams, SignedScale,
 };
 pub use linear::{act_rescale, act_shift, act_top, pow2_act_top, rescale_wide, Int8Steps, ACT_SHIFT};
-pub use softmax::{log_softmax, softmax_q15, softmax_q15_in_place, to_exp_input, PROBABILITY_ONE};
+pub use softmax::{
+    log_softmax, softmax_exp_in_place, softmax_q15, softmax_q15_in_place, to_exp_input, Normalise,
+    PROBABILITY_ONE,
+};
 
 /// The smallest `e ≥ 0` with `|round(x / 2^e)| ≤ limit` for every `x` of `row` (`limit ≥ 1`):
 /// the power of two of an int8 key, value or position key (`limit` 127), or of a 16-bit query.

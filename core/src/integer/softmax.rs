@@ -51,9 +51,18 @@ pub fn softmax_q15(scores: &[i32], frac: u32, probs: &mut [u16]) {
 /// [`softmax_q15`] in place: each score becomes its probability (the same values), each
 /// `e_j` computed once and kept in the score's place until the sum is known.
 pub fn softmax_q15_in_place(scores: &mut [i32], frac: u32) {
-    let Some(&largest) = scores.iter().max() else {
-        return;
-    };
+    if let Some(normalise) = softmax_exp_in_place(scores, frac) {
+        for p in scores.iter_mut() {
+            *p = normalise.apply(*p);
+        }
+    }
+}
+
+/// The first half of [`softmax_q15_in_place`]: each score becomes its `e_j`, and what turns
+/// an `e_j` into its probability ([`Normalise::apply`]) is returned (`None` for an empty row),
+/// so a caller can take the probabilities in a pass of its own.
+pub fn softmax_exp_in_place(scores: &mut [i32], frac: u32) -> Option<Normalise> {
+    let &largest = scores.iter().max()?;
     let mut sum = 0u64;
     for s in scores.iter_mut() {
         let e = exp_neg(to_exp_input(largest, *s, frac)); // at most 2^30
@@ -61,13 +70,29 @@ pub fn softmax_q15_in_place(scores: &mut [i32], frac: u32) {
         *s = e as i32;
     }
     let normalise = Multiplier::from_ratio(PROBABILITY_ONE as u64, sum).unwrap_or(Multiplier::ZERO);
-    // `normalise.apply(e)` of an `e` in `0..=2^30`, unsigned (the product is below 2^62, so no
-    // saturation comes before the `min`): one 32 × 32 → 64-bit product a probability
     let (m, shift) = (normalise.mantissa.max(0) as u64, normalise.shift as u32);
-    let half = (1u64 << shift) >> 1;
-    for p in scores.iter_mut() {
-        let e = *p as u32 as u64;
-        *p = ((e * m + half) >> shift).min(PROBABILITY_ONE as u64 - 1) as i32;
+    Some(Normalise {
+        m,
+        shift,
+        half: (1u64 << shift) >> 1,
+    })
+}
+
+/// `e_j · 2^15 / S` of [`softmax_exp_in_place`]'s row, rounded, at most `32767`.
+#[derive(Clone, Copy, Debug)]
+pub struct Normalise {
+    m: u64,
+    shift: u32,
+    half: u64,
+}
+
+impl Normalise {
+    /// `normalise.apply(e)` of an `e` in `0..=2^30`, unsigned (the product is below 2^62, so
+    /// no saturation comes before the `min`): one 32 × 32 → 64-bit product a probability.
+    #[inline]
+    pub fn apply(self, e: i32) -> i32 {
+        let e = e as u32 as u64;
+        ((e * self.m + self.half) >> self.shift).min(PROBABILITY_ONE as u64 - 1) as i32
     }
 }
 

@@ -23,7 +23,7 @@ use crate::fixed_point::{
 };
 use crate::integer::{
     act_rescale, act_shift, act_top, attention_score, layer_norm_of_bits, log_softmax, pow2_act_top,
-    pow2_exponent, pow2_exponent_of, rescale_wide, softmax_q15_in_place, Int8Steps, ACT_SHIFT, SCORE_FRAC,
+    pow2_exponent, pow2_exponent_of, rescale_wide, softmax_exp_in_place, Int8Steps, ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -91,6 +91,11 @@ fn add(y: &mut [i32], x: &[i32]) {
 /// what one step is worth ([`Int8Steps`]).
 fn quantize_int8(value: impl Fn(usize) -> i32, out: &mut [i8]) -> Scale16 {
     let largest = (0..out.len()).map(|c| value(c).unsigned_abs()).max().unwrap_or(0);
+    quantize_int8_of(largest, value, out)
+}
+
+/// [`quantize_int8`] of values whose largest magnitude `largest` the caller knows.
+fn quantize_int8_of(largest: u32, value: impl Fn(usize) -> i32, out: &mut [i8]) -> Scale16 {
     let Some(steps) = Int8Steps::new(largest as u64) else {
         out.fill(0);
         return Scale16::ZERO;
@@ -160,12 +165,17 @@ impl<'s> Input<'s> {
             } => {
                 let act = &act[..m.cols];
                 let top = match pow2_act_top(act) {
-                    // powers of two: a shift per value (the same values)
+                    // powers of two: a shift per value (the same values), the largest
+                    // magnitude found in the same pass
                     Some(biased) => {
+                        let mut largest = 0;
                         for (v, &a) in x.iter_mut().zip(act) {
                             *v = act_shift(*v, a, biased);
+                            largest = largest.max(v.unsigned_abs());
                         }
-                        biased as i32 - 142
+                        let top = biased as i32 - 142;
+                        let step = quantize_int8_of(largest, |c| x[c], xq).times_pow2(top + ACT_SHIFT);
+                        return Input::widened(xq, widened, step);
                     }
                     None => {
                         let top = act_top(act.iter().map(|&a| Scale16::of_f32(a)));
@@ -476,6 +486,7 @@ impl Session<'_, '_> {
             let words: &mut [u32] = bytemuck::cast_slice_mut(&mut words[..]);
             let visible = shape.visible_keys(i);
             let (lo, hi) = visible.unwrap_or((0, klen - 1));
+            let mut normalise = None;
             if let Some((lo, hi)) = visible {
                 // content sums (q + u) · k_j, then position sums (q + v) · R_d by distance
                 let qb = &mut out[cols.clone()];
@@ -496,22 +507,36 @@ impl Session<'_, '_> {
                         sums[j] =
                             attention_score(inv_sqrt_d_head, frac, (sums[j], ce + ke), (second[d], pe + re));
                     });
-                softmax_q15_in_place(&mut sums[lo..=hi], SCORE_FRAC);
+                normalise = softmax_exp_in_place(&mut sums[lo..=hi], SCORE_FRAC);
             } else {
                 // every key masked: uniform over all keys, as Hugging Face does
                 let p = ((32768 + klen as u32 / 2) / klen as u32).min(32767);
                 sums[lo..=hi].fill(p as i32);
             }
             // Σ_j p_j v_j, each value's power of two folded into its probability against the
-            // largest among the keys with a probability (exponents are at least 0)
+            // largest among the keys with a probability (exponents are at least 0); the
+            // softmax's probabilities made in the same pass
             let probs = &mut sums[lo..=hi];
             let mut e_max = 0;
-            self.memory
-                .each_exponent(false, (layer, head), lo, probs.len(), |t, e| {
-                    if probs[t] > 0 {
-                        e_max = e_max.max(e);
-                    }
-                });
+            match normalise {
+                Some(normalise) => {
+                    self.memory
+                        .each_exponent(false, (layer, head), lo, probs.len(), |t, e| {
+                            let p = normalise.apply(probs[t]);
+                            probs[t] = p;
+                            if p > 0 {
+                                e_max = e_max.max(e);
+                            }
+                        })
+                }
+                None => self
+                    .memory
+                    .each_exponent(false, (layer, head), lo, probs.len(), |t, e| {
+                        if probs[t] > 0 {
+                            e_max = e_max.max(e);
+                        }
+                    }),
+            }
             self.memory
                 .each_exponent(false, (layer, head), lo, probs.len(), |t, e| {
                     // a probability is below 2^15: shifted by 16 or more it is 0; a key of a larger
@@ -522,8 +547,29 @@ impl Session<'_, '_> {
             let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
             acc.fill(0);
             self.memory.value_sums_int8(layer, lo, head, &sums[lo..=hi], acc);
-            for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {
-                *o = saturate(round_shift(sum as i64, 15 - e_max));
+            let shift = 15 - e_max;
+            if shift >= 0 {
+                // a rounding shift right of an `i32` stays within it: no saturation
+                for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {
+                    *o = round_shift_i32(sum, shift as u32);
+                }
+            } else if shift > -32 {
+                // a shift left, saturated where the value leaves the `i32` range
+                let left = shift.unsigned_abs();
+                for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {
+                    let y = sum << left;
+                    *o = if y >> left == sum {
+                        y
+                    } else if sum < 0 {
+                        i32::MIN
+                    } else {
+                        i32::MAX
+                    };
+                }
+            } else {
+                for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {
+                    *o = saturate(round_shift(sum as i64, shift));
+                }
             }
         }
     }

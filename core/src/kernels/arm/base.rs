@@ -2,10 +2,11 @@
 //! Cortex-M0, M0+): int8 rows several at a time, each input byte loaded once for them, in
 //! assembly (the firmware's `bench`, `int8_rows`: 2.25 instructions per multiply-accumulate on
 //! the M3, six rows a pass at immediate offsets with `LDRSB.W` and `MLA` for rows of 128, 256
-//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.87 on
-//! Armv6-M with register-offset `LDRSB`, `MULS` and `ADD`), and the int8 attention's sums in
-//! Rust with four keys a pass, four value columns in registers. Off Arm (the host's unit
-//! tests) the rows are Rust too. Integer sums, exact: the portable kernels' bits.
+//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.68 on
+//! Armv6-M with register-offset `LDRSB`, `MULS` and `ADD`, four columns a pass), the int8
+//! attention's key sums in assembly with four keys a pass, and its value sums in Rust with
+//! eight value columns in registers (four on Armv6-M). Off Arm (the host's unit tests) the rows
+//! are Rust too. Integer sums, exact: the portable kernels' bits.
 
 use crate::kernels::portable;
 
@@ -295,7 +296,8 @@ macro_rules! armv7m_column {
 /// register offset alone and `MULS` low registers, so the one index serves the input and the
 /// four rows (low registers `r0`–`r7`, `r6` and `r7` saved and restored on the stack: the
 /// compiler keeps them for itself), the sums in high registers (`r8`–`r11`): 15 instructions per
-/// column for int8 inputs, 16 for 16-bit ones (the byte offset twice the index: `LSLS`).
+/// column for int8 inputs, 16 for 16-bit ones (the byte offset twice the index: `LSLS`); four
+/// columns a pass with one branch where the length is a multiple of 4 (14.25 and 15.25).
 #[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
 macro_rules! armv6m_four_dots {
     ($name:ident, $x:ty, $($load:literal),+) => {
@@ -307,6 +309,44 @@ macro_rules! armv6m_four_dots {
             let [e0, e1, e2, e3] = rows.map(|r| r[..n].as_ptr_range().end);
             let end = x.as_ptr_range().end;
             let (a0, a1, a2, a3): (i32, i32, i32, i32);
+            if n % 4 == 0 {
+                // four columns a pass: one branch for them
+                // SAFETY: as below; `n` is a multiple of 4, so the index reaches 0 at the end
+                // of a pass.
+                unsafe {
+                    core::arch::asm!(
+                        "push {{r6, r7}}",
+                        "movs r6, #0",
+                        "mov r8, r6",
+                        "mov r9, r6",
+                        "mov r10, r6",
+                        "mov r11, r6",
+                        "2:",
+                        armv6m_column!($($load),+),
+                        armv6m_column!($($load),+),
+                        armv6m_column!($($load),+),
+                        armv6m_column!($($load),+),
+                        "bne 2b",
+                        "pop {{r6, r7}}",
+                        "mov r2, r8",
+                        "mov r3, r9",
+                        "mov r4, r10",
+                        "mov r5, r11",
+                        inout("r0") -(n as isize) => _,
+                        in("r1") end,
+                        inout("r2") e0 => a0,
+                        inout("r3") e1 => a1,
+                        inout("r4") e2 => a2,
+                        inout("r5") e3 => a3,
+                        out("r8") _,
+                        out("r9") _,
+                        out("r10") _,
+                        out("r11") _,
+                        options(readonly),
+                    );
+                }
+                return [a0, a1, a2, a3];
+            }
             // SAFETY: the index runs from -n to -1, so each load reads a value of its slice
             // (each `n` long, ending at its `end`); r6 and r7 are pushed before use and popped
             // after.
@@ -319,20 +359,7 @@ macro_rules! armv6m_four_dots {
                     "mov r10, r6",
                     "mov r11, r6",
                     "2:",
-                    $($load,)+
-                    "ldrsb r7, [r2, r0]",
-                    "muls r7, r6, r7",
-                    "add r8, r7",
-                    "ldrsb r7, [r3, r0]",
-                    "muls r7, r6, r7",
-                    "add r9, r7",
-                    "ldrsb r7, [r4, r0]",
-                    "muls r7, r6, r7",
-                    "add r10, r7",
-                    "ldrsb r7, [r5, r0]",
-                    "muls r7, r6, r7",
-                    "add r11, r7",
-                    "adds r0, #1",
+                    armv6m_column!($($load),+),
                     "bne 2b",
                     "pop {{r6, r7}}",
                     "mov r2, r8",
@@ -354,6 +381,30 @@ macro_rules! armv6m_four_dots {
             }
             [a0, a1, a2, a3]
         }
+    };
+}
+
+/// One column of [`armv6m_four_dots`]: the input's load, the four rows' `LDRSB`, `MULS` and
+/// `ADD`, then the index's step (its flags for the loop's branch).
+#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+macro_rules! armv6m_column {
+    ($($load:literal),+) => {
+        concat!(
+            $($load, "\n",)+
+            "ldrsb r7, [r2, r0]\n",
+            "muls r7, r6, r7\n",
+            "add r8, r7\n",
+            "ldrsb r7, [r3, r0]\n",
+            "muls r7, r6, r7\n",
+            "add r9, r7\n",
+            "ldrsb r7, [r4, r0]\n",
+            "muls r7, r6, r7\n",
+            "add r10, r7\n",
+            "ldrsb r7, [r5, r0]\n",
+            "muls r7, r6, r7\n",
+            "add r11, r7\n",
+            "adds r0, #1\n",
+        )
     };
 }
 
@@ -384,20 +435,42 @@ fn four_keys(q: &[i16], keys: [&[i8]; ROWS]) -> [i32; ROWS] {
     four_dots(q, keys)
 }
 
+/// Value columns one pass of [`value_sums_i8`] keeps in registers: eight on Armv7-M (each value
+/// byte an `LDRSB.W` at an immediate offset), four on Armv6-M (fewer registers).
+const VALUE_COLS: usize = if cfg!(all(target_arch = "arm", not(target_has_atomic = "ptr"))) {
+    4
+} else {
+    8
+};
+
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
-/// `values[t * stride..]` ([`portable::value_sums_i8`]): four columns at a time, their sums in
-/// registers through every value; the last columns by the portable code. The same sums (every
-/// product and sum wraps, as there).
+/// `values[t * stride..]` ([`portable::value_sums_i8`]): [`VALUE_COLS`] columns at a time, their
+/// sums in registers through every value, each weight loaded once for them, no bounds check
+/// per value; the last columns, and values that overlap (a stride shorter than `acc`), by the
+/// portable code. The same sums (every product and sum wraps, as there).
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
-    let whole = acc.len() / 4 * 4;
+    let n = weights.len();
+    if n == 0 || acc.is_empty() {
+        return;
+    }
+    if stride < acc.len() || values.len() < (n - 1) * stride + acc.len() {
+        return portable::value_sums_i8(values, stride, weights, acc);
+    }
+    let whole = acc.len() / VALUE_COLS * VALUE_COLS;
     let (blocks, rest) = acc.split_at_mut(whole);
-    for (g, out) in blocks.chunks_exact_mut(4).enumerate() {
-        let mut sums = [out[0], out[1], out[2], out[3]];
-        for (t, &w) in weights.iter().enumerate() {
-            let v = &values[t * stride + 4 * g..][..4];
+    for (g, out) in blocks.chunks_exact_mut(VALUE_COLS).enumerate() {
+        let mut sums = [0i32; VALUE_COLS];
+        sums.copy_from_slice(out);
+        let mut at = values[g * VALUE_COLS..].as_ptr();
+        for &w in weights {
+            // SAFETY: value `t` (`t < n`) has `acc.len()` bytes from `t * stride` in `values`
+            // (checked above), so columns `g · VALUE_COLS..(g + 1) · VALUE_COLS` are there; `at`
+            // moves on by `stride` after each value, past the slice only after the last.
+            let v = unsafe { &*(at as *const [i8; VALUE_COLS]) };
             for (s, &v) in sums.iter_mut().zip(v) {
                 *s = s.wrapping_add(w.wrapping_mul(v as i32));
             }
+            at = at.wrapping_add(stride);
         }
         out.copy_from_slice(&sums);
     }
