@@ -107,6 +107,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=int4 shapes={=usize} ok", shapes);
     let shapes = check_int8_rows()?;
     info!("bench check kernel=int8_rows shapes={=usize} ok", shapes);
+    let inputs = check_quantize_i8()?;
+    info!("bench check kernel=quantize_i8 inputs={=usize} ok", inputs);
     let values = check_widen_f16()?;
     info!("bench check kernel=widen_f16 values={=usize} ok", values);
     for kernel in [
@@ -233,6 +235,45 @@ fn check_int8_rows() -> Result<usize, Failure> {
         }
     }
     Ok(shapes)
+}
+
+/// The int8 quantization of an input (as this board runs it: `kernels::quantize_i8`) against
+/// the portable one, scale and bytes, on 1 to 17, 128 and 131 values: pseudo-random inputs,
+/// exact ties (a range of 127, so `k + 0.5` quantizes to `k + 0.5` before rounding), NaNs,
+/// subnormals, ranges at and below the smallest the fast kernels take, and no range at all.
+/// Returns the inputs checked.
+fn check_quantize_i8() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x0dd5_ca1e);
+    let mut inputs = 0;
+    for n in (1usize..=17).chain([128, 131]) {
+        for kind in 0..8 {
+            let x: Vec<f32> = (0..n)
+                .map(|i| match kind {
+                    0 => numbers.float() * 3.0,
+                    // ties: 127 the range, every other value k + 0.5
+                    1 if i == 0 => -127.0,
+                    1 => ((numbers.next() % 254) as f32 - 127.0) + if i % 2 == 0 { 0.5 } else { 0.0 },
+                    2 if i % 3 == 1 => f32::NAN,
+                    2 => numbers.float(),
+                    // subnormals beside a normal range of 2^-100 and of 2^-110
+                    3 | 4 if i == n / 2 => [7.888_609e-31, 7.70372e-34][kind - 3] * numbers.float().signum(),
+                    3 | 4 => f32::from_bits(numbers.next() >> 9) * numbers.float().signum(),
+                    // subnormals alone
+                    5 => f32::from_bits(numbers.next() >> 9),
+                    6 => 0.0,
+                    _ => numbers.float() * 1e-20,
+                })
+                .collect();
+            let (mut fast, mut portable) = (vec![7i8; n], vec![-7i8; n]);
+            let fast_scale = kernels::quantize_i8(&x, None, &mut fast);
+            let portable_scale = kernels::portable::quantize_i8(&x, None, &mut portable);
+            inputs += 1;
+            if fast != portable || fast_scale.to_bits() != portable_scale.to_bits() {
+                return Err(Failure::KernelMismatch("quantize_i8"));
+            }
+        }
+    }
+    Ok(inputs)
 }
 
 /// The int4 product's sums (as this board runs them: `kernels::row_sums_i4`) against the

@@ -1,5 +1,6 @@
 //! Cortex-M kernels for Helium (the M-profile Vector Extension: Cortex-M55, M85; feature
-//! `cortex-m-mve`): int8 rows sixteen columns an instruction.
+//! `cortex-m-mve`): int8 rows sixteen columns an instruction, and the int8 quantization of an
+//! input four values an instruction.
 
 use core::arch::global_asm;
 extern "C" {
@@ -14,6 +15,90 @@ extern "C" {
         sums: *mut i32,
         blocks: usize,
     );
+    /// Helium: the largest `|x[i]|` of `x[..n]`, `n >= 1` (`VMAXNMA`, so NaNs are ignored),
+    /// as f32 bits.
+    fn txl_max_abs_mve(x: *const f32, n: usize) -> u32;
+    /// Helium: `out[i] = round(x[i] * inverse)` for `i < n`, `n >= 1`, rounded to nearest with
+    /// ties away from zero (`VCVTA`), stored as the low byte (`VSTRB.32`); `inverse` as f32
+    /// bits.
+    fn txl_quantize_mve(x: *const f32, out: *mut i8, n: usize, inverse: u32);
+}
+
+// Both loops are tail-predicated (`DLSTP.32` / `LETP`): the last pass takes the 1 to 4 values
+// left, the lanes beyond `n` neither loaded nor stored. The largest magnitude: per four values
+// one `VLDRW` and one `VMAXNMA` (q0 = max(|q0|, |x|), lane by lane), then `VMAXNMAV` across q0.
+// The quantization: per four values `VLDRW`, `VMUL` by the inverse, `VCVTA`, `VSTRB.32`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_max_abs_mve,\"ax\",%progbits",
+    ".globl txl_max_abs_mve",
+    ".type txl_max_abs_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_max_abs_mve:",
+    "push {{r7, lr}}",
+    "vmov.i32 q0, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q1, [r0], #16",
+    "vmaxnma.f32 q0, q1",
+    "letp lr, 1b",
+    "movs r0, #0",
+    "vmaxnmav.f32 r0, q0",
+    "pop {{r7, pc}}",
+    ".size txl_max_abs_mve, . - txl_max_abs_mve",
+    ".section .text.txl_quantize_mve,\"ax\",%progbits",
+    ".globl txl_quantize_mve",
+    ".type txl_quantize_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vmul.f32 q0, q0, r3",
+    "vcvta.s32.f32 q0, q0",
+    "vstrb.32 q0, [r1], #4",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_quantize_mve, . - txl_quantize_mve",
+    ".cpu cortex-m4",
+);
+
+/// The smallest largest magnitude the Helium quantization takes; below it (or for a range
+/// that is not finite) [`quantize_i8`] runs the portable code. Helium's floating point may
+/// flush subnormal values to zero, where the portable code keeps them: with `max |x| >=
+/// 2^-100` that changes nothing. A subnormal `|x| < 2^-126` cannot be the largest, and its
+/// quotient `x * 127 / max |x| < 2^-126 * 2^107` rounds to 0 either way; a subnormal product
+/// rounds to 0 either way too.
+const SMALLEST_RANGE: f32 = 7.888_609e-31; // 2^-100
+
+/// [`portable::quantize_i8`](crate::kernels::portable::quantize_i8) with Helium for an input
+/// without activation scales (and as long as `out`): the largest magnitude and the quantization four values an
+/// instruction. The same bits: the largest magnitude is the same value in any order (NaNs
+/// ignored both ways), the product is one IEEE multiply either way, and `VCVTA` rounds to
+/// nearest with ties away from zero, as the portable code's `libm::roundf` formula does (a
+/// NaN becomes 0 both ways). Activation scales, and ranges where flushing could show
+/// ([`SMALLEST_RANGE`]), take the portable code.
+pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    let n = x.len();
+    if act_scales.is_some() || n == 0 || out.len() != n {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    }
+    // SAFETY: `x` holds `n >= 1` values; the kernel reads only those (tail-predicated) and
+    // uses only q0 and q1 of the vector registers (caller-saved under the AAPCS).
+    let max_abs = f32::from_bits(unsafe { txl_max_abs_mve(x.as_ptr(), n) });
+    if !(max_abs >= SMALLEST_RANGE && max_abs.is_finite()) {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    }
+    let inverse = 127.0 / max_abs;
+    // SAFETY: `x` holds `n >= 1` values and `out` `n` bytes; the kernel reads and writes only
+    // those (tail-predicated) and uses only q0 of the vector registers.
+    unsafe { txl_quantize_mve(x.as_ptr(), out.as_mut_ptr(), n, inverse.to_bits()) };
+    max_abs / 127.0
 }
 
 // Per group of 16 columns: one VLDRB of the inputs (shared by the four rows), then per row one
