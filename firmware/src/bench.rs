@@ -149,13 +149,14 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
 
 /// The attention's integer kernels (as this board runs them) against the portable sums, on
 /// shapes the demo model does not have: heads of 1 to 13 columns (partial groups of four and
-/// eight), 33 and 80 (the query unpacked in two parts), odd and even key counts, keys at an odd
-/// stride (unaligned rows). Returns the number of shapes checked.
+/// eight), 16, 32 and 48 (whole groups of eight and sixteen), 33 and 80 (the query unpacked in
+/// two parts), odd and even key counts (partial blocks of four keys), keys at an odd stride
+/// (unaligned rows). Returns the number of shapes checked.
 fn check_int8_attention() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x0bad_5eed);
     let mut shapes = 0;
-    for d_head in (1..=13).chain([33, 80]) {
-        for count in [1usize, 2, 3, 8, 9] {
+    for d_head in (1..=13).chain([16, 32, 33, 48, 80]) {
+        for count in [1usize, 2, 3, 4, 8, 9, 17] {
             let stride = 2 * d_head + 3;
             let keys: Vec<i8> = (0..(count - 1) * stride + d_head)
                 .map(|_| (numbers.next() % 255) as i32 as i8 - 127)

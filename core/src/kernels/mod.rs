@@ -27,7 +27,7 @@
 //! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | | |
 //! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | | RV32IM `rv32::row_sums_i4` |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
-//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
+//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | Helium `helium::{key,value}_sums_i8`, DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
@@ -717,11 +717,14 @@ pub fn vecmat_sums_each_i8(
 
 /// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
 /// `keys[t * stride..]`, the 16-bit query widened into `words` ([`portable::key_sums_i8`]):
-/// the DSP kernel four keys a pass (whole groups of four columns; the rest portable), AVX2 on
+/// Helium four keys a pass (eight columns an instruction), the DSP kernel four keys a pass
+/// (whole groups of four columns; the rest portable), AVX2 on
 /// x86-64, four keys a pass on RV32. Exact integers: the same sums.
 #[inline]
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
-    #[cfg(feature = "cortex-m-dsp")]
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::key_sums_i8(keys, stride, d_head, words, sums);
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     {
         let groups = d_head / 4;
         dsp::key_sums_i8(keys, stride, groups, words, sums);
@@ -744,12 +747,15 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
 }
 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
-/// `values[t * stride..]` ([`portable::value_sums_i8`]): the DSP kernel (whole groups of four
+/// `values[t * stride..]` ([`portable::value_sums_i8`]): Helium sixteen columns a pass, the DSP
+/// kernel (whole groups of four
 /// columns; the rest portable), AVX2 on x86-64, sixteen columns at a time on RV32. Exact
 /// integers: the same sums.
 #[inline]
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
-    #[cfg(feature = "cortex-m-dsp")]
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::value_sums_i8(values, stride, weights, acc);
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     {
         let body = acc.len() / 4 * 4;
         dsp::value_sums_i8(values, stride, weights, acc);

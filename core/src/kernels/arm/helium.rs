@@ -196,3 +196,202 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
         }
     }
 }
+
+extern "C" {
+    /// Helium: for each of `blocks` blocks of four keys starting at `keys` (key `k` of block `b`
+    /// at `keys + (4b + k) * stride`), `sums[4b + k] = sum over c < 8 * groups of key[c] *
+    /// query[c]`, the query 16-bit in column order, `groups >= 1` groups of 8 columns.
+    fn txl_key_sums4_mve(
+        keys: *const i8,
+        stride: usize,
+        query: *const i16,
+        groups: usize,
+        sums: *mut i32,
+        blocks: usize,
+    );
+    /// Helium: `acc[c] += sum over t < count of weights[t] * value_t[c]` for `c < 16`, value `t`
+    /// at `values + t * stride`, `count >= 1`.
+    fn txl_value_sums16_mve(
+        values: *const i8,
+        stride: usize,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+    );
+}
+
+// The keys: txl_rows4_mve's loop with 16-bit lanes. Per group of 8 columns one VLDRH of the query
+// (shared by the four keys), then per key one VLDRB.S16 of its bytes (widened) and one
+// VMLADAVA.S16: 10 instructions per 32 multiply-accumulates. The values: sixteen columns' sums
+// in q0-q3 over all the keys; per key one LDR of its weight, four VLDRB.S32 (four bytes widened
+// each) and four VMLA by the weight, the step to the next key and the loop's end: 11
+// instructions per 16 multiply-accumulates.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_key_sums4_mve,\"ax\",%progbits",
+    ".globl txl_key_sums4_mve",
+    ".type txl_key_sums4_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_key_sums4_mve:",
+    "push {{r4-r11, lr}}",
+    "ldr r11, [sp, #36]",
+    "ldr r12, [sp, #40]",
+    "mov r9, r3",
+    "cmp r12, #0",
+    "beq 5f",
+    "add r3, r0, r1",
+    "4:",
+    "sub r1, r3, r0",
+    "add r5, r3, r1",
+    "add r7, r5, r1",
+    "mov r4, #0",
+    "mov r6, #0",
+    "mov r8, #0",
+    "mov r10, #0",
+    "mov r1, r2",
+    "dls lr, r9",
+    "1:",
+    "vldrh.u16 q0, [r1], #16",
+    "vldrb.s16 q1, [r0], #8",
+    "vmladava.s16 r4, q1, q0",
+    "vldrb.s16 q1, [r3], #8",
+    "vmladava.s16 r6, q1, q0",
+    "vldrb.s16 q1, [r5], #8",
+    "vmladava.s16 r8, q1, q0",
+    "vldrb.s16 q1, [r7], #8",
+    "vmladava.s16 r10, q1, q0",
+    "le lr, 1b",
+    "strd r4, r6, [r11], #8",
+    "strd r8, r10, [r11], #8",
+    // the next block: key 0 at key 3's start plus the stride (keys 0 and 1 advanced alike)
+    "sub r1, r3, r0",
+    "add r0, r7, r1",
+    "sub r0, r0, r9, lsl #3",
+    "add r3, r0, r1",
+    "subs r12, r12, #1",
+    "bne 4b",
+    "5:",
+    "pop {{r4-r11, pc}}",
+    ".size txl_key_sums4_mve, . - txl_key_sums4_mve",
+    ".section .text.txl_value_sums16_mve,\"ax\",%progbits",
+    ".globl txl_value_sums16_mve",
+    ".type txl_value_sums16_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_value_sums16_mve:",
+    "push {{r4, r5, r7, lr}}",
+    "vpush {{d8, d9}}",
+    "ldr r4, [sp, #32]",
+    "vldrw.u32 q0, [r4]",
+    "vldrw.u32 q1, [r4, #16]",
+    "vldrw.u32 q2, [r4, #32]",
+    "vldrw.u32 q3, [r4, #48]",
+    "dls lr, r3",
+    "1:",
+    "ldr r5, [r2], #4",
+    "vldrb.s32 q4, [r0]",
+    "vmla.s32 q0, q4, r5",
+    "vldrb.s32 q4, [r0, #4]",
+    "vmla.s32 q1, q4, r5",
+    "vldrb.s32 q4, [r0, #8]",
+    "vmla.s32 q2, q4, r5",
+    "vldrb.s32 q4, [r0, #12]",
+    "vmla.s32 q3, q4, r5",
+    "add r0, r1",
+    "le lr, 1b",
+    "vstrw.32 q0, [r4]",
+    "vstrw.32 q1, [r4, #16]",
+    "vstrw.32 q2, [r4, #32]",
+    "vstrw.32 q3, [r4, #48]",
+    "vpop {{d8, d9}}",
+    "pop {{r4, r5, r7, pc}}",
+    ".size txl_value_sums16_mve, . - txl_value_sums16_mve",
+    ".cpu cortex-m4",
+);
+
+/// Widest query [`key_sums_i8`] takes with Helium (its column-order copy is on the stack).
+const KEY_COLUMNS: usize = 256;
+
+/// [`portable::key_sums_i8`](crate::kernels::portable::key_sums_i8) with Helium: four keys per
+/// pass, eight columns an instruction (`VMLADAVA.S16` of the 16-bit query, put back in column
+/// order once per call, against the key's bytes widened by `VLDRB.S16`). Keys left after the
+/// whole blocks of four, the columns after whole groups of eight, and queries wider than
+/// [`KEY_COLUMNS`] take the portable code. Integer sums (wrapping, as the portable code): the
+/// same sums.
+pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
+    use crate::kernels::portable;
+    let groups = d_head / 8;
+    let blocks = if groups > 0 && d_head <= KEY_COLUMNS {
+        sums.len() / 4
+    } else {
+        0
+    };
+    let done = 4 * blocks;
+    if blocks > 0 {
+        let mut query = [0i16; KEY_COLUMNS];
+        for (c, q) in query[..8 * groups].iter_mut().enumerate() {
+            *q = portable::query_half(words, c) as i16;
+        }
+        assert!(
+            (done - 1) * stride + 8 * groups <= keys.len(),
+            "keys out of bounds"
+        );
+        // SAFETY: the kernel reads `8 * groups` bytes of each of the first `done` keys (at `t *
+        // stride`, inside `keys`: checked above), `8 * groups` query values and writes the first
+        // `done` sums; it preserves the callee-saved registers (AAPCS; of the vector registers
+        // it uses only q0 and q1).
+        unsafe {
+            txl_key_sums4_mve(
+                keys.as_ptr(),
+                stride,
+                query.as_ptr(),
+                groups,
+                sums.as_mut_ptr(),
+                blocks,
+            )
+        };
+        for (t, sum) in sums[..done].iter_mut().enumerate() {
+            portable::key_sums_columns(&keys[t * stride..t * stride + d_head], 8 * groups, words, sum);
+        }
+    }
+    if done < sums.len() {
+        let rest = keys.get(done * stride..).unwrap_or_default();
+        portable::key_sums_i8(rest, stride, d_head, words, &mut sums[done..]);
+    }
+}
+
+/// [`portable::value_sums_i8`](crate::kernels::portable::value_sums_i8) with Helium: sixteen
+/// columns per pass, their sums in four vector registers over all the keys (`VLDRB.S32` and
+/// `VMLA` by the key's weight); the columns after whole groups of sixteen take the portable
+/// code. Integer sums (wrapping, as the portable code): the same sums.
+pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    let count = weights.len();
+    let body = if count > 0 { acc.len() / 16 * 16 } else { 0 };
+    for (block, acc) in acc[..body].chunks_exact_mut(16).enumerate() {
+        let first = 16 * block;
+        assert!(
+            (count - 1) * stride + first + 16 <= values.len(),
+            "value rows out of bounds"
+        );
+        // SAFETY: the kernel reads sixteen bytes at `first + t * stride` for `t < count`, all
+        // inside `values` (checked above), `count` weights and the sixteen sums of `acc`, and
+        // writes those sums; it saves q4 (d8, d9) and the callee-saved core registers it uses
+        // (AAPCS).
+        unsafe {
+            txl_value_sums16_mve(
+                values.as_ptr().add(first),
+                stride,
+                weights.as_ptr(),
+                count,
+                acc.as_mut_ptr(),
+            )
+        };
+    }
+    if body < acc.len() {
+        let rest = values.get(body..).unwrap_or_default();
+        crate::kernels::portable::value_sums_i8(rest, stride, weights, &mut acc[body..]);
+    }
+}
