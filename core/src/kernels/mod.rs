@@ -663,7 +663,12 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     return dsp::row_sums_i4(values, group, codes, xq, widened, sums);
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
-    return dsp::row_sums_i4_widening(values, group, codes, xq, sums);
+    {
+        if helium::row_sums_i4(values, group, codes, xq, sums) {
+            return;
+        }
+        return dsp::row_sums_i4_widening(values, group, codes, xq, sums);
+    }
     #[cfg(target_arch = "riscv32")]
     return rv32::row_sums_i4(values, group, codes, xq, widened, sums);
     #[allow(unreachable_code)]

@@ -395,3 +395,288 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
         crate::kernels::portable::value_sums_i8(rest, stride, weights, &mut acc[body..]);
     }
 }
+
+/// Every int4 group code's multiplier, for the kernel's table lookup.
+static INT4_MULTIPLIERS: [i32; 256] = {
+    let mut table = [0i32; 256];
+    let mut code = 0;
+    while code < 256 {
+        table[code] = crate::kernels::portable::int4_multiplier(code as u8);
+        code += 1;
+    }
+    table
+};
+
+/// The arguments of [`txl_rows_i4_mve`] after the first four, read by offset in the assembly:
+/// keep the order.
+#[repr(C)]
+struct Int4Pass {
+    /// Codes per row.
+    groups: usize,
+    /// Chunks of 32 columns per group.
+    chunks: usize,
+    /// The whole groups each row runs here.
+    full_groups: usize,
+    /// Where the next pair's two i64 sums go.
+    sums: *mut i64,
+    /// Pairs of rows.
+    pairs: usize,
+    /// Bytes from the end of a pair's first row (as far as it ran) to the next pair's.
+    skip: usize,
+    /// Codes from the end of a pair's first row's (as far as it ran) to the next pair's.
+    code_skip: usize,
+    /// [`INT4_MULTIPLIERS`].
+    multipliers: *const i32,
+    /// The input's start.
+    x: *const i8,
+}
+
+extern "C" {
+    /// Helium: for each pair of packed int4 rows (the first at `rows`, the second `row_bytes`
+    /// further), `sum over the first pass.full_groups groups g of multiplier(code[g]) *
+    /// (row[g] · x[g])` into `pass.sums` (two i64 a pair), groups of `32 * pass.chunks`
+    /// columns, the input 4-byte aligned.
+    fn txl_rows_i4_mve(rows: *const u8, row_bytes: usize, codes: *const u8, pass: *mut Int4Pass);
+    /// [`txl_rows_i4_mve`] for groups of 32 columns (`pass.chunks` 1): no loop over a group's
+    /// chunks, its sums started by `VMLADAV`.
+    fn txl_rows_i4_g32_mve(rows: *const u8, row_bytes: usize, codes: *const u8, pass: *mut Int4Pass);
+}
+
+// Per 32 columns of a pair of rows: the input's 32 bytes loaded once, split by VLD20/VLD21
+// into the columns of the low nibbles (words 0, 2, 4, 6: columns 0-3 of each block of eight)
+// and of the high ones (words 1, 3, 5, 7: columns 4-7); per row one VLDRB of 16 weight bytes,
+// VSHL #4 (16 times the low nibble, signed) and VAND 0xF0 (16 times the high one), and two
+// VMLADAVA: 13 instructions per 64 multiply-accumulates. Per group and row the code's
+// multiplier from the table and SMLAL into the row's i64 sum (16 times too large: shifted back
+// at the end of the pair, exactly). Registers: r0, r1 the rows, r2 the input, r3 the codes, r4 and r6 the
+// groups' sums, r5 the codes per row, r7 the table, r8-r11 the i64 sums, r12 the groups left,
+// lr the chunks left (then a scratch register), q4 the mask. For groups of 32 columns (the
+// default of `txl quantize --dtype int4`) a second copy runs each group's one chunk without the
+// loop, its sums started by VMLADAV: 12 instructions per 64 multiply-accumulates, and 8 more
+// per group.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_rows_i4_mve,\"ax\",%progbits",
+    ".globl txl_rows_i4_mve",
+    ".type txl_rows_i4_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows_i4_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8, d9}}",
+    "sub sp, sp, #8",
+    "str r3, [sp]",
+    "mov r3, r2",
+    "vmov.i8 q4, #0xf0",
+    "ldr r12, [sp]",
+    "ldr r5, [r12, #0]",
+    "ldr r7, [r12, #28]",
+    "add r1, r0, r1",
+    "4:",
+    "ldr r12, [sp]",
+    "ldr r2, [r12, #32]",
+    "ldr r12, [r12, #8]",
+    "movs r8, #0",
+    "movs r9, #0",
+    "movs r10, #0",
+    "movs r11, #0",
+    "2:",
+    "movs r4, #0",
+    "movs r6, #0",
+    "ldr lr, [sp]",
+    "ldr lr, [lr, #4]",
+    "dls lr, lr",
+    "1:",
+    "vld20.32 {{q0, q1}}, [r2]",
+    "vld21.32 {{q0, q1}}, [r2]!",
+    "vldrb.u8 q2, [r0], #16",
+    "vshl.i8 q3, q2, #4",
+    "vand q2, q2, q4",
+    "vmladava.s8 r4, q3, q0",
+    "vmladava.s8 r4, q2, q1",
+    "vldrb.u8 q2, [r1], #16",
+    "vshl.i8 q3, q2, #4",
+    "vand q2, q2, q4",
+    "vmladava.s8 r6, q3, q0",
+    "vmladava.s8 r6, q2, q1",
+    "le lr, 1b",
+    "ldrb lr, [r3, r5]",
+    "ldr lr, [r7, lr, lsl #2]",
+    "smlal r10, r11, r6, lr",
+    "ldrb lr, [r3], #1",
+    "ldr lr, [r7, lr, lsl #2]",
+    "smlal r8, r9, r4, lr",
+    "subs r12, r12, #1",
+    "bne 2b",
+    // the sums were 16 times too large: shift them back (exact)
+    "lsrs r8, r8, #4",
+    "orr r8, r8, r9, lsl #28",
+    "asrs r9, r9, #4",
+    "lsrs r10, r10, #4",
+    "orr r10, r10, r11, lsl #28",
+    "asrs r11, r11, #4",
+    "ldr lr, [sp]",
+    "ldr r12, [lr, #12]",
+    "strd r8, r9, [r12], #8",
+    "strd r10, r11, [r12], #8",
+    "str r12, [lr, #12]",
+    "ldr r12, [lr, #20]",
+    "add r0, r0, r12",
+    "add r1, r1, r12",
+    "ldr r12, [lr, #24]",
+    "add r3, r3, r12",
+    "ldr r12, [lr, #16]",
+    "subs r12, r12, #1",
+    "str r12, [lr, #16]",
+    "bne 4b",
+    "add sp, sp, #8",
+    "vpop {{d8, d9}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows_i4_mve, . - txl_rows_i4_mve",
+    ".section .text.txl_rows_i4_g32_mve,\"ax\",%progbits",
+    ".globl txl_rows_i4_g32_mve",
+    ".type txl_rows_i4_g32_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows_i4_g32_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8, d9}}",
+    "sub sp, sp, #8",
+    "str r3, [sp]",
+    "mov r3, r2",
+    "vmov.i8 q4, #0xf0",
+    "ldr r12, [sp]",
+    "ldr r5, [r12, #0]",
+    "ldr r7, [r12, #28]",
+    "add r1, r0, r1",
+    "4:",
+    "ldr r12, [sp]",
+    "ldr r2, [r12, #32]",
+    "ldr r12, [r12, #8]",
+    "movs r8, #0",
+    "movs r9, #0",
+    "movs r10, #0",
+    "movs r11, #0",
+    "2:",
+    "vld20.32 {{q0, q1}}, [r2]",
+    "vld21.32 {{q0, q1}}, [r2]!",
+    "vldrb.u8 q2, [r0], #16",
+    "vshl.i8 q3, q2, #4",
+    "vand q2, q2, q4",
+    "vmladav.s8 r4, q3, q0",
+    "vmladava.s8 r4, q2, q1",
+    "vldrb.u8 q2, [r1], #16",
+    "vshl.i8 q3, q2, #4",
+    "vand q2, q2, q4",
+    "vmladav.s8 r6, q3, q0",
+    "vmladava.s8 r6, q2, q1",
+    "ldrb lr, [r3, r5]",
+    "ldr lr, [r7, lr, lsl #2]",
+    "smlal r10, r11, r6, lr",
+    "ldrb lr, [r3], #1",
+    "ldr lr, [r7, lr, lsl #2]",
+    "smlal r8, r9, r4, lr",
+    "subs r12, r12, #1",
+    "bne 2b",
+    // the sums were 16 times too large: shift them back (exact)
+    "lsrs r8, r8, #4",
+    "orr r8, r8, r9, lsl #28",
+    "asrs r9, r9, #4",
+    "lsrs r10, r10, #4",
+    "orr r10, r10, r11, lsl #28",
+    "asrs r11, r11, #4",
+    "ldr lr, [sp]",
+    "ldr r12, [lr, #12]",
+    "strd r8, r9, [r12], #8",
+    "strd r10, r11, [r12], #8",
+    "str r12, [lr, #12]",
+    "ldr r12, [lr, #20]",
+    "add r0, r0, r12",
+    "add r1, r1, r12",
+    "ldr r12, [lr, #24]",
+    "add r3, r3, r12",
+    "ldr r12, [lr, #16]",
+    "subs r12, r12, #1",
+    "str r12, [lr, #16]",
+    "bne 4b",
+    "add sp, sp, #8",
+    "vpop {{d8, d9}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows_i4_g32_mve, . - txl_rows_i4_g32_mve",
+    ".cpu cortex-m4",
+);
+
+/// Largest group the Helium int4 kernel takes: a group's sum, 16 times too large, stays exact
+/// in i32 (`16 * 8 * 128 * 4096 = 2^26`).
+const INT4_MAX_GROUP: usize = 4096;
+
+/// [`portable::row_sums_i4`](crate::kernels::portable::row_sums_i4) with Helium, for groups of
+/// a multiple of 32 columns (up to [`INT4_MAX_GROUP`]) and an input at a 4-byte boundary: two
+/// rows per pass, 32 columns per chunk, sixteen products an instruction; the columns after the
+/// whole groups take the portable code. Returns false, with nothing written, for other shapes.
+/// Integer sums: the same sums.
+pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) -> bool {
+    use crate::kernels::portable::{int4_groups, int4_multiplier, int4_range_sum, int4_row_bytes};
+    let cols = xq.len();
+    let full_groups = if group > 0 { cols / group } else { 0 };
+    if full_groups == 0
+        || !group.is_multiple_of(32)
+        || group > INT4_MAX_GROUP
+        || !(xq.as_ptr() as usize).is_multiple_of(4)
+    {
+        return false;
+    }
+    let rows = sums.len();
+    let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+    let (values, codes) = (&values[..rows * row_bytes], &codes[..rows * groups]);
+    let consumed = full_groups * group / 2;
+    let even = rows / 2 * 2;
+    let mut pass = Int4Pass {
+        groups,
+        chunks: group / 32,
+        full_groups,
+        sums: sums.as_mut_ptr(),
+        pairs: even / 2,
+        skip: 2 * row_bytes - consumed,
+        code_skip: 2 * groups - full_groups,
+        multipliers: INT4_MULTIPLIERS.as_ptr(),
+        x: xq.as_ptr(),
+    };
+    let kernel = if group == 32 {
+        txl_rows_i4_g32_mve
+    } else {
+        txl_rows_i4_mve
+    };
+    if even > 0 {
+        // SAFETY: each pair reads `consumed` bytes of its two rows (inside `values`: `rows *
+        // row_bytes` bytes, sliced above), `full_groups` codes of each (inside `codes`), the
+        // first `full_groups * group <= cols` columns of `xq` (4-byte aligned, checked above),
+        // the table, and writes two sums of `sums` per pair (`even <= rows`); it preserves the
+        // callee-saved registers (AAPCS: q4 through d8 and d9) and the stack pointer.
+        unsafe { kernel(values.as_ptr(), row_bytes, codes.as_ptr(), &mut pass) };
+    }
+    if even < rows {
+        // the last row alone, read twice (the second row zero bytes and codes further)
+        let mut alone = [0i64; 2];
+        pass.groups = 0;
+        pass.pairs = 1;
+        pass.sums = alone.as_mut_ptr();
+        let (row, row_codes) = (&values[even * row_bytes..], &codes[even * groups..]);
+        // SAFETY: as above, for one row read twice and two sums of `alone`.
+        unsafe { kernel(row.as_ptr(), 0, row_codes.as_ptr(), &mut pass) };
+        sums[even] = alone[0];
+    }
+    if full_groups == groups {
+        return true;
+    }
+    for (r, sum) in sums.iter_mut().enumerate() {
+        let row = &values[r * row_bytes..(r + 1) * row_bytes];
+        for g in full_groups..groups {
+            let part = int4_range_sum(row, xq, g * group..cols.min((g + 1) * group));
+            *sum += int4_multiplier(codes[r * groups + g]) as i64 * part as i64;
+        }
+    }
+    true
+}
