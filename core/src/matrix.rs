@@ -146,10 +146,7 @@ impl<'s> Int8Input<'s> {
 
     /// `y[r] = (sum in y[r]'s bits) * (row_scales[r] * x_scale)`.
     fn scale(&self, row_scales: &[f32], y: &mut [f32]) {
-        for (out, &scale) in y.iter_mut().zip(row_scales) {
-            let acc = out.to_bits() as i32;
-            *out = acc as f32 * (scale * self.x_scale);
-        }
+        kernels::scale_sums_i8(y, row_scales, self.x_scale);
     }
 }
 

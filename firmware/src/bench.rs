@@ -109,6 +109,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=int8_rows shapes={=usize} ok", shapes);
     let inputs = check_quantize_i8()?;
     info!("bench check kernel=quantize_i8 inputs={=usize} ok", inputs);
+    let outputs = check_scale_sums_i8()?;
+    info!("bench check kernel=scale_sums_i8 outputs={=usize} ok", outputs);
     let values = check_widen_f16()?;
     info!("bench check kernel=widen_f16 values={=usize} ok", values);
     for kernel in [
@@ -275,6 +277,42 @@ fn check_quantize_i8() -> Result<usize, Failure> {
         }
     }
     Ok(inputs)
+}
+
+/// The int8 product's scaling of its sums (as this board runs it: `kernels::scale_sums_i8`)
+/// against the portable one, bit for bit, on 1 to 9 and 131 rows: sums up to `±2^31`, scales
+/// of the usual size, and lists with a zero, subnormal, infinite or NaN scale, and input scales
+/// whose products with the row scales are subnormal. Returns the lists checked.
+fn check_scale_sums_i8() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x5ca1_ab1e);
+    let mut lists = 0;
+    for n in (1usize..=9).chain([131]) {
+        for kind in 0..6 {
+            let sums: Vec<f32> = (0..n).map(|_| f32::from_bits(numbers.next())).collect();
+            let mut scales: Vec<f32> = (0..n).map(|_| numbers.float().abs() * 1e-2 + 1e-4).collect();
+            let odd = [0.0, 1e-40, f32::INFINITY, f32::NAN];
+            if (1..5).contains(&kind) {
+                scales[n / 2] = odd[kind - 1];
+            }
+            let x_scale = if kind == 5 {
+                1e-36
+            } else {
+                numbers.float().abs() * 0.1 + 1e-3
+            };
+            let (mut fast, mut portable) = (sums.clone(), sums);
+            kernels::scale_sums_i8(&mut fast, &scales, x_scale);
+            kernels::portable::scale_sums_i8(&mut portable, &scales, x_scale);
+            lists += 1;
+            if fast
+                .iter()
+                .zip(&portable)
+                .any(|(a, b)| a.to_bits() != b.to_bits())
+            {
+                return Err(Failure::KernelMismatch("scale_sums_i8"));
+            }
+        }
+    }
+    Ok(lists)
 }
 
 /// The int4 product's sums (as this board runs them: `kernels::row_sums_i4`) against the

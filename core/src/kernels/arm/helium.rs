@@ -103,7 +103,7 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
 
 // Per group of 16 columns: one VLDRB of the inputs (shared by the four rows), then per row one
 // VLDRB of its weights and one VMLADAVA (16 products added to the row's sum), plus the loop's
-// decrement and branch: 11 instructions per 64 multiply-accumulates. VMLADAVA accumulates into
+// end (`LE`, a low-overhead loop): 10 instructions per 64 multiply-accumulates. VMLADAVA accumulates into
 // even registers: r4, r6, r8, r10. Registers: r0, r5, r7, r9 the rows, r1 the inputs (the
 // stride between blocks: rows 0 and 1 advance alike), r2 their start, r3 the groups, r11 the
 // output, r12 the blocks left, lr the groups left, q0 the inputs, q1 a row's weights.
@@ -132,7 +132,7 @@ global_asm!(
     "mov r8, #0",
     "mov r10, #0",
     "mov r1, r2",
-    "mov lr, r3",
+    "dls lr, r3",
     "1:",
     "vldrb.s8 q0, [r1], #16",
     "vldrb.s8 q1, [r0], #16",
@@ -143,8 +143,7 @@ global_asm!(
     "vmladava.s8 r8, q1, q0",
     "vldrb.s8 q1, [r9], #16",
     "vmladava.s8 r10, q1, q0",
-    "subs lr, lr, #1",
-    "bne 1b",
+    "le lr, 1b",
     "strd r4, r6, [r11], #8",
     "strd r8, r10, [r11], #8",
     // the next block: row 0 at row 3's start plus the stride (rows 0 and 1 advanced alike)
@@ -678,5 +677,92 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &
             *sum += int4_multiplier(codes[r * groups + g]) as i64 * part as i64;
         }
     }
+    true
+}
+
+extern "C" {
+    /// Helium: the smallest and the largest of `2 * bits` (each f32's bits without the sign) of
+    /// `scales[..n]`, `n >= 1`, packed: smallest in the low word, largest in the high one.
+    fn txl_scale_range_mve(scales: *const f32, n: usize) -> u64;
+    /// Helium: `y[r] = (y[r] as i32) as f32 * (scales[r] * x_scale)` for `r < n`, `n >= 1`,
+    /// `x_scale` as f32 bits.
+    fn txl_scale_sums_mve(y: *mut f32, scales: *const f32, n: usize, x_scale: u32);
+}
+
+// Both tail-predicated. The range: per four scales one VLDRW, one VSHL (the sign out), VMIN and
+// VMAX (unsigned), then VMINV and VMAXV across. The scaling: per four rows two VLDRW, VCVT (to
+// nearest, as `as f32`), two VMUL (the row's scale times the input's first, as the portable
+// code), one VSTRW.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_scale_range_mve,\"ax\",%progbits",
+    ".globl txl_scale_range_mve",
+    ".type txl_scale_range_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scale_range_mve:",
+    "push {{r7, lr}}",
+    "vmvn.i32 q0, #0",
+    "vmov.i32 q1, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q2, [r0], #16",
+    "vshl.i32 q2, q2, #1",
+    "vmin.u32 q0, q0, q2",
+    "vmax.u32 q1, q1, q2",
+    "letp lr, 1b",
+    "mov r0, #-1",
+    "vminv.u32 r0, q0",
+    "movs r1, #0",
+    "vmaxv.u32 r1, q1",
+    "pop {{r7, pc}}",
+    ".size txl_scale_range_mve, . - txl_scale_range_mve",
+    ".section .text.txl_scale_sums_mve,\"ax\",%progbits",
+    ".globl txl_scale_sums_mve",
+    ".type txl_scale_sums_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scale_sums_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vldrw.u32 q1, [r1], #16",
+    "vcvt.f32.s32 q0, q0",
+    "vmul.f32 q1, q1, r3",
+    "vmul.f32 q0, q0, q1",
+    "vstrw.32 q0, [r0], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_scale_sums_mve, . - txl_scale_sums_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::scale_sums_i8`](crate::kernels::portable::scale_sums_i8) with Helium, four rows
+/// an instruction, where no value on the way can be subnormal (Helium's floating point may
+/// flush subnormals to zero): the input's scale and every row's scale normal and finite, and
+/// the smallest row scale times the input's scale normal too (then every product of a scale and
+/// the input's scale is, and every output is zero or at least that large). Returns false, with
+/// nothing written, otherwise (the portable code then runs). The same bits: the same
+/// conversion and the same two IEEE multiplies per row, in the same order.
+pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) -> bool {
+    let n = y.len().min(row_scales.len());
+    if n == 0 || !(x_scale.is_normal()) {
+        return n == 0;
+    }
+    // SAFETY: `row_scales` holds `n >= 1` floats; the kernel reads only those
+    // (tail-predicated) and uses q0-q2 (caller-saved).
+    let range = unsafe { txl_scale_range_mve(row_scales.as_ptr(), n) };
+    let (smallest, largest) = (range as u32, (range >> 32) as u32);
+    let smallest_scale = f32::from_bits(smallest >> 1);
+    let normal = smallest >= f32::MIN_POSITIVE.to_bits() << 1 && largest < f32::INFINITY.to_bits() << 1;
+    if !(normal && (smallest_scale * x_scale.abs()).is_normal()) {
+        return false;
+    }
+    // SAFETY: `y` and `row_scales` hold `n >= 1` floats; the kernel reads those and writes
+    // those of `y` (tail-predicated), and uses q0 and q1 (caller-saved).
+    unsafe { txl_scale_sums_mve(y.as_mut_ptr(), row_scales.as_ptr(), n, x_scale.to_bits()) };
     true
 }
