@@ -14,8 +14,10 @@
 //!
 //! Before counting, `bench` checks the attention's integer kernels and the int4 product's
 //! against the portable code on odd shapes (`bench check kernel=attention_int8 shapes=N ok`,
-//! `bench check kernel=int4 shapes=N ok`), the integer row sums too (`kernel=int8_rows`), and
-//! the f16 widening of the vectors on every f16 (`bench check kernel=widen_f16 values=N ok`); a
+//! `bench check kernel=int4 shapes=N ok`), the integer row sums too (`kernel=int8_rows`), the
+//! int8 quantization of an input and the scaling of the int8 sums bit for bit
+//! (`kernel=quantize_i8`, `kernel=scale_sums_i8`), and the f16 widening of the vectors on every
+//! f16 (`bench check kernel=widen_f16 values=N ok`); a
 //! mismatch fails the run.
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a

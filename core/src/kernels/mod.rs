@@ -26,7 +26,7 @@
 //! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair_i8`, AVX2 `avx::row_sums_pair_i8` | DSP `dsp::row_sums_pair_i8` | | RV32IM `rv32::row_sums_pair_i8` |
 //! | [`row_sums_groups_i8`] | AVX-512 VNNI `vnni_panel::scaled_rows_in_groups` | | | |
 //! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | | |
-//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | | RV32IM `rv32::row_sums_i4` |
+//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | Helium `helium::row_sums_i4` (groups of a multiple of 32 columns; else `dsp::row_sums_i4_widening`), DSP `dsp::row_sums_i4` | | RV32IM `rv32::row_sums_i4` |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
 //! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | Helium `helium::{key,value}_sums_i8`, DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
@@ -652,9 +652,10 @@ pub fn row_sums_groups_i8(
 /// `sums[r]` for the packed int4 rows of `values` and their groups' multiplier `codes`
 /// ([`portable::row_sums_i4`]), the input `xq` prepared by [`widen_input_i8`] in `widened`,
 /// `xq.len()` the columns: with VNNI or AVX2 on x86-64, two rows per pass with the
-/// `cortex-m-dsp` feature (`AND` and `SMLAD`; the Helium build widens the input itself), four
-/// on RV32 (two products a `MUL`), else the portable code. Every kernel gives the same sums
-/// (they are exact integers).
+/// `cortex-m-dsp` feature (`AND` and `SMLAD`; Helium two rows per pass, sixteen columns an
+/// instruction, for groups of a multiple of 32 columns, else the DSP kernel widening the input
+/// itself), four on RV32 (two products a `MUL`), else the portable code. Every kernel gives the
+/// same sums (they are exact integers).
 #[inline]
 pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened: &[u32], sums: &mut [i64]) {
     let _ = widened; // (read by the DSP and RV32 kernels only)
@@ -736,8 +737,8 @@ pub fn vecmat_sums_each_i8(
 /// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
 /// `keys[t * stride..]`, the 16-bit query widened into `words` ([`portable::key_sums_i8`]):
 /// Helium four keys a pass (eight columns an instruction), the DSP kernel four keys a pass
-/// (whole groups of four columns; the rest portable), AVX2 on
-/// x86-64, four keys a pass on RV32. Exact integers: the same sums.
+/// (whole groups of four columns; the rest portable), AVX2 on x86-64, four keys a pass on
+/// RV32. Exact integers: the same sums.
 #[inline]
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
@@ -766,9 +767,8 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
 /// `values[t * stride..]` ([`portable::value_sums_i8`]): Helium sixteen columns a pass, the DSP
-/// kernel (whole groups of four
-/// columns; the rest portable), AVX2 on x86-64, sixteen columns at a time on RV32. Exact
-/// integers: the same sums.
+/// kernel (whole groups of four columns; the rest portable), AVX2 on x86-64, sixteen columns at
+/// a time on RV32. Exact integers: the same sums.
 #[inline]
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]

@@ -1,6 +1,7 @@
 //! Cortex-M kernels for Helium (the M-profile Vector Extension: Cortex-M55, M85; feature
-//! `cortex-m-mve`): int8 rows sixteen columns an instruction, and the int8 quantization of an
-//! input four values an instruction.
+//! `cortex-m-mve`): int8 and int4 rows sixteen columns an instruction, the int8 quantization of
+//! an input and the scaling of the sums four values an instruction, and the attention's sums
+//! over int8 memory.
 
 use core::arch::global_asm;
 extern "C" {
@@ -74,11 +75,11 @@ global_asm!(
 /// 2^-100` that changes nothing. A subnormal `|x| < 2^-126` cannot be the largest, and its
 /// quotient `x * 127 / max |x| < 2^-126 * 2^107` rounds to 0 either way; a subnormal product
 /// rounds to 0 either way too.
-const SMALLEST_RANGE: f32 = 7.888_609e-31; // 2^-100
+const SMALLEST_RANGE: f32 = f32::from_bits((127 - 100) << 23); // 2^-100
 
 /// [`portable::quantize_i8`](crate::kernels::portable::quantize_i8) with Helium for an input
-/// without activation scales (and as long as `out`): the largest magnitude and the quantization four values an
-/// instruction. The same bits: the largest magnitude is the same value in any order (NaNs
+/// without activation scales (and as long as `out`): the largest magnitude and the quantization
+/// four values an instruction. The same bits: the largest magnitude is the same value in any order (NaNs
 /// ignored both ways), the product is one IEEE multiply either way, and `VCVTA` rounds to
 /// nearest with ties away from zero, as the portable code's `libm::roundf` formula does (a
 /// NaN becomes 0 both ways). Activation scales, and ranges where flushing could show
