@@ -101,7 +101,9 @@ impl<'s> Int8Input<'s> {
     /// of multiplier[r][g] * (values[r][g] · xq[g])) * (scale * x_scale)`, the sum in i64
     /// (exact for any `cols`).
     fn int4_rows(&self, values: &[u8], scale: f32, codes: &[u8], group: usize, y: &mut [f32]) {
-        const BLOCK: usize = 8;
+        // rows a call of the kernel: the Helium kernel's call and its setup weigh more against
+        // its sixteen products an instruction
+        const BLOCK: usize = if cfg!(feature = "cortex-m-mve") { 32 } else { 8 };
         let cols = self.xq.len();
         let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
         let step = scale * self.x_scale;
@@ -144,10 +146,7 @@ impl<'s> Int8Input<'s> {
 
     /// `y[r] = (sum in y[r]'s bits) * (row_scales[r] * x_scale)`.
     fn scale(&self, row_scales: &[f32], y: &mut [f32]) {
-        for (out, &scale) in y.iter_mut().zip(row_scales) {
-            let acc = out.to_bits() as i32;
-            *out = acc as f32 * (scale * self.x_scale);
-        }
+        kernels::scale_sums_i8(y, row_scales, self.x_scale);
     }
 }
 

@@ -14,8 +14,10 @@
 //!
 //! Before counting, `bench` checks the attention's integer kernels and the int4 product's
 //! against the portable code on odd shapes (`bench check kernel=attention_int8 shapes=N ok`,
-//! `bench check kernel=int4 shapes=N ok`), the integer row sums too (`kernel=int8_rows`), and
-//! the f16 widening of the vectors on every f16 (`bench check kernel=widen_f16 values=N ok`); a
+//! `bench check kernel=int4 shapes=N ok`), the integer row sums too (`kernel=int8_rows`), the
+//! int8 quantization of an input and the scaling of the int8 sums bit for bit
+//! (`kernel=quantize_i8`, `kernel=scale_sums_i8`), and the f16 widening of the vectors on every
+//! f16 (`bench check kernel=widen_f16 values=N ok`); a
 //! mismatch fails the run.
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
@@ -107,6 +109,10 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=int4 shapes={=usize} ok", shapes);
     let shapes = check_int8_rows()?;
     info!("bench check kernel=int8_rows shapes={=usize} ok", shapes);
+    let inputs = check_quantize_i8()?;
+    info!("bench check kernel=quantize_i8 inputs={=usize} ok", inputs);
+    let outputs = check_scale_sums_i8()?;
+    info!("bench check kernel=scale_sums_i8 outputs={=usize} ok", outputs);
     let values = check_widen_f16()?;
     info!("bench check kernel=widen_f16 values={=usize} ok", values);
     for kernel in [
@@ -147,13 +153,14 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
 
 /// The attention's integer kernels (as this board runs them) against the portable sums, on
 /// shapes the demo model does not have: heads of 1 to 13 columns (partial groups of four and
-/// eight), 33 and 80 (the query unpacked in two parts), odd and even key counts, keys at an odd
-/// stride (unaligned rows). Returns the number of shapes checked.
+/// eight), 16, 32 and 48 (whole groups of eight and sixteen), 33 and 80 (the query unpacked in
+/// two parts), odd and even key counts (partial blocks of four keys), keys at an odd stride
+/// (unaligned rows). Returns the number of shapes checked.
 fn check_int8_attention() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x0bad_5eed);
     let mut shapes = 0;
-    for d_head in (1..=13).chain([33, 80]) {
-        for count in [1usize, 2, 3, 8, 9] {
+    for d_head in (1..=13).chain([16, 32, 33, 48, 80]) {
+        for count in [1usize, 2, 3, 4, 8, 9, 17] {
             let stride = 2 * d_head + 3;
             let keys: Vec<i8> = (0..(count - 1) * stride + d_head)
                 .map(|_| (numbers.next() % 255) as i32 as i8 - 127)
@@ -233,6 +240,81 @@ fn check_int8_rows() -> Result<usize, Failure> {
         }
     }
     Ok(shapes)
+}
+
+/// The int8 quantization of an input (as this board runs it: `kernels::quantize_i8`) against
+/// the portable one, scale and bytes, on 1 to 17, 128 and 131 values: pseudo-random inputs,
+/// exact ties (a range of 127, so `k + 0.5` quantizes to `k + 0.5` before rounding), NaNs,
+/// subnormals, ranges at and below the smallest the fast kernels take, and no range at all.
+/// Returns the inputs checked.
+fn check_quantize_i8() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x0dd5_ca1e);
+    let mut inputs = 0;
+    for n in (1usize..=17).chain([128, 131]) {
+        for kind in 0..8 {
+            let x: Vec<f32> = (0..n)
+                .map(|i| match kind {
+                    0 => numbers.float() * 3.0,
+                    // ties: 127 the range, every other value k + 0.5
+                    1 if i == 0 => -127.0,
+                    1 => ((numbers.next() % 254) as f32 - 127.0) + if i % 2 == 0 { 0.5 } else { 0.0 },
+                    2 if i % 3 == 1 => f32::NAN,
+                    2 => numbers.float(),
+                    // subnormals beside a normal range of 2^-100 and of 2^-110
+                    3 | 4 if i == n / 2 => [7.888_609e-31, 7.70372e-34][kind - 3] * numbers.float().signum(),
+                    3 | 4 => f32::from_bits(numbers.next() >> 9) * numbers.float().signum(),
+                    // subnormals alone
+                    5 => f32::from_bits(numbers.next() >> 9),
+                    6 => 0.0,
+                    _ => numbers.float() * 1e-20,
+                })
+                .collect();
+            let (mut fast, mut portable) = (vec![7i8; n], vec![-7i8; n]);
+            let fast_scale = kernels::quantize_i8(&x, None, &mut fast);
+            let portable_scale = kernels::portable::quantize_i8(&x, None, &mut portable);
+            inputs += 1;
+            if fast != portable || fast_scale.to_bits() != portable_scale.to_bits() {
+                return Err(Failure::KernelMismatch("quantize_i8"));
+            }
+        }
+    }
+    Ok(inputs)
+}
+
+/// The int8 product's scaling of its sums (as this board runs it: `kernels::scale_sums_i8`)
+/// against the portable one, bit for bit, on 1 to 9 and 131 rows: sums up to `±2^31`, scales
+/// of the usual size, and lists with a zero, subnormal, infinite or NaN scale, and input scales
+/// whose products with the row scales are subnormal. Returns the lists checked.
+fn check_scale_sums_i8() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x5ca1_ab1e);
+    let mut lists = 0;
+    for n in (1usize..=9).chain([131]) {
+        for kind in 0..6 {
+            let sums: Vec<f32> = (0..n).map(|_| f32::from_bits(numbers.next())).collect();
+            let mut scales: Vec<f32> = (0..n).map(|_| numbers.float().abs() * 1e-2 + 1e-4).collect();
+            let odd = [0.0, 1e-40, f32::INFINITY, f32::NAN];
+            if (1..5).contains(&kind) {
+                scales[n / 2] = odd[kind - 1];
+            }
+            let x_scale = if kind == 5 {
+                1e-36
+            } else {
+                numbers.float().abs() * 0.1 + 1e-3
+            };
+            let (mut fast, mut portable) = (sums.clone(), sums);
+            kernels::scale_sums_i8(&mut fast, &scales, x_scale);
+            kernels::portable::scale_sums_i8(&mut portable, &scales, x_scale);
+            lists += 1;
+            if fast
+                .iter()
+                .zip(&portable)
+                .any(|(a, b)| a.to_bits() != b.to_bits())
+            {
+                return Err(Failure::KernelMismatch("scale_sums_i8"));
+            }
+        }
+    }
+    Ok(lists)
 }
 
 /// The int4 product's sums (as this board runs them: `kernels::row_sums_i4`) against the

@@ -436,7 +436,7 @@ fn firmware_bench_reports_every_kernel() {
     assert!(
         run.lines
             .iter()
-            .any(|l| l.contains("bench check kernel=attention_int8 shapes=75 ok")),
+            .any(|l| l.contains("bench check kernel=attention_int8 shapes=126 ok")),
         "{}",
         run.transcript()
     );

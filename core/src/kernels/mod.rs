@@ -19,15 +19,16 @@
 //! | [`matmul_fma_f32`] | AVX2+FMA `fma::matmul_fma_f32` | | NEON `neon::matmul_fma_f32` | |
 //! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys_strided` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys_strided_f32` (f32) | |
 //! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | | |
-//! | [`quantize_i8`] | AVX `avx::quantize_i8` | | | |
+//! | [`quantize_i8`] | AVX `avx::quantize_i8` | Helium `helium::quantize_i8` | | |
+//! | [`scale_sums_i8`] | | Helium `helium::scale_sums_i8` | | |
 //! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | | RV32IM `rv32::widen_input_i8` |
 //! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8`, without DSP `base::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` | RV32IM `rv32::row_sums_i8` |
 //! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair_i8`, AVX2 `avx::row_sums_pair_i8` | DSP `dsp::row_sums_pair_i8` | | RV32IM `rv32::row_sums_pair_i8` |
 //! | [`row_sums_groups_i8`] | AVX-512 VNNI `vnni_panel::scaled_rows_in_groups` | | | |
 //! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | | |
-//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | DSP `dsp::row_sums_i4`, Helium builds `dsp::row_sums_i4_widening` | | RV32IM `rv32::row_sums_i4` |
+//! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | Helium `helium::row_sums_i4` (groups of a multiple of 32 columns; else `dsp::row_sums_i4_widening`), DSP `dsp::row_sums_i4` | | RV32IM `rv32::row_sums_i4` |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
-//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
+//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | Helium `helium::{key,value}_sums_i8`, DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
@@ -385,7 +386,8 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 
 /// The input of an int8 product quantized to int8 (`out`), returning its scale
 /// ([`portable::quantize_i8`]): eight columns a step with AVX on x86-64 (`std` feature, chosen
-/// at run time). The same bits.
+/// at run time), four with Helium (`cortex-m-mve`, inputs without activation scales). The same
+/// bits.
 #[inline]
 pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -393,7 +395,22 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
         // SAFETY: the CPU has AVX and F16C, checked just above.
         return unsafe { avx::quantize_i8(x, act_scales, out) };
     }
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::quantize_i8(x, act_scales, out);
+    #[allow(unreachable_code)]
     portable::quantize_i8(x, act_scales, out)
+}
+
+/// `y[r] = (y[r]'s bits as an i32 sum) as f32 * (row_scales[r] * x_scale)`, an int8 product's
+/// sums scaled into its outputs ([`portable::scale_sums_i8`]): four rows an instruction with
+/// Helium (`cortex-m-mve`, where no subnormal can arise). The same bits.
+#[inline]
+pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    if helium::scale_sums_i8(y, row_scales, x_scale) {
+        return;
+    }
+    portable::scale_sums_i8(y, row_scales, x_scale)
 }
 
 /// Prepares a quantized input `xq` for [`row_sums_i8`] and [`row_sums_i4`], once per input
@@ -635,9 +652,10 @@ pub fn row_sums_groups_i8(
 /// `sums[r]` for the packed int4 rows of `values` and their groups' multiplier `codes`
 /// ([`portable::row_sums_i4`]), the input `xq` prepared by [`widen_input_i8`] in `widened`,
 /// `xq.len()` the columns: with VNNI or AVX2 on x86-64, two rows per pass with the
-/// `cortex-m-dsp` feature (`AND` and `SMLAD`; the Helium build widens the input itself), four
-/// on RV32 (two products a `MUL`), else the portable code. Every kernel gives the same sums
-/// (they are exact integers).
+/// `cortex-m-dsp` feature (`AND` and `SMLAD`; Helium two rows per pass, sixteen columns an
+/// instruction, for groups of a multiple of 32 columns, else the DSP kernel widening the input
+/// itself), four on RV32 (two products a `MUL`), else the portable code. Every kernel gives the
+/// same sums (they are exact integers).
 #[inline]
 pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened: &[u32], sums: &mut [i64]) {
     let _ = widened; // (read by the DSP and RV32 kernels only)
@@ -659,7 +677,12 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], widened
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     return dsp::row_sums_i4(values, group, codes, xq, widened, sums);
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
-    return dsp::row_sums_i4_widening(values, group, codes, xq, sums);
+    {
+        if helium::row_sums_i4(values, group, codes, xq, sums) {
+            return;
+        }
+        return dsp::row_sums_i4_widening(values, group, codes, xq, sums);
+    }
     #[cfg(target_arch = "riscv32")]
     return rv32::row_sums_i4(values, group, codes, xq, widened, sums);
     #[allow(unreachable_code)]
@@ -713,11 +736,14 @@ pub fn vecmat_sums_each_i8(
 
 /// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
 /// `keys[t * stride..]`, the 16-bit query widened into `words` ([`portable::key_sums_i8`]):
-/// the DSP kernel four keys a pass (whole groups of four columns; the rest portable), AVX2 on
-/// x86-64, four keys a pass on RV32. Exact integers: the same sums.
+/// Helium four keys a pass (eight columns an instruction), the DSP kernel four keys a pass
+/// (whole groups of four columns; the rest portable), AVX2 on x86-64, four keys a pass on
+/// RV32. Exact integers: the same sums.
 #[inline]
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
-    #[cfg(feature = "cortex-m-dsp")]
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::key_sums_i8(keys, stride, d_head, words, sums);
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     {
         let groups = d_head / 4;
         dsp::key_sums_i8(keys, stride, groups, words, sums);
@@ -740,12 +766,14 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
 }
 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
-/// `values[t * stride..]` ([`portable::value_sums_i8`]): the DSP kernel (whole groups of four
-/// columns; the rest portable), AVX2 on x86-64, sixteen columns at a time on RV32. Exact
-/// integers: the same sums.
+/// `values[t * stride..]` ([`portable::value_sums_i8`]): Helium sixteen columns a pass, the DSP
+/// kernel (whole groups of four columns; the rest portable), AVX2 on x86-64, sixteen columns at
+/// a time on RV32. Exact integers: the same sums.
 #[inline]
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
-    #[cfg(feature = "cortex-m-dsp")]
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::value_sums_i8(values, stride, weights, acc);
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     {
         let body = acc.len() / 4 * 4;
         dsp::value_sums_i8(values, stride, weights, acc);

@@ -236,6 +236,16 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum()
 }
 
+/// `y[r] = (y[r]'s bits as an i32 sum) as f32 * (row_scales[r] * x_scale)` for `r <
+/// y.len()`: an int8 product's sums scaled into its outputs.
+#[inline]
+pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
+    for (out, &scale) in y.iter_mut().zip(row_scales) {
+        let acc = out.to_bits() as i32;
+        *out = acc as f32 * (scale * x_scale);
+    }
+}
+
 /// Quantizes `x * act_scales` to symmetric int8 in `out`; returns the scale (`max |x| / 127`).
 pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
     match act_scales {

@@ -1,5 +1,7 @@
 //! Cortex-M kernels for Helium (the M-profile Vector Extension: Cortex-M55, M85; feature
-//! `cortex-m-mve`): int8 rows sixteen columns an instruction.
+//! `cortex-m-mve`): int8 and int4 rows sixteen columns an instruction, the int8 quantization of
+//! an input and the scaling of the sums four values an instruction, and the attention's sums
+//! over int8 memory.
 
 use core::arch::global_asm;
 extern "C" {
@@ -14,11 +16,95 @@ extern "C" {
         sums: *mut i32,
         blocks: usize,
     );
+    /// Helium: the largest `|x[i]|` of `x[..n]`, `n >= 1` (`VMAXNMA`, so NaNs are ignored),
+    /// as f32 bits.
+    fn txl_max_abs_mve(x: *const f32, n: usize) -> u32;
+    /// Helium: `out[i] = round(x[i] * inverse)` for `i < n`, `n >= 1`, rounded to nearest with
+    /// ties away from zero (`VCVTA`), stored as the low byte (`VSTRB.32`); `inverse` as f32
+    /// bits.
+    fn txl_quantize_mve(x: *const f32, out: *mut i8, n: usize, inverse: u32);
+}
+
+// Both loops are tail-predicated (`DLSTP.32` / `LETP`): the last pass takes the 1 to 4 values
+// left, the lanes beyond `n` neither loaded nor stored. The largest magnitude: per four values
+// one `VLDRW` and one `VMAXNMA` (q0 = max(|q0|, |x|), lane by lane), then `VMAXNMAV` across q0.
+// The quantization: per four values `VLDRW`, `VMUL` by the inverse, `VCVTA`, `VSTRB.32`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_max_abs_mve,\"ax\",%progbits",
+    ".globl txl_max_abs_mve",
+    ".type txl_max_abs_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_max_abs_mve:",
+    "push {{r7, lr}}",
+    "vmov.i32 q0, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q1, [r0], #16",
+    "vmaxnma.f32 q0, q1",
+    "letp lr, 1b",
+    "movs r0, #0",
+    "vmaxnmav.f32 r0, q0",
+    "pop {{r7, pc}}",
+    ".size txl_max_abs_mve, . - txl_max_abs_mve",
+    ".section .text.txl_quantize_mve,\"ax\",%progbits",
+    ".globl txl_quantize_mve",
+    ".type txl_quantize_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vmul.f32 q0, q0, r3",
+    "vcvta.s32.f32 q0, q0",
+    "vstrb.32 q0, [r1], #4",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_quantize_mve, . - txl_quantize_mve",
+    ".cpu cortex-m4",
+);
+
+/// The smallest largest magnitude the Helium quantization takes; below it (or for a range
+/// that is not finite) [`quantize_i8`] runs the portable code. Helium's floating point may
+/// flush subnormal values to zero, where the portable code keeps them: with `max |x| >=
+/// 2^-100` that changes nothing. A subnormal `|x| < 2^-126` cannot be the largest, and its
+/// quotient `x * 127 / max |x| < 2^-126 * 2^107` rounds to 0 either way; a subnormal product
+/// rounds to 0 either way too.
+const SMALLEST_RANGE: f32 = f32::from_bits((127 - 100) << 23); // 2^-100
+
+/// [`portable::quantize_i8`](crate::kernels::portable::quantize_i8) with Helium for an input
+/// without activation scales (and as long as `out`): the largest magnitude and the quantization
+/// four values an instruction. The same bits: the largest magnitude is the same value in any order (NaNs
+/// ignored both ways), the product is one IEEE multiply either way, and `VCVTA` rounds to
+/// nearest with ties away from zero, as the portable code's `libm::roundf` formula does (a
+/// NaN becomes 0 both ways). Activation scales, and ranges where flushing could show
+/// ([`SMALLEST_RANGE`]), take the portable code.
+pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    let n = x.len();
+    if act_scales.is_some() || n == 0 || out.len() != n {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    }
+    // SAFETY: `x` holds `n >= 1` values; the kernel reads only those (tail-predicated) and
+    // uses only q0 and q1 of the vector registers (caller-saved under the AAPCS).
+    let max_abs = f32::from_bits(unsafe { txl_max_abs_mve(x.as_ptr(), n) });
+    if !(max_abs >= SMALLEST_RANGE && max_abs.is_finite()) {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    }
+    let inverse = 127.0 / max_abs;
+    // SAFETY: `x` holds `n >= 1` values and `out` `n` bytes; the kernel reads and writes only
+    // those (tail-predicated) and uses only q0 of the vector registers.
+    unsafe { txl_quantize_mve(x.as_ptr(), out.as_mut_ptr(), n, inverse.to_bits()) };
+    max_abs / 127.0
 }
 
 // Per group of 16 columns: one VLDRB of the inputs (shared by the four rows), then per row one
 // VLDRB of its weights and one VMLADAVA (16 products added to the row's sum), plus the loop's
-// decrement and branch: 11 instructions per 64 multiply-accumulates. VMLADAVA accumulates into
+// end (`LE`, a low-overhead loop): 10 instructions per 64 multiply-accumulates. VMLADAVA accumulates into
 // even registers: r4, r6, r8, r10. Registers: r0, r5, r7, r9 the rows, r1 the inputs (the
 // stride between blocks: rows 0 and 1 advance alike), r2 their start, r3 the groups, r11 the
 // output, r12 the blocks left, lr the groups left, q0 the inputs, q1 a row's weights.
@@ -47,7 +133,7 @@ global_asm!(
     "mov r8, #0",
     "mov r10, #0",
     "mov r1, r2",
-    "mov lr, r3",
+    "dls lr, r3",
     "1:",
     "vldrb.s8 q0, [r1], #16",
     "vldrb.s8 q1, [r0], #16",
@@ -58,8 +144,7 @@ global_asm!(
     "vmladava.s8 r8, q1, q0",
     "vldrb.s8 q1, [r9], #16",
     "vmladava.s8 r10, q1, q0",
-    "subs lr, lr, #1",
-    "bne 1b",
+    "le lr, 1b",
     "strd r4, r6, [r11], #8",
     "strd r8, r10, [r11], #8",
     // the next block: row 0 at row 3's start plus the stride (rows 0 and 1 advanced alike)
@@ -110,4 +195,575 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
             *sum += crate::kernels::portable::dot_i8(&row[body..], &xq[body..]);
         }
     }
+}
+
+extern "C" {
+    /// Helium: for each of `blocks` blocks of four keys starting at `keys` (key `k` of block `b`
+    /// at `keys + (4b + k) * stride`), `sums[4b + k] = sum over c < 8 * groups of key[c] *
+    /// query[c]`, the query 16-bit in column order, `groups >= 1` groups of 8 columns.
+    fn txl_key_sums4_mve(
+        keys: *const i8,
+        stride: usize,
+        query: *const i16,
+        groups: usize,
+        sums: *mut i32,
+        blocks: usize,
+    );
+    /// Helium: `acc[c] += sum over t < count of weights[t] * value_t[c]` for `c < 16`, value `t`
+    /// at `values + t * stride`, `count >= 1`.
+    fn txl_value_sums16_mve(
+        values: *const i8,
+        stride: usize,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+    );
+}
+
+// The keys: txl_rows4_mve's loop with 16-bit lanes. Per group of 8 columns one VLDRH of the query
+// (shared by the four keys), then per key one VLDRB.S16 of its bytes (widened) and one
+// VMLADAVA.S16: 10 instructions per 32 multiply-accumulates. The values: sixteen columns' sums
+// in q0-q3 over all the keys; per key one LDR of its weight, four VLDRB.S32 (four bytes widened
+// each) and four VMLA by the weight, the step to the next key and the loop's end: 11
+// instructions per 16 multiply-accumulates.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_key_sums4_mve,\"ax\",%progbits",
+    ".globl txl_key_sums4_mve",
+    ".type txl_key_sums4_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_key_sums4_mve:",
+    "push {{r4-r11, lr}}",
+    "ldr r11, [sp, #36]",
+    "ldr r12, [sp, #40]",
+    "mov r9, r3",
+    "cmp r12, #0",
+    "beq 5f",
+    "add r3, r0, r1",
+    "4:",
+    "sub r1, r3, r0",
+    "add r5, r3, r1",
+    "add r7, r5, r1",
+    "mov r4, #0",
+    "mov r6, #0",
+    "mov r8, #0",
+    "mov r10, #0",
+    "mov r1, r2",
+    "dls lr, r9",
+    "1:",
+    "vldrh.u16 q0, [r1], #16",
+    "vldrb.s16 q1, [r0], #8",
+    "vmladava.s16 r4, q1, q0",
+    "vldrb.s16 q1, [r3], #8",
+    "vmladava.s16 r6, q1, q0",
+    "vldrb.s16 q1, [r5], #8",
+    "vmladava.s16 r8, q1, q0",
+    "vldrb.s16 q1, [r7], #8",
+    "vmladava.s16 r10, q1, q0",
+    "le lr, 1b",
+    "strd r4, r6, [r11], #8",
+    "strd r8, r10, [r11], #8",
+    // the next block: key 0 at key 3's start plus the stride (keys 0 and 1 advanced alike)
+    "sub r1, r3, r0",
+    "add r0, r7, r1",
+    "sub r0, r0, r9, lsl #3",
+    "add r3, r0, r1",
+    "subs r12, r12, #1",
+    "bne 4b",
+    "5:",
+    "pop {{r4-r11, pc}}",
+    ".size txl_key_sums4_mve, . - txl_key_sums4_mve",
+    ".section .text.txl_value_sums16_mve,\"ax\",%progbits",
+    ".globl txl_value_sums16_mve",
+    ".type txl_value_sums16_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_value_sums16_mve:",
+    "push {{r4, r5, r7, lr}}",
+    "vpush {{d8, d9}}",
+    "ldr r4, [sp, #32]",
+    "vldrw.u32 q0, [r4]",
+    "vldrw.u32 q1, [r4, #16]",
+    "vldrw.u32 q2, [r4, #32]",
+    "vldrw.u32 q3, [r4, #48]",
+    "dls lr, r3",
+    "1:",
+    "ldr r5, [r2], #4",
+    "vldrb.s32 q4, [r0]",
+    "vmla.s32 q0, q4, r5",
+    "vldrb.s32 q4, [r0, #4]",
+    "vmla.s32 q1, q4, r5",
+    "vldrb.s32 q4, [r0, #8]",
+    "vmla.s32 q2, q4, r5",
+    "vldrb.s32 q4, [r0, #12]",
+    "vmla.s32 q3, q4, r5",
+    "add r0, r1",
+    "le lr, 1b",
+    "vstrw.32 q0, [r4]",
+    "vstrw.32 q1, [r4, #16]",
+    "vstrw.32 q2, [r4, #32]",
+    "vstrw.32 q3, [r4, #48]",
+    "vpop {{d8, d9}}",
+    "pop {{r4, r5, r7, pc}}",
+    ".size txl_value_sums16_mve, . - txl_value_sums16_mve",
+    ".cpu cortex-m4",
+);
+
+/// Widest query [`key_sums_i8`] takes with Helium (its column-order copy is on the stack).
+const KEY_COLUMNS: usize = 256;
+
+/// [`portable::key_sums_i8`](crate::kernels::portable::key_sums_i8) with Helium: four keys per
+/// pass, eight columns an instruction (`VMLADAVA.S16` of the 16-bit query, put back in column
+/// order once per call, against the key's bytes widened by `VLDRB.S16`). Keys left after the
+/// whole blocks of four, the columns after whole groups of eight, and queries wider than
+/// [`KEY_COLUMNS`] take the portable code. Integer sums (wrapping, as the portable code): the
+/// same sums.
+pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
+    use crate::kernels::portable;
+    let groups = d_head / 8;
+    let blocks = if groups > 0 && d_head <= KEY_COLUMNS {
+        sums.len() / 4
+    } else {
+        0
+    };
+    let done = 4 * blocks;
+    if blocks > 0 {
+        let mut query = [0i16; KEY_COLUMNS];
+        for (c, q) in query[..8 * groups].iter_mut().enumerate() {
+            *q = portable::query_half(words, c) as i16;
+        }
+        assert!(
+            (done - 1) * stride + 8 * groups <= keys.len(),
+            "keys out of bounds"
+        );
+        // SAFETY: the kernel reads `8 * groups` bytes of each of the first `done` keys (at `t *
+        // stride`, inside `keys`: checked above), `8 * groups` query values and writes the first
+        // `done` sums; it preserves the callee-saved registers (AAPCS; of the vector registers
+        // it uses only q0 and q1).
+        unsafe {
+            txl_key_sums4_mve(
+                keys.as_ptr(),
+                stride,
+                query.as_ptr(),
+                groups,
+                sums.as_mut_ptr(),
+                blocks,
+            )
+        };
+        for (t, sum) in sums[..done].iter_mut().enumerate() {
+            portable::key_sums_columns(&keys[t * stride..t * stride + d_head], 8 * groups, words, sum);
+        }
+    }
+    if done < sums.len() {
+        let rest = keys.get(done * stride..).unwrap_or_default();
+        portable::key_sums_i8(rest, stride, d_head, words, &mut sums[done..]);
+    }
+}
+
+/// [`portable::value_sums_i8`](crate::kernels::portable::value_sums_i8) with Helium: sixteen
+/// columns per pass, their sums in four vector registers over all the keys (`VLDRB.S32` and
+/// `VMLA` by the key's weight); the columns after whole groups of sixteen take the portable
+/// code. Integer sums (wrapping, as the portable code): the same sums.
+pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    let count = weights.len();
+    let body = if count > 0 { acc.len() / 16 * 16 } else { 0 };
+    for (block, acc) in acc[..body].chunks_exact_mut(16).enumerate() {
+        let first = 16 * block;
+        assert!(
+            (count - 1) * stride + first + 16 <= values.len(),
+            "value rows out of bounds"
+        );
+        // SAFETY: the kernel reads sixteen bytes at `first + t * stride` for `t < count`, all
+        // inside `values` (checked above), `count` weights and the sixteen sums of `acc`, and
+        // writes those sums; it saves q4 (d8, d9) and the callee-saved core registers it uses
+        // (AAPCS).
+        unsafe {
+            txl_value_sums16_mve(
+                values.as_ptr().add(first),
+                stride,
+                weights.as_ptr(),
+                count,
+                acc.as_mut_ptr(),
+            )
+        };
+    }
+    if body < acc.len() {
+        let rest = values.get(body..).unwrap_or_default();
+        crate::kernels::portable::value_sums_i8(rest, stride, weights, &mut acc[body..]);
+    }
+}
+
+/// Every int4 group code's multiplier, for the kernel's table lookup.
+static INT4_MULTIPLIERS: [i32; 256] = {
+    let mut table = [0i32; 256];
+    let mut code = 0;
+    while code < 256 {
+        table[code] = crate::kernels::portable::int4_multiplier(code as u8);
+        code += 1;
+    }
+    table
+};
+
+/// The arguments of [`txl_rows_i4_mve`] after the first four, read by offset in the assembly:
+/// keep the order.
+#[repr(C)]
+struct Int4Pass {
+    /// Codes per row.
+    groups: usize,
+    /// Chunks of 32 columns per group.
+    chunks: usize,
+    /// The whole groups each row runs here.
+    full_groups: usize,
+    /// Where the next pair's two i64 sums go.
+    sums: *mut i64,
+    /// Pairs of rows.
+    pairs: usize,
+    /// Bytes from the end of a pair's first row (as far as it ran) to the next pair's.
+    skip: usize,
+    /// Codes from the end of a pair's first row's (as far as it ran) to the next pair's.
+    code_skip: usize,
+    /// [`INT4_MULTIPLIERS`].
+    multipliers: *const i32,
+    /// The input's start.
+    x: *const i8,
+}
+
+extern "C" {
+    /// Helium: for each pair of packed int4 rows (the first at `rows`, the second `row_bytes`
+    /// further), `sum over the first pass.full_groups groups g of multiplier(code[g]) *
+    /// (row[g] · x[g])` into `pass.sums` (two i64 a pair), groups of `32 * pass.chunks`
+    /// columns, the input 4-byte aligned.
+    fn txl_rows_i4_mve(rows: *const u8, row_bytes: usize, codes: *const u8, pass: *mut Int4Pass);
+    /// [`txl_rows_i4_mve`] for groups of 32 columns (`pass.chunks` 1): no loop over a group's
+    /// chunks, its sums started by `VMLADAV`.
+    fn txl_rows_i4_g32_mve(rows: *const u8, row_bytes: usize, codes: *const u8, pass: *mut Int4Pass);
+}
+
+// Per 32 columns of a pair of rows: the input's 32 bytes loaded once, split by VLD20/VLD21
+// into the columns of the low nibbles (words 0, 2, 4, 6: columns 0-3 of each block of eight)
+// and of the high ones (words 1, 3, 5, 7: columns 4-7); per row one VLDRB of 16 weight bytes,
+// VSHL #4 (16 times the low nibble, signed) and VAND 0xF0 (16 times the high one), and two
+// VMLADAVA: 13 instructions per 64 multiply-accumulates. Per group and row the code's
+// multiplier from the table and SMLAL into the row's i64 sum (16 times too large: shifted back
+// at the end of the pair, exactly). Registers: r0, r1 the rows, r2 the input, r3 the codes, r4 and r6 the
+// groups' sums, r5 the codes per row, r7 the table, r8-r11 the i64 sums, r12 the groups left,
+// lr the chunks left (then a scratch register), q4 the mask. For groups of 32 columns (the
+// default of `txl quantize --dtype int4`) a second copy runs each group's one chunk without the
+// loop, its sums started by VMLADAV: 12 instructions per 64 multiply-accumulates, and 8 more
+// per group.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_rows_i4_mve,\"ax\",%progbits",
+    ".globl txl_rows_i4_mve",
+    ".type txl_rows_i4_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows_i4_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8, d9}}",
+    "sub sp, sp, #8",
+    "str r3, [sp]",
+    "mov r3, r2",
+    "vmov.i8 q4, #0xf0",
+    "ldr r12, [sp]",
+    "ldr r5, [r12, #0]",
+    "ldr r7, [r12, #28]",
+    "add r1, r0, r1",
+    "4:",
+    "ldr r12, [sp]",
+    "ldr r2, [r12, #32]",
+    "ldr r12, [r12, #8]",
+    "movs r8, #0",
+    "movs r9, #0",
+    "movs r10, #0",
+    "movs r11, #0",
+    "2:",
+    "movs r4, #0",
+    "movs r6, #0",
+    "ldr lr, [sp]",
+    "ldr lr, [lr, #4]",
+    "dls lr, lr",
+    "1:",
+    "vld20.32 {{q0, q1}}, [r2]",
+    "vld21.32 {{q0, q1}}, [r2]!",
+    "vldrb.u8 q2, [r0], #16",
+    "vshl.i8 q3, q2, #4",
+    "vand q2, q2, q4",
+    "vmladava.s8 r4, q3, q0",
+    "vmladava.s8 r4, q2, q1",
+    "vldrb.u8 q2, [r1], #16",
+    "vshl.i8 q3, q2, #4",
+    "vand q2, q2, q4",
+    "vmladava.s8 r6, q3, q0",
+    "vmladava.s8 r6, q2, q1",
+    "le lr, 1b",
+    "ldrb lr, [r3, r5]",
+    "ldr lr, [r7, lr, lsl #2]",
+    "smlal r10, r11, r6, lr",
+    "ldrb lr, [r3], #1",
+    "ldr lr, [r7, lr, lsl #2]",
+    "smlal r8, r9, r4, lr",
+    "subs r12, r12, #1",
+    "bne 2b",
+    // the sums were 16 times too large: shift them back (exact)
+    "lsrs r8, r8, #4",
+    "orr r8, r8, r9, lsl #28",
+    "asrs r9, r9, #4",
+    "lsrs r10, r10, #4",
+    "orr r10, r10, r11, lsl #28",
+    "asrs r11, r11, #4",
+    "ldr lr, [sp]",
+    "ldr r12, [lr, #12]",
+    "strd r8, r9, [r12], #8",
+    "strd r10, r11, [r12], #8",
+    "str r12, [lr, #12]",
+    "ldr r12, [lr, #20]",
+    "add r0, r0, r12",
+    "add r1, r1, r12",
+    "ldr r12, [lr, #24]",
+    "add r3, r3, r12",
+    "ldr r12, [lr, #16]",
+    "subs r12, r12, #1",
+    "str r12, [lr, #16]",
+    "bne 4b",
+    "add sp, sp, #8",
+    "vpop {{d8, d9}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows_i4_mve, . - txl_rows_i4_mve",
+    ".section .text.txl_rows_i4_g32_mve,\"ax\",%progbits",
+    ".globl txl_rows_i4_g32_mve",
+    ".type txl_rows_i4_g32_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows_i4_g32_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8, d9}}",
+    "sub sp, sp, #8",
+    "str r3, [sp]",
+    "mov r3, r2",
+    "vmov.i8 q4, #0xf0",
+    "ldr r12, [sp]",
+    "ldr r5, [r12, #0]",
+    "ldr r7, [r12, #28]",
+    "add r1, r0, r1",
+    "4:",
+    "ldr r12, [sp]",
+    "ldr r2, [r12, #32]",
+    "ldr r12, [r12, #8]",
+    "movs r8, #0",
+    "movs r9, #0",
+    "movs r10, #0",
+    "movs r11, #0",
+    "2:",
+    "vld20.32 {{q0, q1}}, [r2]",
+    "vld21.32 {{q0, q1}}, [r2]!",
+    "vldrb.u8 q2, [r0], #16",
+    "vshl.i8 q3, q2, #4",
+    "vand q2, q2, q4",
+    "vmladav.s8 r4, q3, q0",
+    "vmladava.s8 r4, q2, q1",
+    "vldrb.u8 q2, [r1], #16",
+    "vshl.i8 q3, q2, #4",
+    "vand q2, q2, q4",
+    "vmladav.s8 r6, q3, q0",
+    "vmladava.s8 r6, q2, q1",
+    "ldrb lr, [r3, r5]",
+    "ldr lr, [r7, lr, lsl #2]",
+    "smlal r10, r11, r6, lr",
+    "ldrb lr, [r3], #1",
+    "ldr lr, [r7, lr, lsl #2]",
+    "smlal r8, r9, r4, lr",
+    "subs r12, r12, #1",
+    "bne 2b",
+    // the sums were 16 times too large: shift them back (exact)
+    "lsrs r8, r8, #4",
+    "orr r8, r8, r9, lsl #28",
+    "asrs r9, r9, #4",
+    "lsrs r10, r10, #4",
+    "orr r10, r10, r11, lsl #28",
+    "asrs r11, r11, #4",
+    "ldr lr, [sp]",
+    "ldr r12, [lr, #12]",
+    "strd r8, r9, [r12], #8",
+    "strd r10, r11, [r12], #8",
+    "str r12, [lr, #12]",
+    "ldr r12, [lr, #20]",
+    "add r0, r0, r12",
+    "add r1, r1, r12",
+    "ldr r12, [lr, #24]",
+    "add r3, r3, r12",
+    "ldr r12, [lr, #16]",
+    "subs r12, r12, #1",
+    "str r12, [lr, #16]",
+    "bne 4b",
+    "add sp, sp, #8",
+    "vpop {{d8, d9}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows_i4_g32_mve, . - txl_rows_i4_g32_mve",
+    ".cpu cortex-m4",
+);
+
+/// Largest group the Helium int4 kernel takes: a group's sum, 16 times too large, stays exact
+/// in i32 (`16 * 8 * 128 * 4096 = 2^26`).
+const INT4_MAX_GROUP: usize = 4096;
+
+/// [`portable::row_sums_i4`](crate::kernels::portable::row_sums_i4) with Helium, for groups of
+/// a multiple of 32 columns (up to [`INT4_MAX_GROUP`]) and an input at a 4-byte boundary: two
+/// rows per pass, 32 columns per chunk, sixteen products an instruction; the columns after the
+/// whole groups take the portable code. Returns false, with nothing written, for other shapes.
+/// Integer sums: the same sums.
+pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) -> bool {
+    use crate::kernels::portable::{int4_groups, int4_multiplier, int4_range_sum, int4_row_bytes};
+    let cols = xq.len();
+    let full_groups = if group > 0 { cols / group } else { 0 };
+    if full_groups == 0
+        || !group.is_multiple_of(32)
+        || group > INT4_MAX_GROUP
+        || !(xq.as_ptr() as usize).is_multiple_of(4)
+    {
+        return false;
+    }
+    let rows = sums.len();
+    let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
+    let (values, codes) = (&values[..rows * row_bytes], &codes[..rows * groups]);
+    let consumed = full_groups * group / 2;
+    let even = rows / 2 * 2;
+    let mut pass = Int4Pass {
+        groups,
+        chunks: group / 32,
+        full_groups,
+        sums: sums.as_mut_ptr(),
+        pairs: even / 2,
+        skip: 2 * row_bytes - consumed,
+        code_skip: 2 * groups - full_groups,
+        multipliers: INT4_MULTIPLIERS.as_ptr(),
+        x: xq.as_ptr(),
+    };
+    let kernel = if group == 32 {
+        txl_rows_i4_g32_mve
+    } else {
+        txl_rows_i4_mve
+    };
+    if even > 0 {
+        // SAFETY: each pair reads `consumed` bytes of its two rows (inside `values`: `rows *
+        // row_bytes` bytes, sliced above), `full_groups` codes of each (inside `codes`), the
+        // first `full_groups * group <= cols` columns of `xq` (4-byte aligned, checked above),
+        // the table, and writes two sums of `sums` per pair (`even <= rows`); it preserves the
+        // callee-saved registers (AAPCS: q4 through d8 and d9) and the stack pointer.
+        unsafe { kernel(values.as_ptr(), row_bytes, codes.as_ptr(), &mut pass) };
+    }
+    if even < rows {
+        // the last row alone, read twice (the second row zero bytes and codes further)
+        let mut alone = [0i64; 2];
+        pass.groups = 0;
+        pass.pairs = 1;
+        pass.sums = alone.as_mut_ptr();
+        let (row, row_codes) = (&values[even * row_bytes..], &codes[even * groups..]);
+        // SAFETY: as above, for one row read twice and two sums of `alone`.
+        unsafe { kernel(row.as_ptr(), 0, row_codes.as_ptr(), &mut pass) };
+        sums[even] = alone[0];
+    }
+    if full_groups == groups {
+        return true;
+    }
+    for (r, sum) in sums.iter_mut().enumerate() {
+        let row = &values[r * row_bytes..(r + 1) * row_bytes];
+        for g in full_groups..groups {
+            let part = int4_range_sum(row, xq, g * group..cols.min((g + 1) * group));
+            *sum += int4_multiplier(codes[r * groups + g]) as i64 * part as i64;
+        }
+    }
+    true
+}
+
+extern "C" {
+    /// Helium: the smallest and the largest of `2 * bits` (each f32's bits without the sign) of
+    /// `scales[..n]`, `n >= 1`, packed: smallest in the low word, largest in the high one.
+    fn txl_scale_range_mve(scales: *const f32, n: usize) -> u64;
+    /// Helium: `y[r] = (y[r] as i32) as f32 * (scales[r] * x_scale)` for `r < n`, `n >= 1`,
+    /// `x_scale` as f32 bits.
+    fn txl_scale_sums_mve(y: *mut f32, scales: *const f32, n: usize, x_scale: u32);
+}
+
+// Both tail-predicated. The range: per four scales one VLDRW, one VSHL (the sign out), VMIN and
+// VMAX (unsigned), then VMINV and VMAXV across. The scaling: per four rows two VLDRW, VCVT (to
+// nearest, as `as f32`), two VMUL (the row's scale times the input's first, as the portable
+// code), one VSTRW.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_scale_range_mve,\"ax\",%progbits",
+    ".globl txl_scale_range_mve",
+    ".type txl_scale_range_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scale_range_mve:",
+    "push {{r7, lr}}",
+    "vmvn.i32 q0, #0",
+    "vmov.i32 q1, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q2, [r0], #16",
+    "vshl.i32 q2, q2, #1",
+    "vmin.u32 q0, q0, q2",
+    "vmax.u32 q1, q1, q2",
+    "letp lr, 1b",
+    "mov r0, #-1",
+    "vminv.u32 r0, q0",
+    "movs r1, #0",
+    "vmaxv.u32 r1, q1",
+    "pop {{r7, pc}}",
+    ".size txl_scale_range_mve, . - txl_scale_range_mve",
+    ".section .text.txl_scale_sums_mve,\"ax\",%progbits",
+    ".globl txl_scale_sums_mve",
+    ".type txl_scale_sums_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scale_sums_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vldrw.u32 q1, [r1], #16",
+    "vcvt.f32.s32 q0, q0",
+    "vmul.f32 q1, q1, r3",
+    "vmul.f32 q0, q0, q1",
+    "vstrw.32 q0, [r0], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_scale_sums_mve, . - txl_scale_sums_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::scale_sums_i8`](crate::kernels::portable::scale_sums_i8) with Helium, four rows
+/// an instruction, where no value on the way can be subnormal (Helium's floating point may
+/// flush subnormals to zero): the input's scale and every row's scale normal and finite, and
+/// the smallest row scale times the input's scale normal too (then every product of a scale and
+/// the input's scale is, and every output is zero or at least that large). Returns false, with
+/// nothing written, otherwise (the portable code then runs). The same bits: the same
+/// conversion and the same two IEEE multiplies per row, in the same order.
+pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) -> bool {
+    let n = y.len().min(row_scales.len());
+    if n == 0 || !(x_scale.is_normal()) {
+        return n == 0;
+    }
+    // SAFETY: `row_scales` holds `n >= 1` floats; the kernel reads only those
+    // (tail-predicated) and uses q0-q2 (caller-saved).
+    let range = unsafe { txl_scale_range_mve(row_scales.as_ptr(), n) };
+    let (smallest, largest) = (range as u32, (range >> 32) as u32);
+    let smallest_scale = f32::from_bits(smallest >> 1);
+    let normal = smallest >= f32::MIN_POSITIVE.to_bits() << 1 && largest < f32::INFINITY.to_bits() << 1;
+    if !(normal && (smallest_scale * x_scale.abs()).is_normal()) {
+        return false;
+    }
+    // SAFETY: `y` and `row_scales` hold `n >= 1` floats; the kernel reads those and writes
+    // those of `y` (tail-predicated), and uses q0 and q1 (caller-saved).
+    unsafe { txl_scale_sums_mve(y.as_mut_ptr(), row_scales.as_ptr(), n, x_scale.to_bits()) };
+    true
 }

@@ -8,7 +8,8 @@
 //! - `fpu.rs`: the single-precision FPU (target ABI `eabihf`): f32 and f16 rows four at a time,
 //!   weighted rows, f16 widened by `VCVTB`/`VCVTT`.
 //! - `helium.rs`: Helium, the M-profile Vector Extension (Cortex-M55, M85; feature
-//!   `cortex-m-mve`): int8 rows sixteen columns an instruction.
+//!   `cortex-m-mve`): int8 and int4 rows sixteen columns an instruction, the int8 quantization
+//!   and scaling four values an instruction, the attention's int8 sums.
 
 #[cfg(any(all(target_arch = "arm", not(feature = "cortex-m-dsp")), test))]
 pub mod base;
