@@ -38,8 +38,7 @@ echo "== txl-core's tests on aarch64, Cortex-A53 (NEON without the dot-product e
 QEMU_CPU=cortex-a53 cargo test -p txl-core --features std --target "$target" --locked
 
 echo "== txl score on aarch64: the demo model's digests"
-# (no debug info: only the digests are wanted from this build)
-CARGO_PROFILE_RELEASE_DEBUG=false cargo build --release -p txl-tools --target "$target" --locked
+cargo build --release -p txl-tools --target "$target" --locked
 txl() { qemu-aarch64 -L "$sysroot" "target/$target/release/txl" "$@"; }
 dir=target/aarch64-check
 mkdir -p "$dir"
