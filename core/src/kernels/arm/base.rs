@@ -308,80 +308,67 @@ macro_rules! armv6m_four_dots {
             }
             let [e0, e1, e2, e3] = rows.map(|r| r[..n].as_ptr_range().end);
             let end = x.as_ptr_range().end;
-            let (a0, a1, a2, a3): (i32, i32, i32, i32);
             if n % 4 == 0 {
                 // four columns a pass: one branch for them
                 // SAFETY: as below; `n` is a multiple of 4, so the index reaches 0 at the end
                 // of a pass.
-                unsafe {
-                    core::arch::asm!(
-                        "push {{r6, r7}}",
-                        "movs r6, #0",
-                        "mov r8, r6",
-                        "mov r9, r6",
-                        "mov r10, r6",
-                        "mov r11, r6",
-                        "2:",
+                return unsafe {
+                    armv6m_dots_asm!(
+                        n,
+                        end,
+                        [e0, e1, e2, e3],
                         armv6m_column!($($load),+),
                         armv6m_column!($($load),+),
                         armv6m_column!($($load),+),
                         armv6m_column!($($load),+),
-                        "bne 2b",
-                        "pop {{r6, r7}}",
-                        "mov r2, r8",
-                        "mov r3, r9",
-                        "mov r4, r10",
-                        "mov r5, r11",
-                        inout("r0") -(n as isize) => _,
-                        in("r1") end,
-                        inout("r2") e0 => a0,
-                        inout("r3") e1 => a1,
-                        inout("r4") e2 => a2,
-                        inout("r5") e3 => a3,
-                        out("r8") _,
-                        out("r9") _,
-                        out("r10") _,
-                        out("r11") _,
-                        options(readonly),
-                    );
-                }
-                return [a0, a1, a2, a3];
+                    )
+                };
             }
             // SAFETY: the index runs from -n to -1, so each load reads a value of its slice
             // (each `n` long, ending at its `end`); r6 and r7 are pushed before use and popped
             // after.
-            unsafe {
-                core::arch::asm!(
-                    "push {{r6, r7}}",
-                    "movs r6, #0",
-                    "mov r8, r6",
-                    "mov r9, r6",
-                    "mov r10, r6",
-                    "mov r11, r6",
-                    "2:",
-                    armv6m_column!($($load),+),
-                    "bne 2b",
-                    "pop {{r6, r7}}",
-                    "mov r2, r8",
-                    "mov r3, r9",
-                    "mov r4, r10",
-                    "mov r5, r11",
-                    inout("r0") -(n as isize) => _,
-                    in("r1") end,
-                    inout("r2") e0 => a0,
-                    inout("r3") e1 => a1,
-                    inout("r4") e2 => a2,
-                    inout("r5") e3 => a3,
-                    out("r8") _,
-                    out("r9") _,
-                    out("r10") _,
-                    out("r11") _,
-                    options(readonly),
-                );
-            }
-            [a0, a1, a2, a3]
+            unsafe { armv6m_dots_asm!(n, end, [e0, e1, e2, e3], armv6m_column!($($load),+),) }
         }
     };
+}
+
+/// The assembly of [`armv6m_four_dots`]: the four sums (`r8`–`r11`) set to 0, the loop `$body`
+/// (its columns move the index `r0` from `-n` on, the last sets the flags) until the index is 0,
+/// the sums returned; `r6` and `r7` pushed before and popped after. Unsafe: the rows' ends `$ends`
+/// and the input's `$end` must each have `n` values before them.
+#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+macro_rules! armv6m_dots_asm {
+    ($n:expr, $end:expr, [$e0:expr, $e1:expr, $e2:expr, $e3:expr], $($body:tt)+) => {{
+        let (a0, a1, a2, a3): (i32, i32, i32, i32);
+        core::arch::asm!(
+            "push {{r6, r7}}",
+            "movs r6, #0",
+            "mov r8, r6",
+            "mov r9, r6",
+            "mov r10, r6",
+            "mov r11, r6",
+            "2:",
+            $($body)+
+            "bne 2b",
+            "pop {{r6, r7}}",
+            "mov r2, r8",
+            "mov r3, r9",
+            "mov r4, r10",
+            "mov r5, r11",
+            inout("r0") -($n as isize) => _,
+            in("r1") $end,
+            inout("r2") $e0 => a0,
+            inout("r3") $e1 => a1,
+            inout("r4") $e2 => a2,
+            inout("r5") $e3 => a3,
+            out("r8") _,
+            out("r9") _,
+            out("r10") _,
+            out("r11") _,
+            options(readonly),
+        );
+        [a0, a1, a2, a3]
+    }};
 }
 
 /// One column of [`armv6m_four_dots`]: the input's load, the four rows' `LDRSB`, `MULS` and
