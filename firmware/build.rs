@@ -67,7 +67,7 @@ fn run() -> Result<(), String> {
         Model::parse(aligned.bytes()).map_err(|e| format!("{model_source}: not a usable txl image: {e}"))?;
     let options = session_options(&model)?;
     let arena_bytes = Session::arena_bytes(&model, &options).map_err(|e| format!("sizing the arena: {e}"))?;
-    let layout = ArenaLayout::new(model.config(), &options).map_err(|e| format!("sizing the arena: {e}"))?;
+    let layout = ArenaLayout::new(model.config(), model.image().arithmetic(), &options).map_err(|e| format!("sizing the arena: {e}"))?;
 
     // The token file.
     let (tokens, tokens_source) = token_file(&model)?;
@@ -179,6 +179,12 @@ fn run() -> Result<(), String> {
         "usize",
         layout.scratch_bytes().to_string(),
         "The one-row scratch buffers.",
+    );
+    line(
+        "ARENA_PARAMETER_BYTES",
+        "usize",
+        layout.parameter_bytes().to_string(),
+        "An integer session's parameters, made ready once (0 in float arithmetic).",
     );
     line(
         "OPTIONS",
@@ -563,12 +569,13 @@ fn check_fit(
     if ram > board.ram.bytes {
         return Err(format!(
             "the arena does not fit the board's RAM: arena {arena} bytes (memory {}, position keys {}, \
-             activations {}, scratch {}; tgt_len {}, mem_len {}) + stack {} + statics {} = {ram} bytes \
+             activations {}, scratch {}, parameters {}; tgt_len {}, mem_len {}) + stack {} + statics {} = {ram} bytes \
              > {} bytes of RAM ({}), {} bytes too many",
             layout.memory_bytes(),
             layout.position_key_bytes(),
             layout.activation_bytes(),
             layout.scratch_bytes(),
+            layout.parameter_bytes(),
             options.tgt_len,
             options.mem_len,
             board.stack_bytes,

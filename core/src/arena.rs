@@ -5,6 +5,7 @@
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::image::Arithmetic;
 use crate::options::{PositionKeys, SessionOptions};
 
 /// Alignment of the arena and of every buffer in it.
@@ -24,7 +25,9 @@ pub struct ArenaLayout {
     pub values: usize,
     /// f32 `(n_layer, distances, n_head * d_head)` position keys `W_r · pos_emb(d)`, computed
     /// once; `(1, distances, n_head * d_head)` when recomputed per segment; none (0) when `W_r`
-    /// is folded into the queries.
+    /// is folded into the queries. In integer arithmetic a distance's row is
+    /// [`integer_key_row_bytes`] bytes (int8 values and an exponent per head), counted here in
+    /// 4-byte units.
     pub position_keys: usize,
     /// f32 `(distances, d_model)` sinusoid position embeddings, kept when the position keys are
     /// recomputed per segment or folded into the queries (else 0).
@@ -66,6 +69,34 @@ pub struct ArenaLayout {
     /// `max(d_model, d_inner, n_head * d_head, d_embed)` columns: see
     /// [`matrix::scratch_words`](crate::matrix::scratch_words).
     pub quantized: usize,
+    /// In integer arithmetic, i32 words of the layers' parameters made ready once per session
+    /// ([`integer_parameter_words`]); 0 in float arithmetic.
+    pub parameters: usize,
+}
+
+/// Bytes of one distance's row of an integer session's position keys: `n_head · d_head` int8
+/// values, then an exponent byte per head, padded to whole words.
+pub fn integer_key_row_bytes(config: &Config) -> Option<usize> {
+    let width = config.qkv_width() as usize;
+    width
+        .checked_add(config.n_head as usize)?
+        .checked_next_multiple_of(4)
+}
+
+/// i32 words an integer session keeps for each layer's parameters in `Q(frac)`, as the
+/// forward pass reads them every token (converted from the image's values once, by
+/// integer operations on their bits): the two LayerNorms' gains (their `f32` bits) and
+/// biases, the feed-forward's two biases, the attention's two query biases, and two words for
+/// each of the four matrices with activation scales.
+pub fn integer_parameter_words(config: &Config) -> Option<usize> {
+    let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
+    let width = config.qkv_width() as usize;
+    let per_layer = d_model
+        .checked_mul(5)?
+        .checked_add(d_inner)?
+        .checked_add(width.checked_mul(2)?)?
+        .checked_add(8)?;
+    per_layer.checked_mul(config.n_layer as usize)
 }
 
 /// Positions one pass of the linear layers takes in a session made by
@@ -79,10 +110,14 @@ pub const DEFAULT_POSITIONS_PER_PASS: usize = 2;
 pub const MAX_OUTPUT_ROWS: usize = 64;
 
 impl ArenaLayout {
-    /// The buffers `config` needs under `options`, with the linear layers on pairs of
-    /// positions ([`DEFAULT_POSITIONS_PER_PASS`]).
-    pub fn new(config: &Config, options: &SessionOptions) -> Result<ArenaLayout, Error> {
-        Self::with_positions_per_pass(config, options, DEFAULT_POSITIONS_PER_PASS)
+    /// The buffers a model of `config` computing in `arithmetic` (the image's) needs under
+    /// `options`, with the linear layers on pairs of positions ([`DEFAULT_POSITIONS_PER_PASS`]).
+    pub fn new(
+        config: &Config,
+        arithmetic: Arithmetic,
+        options: &SessionOptions,
+    ) -> Result<ArenaLayout, Error> {
+        Self::with_positions_per_pass(config, arithmetic, options, DEFAULT_POSITIONS_PER_PASS)
     }
 
     /// The buffers `config` needs under `options` when the linear layers take up to
@@ -92,6 +127,7 @@ impl ArenaLayout {
     /// often, at the cost of `positions` rows of the feed-forward and key/value buffers.
     pub fn with_positions_per_pass(
         config: &Config,
+        arithmetic: Arithmetic,
         options: &SessionOptions,
         positions: usize,
     ) -> Result<ArenaLayout, Error> {
@@ -131,10 +167,20 @@ impl ArenaLayout {
             1
         };
         let query_rows = output_rows.min(crate::memory::QUERIES_TOGETHER);
+        let integer = matches!(arithmetic, Arithmetic::Integer { .. });
+        // a distance's row of position keys, in 4-byte units
+        let key_row = if integer {
+            integer_key_row_bytes(config).ok_or(overflow)? / 4
+        } else {
+            qkv
+        };
         let layout = ArenaLayout {
             keys: cache,
             values: cache,
-            position_keys: floats(key_tables.checked_mul(options.distances()).ok_or(overflow)?, qkv)?,
+            position_keys: floats(
+                key_tables.checked_mul(options.distances()).ok_or(overflow)?,
+                key_row,
+            )?,
             position_embeddings: match options.position_keys {
                 PositionKeys::PerSession => 0,
                 PositionKeys::PerSegment => floats(options.distances(), d_model)?,
@@ -156,13 +202,17 @@ impl ArenaLayout {
             embed_row: floats(output_rows, config.max_emb_dim() as usize)?,
             log_probs: floats(output_rows, config.n_token as usize)?,
             quantized: per_pass * crate::matrix::scratch_words(widest_input.into_iter().max().unwrap_or(0)),
+            parameters: match integer {
+                true => integer_parameter_words(config).ok_or(overflow)?,
+                false => 0,
+            },
         };
         layout.checked_total().ok_or(overflow)?;
         Ok(layout)
     }
 
     /// Bytes of each buffer, in arena order.
-    fn sizes(&self) -> Option<[usize; 16]> {
+    fn sizes(&self) -> Option<[usize; 17]> {
         let f32s = |n: usize| n.checked_mul(4).and_then(round_up);
         Some([
             self.keys,
@@ -180,7 +230,8 @@ impl ArenaLayout {
             f32s(self.row)?,
             f32s(self.embed_row)?,
             f32s(self.log_probs)?,
-            f32s(self.quantized)?, // u32 words, four bytes each as f32
+            f32s(self.quantized)?,  // u32 words, four bytes each as f32
+            f32s(self.parameters)?, // i32 words
         ])
     }
 
@@ -210,9 +261,18 @@ impl ArenaLayout {
         self.sizes().map_or(usize::MAX, |s| s[4..8].iter().sum())
     }
 
+    /// Bytes of the parameters an integer session makes ready once (0 in float arithmetic).
+    pub fn parameter_bytes(&self) -> usize {
+        self.sizes().map_or(usize::MAX, |s| s[16])
+    }
+
     /// Bytes of the one-row scratch buffers.
     pub fn scratch_bytes(&self) -> usize {
-        self.total_bytes() - self.memory_bytes() - self.position_key_bytes() - self.activation_bytes()
+        self.total_bytes()
+            - self.memory_bytes()
+            - self.position_key_bytes()
+            - self.activation_bytes()
+            - self.parameter_bytes()
     }
 }
 

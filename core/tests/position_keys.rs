@@ -222,6 +222,7 @@ fn folded_keys_need_no_key_table() {
     let layout = |position_keys| {
         txl_core::arena::ArenaLayout::new(
             model.config(),
+            model.image().arithmetic(),
             &SessionOptions {
                 position_keys,
                 ..options

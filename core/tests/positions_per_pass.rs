@@ -206,7 +206,9 @@ fn a_pass_wider_than_the_output_rows_gives_the_same_bits() {
     };
     let tokens: Vec<u32> = (0..140).map(|t| (t * 11 + 2) % config.n_token).collect();
     let positions = MAX_POSITIONS_PER_PASS;
-    let layout = ArenaLayout::with_positions_per_pass(&config, &options, positions).unwrap();
+    let layout =
+        ArenaLayout::with_positions_per_pass(&config, model.image().arithmetic(), &options, positions)
+            .unwrap();
     let rows = positions.min(70).min(MAX_OUTPUT_ROWS);
     assert_eq!(layout.log_probs, rows * config.n_token as usize);
     let bits = log_prob_bits(&model, options, positions, &tokens);

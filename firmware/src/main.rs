@@ -233,7 +233,7 @@ fn arena(
     options: &SessionOptions,
     source: ArenaSource,
 ) -> Result<&'static mut [u8], Failure> {
-    let layout = ArenaLayout::new(model.config(), options)?;
+    let layout = ArenaLayout::new(model.config(), model.image().arithmetic(), options)?;
     let needed = layout.total_bytes();
     let arena = match source {
         ArenaSource::Static => {
@@ -244,11 +244,12 @@ fn arena(
                 build::OPTIONS.mem_len
             );
             info!(
-                "arena breakdown: memory {=usize} position keys {=usize} activations {=usize} scratch {=usize}",
+                "arena breakdown: memory {=usize} position keys {=usize} activations {=usize} scratch {=usize} parameters {=usize}",
                 build::ARENA_MEMORY_BYTES,
                 build::ARENA_POSITION_KEY_BYTES,
                 build::ARENA_ACTIVATION_BYTES,
-                build::ARENA_SCRATCH_BYTES
+                build::ARENA_SCRATCH_BYTES,
+                build::ARENA_PARAMETER_BYTES
             );
             static_arena().ok_or(Failure::Args("the static arena is taken"))?
         }
@@ -259,11 +260,12 @@ fn arena(
                 needed, free
             );
             info!(
-                "arena breakdown: memory {=usize} position keys {=usize} activations {=usize} scratch {=usize}",
+                "arena breakdown: memory {=usize} position keys {=usize} activations {=usize} scratch {=usize} parameters {=usize}",
                 layout.memory_bytes(),
                 layout.position_key_bytes(),
                 layout.activation_bytes(),
-                layout.scratch_bytes()
+                layout.scratch_bytes(),
+                layout.parameter_bytes()
             );
             heap_arena(needed).ok_or(Failure::HeapTooSmall { needed, free })?
         }

@@ -5,6 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use txl_core::arena::ArenaLayout;
+use txl_core::image::Arithmetic;
 use txl_core::SessionOptions;
 use txl_tools::checkpoint::parse_hf_config;
 
@@ -15,7 +16,9 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(config.validate(), Ok(()));
     let options = SessionOptions::from_config(&config);
-    if let Ok(layout) = ArenaLayout::new(&config, &options) {
-        let _ = layout.total_bytes();
+    for arithmetic in [Arithmetic::Float, Arithmetic::Integer { frac: 16 }] {
+        if let Ok(layout) = ArenaLayout::new(&config, arithmetic, &options) {
+            let _ = layout.total_bytes();
+        }
     }
 });

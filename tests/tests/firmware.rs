@@ -758,6 +758,7 @@ fn images_that_do_not_fit_the_board_fail_the_build() {
     let mem_len = 2000;
     let arena = ArenaLayout::new(
         model.config(),
+        model.image().arithmetic(),
         &options_with(&model, model.config().tgt_len, mem_len),
     )
     .unwrap()

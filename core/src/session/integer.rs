@@ -15,12 +15,13 @@
 
 use super::Session;
 use crate::attention::AttentionShape;
-use crate::config::MAX_CLUSTERS;
+use crate::config::{Config, MAX_CLUSTERS};
 use crate::fixed_point::{
     cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
     position_frequency, round_shift, round_shift_i32, saturate, sin_turns, sqrt_multiplier, to_f32,
     Multiplier, Rescale, Scale16, ScaledByBits,
 };
+use crate::image::Arithmetic;
 use crate::integer::{
     act_rescale, act_shift, act_top, attention_score, layer_norm_of_bits, log_softmax, pow2_act_top,
     pow2_exponent, pow2_exponent_of, rescale_wide, softmax_exp_in_place, Int8Steps, ACT_SHIFT, SCORE_FRAC,
@@ -116,6 +117,50 @@ fn quantize_int8_of(largest: u32, value: impl Fn(usize) -> i32, out: &mut [i8]) 
     steps.step
 }
 
+/// How a linear layer's input meets its activation scales: none, powers of two (the largest's
+/// biased exponent, [`pow2_act_top`]), or others ([`act_top`]).
+#[derive(Clone, Copy)]
+enum ActTop {
+    None,
+    Pow2(u32),
+    Scaled(i32),
+}
+
+impl ActTop {
+    fn of(m: &Matrix<'_>) -> ActTop {
+        match m.data {
+            MatrixData::Int8 {
+                act_scales: Some(act),
+                ..
+            } => {
+                let act = &act[..m.cols];
+                match pow2_act_top(act) {
+                    Some(biased) => ActTop::Pow2(biased),
+                    None => ActTop::Scaled(act_top(act.iter().map(|&a| Scale16::of_f32(a)))),
+                }
+            }
+            _ => ActTop::None,
+        }
+    }
+
+    /// As two words of [`LayerParameters`].
+    fn words(self) -> [i32; 2] {
+        match self {
+            ActTop::None => [0, 0],
+            ActTop::Pow2(biased) => [1, biased as i32],
+            ActTop::Scaled(top) => [2, top],
+        }
+    }
+
+    fn of_words([kind, value]: [i32; 2]) -> ActTop {
+        match kind {
+            1 => ActTop::Pow2(value as u32),
+            2 => ActTop::Scaled(value),
+            _ => ActTop::None,
+        }
+    }
+}
+
 /// The input of a linear layer quantized to int8, with what one step of it is worth.
 struct Input<'s> {
     xq: &'s [i8],
@@ -154,37 +199,34 @@ impl<'s> Input<'s> {
     }
 
     /// [`Input::new`] of an `x` the caller no longer needs: a matrix's activation scales
-    /// multiply it in place, once per value (the same int8 values and step).
-    fn new_in_place(m: &Matrix<'_>, x: &mut [i32], scratch: &'s mut [u32]) -> Input<'s> {
+    /// (`act`, their [`ActTop`] made once per session) multiply it in place, once per value
+    /// (the same int8 values and step).
+    fn new_in_place(m: &Matrix<'_>, act: ActTop, x: &mut [i32], scratch: &'s mut [u32]) -> Input<'s> {
         let (xq, widened) = split_scratch(scratch, m.cols);
         let x = &mut x[..m.cols];
-        let step = match m.data {
+        let scales = match m.data {
             MatrixData::Int8 {
-                act_scales: Some(act),
+                act_scales: Some(scales),
                 ..
-            } => {
-                let act = &act[..m.cols];
-                let top = match pow2_act_top(act) {
-                    // powers of two: a shift per value (the same values), the largest
-                    // magnitude found in the same pass
-                    Some(biased) => {
-                        let mut largest = 0;
-                        for (v, &a) in x.iter_mut().zip(act) {
-                            *v = act_shift(*v, a, biased);
-                            largest = largest.max(v.unsigned_abs());
-                        }
-                        let top = biased as i32 - 142;
-                        let step = quantize_int8_of(largest, |c| x[c], xq).times_pow2(top + ACT_SHIFT);
-                        return Input::widened(xq, widened, step);
-                    }
-                    None => {
-                        let top = act_top(act.iter().map(|&a| Scale16::of_f32(a)));
-                        for (v, &a) in x.iter_mut().zip(act) {
-                            *v = act_rescale(Scale16::of_f32(a), top).apply(*v);
-                        }
-                        top
-                    }
-                };
+            } => &scales[..m.cols],
+            _ => &[],
+        };
+        let step = match act {
+            // powers of two: a shift per value (the same values), the largest magnitude found
+            // in the same pass
+            ActTop::Pow2(biased) if scales.len() == x.len() => {
+                let mut largest = 0;
+                for (v, &a) in x.iter_mut().zip(scales) {
+                    *v = act_shift(*v, a, biased);
+                    largest = largest.max(v.unsigned_abs());
+                }
+                let top = biased as i32 - 142;
+                quantize_int8_of(largest, |c| x[c], xq).times_pow2(top + ACT_SHIFT)
+            }
+            ActTop::Scaled(top) if scales.len() == x.len() => {
+                for (v, &a) in x.iter_mut().zip(scales) {
+                    *v = act_rescale(Scale16::of_f32(a), top).apply(*v);
+                }
                 quantize_int8(|c| x[c], xq).times_pow2(top + ACT_SHIFT)
             }
             _ => quantize_int8(|c| x[c], xq),
@@ -266,39 +308,77 @@ fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
     }
 }
 
-/// `out = LayerNorm(x)` with the image's gain and bias, in `Q(frac)`: each gain's magnitude to
-/// 16 bits and its sign, each bias in `Q(frac)`.
-fn layer_norm(gain: Vector<'_>, bias: Vector<'_>, eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
+/// `out = LayerNorm(x)` with a layer's gains (their `f32` bits) and biases (`Q(frac)`) as
+/// [`LayerParameters`] keeps them: each gain's magnitude to 16 bits and its sign.
+fn layer_norm(gains: &[i32], biases: &[i32], eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
     let epsilon = fixed_of_f32_wide(eps, 2 * frac).max(0) as u64;
-    match (gain, bias) {
-        // the image's usual vectors, read without matching their type per element
-        (Vector::F32(g), Vector::F32(b)) => {
-            let gains = |i: usize| g[i].to_bits();
-            let biases = |i: usize| fixed_of_f32(b[i], frac);
-            layer_norm_of_bits(x, gains, biases, epsilon, frac, out);
-        }
-        _ => {
-            let gains = |i: usize| element(gain, i).to_bits();
-            let biases = |i: usize| fixed_of_f32(element(bias, i), frac);
-            layer_norm_of_bits(x, gains, biases, epsilon, frac, out);
-        }
+    let (gains, biases) = (&gains[..x.len()], &biases[..x.len()]);
+    layer_norm_of_bits(x, |i| gains[i] as u32, |i| biases[i], epsilon, frac, out);
+}
+
+/// One layer's parameters in the session's arena, made ready once from the image's values
+/// ([`Session::prepare_integer_parameters`]): the LayerNorms' gains as `f32` bits, every bias
+/// in `Q(frac)` ([`crate::arena::integer_parameter_words`]).
+struct LayerParameters<'p> {
+    attn_norm_gain: &'p [i32],
+    attn_norm_bias: &'p [i32],
+    ff_norm_gain: &'p [i32],
+    ff_norm_bias: &'p [i32],
+    ff1_bias: &'p [i32],
+    ff2_bias: &'p [i32],
+    /// The content bias `u`, `n_head · d_head`.
+    r_w_bias: &'p [i32],
+    /// The position bias `v`.
+    r_r_bias: &'p [i32],
+    /// The activation scales of `qkv_net`, `o_net` and the feed-forward's two matrices.
+    acts: [ActTop; 4],
+}
+
+/// The lengths of [`LayerParameters`]' parts, in their order in the arena: the vectors, then
+/// two words for each [`ActTop`].
+fn parameter_parts(config: &Config) -> [usize; 9] {
+    let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
+    let width = config.qkv_width() as usize;
+    [
+        d_model, d_model, d_model, d_model, d_inner, d_model, width, width, 8,
+    ]
+}
+
+/// Layer `layer`'s parameters among `all`.
+fn layer_parameters<'p>(all: &'p [i32], config: &Config, layer: usize) -> LayerParameters<'p> {
+    let parts = parameter_parts(config);
+    let per_layer: usize = parts.iter().sum();
+    let mut rest = &all[layer * per_layer..(layer + 1) * per_layer];
+    let mut next = |n: usize| {
+        let (part, tail) = rest.split_at(n);
+        rest = tail;
+        part
+    };
+    LayerParameters {
+        attn_norm_gain: next(parts[0]),
+        attn_norm_bias: next(parts[1]),
+        ff_norm_gain: next(parts[2]),
+        ff_norm_bias: next(parts[3]),
+        ff1_bias: next(parts[4]),
+        ff2_bias: next(parts[5]),
+        r_w_bias: next(parts[6]),
+        r_r_bias: next(parts[7]),
+        acts: {
+            let w = next(parts[8]);
+            core::array::from_fn(|k| ActTop::of_words([w[2 * k], w[2 * k + 1]]))
+        },
     }
 }
 
-/// One head's 16-bit query `q + b` (`b` the bias `Q(frac)` from column `first` on), as
-/// `round(x / 2^e)` within `top`, widened into `words` as the key kernels read it; returns `e`.
-/// `qb` (as long as `q`) keeps `q + b`, each bias converted once.
-fn query_words(
-    (q, qb): (&[i32], &mut [i32]),
-    b: Vector<'_>,
-    first: usize,
-    frac: u32,
-    top: i64,
-    words: &mut [u32],
-) -> i32 {
+/// One head's 16-bit query `q + b` (`b` the head's bias in `Q(frac)`), as `round(x / 2^e)`
+/// within `top`, widened into `words` as the key kernels read it; returns `e`. `qb` (as long
+/// as `q`) keeps `q + b`.
+fn query_words((q, qb): (&[i32], &mut [i32]), b: &[i32], top: i64, words: &mut [u32]) -> i32 {
     let n = q.len();
     let qb = &mut qb[..n];
-    each_fixed(b, first, n, frac, |c, v| qb[c] = q[c].saturating_add(v));
+    for ((v, &q), &b) in qb.iter_mut().zip(q).zip(&b[..n]) {
+        *v = q.saturating_add(b);
+    }
     let largest = qb.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
     let e = pow2_exponent_of(largest as u64, top) as u32;
     // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1 (columns past the
@@ -318,6 +398,12 @@ fn query_words(
     }
     tail.fill(0);
     e as i32
+}
+
+/// Bytes of a distance's row of the position keys ([`crate::arena::integer_key_row_bytes`];
+/// `Config::validate` keeps it in range).
+fn key_row_bytes(config: &Config) -> usize {
+    crate::arena::integer_key_row_bytes(config).unwrap_or(usize::MAX)
 }
 
 /// `row` (one position key, `n_head · d_head` in `Q(frac)`) as its table row: int8 values per
@@ -410,14 +496,15 @@ impl Session<'_, '_> {
         let eps = config.layer_norm_epsilon;
         for i in 0..shape.qlen {
             let s = &mut self.state;
+            let p = layer_parameters(s.parameters, &config, layer);
             let h: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + 1) * d_model]);
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
             if config.pre_lnorm {
-                layer_norm(w.attn_norm_weight, w.attn_norm_bias, eps, frac, h, x);
+                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
             } else {
                 x.copy_from_slice(h);
             }
-            let input = Input::new_in_place(&w.qkv, x, s.quantized_input);
+            let input = Input::new_in_place(&w.qkv, p.acts[0], x, s.quantized_input);
             let query: &mut [i32] = bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + 1) * width]);
             input.rows(&w.qkv, 0, query);
             let key_value: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..2 * width]);
@@ -441,13 +528,14 @@ impl Session<'_, '_> {
         }
         for i in 0..shape.qlen {
             let s = &mut self.state;
+            let p = layer_parameters(s.parameters, &config, layer);
             let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
             let o: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            Input::new_in_place(&w.o_net, a, s.quantized_input).rows(&w.o_net, 0, o);
+            Input::new_in_place(&w.o_net, p.acts[1], a, s.quantized_input).rows(&w.o_net, 0, o);
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
             add(h, o);
             if !config.pre_lnorm {
-                layer_norm(w.attn_norm_weight, w.attn_norm_bias, eps, frac, h, o);
+                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
                 h.copy_from_slice(o);
             }
         }
@@ -467,14 +555,15 @@ impl Session<'_, '_> {
     ) {
         let config = *self.model.config();
         let (width, d_head) = (config.qkv_width() as usize, shape.d_head);
-        let w = self.model.layer(layer);
+        let row = key_row_bytes(&config);
         let capacity = self.memory.capacity();
         let distances = self.options.distances();
         let top = (32767i64).min(i32::MAX as i64 / 127 / d_head.max(1) as i64);
         let klen = shape.mlen + shape.qlen;
         let s = &mut self.state;
+        let p = layer_parameters(s.parameters, &config, layer);
         let keys: &[u8] = bytemuck::cast_slice(&s.position_keys[..]);
-        let keys = &keys[table * distances * 4 * width..];
+        let keys = &keys[table * distances * row..];
         let scratch: &mut [i32] = bytemuck::cast_slice_mut(&mut s.scores[..]);
         let (sums, rest) = scratch.split_at_mut(capacity);
         let (second, words) = rest.split_at_mut(capacity);
@@ -490,20 +579,20 @@ impl Session<'_, '_> {
             if let Some((lo, hi)) = visible {
                 // content sums (q + u) · k_j, then position sums (q + v) · R_d by distance
                 let qb = &mut out[cols.clone()];
-                let ce = query_words((q, qb), w.r_w_bias, cols.start, frac, top, words);
+                let ce = query_words((q, qb), &p.r_w_bias[cols.clone()], top, words);
                 self.memory
                     .key_sums_int8(layer, lo, head, words, &mut sums[lo..=hi]);
-                let pe = query_words((q, qb), w.r_r_bias, cols.start, frac, top, words);
+                let pe = query_words((q, qb), &p.r_r_bias[cols.clone()], top, words);
                 let far = (shape.mlen + i - lo).min(shape.max_distance);
-                let rows = &keys[head * d_head..far * 4 * width + head * d_head + d_head];
+                let rows = &keys[head * d_head..far * row + head * d_head + d_head];
                 let rows: &[i8] = bytemuck::cast_slice(rows);
-                kernels::key_sums_i8(rows, 4 * width, d_head, words, &mut second[..=far]);
+                kernels::key_sums_i8(rows, row, d_head, words, &mut second[..=far]);
                 let position = shape.mlen + i;
                 self.memory
                     .each_exponent(true, (layer, head), lo, hi + 1 - lo, |t, ke| {
                         let j = lo + t;
                         let d = (position - j).min(shape.max_distance);
-                        let re = keys[d * 4 * width + width + head] as i32;
+                        let re = keys[d * row + width + head] as i32;
                         sums[j] =
                             attention_score(inv_sqrt_d_head, frac, (sums[j], ce + ke), (second[d], pe + re));
                     });
@@ -585,22 +674,27 @@ impl Session<'_, '_> {
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
             // the input in `branch` (the residual `h` stays as it is)
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
+            let p = layer_parameters(s.parameters, &config, layer);
             if config.pre_lnorm {
-                layer_norm(w.ff_norm_weight, w.ff_norm_bias, eps, frac, h, x);
+                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
             } else {
                 x.copy_from_slice(h);
             }
             let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
-            Input::new_in_place(&w.ff1_weight, x, s.quantized_input).rows(&w.ff1_weight, 0, inner);
-            add_bias(inner, w.ff1_bias, 0, frac);
+            Input::new_in_place(&w.ff1_weight, p.acts[2], x, s.quantized_input).rows(&w.ff1_weight, 0, inner);
+            add(inner, p.ff1_bias);
             inner.iter_mut().for_each(|v| *v = (*v).max(0));
             let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-            Input::new_in_place(&w.ff2_weight, inner, s.quantized_input).rows(&w.ff2_weight, 0, out);
-            add_bias(out, w.ff2_bias, 0, frac);
+            Input::new_in_place(&w.ff2_weight, p.acts[3], inner, s.quantized_input).rows(
+                &w.ff2_weight,
+                0,
+                out,
+            );
+            add(out, p.ff2_bias);
             add(h, out);
             if !config.pre_lnorm {
                 let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-                layer_norm(w.ff_norm_weight, w.ff_norm_bias, eps, frac, h, normed);
+                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
                 h.copy_from_slice(normed);
             }
         }
@@ -695,7 +789,8 @@ impl Session<'_, '_> {
         let config = *self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
         let r_net = self.model.layer(layer).r_net;
-        let stride = self.options.distances() * 4 * width;
+        let row = key_row_bytes(&config);
+        let stride = self.options.distances() * row;
         let s = &mut self.state;
         let half = d_model / 2;
         // the frequencies in turns per position, in the spent attention input
@@ -715,8 +810,51 @@ impl Session<'_, '_> {
             }
             let r: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..width]);
             Input::new(&r_net, pos, Scale16::ONE, s.quantized_input).rows(&r_net, 0, r);
-            let at = table * stride + d * 4 * width;
-            store_position_key(r, config.d_head as usize, &mut keys[at..at + 4 * width]);
+            let at = table * stride + d * row;
+            store_position_key(r, config.d_head as usize, &mut keys[at..at + row]);
+        }
+    }
+
+    /// Each layer's [`LayerParameters`] from the image's values, into the arena (integer
+    /// arithmetic only; a float session keeps none).
+    pub(super) fn prepare_integer_parameters(&mut self) {
+        let Arithmetic::Integer { frac } = self.model.image().arithmetic() else {
+            return;
+        };
+        let config = *self.model.config();
+        let parts = parameter_parts(&config);
+        let per_layer: usize = parts.iter().sum();
+        for (layer, all) in self.state.parameters.chunks_exact_mut(per_layer).enumerate() {
+            let w = self.model.layer(layer);
+            let vectors = [
+                (w.attn_norm_weight, false),
+                (w.attn_norm_bias, true),
+                (w.ff_norm_weight, false),
+                (w.ff_norm_bias, true),
+                (w.ff1_bias, true),
+                (w.ff2_bias, true),
+                (w.r_w_bias, true),
+                (w.r_r_bias, true),
+            ];
+            let (all, acts) = all.split_at_mut(per_layer - parts[8]);
+            for (k, m) in [&w.qkv, &w.o_net, &w.ff1_weight, &w.ff2_weight]
+                .into_iter()
+                .enumerate()
+            {
+                acts[2 * k..2 * k + 2].copy_from_slice(&ActTop::of(m).words());
+            }
+            let mut rest = all;
+            for ((v, fixed), n) in vectors.into_iter().zip(parts) {
+                let (part, tail) = core::mem::take(&mut rest).split_at_mut(n);
+                rest = tail;
+                match fixed {
+                    true => each_fixed(v, 0, n, frac, |k, x| part[k] = x),
+                    false => part
+                        .iter_mut()
+                        .enumerate()
+                        .for_each(|(k, x)| *x = element(v, k).to_bits() as i32),
+                }
+            }
         }
     }
 
@@ -745,7 +883,8 @@ impl Session<'_, '_> {
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
             if config.pre_lnorm {
                 let eps = config.layer_norm_epsilon;
-                layer_norm(w.attn_norm_weight, w.attn_norm_bias, eps, frac, zero, x);
+                let p = layer_parameters(s.parameters, &config, layer);
+                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, zero, x);
             } else {
                 x.fill(0);
             }

@@ -85,6 +85,8 @@ struct RunState<'a> {
     log_probs: &'a mut [f32], // (output rows, n_token)
     /// Kernel scratch: one matvec input row quantized per token, for int8 weights.
     quantized_input: &'a mut [u32], // (pair * scratch_words(max(d_model, d_inner, n_head * d_head, d_embed)))
+    /// In integer arithmetic, the layers' parameters made ready once (`integer.rs`).
+    parameters: &'a mut [i32], // (integer_parameter_words) or empty
 }
 
 impl<'a> RunState<'a> {
@@ -105,6 +107,7 @@ impl<'a> RunState<'a> {
             embed_row: carver.take(layout.embed_row)?,
             log_probs: carver.take(layout.log_probs)?,
             quantized_input: carver.take(layout.quantized)?,
+            parameters: carver.take(layout.parameters)?,
         })
     }
 }
@@ -145,7 +148,7 @@ pub struct Session<'m, 'a> {
 impl<'m, 'a> Session<'m, 'a> {
     /// Exact arena bytes a session of `model` under `options` needs.
     pub fn arena_bytes(model: &Model<'_>, options: &SessionOptions) -> Result<usize, Error> {
-        Ok(ArenaLayout::new(model.config(), options)?.total_bytes())
+        Ok(ArenaLayout::new(model.config(), model.image().arithmetic(), options)?.total_bytes())
     }
 
     /// Exact arena bytes of a session made by [`Session::with_positions_per_pass`].
@@ -154,7 +157,13 @@ impl<'m, 'a> Session<'m, 'a> {
         options: &SessionOptions,
         positions: usize,
     ) -> Result<usize, Error> {
-        Ok(ArenaLayout::with_positions_per_pass(model.config(), options, positions)?.total_bytes())
+        Ok(ArenaLayout::with_positions_per_pass(
+            model.config(),
+            model.image().arithmetic(),
+            options,
+            positions,
+        )?
+        .total_bytes())
     }
 
     /// Starts a session in `arena` (16-byte aligned, at least [`Session::arena_bytes`]). Its
@@ -194,7 +203,8 @@ impl<'m, 'a> Session<'m, 'a> {
         {
             return Err(Error::IntegerOptions);
         }
-        let layout = ArenaLayout::with_positions_per_pass(&config, &options, positions)?;
+        let layout =
+            ArenaLayout::with_positions_per_pass(&config, model.image().arithmetic(), &options, positions)?;
         let needed = layout.total_bytes();
         if arena.len() < needed {
             return Err(Error::ArenaTooSmall {
@@ -226,6 +236,7 @@ impl<'m, 'a> Session<'m, 'a> {
             state,
             per_pass: positions.min(options.tgt_len as usize),
         };
+        session.prepare_integer_parameters();
         session.compute_position_keys();
         session.reset();
         Ok(session)

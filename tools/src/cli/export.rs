@@ -107,7 +107,7 @@ struct Sizes {
 
 impl Sizes {
     fn of(model: &Model<'_>, options: &SessionOptions) -> Result<Sizes> {
-        let layout = ArenaLayout::new(model.config(), options)?;
+        let layout = ArenaLayout::new(model.config(), model.image().arithmetic(), options)?;
         let arena_bytes = Session::arena_bytes(model, options)?;
         if arena_bytes != layout.total_bytes() {
             bail!(
@@ -186,12 +186,16 @@ fn summary(
     });
     lines.push(format!("- session: {options:#}"));
     lines.push(format!(
-        "- arena: {} bytes (memory {}, position keys {}, activations {}, scratch {})",
+        "- arena: {} bytes (memory {}, position keys {}, activations {}, scratch {}{})",
         sizes.arena_bytes,
         layout.memory_bytes(),
         layout.position_key_bytes(),
         layout.activation_bytes(),
-        layout.scratch_bytes()
+        layout.scratch_bytes(),
+        match layout.parameter_bytes() {
+            0 => String::new(),
+            n => format!(", integer parameters {n}"),
+        }
     ));
     lines
 }

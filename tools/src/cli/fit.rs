@@ -617,7 +617,8 @@ pub fn fit(model: &Model<'_>, image_bytes: usize, part: &Part) -> Result<Answer>
         }
     };
     let opts = options(model, 1, mem_len, mem_dtype, keys);
-    let layout = ArenaLayout::new(config, &opts).map_err(|e| anyhow!("sizing the arena: {e}"))?;
+    let layout = ArenaLayout::new(config, model.image().arithmetic(), &opts)
+        .map_err(|e| anyhow!("sizing the arena: {e}"))?;
     let arena_bytes = layout.total_bytes();
     let ram_shortfall_bytes = (arena_bytes + reserve).saturating_sub(part.ram_bytes);
     let state_bytes =

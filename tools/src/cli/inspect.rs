@@ -84,12 +84,15 @@ impl Args {
         let options = self.session.options(&model)?;
         writeln!(out, "session       {options}")?;
         arena::arena_bytes(&model, &options)?;
-        let layout = ArenaLayout::new(c, &options)?;
+        let layout = ArenaLayout::new(c, model.image().arithmetic(), &options)?;
         writeln!(out, "arena bytes   {}", layout.total_bytes())?;
         writeln!(out, "  memory (keys + values)   {}", layout.memory_bytes())?;
         writeln!(out, "  position keys            {}", layout.position_key_bytes())?;
         writeln!(out, "  activations              {}", layout.activation_bytes())?;
         writeln!(out, "  scratch                  {}", layout.scratch_bytes())?;
+        if layout.parameter_bytes() > 0 {
+            writeln!(out, "  integer parameters       {}", layout.parameter_bytes())?;
+        }
         writeln!(
             out,
             "state bytes   {} (Session::save_state with a full memory)",
