@@ -343,6 +343,25 @@ impl PreparedRescale {
 /// Armv6-M, where it is a library call.
 const WIDE_MULTIPLY: bool = !cfg!(all(target_arch = "arm", not(target_has_atomic = "ptr")));
 
+/// `a · b` as `u64`. Where the core has no 32 × 32 → 64-bit product (Armv6-M: a call to the
+/// general 64 × 64-bit `__aeabi_lmul`), four 16 × 16-bit products added in line; the same value.
+#[inline(always)]
+pub fn mul_wide_u32(a: u32, b: u32) -> u64 {
+    if WIDE_MULTIPLY {
+        a as u64 * b as u64
+    } else {
+        mul_wide_u32_by_halves(a, b)
+    }
+}
+
+/// [`mul_wide_u32`] from the 16-bit halves.
+#[inline(always)]
+fn mul_wide_u32_by_halves(a: u32, b: u32) -> u64 {
+    let (ah, al, bh, bl) = (a >> 16, a & 0xFFFF, b >> 16, b & 0xFFFF);
+    let middle = (ah * bl) as u64 + (al * bh) as u64; // below 2^33
+    (((ah * bh) as u64) << 32) + (middle << 16) + (al * bl) as u64
+}
+
 /// A [`Scale16`] that multiplies many `f32` scales read from their bits, each product applied to
 /// one value at once: [`ScaledByBits::apply`]`(bits, x)` is
 /// `Scale16::of_f32(f32::from_bits(bits)).times(scale).apply(x)`, the same bits, with the usual
@@ -597,7 +616,7 @@ pub fn exp_neg(t: u32) -> u32 {
     if t >= 1 << 29 {
         return 0;
     }
-    let y = (t as u64 * LOG2_E_Q31 as u64) >> 31; // Q24, < 2^30
+    let y = mul_wide_u32(t, LOG2_E_Q31) >> 31; // Q24, < 2^30
     let n = y >> 24;
     if n > 31 {
         return 0;
@@ -999,6 +1018,22 @@ mod tests {
 
     use super::*;
     use crate::rng::Rng;
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn wide_products_by_halves_are_the_products() {
+        let mut rng = Rng::new(31);
+        let edges = [0, 1, 0xFFFF, 0x1_0000, 0x7FFF_FFFF, 0x8000_0000, u32::MAX];
+        for &a in &edges {
+            for &b in &edges {
+                assert_eq!(mul_wide_u32_by_halves(a, b), a as u64 * b as u64, "{a} {b}");
+            }
+        }
+        for _ in 0..100_000 {
+            let (a, b) = (rng.next_u64() as u32, rng.next_u64() as u32);
+            assert_eq!(mul_wide_u32_by_halves(a, b), a as u64 * b as u64, "{a} {b}");
+        }
+    }
 
     #[test]
     #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]

@@ -60,6 +60,7 @@ pub fn run(
         tgt_len
     );
     let mut segment: Vec<u32, MAX_SEGMENT> = Vec::new();
+    let mut targets: Vec<Option<u32>, MAX_SEGMENT> = Vec::new();
     let segments = tokens.chunks(tgt_len).enumerate().skip(progress.next_segment);
     for (index, chunk) in segments {
         if reset_after == Some(index) && !progress.resumed {
@@ -69,9 +70,13 @@ pub fn run(
         segment.clear();
         segment.extend(chunk.iter().map(|&t| u32::from(t)));
         let base = index * tgt_len;
+        // each position's next token, as `txl score` asks for it (an adaptive softmax computes
+        // only its cluster; an integer session turns only its ln p into f32)
+        targets.clear();
+        targets.extend((0..chunk.len()).map(|i| tokens.get(base + i + 1).map(|&t| u32::from(t))));
         let start = counter.read();
         let p = &mut progress;
-        session.forward(&segment, |i, log_probs| {
+        session.forward_scoring(&segment, &targets, |i, log_probs| {
             if let Some(&next) = tokens.get(base + i + 1) {
                 let log_prob = log_probs[usize::from(next)];
                 p.digest.push(log_prob);

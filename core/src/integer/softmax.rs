@@ -1,7 +1,7 @@
 //! The softmaxes in integers: attention probabilities in 16 bits, and the output's
 //! log-probabilities.
 
-use crate::fixed_point::{exp_neg, ln, round_shift, Multiplier, LN_2_Q31};
+use crate::fixed_point::{exp_neg, ln, mul_wide_u32, round_shift, Multiplier, LN_2_Q31};
 
 /// The probability 1 in [`softmax_q15`]'s `Q15`; the largest it gives is one less.
 pub const PROBABILITY_ONE: u32 = 1 << 15;
@@ -91,8 +91,9 @@ impl Normalise {
     /// no saturation comes before the `min`): one 32 × 32 → 64-bit product a probability.
     #[inline]
     pub fn apply(self, e: i32) -> i32 {
-        let e = e as u32 as u64;
-        ((e * self.m + self.half) >> self.shift).min(PROBABILITY_ONE as u64 - 1) as i32
+        // `m` is a multiplier's mantissa, below 2^31
+        let product = mul_wide_u32(e as u32, self.m as u32);
+        ((product + self.half) >> self.shift).min(PROBABILITY_ONE as u64 - 1) as i32
     }
 }
 
