@@ -11,7 +11,9 @@
 //! The buffers are the float session's, seen as `i32` (the same size and alignment): `hidden`
 //! holds `h` in `Q(frac)`, the memory's int8 stores keep each head's exponent in its scale
 //! slot, and a row of the position keys' table holds `n_head · d_head` int8 values and then
-//! one exponent byte per head.
+//! one exponent byte per head ([`crate::arena::integer_key_row_bytes`]). One buffer is the
+//! integer session's own: each layer's [`LayerParameters`], converted from the image when the
+//! session starts.
 
 use super::Session;
 use crate::attention::AttentionShape;
