@@ -16,9 +16,9 @@
 //! against the portable code on odd shapes (`bench check kernel=attention_int8 shapes=N ok`,
 //! `bench check kernel=int4 shapes=N ok`), the integer row sums too (`kernel=int8_rows`), the
 //! int8 quantization of an input and the scaling of the int8 sums bit for bit
-//! (`kernel=quantize_i8`, `kernel=scale_sums_i8`), and the f16 widening of the vectors on every
-//! f16 (`bench check kernel=widen_f16 values=N ok`); a
-//! mismatch fails the run.
+//! (`kernel=quantize_i8`, `kernel=scale_sums_i8`), the f16 widening of the vectors on every
+//! f16 (`bench check kernel=widen_f16 values=N ok`), and the attention's f32 products
+//! (`kernel=attention_f32`); a mismatch fails the run.
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
 //! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
@@ -115,6 +115,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=scale_sums_i8 outputs={=usize} ok", outputs);
     let values = check_widen_f16()?;
     info!("bench check kernel=widen_f16 values={=usize} ok", values);
+    let shapes = check_attention_f32()?;
+    info!("bench check kernel=attention_f32 shapes={=usize} ok", shapes);
     for kernel in [
         Kernel::Int8,
         Kernel::Int8Rows,
@@ -389,6 +391,50 @@ fn check_widen_f16() -> Result<usize, Failure> {
             }
         }
         checked += src.len();
+    }
+    Ok(checked)
+}
+
+/// The attention's f32 kernels (`dots_strided_f32`, `axpys_strided_f32`, as this board runs
+/// them) against the portable code, bit for bit: widths of 1 to 40 and 64 columns (partial and
+/// whole groups of four and eight), 1 to 9 keys (partial blocks of four), rows at the width's
+/// stride and at a longer one, with zeros, negative zeros and large values among the numbers.
+/// Returns the number of shapes checked.
+fn check_attention_f32() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x5eed_f32a);
+    let mut checked = 0;
+    let widths = (1..=40).chain([64]);
+    for width in widths {
+        for count in 1..=9usize {
+            for stride in [width, width + 3] {
+                let len = (count - 1) * stride + width;
+                let value = |numbers: &mut Numbers| match numbers.next() % 16 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => numbers.float() * 1.0e30,
+                    _ => numbers.float(),
+                };
+                let rows: Vec<f32> = (0..len).map(|_| value(&mut numbers)).collect();
+                let x: Vec<f32> = (0..width).map(|_| value(&mut numbers)).collect();
+                let p: Vec<f32> = (0..count).map(|_| value(&mut numbers)).collect();
+                let (mut got, mut want) = (vec![0.0f32; count], vec![0.0f32; count]);
+                kernels::dots_strided_f32(&rows, stride, &x, &mut got);
+                kernels::portable::dots_strided_f32(&rows, stride, &x, &mut want);
+                let start: Vec<f32> = (0..width).map(|_| value(&mut numbers)).collect();
+                let (mut got_sum, mut want_sum) = (start.clone(), start);
+                kernels::axpys_strided_f32(&rows, stride, &p, &mut got_sum);
+                kernels::portable::axpys_strided_f32(&rows, stride, &p, &mut want_sum);
+                let same = |a: &[f32], b: &[f32]| {
+                    a.iter()
+                        .zip(b)
+                        .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()))
+                };
+                if !same(&got, &want) || !same(&got_sum, &want_sum) {
+                    return Err(Failure::KernelMismatch("attention_f32"));
+                }
+                checked += 1;
+            }
+        }
     }
     Ok(checked)
 }

@@ -236,13 +236,191 @@ pub fn matvec_f16(weight: &[f16], x: &[f32], y: &mut [f32]) {
     }
 }
 
+extern "C" {
+    /// For each of `blocks` blocks of four rows (row `k` of block `b` at `rows + (4b + k) *
+    /// stride`, `stride` in bytes) and `octets >= 1` groups of eight columns: `out[4b + k] =
+    /// ((a0 + a1) + (a2 + a3)) + 0.0`, `a_j` the sum of `row[c] * x[c]` over the columns `c = j
+    /// mod 4` in order (`VMLA`): [`portable::dot_f32`](crate::kernels::portable::dot_f32) of
+    /// each row, its bits, for widths that are a multiple of eight.
+    fn txl_dots4x8_f32(
+        rows: *const f32,
+        stride: usize,
+        x: *const f32,
+        octets: usize,
+        out: *mut f32,
+        blocks: usize,
+    );
+    /// For each of `octets >= 1` groups of eight columns `e` and `quads >= 1` groups of four
+    /// rows `k` in order (row `k` at `rows + k * stride`, `stride` in bytes): `out[e] += p[k] *
+    /// row_k[e]` (`VMLA`), so each element's products are added in the portable loop's order;
+    /// the eight sums stay in registers through all the rows.
+    fn txl_axpys8_f32(
+        rows: *const f32,
+        stride: usize,
+        p: *const f32,
+        quads: usize,
+        out: *mut f32,
+        octets: usize,
+    );
+}
+
+// `txl_dots4x8_f32`, per eight columns: one VLDM of eight inputs shared by the four rows, then
+// per row one VLDM of eight weights and eight VMLA (37 instructions per 32 multiply-
+// accumulates); per block the four sums added in the portable order and stored by one VSTM.
+// Registers: r0 and r4-r6 the rows, r1 the stride, r2 the inputs' start, r3 their end, r12 the
+// inputs, lr the outputs, r7 zero, r8 the blocks left, r9 the step from a block's first row's
+// end to the next block's first row; s0-s15 the sums (four per row), s16-s23 the inputs,
+// s24-s31 the weights.
+//
+// `txl_axpys8_f32`, per row: one VLDM of eight values, eight VMLA into the sums and an ADD to
+// the next row, and per four rows one VLDM of their weights (43 instructions per 32 multiply-
+// accumulates with the loop). Registers: r0 the first row of the columns, r1 the stride, r2
+// the weights' start, r3 their end, r4 the row, r12 the weights, lr the outputs, r5 the octets
+// left; s0-s7 the sums, s8-s11 the weights, s16-s23 the values.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_dots4x8_row row, a0, a1, a2, a3",
+    "vldmia \\row!, {{s24-s31}}",
+    "vmla.f32 \\a0, s24, s16",
+    "vmla.f32 \\a1, s25, s17",
+    "vmla.f32 \\a2, s26, s18",
+    "vmla.f32 \\a3, s27, s19",
+    "vmla.f32 \\a0, s28, s20",
+    "vmla.f32 \\a1, s29, s21",
+    "vmla.f32 \\a2, s30, s22",
+    "vmla.f32 \\a3, s31, s23",
+    ".endm",
+    // `out = ((a0 + a1) + (a2 + a3)) + 0.0`; s31 holds +0.0, s24/s25 are free
+    ".macro txl_dots4x8_total out, a0, a1, a2, a3",
+    "vadd.f32 s24, \\a0, \\a1",
+    "vadd.f32 s25, \\a2, \\a3",
+    "vadd.f32 s24, s24, s25",
+    "vadd.f32 \\out, s24, s31",
+    ".endm",
+    ".section .text.txl_dots4x8_f32,\"ax\",%progbits",
+    ".globl txl_dots4x8_f32",
+    ".type txl_dots4x8_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_dots4x8_f32:",
+    "push {{r4-r9, lr}}",
+    "vpush {{s16-s31}}",
+    "ldr lr, [sp, #92]", // out: above the 28 + 64 bytes pushed
+    "ldr r8, [sp, #96]", // blocks
+    "lsl r9, r3, #5",
+    "rsb r9, r9, r1, lsl #2", // 4 * stride - 32 * octets
+    "add r3, r2, r3, lsl #5", // the inputs' end
+    "mov r7, #0",
+    "cmp r8, #0",
+    "beq 3f",
+    "1:",
+    "add r4, r0, r1",
+    "add r5, r4, r1",
+    "add r6, r5, r1",
+    "mov r12, r2",
+    "vmov s0, s1, r7, r7",
+    "vmov s2, s3, r7, r7",
+    "vmov s4, s5, r7, r7",
+    "vmov s6, s7, r7, r7",
+    "vmov s8, s9, r7, r7",
+    "vmov s10, s11, r7, r7",
+    "vmov s12, s13, r7, r7",
+    "vmov s14, s15, r7, r7",
+    "2:",
+    "vldmia r12!, {{s16-s23}}",
+    "txl_dots4x8_row r0, s0, s1, s2, s3",
+    "txl_dots4x8_row r4, s4, s5, s6, s7",
+    "txl_dots4x8_row r5, s8, s9, s10, s11",
+    "txl_dots4x8_row r6, s12, s13, s14, s15",
+    "cmp r12, r3",
+    "bne 2b",
+    "vmov s31, r7",
+    "txl_dots4x8_total s16, s0, s1, s2, s3",
+    "txl_dots4x8_total s17, s4, s5, s6, s7",
+    "txl_dots4x8_total s18, s8, s9, s10, s11",
+    "txl_dots4x8_total s19, s12, s13, s14, s15",
+    "vstmia lr!, {{s16-s19}}",
+    "add r0, r0, r9",
+    "subs r8, r8, #1",
+    "bne 1b",
+    "3:",
+    "vpop {{s16-s31}}",
+    "pop {{r4-r9, pc}}",
+    ".size txl_dots4x8_f32, . - txl_dots4x8_f32",
+    ".macro txl_axpys8_row k",
+    "vldmia r4, {{s16-s23}}",
+    "add r4, r4, r1",
+    "vmla.f32 s0, \\k, s16",
+    "vmla.f32 s1, \\k, s17",
+    "vmla.f32 s2, \\k, s18",
+    "vmla.f32 s3, \\k, s19",
+    "vmla.f32 s4, \\k, s20",
+    "vmla.f32 s5, \\k, s21",
+    "vmla.f32 s6, \\k, s22",
+    "vmla.f32 s7, \\k, s23",
+    ".endm",
+    ".section .text.txl_axpys8_f32,\"ax\",%progbits",
+    ".globl txl_axpys8_f32",
+    ".type txl_axpys8_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_axpys8_f32:",
+    "push {{r4, r5, r6, lr}}",
+    "vpush {{s16-s23}}",
+    "ldr lr, [sp, #48]",      // out: above the 16 + 32 bytes pushed
+    "ldr r5, [sp, #52]",      // octets
+    "add r3, r2, r3, lsl #4", // the weights' end
+    "1:",
+    "vldmia lr, {{s0-s7}}",
+    "mov r4, r0",
+    "mov r12, r2",
+    "2:",
+    "vldmia r12!, {{s8-s11}}",
+    "txl_axpys8_row s8",
+    "txl_axpys8_row s9",
+    "txl_axpys8_row s10",
+    "txl_axpys8_row s11",
+    "cmp r12, r3",
+    "bne 2b",
+    "vstmia lr!, {{s0-s7}}",
+    "add r0, r0, #32",
+    "subs r5, r5, #1",
+    "bne 1b",
+    "vpop {{s16-s23}}",
+    "pop {{r4, r5, r6, pc}}",
+    ".size txl_axpys8_f32, . - txl_axpys8_f32",
+);
+
 /// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()`, four rows per pass; the
 /// bits of the portable `dot(x, row)` for each.
 pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     let n = x.len();
     let groups = n / 4;
     let mut done = 0;
-    if groups > 0 && stride >= n {
+    let blocks = out.len() / 4;
+    if n > 0 && n.is_multiple_of(8) && stride >= n && blocks > 0 {
+        let octets = n / 8;
+        let last_end = (4 * blocks - 1) * stride + n;
+        assert!(last_end <= rows.len(), "rows out of bounds");
+        // SAFETY: the kernel reads `4 * blocks` rows of `n = 8 * octets` f32 at a stride of
+        // `stride` f32 (the last ends at `last_end`, inside `rows`, checked above) and the `n`
+        // of `x`, writes the first `4 * blocks` of `out`, and preserves the callee-saved
+        // registers and the stack pointer (AAPCS).
+        unsafe {
+            txl_dots4x8_f32(
+                rows.as_ptr(),
+                4 * stride,
+                x.as_ptr(),
+                octets,
+                out.as_mut_ptr(),
+                blocks,
+            )
+        };
+        done = 4 * blocks;
+    } else if groups > 0 && stride >= n {
         // once per call: the kernel overwrites all 16 for each block
         let mut sums = [0.0f32; 16];
         while done + 4 <= out.len() {
@@ -268,7 +446,26 @@ pub fn axpys_strided_f32(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]
     let groups = n / 4;
     let body = 4 * groups;
     let mut done = 0;
-    if groups > 0 && stride >= n {
+    let quads = p.len() / 4;
+    if n > 0 && n.is_multiple_of(8) && stride >= n && quads > 0 {
+        let last_end = (4 * quads - 1) * stride + n;
+        assert!(last_end <= rows.len(), "rows out of bounds");
+        // SAFETY: the kernel reads `4 * quads` rows of `n` f32 at a stride of `stride` f32 (the
+        // last ends at `last_end`, inside `rows`, checked above) and their `4 * quads` weights
+        // of `p`, reads and writes the `n` floats of `out`, and preserves the callee-saved
+        // registers and the stack pointer (AAPCS).
+        unsafe {
+            txl_axpys8_f32(
+                rows.as_ptr(),
+                4 * stride,
+                p.as_ptr(),
+                quads,
+                out.as_mut_ptr(),
+                n / 8,
+            )
+        };
+        done = 4 * quads;
+    } else if groups > 0 && stride >= n {
         while done + 4 <= p.len() {
             let block = &rows[done * stride..(done + 3) * stride + n];
             // SAFETY: `block` holds four rows of `n >= 4 * groups` f32 at a stride of `stride`
