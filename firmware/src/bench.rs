@@ -212,17 +212,20 @@ fn int4_matrix(numbers: &mut Numbers, rows: usize, cols: usize, group: usize) ->
 }
 
 /// The integer row sums (as this board runs them: `kernels::row_sums_i8`) against the portable
-/// ones, on rows of 0 to 512 columns (partial passes of sixteen, eight and four) and row counts
-/// off the kernels' blocks, inputs down to `-127` against weights down to `-128`. Returns the
+/// ones, on word-aligned rows of 0 to 512 columns (partial passes of sixteen, eight and four;
+/// strides of 128 and 256 bytes) and row counts off the kernels' blocks, inputs down to `-127` against weights down to `-128`. Returns the
 /// number of shapes checked.
 fn check_int8_rows() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x5eed_1e55);
     let mut shapes = 0;
     for cols in [0usize, 1, 7, 8, 9, 15, 16, 17, 33, 128, 131, 256, 512] {
         for rows in [1usize, 3, 4, 5, 8, 9, 16, 17, 33] {
-            let values: Vec<i8> = (0..rows * cols)
+            // word-aligned rows (the kernels for strides of 128 and 256 bytes take only those)
+            let storage: Vec<i8> = (0..rows * cols + 3)
                 .map(|_| (numbers.next() >> 24) as u8 as i8)
                 .collect();
+            let at = storage.as_ptr().align_offset(4);
+            let values = &storage[at..at + rows * cols];
             // the extremes too: -128 weights times -127 inputs
             let xq: Vec<i8> = (0..cols)
                 .map(|c| match c % 5 {
@@ -233,8 +236,8 @@ fn check_int8_rows() -> Result<usize, Failure> {
             let mut widened = vec![0u32; matrix::scratch_words(cols)];
             kernels::widen_input_i8(&xq, &mut widened);
             let (mut fast, mut portable) = (vec![7i32; rows], vec![-7i32; rows]);
-            kernels::row_sums_i8(&values, cols, &xq, &widened, &mut fast);
-            kernels::portable::row_sums_i8(&values, cols, &xq, &mut portable);
+            kernels::row_sums_i8(values, cols, &xq, &widened, &mut fast);
+            kernels::portable::row_sums_i8(values, cols, &xq, &mut portable);
             shapes += 1;
             if fast != portable {
                 return Err(Failure::KernelMismatch("int8_row_sums"));
