@@ -19,7 +19,7 @@
 //! | [`matmul_fma_f32`] | AVX2+FMA `fma::matmul_fma_f32` | | NEON `neon::matmul_fma_f32` | |
 //! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys_strided` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys_strided_f32` (f32) | |
 //! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | | |
-//! | [`quantize_i8`] | AVX `avx::quantize_i8` | Helium `helium::quantize_i8` | | |
+//! | [`quantize_i8`] | AVX `avx::quantize_i8` | Helium `helium::quantize_i8`, FPU `fpu::quantize_i8` | | |
 //! | [`scale_sums_i8`] | | Helium `helium::scale_sums_i8` | | |
 //! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | | RV32IM `rv32::widen_input_i8` |
 //! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8`, without DSP `base::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` | RV32IM `rv32::row_sums_i8` |
@@ -386,8 +386,8 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 
 /// The input of an int8 product quantized to int8 (`out`), returning its scale
 /// ([`portable::quantize_i8`]): eight columns a step with AVX on x86-64 (`std` feature, chosen
-/// at run time), four with Helium (`cortex-m-mve`, inputs without activation scales). The same
-/// bits.
+/// at run time), four with Helium (`cortex-m-mve`, inputs without activation scales), four a
+/// pass with the FPU of the other `cortex-m-dsp` cores. The same bits.
 #[inline]
 pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -397,6 +397,12 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     }
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::quantize_i8(x, act_scales, out);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::quantize_i8(x, act_scales, out);
     #[allow(unreachable_code)]
     portable::quantize_i8(x, act_scales, out)
 }

@@ -169,7 +169,7 @@ global_asm!(
 extern "C" {
     /// [`txl_rows4_s8`] for rows at a stride of 128 bytes, eight columns a step: for each of
     /// `blocks` blocks of four rows starting at `rows` (word-aligned), `sums[4b + k] = sum over
-    /// c < 4 * groups of row[c] * x[c]`, `groups` a multiple of four.
+    /// c < 4 * groups of row[c] * x[c]`, `groups` a multiple of eight.
     fn txl_rows4x8_s8_128(rows: *const i8, pairs: *const u32, groups: usize, sums: *mut i32, blocks: usize);
     /// [`txl_rows4x8_s8_128`] for rows at a stride of 256 bytes.
     fn txl_rows4x8_s8_256(rows: *const i8, pairs: *const u32, groups: usize, sums: *mut i32, blocks: usize);
@@ -179,7 +179,7 @@ extern "C" {
 // stride the assembler knows, rows 1-3 are immediate offsets from row 0 (up to 1020 bytes), so
 // one pointer serves the four rows and the registers hold two groups of inputs. Per eight
 // columns: two LDRD of inputs, then per row one LDRD, four SXTB16 and four SMLAD (38
-// instructions per 32 multiply-accumulates), plus a compare and a branch per sixteen columns.
+// instructions per 32 multiply-accumulates), plus a compare and a branch per 32 columns.
 // Registers: r0 row 0, r1 the widened weight, r2 the inputs, r3 their end, r4-r7 the sums,
 // r8-r11 the two groups' input pairs, r12/lr the row's two weight words. The frame keeps the
 // inputs' start, the step from one block's end to the next block's start, the output pointer
@@ -234,8 +234,9 @@ global_asm!(
     "mov r6, #0",
     "mov r7, #0",
     "1:",
+    ".rept 4",
     "txl_rows4x8_octet \\stride",
-    "txl_rows4x8_octet \\stride",
+    ".endr",
     "cmp r2, r3",
     "bne 1b",
     "ldrd r2, r9, [sp]",
@@ -456,7 +457,9 @@ fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], su
         _ => None,
     };
     let aligned = (rows.as_ptr() as usize).is_multiple_of(4);
-    if let (Some(kernel), true, true, true) = (fixed, groups > 0 && groups.is_multiple_of(4), aligned, blocks > 0) {
+    if let (Some(kernel), true, true, true) =
+        (fixed, groups > 0 && groups.is_multiple_of(8), aligned, blocks > 0)
+    {
         // SAFETY: as below, the kernel reading the same rows and inputs (eight bytes at a time:
         // the rows are word-aligned, as `LDRD` needs, since `rows` and the stride are) and
         // writing the same sums.

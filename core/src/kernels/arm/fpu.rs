@@ -518,3 +518,136 @@ fn finish_rows<'w, T: Copy + 'w>(
         *y = (partial[0] + partial[1]) + (partial[2] + partial[3]) + tail;
     }
 }
+
+extern "C" {
+    /// The largest of `bits << 1` over the `4 * fours` values at `x` (`fours >= 1`): twice the
+    /// bits of the largest magnitude, or more than `0xff00_0000` (infinity's) if one is a NaN.
+    fn txl_max_doubled_bits(x: *const f32, fours: usize) -> u32;
+    /// `out[i] = round(x[i] * inverse)` for `i < 4 * fours` (`fours >= 1`), rounding half away
+    /// from zero as `libm::roundf` does, for products of magnitude below 128 (`inverse` as
+    /// bits).
+    fn txl_quantize4_f32(x: *const f32, out: *mut i8, fours: usize, inverse: u32);
+}
+
+// `txl_max_doubled_bits`, per four values: one LDM, then per value an LSL (the sign out), a
+// compare and a conditional move (4.75 instructions a value with the loop). Registers: r0 the
+// values, r1 the groups left, r4-r7 four values, r12 the largest.
+//
+// `txl_quantize4_f32`, per four values: one VLDM, four VMUL by the inverse, then for each
+// product `y` two conversions toward zero, `t0 = trunc(y)` (VCVT) and `t1 = trunc(2y)` (VCVT to
+// fixed point with one fraction bit, exact), and `t1 - t0`: `y` rounded half away from zero
+// (`t1 - 2 t0` is -1, 0 or 1 as the fraction reaches a half, with the sign of `y`), which is
+// what `libm::roundf`'s `trunc(y + copysign(0.5 - EPSILON / 4, y))` gives for every `|y| < 128`
+// (checked on every such f32); then four STRB. 27 instructions per four values with the loop.
+// Registers: r0 the values, r1 the outputs, r2 the groups left, s8 the inverse, s0-s3 the
+// products (then `t1`), s4-s7 `t0`, r3/r12 and r4-r7 the integers.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_larger_doubled value",
+    "lsl \\value, \\value, #1",
+    "cmp \\value, r12",
+    "it hi",
+    "movhi r12, \\value",
+    ".endm",
+    ".section .text.txl_max_doubled_bits,\"ax\",%progbits",
+    ".globl txl_max_doubled_bits",
+    ".type txl_max_doubled_bits,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_max_doubled_bits:",
+    "push {{r4-r7}}",
+    "mov r12, #0",
+    "1:",
+    "ldmia r0!, {{r4-r7}}",
+    "txl_larger_doubled r4",
+    "txl_larger_doubled r5",
+    "txl_larger_doubled r6",
+    "txl_larger_doubled r7",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "mov r0, r12",
+    "pop {{r4-r7}}",
+    "bx lr",
+    ".size txl_max_doubled_bits, . - txl_max_doubled_bits",
+    ".section .text.txl_quantize4_f32,\"ax\",%progbits",
+    ".globl txl_quantize4_f32",
+    ".type txl_quantize4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize4_f32:",
+    "push {{r4-r7}}",
+    "vmov s8, r3",
+    "1:",
+    "vldmia r0!, {{s0-s3}}",
+    "vmul.f32 s0, s0, s8",
+    "vmul.f32 s1, s1, s8",
+    "vmul.f32 s2, s2, s8",
+    "vmul.f32 s3, s3, s8",
+    "vcvt.s32.f32 s4, s0",
+    "vcvt.s32.f32 s5, s1",
+    "vcvt.s32.f32 s6, s2",
+    "vcvt.s32.f32 s7, s3",
+    "vcvt.s32.f32 s0, s0, #1",
+    "vcvt.s32.f32 s1, s1, #1",
+    "vcvt.s32.f32 s2, s2, #1",
+    "vcvt.s32.f32 s3, s3, #1",
+    "vmov r4, r5, s0, s1",
+    "vmov r6, r7, s2, s3",
+    "vmov r3, r12, s4, s5",
+    "sub r4, r4, r3",
+    "sub r5, r5, r12",
+    "vmov r3, r12, s6, s7",
+    "sub r6, r6, r3",
+    "sub r7, r7, r12",
+    "strb r4, [r1], #1",
+    "strb r5, [r1], #1",
+    "strb r6, [r1], #1",
+    "strb r7, [r1], #1",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "pop {{r4-r7}}",
+    "bx lr",
+    ".size txl_quantize4_f32, . - txl_quantize4_f32",
+);
+
+/// `y` rounded half away from zero (`libm::roundf(y) as i32`) for `|y| < 128`, as
+/// `txl_quantize4_f32` computes it: `trunc(2y) - trunc(y)`.
+#[inline(always)]
+fn round_small(y: f32) -> i32 {
+    (y * 2.0) as i32 - y as i32
+}
+
+/// [`portable::quantize_i8`](crate::kernels::portable::quantize_i8) with the FPU: the largest
+/// magnitude from the values' bits (four a pass), then four values a pass scaled, rounded and
+/// stored. Inputs with activation scales, a NaN, no range or a subnormal one take the portable
+/// code. The same bits.
+pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    let n = x.len();
+    let fours = n / 4;
+    if act_scales.is_some() || out.len() != n || fours == 0 {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    }
+    let body = 4 * fours;
+    // SAFETY: `x` holds `4 * fours` values, all the kernel reads; it preserves the callee-saved
+    // registers.
+    let mut doubled = unsafe { txl_max_doubled_bits(x.as_ptr(), fours) };
+    for v in &x[body..] {
+        doubled = doubled.max(v.to_bits() << 1);
+    }
+    // a NaN's doubled bits are above infinity's
+    let max_abs = f32::from_bits(doubled >> 1);
+    let inverse = 127.0 / max_abs;
+    if doubled > 0xff00_0000 || !(max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()) {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    }
+    // SAFETY: `x` and `out` hold `4 * fours` values and bytes, all the kernel reads and writes;
+    // it uses s0-s8 (caller-saved) and preserves the callee-saved core registers.
+    unsafe { txl_quantize4_f32(x.as_ptr(), out.as_mut_ptr(), fours, inverse.to_bits()) };
+    for (o, &v) in out[body..].iter_mut().zip(&x[body..]) {
+        *o = round_small(v * inverse) as i8;
+    }
+    max_abs / 127.0
+}
