@@ -143,6 +143,11 @@ fn moments(x: &[f32], eps: f32) -> (f32, f32) {
 /// Rows whose LayerNorm sums [`layer_norm_rows_in_place`] adds side by side.
 const ROWS_SIDE_BY_SIDE: usize = kernels::LAYER_NORM_ROWS;
 
+/// Whether [`layer_norm_rows_in_place`] takes its rows one at a time: on 32-bit Arm (Cortex-M
+/// cores, in order, where adding the rows side by side hides no latency and only costs the
+/// bookkeeping).
+const ONE_ROW_AT_A_TIME: bool = cfg!(target_arch = "arm");
+
 /// [`layer_norm_in_place`] of each row of `width` in `x`, with its bits: each row's sums (of
 /// its values, then of its squared deviations) are added in its order, as there, but sixteen
 /// rows' sums go side by side, so no row waits on the latency of another's chain of additions.
@@ -152,10 +157,13 @@ pub fn layer_norm_rows_in_place(x: &mut [f32], width: usize, gain: Vector<'_>, b
     }
     let n = width as f32;
     for block in x.chunks_mut(ROWS_SIDE_BY_SIDE * width) {
-        if block.len() == width {
-            // one row (a streamed position): its sums in order, without the bookkeeping of
-            // rows side by side (a third of the instructions on a Cortex-M4F)
-            layer_norm_in_place(block, gain, bias, eps);
+        if block.len() == width || ONE_ROW_AT_A_TIME {
+            // one row at a time: its sums in order, without the bookkeeping of rows side by
+            // side (a third of the instructions on a Cortex-M4F, or a streamed position's one
+            // row elsewhere)
+            for row in block.chunks_exact_mut(width) {
+                layer_norm_in_place(row, gain, bias, eps);
+            }
             continue;
         }
         let mut means = [-0.0f32; ROWS_SIDE_BY_SIDE];
