@@ -125,9 +125,7 @@ pub fn layer_norm_in_place(x: &mut [f32], gain: Vector<'_>, bias: Vector<'_>, ep
 /// `x = (x - mean) * inv_std * gain + bias`.
 fn normalize(x: &mut [f32], (mean, inv_std): (f32, f32), gain: Vector<'_>, bias: Vector<'_>) {
     with_f32_vectors(x.len(), gain, bias, |at, gain, bias| {
-        for ((v, g), b) in x[at..at + gain.len()].iter_mut().zip(gain).zip(bias) {
-            *v = (*v - mean) * inv_std * g + b;
-        }
+        kernels::normalize_f32(&mut x[at..at + gain.len()], (mean, inv_std), gain, bias);
     });
 }
 
@@ -135,8 +133,8 @@ fn normalize(x: &mut [f32], (mean, inv_std): (f32, f32), gain: Vector<'_>, bias:
 /// starts an f32 sum), in order.
 fn moments(x: &[f32], eps: f32) -> (f32, f32) {
     let n = x.len() as f32;
-    let mean = x.iter().fold(-0.0, |sum, v| sum + v) / n;
-    let var = x.iter().fold(-0.0, |sum, v| sum + (v - mean) * (v - mean)) / n;
+    let mean = kernels::sum_f32(x) / n;
+    let var = kernels::squared_deviations_f32(x, mean) / n;
     (mean, 1.0 / libm::sqrtf(var + eps))
 }
 

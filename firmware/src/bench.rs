@@ -18,7 +18,8 @@
 //! int8 quantization of an input and the scaling of the int8 sums bit for bit
 //! (`kernel=quantize_i8`, `kernel=scale_sums_i8`), the f16 widening of the vectors on every
 //! f16 (`bench check kernel=widen_f16 values=N ok`), and the attention's f32 products
-//! (`kernel=attention_f32`); a mismatch fails the run.
+//! (`kernel=attention_f32`) and LayerNorm's sums and last step (`kernel=layer_norm`); a
+//! mismatch fails the run.
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
 //! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
@@ -117,6 +118,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=widen_f16 values={=usize} ok", values);
     let shapes = check_attention_f32()?;
     info!("bench check kernel=attention_f32 shapes={=usize} ok", shapes);
+    let shapes = check_layer_norm()?;
+    info!("bench check kernel=layer_norm shapes={=usize} ok", shapes);
     for kernel in [
         Kernel::Int8,
         Kernel::Int8Rows,
@@ -437,6 +440,45 @@ fn check_attention_f32() -> Result<usize, Failure> {
                 }
                 checked += 1;
             }
+        }
+    }
+    Ok(checked)
+}
+
+/// LayerNorm's two sums and its last step (`kernels::sum_f32`, `squared_deviations_f32`,
+/// `normalize_f32`, as this board runs them) against the portable code, bit for bit, on 0 to
+/// 40 and 128 values (partial and whole groups of eight), with zeros of both signs and large
+/// values among them. Returns the number of shapes checked.
+fn check_layer_norm() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x1a7e_5eed);
+    let mut checked = 0;
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    for len in (0..=40).chain([128]) {
+        for round in 0..3 {
+            let mut value = || match (numbers.next() % 16, round) {
+                (_, 0) => -0.0,
+                (0, _) => 0.0,
+                (1, _) => -0.0,
+                (2, 2) => numbers.float() * 1.0e38,
+                _ => numbers.float() * 4.0,
+            };
+            let x: Vec<f32> = (0..len).map(|_| value()).collect();
+            let gain: Vec<f32> = (0..len).map(|_| value()).collect();
+            let bias: Vec<f32> = (0..len).map(|_| value()).collect();
+            let sum = kernels::sum_f32(&x);
+            let mean = sum / len.max(1) as f32;
+            let squares = kernels::squared_deviations_f32(&x, mean);
+            let moments = (mean, 1.0 / (squares + 1.0e-5));
+            let (mut got, mut want) = (x.clone(), x.clone());
+            kernels::normalize_f32(&mut got, moments, &gain, &bias);
+            kernels::portable::normalize_f32(&mut want, moments, &gain, &bias);
+            if !same(sum, kernels::portable::sum_f32(&x))
+                || !same(squares, kernels::portable::squared_deviations_f32(&x, mean))
+                || !got.iter().zip(&want).all(|(&a, &b)| same(a, b))
+            {
+                return Err(Failure::KernelMismatch("layer_norm"));
+            }
+            checked += 1;
         }
     }
     Ok(checked)

@@ -879,6 +879,36 @@ pub fn layer_norm_sums_f32(
     portable::layer_norm_sums_f32(block, width, means, vars)
 }
 
+/// [`portable::sum_f32`]: LayerNorm's first sum, eight values a pass with the FPU of the
+/// `cortex-m-dsp` cores. The same bits (the same additions in the same order).
+#[inline]
+pub fn sum_f32(x: &[f32]) -> f32 {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::sum_f32(x);
+    #[allow(unreachable_code)]
+    portable::sum_f32(x)
+}
+
+/// [`portable::squared_deviations_f32`]: LayerNorm's second sum, eight values a pass with the
+/// FPU of the `cortex-m-dsp` cores. The same bits.
+#[inline]
+pub fn squared_deviations_f32(x: &[f32], mean: f32) -> f32 {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::squared_deviations_f32(x, mean);
+    #[allow(unreachable_code)]
+    portable::squared_deviations_f32(x, mean)
+}
+
+/// [`portable::normalize_f32`]: LayerNorm's last step, eight values a pass with the FPU of the
+/// `cortex-m-dsp` cores. The same bits.
+#[inline]
+pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::normalize_f32(x, moments, gain, bias);
+    #[allow(unreachable_code)]
+    portable::normalize_f32(x, moments, gain, bias)
+}
+
 /// Whether this build has a kernel for [`softmax_exps_f32`] that takes values eight or more at
 /// a time (x86-64 with `std`, not `fast-math`; it is then chosen at run time): elsewhere the
 /// softmaxes keep their one loop.

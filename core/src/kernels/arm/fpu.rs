@@ -651,3 +651,164 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     }
     max_abs / 127.0
 }
+
+extern "C" {
+    /// The bits of `Σ x` over the `8 * octets` values at `x` (`octets >= 1`), added in order
+    /// from `-0.0`.
+    fn txl_sum_f32(x: *const f32, octets: usize) -> u32;
+    /// The bits of `Σ (x - mean)²` over the `8 * octets` values at `x` (`octets >= 1`), added
+    /// in order from `-0.0` (`mean` as bits).
+    fn txl_squared_deviations_f32(x: *const f32, octets: usize, mean: u32) -> u32;
+    /// `x = (x - moments[0]) * moments[1] * gain + bias` for the `8 * octets` values at `x`
+    /// (`octets >= 1`).
+    fn txl_normalize_f32(x: *mut f32, octets: usize, gain: *const f32, bias: *const f32, moments: *const f32);
+}
+
+// LayerNorm, eight values a pass: `txl_sum_f32` one VLDM and eight VADD in order (11
+// instructions per eight with the loop), `txl_squared_deviations_f32` one VLDM, eight VSUB and
+// eight VMLA (which rounds the square before it adds, as the portable code), and
+// `txl_normalize_f32` three VLDM (values, gains, biases), eight VSUB, eight VMUL by `1 / std`,
+// eight VMLA (`bias + t * gain`: the portable `t * gain + bias`, addition being commutative)
+// and one VSTM. Registers: s0 the sum, s1 the mean, s8-s15 the values; for the last,
+// s16-s23 the values, s24-s31 the gains, s0-s7 the biases, s8/s9 the mean and `1 / std`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_sum_f32,\"ax\",%progbits",
+    ".globl txl_sum_f32",
+    ".type txl_sum_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sum_f32:",
+    "mov r2, #0x80000000",
+    "vmov s0, r2",
+    "1:",
+    "vldmia r0!, {{s8-s15}}",
+    "vadd.f32 s0, s0, s8",
+    "vadd.f32 s0, s0, s9",
+    "vadd.f32 s0, s0, s10",
+    "vadd.f32 s0, s0, s11",
+    "vadd.f32 s0, s0, s12",
+    "vadd.f32 s0, s0, s13",
+    "vadd.f32 s0, s0, s14",
+    "vadd.f32 s0, s0, s15",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "vmov r0, s0",
+    "bx lr",
+    ".size txl_sum_f32, . - txl_sum_f32",
+    ".macro txl_square_dev value",
+    "vsub.f32 \\value, \\value, s1",
+    "vmla.f32 s0, \\value, \\value",
+    ".endm",
+    ".section .text.txl_squared_deviations_f32,\"ax\",%progbits",
+    ".globl txl_squared_deviations_f32",
+    ".type txl_squared_deviations_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_squared_deviations_f32:",
+    "mov r3, #0x80000000",
+    "vmov s0, r3",
+    "vmov s1, r2",
+    "1:",
+    "vldmia r0!, {{s8-s15}}",
+    "txl_square_dev s8",
+    "txl_square_dev s9",
+    "txl_square_dev s10",
+    "txl_square_dev s11",
+    "txl_square_dev s12",
+    "txl_square_dev s13",
+    "txl_square_dev s14",
+    "txl_square_dev s15",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "vmov r0, s0",
+    "bx lr",
+    ".size txl_squared_deviations_f32, . - txl_squared_deviations_f32",
+    ".macro txl_normalize_one value, gain, bias",
+    "vsub.f32 \\value, \\value, s8",
+    "vmul.f32 \\value, \\value, s9",
+    "vmla.f32 \\bias, \\value, \\gain",
+    ".endm",
+    ".section .text.txl_normalize_f32,\"ax\",%progbits",
+    ".globl txl_normalize_f32",
+    ".type txl_normalize_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_normalize_f32:",
+    "ldr r12, [sp]", // moments
+    "vpush {{s16-s31}}",
+    "vldmia r12, {{s8-s9}}",
+    "1:",
+    "vldmia r0, {{s16-s23}}",
+    "vldmia r2!, {{s24-s31}}",
+    "vldmia r3!, {{s0-s7}}",
+    "txl_normalize_one s16, s24, s0",
+    "txl_normalize_one s17, s25, s1",
+    "txl_normalize_one s18, s26, s2",
+    "txl_normalize_one s19, s27, s3",
+    "txl_normalize_one s20, s28, s4",
+    "txl_normalize_one s21, s29, s5",
+    "txl_normalize_one s22, s30, s6",
+    "txl_normalize_one s23, s31, s7",
+    "vstmia r0!, {{s0-s7}}",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "vpop {{s16-s31}}",
+    "bx lr",
+    ".size txl_normalize_f32, . - txl_normalize_f32",
+);
+
+/// [`portable::sum_f32`](crate::kernels::portable::sum_f32), eight values a pass: the same
+/// additions in the same order.
+pub fn sum_f32(x: &[f32]) -> f32 {
+    let octets = x.len() / 8;
+    if octets == 0 {
+        return crate::kernels::portable::sum_f32(x);
+    }
+    // SAFETY: `x` holds the `8 * octets` values the kernel reads; it uses s0 and s8-s15
+    // (caller-saved) only.
+    let sum = f32::from_bits(unsafe { txl_sum_f32(x.as_ptr(), octets) });
+    x[8 * octets..].iter().fold(sum, |sum, v| sum + v)
+}
+
+/// [`portable::squared_deviations_f32`](crate::kernels::portable::squared_deviations_f32),
+/// eight values a pass: the same operations in the same order.
+pub fn squared_deviations_f32(x: &[f32], mean: f32) -> f32 {
+    let octets = x.len() / 8;
+    if octets == 0 {
+        return crate::kernels::portable::squared_deviations_f32(x, mean);
+    }
+    // SAFETY: `x` holds the `8 * octets` values the kernel reads; it uses s0, s1 and s8-s15
+    // (caller-saved) only.
+    let sum = f32::from_bits(unsafe { txl_squared_deviations_f32(x.as_ptr(), octets, mean.to_bits()) });
+    x[8 * octets..]
+        .iter()
+        .fold(sum, |sum, v| sum + (v - mean) * (v - mean))
+}
+
+/// [`portable::normalize_f32`](crate::kernels::portable::normalize_f32), eight values a pass.
+/// The same bits.
+pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f32]) {
+    let n = x.len().min(gain.len()).min(bias.len());
+    let octets = n / 8;
+    if octets > 0 {
+        let moments = [moments.0, moments.1];
+        // SAFETY: `x`, `gain` and `bias` hold the `8 * octets` values the kernel reads (and,
+        // for `x`, writes), `moments` two floats; it preserves s16-s31 and the core registers
+        // the AAPCS saves.
+        unsafe {
+            txl_normalize_f32(
+                x.as_mut_ptr(),
+                octets,
+                gain.as_ptr(),
+                bias.as_ptr(),
+                moments.as_ptr(),
+            )
+        };
+    }
+    let body = 8 * octets;
+    crate::kernels::portable::normalize_f32(&mut x[body..n], moments, &gain[body..n], &bias[body..n]);
+}
