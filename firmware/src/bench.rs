@@ -214,8 +214,8 @@ fn int4_matrix(numbers: &mut Numbers, rows: usize, cols: usize, group: usize) ->
     (packed, codes)
 }
 
-/// The integer row sums (as this board runs them: `kernels::row_sums_i8`) against the portable
-/// ones, on word-aligned rows of 0 to 512 columns (partial passes of sixteen, eight and four;
+/// The integer row sums (as this board runs them: `kernels::row_sums_i8`, and
+/// `kernels::row_sums_pair_i8` for two inputs) against the portable ones, on word-aligned rows of 0 to 512 columns (partial passes of sixteen, eight and four;
 /// strides of 128 and 256 bytes) and row counts off the kernels' blocks, inputs down to `-127` against weights down to `-128`. Returns the
 /// number of shapes checked.
 fn check_int8_rows() -> Result<usize, Failure> {
@@ -244,6 +244,23 @@ fn check_int8_rows() -> Result<usize, Failure> {
             shapes += 1;
             if fast != portable {
                 return Err(Failure::KernelMismatch("int8_row_sums"));
+            }
+            // two inputs at once (a segment's pairs of positions): the second the first reversed
+            let xq_b: Vec<i8> = xq.iter().rev().copied().collect();
+            let mut widened_b = vec![0u32; matrix::scratch_words(cols)];
+            kernels::widen_input_i8(&xq_b, &mut widened_b);
+            let (mut fast_a, mut fast_b) = (vec![7i32; rows], vec![7i32; rows]);
+            kernels::row_sums_pair_i8(
+                values,
+                cols,
+                [&xq, &xq_b],
+                [&widened, &widened_b],
+                [&mut fast_a, &mut fast_b],
+            );
+            let mut portable_b = vec![-7i32; rows];
+            kernels::portable::row_sums_i8(values, cols, &xq_b, &mut portable_b);
+            if fast_a != portable || fast_b != portable_b {
+                return Err(Failure::KernelMismatch("int8_row_sums_pair"));
             }
         }
     }

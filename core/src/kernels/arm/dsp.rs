@@ -270,6 +270,26 @@ extern "C" {
         sums_b: *mut i32,
         blocks: usize,
     );
+    /// [`txl_rows2x2_s8`] for rows at a stride of 128 bytes, `groups` a multiple of four.
+    fn txl_rows2x2_s8_128(
+        rows: *const i8,
+        pairs_a: *const u32,
+        pairs_b: *const u32,
+        groups: usize,
+        sums_a: *mut i32,
+        sums_b: *mut i32,
+        blocks: usize,
+    );
+    /// [`txl_rows2x2_s8_128`] for rows at a stride of 256 bytes.
+    fn txl_rows2x2_s8_256(
+        rows: *const i8,
+        pairs_a: *const u32,
+        pairs_b: *const u32,
+        groups: usize,
+        sums_a: *mut i32,
+        sums_b: *mut i32,
+        blocks: usize,
+    );
 }
 
 // Inner loop, per group of four columns: two LDRD (the inputs of both positions), then for each
@@ -284,10 +304,10 @@ global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    ".macro txl_rows2x2_group",
+    ".macro txl_rows2x2_group row1",
     "ldrd r8, r9, [r2], #8",
     "ldrd r10, r11, [r3], #8",
-    "ldr r12, [r0, r1]",
+    "ldr r12, [r0, \\row1]",
     "sxtb16 lr, r12",
     "smlad r6, lr, r8, r6",
     "smlad r7, lr, r10, r7",
@@ -332,14 +352,14 @@ global_asm!(
     "sub r8, r12, r2",
     "tst r8, #8",
     "beq 2f",
-    "txl_rows2x2_group",
+    "txl_rows2x2_group r1",
     "ldr r12, [sp, #12]",
     "2:",
     "cmp r2, r12",
     "beq 3f",
     "1:",
-    "txl_rows2x2_group",
-    "txl_rows2x2_group",
+    "txl_rows2x2_group r1",
+    "txl_rows2x2_group r1",
     "ldr r12, [sp, #12]",
     "cmp r2, r12",
     "bne 1b",
@@ -361,6 +381,60 @@ global_asm!(
     "add sp, sp, #24",
     "pop {{r4-r11, pc}}",
     ".size txl_rows2x2_s8, . - txl_rows2x2_s8",
+    // For a stride the assembler knows: row 1 an immediate offset from row 0, so r1 holds the
+    // inputs' end (no load of it per pass), and four groups a loop.
+    ".macro txl_rows2x2_fn name, stride",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "\\name:",
+    "push {{r4-r11, lr}}",
+    "sub sp, sp, #16",
+    // arguments on the stack, above the 36 bytes pushed and the 16 of the frame:
+    // [sp, #52] sums_a, [sp, #56] sums_b, [sp, #60] blocks
+    "ldr r4, [sp, #60]",
+    "mov r5, #2 * \\stride",
+    "sub r5, r5, r3, lsl #2", // 2 * stride - 4 * groups: one block's end to the next's start
+    "strd r1, r2, [sp]",
+    "strd r5, r4, [sp, #8]",
+    "mov r5, r1",
+    "add r1, r1, r3, lsl #3", // end of position a's inputs
+    "mov r3, r2",
+    "mov r2, r5",
+    "cmp r4, #0",
+    "beq 5f",
+    "4:",
+    "mov r4, #0",
+    "mov r5, #0",
+    "mov r6, #0",
+    "mov r7, #0",
+    "1:",
+    ".rept 4",
+    "txl_rows2x2_group #\\stride",
+    ".endr",
+    "cmp r2, r1",
+    "bne 1b",
+    "ldr r8, [sp, #52]",
+    "strd r4, r6, [r8], #8",
+    "str r8, [sp, #52]",
+    "ldr r8, [sp, #56]",
+    "strd r5, r7, [r8], #8",
+    "str r8, [sp, #56]",
+    "ldrd r2, r3, [sp]",
+    "ldrd r8, r9, [sp, #8]",
+    "add r0, r0, r8",
+    "subs r9, r9, #1",
+    "str r9, [sp, #12]",
+    "bne 4b",
+    "5:",
+    "add sp, sp, #16",
+    "pop {{r4-r11, pc}}",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_rows2x2_fn txl_rows2x2_s8_128, 128",
+    "txl_rows2x2_fn txl_rows2x2_s8_256, 256",
 );
 
 /// [`row_sums_i8`] for two inputs at once: `sums[p][r] = values[r] · xq[p]` for `p` in 0, 1,
@@ -380,7 +454,27 @@ pub fn row_sums_pair_i8(
     let (pairs_a, pairs_b) = (&pairs_a[..2 * groups], &pairs_b[..2 * groups]);
     let values = &values[..rows * cols];
     let blocks = rows / 2;
-    if groups > 0 && blocks > 0 {
+    type Fixed = unsafe extern "C" fn(*const i8, *const u32, *const u32, usize, *mut i32, *mut i32, usize);
+    let fixed: Option<Fixed> = match cols {
+        128 => Some(txl_rows2x2_s8_128),
+        256 => Some(txl_rows2x2_s8_256),
+        _ => None,
+    };
+    if let (Some(kernel), true, true) = (fixed, groups.is_multiple_of(4), blocks > 0) {
+        // SAFETY: as below (`cols = 4 * groups` here), the kernel reading the same rows and
+        // inputs and writing the same sums.
+        unsafe {
+            kernel(
+                values.as_ptr(),
+                pairs_a.as_ptr(),
+                pairs_b.as_ptr(),
+                groups,
+                sums_a.as_mut_ptr(),
+                sums_b.as_mut_ptr(),
+                blocks,
+            )
+        };
+    } else if groups > 0 && blocks > 0 {
         // SAFETY: `values` holds `2 * blocks <= rows` rows of `cols >= 4 * groups` bytes at
         // stride `cols`, `pairs_a` and `pairs_b` hold `2 * groups` words each: the kernel reads
         // only those and writes the first `2 * blocks` of `sums_a` and `sums_b`. It preserves
