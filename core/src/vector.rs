@@ -205,7 +205,7 @@ pub fn log_sum_exp(x: &[f32]) -> f32 {
 
 /// `sum exp(x[i] - m)`, added in order from 0. The `exp`s go eight or sixteen at a time where a
 /// kernel does them so ([`softmax_exps`](kernels::softmax_exps_f32), on copies 256 at a time: the
-/// same bits), else one at a time ([`softmax_exp`](kernels::fast_math::softmax_exp)).
+/// same bits), else on such copies by [`softmax_exps_sum_f32`](kernels::softmax_exps_sum_f32).
 pub fn sum_exp(x: &[f32], m: f32) -> f32 {
     const COPIED: usize = 256;
     let mut sum = 0.0;
@@ -220,8 +220,11 @@ pub fn sum_exp(x: &[f32], m: f32) -> f32 {
             sum += *v;
         }
     }
-    for &v in rest {
-        sum += kernels::fast_math::softmax_exp(v - m);
+    // the rest copied 256 at a time too, for the kernel that computes them in place
+    for chunk in rest.chunks(COPIED) {
+        let exps = &mut exps[..chunk.len()];
+        exps.copy_from_slice(chunk);
+        sum = kernels::softmax_exps_sum_f32(exps, m, sum);
     }
     sum
 }
@@ -247,10 +250,7 @@ pub fn softmax(x: &mut [f32]) {
     for v in eights.iter() {
         sum += *v;
     }
-    for v in rest.iter_mut() {
-        *v = kernels::fast_math::softmax_exp(*v - m);
-        sum += *v;
-    }
+    let sum = kernels::softmax_exps_sum_f32(rest, m, sum);
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;

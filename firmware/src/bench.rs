@@ -18,8 +18,8 @@
 //! int8 quantization of an input and the scaling of the int8 sums bit for bit
 //! (`kernel=quantize_i8`, `kernel=scale_sums_i8`), the f16 widening of the vectors on every
 //! f16 (`bench check kernel=widen_f16 values=N ok`), and the attention's f32 products
-//! (`kernel=attention_f32`) and LayerNorm's sums and last step (`kernel=layer_norm`); a
-//! mismatch fails the run.
+//! (`kernel=attention_f32`), LayerNorm's sums and last step (`kernel=layer_norm`) and the
+//! softmax's exponentials and their sum (`kernel=softmax_exps`); a mismatch fails the run.
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
 //! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
@@ -120,6 +120,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=attention_f32 shapes={=usize} ok", shapes);
     let shapes = check_layer_norm()?;
     info!("bench check kernel=layer_norm shapes={=usize} ok", shapes);
+    let values = check_softmax_exps()?;
+    info!("bench check kernel=softmax_exps values={=usize} ok", values);
     for kernel in [
         Kernel::Int8,
         Kernel::Int8Rows,
@@ -496,6 +498,44 @@ fn check_layer_norm() -> Result<usize, Failure> {
                 return Err(Failure::KernelMismatch("layer_norm"));
             }
             checked += 1;
+        }
+    }
+    Ok(checked)
+}
+
+/// The softmax's exponentials and their sum (`kernels::softmax_exps_sum_f32`, as this board
+/// runs it) against the portable code, bit for bit: every 49 999th f32 from 0 down to -110 (the
+/// kernel's path, the paths around it, underflow), each bound of `libm::expf`'s paths and the
+/// f32 on either side of it, infinities and a NaN, taken from a largest value of 0 and of 3.5,
+/// in runs of 1 to 64 values. Returns the number of values checked.
+fn check_softmax_exps() -> Result<usize, Failure> {
+    use txl_core::kernels::fast_math::expf::{HALF_LN2, THREE_HALVES_LN2, TINY, UNDERFLOW};
+    let mut inputs: Vec<f32> = Vec::new();
+    let mut bits = (-0.0f32).to_bits();
+    while f32::from_bits(bits) >= -110.0 {
+        inputs.push(f32::from_bits(bits));
+        bits += 49_999;
+    }
+    for bound in [TINY, HALF_LN2, THREE_HALVES_LN2, 0x42ae_ac50, UNDERFLOW] {
+        for near in [bound - 1, bound, bound + 1] {
+            inputs.push(-f32::from_bits(near));
+            inputs.push(f32::from_bits(near));
+        }
+    }
+    inputs.extend([0.0, f32::NEG_INFINITY, f32::INFINITY, f32::NAN]);
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let mut checked = 0;
+    for max in [0.0f32, 3.5] {
+        for (run, chunk) in inputs.chunks(64).enumerate() {
+            let chunk = &chunk[..chunk.len().min(1 + run % 64)];
+            let values: Vec<f32> = chunk.iter().map(|&x| x + max).collect();
+            let (mut got, mut want) = (values.clone(), values);
+            let got_sum = kernels::softmax_exps_sum_f32(&mut got, max, 0.25);
+            let want_sum = kernels::portable::softmax_exps_sum_f32(&mut want, max, 0.25);
+            if !same(got_sum, want_sum) || !got.iter().zip(&want).all(|(&a, &b)| same(a, b)) {
+                return Err(Failure::KernelMismatch("softmax_exps"));
+            }
+            checked += chunk.len();
         }
     }
     Ok(checked)

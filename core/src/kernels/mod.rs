@@ -909,6 +909,17 @@ pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f
     portable::normalize_f32(x, moments, gain, bias)
 }
 
+/// `values[i] = exp(values[i] - max)` in place, returning `sum` plus all of them added in order
+/// ([`portable::softmax_exps_sum_f32`]): `libm::expf`'s main path in assembly with the FPU of
+/// the `cortex-m-dsp` cores (not `fast-math`). The same bits.
+#[inline]
+pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf", not(feature = "fast-math")))]
+    return fpu::softmax_exps_sum_f32(values, max, sum);
+    #[allow(unreachable_code)]
+    portable::softmax_exps_sum_f32(values, max, sum)
+}
+
 /// Whether this build has a kernel for [`softmax_exps_f32`] that takes values eight or more at
 /// a time (x86-64 with `std`, not `fast-math`; it is then chosen at run time): elsewhere the
 /// softmaxes keep their one loop.

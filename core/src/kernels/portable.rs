@@ -363,6 +363,16 @@ pub fn normalize_f32(x: &mut [f32], (mean, inv_std): (f32, f32), gain: &[f32], b
     }
 }
 
+/// `values[i] = exp(values[i] - max)` in place ([`softmax_exp`](crate::kernels::fast_math::softmax_exp)),
+/// returning `sum` plus all of them, added in order: a softmax's exponentials and their sum.
+pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, mut sum: f32) -> f32 {
+    for v in values.iter_mut() {
+        *v = crate::kernels::fast_math::softmax_exp(*v - max);
+        sum += *v;
+    }
+    sum
+}
+
 /// `y *= s`.
 pub fn scale(y: &mut [f32], s: f32) {
     for a in y.iter_mut() {

@@ -812,3 +812,134 @@ pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f
     let body = 8 * octets;
     crate::kernels::portable::normalize_f32(&mut x[body..n], moments, &gain[body..n], &bias[body..n]);
 }
+
+/// Where [`txl_softmax_exps_f32`] is in its values, read and written by offset in the
+/// assembly: keep the order.
+#[repr(C)]
+struct Exps {
+    /// The next value.
+    at: *mut f32,
+    /// The end of the values.
+    end: *mut f32,
+    /// The softmax's largest value, taken from each.
+    max: f32,
+    /// The sum so far.
+    sum: f32,
+}
+
+/// `libm::expf`'s constants for [`txl_softmax_exps_f32`], in the order it loads them: `1 /
+/// ln 2`, `-1/2`, `ln 2`'s high and low parts, the polynomial's two coefficients, 2 and 1.
+static EXP_CONSTANTS: [f32; 8] = {
+    use crate::kernels::fast_math::expf::{INV_LN2, LN2_HI, LN2_LO, P1, P2};
+    [INV_LN2, -0.5, LN2_HI, LN2_LO, P1, P2, 2.0, 1.0]
+};
+
+extern "C" {
+    /// From `state.at` towards `state.end`: `v = expf(v - max)` in place, each added to
+    /// `state.sum` in order, while `x = v - max` is negative with `1.5 ln 2 < |x| < 87.3365`
+    /// (`libm::expf`'s path that rounds `x / ln 2` and scales by a normal power of two); stops
+    /// at the end or at the first other value, leaving `state.at` there.
+    fn txl_softmax_exps_f32(state: *mut Exps, constants: *const f32);
+}
+
+// `libm::expf` on that path, step for step (each product rounded before it is added, as VMLA
+// and VMLS do): `k = trunc(x / ln 2 - 1/2)`, `hi = x - k ln2_hi`, `lo = k ln2_lo`, `r = hi -
+// lo`, `c = r - r² (P1 + r² P2)`, `y = 1 + ((r c / (2 - c) - lo) + hi)`, times `2^k` (`k` is
+// at least -126 there, so one VMUL by a normal power of two, as `scalbnf` then does): 34
+// instructions a value with the loop, the range check and the sum, against about 44 compiled.
+// Registers: r0 the state, r1 the value, r2 the end, r3 the lowest bits taken and r12 the span
+// of them, r4-r6 the bits of `x`, `k` and `2^k`; s16-s23 the constants, s24 the largest value,
+// s25 the sum, s0-s10 the steps.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_softmax_exps_f32,\"ax\",%progbits",
+    ".globl txl_softmax_exps_f32",
+    ".type txl_softmax_exps_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_softmax_exps_f32:",
+    "push {{r4-r6, lr}}",
+    "vpush {{s16-s25}}",
+    "vldmia r1, {{s16-s23}}",
+    "ldrd r1, r2, [r0]",
+    "vldr s24, [r0, #8]",
+    "vldr s25, [r0, #12]",
+    "movw r3, #0x1593", // 0xbf851593: just below -1.5 ln 2
+    "movt r3, #0xbf85",
+    "movw r12, #0x96bd", // 0xc2aeac50 - 0xbf851593: up to -87.3365 (not included)
+    "movt r12, #0x0329",
+    "cmp r1, r2",
+    "beq 2f",
+    "1:",
+    "vldr s0, [r1]",
+    "vsub.f32 s0, s0, s24",
+    "vmov r4, s0",
+    "sub r5, r4, r3",
+    "cmp r5, r12",
+    "bhs 2f",
+    "vmov.f32 s1, s17",
+    "vmla.f32 s1, s0, s16", // x / ln 2 - 1/2
+    "vcvt.s32.f32 s1, s1",  // k, toward zero
+    "vmov r6, s1",
+    "vcvt.f32.s32 s1, s1",
+    "vmov.f32 s2, s0",
+    "vmls.f32 s2, s1, s18", // hi
+    "vmul.f32 s3, s1, s19", // lo
+    "vsub.f32 s4, s2, s3",  // r
+    "vmul.f32 s5, s4, s4",
+    "vmov.f32 s6, s20",
+    "vmla.f32 s6, s5, s21", // P1 + r² P2
+    "vmov.f32 s7, s4",
+    "vmls.f32 s7, s5, s6", // c
+    "vsub.f32 s8, s22, s7",
+    "vmul.f32 s9, s4, s7",
+    "vdiv.f32 s9, s9, s8",
+    "vsub.f32 s9, s9, s3",
+    "vadd.f32 s9, s9, s2",
+    "vadd.f32 s9, s9, s23", // y
+    "add r6, r6, #127",
+    "lsl r6, r6, #23",
+    "vmov s10, r6", // 2^k
+    "vmul.f32 s9, s9, s10",
+    "vstmia r1!, {{s9}}",
+    "vadd.f32 s25, s25, s9",
+    "cmp r1, r2",
+    "bne 1b",
+    "2:",
+    "str r1, [r0]",
+    "vstr s25, [r0, #12]",
+    "vpop {{s16-s25}}",
+    "pop {{r4-r6, pc}}",
+    ".size txl_softmax_exps_f32, . - txl_softmax_exps_f32",
+);
+
+/// [`portable::softmax_exps_sum_f32`](crate::kernels::portable::softmax_exps_sum_f32) with the
+/// FPU: the values on `libm::expf`'s main path in the kernel above, the others (the largest
+/// values, within `1.5 ln 2` of the maximum, and those near underflow) by `libm::expf`. The
+/// same bits.
+pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
+    let mut state = Exps {
+        at: values.as_mut_ptr(),
+        end: values.as_mut_ptr_range().end,
+        max,
+        sum,
+    };
+    loop {
+        // SAFETY: `state.at..state.end` lies in `values` (the kernel moves `at` towards `end`
+        // and no further); the kernel reads and writes only those values, reads the eight
+        // constants, and preserves s16-s31 and the callee-saved core registers.
+        unsafe { txl_softmax_exps_f32(&mut state, EXP_CONSTANTS.as_ptr()) };
+        if state.at == state.end {
+            return state.sum;
+        }
+        // SAFETY: `state.at` is before `state.end`, so it points at one of `values`.
+        let value = unsafe { &mut *state.at };
+        *value = libm::expf(*value - max);
+        state.sum += *value;
+        // SAFETY: one past a value of `values` is at most its end.
+        state.at = unsafe { state.at.add(1) };
+    }
+}
