@@ -20,7 +20,7 @@
 //! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys_strided` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys_strided_f32` (f32) | |
 //! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | | |
 //! | [`quantize_i8`] | AVX `avx::quantize_i8` | Helium `helium::quantize_i8`, FPU `fpu::quantize_i8` | | |
-//! | [`scale_sums_i8`] | | Helium `helium::scale_sums_i8` | | |
+//! | [`scale_sums_i8`] | | Helium `helium::scale_sums_i8`, FPU `fpu::scale_sums_i8` | | |
 //! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | | RV32IM `rv32::widen_input_i8` |
 //! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8`, without DSP `base::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` | RV32IM `rv32::row_sums_i8` |
 //! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair_i8`, AVX2 `avx::row_sums_pair_i8` | DSP `dsp::row_sums_pair_i8` | | RV32IM `rv32::row_sums_pair_i8` |
@@ -32,6 +32,8 @@
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
+//! | [`softmax_exps_sum_f32`] | | FPU `fpu::softmax_exps_sum_f32` (not `fast-math`) | | |
+//! | [`sum_f32`], [`squared_deviations_f32`], [`normalize_f32`] | | FPU `fpu::{sum_f32, squared_deviations_f32, normalize_f32}` | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //!
 //! An empty cell runs the portable kernel. The folders: [`portable`] (the reference),
@@ -409,13 +411,21 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
 
 /// `y[r] = (y[r]'s bits as an i32 sum) as f32 * (row_scales[r] * x_scale)`, an int8 product's
 /// sums scaled into its outputs ([`portable::scale_sums_i8`]): four rows an instruction with
-/// Helium (`cortex-m-mve`, where no subnormal can arise). The same bits.
+/// Helium (`cortex-m-mve`, where no subnormal can arise), four a pass with the FPU of the other
+/// `cortex-m-dsp` cores. The same bits.
 #[inline]
 pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     if helium::scale_sums_i8(y, row_scales, x_scale) {
         return;
     }
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::scale_sums_i8(y, row_scales, x_scale);
+    #[allow(unreachable_code)]
     portable::scale_sums_i8(y, row_scales, x_scale)
 }
 
