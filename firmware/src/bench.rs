@@ -19,7 +19,8 @@
 //! (`kernel=quantize_i8`, `kernel=scale_sums_i8`), the f16 widening of the vectors on every
 //! f16 (`bench check kernel=widen_f16 values=N ok`), and the attention's f32 products
 //! (`kernel=attention_f32`), LayerNorm's sums and last step (`kernel=layer_norm`) and the
-//! softmax's exponentials and their sum (`kernel=softmax_exps`); a mismatch fails the run.
+//! softmax's exponentials and their sum (`kernel=softmax_exps`), and `y += x` and ReLU
+//! (`kernel=add_relu`); a mismatch fails the run.
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
 //! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
@@ -122,6 +123,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=layer_norm shapes={=usize} ok", shapes);
     let values = check_softmax_exps()?;
     info!("bench check kernel=softmax_exps values={=usize} ok", values);
+    let values = check_add_relu()?;
+    info!("bench check kernel=add_relu values={=usize} ok", values);
     for kernel in [
         Kernel::Int8,
         Kernel::Int8Rows,
@@ -537,6 +540,47 @@ fn check_softmax_exps() -> Result<usize, Failure> {
             }
             checked += chunk.len();
         }
+    }
+    Ok(checked)
+}
+
+/// `kernels::add_assign` and `kernels::relu` (as this board runs them) against the portable
+/// code, bit for bit, on 0 to 40 values (partial and whole groups of four and eight): zeros of
+/// both signs, subnormals, infinities and NaNs of both signs among random values. Returns the
+/// number of values checked.
+fn check_add_relu() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0xadd_5eed);
+    let special = [
+        0.0,
+        -0.0,
+        f32::from_bits(1),
+        -f32::from_bits(1),
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MAX,
+    ];
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let mut checked = 0;
+    for len in 0..=40usize {
+        let value = |numbers: &mut Numbers| match numbers.next() % 4 {
+            0 => special[numbers.next() as usize % special.len()],
+            _ => numbers.float(),
+        };
+        let y: Vec<f32> = (0..len).map(|_| value(&mut numbers)).collect();
+        let x: Vec<f32> = (0..len).map(|_| value(&mut numbers)).collect();
+        let (mut got, mut want) = (y.clone(), y.clone());
+        kernels::add_assign(&mut got, &x);
+        kernels::portable::add_assign(&mut want, &x);
+        let (mut got_relu, mut want_relu) = (y.clone(), y);
+        kernels::relu(&mut got_relu);
+        kernels::portable::relu(&mut want_relu);
+        let relu_same = got_relu.iter().zip(&want_relu).all(|(a, b)| a.to_bits() == b.to_bits());
+        if !relu_same || !got.iter().zip(&want).all(|(&a, &b)| same(a, b)) {
+            return Err(Failure::KernelMismatch("add_relu"));
+        }
+        checked += len;
     }
     Ok(checked)
 }

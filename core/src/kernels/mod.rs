@@ -34,6 +34,7 @@
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
 //! | [`softmax_exps_sum_f32`] | | FPU `fpu::softmax_exps_sum_f32` (not `fast-math`) | | |
 //! | [`sum_f32`], [`squared_deviations_f32`], [`normalize_f32`] | | FPU `fpu::{sum_f32, squared_deviations_f32, normalize_f32}` | | |
+//! | [`add_assign`], [`relu`] | | FPU builds `fpu::{add_assign, relu}` | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //!
 //! An empty cell runs the portable kernel. The folders: [`portable`] (the reference),
@@ -81,9 +82,28 @@ use aarch64::neon;
 use riscv::rv32;
 
 pub use portable::{
-    add_assign, argmax, f16_to_f32, i64_to_f32, max, relu, scale, Magnitudes, LAYER_NORM_ROWS, SIDE_BY_SIDE,
-    VECMAT_INPUTS,
+    argmax, f16_to_f32, i64_to_f32, max, scale, Magnitudes, LAYER_NORM_ROWS, SIDE_BY_SIDE, VECMAT_INPUTS,
 };
+
+/// `y += x` ([`portable::add_assign`]): eight values a pass with the FPU of the `cortex-m-dsp`
+/// cores. The same bits.
+#[inline]
+pub fn add_assign(y: &mut [f32], x: &[f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::add_assign(y, x);
+    #[allow(unreachable_code)]
+    portable::add_assign(y, x)
+}
+
+/// In place `max(x, 0)` ([`portable::relu`]): four values a pass on the bits with the
+/// `cortex-m-dsp` cores' FPU builds. The same bits.
+#[inline]
+pub fn relu(x: &mut [f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::relu(x);
+    #[allow(unreachable_code)]
+    portable::relu(x)
+}
 
 /// Most positions one pass of the linear layers takes (the matrix layer's inputs): 128 with the
 /// `std` feature (a host, where a large model's weights come from memory once per pass), 16

@@ -997,3 +997,91 @@ pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
     }
     crate::kernels::portable::scale_sums_i8(&mut y[4 * fours..n], &row_scales[4 * fours..n], x_scale);
 }
+
+extern "C" {
+    /// `y[i] += x[i]` for `i < 8 * octets` (`octets >= 1`).
+    fn txl_add_assign_f32(y: *mut f32, x: *const f32, octets: usize);
+    /// `x[i] = max(x[i], 0)` for `i < 4 * fours` (`fours >= 1`), on the bits: a value stays if
+    /// its bits are in `1..=0x7f80_0000` (positive, up to infinity), else it becomes `+0.0`.
+    fn txl_relu_f32(x: *mut f32, fours: usize);
+}
+
+// `txl_add_assign_f32`: two VLDM, eight VADD (`y + x`, in that order) and one VSTM per eight
+// values. `txl_relu_f32`: one LDM, per value `SUB #1`, an unsigned compare with `0x7f80_0000`
+// and a conditional move of zero (zeros, negative values and NaNs fail it), one STM.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_add_assign_f32,\"ax\",%progbits",
+    ".globl txl_add_assign_f32",
+    ".type txl_add_assign_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_add_assign_f32:",
+    "1:",
+    "vldmia r0, {{s0-s7}}",
+    "vldmia r1!, {{s8-s15}}",
+    "vadd.f32 s0, s0, s8",
+    "vadd.f32 s1, s1, s9",
+    "vadd.f32 s2, s2, s10",
+    "vadd.f32 s3, s3, s11",
+    "vadd.f32 s4, s4, s12",
+    "vadd.f32 s5, s5, s13",
+    "vadd.f32 s6, s6, s14",
+    "vadd.f32 s7, s7, s15",
+    "vstmia r0!, {{s0-s7}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "bx lr",
+    ".size txl_add_assign_f32, . - txl_add_assign_f32",
+    ".macro txl_relu_one value",
+    "sub r12, \\value, #1",
+    "cmp r12, #0x7f800000",
+    "it hs",
+    "movhs \\value, #0",
+    ".endm",
+    ".section .text.txl_relu_f32,\"ax\",%progbits",
+    ".globl txl_relu_f32",
+    ".type txl_relu_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_relu_f32:",
+    "push {{r4-r7}}",
+    "1:",
+    "ldm r0, {{r4-r7}}",
+    "txl_relu_one r4",
+    "txl_relu_one r5",
+    "txl_relu_one r6",
+    "txl_relu_one r7",
+    "stmia r0!, {{r4-r7}}",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "pop {{r4-r7}}",
+    "bx lr",
+    ".size txl_relu_f32, . - txl_relu_f32",
+);
+
+/// [`portable::add_assign`](crate::kernels::portable::add_assign), eight values a pass.
+pub fn add_assign(y: &mut [f32], x: &[f32]) {
+    let n = y.len().min(x.len());
+    let octets = n / 8;
+    if octets > 0 {
+        // SAFETY: `y` and `x` hold the `8 * octets` values the kernel reads (and, for `y`,
+        // writes); it uses s0-s15 (caller-saved) only.
+        unsafe { txl_add_assign_f32(y.as_mut_ptr(), x.as_ptr(), octets) };
+    }
+    crate::kernels::portable::add_assign(&mut y[8 * octets..n], &x[8 * octets..n]);
+}
+
+/// [`portable::relu`](crate::kernels::portable::relu) on the bits, four values a pass.
+pub fn relu(x: &mut [f32]) {
+    let fours = x.len() / 4;
+    if fours > 0 {
+        // SAFETY: `x` holds the `4 * fours` values the kernel reads and writes; it preserves
+        // the callee-saved registers.
+        unsafe { txl_relu_f32(x.as_mut_ptr(), fours) };
+    }
+    crate::kernels::portable::relu(&mut x[4 * fours..]);
+}
