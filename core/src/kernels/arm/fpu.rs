@@ -267,6 +267,9 @@ extern "C" {
 // `txl_dots4x8_f32`, per eight columns: one VLDM of eight inputs shared by the four rows, then
 // per row one VLDM of eight weights and eight VMLA (37 instructions per 32 multiply-
 // accumulates); per block the four sums added in the portable order and stored by one VSTM.
+// The first eight columns set the sums by VMUL instead of adding to zeros: a sum then differs
+// from the portable one at most in the sign of a zero (`+0 + -0` is `+0`), and the total's last
+// addition of `+0.0` makes every zero `+0`, so the totals are the same bits.
 // Registers: r0 and r4-r6 the rows, r1 the stride, r2 the inputs' start, r3 their end, r12 the
 // inputs, lr the outputs, r7 zero, r8 the blocks left, r9 the step from a block's first row's
 // end to the next block's first row; s0-s15 the sums (four per row), s16-s23 the inputs,
@@ -282,12 +285,13 @@ global_asm!(
     ".thumb",
     ".cpu cortex-m4",
     ".fpu fpv4-sp-d16",
-    ".macro txl_dots4x8_row row, a0, a1, a2, a3",
+    // `first`: VMLA, or VMUL for the first eight columns, which sets the sums instead
+    ".macro txl_dots4x8_row row, a0, a1, a2, a3, first",
     "vldmia \\row!, {{s24-s31}}",
-    "vmla.f32 \\a0, s24, s16",
-    "vmla.f32 \\a1, s25, s17",
-    "vmla.f32 \\a2, s26, s18",
-    "vmla.f32 \\a3, s27, s19",
+    "\\first\\().f32 \\a0, s24, s16",
+    "\\first\\().f32 \\a1, s25, s17",
+    "\\first\\().f32 \\a2, s26, s18",
+    "\\first\\().f32 \\a3, s27, s19",
     "vmla.f32 \\a0, s28, s20",
     "vmla.f32 \\a1, s29, s21",
     "vmla.f32 \\a2, s30, s22",
@@ -321,20 +325,19 @@ global_asm!(
     "add r5, r4, r1",
     "add r6, r5, r1",
     "mov r12, r2",
-    "vmov s0, s1, r7, r7",
-    "vmov s2, s3, r7, r7",
-    "vmov s4, s5, r7, r7",
-    "vmov s6, s7, r7, r7",
-    "vmov s8, s9, r7, r7",
-    "vmov s10, s11, r7, r7",
-    "vmov s12, s13, r7, r7",
-    "vmov s14, s15, r7, r7",
+    "vldmia r12!, {{s16-s23}}",
+    "txl_dots4x8_row r0, s0, s1, s2, s3, vmul",
+    "txl_dots4x8_row r4, s4, s5, s6, s7, vmul",
+    "txl_dots4x8_row r5, s8, s9, s10, s11, vmul",
+    "txl_dots4x8_row r6, s12, s13, s14, s15, vmul",
+    "b 4f",
     "2:",
     "vldmia r12!, {{s16-s23}}",
-    "txl_dots4x8_row r0, s0, s1, s2, s3",
-    "txl_dots4x8_row r4, s4, s5, s6, s7",
-    "txl_dots4x8_row r5, s8, s9, s10, s11",
-    "txl_dots4x8_row r6, s12, s13, s14, s15",
+    "txl_dots4x8_row r0, s0, s1, s2, s3, vmla",
+    "txl_dots4x8_row r4, s4, s5, s6, s7, vmla",
+    "txl_dots4x8_row r5, s8, s9, s10, s11, vmla",
+    "txl_dots4x8_row r6, s12, s13, s14, s15, vmla",
+    "4:",
     "cmp r12, r3",
     "bne 2b",
     "vmov s31, r7",
