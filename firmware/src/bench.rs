@@ -576,7 +576,10 @@ fn check_add_relu() -> Result<usize, Failure> {
         let (mut got_relu, mut want_relu) = (y.clone(), y);
         kernels::relu(&mut got_relu);
         kernels::portable::relu(&mut want_relu);
-        let relu_same = got_relu.iter().zip(&want_relu).all(|(a, b)| a.to_bits() == b.to_bits());
+        let relu_same = got_relu
+            .iter()
+            .zip(&want_relu)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
         if !relu_same || !got.iter().zip(&want).all(|(&a, &b)| same(a, b)) {
             return Err(Failure::KernelMismatch("add_relu"));
         }
