@@ -125,9 +125,7 @@ pub fn layer_norm_in_place(x: &mut [f32], gain: Vector<'_>, bias: Vector<'_>, ep
 /// `x = (x - mean) * inv_std * gain + bias`.
 fn normalize(x: &mut [f32], (mean, inv_std): (f32, f32), gain: Vector<'_>, bias: Vector<'_>) {
     with_f32_vectors(x.len(), gain, bias, |at, gain, bias| {
-        for ((v, g), b) in x[at..at + gain.len()].iter_mut().zip(gain).zip(bias) {
-            *v = (*v - mean) * inv_std * g + b;
-        }
+        kernels::normalize_f32(&mut x[at..at + gain.len()], (mean, inv_std), gain, bias);
     });
 }
 
@@ -135,13 +133,18 @@ fn normalize(x: &mut [f32], (mean, inv_std): (f32, f32), gain: Vector<'_>, bias:
 /// starts an f32 sum), in order.
 fn moments(x: &[f32], eps: f32) -> (f32, f32) {
     let n = x.len() as f32;
-    let mean = x.iter().fold(-0.0, |sum, v| sum + v) / n;
-    let var = x.iter().fold(-0.0, |sum, v| sum + (v - mean) * (v - mean)) / n;
+    let mean = kernels::sum_f32(x) / n;
+    let var = kernels::squared_deviations_f32(x, mean) / n;
     (mean, 1.0 / libm::sqrtf(var + eps))
 }
 
 /// Rows whose LayerNorm sums [`layer_norm_rows_in_place`] adds side by side.
 const ROWS_SIDE_BY_SIDE: usize = kernels::LAYER_NORM_ROWS;
+
+/// Whether [`layer_norm_rows_in_place`] takes its rows one at a time: on 32-bit Arm (Cortex-M
+/// cores, in order, where adding the rows side by side hides no latency and only costs the
+/// bookkeeping).
+const ONE_ROW_AT_A_TIME: bool = cfg!(target_arch = "arm");
 
 /// [`layer_norm_in_place`] of each row of `width` in `x`, with its bits: each row's sums (of
 /// its values, then of its squared deviations) are added in its order, as there, but sixteen
@@ -152,6 +155,15 @@ pub fn layer_norm_rows_in_place(x: &mut [f32], width: usize, gain: Vector<'_>, b
     }
     let n = width as f32;
     for block in x.chunks_mut(ROWS_SIDE_BY_SIDE * width) {
+        if block.len() == width || ONE_ROW_AT_A_TIME {
+            // one row at a time: its sums in order, without the bookkeeping of rows side by
+            // side (a third of the instructions on a Cortex-M4F, or a streamed position's one
+            // row elsewhere)
+            for row in block.chunks_exact_mut(width) {
+                layer_norm_in_place(row, gain, bias, eps);
+            }
+            continue;
+        }
         let mut means = [-0.0f32; ROWS_SIDE_BY_SIDE];
         let mut vars = [-0.0f32; ROWS_SIDE_BY_SIDE];
         kernels::layer_norm_sums_f32(block, width, &mut means, &mut vars);
@@ -193,7 +205,7 @@ pub fn log_sum_exp(x: &[f32]) -> f32 {
 
 /// `sum exp(x[i] - m)`, added in order from 0. The `exp`s go eight or sixteen at a time where a
 /// kernel does them so ([`softmax_exps`](kernels::softmax_exps_f32), on copies 256 at a time: the
-/// same bits), else one at a time ([`softmax_exp`](kernels::fast_math::softmax_exp)).
+/// same bits), else on such copies by [`softmax_exps_sum_f32`](kernels::softmax_exps_sum_f32).
 pub fn sum_exp(x: &[f32], m: f32) -> f32 {
     const COPIED: usize = 256;
     let mut sum = 0.0;
@@ -208,8 +220,11 @@ pub fn sum_exp(x: &[f32], m: f32) -> f32 {
             sum += *v;
         }
     }
-    for &v in rest {
-        sum += kernels::fast_math::softmax_exp(v - m);
+    // the rest copied 256 at a time too, for the kernel that computes them in place
+    for chunk in rest.chunks(COPIED) {
+        let exps = &mut exps[..chunk.len()];
+        exps.copy_from_slice(chunk);
+        sum = kernels::softmax_exps_sum_f32(exps, m, sum);
     }
     sum
 }
@@ -235,10 +250,7 @@ pub fn softmax(x: &mut [f32]) {
     for v in eights.iter() {
         sum += *v;
     }
-    for v in rest.iter_mut() {
-        *v = kernels::fast_math::softmax_exp(*v - m);
-        sum += *v;
-    }
+    let sum = kernels::softmax_exps_sum_f32(rest, m, sum);
     let inv = 1.0 / sum;
     for v in x.iter_mut() {
         *v *= inv;

@@ -16,9 +16,11 @@
 //! against the portable code on odd shapes (`bench check kernel=attention_int8 shapes=N ok`,
 //! `bench check kernel=int4 shapes=N ok`), the integer row sums too (`kernel=int8_rows`), the
 //! int8 quantization of an input and the scaling of the int8 sums bit for bit
-//! (`kernel=quantize_i8`, `kernel=scale_sums_i8`), and the f16 widening of the vectors on every
-//! f16 (`bench check kernel=widen_f16 values=N ok`); a
-//! mismatch fails the run.
+//! (`kernel=quantize_i8`, `kernel=scale_sums_i8`), the f16 widening of the vectors on every
+//! f16 (`bench check kernel=widen_f16 values=N ok`), and the attention's f32 products
+//! (`kernel=attention_f32`), LayerNorm's sums and last step (`kernel=layer_norm`) and the
+//! softmax's exponentials and their sum (`kernel=softmax_exps`), and `y += x` and ReLU
+//! (`kernel=add_relu`); a mismatch fails the run.
 //!
 //! Then one head's attention over [`KEYS`] cached keys of the demo model (d_head 32, keys at a
 //! stride of 128): the query · key products and the probability · value sum, `2 × 64 × 32`
@@ -115,6 +117,14 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
     info!("bench check kernel=scale_sums_i8 outputs={=usize} ok", outputs);
     let values = check_widen_f16()?;
     info!("bench check kernel=widen_f16 values={=usize} ok", values);
+    let shapes = check_attention_f32()?;
+    info!("bench check kernel=attention_f32 shapes={=usize} ok", shapes);
+    let shapes = check_layer_norm()?;
+    info!("bench check kernel=layer_norm shapes={=usize} ok", shapes);
+    let values = check_softmax_exps()?;
+    info!("bench check kernel=softmax_exps values={=usize} ok", values);
+    let values = check_add_relu()?;
+    info!("bench check kernel=add_relu values={=usize} ok", values);
     for kernel in [
         Kernel::Int8,
         Kernel::Int8Rows,
@@ -209,18 +219,21 @@ fn int4_matrix(numbers: &mut Numbers, rows: usize, cols: usize, group: usize) ->
     (packed, codes)
 }
 
-/// The integer row sums (as this board runs them: `kernels::row_sums_i8`) against the portable
-/// ones, on rows of 0 to 512 columns (partial passes of sixteen, eight and four) and row counts
-/// off the kernels' blocks, inputs down to `-127` against weights down to `-128`. Returns the
+/// The integer row sums (as this board runs them: `kernels::row_sums_i8`, and
+/// `kernels::row_sums_pair_i8` for two inputs) against the portable ones, on word-aligned rows of 0 to 512 columns (partial passes of sixteen, eight and four;
+/// strides of 128 and 256 bytes) and row counts off the kernels' blocks, inputs down to `-127` against weights down to `-128`. Returns the
 /// number of shapes checked.
 fn check_int8_rows() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x5eed_1e55);
     let mut shapes = 0;
     for cols in [0usize, 1, 7, 8, 9, 15, 16, 17, 33, 128, 131, 256, 512] {
         for rows in [1usize, 3, 4, 5, 8, 9, 16, 17, 33] {
-            let values: Vec<i8> = (0..rows * cols)
+            // word-aligned rows (the kernels for strides of 128 and 256 bytes take only those)
+            let storage: Vec<i8> = (0..rows * cols + 3)
                 .map(|_| (numbers.next() >> 24) as u8 as i8)
                 .collect();
+            let at = storage.as_ptr().align_offset(4);
+            let values = &storage[at..at + rows * cols];
             // the extremes too: -128 weights times -127 inputs
             let xq: Vec<i8> = (0..cols)
                 .map(|c| match c % 5 {
@@ -231,11 +244,28 @@ fn check_int8_rows() -> Result<usize, Failure> {
             let mut widened = vec![0u32; matrix::scratch_words(cols)];
             kernels::widen_input_i8(&xq, &mut widened);
             let (mut fast, mut portable) = (vec![7i32; rows], vec![-7i32; rows]);
-            kernels::row_sums_i8(&values, cols, &xq, &widened, &mut fast);
-            kernels::portable::row_sums_i8(&values, cols, &xq, &mut portable);
+            kernels::row_sums_i8(values, cols, &xq, &widened, &mut fast);
+            kernels::portable::row_sums_i8(values, cols, &xq, &mut portable);
             shapes += 1;
             if fast != portable {
                 return Err(Failure::KernelMismatch("int8_row_sums"));
+            }
+            // two inputs at once (a segment's pairs of positions): the second the first reversed
+            let xq_b: Vec<i8> = xq.iter().rev().copied().collect();
+            let mut widened_b = vec![0u32; matrix::scratch_words(cols)];
+            kernels::widen_input_i8(&xq_b, &mut widened_b);
+            let (mut fast_a, mut fast_b) = (vec![7i32; rows], vec![7i32; rows]);
+            kernels::row_sums_pair_i8(
+                values,
+                cols,
+                [&xq, &xq_b],
+                [&widened, &widened_b],
+                [&mut fast_a, &mut fast_b],
+            );
+            let mut portable_b = vec![-7i32; rows];
+            kernels::portable::row_sums_i8(values, cols, &xq_b, &mut portable_b);
+            if fast_a != portable || fast_b != portable_b {
+                return Err(Failure::KernelMismatch("int8_row_sums_pair"));
             }
         }
     }
@@ -389,6 +419,171 @@ fn check_widen_f16() -> Result<usize, Failure> {
             }
         }
         checked += src.len();
+    }
+    Ok(checked)
+}
+
+/// The attention's f32 kernels (`dots_strided_f32`, `axpys_strided_f32`, as this board runs
+/// them) against the portable code, bit for bit: widths of 1 to 40 and 64 columns (partial and
+/// whole groups of four and eight), 1 to 9 keys (partial blocks of four), rows at the width's
+/// stride and at a longer one, with zeros, negative zeros and large values among the numbers.
+/// Returns the number of shapes checked.
+fn check_attention_f32() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x5eed_f32a);
+    let mut checked = 0;
+    let widths = (1..=40).chain([64]);
+    for width in widths {
+        for count in 1..=9usize {
+            for stride in [width, width + 3] {
+                let len = (count - 1) * stride + width;
+                let value = |numbers: &mut Numbers| match numbers.next() % 16 {
+                    0 => 0.0,
+                    1 => -0.0,
+                    2 => numbers.float() * 1.0e30,
+                    _ => numbers.float(),
+                };
+                let rows: Vec<f32> = (0..len).map(|_| value(&mut numbers)).collect();
+                let x: Vec<f32> = (0..width).map(|_| value(&mut numbers)).collect();
+                let p: Vec<f32> = (0..count).map(|_| value(&mut numbers)).collect();
+                let (mut got, mut want) = (vec![0.0f32; count], vec![0.0f32; count]);
+                kernels::dots_strided_f32(&rows, stride, &x, &mut got);
+                kernels::portable::dots_strided_f32(&rows, stride, &x, &mut want);
+                let start: Vec<f32> = (0..width).map(|_| value(&mut numbers)).collect();
+                let (mut got_sum, mut want_sum) = (start.clone(), start);
+                kernels::axpys_strided_f32(&rows, stride, &p, &mut got_sum);
+                kernels::portable::axpys_strided_f32(&rows, stride, &p, &mut want_sum);
+                let same = |a: &[f32], b: &[f32]| {
+                    a.iter()
+                        .zip(b)
+                        .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()))
+                };
+                if !same(&got, &want) || !same(&got_sum, &want_sum) {
+                    return Err(Failure::KernelMismatch("attention_f32"));
+                }
+                checked += 1;
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// LayerNorm's two sums and its last step (`kernels::sum_f32`, `squared_deviations_f32`,
+/// `normalize_f32`, as this board runs them) against the portable code, bit for bit, on 0 to
+/// 40 and 128 values (partial and whole groups of eight), with zeros of both signs and large
+/// values among them. Returns the number of shapes checked.
+fn check_layer_norm() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x1a7e_5eed);
+    let mut checked = 0;
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    for len in (0..=40).chain([128]) {
+        for round in 0..3 {
+            let mut value = || match (numbers.next() % 16, round) {
+                (_, 0) => -0.0,
+                (0, _) => 0.0,
+                (1, _) => -0.0,
+                (2, 2) => numbers.float() * 1.0e38,
+                _ => numbers.float() * 4.0,
+            };
+            let x: Vec<f32> = (0..len).map(|_| value()).collect();
+            let gain: Vec<f32> = (0..len).map(|_| value()).collect();
+            let bias: Vec<f32> = (0..len).map(|_| value()).collect();
+            let sum = kernels::sum_f32(&x);
+            let mean = sum / len.max(1) as f32;
+            let squares = kernels::squared_deviations_f32(&x, mean);
+            let moments = (mean, 1.0 / (squares + 1.0e-5));
+            let (mut got, mut want) = (x.clone(), x.clone());
+            kernels::normalize_f32(&mut got, moments, &gain, &bias);
+            kernels::portable::normalize_f32(&mut want, moments, &gain, &bias);
+            if !same(sum, kernels::portable::sum_f32(&x))
+                || !same(squares, kernels::portable::squared_deviations_f32(&x, mean))
+                || !got.iter().zip(&want).all(|(&a, &b)| same(a, b))
+            {
+                return Err(Failure::KernelMismatch("layer_norm"));
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
+}
+
+/// The softmax's exponentials and their sum (`kernels::softmax_exps_sum_f32`, as this board
+/// runs it) against the portable code, bit for bit: every 49 999th f32 from 0 down to -110 (the
+/// kernel's path, the paths around it, underflow), each bound of `libm::expf`'s paths and the
+/// f32 on either side of it, infinities and a NaN, taken from a largest value of 0 and of 3.5,
+/// in runs of 1 to 64 values. Returns the number of values checked.
+fn check_softmax_exps() -> Result<usize, Failure> {
+    use txl_core::kernels::fast_math::expf::{HALF_LN2, THREE_HALVES_LN2, TINY, UNDERFLOW};
+    let mut inputs: Vec<f32> = Vec::new();
+    let mut bits = (-0.0f32).to_bits();
+    while f32::from_bits(bits) >= -110.0 {
+        inputs.push(f32::from_bits(bits));
+        bits += 49_999;
+    }
+    for bound in [TINY, HALF_LN2, THREE_HALVES_LN2, 0x42ae_ac50, UNDERFLOW] {
+        for near in [bound - 1, bound, bound + 1] {
+            inputs.push(-f32::from_bits(near));
+            inputs.push(f32::from_bits(near));
+        }
+    }
+    inputs.extend([0.0, f32::NEG_INFINITY, f32::INFINITY, f32::NAN]);
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let mut checked = 0;
+    for max in [0.0f32, 3.5] {
+        for (run, chunk) in inputs.chunks(64).enumerate() {
+            let chunk = &chunk[..chunk.len().min(1 + run % 64)];
+            let values: Vec<f32> = chunk.iter().map(|&x| x + max).collect();
+            let (mut got, mut want) = (values.clone(), values);
+            let got_sum = kernels::softmax_exps_sum_f32(&mut got, max, 0.25);
+            let want_sum = kernels::portable::softmax_exps_sum_f32(&mut want, max, 0.25);
+            if !same(got_sum, want_sum) || !got.iter().zip(&want).all(|(&a, &b)| same(a, b)) {
+                return Err(Failure::KernelMismatch("softmax_exps"));
+            }
+            checked += chunk.len();
+        }
+    }
+    Ok(checked)
+}
+
+/// `kernels::add_assign` and `kernels::relu` (as this board runs them) against the portable
+/// code, bit for bit, on 0 to 40 values (partial and whole groups of four and eight): zeros of
+/// both signs, subnormals, infinities and NaNs of both signs among random values. Returns the
+/// number of values checked.
+fn check_add_relu() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0xadd_5eed);
+    let special = [
+        0.0,
+        -0.0,
+        f32::from_bits(1),
+        -f32::from_bits(1),
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::MAX,
+    ];
+    let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    let mut checked = 0;
+    for len in 0..=40usize {
+        let value = |numbers: &mut Numbers| match numbers.next() % 4 {
+            0 => special[numbers.next() as usize % special.len()],
+            _ => numbers.float(),
+        };
+        let y: Vec<f32> = (0..len).map(|_| value(&mut numbers)).collect();
+        let x: Vec<f32> = (0..len).map(|_| value(&mut numbers)).collect();
+        let (mut got, mut want) = (y.clone(), y.clone());
+        kernels::add_assign(&mut got, &x);
+        kernels::portable::add_assign(&mut want, &x);
+        let (mut got_relu, mut want_relu) = (y.clone(), y);
+        kernels::relu(&mut got_relu);
+        kernels::portable::relu(&mut want_relu);
+        let relu_same = got_relu
+            .iter()
+            .zip(&want_relu)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        if !relu_same || !got.iter().zip(&want).all(|(&a, &b)| same(a, b)) {
+            return Err(Failure::KernelMismatch("add_relu"));
+        }
+        checked += len;
     }
     Ok(checked)
 }

@@ -19,8 +19,8 @@
 //! | [`matmul_fma_f32`] | AVX2+FMA `fma::matmul_fma_f32` | | NEON `neon::matmul_fma_f32` | |
 //! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys_strided` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys_strided_f32` (f32) | |
 //! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | | |
-//! | [`quantize_i8`] | AVX `avx::quantize_i8` | Helium `helium::quantize_i8` | | |
-//! | [`scale_sums_i8`] | | Helium `helium::scale_sums_i8` | | |
+//! | [`quantize_i8`] | AVX `avx::quantize_i8` | Helium `helium::quantize_i8`, FPU `fpu::quantize_i8` | | |
+//! | [`scale_sums_i8`] | | Helium `helium::scale_sums_i8`, FPU `fpu::scale_sums_i8` | | |
 //! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | | RV32IM `rv32::widen_input_i8` |
 //! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8`, without DSP `base::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` | RV32IM `rv32::row_sums_i8` |
 //! | [`row_sums_pair_i8`] | VNNI `vnni::{evex,vex}::row_sums_pair_i8`, AVX2 `avx::row_sums_pair_i8` | DSP `dsp::row_sums_pair_i8` | | RV32IM `rv32::row_sums_pair_i8` |
@@ -32,6 +32,9 @@
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
+//! | [`softmax_exps_sum_f32`] | | FPU `fpu::softmax_exps_sum_f32` (not `fast-math`) | | |
+//! | [`sum_f32`], [`squared_deviations_f32`], [`normalize_f32`] | | FPU `fpu::{sum_f32, squared_deviations_f32, normalize_f32}` | | |
+//! | [`add_assign`], [`relu`] | | FPU builds `fpu::{add_assign, relu}` | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //!
 //! An empty cell runs the portable kernel. The folders: [`portable`] (the reference),
@@ -79,9 +82,28 @@ use aarch64::neon;
 use riscv::rv32;
 
 pub use portable::{
-    add_assign, argmax, f16_to_f32, i64_to_f32, max, relu, scale, Magnitudes, LAYER_NORM_ROWS, SIDE_BY_SIDE,
-    VECMAT_INPUTS,
+    argmax, f16_to_f32, i64_to_f32, max, scale, Magnitudes, LAYER_NORM_ROWS, SIDE_BY_SIDE, VECMAT_INPUTS,
 };
+
+/// `y += x` ([`portable::add_assign`]): eight values a pass with the FPU of the `cortex-m-dsp`
+/// cores. The same bits.
+#[inline]
+pub fn add_assign(y: &mut [f32], x: &[f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::add_assign(y, x);
+    #[allow(unreachable_code)]
+    portable::add_assign(y, x)
+}
+
+/// In place `max(x, 0)` ([`portable::relu`]): four values a pass on the bits with the
+/// `cortex-m-dsp` cores' FPU builds. The same bits.
+#[inline]
+pub fn relu(x: &mut [f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::relu(x);
+    #[allow(unreachable_code)]
+    portable::relu(x)
+}
 
 /// Most positions one pass of the linear layers takes (the matrix layer's inputs): 128 with the
 /// `std` feature (a host, where a large model's weights come from memory once per pass), 16
@@ -386,8 +408,8 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
 
 /// The input of an int8 product quantized to int8 (`out`), returning its scale
 /// ([`portable::quantize_i8`]): eight columns a step with AVX on x86-64 (`std` feature, chosen
-/// at run time), four with Helium (`cortex-m-mve`, inputs without activation scales). The same
-/// bits.
+/// at run time), four with Helium (`cortex-m-mve`, inputs without activation scales), four a
+/// pass with the FPU of the other `cortex-m-dsp` cores. The same bits.
 #[inline]
 pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
@@ -397,19 +419,33 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     }
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::quantize_i8(x, act_scales, out);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::quantize_i8(x, act_scales, out);
     #[allow(unreachable_code)]
     portable::quantize_i8(x, act_scales, out)
 }
 
 /// `y[r] = (y[r]'s bits as an i32 sum) as f32 * (row_scales[r] * x_scale)`, an int8 product's
 /// sums scaled into its outputs ([`portable::scale_sums_i8`]): four rows an instruction with
-/// Helium (`cortex-m-mve`, where no subnormal can arise). The same bits.
+/// Helium (`cortex-m-mve`, where no subnormal can arise), four a pass with the FPU of the other
+/// `cortex-m-dsp` cores. The same bits.
 #[inline]
 pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     if helium::scale_sums_i8(y, row_scales, x_scale) {
         return;
     }
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::scale_sums_i8(y, row_scales, x_scale);
+    #[allow(unreachable_code)]
     portable::scale_sums_i8(y, row_scales, x_scale)
 }
 
@@ -871,6 +907,47 @@ pub fn layer_norm_sums_f32(
         return unsafe { avx512::layer_norm_sums_f32(block, width, means, vars) };
     }
     portable::layer_norm_sums_f32(block, width, means, vars)
+}
+
+/// [`portable::sum_f32`]: LayerNorm's first sum, eight values a pass with the FPU of the
+/// `cortex-m-dsp` cores. The same bits (the same additions in the same order).
+#[inline]
+pub fn sum_f32(x: &[f32]) -> f32 {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::sum_f32(x);
+    #[allow(unreachable_code)]
+    portable::sum_f32(x)
+}
+
+/// [`portable::squared_deviations_f32`]: LayerNorm's second sum, eight values a pass with the
+/// FPU of the `cortex-m-dsp` cores. The same bits.
+#[inline]
+pub fn squared_deviations_f32(x: &[f32], mean: f32) -> f32 {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::squared_deviations_f32(x, mean);
+    #[allow(unreachable_code)]
+    portable::squared_deviations_f32(x, mean)
+}
+
+/// [`portable::normalize_f32`]: LayerNorm's last step, eight values a pass with the FPU of the
+/// `cortex-m-dsp` cores. The same bits.
+#[inline]
+pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    return fpu::normalize_f32(x, moments, gain, bias);
+    #[allow(unreachable_code)]
+    portable::normalize_f32(x, moments, gain, bias)
+}
+
+/// `values[i] = exp(values[i] - max)` in place, returning `sum` plus all of them added in order
+/// ([`portable::softmax_exps_sum_f32`]): `libm::expf`'s main path in assembly with the FPU of
+/// the `cortex-m-dsp` cores (not `fast-math`). The same bits.
+#[inline]
+pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
+    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf", not(feature = "fast-math")))]
+    return fpu::softmax_exps_sum_f32(values, max, sum);
+    #[allow(unreachable_code)]
+    portable::softmax_exps_sum_f32(values, max, sum)
 }
 
 /// Whether this build has a kernel for [`softmax_exps_f32`] that takes values eight or more at

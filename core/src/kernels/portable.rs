@@ -345,6 +345,34 @@ pub fn add_assign(y: &mut [f32], x: &[f32]) {
     }
 }
 
+/// `Σ x`, added in order from `-0.0` (as `Iterator::sum` starts an f32 sum): LayerNorm's first
+/// sum.
+pub fn sum_f32(x: &[f32]) -> f32 {
+    x.iter().fold(-0.0, |sum, v| sum + v)
+}
+
+/// `Σ (x - mean)²`, added in order from `-0.0`: LayerNorm's second sum.
+pub fn squared_deviations_f32(x: &[f32], mean: f32) -> f32 {
+    x.iter().fold(-0.0, |sum, v| sum + (v - mean) * (v - mean))
+}
+
+/// LayerNorm's last step, `x = (x - mean) * inv_std * gain + bias`.
+pub fn normalize_f32(x: &mut [f32], (mean, inv_std): (f32, f32), gain: &[f32], bias: &[f32]) {
+    for ((v, g), b) in x.iter_mut().zip(gain).zip(bias) {
+        *v = (*v - mean) * inv_std * g + b;
+    }
+}
+
+/// `values[i] = exp(values[i] - max)` in place ([`softmax_exp`](crate::kernels::fast_math::softmax_exp)),
+/// returning `sum` plus all of them, added in order: a softmax's exponentials and their sum.
+pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, mut sum: f32) -> f32 {
+    for v in values.iter_mut() {
+        *v = crate::kernels::fast_math::softmax_exp(*v - max);
+        sum += *v;
+    }
+    sum
+}
+
 /// `y *= s`.
 pub fn scale(y: &mut [f32], s: f32) {
     for a in y.iter_mut() {

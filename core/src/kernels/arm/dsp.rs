@@ -167,6 +167,95 @@ global_asm!(
 );
 
 extern "C" {
+    /// [`txl_rows4_s8`] for rows at a stride of 128 bytes, eight columns a step: for each of
+    /// `blocks` blocks of four rows starting at `rows` (word-aligned), `sums[4b + k] = sum over
+    /// c < 4 * groups of row[c] * x[c]`, `groups` a multiple of eight.
+    fn txl_rows4x8_s8_128(rows: *const i8, pairs: *const u32, groups: usize, sums: *mut i32, blocks: usize);
+    /// [`txl_rows4x8_s8_128`] for rows at a stride of 256 bytes.
+    fn txl_rows4x8_s8_256(rows: *const i8, pairs: *const u32, groups: usize, sums: *mut i32, blocks: usize);
+}
+
+// The same products as `txl_rows4_s8`, with each row's eight columns loaded by one LDRD: for a
+// stride the assembler knows, rows 1-3 are immediate offsets from row 0 (up to 1020 bytes), so
+// one pointer serves the four rows and the registers hold two groups of inputs. Per eight
+// columns: two LDRD of inputs, then per row one LDRD, four SXTB16 and four SMLAD (38
+// instructions per 32 multiply-accumulates), plus a compare and a branch per 32 columns.
+// Registers: r0 row 0, r1 the widened weight, r2 the inputs, r3 their end, r4-r7 the sums,
+// r8-r11 the two groups' input pairs, r12/lr the row's two weight words. The frame keeps the
+// inputs' start, the step from one block's end to the next block's start, the output pointer
+// and the blocks left.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".macro txl_rows4x8_row acc",
+    "sxtb16 r1, r12",
+    "smlad \\acc, r1, r8, \\acc",
+    "sxtb16 r12, r12, ror #8",
+    "smlad \\acc, r12, r9, \\acc",
+    "sxtb16 r1, lr",
+    "smlad \\acc, r1, r10, \\acc",
+    "sxtb16 lr, lr, ror #8",
+    "smlad \\acc, lr, r11, \\acc",
+    ".endm",
+    ".macro txl_rows4x8_octet stride",
+    "ldrd r8, r9, [r2], #8",
+    "ldrd r10, r11, [r2], #8",
+    "ldrd r12, lr, [r0, #\\stride]",
+    "txl_rows4x8_row r5",
+    "ldrd r12, lr, [r0, #2 * \\stride]",
+    "txl_rows4x8_row r6",
+    "ldrd r12, lr, [r0, #3 * \\stride]",
+    "txl_rows4x8_row r7",
+    "ldrd r12, lr, [r0], #8",
+    "txl_rows4x8_row r4",
+    ".endm",
+    ".macro txl_rows4x8_fn name, stride",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "\\name:",
+    "push {{r4-r11, lr}}",
+    "ldr r5, [sp, #36]", // blocks
+    "sub sp, sp, #16",
+    "mov r4, #4 * \\stride",
+    "sub r4, r4, r2, lsl #2", // 4 * stride - 4 * groups: one block's end to the next's start
+    "strd r1, r4, [sp]",
+    "strd r3, r5, [sp, #8]",
+    "add r3, r1, r2, lsl #3", // end of the inputs
+    "mov r2, r1",
+    "cmp r5, #0",
+    "beq 5f",
+    "4:",
+    "mov r4, #0",
+    "mov r5, #0",
+    "mov r6, #0",
+    "mov r7, #0",
+    "1:",
+    ".rept 4",
+    "txl_rows4x8_octet \\stride",
+    ".endr",
+    "cmp r2, r3",
+    "bne 1b",
+    "ldrd r2, r9, [sp]",
+    "add r0, r0, r9",
+    "ldrd r8, r9, [sp, #8]",
+    "stmia r8!, {{r4-r7}}",
+    "subs r9, r9, #1",
+    "strd r8, r9, [sp, #8]",
+    "bne 4b",
+    "5:",
+    "add sp, sp, #16",
+    "pop {{r4-r11, pc}}",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_rows4x8_fn txl_rows4x8_s8_128, 128",
+    "txl_rows4x8_fn txl_rows4x8_s8_256, 256",
+);
+
+extern "C" {
     /// [`txl_rows4_s8`] for two positions at once, two rows per pass: for each of `blocks`
     /// blocks of two rows, `sums_a[2b + k] = row · x_a` and `sums_b[2b + k] = row · x_b`, with
     /// `x_a` and `x_b` widened by [`widen_input_i8`] into `pairs_a` and `pairs_b`. Each weight word
@@ -174,6 +263,26 @@ extern "C" {
     fn txl_rows2x2_s8(
         rows: *const i8,
         stride: usize,
+        pairs_a: *const u32,
+        pairs_b: *const u32,
+        groups: usize,
+        sums_a: *mut i32,
+        sums_b: *mut i32,
+        blocks: usize,
+    );
+    /// [`txl_rows2x2_s8`] for rows at a stride of 128 bytes, `groups` a multiple of four.
+    fn txl_rows2x2_s8_128(
+        rows: *const i8,
+        pairs_a: *const u32,
+        pairs_b: *const u32,
+        groups: usize,
+        sums_a: *mut i32,
+        sums_b: *mut i32,
+        blocks: usize,
+    );
+    /// [`txl_rows2x2_s8_128`] for rows at a stride of 256 bytes.
+    fn txl_rows2x2_s8_256(
+        rows: *const i8,
         pairs_a: *const u32,
         pairs_b: *const u32,
         groups: usize,
@@ -195,10 +304,10 @@ global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    ".macro txl_rows2x2_group",
+    ".macro txl_rows2x2_group row1",
     "ldrd r8, r9, [r2], #8",
     "ldrd r10, r11, [r3], #8",
-    "ldr r12, [r0, r1]",
+    "ldr r12, [r0, \\row1]",
     "sxtb16 lr, r12",
     "smlad r6, lr, r8, r6",
     "smlad r7, lr, r10, r7",
@@ -243,14 +352,14 @@ global_asm!(
     "sub r8, r12, r2",
     "tst r8, #8",
     "beq 2f",
-    "txl_rows2x2_group",
+    "txl_rows2x2_group r1",
     "ldr r12, [sp, #12]",
     "2:",
     "cmp r2, r12",
     "beq 3f",
     "1:",
-    "txl_rows2x2_group",
-    "txl_rows2x2_group",
+    "txl_rows2x2_group r1",
+    "txl_rows2x2_group r1",
     "ldr r12, [sp, #12]",
     "cmp r2, r12",
     "bne 1b",
@@ -272,6 +381,60 @@ global_asm!(
     "add sp, sp, #24",
     "pop {{r4-r11, pc}}",
     ".size txl_rows2x2_s8, . - txl_rows2x2_s8",
+    // For a stride the assembler knows: row 1 an immediate offset from row 0, so r1 holds the
+    // inputs' end (no load of it per pass), and four groups a loop.
+    ".macro txl_rows2x2_fn name, stride",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "\\name:",
+    "push {{r4-r11, lr}}",
+    "sub sp, sp, #16",
+    // arguments on the stack, above the 36 bytes pushed and the 16 of the frame:
+    // [sp, #52] sums_a, [sp, #56] sums_b, [sp, #60] blocks
+    "ldr r4, [sp, #60]",
+    "mov r5, #2 * \\stride",
+    "sub r5, r5, r3, lsl #2", // 2 * stride - 4 * groups: one block's end to the next's start
+    "strd r1, r2, [sp]",
+    "strd r5, r4, [sp, #8]",
+    "mov r5, r1",
+    "add r1, r1, r3, lsl #3", // end of position a's inputs
+    "mov r3, r2",
+    "mov r2, r5",
+    "cmp r4, #0",
+    "beq 5f",
+    "4:",
+    "mov r4, #0",
+    "mov r5, #0",
+    "mov r6, #0",
+    "mov r7, #0",
+    "1:",
+    ".rept 4",
+    "txl_rows2x2_group #\\stride",
+    ".endr",
+    "cmp r2, r1",
+    "bne 1b",
+    "ldr r8, [sp, #52]",
+    "strd r4, r6, [r8], #8",
+    "str r8, [sp, #52]",
+    "ldr r8, [sp, #56]",
+    "strd r5, r7, [r8], #8",
+    "str r8, [sp, #56]",
+    "ldrd r2, r3, [sp]",
+    "ldrd r8, r9, [sp, #8]",
+    "add r0, r0, r8",
+    "subs r9, r9, #1",
+    "str r9, [sp, #12]",
+    "bne 4b",
+    "5:",
+    "add sp, sp, #16",
+    "pop {{r4-r11, pc}}",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_rows2x2_fn txl_rows2x2_s8_128, 128",
+    "txl_rows2x2_fn txl_rows2x2_s8_256, 256",
 );
 
 /// [`row_sums_i8`] for two inputs at once: `sums[p][r] = values[r] · xq[p]` for `p` in 0, 1,
@@ -291,7 +454,27 @@ pub fn row_sums_pair_i8(
     let (pairs_a, pairs_b) = (&pairs_a[..2 * groups], &pairs_b[..2 * groups]);
     let values = &values[..rows * cols];
     let blocks = rows / 2;
-    if groups > 0 && blocks > 0 {
+    type Fixed = unsafe extern "C" fn(*const i8, *const u32, *const u32, usize, *mut i32, *mut i32, usize);
+    let fixed: Option<Fixed> = match cols {
+        128 => Some(txl_rows2x2_s8_128),
+        256 => Some(txl_rows2x2_s8_256),
+        _ => None,
+    };
+    if let (Some(kernel), true, true) = (fixed, groups.is_multiple_of(4), blocks > 0) {
+        // SAFETY: as below (`cols = 4 * groups` here), the kernel reading the same rows and
+        // inputs and writing the same sums.
+        unsafe {
+            kernel(
+                values.as_ptr(),
+                pairs_a.as_ptr(),
+                pairs_b.as_ptr(),
+                groups,
+                sums_a.as_mut_ptr(),
+                sums_b.as_mut_ptr(),
+                blocks,
+            )
+        };
+    } else if groups > 0 && blocks > 0 {
         // SAFETY: `values` holds `2 * blocks <= rows` rows of `cols >= 4 * groups` bytes at
         // stride `cols`, `pairs_a` and `pairs_b` hold `2 * groups` words each: the kernel reads
         // only those and writes the first `2 * blocks` of `sums_a` and `sums_b`. It preserves
@@ -362,7 +545,20 @@ fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], su
     if count > 0 {
         assert!((count - 1) * stride + body <= rows.len(), "rows out of bounds");
     }
-    if groups > 0 && blocks > 0 {
+    let fixed: Option<unsafe extern "C" fn(*const i8, *const u32, usize, *mut i32, usize)> = match stride {
+        128 => Some(txl_rows4x8_s8_128),
+        256 => Some(txl_rows4x8_s8_256),
+        _ => None,
+    };
+    let aligned = (rows.as_ptr() as usize).is_multiple_of(4);
+    if let (Some(kernel), true, true, true) =
+        (fixed, groups > 0 && groups.is_multiple_of(8), aligned, blocks > 0)
+    {
+        // SAFETY: as below, the kernel reading the same rows and inputs (eight bytes at a time:
+        // the rows are word-aligned, as `LDRD` needs, since `rows` and the stride are) and
+        // writing the same sums.
+        unsafe { kernel(rows.as_ptr(), pairs.as_ptr(), groups, sums.as_mut_ptr(), blocks) };
+    } else if groups > 0 && blocks > 0 {
         // SAFETY: `rows` holds `4 * blocks <= count` rows of at least `4 * groups` bytes at
         // `stride` (checked above) and `pairs` holds `2 * groups` words: the kernel reads only
         // those and writes the first `4 * blocks` of `sums`. It preserves the callee-saved

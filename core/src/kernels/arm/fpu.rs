@@ -236,13 +236,194 @@ pub fn matvec_f16(weight: &[f16], x: &[f32], y: &mut [f32]) {
     }
 }
 
+extern "C" {
+    /// For each of `blocks` blocks of four rows (row `k` of block `b` at `rows + (4b + k) *
+    /// stride`, `stride` in bytes) and `octets >= 1` groups of eight columns: `out[4b + k] =
+    /// ((a0 + a1) + (a2 + a3)) + 0.0`, `a_j` the sum of `row[c] * x[c]` over the columns `c = j
+    /// mod 4` in order (`VMLA`): [`portable::dot_f32`](crate::kernels::portable::dot_f32) of
+    /// each row, its bits, for widths that are a multiple of eight.
+    fn txl_dots4x8_f32(
+        rows: *const f32,
+        stride: usize,
+        x: *const f32,
+        octets: usize,
+        out: *mut f32,
+        blocks: usize,
+    );
+    /// For each of `octets >= 1` groups of eight columns `e` and `quads >= 1` groups of four
+    /// rows `k` in order (row `k` at `rows + k * stride`, `stride` in bytes): `out[e] += p[k] *
+    /// row_k[e]` (`VMLA`), so each element's products are added in the portable loop's order;
+    /// the eight sums stay in registers through all the rows.
+    fn txl_axpys8_f32(
+        rows: *const f32,
+        stride: usize,
+        p: *const f32,
+        quads: usize,
+        out: *mut f32,
+        octets: usize,
+    );
+}
+
+// `txl_dots4x8_f32`, per eight columns: one VLDM of eight inputs shared by the four rows, then
+// per row one VLDM of eight weights and eight VMLA (37 instructions per 32 multiply-
+// accumulates); per block the four sums added in the portable order and stored by one VSTM.
+// The first eight columns set the sums by VMUL instead of adding to zeros: a sum then differs
+// from the portable one at most in the sign of a zero (`+0 + -0` is `+0`), and the total's last
+// addition of `+0.0` makes every zero `+0`, so the totals are the same bits.
+// Registers: r0 and r4-r6 the rows, r1 the stride, r2 the inputs' start, r3 their end, r12 the
+// inputs, lr the outputs, r7 zero, r8 the blocks left, r9 the step from a block's first row's
+// end to the next block's first row; s0-s15 the sums (four per row), s16-s23 the inputs,
+// s24-s31 the weights.
+//
+// `txl_axpys8_f32`, per row: one VLDM of eight values, eight VMLA into the sums and an ADD to
+// the next row, and per four rows one VLDM of their weights (43 instructions per 32 multiply-
+// accumulates with the loop). Registers: r0 the first row of the columns, r1 the stride, r2
+// the weights' start, r3 their end, r4 the row, r12 the weights, lr the outputs, r5 the octets
+// left; s0-s7 the sums, s8-s11 the weights, s16-s23 the values.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    // `first`: VMLA, or VMUL for the first eight columns, which sets the sums instead
+    ".macro txl_dots4x8_row row, a0, a1, a2, a3, first",
+    "vldmia \\row!, {{s24-s31}}",
+    "\\first\\().f32 \\a0, s24, s16",
+    "\\first\\().f32 \\a1, s25, s17",
+    "\\first\\().f32 \\a2, s26, s18",
+    "\\first\\().f32 \\a3, s27, s19",
+    "vmla.f32 \\a0, s28, s20",
+    "vmla.f32 \\a1, s29, s21",
+    "vmla.f32 \\a2, s30, s22",
+    "vmla.f32 \\a3, s31, s23",
+    ".endm",
+    // `out = ((a0 + a1) + (a2 + a3)) + 0.0`; s31 holds +0.0, s24/s25 are free
+    ".macro txl_dots4x8_total out, a0, a1, a2, a3",
+    "vadd.f32 s24, \\a0, \\a1",
+    "vadd.f32 s25, \\a2, \\a3",
+    "vadd.f32 s24, s24, s25",
+    "vadd.f32 \\out, s24, s31",
+    ".endm",
+    ".section .text.txl_dots4x8_f32,\"ax\",%progbits",
+    ".globl txl_dots4x8_f32",
+    ".type txl_dots4x8_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_dots4x8_f32:",
+    "push {{r4-r9, lr}}",
+    "vpush {{s16-s31}}",
+    "ldr lr, [sp, #92]", // out: above the 28 + 64 bytes pushed
+    "ldr r8, [sp, #96]", // blocks
+    "lsl r9, r3, #5",
+    "rsb r9, r9, r1, lsl #2", // 4 * stride - 32 * octets
+    "add r3, r2, r3, lsl #5", // the inputs' end
+    "mov r7, #0",
+    "cmp r8, #0",
+    "beq 3f",
+    "1:",
+    "add r4, r0, r1",
+    "add r5, r4, r1",
+    "add r6, r5, r1",
+    "mov r12, r2",
+    "vldmia r12!, {{s16-s23}}",
+    "txl_dots4x8_row r0, s0, s1, s2, s3, vmul",
+    "txl_dots4x8_row r4, s4, s5, s6, s7, vmul",
+    "txl_dots4x8_row r5, s8, s9, s10, s11, vmul",
+    "txl_dots4x8_row r6, s12, s13, s14, s15, vmul",
+    "b 4f",
+    "2:",
+    "vldmia r12!, {{s16-s23}}",
+    "txl_dots4x8_row r0, s0, s1, s2, s3, vmla",
+    "txl_dots4x8_row r4, s4, s5, s6, s7, vmla",
+    "txl_dots4x8_row r5, s8, s9, s10, s11, vmla",
+    "txl_dots4x8_row r6, s12, s13, s14, s15, vmla",
+    "4:",
+    "cmp r12, r3",
+    "bne 2b",
+    "vmov s31, r7",
+    "txl_dots4x8_total s16, s0, s1, s2, s3",
+    "txl_dots4x8_total s17, s4, s5, s6, s7",
+    "txl_dots4x8_total s18, s8, s9, s10, s11",
+    "txl_dots4x8_total s19, s12, s13, s14, s15",
+    "vstmia lr!, {{s16-s19}}",
+    "add r0, r0, r9",
+    "subs r8, r8, #1",
+    "bne 1b",
+    "3:",
+    "vpop {{s16-s31}}",
+    "pop {{r4-r9, pc}}",
+    ".size txl_dots4x8_f32, . - txl_dots4x8_f32",
+    ".macro txl_axpys8_row k",
+    "vldmia r4, {{s16-s23}}",
+    "add r4, r4, r1",
+    "vmla.f32 s0, \\k, s16",
+    "vmla.f32 s1, \\k, s17",
+    "vmla.f32 s2, \\k, s18",
+    "vmla.f32 s3, \\k, s19",
+    "vmla.f32 s4, \\k, s20",
+    "vmla.f32 s5, \\k, s21",
+    "vmla.f32 s6, \\k, s22",
+    "vmla.f32 s7, \\k, s23",
+    ".endm",
+    ".section .text.txl_axpys8_f32,\"ax\",%progbits",
+    ".globl txl_axpys8_f32",
+    ".type txl_axpys8_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_axpys8_f32:",
+    "push {{r4, r5, r6, lr}}",
+    "vpush {{s16-s23}}",
+    "ldr lr, [sp, #48]",      // out: above the 16 + 32 bytes pushed
+    "ldr r5, [sp, #52]",      // octets
+    "add r3, r2, r3, lsl #4", // the weights' end
+    "1:",
+    "vldmia lr, {{s0-s7}}",
+    "mov r4, r0",
+    "mov r12, r2",
+    "2:",
+    "vldmia r12!, {{s8-s11}}",
+    "txl_axpys8_row s8",
+    "txl_axpys8_row s9",
+    "txl_axpys8_row s10",
+    "txl_axpys8_row s11",
+    "cmp r12, r3",
+    "bne 2b",
+    "vstmia lr!, {{s0-s7}}",
+    "add r0, r0, #32",
+    "subs r5, r5, #1",
+    "bne 1b",
+    "vpop {{s16-s23}}",
+    "pop {{r4, r5, r6, pc}}",
+    ".size txl_axpys8_f32, . - txl_axpys8_f32",
+);
+
 /// `out[r] = x · rows[r * stride..][..x.len()]` for `r < out.len()`, four rows per pass; the
 /// bits of the portable `dot(x, row)` for each.
 pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     let n = x.len();
     let groups = n / 4;
     let mut done = 0;
-    if groups > 0 && stride >= n {
+    let blocks = out.len() / 4;
+    if n > 0 && n.is_multiple_of(8) && stride >= n && blocks > 0 {
+        let octets = n / 8;
+        let last_end = (4 * blocks - 1) * stride + n;
+        assert!(last_end <= rows.len(), "rows out of bounds");
+        // SAFETY: the kernel reads `4 * blocks` rows of `n = 8 * octets` f32 at a stride of
+        // `stride` f32 (the last ends at `last_end`, inside `rows`, checked above) and the `n`
+        // of `x`, writes the first `4 * blocks` of `out`, and preserves the callee-saved
+        // registers and the stack pointer (AAPCS).
+        unsafe {
+            txl_dots4x8_f32(
+                rows.as_ptr(),
+                4 * stride,
+                x.as_ptr(),
+                octets,
+                out.as_mut_ptr(),
+                blocks,
+            )
+        };
+        done = 4 * blocks;
+    } else if groups > 0 && stride >= n {
         // once per call: the kernel overwrites all 16 for each block
         let mut sums = [0.0f32; 16];
         while done + 4 <= out.len() {
@@ -268,7 +449,26 @@ pub fn axpys_strided_f32(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]
     let groups = n / 4;
     let body = 4 * groups;
     let mut done = 0;
-    if groups > 0 && stride >= n {
+    let quads = p.len() / 4;
+    if n > 0 && n.is_multiple_of(8) && stride >= n && quads > 0 {
+        let last_end = (4 * quads - 1) * stride + n;
+        assert!(last_end <= rows.len(), "rows out of bounds");
+        // SAFETY: the kernel reads `4 * quads` rows of `n` f32 at a stride of `stride` f32 (the
+        // last ends at `last_end`, inside `rows`, checked above) and their `4 * quads` weights
+        // of `p`, reads and writes the `n` floats of `out`, and preserves the callee-saved
+        // registers and the stack pointer (AAPCS).
+        unsafe {
+            txl_axpys8_f32(
+                rows.as_ptr(),
+                4 * stride,
+                p.as_ptr(),
+                quads,
+                out.as_mut_ptr(),
+                n / 8,
+            )
+        };
+        done = 4 * quads;
+    } else if groups > 0 && stride >= n {
         while done + 4 <= p.len() {
             let block = &rows[done * stride..(done + 3) * stride + n];
             // SAFETY: `block` holds four rows of `n >= 4 * groups` f32 at a stride of `stride`
@@ -320,4 +520,571 @@ fn finish_rows<'w, T: Copy + 'w>(
         }
         *y = (partial[0] + partial[1]) + (partial[2] + partial[3]) + tail;
     }
+}
+
+extern "C" {
+    /// The largest of `bits << 1` over the `4 * fours` values at `x` (`fours >= 1`): twice the
+    /// bits of the largest magnitude, or more than `0xff00_0000` (infinity's) if one is a NaN.
+    fn txl_max_doubled_bits(x: *const f32, fours: usize) -> u32;
+    /// `out[i] = round(x[i] * inverse)` for `i < 4 * fours` (`fours >= 1`), rounding half away
+    /// from zero as `libm::roundf` does, for products of magnitude below 128 (`inverse` as
+    /// bits).
+    fn txl_quantize4_f32(x: *const f32, out: *mut i8, fours: usize, inverse: u32);
+}
+
+// `txl_max_doubled_bits`, per four values: one LDM, then per value an LSL (the sign out), a
+// compare and a conditional move (4.75 instructions a value with the loop). Registers: r0 the
+// values, r1 the groups left, r4-r7 four values, r12 the largest.
+//
+// `txl_quantize4_f32`, per four values: one VLDM, four VMUL by the inverse, then for each
+// product `y` two conversions toward zero, `t0 = trunc(y)` (VCVT) and `t1 = trunc(2y)` (VCVT to
+// fixed point with one fraction bit, exact), and `t1 - t0`: `y` rounded half away from zero
+// (`t1 - 2 t0` is -1, 0 or 1 as the fraction reaches a half, with the sign of `y`), which is
+// what `libm::roundf`'s `trunc(y + copysign(0.5 - EPSILON / 4, y))` gives for every `|y| < 128`
+// (checked on every such f32); then four STRB. 27 instructions per four values with the loop.
+// Registers: r0 the values, r1 the outputs, r2 the groups left, s8 the inverse, s0-s3 the
+// products (then `t1`), s4-s7 `t0`, r3/r12 and r4-r7 the integers.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_larger_doubled value",
+    "lsl \\value, \\value, #1",
+    "cmp \\value, r12",
+    "it hi",
+    "movhi r12, \\value",
+    ".endm",
+    ".section .text.txl_max_doubled_bits,\"ax\",%progbits",
+    ".globl txl_max_doubled_bits",
+    ".type txl_max_doubled_bits,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_max_doubled_bits:",
+    "push {{r4-r7}}",
+    "mov r12, #0",
+    "1:",
+    "ldmia r0!, {{r4-r7}}",
+    "txl_larger_doubled r4",
+    "txl_larger_doubled r5",
+    "txl_larger_doubled r6",
+    "txl_larger_doubled r7",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "mov r0, r12",
+    "pop {{r4-r7}}",
+    "bx lr",
+    ".size txl_max_doubled_bits, . - txl_max_doubled_bits",
+    ".section .text.txl_quantize4_f32,\"ax\",%progbits",
+    ".globl txl_quantize4_f32",
+    ".type txl_quantize4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize4_f32:",
+    "push {{r4-r7}}",
+    "vmov s8, r3",
+    "1:",
+    "vldmia r0!, {{s0-s3}}",
+    "vmul.f32 s0, s0, s8",
+    "vmul.f32 s1, s1, s8",
+    "vmul.f32 s2, s2, s8",
+    "vmul.f32 s3, s3, s8",
+    "vcvt.s32.f32 s4, s0",
+    "vcvt.s32.f32 s5, s1",
+    "vcvt.s32.f32 s6, s2",
+    "vcvt.s32.f32 s7, s3",
+    "vcvt.s32.f32 s0, s0, #1",
+    "vcvt.s32.f32 s1, s1, #1",
+    "vcvt.s32.f32 s2, s2, #1",
+    "vcvt.s32.f32 s3, s3, #1",
+    "vmov r4, r5, s0, s1",
+    "vmov r6, r7, s2, s3",
+    "vmov r3, r12, s4, s5",
+    "sub r4, r4, r3",
+    "sub r5, r5, r12",
+    "vmov r3, r12, s6, s7",
+    "sub r6, r6, r3",
+    "sub r7, r7, r12",
+    "strb r4, [r1], #1",
+    "strb r5, [r1], #1",
+    "strb r6, [r1], #1",
+    "strb r7, [r1], #1",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "pop {{r4-r7}}",
+    "bx lr",
+    ".size txl_quantize4_f32, . - txl_quantize4_f32",
+);
+
+/// `y` rounded half away from zero (`libm::roundf(y) as i32`) for `|y| < 128`, as
+/// `txl_quantize4_f32` computes it: `trunc(2y) - trunc(y)`.
+#[inline(always)]
+fn round_small(y: f32) -> i32 {
+    (y * 2.0) as i32 - y as i32
+}
+
+/// [`portable::quantize_i8`](crate::kernels::portable::quantize_i8) with the FPU: the largest
+/// magnitude from the values' bits (four a pass), then four values a pass scaled, rounded and
+/// stored. Inputs with activation scales, a NaN, no range or a subnormal one take the portable
+/// code. The same bits.
+pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    let n = x.len();
+    let fours = n / 4;
+    if act_scales.is_some() || out.len() != n || fours == 0 {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    }
+    let body = 4 * fours;
+    // SAFETY: `x` holds `4 * fours` values, all the kernel reads; it preserves the callee-saved
+    // registers.
+    let mut doubled = unsafe { txl_max_doubled_bits(x.as_ptr(), fours) };
+    for v in &x[body..] {
+        doubled = doubled.max(v.to_bits() << 1);
+    }
+    // a NaN's doubled bits are above infinity's
+    let max_abs = f32::from_bits(doubled >> 1);
+    let inverse = 127.0 / max_abs;
+    if doubled > 0xff00_0000 || !(max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()) {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    }
+    // SAFETY: `x` and `out` hold `4 * fours` values and bytes, all the kernel reads and writes;
+    // it uses s0-s8 (caller-saved) and preserves the callee-saved core registers.
+    unsafe { txl_quantize4_f32(x.as_ptr(), out.as_mut_ptr(), fours, inverse.to_bits()) };
+    for (o, &v) in out[body..].iter_mut().zip(&x[body..]) {
+        *o = round_small(v * inverse) as i8;
+    }
+    max_abs / 127.0
+}
+
+extern "C" {
+    /// The bits of `Σ x` over the `8 * octets` values at `x` (`octets >= 1`), added in order
+    /// from `-0.0`.
+    fn txl_sum_f32(x: *const f32, octets: usize) -> u32;
+    /// The bits of `Σ (x - mean)²` over the `8 * octets` values at `x` (`octets >= 1`), added
+    /// in order from `-0.0` (`mean` as bits).
+    fn txl_squared_deviations_f32(x: *const f32, octets: usize, mean: u32) -> u32;
+    /// `x = (x - moments[0]) * moments[1] * gain + bias` for the `8 * octets` values at `x`
+    /// (`octets >= 1`).
+    fn txl_normalize_f32(x: *mut f32, octets: usize, gain: *const f32, bias: *const f32, moments: *const f32);
+}
+
+// LayerNorm, eight values a pass: `txl_sum_f32` one VLDM and eight VADD in order (11
+// instructions per eight with the loop), `txl_squared_deviations_f32` one VLDM, eight VSUB and
+// eight VMLA (which rounds the square before it adds, as the portable code), and
+// `txl_normalize_f32` three VLDM (values, gains, biases), eight VSUB, eight VMUL by `1 / std`,
+// eight VMLA (`bias + t * gain`: the portable `t * gain + bias`, addition being commutative)
+// and one VSTM. Registers: s0 the sum, s1 the mean, s8-s15 the values; for the last,
+// s16-s23 the values, s24-s31 the gains, s0-s7 the biases, s8/s9 the mean and `1 / std`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_sum_f32,\"ax\",%progbits",
+    ".globl txl_sum_f32",
+    ".type txl_sum_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sum_f32:",
+    "mov r2, #0x80000000",
+    "vmov s0, r2",
+    "1:",
+    "vldmia r0!, {{s8-s15}}",
+    "vadd.f32 s0, s0, s8",
+    "vadd.f32 s0, s0, s9",
+    "vadd.f32 s0, s0, s10",
+    "vadd.f32 s0, s0, s11",
+    "vadd.f32 s0, s0, s12",
+    "vadd.f32 s0, s0, s13",
+    "vadd.f32 s0, s0, s14",
+    "vadd.f32 s0, s0, s15",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "vmov r0, s0",
+    "bx lr",
+    ".size txl_sum_f32, . - txl_sum_f32",
+    ".macro txl_square_dev value",
+    "vsub.f32 \\value, \\value, s1",
+    "vmla.f32 s0, \\value, \\value",
+    ".endm",
+    ".section .text.txl_squared_deviations_f32,\"ax\",%progbits",
+    ".globl txl_squared_deviations_f32",
+    ".type txl_squared_deviations_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_squared_deviations_f32:",
+    "mov r3, #0x80000000",
+    "vmov s0, r3",
+    "vmov s1, r2",
+    "1:",
+    "vldmia r0!, {{s8-s15}}",
+    "txl_square_dev s8",
+    "txl_square_dev s9",
+    "txl_square_dev s10",
+    "txl_square_dev s11",
+    "txl_square_dev s12",
+    "txl_square_dev s13",
+    "txl_square_dev s14",
+    "txl_square_dev s15",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "vmov r0, s0",
+    "bx lr",
+    ".size txl_squared_deviations_f32, . - txl_squared_deviations_f32",
+    ".macro txl_normalize_one value, gain, bias",
+    "vsub.f32 \\value, \\value, s8",
+    "vmul.f32 \\value, \\value, s9",
+    "vmla.f32 \\bias, \\value, \\gain",
+    ".endm",
+    ".section .text.txl_normalize_f32,\"ax\",%progbits",
+    ".globl txl_normalize_f32",
+    ".type txl_normalize_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_normalize_f32:",
+    "ldr r12, [sp]", // moments
+    "vpush {{s16-s31}}",
+    "vldmia r12, {{s8-s9}}",
+    "1:",
+    "vldmia r0, {{s16-s23}}",
+    "vldmia r2!, {{s24-s31}}",
+    "vldmia r3!, {{s0-s7}}",
+    "txl_normalize_one s16, s24, s0",
+    "txl_normalize_one s17, s25, s1",
+    "txl_normalize_one s18, s26, s2",
+    "txl_normalize_one s19, s27, s3",
+    "txl_normalize_one s20, s28, s4",
+    "txl_normalize_one s21, s29, s5",
+    "txl_normalize_one s22, s30, s6",
+    "txl_normalize_one s23, s31, s7",
+    "vstmia r0!, {{s0-s7}}",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "vpop {{s16-s31}}",
+    "bx lr",
+    ".size txl_normalize_f32, . - txl_normalize_f32",
+);
+
+/// [`portable::sum_f32`](crate::kernels::portable::sum_f32), eight values a pass: the same
+/// additions in the same order.
+pub fn sum_f32(x: &[f32]) -> f32 {
+    let octets = x.len() / 8;
+    if octets == 0 {
+        return crate::kernels::portable::sum_f32(x);
+    }
+    // SAFETY: `x` holds the `8 * octets` values the kernel reads; it uses s0 and s8-s15
+    // (caller-saved) only.
+    let sum = f32::from_bits(unsafe { txl_sum_f32(x.as_ptr(), octets) });
+    x[8 * octets..].iter().fold(sum, |sum, v| sum + v)
+}
+
+/// [`portable::squared_deviations_f32`](crate::kernels::portable::squared_deviations_f32),
+/// eight values a pass: the same operations in the same order.
+pub fn squared_deviations_f32(x: &[f32], mean: f32) -> f32 {
+    let octets = x.len() / 8;
+    if octets == 0 {
+        return crate::kernels::portable::squared_deviations_f32(x, mean);
+    }
+    // SAFETY: `x` holds the `8 * octets` values the kernel reads; it uses s0, s1 and s8-s15
+    // (caller-saved) only.
+    let sum = f32::from_bits(unsafe { txl_squared_deviations_f32(x.as_ptr(), octets, mean.to_bits()) });
+    x[8 * octets..]
+        .iter()
+        .fold(sum, |sum, v| sum + (v - mean) * (v - mean))
+}
+
+/// [`portable::normalize_f32`](crate::kernels::portable::normalize_f32), eight values a pass.
+/// The same bits.
+pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f32]) {
+    let n = x.len().min(gain.len()).min(bias.len());
+    let octets = n / 8;
+    if octets > 0 {
+        let moments = [moments.0, moments.1];
+        // SAFETY: `x`, `gain` and `bias` hold the `8 * octets` values the kernel reads (and,
+        // for `x`, writes), `moments` two floats; it preserves s16-s31 and the core registers
+        // the AAPCS saves.
+        unsafe {
+            txl_normalize_f32(
+                x.as_mut_ptr(),
+                octets,
+                gain.as_ptr(),
+                bias.as_ptr(),
+                moments.as_ptr(),
+            )
+        };
+    }
+    let body = 8 * octets;
+    crate::kernels::portable::normalize_f32(&mut x[body..n], moments, &gain[body..n], &bias[body..n]);
+}
+
+/// Where [`txl_softmax_exps_f32`] is in its values, read and written by offset in the
+/// assembly: keep the order.
+#[repr(C)]
+struct Exps {
+    /// The next value.
+    at: *mut f32,
+    /// The end of the values.
+    end: *mut f32,
+    /// The softmax's largest value, taken from each.
+    max: f32,
+    /// The sum so far.
+    sum: f32,
+}
+
+/// `libm::expf`'s constants for [`txl_softmax_exps_f32`], in the order it loads them: `1 /
+/// ln 2`, `-1/2`, `ln 2`'s high and low parts, the polynomial's two coefficients, 2 and 1.
+static EXP_CONSTANTS: [f32; 8] = {
+    use crate::kernels::fast_math::expf::{INV_LN2, LN2_HI, LN2_LO, P1, P2};
+    [INV_LN2, -0.5, LN2_HI, LN2_LO, P1, P2, 2.0, 1.0]
+};
+
+extern "C" {
+    /// From `state.at` towards `state.end`: `v = expf(v - max)` in place, each added to
+    /// `state.sum` in order, while `x = v - max` is negative with `1.5 ln 2 < |x| < 87.3365`
+    /// (`libm::expf`'s path that rounds `x / ln 2` and scales by a normal power of two); stops
+    /// at the end or at the first other value, leaving `state.at` there.
+    fn txl_softmax_exps_f32(state: *mut Exps, constants: *const f32);
+}
+
+// `libm::expf` on that path, step for step (each product rounded before it is added, as VMLA
+// and VMLS do): `k = trunc(x / ln 2 - 1/2)`, `hi = x - k ln2_hi`, `lo = k ln2_lo`, `r = hi -
+// lo`, `c = r - r² (P1 + r² P2)`, `y = 1 + ((r c / (2 - c) - lo) + hi)`, times `2^k` (`k` is
+// at least -126 there, so one VMUL by a normal power of two, as `scalbnf` then does): 34
+// instructions a value with the loop, the range check and the sum, against about 44 compiled.
+// Registers: r0 the state, r1 the value, r2 the end, r3 the lowest bits taken and r12 the span
+// of them, r4-r6 the bits of `x`, `k` and `2^k`; s16-s23 the constants, s24 the largest value,
+// s25 the sum, s0-s10 the steps.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_softmax_exps_f32,\"ax\",%progbits",
+    ".globl txl_softmax_exps_f32",
+    ".type txl_softmax_exps_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_softmax_exps_f32:",
+    "push {{r4-r6, lr}}",
+    "vpush {{s16-s25}}",
+    "vldmia r1, {{s16-s23}}",
+    "ldrd r1, r2, [r0]",
+    "vldr s24, [r0, #8]",
+    "vldr s25, [r0, #12]",
+    "movw r3, #0x1593", // 0xbf851593: just below -1.5 ln 2
+    "movt r3, #0xbf85",
+    "movw r12, #0x96bd", // 0xc2aeac50 - 0xbf851593: up to -87.3365 (not included)
+    "movt r12, #0x0329",
+    "cmp r1, r2",
+    "beq 2f",
+    "1:",
+    "vldr s0, [r1]",
+    "vsub.f32 s0, s0, s24",
+    "vmov r4, s0",
+    "sub r5, r4, r3",
+    "cmp r5, r12",
+    "bhs 2f",
+    "vmov.f32 s1, s17",
+    "vmla.f32 s1, s0, s16", // x / ln 2 - 1/2
+    "vcvt.s32.f32 s1, s1",  // k, toward zero
+    "vmov r6, s1",
+    "vcvt.f32.s32 s1, s1",
+    "vmov.f32 s2, s0",
+    "vmls.f32 s2, s1, s18", // hi
+    "vmul.f32 s3, s1, s19", // lo
+    "vsub.f32 s4, s2, s3",  // r
+    "vmul.f32 s5, s4, s4",
+    "vmov.f32 s6, s20",
+    "vmla.f32 s6, s5, s21", // P1 + r² P2
+    "vmov.f32 s7, s4",
+    "vmls.f32 s7, s5, s6", // c
+    "vsub.f32 s8, s22, s7",
+    "vmul.f32 s9, s4, s7",
+    "vdiv.f32 s9, s9, s8",
+    "vsub.f32 s9, s9, s3",
+    "vadd.f32 s9, s9, s2",
+    "vadd.f32 s9, s9, s23", // y
+    "add r6, r6, #127",
+    "lsl r6, r6, #23",
+    "vmov s10, r6", // 2^k
+    "vmul.f32 s9, s9, s10",
+    "vstmia r1!, {{s9}}",
+    "vadd.f32 s25, s25, s9",
+    "cmp r1, r2",
+    "bne 1b",
+    "2:",
+    "str r1, [r0]",
+    "vstr s25, [r0, #12]",
+    "vpop {{s16-s25}}",
+    "pop {{r4-r6, pc}}",
+    ".size txl_softmax_exps_f32, . - txl_softmax_exps_f32",
+);
+
+/// [`portable::softmax_exps_sum_f32`](crate::kernels::portable::softmax_exps_sum_f32) with the
+/// FPU: the values on `libm::expf`'s main path in the kernel above, the others (the largest
+/// values, within `1.5 ln 2` of the maximum, and those near underflow) by `libm::expf`. The
+/// same bits.
+pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
+    let mut state = Exps {
+        at: values.as_mut_ptr(),
+        end: values.as_mut_ptr_range().end,
+        max,
+        sum,
+    };
+    loop {
+        // SAFETY: `state.at..state.end` lies in `values` (the kernel moves `at` towards `end`
+        // and no further); the kernel reads and writes only those values, reads the eight
+        // constants, and preserves s16-s31 and the callee-saved core registers.
+        unsafe { txl_softmax_exps_f32(&mut state, EXP_CONSTANTS.as_ptr()) };
+        if state.at == state.end {
+            return state.sum;
+        }
+        // SAFETY: `state.at` is before `state.end`, so it points at one of `values`.
+        let value = unsafe { &mut *state.at };
+        *value = libm::expf(*value - max);
+        state.sum += *value;
+        // SAFETY: one past a value of `values` is at most its end.
+        state.at = unsafe { state.at.add(1) };
+    }
+}
+
+extern "C" {
+    /// `y[r] = (y[r]'s bits as an i32) as f32 * (scales[r] * x_scale)` for `r < 4 * fours`
+    /// (`fours >= 1`, `x_scale` as bits).
+    fn txl_scale_sums4_f32(y: *mut f32, scales: *const f32, fours: usize, x_scale: u32);
+}
+
+// Four sums a pass: one VLDM of the sums (i32 bits), one of the row scales, four VMUL (the
+// row's scale times the input's, as the portable code), four VCVT and four VMUL, one VSTM: 17
+// instructions per four rows with the loop. Registers: r0 the sums, r1 the scales, r2 the
+// passes left, s8 the input's scale, s0-s3 the sums, s4-s7 the scales.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_scale_sum sum, scale",
+    "vmul.f32 \\scale, \\scale, s8",
+    "vcvt.f32.s32 \\sum, \\sum",
+    "vmul.f32 \\sum, \\sum, \\scale",
+    ".endm",
+    ".section .text.txl_scale_sums4_f32,\"ax\",%progbits",
+    ".globl txl_scale_sums4_f32",
+    ".type txl_scale_sums4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scale_sums4_f32:",
+    "vmov s8, r3",
+    "1:",
+    "vldmia r0, {{s0-s3}}",
+    "vldmia r1!, {{s4-s7}}",
+    "txl_scale_sum s0, s4",
+    "txl_scale_sum s1, s5",
+    "txl_scale_sum s2, s6",
+    "txl_scale_sum s3, s7",
+    "vstmia r0!, {{s0-s3}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "bx lr",
+    ".size txl_scale_sums4_f32, . - txl_scale_sums4_f32",
+);
+
+/// [`portable::scale_sums_i8`](crate::kernels::portable::scale_sums_i8) four rows a pass: the
+/// same operations, the same bits.
+pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
+    let n = y.len().min(row_scales.len());
+    let fours = n / 4;
+    if fours > 0 {
+        // SAFETY: `y` and `row_scales` hold the `4 * fours` values the kernel reads (and, for
+        // `y`, writes); it uses s0-s8 (caller-saved) only.
+        unsafe { txl_scale_sums4_f32(y.as_mut_ptr(), row_scales.as_ptr(), fours, x_scale.to_bits()) };
+    }
+    crate::kernels::portable::scale_sums_i8(&mut y[4 * fours..n], &row_scales[4 * fours..n], x_scale);
+}
+
+extern "C" {
+    /// `y[i] += x[i]` for `i < 8 * octets` (`octets >= 1`).
+    fn txl_add_assign_f32(y: *mut f32, x: *const f32, octets: usize);
+    /// `x[i] = max(x[i], 0)` for `i < 4 * fours` (`fours >= 1`), on the bits: a value stays if
+    /// its bits are in `1..=0x7f80_0000` (positive, up to infinity), else it becomes `+0.0`.
+    fn txl_relu_f32(x: *mut f32, fours: usize);
+}
+
+// `txl_add_assign_f32`: two VLDM, eight VADD (`y + x`, in that order) and one VSTM per eight
+// values. `txl_relu_f32`: one LDM, per value `SUB #1`, an unsigned compare with `0x7f80_0000`
+// and a conditional move of zero (zeros, negative values and NaNs fail it), one STM.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_add_assign_f32,\"ax\",%progbits",
+    ".globl txl_add_assign_f32",
+    ".type txl_add_assign_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_add_assign_f32:",
+    "1:",
+    "vldmia r0, {{s0-s7}}",
+    "vldmia r1!, {{s8-s15}}",
+    "vadd.f32 s0, s0, s8",
+    "vadd.f32 s1, s1, s9",
+    "vadd.f32 s2, s2, s10",
+    "vadd.f32 s3, s3, s11",
+    "vadd.f32 s4, s4, s12",
+    "vadd.f32 s5, s5, s13",
+    "vadd.f32 s6, s6, s14",
+    "vadd.f32 s7, s7, s15",
+    "vstmia r0!, {{s0-s7}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "bx lr",
+    ".size txl_add_assign_f32, . - txl_add_assign_f32",
+    ".macro txl_relu_one value",
+    "sub r12, \\value, #1",
+    "cmp r12, #0x7f800000",
+    "it hs",
+    "movhs \\value, #0",
+    ".endm",
+    ".section .text.txl_relu_f32,\"ax\",%progbits",
+    ".globl txl_relu_f32",
+    ".type txl_relu_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_relu_f32:",
+    "push {{r4-r7}}",
+    "1:",
+    "ldm r0, {{r4-r7}}",
+    "txl_relu_one r4",
+    "txl_relu_one r5",
+    "txl_relu_one r6",
+    "txl_relu_one r7",
+    "stmia r0!, {{r4-r7}}",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "pop {{r4-r7}}",
+    "bx lr",
+    ".size txl_relu_f32, . - txl_relu_f32",
+);
+
+/// [`portable::add_assign`](crate::kernels::portable::add_assign), eight values a pass.
+pub fn add_assign(y: &mut [f32], x: &[f32]) {
+    let n = y.len().min(x.len());
+    let octets = n / 8;
+    if octets > 0 {
+        // SAFETY: `y` and `x` hold the `8 * octets` values the kernel reads (and, for `y`,
+        // writes); it uses s0-s15 (caller-saved) only.
+        unsafe { txl_add_assign_f32(y.as_mut_ptr(), x.as_ptr(), octets) };
+    }
+    crate::kernels::portable::add_assign(&mut y[8 * octets..n], &x[8 * octets..n]);
+}
+
+/// [`portable::relu`](crate::kernels::portable::relu) on the bits, four values a pass.
+pub fn relu(x: &mut [f32]) {
+    let fours = x.len() / 4;
+    if fours > 0 {
+        // SAFETY: `x` holds the `4 * fours` values the kernel reads and writes; it preserves
+        // the callee-saved registers.
+        unsafe { txl_relu_f32(x.as_mut_ptr(), fours) };
+    }
+    crate::kernels::portable::relu(&mut x[4 * fours..]);
 }

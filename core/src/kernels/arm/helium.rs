@@ -16,6 +16,15 @@ extern "C" {
         sums: *mut i32,
         blocks: usize,
     );
+    /// [`txl_rows4_mve`] two groups a pass, `groups` even.
+    fn txl_rows4x2_mve(
+        rows: *const i8,
+        stride: usize,
+        x: *const i8,
+        groups: usize,
+        sums: *mut i32,
+        blocks: usize,
+    );
     /// Helium: the largest `|x[i]|` of `x[..n]`, `n >= 1` (`VMAXNMA`, so NaNs are ignored),
     /// as f32 bits.
     fn txl_max_abs_mve(x: *const f32, n: usize) -> u32;
@@ -157,6 +166,60 @@ global_asm!(
     "5:",
     "pop {{r4-r11, pc}}",
     ".size txl_rows4_mve, . - txl_rows4_mve",
+    // `txl_rows4_mve` two groups a loop, for an even number of groups: the first group sets the
+    // sums (VMLADAV), so none is zeroed, and the loop's end comes once per 128 products
+    ".macro txl_rows4_mve_group op",
+    "vldrb.s8 q0, [r1], #16",
+    "vldrb.s8 q1, [r0], #16",
+    "\\op\\().s8 r4, q1, q0",
+    "vldrb.s8 q1, [r5], #16",
+    "\\op\\().s8 r6, q1, q0",
+    "vldrb.s8 q1, [r7], #16",
+    "\\op\\().s8 r8, q1, q0",
+    "vldrb.s8 q1, [r9], #16",
+    "\\op\\().s8 r10, q1, q0",
+    ".endm",
+    ".section .text.txl_rows4x2_mve,\"ax\",%progbits",
+    ".globl txl_rows4x2_mve",
+    ".type txl_rows4x2_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows4x2_mve:",
+    "push {{r4-r11, lr}}",
+    "ldr r11, [sp, #36]",
+    "ldr r12, [sp, #40]",
+    "cmp r12, #0",
+    "beq 5f",
+    "add r5, r0, r1",
+    "lsr r3, r3, #1",
+    "sub r3, r3, #1", // the loop's passes: the pairs of groups after the first
+    "4:",
+    "sub r1, r5, r0",
+    "add r7, r5, r1",
+    "add r9, r7, r1",
+    "mov r1, r2",
+    "txl_rows4_mve_group vmladav",
+    "txl_rows4_mve_group vmladava",
+    "wls lr, r3, 2f",
+    "1:",
+    "txl_rows4_mve_group vmladava",
+    "txl_rows4_mve_group vmladava",
+    "le lr, 1b",
+    "2:",
+    "strd r4, r6, [r11], #8",
+    "strd r8, r10, [r11], #8",
+    // the next block: row 0 at row 3's start plus the stride (rows 0 and 1 advanced alike);
+    // row 3 advanced by 32 bytes per pass and 32 more
+    "sub r1, r5, r0",
+    "add r0, r9, r1",
+    "sub r0, r0, r3, lsl #5",
+    "sub r0, r0, #32",
+    "add r5, r0, r1",
+    "subs r12, r12, #1",
+    "bne 4b",
+    "5:",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows4x2_mve, . - txl_rows4x2_mve",
     // back to the core every other kernel here is assembled for
     ".cpu cortex-m4",
 );
@@ -171,12 +234,17 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     let xq = &xq[..cols];
     let blocks = if groups > 0 { rows / 4 } else { 0 };
     if blocks > 0 {
+        let kernel = if groups.is_multiple_of(2) {
+            txl_rows4x2_mve
+        } else {
+            txl_rows4_mve
+        };
         // SAFETY: `values` holds `4 * blocks <= rows` rows of `cols >= 16 * groups` bytes at
         // stride `cols`, `xq` holds `cols`: the kernel reads only those (byte loads, no alignment
         // needed), writes the first `4 * blocks` of `sums`, and preserves the callee-saved
         // registers (AAPCS; of the vector registers it uses only q0 and q1).
         unsafe {
-            txl_rows4_mve(
+            kernel(
                 values.as_ptr(),
                 cols,
                 xq.as_ptr(),
