@@ -19,6 +19,7 @@ use crate::error::Error;
 use crate::image::Arithmetic;
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
 use crate::matrix;
+use crate::model::LayerWeights;
 use crate::options::{split_distances, PositionKeys};
 use crate::output;
 use crate::position::{position_embedding, position_embeddings, PositionScores, SplitTable};
@@ -45,8 +46,10 @@ impl Session<'_, '_> {
         let d_model = self.model.config().d_model as usize;
         self.embed(tokens);
         for layer in 0..self.model.config().n_layer as usize {
-            self.attention(layer, &shape, probe);
-            self.feed_forward(layer, shape.qlen, probe);
+            // the layer's weights, found in the image once for both sub-layers
+            let w = self.model.layer(layer);
+            self.attention((layer, &w), &shape, probe);
+            self.feed_forward((layer, &w), shape.qlen, probe);
             // h is now the layer's output
             let hidden = &self.state.hidden[..shape.qlen * d_model];
             for (i, h) in hidden.chunks_exact(d_model).enumerate() {
@@ -83,19 +86,23 @@ impl Session<'_, '_> {
 
     /// The attention sub-layer of `layer`: `h = LayerNorm(h + o_net(RelAttn(h, m)))`, or with
     /// pre-LN `h = h + o_net(RelAttn(LayerNorm(h), m))`. Its keys and values join the memory.
-    fn attention(&mut self, layer: usize, shape: &AttentionShape, probe: &mut impl Probe) {
-        self.attention_input(layer, shape.qlen);
-        self.project_qkv(layer, shape, probe);
-        let table = self.layer_position_keys(layer, shape.mlen + shape.qlen);
-        self.relative_attention(layer, shape, table);
-        self.attention_output(layer, shape.qlen, probe);
+    fn attention(
+        &mut self,
+        (layer, w): (usize, &LayerWeights<'_>),
+        shape: &AttentionShape,
+        probe: &mut impl Probe,
+    ) {
+        self.attention_input(w, shape.qlen);
+        self.project_qkv((layer, w), shape, probe);
+        let table = self.layer_position_keys((layer, w), shape.mlen + shape.qlen);
+        self.relative_attention((layer, w), shape, table);
+        self.attention_output((layer, w), shape.qlen, probe);
     }
 
     /// The attention input `x = LayerNorm(h)` (pre-LN) or `x = h`, into `attn_input`.
-    fn attention_input(&mut self, layer: usize, qlen: usize) {
+    fn attention_input(&mut self, w: &LayerWeights<'_>, qlen: usize) {
         let config = self.model.config();
         let d_model = config.d_model as usize;
-        let w = self.model.layer(layer);
         let s = &mut self.state;
         let hidden = &s.hidden[..qlen * d_model];
         let attn_input = &mut s.attn_input[..qlen * d_model];
@@ -115,10 +122,15 @@ impl Session<'_, '_> {
     /// `q, k, v = W_qkv x` for each position `i`: `q` into `queries`, `k` and `v` into the
     /// memory ring at position `mlen + i`, after the remembered ones. The positions go
     /// `per_pass` at a time, which read the weights once.
-    fn project_qkv(&mut self, layer: usize, shape: &AttentionShape, probe: &mut impl Probe) {
+    fn project_qkv(
+        &mut self,
+        (layer, w): (usize, &LayerWeights<'_>),
+        shape: &AttentionShape,
+        probe: &mut impl Probe,
+    ) {
         let d_model = self.model.config().d_model as usize;
         let width = self.model.config().qkv_width() as usize; // n_head * d_head
-        let qkv = self.model.layer(layer).qkv;
+        let qkv = w.qkv;
         let s = &mut self.state;
         let mut i = 0;
         while i < shape.qlen {
@@ -150,7 +162,7 @@ impl Session<'_, '_> {
     /// `position_keys`: its own, computed at the start, or the one table, computed now for the
     /// distances `d < klen` this segment can see. With the keys folded into the queries there
     /// is none (the index is not read).
-    fn layer_position_keys(&mut self, layer: usize, klen: usize) -> usize {
+    fn layer_position_keys(&mut self, (layer, w): (usize, &LayerWeights<'_>), klen: usize) -> usize {
         match self.options.position_keys {
             PositionKeys::PerSession => return layer,
             PositionKeys::FoldedIntoQuery => return 0,
@@ -158,7 +170,7 @@ impl Session<'_, '_> {
         }
         let d_model = self.model.config().d_model as usize;
         let width = self.model.config().qkv_width() as usize;
-        let r_net = self.model.layer(layer).r_net;
+        let r_net = w.r_net;
         let s = &mut self.state;
         let distances = klen.min(self.options.distances());
         let mut d = 0;
@@ -176,10 +188,14 @@ impl Session<'_, '_> {
     /// `a_i = sum_j softmax_j(((q_i + u) · k_j + (q_i + v) · R_{mlen+i-j}) / sqrt(d_head)) v_j`,
     /// per head, into `attn_vec`. The position keys are table `table` of `position_keys`, or
     /// (folded) each head's `W_r,hᵀ (q_i + v)_h` meets the table of `pos_emb`.
-    fn relative_attention(&mut self, layer: usize, shape: &AttentionShape, table: usize) {
+    fn relative_attention(
+        &mut self,
+        (layer, w): (usize, &LayerWeights<'_>),
+        shape: &AttentionShape,
+        table: usize,
+    ) {
         let width = self.model.config().qkv_width() as usize;
         let distances = self.options.distances();
-        let w = self.model.layer(layer);
         let RunState {
             queries,
             position_query,
@@ -276,11 +292,15 @@ impl Session<'_, '_> {
 
     /// `h = h + o_net(a)` for each position, then `h = LayerNorm(h)` (post-LN). The positions
     /// go `per_pass` at a time, which read the weights once.
-    fn attention_output(&mut self, layer: usize, qlen: usize, probe: &mut impl Probe) {
+    fn attention_output(
+        &mut self,
+        (layer, w): (usize, &LayerWeights<'_>),
+        qlen: usize,
+        probe: &mut impl Probe,
+    ) {
         let config = self.model.config();
         let d_model = config.d_model as usize;
         let width = config.qkv_width() as usize;
-        let w = self.model.layer(layer);
         let s = &mut self.state;
         let mut i = 0;
         while i < qlen {
@@ -314,11 +334,10 @@ impl Session<'_, '_> {
     /// `h = LayerNorm(h + W_2 ReLU(W_1 h + b_1) + b_2)`, or with pre-LN
     /// `h = h + W_2 ReLU(W_1 LayerNorm(h) + b_1) + b_2`. The positions go `per_pass` at a
     /// time, which read the weights once.
-    fn feed_forward(&mut self, layer: usize, qlen: usize, probe: &mut impl Probe) {
+    fn feed_forward(&mut self, (layer, w): (usize, &LayerWeights<'_>), qlen: usize, probe: &mut impl Probe) {
         let config = self.model.config();
         let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
         let eps = config.layer_norm_epsilon;
-        let w = self.model.layer(layer);
         let s = &mut self.state;
         let mut i = 0;
         while i < qlen {

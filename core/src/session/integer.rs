@@ -30,6 +30,7 @@ use crate::integer::{
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
+use crate::model::LayerWeights;
 use crate::options::PositionKeys;
 use crate::vector::Vector;
 use crate::weights::{int4_groups, int4_row_bytes, Matrix, MatrixData};
@@ -435,8 +436,10 @@ impl Session<'_, '_> {
         let shape = self.attention_shape(tokens.len());
         self.embed_integer(tokens, frac);
         for layer in 0..self.model.config().n_layer as usize {
-            self.attention_integer(layer, &shape, frac);
-            self.feed_forward_integer(layer, shape.qlen, frac);
+            // the layer's weights, found in the image once for both sub-layers
+            let w = self.model.layer(layer);
+            self.attention_integer((layer, &w), &shape, frac);
+            self.feed_forward_integer((layer, &w), shape.qlen, frac);
         }
         self.output_integer(shape.qlen, first_output, targets, frac, on_row);
         self.memory.commit(shape.qlen);
@@ -491,10 +494,14 @@ impl Session<'_, '_> {
     /// The attention sub-layer of `layer` in integers: `q, k, v` of each position (the keys
     /// and values into the memory), each head's scores over the keys the mask lets it see,
     /// their 16-bit probabilities, the values' sum, `o_net`, the residual and the LayerNorm.
-    fn attention_integer(&mut self, layer: usize, shape: &AttentionShape, frac: u32) {
+    fn attention_integer(
+        &mut self,
+        (layer, w): (usize, &LayerWeights<'_>),
+        shape: &AttentionShape,
+        frac: u32,
+    ) {
         let config = *self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
-        let w = self.model.layer(layer);
         let eps = config.layer_norm_epsilon;
         for i in 0..shape.qlen {
             let s = &mut self.state;
@@ -666,11 +673,10 @@ impl Session<'_, '_> {
     }
 
     /// The feed-forward sub-layer of `layer` in integers, position by position.
-    fn feed_forward_integer(&mut self, layer: usize, qlen: usize, frac: u32) {
+    fn feed_forward_integer(&mut self, (layer, w): (usize, &LayerWeights<'_>), qlen: usize, frac: u32) {
         let config = *self.model.config();
         let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
         let eps = config.layer_norm_epsilon;
-        let w = self.model.layer(layer);
         let s = &mut self.state;
         for i in 0..qlen {
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
