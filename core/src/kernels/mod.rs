@@ -89,7 +89,11 @@ pub use portable::{
 /// cores. The same bits.
 #[inline]
 pub fn add_assign(y: &mut [f32], x: &[f32]) {
-    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf"
+    ))]
     return fpu::add_assign(y, x);
     #[allow(unreachable_code)]
     portable::add_assign(y, x)
@@ -99,7 +103,11 @@ pub fn add_assign(y: &mut [f32], x: &[f32]) {
 /// `cortex-m-dsp` cores' FPU builds. The same bits.
 #[inline]
 pub fn relu(x: &mut [f32]) {
-    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf"
+    ))]
     return fpu::relu(x);
     #[allow(unreachable_code)]
     portable::relu(x)
@@ -421,6 +429,7 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     return helium::quantize_i8(x, act_scales, out);
     #[cfg(all(
         feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
         target_abi = "eabihf",
         not(feature = "cortex-m-mve")
     ))]
@@ -441,6 +450,7 @@ pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
     }
     #[cfg(all(
         feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
         target_abi = "eabihf",
         not(feature = "cortex-m-mve")
     ))]
@@ -913,7 +923,11 @@ pub fn layer_norm_sums_f32(
 /// `cortex-m-dsp` cores. The same bits (the same additions in the same order).
 #[inline]
 pub fn sum_f32(x: &[f32]) -> f32 {
-    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf"
+    ))]
     return fpu::sum_f32(x);
     #[allow(unreachable_code)]
     portable::sum_f32(x)
@@ -923,7 +937,11 @@ pub fn sum_f32(x: &[f32]) -> f32 {
 /// FPU of the `cortex-m-dsp` cores. The same bits.
 #[inline]
 pub fn squared_deviations_f32(x: &[f32], mean: f32) -> f32 {
-    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf"
+    ))]
     return fpu::squared_deviations_f32(x, mean);
     #[allow(unreachable_code)]
     portable::squared_deviations_f32(x, mean)
@@ -933,7 +951,11 @@ pub fn squared_deviations_f32(x: &[f32], mean: f32) -> f32 {
 /// `cortex-m-dsp` cores. The same bits.
 #[inline]
 pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f32]) {
-    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf"
+    ))]
     return fpu::normalize_f32(x, moments, gain, bias);
     #[allow(unreachable_code)]
     portable::normalize_f32(x, moments, gain, bias)
@@ -944,7 +966,12 @@ pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f
 /// the `cortex-m-dsp` cores (not `fast-math`). The same bits.
 #[inline]
 pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
-    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf", not(feature = "fast-math")))]
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "fast-math")
+    ))]
     return fpu::softmax_exps_sum_f32(values, max, sum);
     #[allow(unreachable_code)]
     portable::softmax_exps_sum_f32(values, max, sum)

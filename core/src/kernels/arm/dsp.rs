@@ -8,6 +8,10 @@
 
 use core::arch::{asm, global_asm};
 
+/// Whether the int8 rows 128 and 256 bytes apart take their kernels of fixed stride (the
+/// `cortex-m-large-kernels` feature: about 2.5 KB more `.text`); else the kernels of any stride.
+const LARGE_KERNELS: bool = cfg!(feature = "cortex-m-large-kernels");
+
 /// Bytes 0 and 2 of `x`, sign-extended into the two 16-bit halves.
 #[inline(always)]
 fn sxtb16(x: u32) -> u32 {
@@ -456,8 +460,8 @@ pub fn row_sums_pair_i8(
     let blocks = rows / 2;
     type Fixed = unsafe extern "C" fn(*const i8, *const u32, *const u32, usize, *mut i32, *mut i32, usize);
     let fixed: Option<Fixed> = match cols {
-        128 => Some(txl_rows2x2_s8_128),
-        256 => Some(txl_rows2x2_s8_256),
+        128 if LARGE_KERNELS => Some(txl_rows2x2_s8_128),
+        256 if LARGE_KERNELS => Some(txl_rows2x2_s8_256),
         _ => None,
     };
     if let (Some(kernel), true, true) = (fixed, groups.is_multiple_of(4), blocks > 0) {
@@ -546,8 +550,8 @@ fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], su
         assert!((count - 1) * stride + body <= rows.len(), "rows out of bounds");
     }
     let fixed: Option<unsafe extern "C" fn(*const i8, *const u32, usize, *mut i32, usize)> = match stride {
-        128 => Some(txl_rows4x8_s8_128),
-        256 => Some(txl_rows4x8_s8_256),
+        128 if LARGE_KERNELS => Some(txl_rows4x8_s8_128),
+        256 if LARGE_KERNELS => Some(txl_rows4x8_s8_256),
         _ => None,
     };
     let aligned = (rows.as_ptr() as usize).is_multiple_of(4);

@@ -4,6 +4,11 @@
 
 use core::arch::global_asm;
 
+/// Whether the attention's products take the kernels of eight columns a load
+/// (`txl_dots4x8_f32`, `txl_axpys8_f32`; the `cortex-m-large-kernels` feature), else those of
+/// four.
+const LARGE_KERNELS: bool = cfg!(feature = "cortex-m-large-kernels");
+
 use half::f16;
 extern "C" {
     /// For the four rows `row_k = rows + k * stride` (f32, `stride` in bytes) and
@@ -404,7 +409,7 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
     let groups = n / 4;
     let mut done = 0;
     let blocks = out.len() / 4;
-    if n > 0 && n.is_multiple_of(8) && stride >= n && blocks > 0 {
+    if LARGE_KERNELS && n > 0 && n.is_multiple_of(8) && stride >= n && blocks > 0 {
         let octets = n / 8;
         let last_end = (4 * blocks - 1) * stride + n;
         assert!(last_end <= rows.len(), "rows out of bounds");
@@ -450,7 +455,7 @@ pub fn axpys_strided_f32(rows: &[f32], stride: usize, p: &[f32], out: &mut [f32]
     let body = 4 * groups;
     let mut done = 0;
     let quads = p.len() / 4;
-    if n > 0 && n.is_multiple_of(8) && stride >= n && quads > 0 {
+    if LARGE_KERNELS && n > 0 && n.is_multiple_of(8) && stride >= n && quads > 0 {
         let last_end = (4 * quads - 1) * stride + n;
         assert!(last_end <= rows.len(), "rows out of bounds");
         // SAFETY: the kernel reads `4 * quads` rows of `n` f32 at a stride of `stride` f32 (the
