@@ -67,7 +67,8 @@ fn run() -> Result<(), String> {
         Model::parse(aligned.bytes()).map_err(|e| format!("{model_source}: not a usable txl image: {e}"))?;
     let options = session_options(&model)?;
     let arena_bytes = Session::arena_bytes(&model, &options).map_err(|e| format!("sizing the arena: {e}"))?;
-    let layout = ArenaLayout::new(model.config(), model.image().arithmetic(), &options).map_err(|e| format!("sizing the arena: {e}"))?;
+    let layout = ArenaLayout::new(model.config(), model.image().arithmetic(), &options)
+        .map_err(|e| format!("sizing the arena: {e}"))?;
 
     // The token file.
     let (tokens, tokens_source) = token_file(&model)?;
