@@ -22,6 +22,11 @@ use crate::{soft_float, Failure};
 /// Longest segment this mode feeds (`tgt_len` above it is refused).
 pub const MAX_SEGMENT: usize = 1024;
 
+/// Positions of a segment whose next token is named to the session (the rest, in segments
+/// longer than this, get full rows: the same `ln p`): 512 bytes of stack, where a target for
+/// each of [`MAX_SEGMENT`] positions would take 8 KiB.
+const TARGETS: usize = 64;
+
 /// Scores `tokens` (one token id per byte) in segments of `tgt_len`. After a reset that
 /// [`resume`] saved a record for, it picks up where the score stopped; with `reset_after =
 /// Some(k)` (and no record) it saves the state after `k` segments and resets.
@@ -60,7 +65,7 @@ pub fn run(
         tgt_len
     );
     let mut segment: Vec<u32, MAX_SEGMENT> = Vec::new();
-    let mut targets: Vec<Option<u32>, MAX_SEGMENT> = Vec::new();
+    let mut targets: Vec<Option<u32>, TARGETS> = Vec::new();
     let segments = tokens.chunks(tgt_len).enumerate().skip(progress.next_segment);
     for (index, chunk) in segments {
         if reset_after == Some(index) && !progress.resumed {
@@ -73,7 +78,8 @@ pub fn run(
         // each position's next token, as `txl score` asks for it (an adaptive softmax computes
         // only its cluster; an integer session turns only its ln p into f32)
         targets.clear();
-        targets.extend((0..chunk.len()).map(|i| tokens.get(base + i + 1).map(|&t| u32::from(t))));
+        targets
+            .extend((0..chunk.len().min(TARGETS)).map(|i| tokens.get(base + i + 1).map(|&t| u32::from(t))));
         let start = counter.read();
         let p = &mut progress;
         session.forward_scoring(&segment, &targets, |i, log_probs| {
