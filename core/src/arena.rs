@@ -83,19 +83,25 @@ pub fn integer_key_row_bytes(config: &Config) -> Option<usize> {
         .checked_next_multiple_of(4)
 }
 
-/// i32 words an integer session keeps for each layer's parameters in `Q(frac)`, as the
-/// forward pass reads them every token (converted from the image's values once, by
-/// integer operations on their bits): the two LayerNorms' gains (their `f32` bits) and
-/// biases, the feed-forward's two biases, the attention's two query biases, and two words for
-/// each of the four matrices with activation scales.
-pub fn integer_parameter_words(config: &Config) -> Option<usize> {
+/// The lengths in i32 words of one layer's parameters as an integer session keeps them, in
+/// their order in the arena: the two LayerNorms' gains (their `f32` bits) and biases, the
+/// feed-forward's two biases, the attention's two query biases (in `Q(frac)`), and two words
+/// for each of the four matrices with activation scales.
+pub(crate) fn integer_parameter_parts(config: &Config) -> [usize; 9] {
     let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
     let width = config.qkv_width() as usize;
-    let per_layer = d_model
-        .checked_mul(5)?
-        .checked_add(d_inner)?
-        .checked_add(width.checked_mul(2)?)?
-        .checked_add(8)?;
+    [
+        d_model, d_model, d_model, d_model, d_inner, d_model, width, width, 8,
+    ]
+}
+
+/// i32 words an integer session keeps for its layers' parameters, converted from the image's
+/// values once (by integer operations on their bits) as the forward pass reads them every
+/// token (`integer_parameter_parts` for each layer).
+pub fn integer_parameter_words(config: &Config) -> Option<usize> {
+    let per_layer = integer_parameter_parts(config)
+        .iter()
+        .try_fold(0usize, |sum, &n| sum.checked_add(n))?;
     per_layer.checked_mul(config.n_layer as usize)
 }
 

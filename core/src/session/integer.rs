@@ -16,6 +16,7 @@
 //! session starts.
 
 use super::Session;
+use crate::arena::integer_parameter_parts;
 use crate::attention::AttentionShape;
 use crate::config::{Config, MAX_CLUSTERS};
 use crate::fixed_point::{
@@ -337,19 +338,9 @@ struct LayerParameters<'p> {
     acts: [ActTop; 4],
 }
 
-/// The lengths of [`LayerParameters`]' parts, in their order in the arena: the vectors, then
-/// two words for each [`ActTop`].
-fn parameter_parts(config: &Config) -> [usize; 9] {
-    let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
-    let width = config.qkv_width() as usize;
-    [
-        d_model, d_model, d_model, d_model, d_inner, d_model, width, width, 8,
-    ]
-}
-
 /// Layer `layer`'s parameters among `all`.
 fn layer_parameters<'p>(all: &'p [i32], config: &Config, layer: usize) -> LayerParameters<'p> {
-    let parts = parameter_parts(config);
+    let parts = integer_parameter_parts(config);
     let per_layer: usize = parts.iter().sum();
     let mut rest = &all[layer * per_layer..(layer + 1) * per_layer];
     let mut next = |n: usize| {
@@ -830,7 +821,7 @@ impl Session<'_, '_> {
             return;
         };
         let config = *self.model.config();
-        let parts = parameter_parts(&config);
+        let parts = integer_parameter_parts(&config);
         let per_layer: usize = parts.iter().sum();
         for (layer, all) in self.state.parameters.chunks_exact_mut(per_layer).enumerate() {
             let w = self.model.layer(layer);
