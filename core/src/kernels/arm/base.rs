@@ -2,11 +2,13 @@
 //! Cortex-M0, M0+): int8 rows several at a time, each input byte loaded once for them, in
 //! assembly (the firmware's `bench`, `int8_rows`: 2.25 instructions per multiply-accumulate on
 //! the M3, six rows a pass at immediate offsets with `LDRSB.W` and `MLA` for rows of 128, 256
-//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.68 on
-//! Armv6-M with register-offset `LDRSB`, `MULS` and `ADD`, four columns a pass), the int8
-//! attention's key sums in assembly with four keys a pass, and its value sums in Rust with
-//! eight value columns in registers (four on Armv6-M). Off Arm (the host's unit tests) the rows
-//! are Rust too. Integer sums, exact: the portable kernels' bits.
+//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.41 on
+//! Armv6-M, five rows a pass over an input widened to words in four sweeps (`sweep_passes`:
+//! `LDM`, then register-offset `LDRSB`, `MULS` and `ADD`), the rows left over four a pass),
+//! the int8 attention's key sums in assembly (five keys a pass on Armv6-M, as its rows; four
+//! on Armv7-M), and its value sums in Rust with eight value columns in registers (four on
+//! Armv6-M). Off Arm (the host's unit tests) the rows are Rust too. Integer sums, exact: the
+//! portable kernels' bits.
 
 use crate::kernels::portable;
 
@@ -83,12 +85,14 @@ const WIDE_ROWS: usize = 6;
 /// for another width, and on Armv6-M, which has no such kernel), the caller sums the rest.
 fn wide_rows(values: &[i8], cols: usize, x: &[i8], sums: &mut [i32]) -> usize {
     if cfg!(all(target_arch = "arm", not(target_has_atomic = "ptr"))) {
-        return 0;
+        return sweep_rows(values, cols, x, sums);
     }
     match (cols, x.len() == cols) {
         (128, true) => portable::row_passes(values, cols, sums, |rows| six_rows::<128>(x, rows)),
         (256, true) => portable::row_passes(values, cols, sums, |rows| six_rows::<256>(x, rows)),
         (512, true) => portable::row_passes(values, cols, sums, |rows| six_rows::<512>(x, rows)),
+        // (off Arm the Armv6-M kernel's passes, for the tests)
+        _ if cfg!(not(target_arch = "arm")) => sweep_rows(values, cols, x, sums),
         _ => 0,
     }
 }
@@ -106,7 +110,7 @@ fn six_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; WIDE_ROWS] {
 /// and loop instructions per step (212 instructions per 96 multiply-accumulates, 2.21 each).
 #[cfg(all(target_arch = "arm", target_has_atomic = "ptr"))]
 fn six_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; WIDE_ROWS] {
-    const { assert!(COLS % 16 == 0 && COLS > 0 && 5 * COLS + 16 <= 4096) };
+    const { assert!(COLS.is_multiple_of(16) && COLS > 0 && 5 * COLS + 16 <= 4096) };
     if x.len() < COLS || rows.len() < WIDE_ROWS * COLS {
         return [0; WIDE_ROWS]; // (the callers pass whole rows)
     }
@@ -143,6 +147,310 @@ fn six_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; WIDE_ROWS] {
     [a0, a1, a2, a3, a4, a5]
 }
 
+/// Rows (or keys) one pass of the Armv6-M sweep kernel ([`sweep_passes`]) takes.
+const SWEEP_ROWS: usize = 5;
+
+/// The most columns one pass of [`sweep_passes`] takes (its input's chunk: 512 bytes of stack).
+const SWEEP_COLS: usize = 128;
+
+/// A chunk of `C` input values (`C` 32, 64 or 128) widened to words in sweep order: column `j`
+/// at word `(j % 4) · C / 4 + j / 4`, so each of the four sweeps of [`sweep_passes`] reads one
+/// column in four, its words in a row. Aligned to its length, so a sweep's end is where the
+/// pointer's low bits are 0.
+#[repr(C, align(128))]
+struct SweepInput([i32; SWEEP_COLS]);
+
+impl SweepInput {
+    /// `x` (32, 64 or 128 values) into sweep order.
+    fn fill<X: Copy + Into<i32>>(&mut self, x: &[X]) {
+        let step = x.len() / 4;
+        let (w0, rest) = self.0.split_at_mut(step);
+        let (w1, rest) = rest.split_at_mut(step);
+        let (w2, w3) = rest.split_at_mut(step);
+        let columns = x.as_chunks::<4>().0.iter().zip(w0).zip(w1).zip(w2).zip(w3);
+        for ((((q, w0), w1), w2), w3) in columns {
+            [*w0, *w1, *w2, *w3] = q.map(Into::into);
+        }
+    }
+}
+
+/// Groups of [`SWEEP_ROWS`] rows [`sweep_passes`] takes of `rows` rows: as many as leave a
+/// multiple of four rows (for the four-row passes after them) where that can be.
+fn sweep_groups(rows: usize) -> usize {
+    let most = rows / SWEEP_ROWS;
+    let want = rows % 4; // groups ≡ rows (mod 4) leave a multiple of 4
+    if most < want {
+        return most;
+    }
+    most - (most - want) % 4
+}
+
+/// The chunk of columns [`sweep_passes`] takes from `left` (a multiple of 32): 128, 64 or 32.
+fn sweep_chunk(left: usize) -> usize {
+    if left >= 128 {
+        128
+    } else if left >= 64 {
+        64
+    } else {
+        32
+    }
+}
+
+/// `out[k] += row_k[..C] · x` for the rows `k < out.len()` (a multiple of [`SWEEP_ROWS`]), row
+/// `k` at `first + k · stride`, `x` the `C` columns in sweep order ([`SweepInput`]): in Rust off
+/// Armv6-M (never run on Armv7-M, which has [`six_rows`]).
+///
+/// # Safety
+/// Each row must have `C` readable bytes.
+#[cfg(not(all(target_arch = "arm", not(target_has_atomic = "ptr"))))]
+unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride: usize, out: &mut [i32]) {
+    for (k, a) in out.iter_mut().enumerate() {
+        // SAFETY: the caller's: `C` bytes from row `k`'s start.
+        let row = unsafe { core::slice::from_raw_parts(first.wrapping_add(k * stride), C) };
+        for (j, &w) in row.iter().enumerate() {
+            *a = a.wrapping_add(w as i32 * x.0[j % 4 * (C / 4) + j / 4]);
+        }
+    }
+}
+
+/// One column of [`sweep_passes`]: the input word by `LDM` (its pointer `r0` moving on by 4,
+/// which moves the five rows' addresses `r2`–`r6` + `r0` on too), then the five rows' `LDRSB`,
+/// `MULS` and `ADD` into `r8`–`r12`.
+#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+macro_rules! sweep_column {
+    () => {
+        concat!(
+            "ldm r0!, {{r1}}\n",
+            "ldrsb r7, [r2, r0]\n",
+            "muls r7, r1, r7\n",
+            "add r8, r7\n",
+            "ldrsb r7, [r3, r0]\n",
+            "muls r7, r1, r7\n",
+            "add r9, r7\n",
+            "ldrsb r7, [r4, r0]\n",
+            "muls r7, r1, r7\n",
+            "add r10, r7\n",
+            "ldrsb r7, [r5, r0]\n",
+            "muls r7, r1, r7\n",
+            "add r11, r7\n",
+            "ldrsb r7, [r6, r0]\n",
+            "muls r7, r1, r7\n",
+            "add r12, r7\n",
+        )
+    };
+}
+
+/// `out[k] += row_k[..C] · x` on Armv6-M for the rows `k < out.len()` (a multiple of
+/// [`SWEEP_ROWS`], at least one pass), row `k` at `first + k · stride`, `x` the `C` columns
+/// (32, 64 or 128) in sweep order ([`SweepInput`]), five rows a pass, all in assembly. A pass
+/// takes four sweeps, sweep `m` over columns `m, m + 4, …`: the input's words loaded by `LDM`
+/// with write-back, whose pointer is also the register offset of the five rows' `LDRSB` (each
+/// row's start minus the input's, less 4 and `C − 1` a sweep), so a column is the one `LDM`
+/// and per row `LDRSB`, `MULS` and `ADD`: 16 instructions for five multiply-accumulates,
+/// sixteen columns a loop step (eight for 32 columns; a sweep ends where the pointer's low
+/// `log2 C` bits are 0, `x` being aligned to 128 bytes). The low registers: the pointer, the
+/// input, the five rows, the product; the sums in `r8`–`r12`, loaded from `out` and stored
+/// back (`LDM`, `STM`); the pass's constants on the stack, `r6` and `r7` pushed and popped.
+///
+/// # Safety
+/// Each row must have `C` readable bytes.
+#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride: usize, out: &mut [i32]) {
+    const { assert!(C == 32 || C == 64 || C == 128) };
+    let xp = x.0.as_ptr();
+    let out = out.as_chunks_mut::<SWEEP_ROWS>().0;
+    if out.is_empty() {
+        return;
+    }
+    let range = out.as_mut_ptr_range();
+    // the pointer after the `LDM` of column `4k + m`'s word is `xp + 4(m·C/4 + k) + 4`
+    let base = (first as usize).wrapping_sub(xp as usize + 4);
+    // SAFETY: pass `g` reads and writes `out[g]` and, in sweep `m`, words `m·C/4..(m + 1)·C/4`
+    // of `x` and the bytes `m, m + 4, …, C − 4 + m` of its five rows, each at
+    // `row + 4k + m` (the row's register `row − xp − 4 − m(C − 1)` plus the pointer
+    // `xp + mC + 4k + 4`); the stack: `[sp]` `x`, `[sp, #4]` the next pass's sums, `[sp, #8]`
+    // its first row's register, `[sp, #12]` the stride, `[sp, #16]` the end of `out`,
+    // `[sp, #20]` five strides, `[sp, #24]` the end of `x`; popped at the end with `r6`, `r7`.
+    unsafe {
+        core::arch::asm!(
+            "push {{r6, r7}}",
+            "movs r7, #{words}",
+            "lsls r7, r7, #4",
+            "add r7, r0",
+            "push {{r0, r1, r2, r3, r4, r5, r7}}",
+            "5:",
+            // the five sums from `out`, the rows' registers, `x` and its end
+            "ldm r1!, {{r3, r4, r5, r6, r7}}",
+            "str r1, [sp, #4]",
+            "mov r8, r3",
+            "mov r9, r4",
+            "mov r10, r5",
+            "mov r11, r6",
+            "mov r12, r7",
+            "ldr r7, [sp, #12]",
+            "adds r3, r2, r7",
+            "adds r4, r3, r7",
+            "adds r5, r4, r7",
+            "adds r6, r5, r7",
+            "ldr r7, [sp, #24]",
+            "mov lr, r7",
+            "ldr r0, [sp]",
+            "2:",
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            // (sixteen columns a step for 64 or 128)
+            ".if {wide}",
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            ".endif",
+            "lsls r7, r0, #{shift}",
+            "beq 3f",
+            "b 2b",
+            "3:",
+            "subs r2, #{back}",
+            "subs r3, #{back}",
+            "subs r4, #{back}",
+            "subs r5, #{back}",
+            "subs r6, #{back}",
+            "cmp r0, lr",
+            "beq 4f",
+            "b 2b",
+            "4:",
+            // the sums into `out`, the next pass's first row
+            "mov r1, r8",
+            "mov r2, r9",
+            "mov r3, r10",
+            "mov r4, r11",
+            "mov r5, r12",
+            "ldr r0, [sp, #4]",
+            "subs r0, #20",
+            "stm r0!, {{r1, r2, r3, r4, r5}}",
+            "ldr r2, [sp, #8]",
+            "ldr r3, [sp, #20]",
+            "adds r2, r2, r3",
+            "str r2, [sp, #8]",
+            "mov r1, r0",
+            "ldr r3, [sp, #16]",
+            "cmp r0, r3",
+            "beq 6f",
+            "b 5b",
+            "6:",
+            "add sp, #28",
+            "pop {{r6, r7}}",
+            inout("r0") xp => _,
+            inout("r1") range.start => _,
+            inout("r2") base => _,
+            inout("r3") stride => _,
+            inout("r4") range.end => _,
+            inout("r5") SWEEP_ROWS * stride => _,
+            out("r8") _,
+            out("r9") _,
+            out("r10") _,
+            out("r11") _,
+            out("r12") _,
+            out("lr") _,
+            words = const C / 4,
+            wide = const (C >= 64) as usize,
+            shift = const 32 - C.trailing_zeros(),
+            back = const C - 1,
+        );
+    }
+}
+
+/// [`sweep_passes`] for a chunk of `c` columns (32, 64 or 128).
+///
+/// # Safety
+/// As [`sweep_passes`]: each row must have `c` readable bytes.
+unsafe fn sweep_chunk_passes(c: usize, x: &SweepInput, first: *const i8, stride: usize, out: &mut [i32]) {
+    // SAFETY: the caller's.
+    unsafe {
+        match c {
+            128 => sweep_passes::<128>(x, first, stride, out),
+            64 => sweep_passes::<64>(x, first, stride, out),
+            _ => sweep_passes::<32>(x, first, stride, out),
+        }
+    }
+}
+
+/// [`row_sums_i8`]'s rows five a pass on Armv6-M ([`sweep_passes`], the input's columns up to
+/// the last multiple of 32 in chunks of up to [`SWEEP_COLS`], the rest in Rust): returns how
+/// many rows it summed ([`sweep_groups`] passes; 0 for fewer than 32 columns), the caller sums
+/// the rest.
+fn sweep_rows(values: &[i8], cols: usize, x: &[i8], sums: &mut [i32]) -> usize {
+    let n = x.len();
+    let body = n / 32 * 32;
+    let done = SWEEP_ROWS * sweep_groups(sums.len());
+    if body == 0 || done == 0 {
+        return 0;
+    }
+    let values = &values[..(done - 1) * cols + n];
+    let sums = &mut sums[..done];
+    sums.fill(0);
+    let mut input = SweepInput([0; SWEEP_COLS]);
+    let mut start = 0;
+    while start < body {
+        let c = sweep_chunk(body - start);
+        input.fill(&x[start..start + c]);
+        // SAFETY: row `k < done` has its `n ≥ start + c` bytes at `k · cols` in `values`
+        // (sliced just above).
+        unsafe { sweep_chunk_passes(c, &input, values[start..].as_ptr(), cols, sums) };
+        start += c;
+    }
+    if body < n {
+        for (r, sum) in sums.iter_mut().enumerate() {
+            *sum = dot_from(*sum, &values[r * cols + body..r * cols + n], &x[body..]);
+        }
+    }
+    done
+}
+
+/// [`key_sums_i8`]'s keys five a pass on Armv6-M (and off Arm, for the tests), as
+/// [`sweep_rows`]: the query's columns up to the last multiple of 32 unpacked in chunks of up
+/// to [`SWEEP_COLS`], the rest in Rust; returns how many keys it summed.
+fn sweep_keys(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) -> usize {
+    let body = d_head / 32 * 32;
+    let done = SWEEP_ROWS * sweep_groups(sums.len());
+    if body == 0 || done == 0 {
+        return 0;
+    }
+    let keys = &keys[..(done - 1) * stride + d_head];
+    let sums = &mut sums[..done];
+    sums.fill(0);
+    let mut input = SweepInput([0; SWEEP_COLS]);
+    let mut query = [0i16; SWEEP_COLS];
+    let mut start = 0;
+    while start < body {
+        let c = sweep_chunk(body - start);
+        let query = &mut query[..c];
+        unpack_query(words, start, query);
+        input.fill(query);
+        // SAFETY: key `t < done` has its `d_head ≥ start + c` bytes at `t · stride` in `keys`
+        // (sliced just above).
+        unsafe { sweep_chunk_passes(c, &input, keys[start..].as_ptr(), stride, sums) };
+        start += c;
+    }
+    if body < d_head {
+        let query = &mut query[..d_head - body];
+        unpack_query(words, body, query);
+        for (t, sum) in sums.iter_mut().enumerate() {
+            *sum = dot_from(*sum, &keys[t * stride + body..][..d_head - body], query);
+        }
+    }
+    done
+}
+
 /// Query values [`key_sums_i8`] unpacks at a time.
 const QUERY_CHUNK: usize = 64;
 
@@ -152,6 +460,12 @@ const QUERY_CHUNK: usize = 64;
 /// values at a time), then four keys a pass in assembly ([`four_keys`]), each query value
 /// loaded once for them; the last keys by the portable code. The same sums.
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
+    let done = if cfg!(all(target_arch = "arm", target_has_atomic = "ptr")) {
+        0
+    } else {
+        sweep_keys(keys, stride, d_head, words, sums)
+    };
+    let (keys, sums) = (keys.get(done * stride..).unwrap_or(&[]), &mut sums[done..]);
     let whole = sums.len() / ROWS * ROWS;
     let (blocks, rest) = sums.split_at_mut(whole);
     let mut query = [0i16; QUERY_CHUNK];
@@ -486,6 +800,11 @@ mod tests {
             (8, 0),
             (12, 256),
             (13, 512),
+            // (Armv6-M's five-row passes: chunks of 128, 64 and 32 columns, and the rest)
+            (24, 96),
+            (13, 200),
+            (10, 64),
+            (23, 289),
         ] {
             let values: Vec<i8> = (0..rows * cols).map(|_| rng.next_u64() as i8).collect();
             let xq: Vec<i8> = (0..cols).map(|_| (rng.next_u64() as i8).max(-127)).collect();
@@ -509,6 +828,10 @@ mod tests {
             (4, 3, 3),
             // (a query unpacked in two parts)
             (9, 80, 96),
+            // (Armv6-M's five-key passes)
+            (14, 32, 32),
+            (11, 100, 130),
+            (21, 224, 224),
         ] {
             let values: Vec<i8> = (0..keys * stride + d_head)
                 .map(|_| rng.next_u64() as i8)
