@@ -6,8 +6,8 @@
 //! Armv6-M, five rows a pass over an input widened to words in four sweeps (`sweep_passes`:
 //! `LDM`, then register-offset `LDRSB`, `MULS` and `ADD`), the rows left over four a pass),
 //! the int8 attention's key sums in assembly (five keys a pass on Armv6-M, as its rows; four
-//! on Armv7-M), and its value sums in Rust with eight value columns in registers (four on
-//! Armv6-M). Off Arm (the host's unit tests) the rows are Rust too. Integer sums, exact: the
+//! on Armv7-M), and its value sums with eight value columns in registers in Rust (four on
+//! Armv6-M, in assembly, two values a loop step). Off Arm (the host's unit tests) the rows are Rust too. Integer sums, exact: the
 //! portable kernels' bits.
 
 use crate::kernels::portable;
@@ -744,6 +744,91 @@ const VALUE_COLS: usize = if cfg!(all(target_arch = "arm", not(target_has_atomic
     8
 };
 
+/// One value of [`value_pairs`]: the weight by `LDM` (its pointer `r1` moving on by 4), the
+/// four columns' `LDRSB` (register offsets 0–3 in `r4`–`r7` from the value's start `r0`), `MULS`
+/// and `ADD` into `r9`–`r12`, then the next value (`r0` plus the stride, `r8`).
+#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+macro_rules! value_column {
+    () => {
+        concat!(
+            "ldm r1!, {{r2}}\n",
+            "ldrsb r3, [r0, r4]\n",
+            "muls r3, r2, r3\n",
+            "add r9, r3\n",
+            "ldrsb r3, [r0, r5]\n",
+            "muls r3, r2, r3\n",
+            "add r10, r3\n",
+            "ldrsb r3, [r0, r6]\n",
+            "muls r3, r2, r3\n",
+            "add r11, r3\n",
+            "ldrsb r3, [r0, r7]\n",
+            "muls r3, r2, r3\n",
+            "add r12, r3\n",
+            "add r0, r8\n",
+        )
+    };
+}
+
+/// `sums[c] += Σ_t weights[t] · value_t[c]` for the four columns `c` of the values from `at`
+/// (value `t` at `at + t · stride`), `weights` an even count (at least 2), on Armv6-M: two
+/// values a loop step, per value the weight's `LDM` and the stride's `ADD`, per column
+/// `LDRSB`, `MULS` and `ADD` (14 instructions for four multiply-accumulates); the sums in
+/// `r9`–`r12`, loaded and stored by `LDM` and `STM`, `r6` and `r7` pushed and popped.
+///
+/// # Safety
+/// Each of the `weights.len()` values must have four readable bytes.
+#[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+unsafe fn value_pairs(at: *const i8, stride: usize, weights: &[i32], sums: &mut [i32; VALUE_COLS]) {
+    let range = weights.as_ptr_range();
+    // SAFETY: the loop reads the weights from `range.start` to `range.end` (an even count, at
+    // least 2, so it ends there) and value `t`'s four bytes at `at + t · stride`; `sums` is
+    // read and written whole; `r6` and `r7` are pushed and popped.
+    unsafe {
+        core::arch::asm!(
+            "push {{r6, r7}}",
+            "mov r8, r3",
+            "mov lr, r4",
+            "push {{r2}}",
+            "ldm r2!, {{r3, r4, r5, r6}}",
+            "mov r9, r3",
+            "mov r10, r4",
+            "mov r11, r5",
+            "mov r12, r6",
+            "movs r4, #0",
+            "movs r5, #1",
+            "movs r6, #2",
+            "movs r7, #3",
+            "2:",
+            value_column!(),
+            value_column!(),
+            "cmp r1, lr",
+            "bne 2b",
+            "pop {{r2}}",
+            "mov r3, r9",
+            "mov r4, r10",
+            "mov r5, r11",
+            "mov r1, r12",
+            "str r3, [r2]",
+            "str r4, [r2, #4]",
+            "str r5, [r2, #8]",
+            "str r1, [r2, #12]",
+            "pop {{r6, r7}}",
+            inout("r0") at => _,
+            inout("r1") range.start => _,
+            inout("r2") sums.as_mut_ptr() => _,
+            inout("r3") stride => _,
+            inout("r4") range.end => _,
+            out("r5") _,
+            out("r8") _,
+            out("r9") _,
+            out("r10") _,
+            out("r11") _,
+            out("r12") _,
+            out("lr") _,
+        );
+    }
+}
+
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
 /// `values[t * stride..]` ([`portable::value_sums_i8`]): [`VALUE_COLS`] columns at a time, their
 /// sums in registers through every value, each weight loaded once for them, no bounds check
@@ -763,6 +848,17 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
         let mut sums = [0i32; VALUE_COLS];
         sums.copy_from_slice(out);
         let mut at = values[g * VALUE_COLS..].as_ptr();
+        // (Armv6-M: the values two at a time in assembly, the last of an odd count below)
+        #[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+        let weights = {
+            let pairs = n / 2 * 2;
+            if pairs > 0 {
+                // SAFETY: as below, for the first `pairs` values.
+                unsafe { value_pairs(at, stride, &weights[..pairs], &mut sums) };
+                at = at.wrapping_add(pairs * stride);
+            }
+            &weights[pairs..]
+        };
         for &w in weights {
             // SAFETY: value `t` (`t < n`) has `acc.len()` bytes from `t * stride` in `values`
             // (checked above), so columns `g · VALUE_COLS..(g + 1) · VALUE_COLS` are there; `at`
