@@ -2,7 +2,7 @@
 //! Cortex-M0, M0+): int8 rows several at a time, each input byte loaded once for them, in
 //! assembly (the firmware's `bench`, `int8_rows`: 2.25 instructions per multiply-accumulate on
 //! the M3, six rows a pass at immediate offsets with `LDRSB.W` and `MLA` for rows of 128, 256
-//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.41 on
+//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.39 on
 //! Armv6-M, five rows a pass over an input widened to words in four sweeps (`sweep_passes`:
 //! `LDM`, then register-offset `LDRSB`, `MULS` and `ADD`), the rows left over four a pass),
 //! the int8 attention's key sums in assembly (five keys a pass on Armv6-M, as its rows; four
@@ -247,10 +247,11 @@ macro_rules! sweep_column {
 /// with write-back, whose pointer is also the register offset of the five rows' `LDRSB` (each
 /// row's start minus the input's, less 4 and `C − 1` a sweep), so a column is the one `LDM`
 /// and per row `LDRSB`, `MULS` and `ADD`: 16 instructions for five multiply-accumulates,
-/// sixteen columns a loop step (eight for 32 columns; a sweep ends where the pointer's low
-/// `log2 C` bits are 0, `x` being aligned to 128 bytes). The low registers: the pointer, the
-/// input, the five rows, the product; the sums in `r8`–`r12`, loaded from `out` and stored
-/// back (`LDM`, `STM`); the pass's constants on the stack, `r6` and `r7` pushed and popped.
+/// 32 columns a loop step for 128 (16 for 64, eight for 32; a sweep ends where the pointer's
+/// low `log2 C` bits are 0, `x` being aligned to 128 bytes), the rows' registers moved back
+/// between sweeps. The low registers: the pointer, the input, the five rows, the product; the
+/// sums in `r8`–`r12`, loaded from `out` and stored back (`LDM`, `STM`); the pass's constants
+/// on the stack, `r6` and `r7` pushed and popped.
 ///
 /// # Safety
 /// Each row must have `C` readable bytes.
@@ -304,8 +305,27 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
             sweep_column!(),
             sweep_column!(),
             sweep_column!(),
-            // (sixteen columns a step for 64 or 128)
+            // (16 columns a step for 64 or 128)
             ".if {wide}",
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            ".endif",
+            // (32 for 128)
+            ".if {widest}",
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
+            sweep_column!(),
             sweep_column!(),
             sweep_column!(),
             sweep_column!(),
@@ -319,13 +339,13 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
             "beq 3f",
             "b 2b",
             "3:",
+            "cmp r0, lr",
+            "beq 4f",
             "subs r2, #{back}",
             "subs r3, #{back}",
             "subs r4, #{back}",
             "subs r5, #{back}",
             "subs r6, #{back}",
-            "cmp r0, lr",
-            "beq 4f",
             "b 2b",
             "4:",
             // the sums into `out`, the next pass's first row
@@ -363,6 +383,7 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
             out("lr") _,
             words = const C / 4,
             wide = const (C >= 64) as usize,
+            widest = const (C >= 128) as usize,
             shift = const 32 - C.trailing_zeros(),
             back = const C - 1,
         );
