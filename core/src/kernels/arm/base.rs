@@ -2,13 +2,13 @@
 //! Cortex-M0, M0+): int8 rows several at a time, each input byte loaded once for them, in
 //! assembly (the firmware's `bench`, `int8_rows`: 2.25 instructions per multiply-accumulate on
 //! the M3, six rows a pass at immediate offsets with `LDRSB.W` and `MLA` for rows of 128, 256
-//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.39 on
+//! or 512 columns (`six_rows`), four with post-increment `LDRSB` for other widths; 3.38 on
 //! Armv6-M, five rows a pass over an input widened to words in four sweeps (`sweep_passes`:
 //! `LDM`, then register-offset `LDRSB`, `MULS` and `ADD`), the rows left over four a pass),
 //! the int8 attention's key sums in assembly (five keys a pass on Armv6-M, as its rows; four
 //! on Armv7-M), and its value sums with eight value columns in registers in Rust (four on
-//! Armv6-M, in assembly, two values a loop step). Off Arm (the host's unit tests) the rows are Rust too. Integer sums, exact: the
-//! portable kernels' bits.
+//! Armv6-M, in assembly, two values a loop step). Off Arm (the host's unit tests) the rows are
+//! Rust too. Integer sums, exact: the portable kernels' bits.
 
 use crate::kernels::portable;
 
@@ -186,7 +186,7 @@ fn sweep_groups(rows: usize) -> usize {
 }
 
 /// The chunk of columns [`sweep_passes`] takes from `left` (a multiple of 32): 128, 64 or 32.
-fn sweep_chunk(left: usize) -> usize {
+fn sweep_cols(left: usize) -> usize {
     if left >= 128 {
         128
     } else if left >= 64 {
@@ -196,14 +196,19 @@ fn sweep_chunk(left: usize) -> usize {
     }
 }
 
-/// `out[k] += row_k[..C] · x` for the rows `k < out.len()` (a multiple of [`SWEEP_ROWS`]), row
-/// `k` at `first + k · stride`, `x` the `C` columns in sweep order ([`SweepInput`]): in Rust off
+/// `out[k] += row_k[..C] · x` for the rows `k < out.len()` (a multiple of `R`, 4 or 5), row `k`
+/// at `first + k · stride`, `x` the `C` columns in sweep order ([`SweepInput`]): in Rust off
 /// Armv6-M (never run on Armv7-M, which has [`six_rows`]).
 ///
 /// # Safety
 /// Each row must have `C` readable bytes.
 #[cfg(not(all(target_arch = "arm", not(target_has_atomic = "ptr"))))]
-unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride: usize, out: &mut [i32]) {
+unsafe fn sweep_passes<const C: usize, const R: usize>(
+    x: &SweepInput,
+    first: *const i8,
+    stride: usize,
+    out: &mut [i32],
+) {
     for (k, a) in out.iter_mut().enumerate() {
         // SAFETY: the caller's: `C` bytes from row `k`'s start.
         let row = unsafe { core::slice::from_raw_parts(first.wrapping_add(k * stride), C) };
@@ -214,8 +219,8 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
 }
 
 /// One column of [`sweep_passes`]: the input word by `LDM` (its pointer `r0` moving on by 4,
-/// which moves the five rows' addresses `r2`–`r6` + `r0` on too), then the five rows' `LDRSB`,
-/// `MULS` and `ADD` into `r8`–`r12`.
+/// which moves the rows' addresses `r2`–`r6` + `r0` on too), then the rows' `LDRSB`, `MULS` and
+/// `ADD` into `r8`–`r12` (the fifth where `{five}`).
 #[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
 macro_rules! sweep_column {
     () => {
@@ -233,16 +238,18 @@ macro_rules! sweep_column {
             "ldrsb r7, [r5, r0]\n",
             "muls r7, r1, r7\n",
             "add r11, r7\n",
+            ".if {five}\n",
             "ldrsb r7, [r6, r0]\n",
             "muls r7, r1, r7\n",
             "add r12, r7\n",
+            ".endif\n",
         )
     };
 }
 
-/// `out[k] += row_k[..C] · x` on Armv6-M for the rows `k < out.len()` (a multiple of
-/// [`SWEEP_ROWS`], at least one pass), row `k` at `first + k · stride`, `x` the `C` columns
-/// (32, 64 or 128) in sweep order ([`SweepInput`]), five rows a pass, all in assembly. A pass
+/// `out[k] += row_k[..C] · x` on Armv6-M for the rows `k < out.len()` (a multiple of `R`, 4 or
+/// 5, at least one pass), row `k` at `first + k · stride`, `x` the `C` columns (32, 64 or 128)
+/// in sweep order ([`SweepInput`]), `R` rows a pass, all in assembly. A pass
 /// takes four sweeps, sweep `m` over columns `m, m + 4, …`: the input's words loaded by `LDM`
 /// with write-back, whose pointer is also the register offset of the five rows' `LDRSB` (each
 /// row's start minus the input's, less 4 and `C − 1` a sweep), so a column is the one `LDM`
@@ -256,10 +263,15 @@ macro_rules! sweep_column {
 /// # Safety
 /// Each row must have `C` readable bytes.
 #[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
-unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride: usize, out: &mut [i32]) {
-    const { assert!(C == 32 || C == 64 || C == 128) };
+unsafe fn sweep_passes<const C: usize, const R: usize>(
+    x: &SweepInput,
+    first: *const i8,
+    stride: usize,
+    out: &mut [i32],
+) {
+    const { assert!((C == 32 || C == 64 || C == 128) && (R == 4 || R == 5)) };
     let xp = x.0.as_ptr();
-    let out = out.as_chunks_mut::<SWEEP_ROWS>().0;
+    let out = out.as_chunks_mut::<R>().0;
     if out.is_empty() {
         return;
     }
@@ -281,18 +293,26 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
             "push {{r0, r1, r2, r3, r4, r5, r7}}",
             "5:",
             // the five sums from `out`, the rows' registers, `x` and its end
+            ".if {five}",
             "ldm r1!, {{r3, r4, r5, r6, r7}}",
+            ".else",
+            "ldm r1!, {{r3, r4, r5, r6}}",
+            ".endif",
             "str r1, [sp, #4]",
             "mov r8, r3",
             "mov r9, r4",
             "mov r10, r5",
             "mov r11, r6",
+            ".if {five}",
             "mov r12, r7",
+            ".endif",
             "ldr r7, [sp, #12]",
             "adds r3, r2, r7",
             "adds r4, r3, r7",
             "adds r5, r4, r7",
+            ".if {five}",
             "adds r6, r5, r7",
+            ".endif",
             "ldr r7, [sp, #24]",
             "mov lr, r7",
             "ldr r0, [sp]",
@@ -345,7 +365,9 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
             "subs r3, #{back}",
             "subs r4, #{back}",
             "subs r5, #{back}",
+            ".if {five}",
             "subs r6, #{back}",
+            ".endif",
             "b 2b",
             "4:",
             // the sums into `out`, the next pass's first row
@@ -353,10 +375,14 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
             "mov r2, r9",
             "mov r3, r10",
             "mov r4, r11",
-            "mov r5, r12",
             "ldr r0, [sp, #4]",
-            "subs r0, #20",
+            "subs r0, #{bytes}",
+            ".if {five}",
+            "mov r5, r12",
             "stm r0!, {{r1, r2, r3, r4, r5}}",
+            ".else",
+            "stm r0!, {{r1, r2, r3, r4}}",
+            ".endif",
             "ldr r2, [sp, #8]",
             "ldr r3, [sp, #20]",
             "adds r2, r2, r3",
@@ -374,7 +400,7 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
             inout("r2") base => _,
             inout("r3") stride => _,
             inout("r4") range.end => _,
-            inout("r5") SWEEP_ROWS * stride => _,
+            inout("r5") R * stride => _,
             out("r8") _,
             out("r9") _,
             out("r10") _,
@@ -382,6 +408,8 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
             out("r12") _,
             out("lr") _,
             words = const C / 4,
+            five = const (R == 5) as usize,
+            bytes = const 4 * R,
             wide = const (C >= 64) as usize,
             widest = const (C >= 128) as usize,
             shift = const 32 - C.trailing_zeros(),
@@ -394,25 +422,57 @@ unsafe fn sweep_passes<const C: usize>(x: &SweepInput, first: *const i8, stride:
 ///
 /// # Safety
 /// As [`sweep_passes`]: each row must have `c` readable bytes.
-unsafe fn sweep_chunk_passes(c: usize, x: &SweepInput, first: *const i8, stride: usize, out: &mut [i32]) {
+unsafe fn sweep_chunk_passes<const R: usize>(
+    c: usize,
+    x: &SweepInput,
+    first: *const i8,
+    stride: usize,
+    out: &mut [i32],
+) {
     // SAFETY: the caller's.
     unsafe {
         match c {
-            128 => sweep_passes::<128>(x, first, stride, out),
-            64 => sweep_passes::<64>(x, first, stride, out),
-            _ => sweep_passes::<32>(x, first, stride, out),
+            128 => sweep_passes::<128, R>(x, first, stride, out),
+            64 => sweep_passes::<64, R>(x, first, stride, out),
+            _ => sweep_passes::<32, R>(x, first, stride, out),
+        }
+    }
+}
+
+/// [`sweep_passes`] for the first `five` rows (a multiple of 5) five a pass and the rest of
+/// `out` (a multiple of 4) four a pass.
+///
+/// # Safety
+/// As [`sweep_passes`]: each row must have `c` readable bytes.
+unsafe fn sweep_chunk(
+    c: usize,
+    x: &SweepInput,
+    first: *const i8,
+    stride: usize,
+    out: &mut [i32],
+    five: usize,
+) {
+    let (out5, out4) = out.split_at_mut(five);
+    // SAFETY: the caller's.
+    unsafe {
+        if !out5.is_empty() {
+            sweep_chunk_passes::<SWEEP_ROWS>(c, x, first, stride, out5);
+        }
+        if !out4.is_empty() {
+            sweep_chunk_passes::<4>(c, x, first.wrapping_add(five * stride), stride, out4);
         }
     }
 }
 
 /// [`row_sums_i8`]'s rows five a pass on Armv6-M ([`sweep_passes`], the input's columns up to
 /// the last multiple of 32 in chunks of up to [`SWEEP_COLS`], the rest in Rust): returns how
-/// many rows it summed ([`sweep_groups`] passes; 0 for fewer than 32 columns), the caller sums
-/// the rest.
+/// many rows it summed ([`sweep_groups`] passes, then four rows a pass; 0 for fewer than 32
+/// columns), the caller sums the rest.
 fn sweep_rows(values: &[i8], cols: usize, x: &[i8], sums: &mut [i32]) -> usize {
     let n = x.len();
     let body = n / 32 * 32;
-    let done = SWEEP_ROWS * sweep_groups(sums.len());
+    let five = SWEEP_ROWS * sweep_groups(sums.len());
+    let done = five + (sums.len() - five) / 4 * 4;
     if body == 0 || done == 0 {
         return 0;
     }
@@ -422,11 +482,11 @@ fn sweep_rows(values: &[i8], cols: usize, x: &[i8], sums: &mut [i32]) -> usize {
     let mut input = SweepInput([0; SWEEP_COLS]);
     let mut start = 0;
     while start < body {
-        let c = sweep_chunk(body - start);
+        let c = sweep_cols(body - start);
         input.fill(&x[start..start + c]);
         // SAFETY: row `k < done` has its `n ≥ start + c` bytes at `k · cols` in `values`
         // (sliced just above).
-        unsafe { sweep_chunk_passes(c, &input, values[start..].as_ptr(), cols, sums) };
+        unsafe { sweep_chunk(c, &input, values[start..].as_ptr(), cols, sums, five) };
         start += c;
     }
     if body < n {
@@ -442,7 +502,8 @@ fn sweep_rows(values: &[i8], cols: usize, x: &[i8], sums: &mut [i32]) -> usize {
 /// to [`SWEEP_COLS`], the rest in Rust; returns how many keys it summed.
 fn sweep_keys(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) -> usize {
     let body = d_head / 32 * 32;
-    let done = SWEEP_ROWS * sweep_groups(sums.len());
+    let five = SWEEP_ROWS * sweep_groups(sums.len());
+    let done = five + (sums.len() - five) / 4 * 4;
     if body == 0 || done == 0 {
         return 0;
     }
@@ -453,13 +514,13 @@ fn sweep_keys(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &m
     let mut query = [0i16; SWEEP_COLS];
     let mut start = 0;
     while start < body {
-        let c = sweep_chunk(body - start);
+        let c = sweep_cols(body - start);
         let query = &mut query[..c];
         unpack_query(words, start, query);
         input.fill(query);
         // SAFETY: key `t < done` has its `d_head ≥ start + c` bytes at `t · stride` in `keys`
         // (sliced just above).
-        unsafe { sweep_chunk_passes(c, &input, keys[start..].as_ptr(), stride, sums) };
+        unsafe { sweep_chunk(c, &input, keys[start..].as_ptr(), stride, sums, five) };
         start += c;
     }
     if body < d_head {
