@@ -355,10 +355,13 @@ unsafe fn sweep_passes<const C: usize, const R: usize>(
             sweep_column!(),
             sweep_column!(),
             ".endif",
+            // (a sweep of 32 columns is one step)
+            ".if {wide}",
             "lsls r7, r0, #{shift}",
             "beq 3f",
             "b 2b",
             "3:",
+            ".endif",
             "cmp r0, lr",
             "beq 4f",
             "subs r2, #{back}",
