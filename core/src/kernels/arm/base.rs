@@ -231,6 +231,51 @@ fn fill_i8(input: &mut SweepInput, x: &[i8]) {
     input.fill(x);
 }
 
+/// Query columns `start..start + c` (`start` a multiple of 4, `c` 32, 64 or 128) from `words`
+/// ([`unpack_query`]'s layout) into sweep order: on Armv6-M, where the words are there, in
+/// assembly (two words by `LDM`, their halves sign-extended by `SXTH` and `ASRS`: 3 instructions
+/// a column), else unpacked through `query`.
+fn fill_query(input: &mut SweepInput, words: &[u32], start: usize, query: &mut [i16]) {
+    #[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
+    if let Some(pairs) = words.get(start / 2..start / 2 + query.len() / 2) {
+        let range = pairs.as_ptr_range();
+        let sweep = query.len(); // (a sweep's words as bytes)
+                                 // SAFETY: `LDM` reads `pairs` (two words a step, `query.len() / 2` words: a multiple of
+                                 // 2) until `range.end`; column `4k + m` is stored at word `m · query.len() / 4 + k` of
+                                 // `input` (128 words, `query.len() ≤ 128`); `r6` and `r7` are pushed and popped.
+        unsafe {
+            core::arch::asm!(
+                "push {{r6, r7}}",
+                "mov lr, r1",
+                "2:",
+                "ldm r0!, {{r6, r7}}",
+                "sxth r1, r6",
+                "str r1, [r2]",
+                "sxth r1, r7",
+                "str r1, [r2, r3]",
+                "asrs r1, r6, #16",
+                "str r1, [r2, r4]",
+                "asrs r1, r7, #16",
+                "str r1, [r2, r5]",
+                "adds r2, #4",
+                "cmp r0, lr",
+                "bne 2b",
+                "pop {{r6, r7}}",
+                inout("r0") range.start => _,
+                inout("r1") range.end => _,
+                inout("r2") input.0.as_mut_ptr() => _,
+                inout("r3") sweep => _,
+                inout("r4") 2 * sweep => _,
+                inout("r5") 3 * sweep => _,
+                out("lr") _,
+            );
+        }
+        return;
+    }
+    unpack_query(words, start, query);
+    input.fill(query);
+}
+
 /// Groups of [`SWEEP_ROWS`] rows [`sweep_passes`] takes of `rows` rows: as many as leave a
 /// multiple of four rows (for the four-row passes after them) where that can be.
 fn sweep_groups(rows: usize) -> usize {
@@ -575,9 +620,7 @@ fn sweep_keys(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &m
     let mut start = 0;
     while start < body {
         let c = sweep_cols(body - start);
-        let query = &mut query[..c];
-        unpack_query(words, start, query);
-        input.fill(query);
+        fill_query(&mut input, words, start, &mut query[..c]);
         // SAFETY: key `t < done` has its `d_head ≥ start + c` bytes at `t · stride` in `keys`
         // (sliced just above).
         unsafe { sweep_chunk(c, &input, keys[start..].as_ptr(), stride, sums, five) };
