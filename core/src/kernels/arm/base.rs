@@ -385,7 +385,8 @@ unsafe fn sweep_passes<const C: usize, const R: usize>(
     // `row + 4k + m` (the row's register `row − xp − 4 − m(C − 1)` plus the pointer
     // `xp + mC + 4k + 4`); the stack: `[sp]` `x`, `[sp, #4]` the next pass's sums, `[sp, #8]`
     // its first row's register, `[sp, #12]` the stride, `[sp, #16]` the end of `out`,
-    // `[sp, #20]` five strides, `[sp, #24]` the end of `x`; popped at the end with `r6`, `r7`.
+    // `[sp, #20]` `R` strides, `[sp, #24]` the end of `x` (also in `lr`); popped at the end
+    // with `r6`, `r7`.
     unsafe {
         core::arch::asm!(
             "push {{r6, r7}}",
@@ -393,6 +394,7 @@ unsafe fn sweep_passes<const C: usize, const R: usize>(
             "lsls r7, r7, #4",
             "add r7, r0",
             "push {{r0, r1, r2, r3, r4, r5, r7}}",
+            "mov lr, r7",
             "5:",
             // the five sums from `out`, the rows' registers, `x` and its end
             ".if {five}",
@@ -415,8 +417,6 @@ unsafe fn sweep_passes<const C: usize, const R: usize>(
             ".if {five}",
             "adds r6, r5, r7",
             ".endif",
-            "ldr r7, [sp, #24]",
-            "mov lr, r7",
             "ldr r0, [sp]",
             "2:",
             sweep_column!(),
