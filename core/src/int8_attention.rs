@@ -162,7 +162,7 @@ impl<'a> ProbabilityWords<'a> {
     }
 
     /// The rest of [`ProbabilityWords::quantize_in_place`], the weights' magnitudes added up.
-    fn with_magnitudes(w: &'a mut [f32], Magnitudes { max, sum }: Magnitudes) -> Option<Self> {
+    pub(crate) fn with_magnitudes(w: &'a mut [f32], Magnitudes { max, sum }: Magnitudes) -> Option<Self> {
         // rounding adds at most half a step per key
         let room = SUM_LIMIT - 0.5 * w.len() as f32;
         if !max.is_finite() || !sum.is_finite() || room <= 0.0 {
