@@ -69,27 +69,26 @@ impl<'a> QueryWords<'a> {
     }
 }
 
-/// The largest `|v|`, or NaN if any `v` is NaN: eight running maxima side by side (the
-/// largest of a set is the same whatever the order), and apart from them whether there was a
-/// NaN, so the compiler can vectorise the loop.
+/// The largest `|v|`, or NaN if any `v` is NaN: from the bits of each `|v|` as integers, which
+/// order as the magnitudes do (a NaN's above infinity's), eight running maxima side by side
+/// (the largest of a set is the same whatever the order).
 fn largest_magnitude(values: &[f32]) -> f32 {
-    let larger = |m: f32, a: f32| if a > m { a } else { m };
-    let (mut lanes, mut nan) = ([0.0f32; 8], false);
+    let magnitude = |v: &f32| v.to_bits() & 0x7fff_ffff;
+    let mut lanes = [0u32; 8];
     let (eights, rest) = values.as_chunks::<8>();
     for eight in eights {
         for (lane, v) in lanes.iter_mut().zip(eight) {
-            *lane = larger(*lane, v.abs());
-            nan |= v.is_nan();
+            *lane = (*lane).max(magnitude(v));
         }
     }
     for v in rest {
-        lanes[0] = larger(lanes[0], v.abs());
-        nan |= v.is_nan();
+        lanes[0] = lanes[0].max(magnitude(v));
     }
-    if nan {
+    let largest = lanes.into_iter().fold(0, u32::max);
+    if largest > f32::INFINITY.to_bits() {
         f32::NAN
     } else {
-        lanes.into_iter().fold(0.0, larger)
+        f32::from_bits(largest)
     }
 }
 

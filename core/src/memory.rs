@@ -54,9 +54,18 @@ impl Store<'_> {
                 for (head, chunk) in row.chunks_exact(d_head).enumerate() {
                     let start = at + head * d_head;
                     let out = &mut values[start..start + d_head];
-                    // with Helium four values an instruction (the same bits); elsewhere the
-                    // portable code inline
-                    scales[start / d_head] = if cfg!(feature = "cortex-m-mve") {
+                    // with Helium four values an instruction, with the FPU of the other
+                    // `cortex-m-dsp` cores four a pass (the same bits); elsewhere the portable
+                    // code inline
+                    let kernel = cfg!(any(
+                        feature = "cortex-m-mve",
+                        all(
+                            feature = "cortex-m-dsp",
+                            feature = "cortex-m-large-kernels",
+                            target_abi = "eabihf"
+                        )
+                    ));
+                    scales[start / d_head] = if kernel {
                         kernels::quantize_i8(chunk, None, out)
                     } else {
                         let max_abs = kernels::portable::largest_magnitude(chunk);
@@ -845,14 +854,20 @@ impl<'a> Memory<'a> {
         };
         let (d_head, width) = (self.d_head, self.width);
         let heads = width / d_head;
-        // the weights p_t · scale_t and their magnitudes, in the keys' order
+        // the weights p_t · scale_t and their magnitudes, in the keys' order (the largest
+        // without `Magnitudes::add`'s NaN: a NaN weight makes the sum NaN, which is refused
+        // the same)
         let mut magnitudes = kernels::Magnitudes::default();
         for (at, slot, len, _) in keys.pieces_from() {
             let first = (layer * self.capacity + slot) * heads + head;
             let value_scales = &scales[first..first + (len - 1) * heads + 1];
             for (k, w) in e[at..at + len].iter_mut().enumerate() {
                 *w = *w * inverse * value_scales[k * heads];
-                magnitudes.add(*w);
+                let magnitude = w.abs();
+                if magnitude > magnitudes.max {
+                    magnitudes.max = magnitude;
+                }
+                magnitudes.sum += magnitude;
             }
         }
         let e = &mut e[..keys.count];
