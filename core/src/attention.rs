@@ -89,7 +89,12 @@ pub(crate) fn attend_one(
 ) {
     let scale = (1.0 / libm::sqrt(shape.d_head as f64)) as f32;
     let klen = shape.mlen + shape.qlen;
-    out.fill(0.0);
+    // int8 memory writes each head's sums (as if added to zeros), and fills a head whose keys
+    // are all masked itself
+    let int8 = memory.is_int8();
+    if !int8 {
+        out.fill(0.0);
+    }
     for head in 0..shape.n_head {
         let h = head * shape.d_head..(head + 1) * shape.d_head;
         let (lo, hi) = match shape.visible_keys(i) {
@@ -98,6 +103,9 @@ pub(crate) fn attend_one(
                 // Every key masked: the reference fills all scores with the same constant,
                 // so its softmax is uniform over all `klen` keys. Reproduce that.
                 let weight = 1.0 / klen as f32;
+                if int8 {
+                    out[h.clone()].fill(0.0);
+                }
                 for j in 0..klen {
                     memory.add_value(layer, j, head, weight, &mut out[h.clone()]);
                 }
@@ -112,7 +120,7 @@ pub(crate) fn attend_one(
         let position_terms = &mut position_terms[..=hi - lo];
         let query_pos = &query_pos[h.clone()];
         positions.start_head(head, query_pos);
-        if memory.is_int8() {
+        if int8 {
             let keys = memory.ring_keys(lo, hi + 1 - lo);
             let nearest = shape.mlen + i - hi;
             let (scores, terms) = (&mut scores[..], &mut position_terms[..]);

@@ -837,10 +837,11 @@ impl<'a> Memory<'a> {
         add_position_terms(keys, terms, scale, content, out)
     }
 
-    /// `out_head += Σ_t p_t · value_t` of head `head` over the keys of `keys`, `p_t = e_t ·
+    /// `out_head = Σ_t p_t · value_t` of head `head` over the keys of `keys`, `p_t = e_t ·
     /// inverse` with `e` laid out as [`RingKeys`] says (overwritten): the bits of
-    /// [`Memory::add_values`] over int8 values given the probabilities `e_t · inverse`, with one
-    /// kernel call for the whole ring where the keys are all of it. Int8 values only.
+    /// [`Memory::add_values`] over int8 values into zeros given the probabilities `e_t ·
+    /// inverse`, with one kernel call for the whole ring where the keys are all of it. Int8
+    /// values only (others leave `out_head` as it is).
     pub(crate) fn add_values_ring_int8(
         &self,
         (layer, head): (usize, usize),
@@ -883,7 +884,7 @@ impl<'a> Memory<'a> {
             kernels::value_sums_i8(rows, width, &weights.weights[at..at + len], acc);
         }
         for (o, &sum) in out_head.iter_mut().zip(acc.iter()) {
-            *o += sum as f32 * weights.step;
+            *o = 0.0 + sum as f32 * weights.step; // (a -0.0 product gives 0.0, as added to zero)
         }
     }
 
