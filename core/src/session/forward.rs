@@ -99,9 +99,13 @@ impl Session<'_, '_> {
         self.attention_output((layer, w), shape.qlen, probe);
     }
 
-    /// The attention input `x = LayerNorm(h)` (pre-LN) or `x = h`, into `attn_input`.
+    /// The attention input `x = LayerNorm(h)` with pre-LN, into `attn_input`; otherwise `x = h`
+    /// is read where it is ([`Session::project_qkv`]).
     fn attention_input(&mut self, w: &LayerWeights<'_>, qlen: usize) {
         let config = self.model.config();
+        if !config.pre_lnorm {
+            return;
+        }
         let d_model = config.d_model as usize;
         let s = &mut self.state;
         let hidden = &s.hidden[..qlen * d_model];
@@ -110,18 +114,15 @@ impl Session<'_, '_> {
             .chunks_exact(d_model)
             .zip(attn_input.chunks_exact_mut(d_model))
         {
-            if config.pre_lnorm {
-                let eps = config.layer_norm_epsilon;
-                vector::layer_norm(h, w.attn_norm_weight, w.attn_norm_bias, eps, x);
-            } else {
-                x.copy_from_slice(h);
-            }
+            let eps = config.layer_norm_epsilon;
+            vector::layer_norm(h, w.attn_norm_weight, w.attn_norm_bias, eps, x);
         }
     }
 
-    /// `q, k, v = W_qkv x` for each position `i`: `q` into `queries`, `k` and `v` into the
-    /// memory ring at position `mlen + i`, after the remembered ones. The positions go
-    /// `per_pass` at a time, which read the weights once.
+    /// `q, k, v = W_qkv x` for each position `i` (`x` the attention input: `attn_input` with
+    /// pre-LN, else `hidden`): `q` into `queries`, `k` and `v` into the memory ring at position
+    /// `mlen + i`, after the remembered ones. The positions go `per_pass` at a time, which read
+    /// the weights once.
     fn project_qkv(
         &mut self,
         (layer, w): (usize, &LayerWeights<'_>),
@@ -130,12 +131,14 @@ impl Session<'_, '_> {
     ) {
         let d_model = self.model.config().d_model as usize;
         let width = self.model.config().qkv_width() as usize; // n_head * d_head
+        let pre_lnorm = self.model.config().pre_lnorm;
         let qkv = w.qkv;
         let s = &mut self.state;
         let mut i = 0;
         while i < shape.qlen {
             let count = self.per_pass.min(shape.qlen - i);
-            let inputs = &s.attn_input[i * d_model..(i + count) * d_model];
+            let input = if pre_lnorm { &s.attn_input } else { &s.hidden };
+            let inputs = &input[i * d_model..(i + count) * d_model];
             for x in inputs.chunks_exact(d_model) {
                 probe.linear_input(layer, Linear::Qkv, x);
             }
