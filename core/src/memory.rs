@@ -801,6 +801,7 @@ impl<'a> Memory<'a> {
     /// [`kernels::max`] finds it: the bits of [`Memory::key_dots`] over int8 keys and the sums
     /// `crate::attention::attend_one` makes of them, with one kernel call for the whole ring
     /// where the keys are all of it. `scratch` as [`Memory::key_dots`]. Int8 keys only.
+    #[inline(never)]
     pub(crate) fn scores_int8(
         &self,
         (layer, head): (usize, usize),
@@ -821,7 +822,8 @@ impl<'a> Memory<'a> {
                     *o = self.key_dot(layer, keys.lo + t0 + t, head, query_head);
                 }
             }
-            return add_position_terms(keys, terms, scale, |_, content| content, out);
+            let rows = (&scales[layer * self.capacity * heads..], heads);
+            return add_position_terms(keys, (terms, scale), rows, |content, _| content, out);
         };
         for (at, slot, len) in self.ring_blocks(keys) {
             let first = (layer * self.capacity + slot) * width + head * d_head;
@@ -829,12 +831,12 @@ impl<'a> Memory<'a> {
             let sums = bytemuck::cast_slice_mut(&mut out[at..at + len]);
             kernels::key_sums_i8(rows, width, d_head, query.words, sums);
         }
-        let base = layer * self.capacity * heads + head;
-        let content = |slot: usize, sum: f32| {
+        let content = |sum: f32, row: &[f32]| {
             let sum = sum.to_bits() as i32;
-            sum as f32 * query.step * scales[base + slot * heads]
+            sum as f32 * query.step * row[head]
         };
-        add_position_terms(keys, terms, scale, content, out)
+        let rows = (&scales[layer * self.capacity * heads..], heads);
+        add_position_terms(keys, (terms, scale), rows, content, out)
     }
 
     /// `out_head = Σ_t p_t · value_t` of head `head` over the keys of `keys`, `p_t = e_t ·
@@ -842,6 +844,7 @@ impl<'a> Memory<'a> {
     /// [`Memory::add_values`] over int8 values into zeros given the probabilities `e_t ·
     /// inverse`, with one kernel call for the whole ring where the keys are all of it. Int8
     /// values only (others leave `out_head` as it is).
+    #[inline(never)]
     pub(crate) fn add_values_ring_int8(
         &self,
         (layer, head): (usize, usize),
@@ -860,10 +863,10 @@ impl<'a> Memory<'a> {
         // the same)
         let mut magnitudes = kernels::Magnitudes::default();
         for (at, slot, len, _) in keys.pieces_from() {
-            let first = (layer * self.capacity + slot) * heads + head;
-            let value_scales = &scales[first..first + (len - 1) * heads + 1];
-            for (k, w) in e[at..at + len].iter_mut().enumerate() {
-                *w = *w * inverse * value_scales[k * heads];
+            let first = (layer * self.capacity + slot) * heads;
+            let rows = scales[first..first + len * heads].chunks_exact(heads);
+            for (w, row) in e[at..at + len].iter_mut().zip(rows) {
+                *w = *w * inverse * row[head];
                 let magnitude = w.abs();
                 if magnitude > magnitudes.max {
                     magnitudes.max = magnitude;
@@ -1006,16 +1009,17 @@ impl<'a> Memory<'a> {
     }
 }
 
-/// `out[i] = (content(slot, out[i]) + term) * scale` for each key of `keys` (laid out as
-/// [`RingKeys`] says; `slot` its ring slot in the layer), key `t` of `n` taking
-/// `terms[min(n - 1 - t, m - 1)]` (`m = terms.len()`), and the largest score as [`kernels::max`]
-/// finds it (`-inf` when there is none; which of two zeros is the same to the softmax).
+/// `out[i] = (content(out[i], row) + term) * scale` for each key of `keys` (laid out as
+/// [`RingKeys`] says; `row` the `heads` scales of its ring slot in `rows`, a layer's), key `t`
+/// of `n` taking `terms[min(n - 1 - t, m - 1)]` (`m = terms.len()`), and the largest score as
+/// [`kernels::max`] finds it (`-inf` when there is none; which of two zeros is the same to the
+/// softmax).
 #[inline(always)]
 fn add_position_terms(
     keys: &RingKeys,
-    terms: &[f32],
-    scale: f32,
-    content: impl Fn(usize, f32) -> f32,
+    (terms, scale): (&[f32], f32),
+    (rows, heads): (&[f32], usize),
+    content: impl Fn(f32, &[f32]) -> f32,
     out: &mut [f32],
 ) -> f32 {
     let (n, m) = (keys.count, terms.len());
@@ -1023,8 +1027,8 @@ fn add_position_terms(
     let Some(&farthest) = terms.last() else {
         return max;
     };
-    let mut score = |slot: usize, o: &mut f32, term: f32| {
-        *o = (content(slot, *o) + term) * scale;
+    let mut score = |o: &mut f32, row: &[f32], term: f32| {
+        *o = (content(*o, row) + term) * scale;
         if *o > max {
             max = *o;
         }
@@ -1033,10 +1037,11 @@ fn add_position_terms(
     let far_end = n + 1 - m;
     for (at, slot, len, t0) in keys.pieces_from() {
         let out = &mut out[at..at + len];
+        let mut rows = rows[slot * heads..(slot + len) * heads].chunks_exact(heads);
         let far = far_end.saturating_sub(t0).min(len);
         let (far_out, near_out) = out.split_at_mut(far);
-        for (k, o) in far_out.iter_mut().enumerate() {
-            score(slot + k, o, farthest);
+        for (o, row) in far_out.iter_mut().zip(rows.by_ref()) {
+            score(o, row, farthest);
         }
         // key t0 + far + k takes term n - 1 - t0 - far - k (all below m - 1)
         let near = near_out.len();
@@ -1045,8 +1050,8 @@ fn add_position_terms(
         }
         let top = n - t0 - far;
         let near_terms = terms[top - near..top].iter().rev();
-        for (k, (o, &term)) in near_out.iter_mut().zip(near_terms).enumerate() {
-            score(slot + far + k, o, term);
+        for ((o, &term), row) in near_out.iter_mut().zip(near_terms).zip(rows) {
+            score(o, row, term);
         }
     }
     max
