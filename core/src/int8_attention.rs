@@ -106,8 +106,16 @@ fn usable_steps(step: f32, inverse: f32) -> (f32, f32) {
 /// `y` rounded to the nearest integer, halves away from zero, within the 16-bit range (`|y|`
 /// is at most `HALF_MAX` and a rounding error by construction; the clamp keeps any input safe).
 /// The same bits on every target, which is what matters here.
+#[allow(clippy::manual_clamp)] // `f32::clamp` compares (it keeps a NaN): no VMAXNM/VMINNM
 fn round(y: f32) -> i32 {
-    ((y + 0.5f32.copysign(y)) as i32).clamp(-(HALF_MAX as i32), HALF_MAX as i32)
+    let v = y + 0.5f32.copysign(y);
+    if cfg!(feature = "cortex-m-mve") {
+        // the clamp in f32 first, with the FPU's VMAXNM and VMINNM (Armv8.1-M): the same
+        // integers for every `y` but NaN (-32767 instead of 0), and `y` is never NaN here (the
+        // callers quantize finite values by a finite inverse)
+        return v.max(-HALF_MAX).min(HALF_MAX) as i32;
+    }
+    (v as i32).clamp(-(HALF_MAX as i32), HALF_MAX as i32)
 }
 
 /// The weights of a probability · value sum (each probability times its value's scale)
