@@ -13,7 +13,7 @@
 //! `W_r` folded into the query.
 
 use crate::kernels::{self, MAX_POSITIONS_PER_PASS};
-use crate::memory::{Memory, QUERIES_TOGETHER};
+use crate::memory::{Memory, RingKeys, QUERIES_TOGETHER};
 use crate::options::MemDtype;
 use crate::position::PositionScores;
 use crate::vector;
@@ -89,7 +89,12 @@ pub(crate) fn attend_one(
 ) {
     let scale = (1.0 / libm::sqrt(shape.d_head as f64)) as f32;
     let klen = shape.mlen + shape.qlen;
-    out.fill(0.0);
+    // int8 memory writes each head's sums (as if added to zeros), and fills a head whose keys
+    // are all masked itself
+    let int8 = memory.is_int8();
+    if !int8 {
+        out.fill(0.0);
+    }
     for head in 0..shape.n_head {
         let h = head * shape.d_head..(head + 1) * shape.d_head;
         let (lo, hi) = match shape.visible_keys(i) {
@@ -98,6 +103,9 @@ pub(crate) fn attend_one(
                 // Every key masked: the reference fills all scores with the same constant,
                 // so its softmax is uniform over all `klen` keys. Reproduce that.
                 let weight = 1.0 / klen as f32;
+                if int8 {
+                    out[h.clone()].fill(0.0);
+                }
                 for j in 0..klen {
                     memory.add_value(layer, j, head, weight, &mut out[h.clone()]);
                 }
@@ -112,6 +120,19 @@ pub(crate) fn attend_one(
         let position_terms = &mut position_terms[..=hi - lo];
         let query_pos = &query_pos[h.clone()];
         positions.start_head(head, query_pos);
+        if int8 {
+            let keys = memory.ring_keys(lo, hi + 1 - lo);
+            let nearest = shape.mlen + i - hi;
+            let (scores, terms) = (&mut scores[..], &mut position_terms[..]);
+            let m = positions.terms(head, query_pos, (nearest, shape.max_distance), terms);
+            let terms = (&terms[..m], scale);
+            let query = &query[h.clone()];
+            let max = memory.scores_int8((layer, head), &keys, query, terms, int_scratch, scores);
+            let inverse = softmax_exps(&keys, max, scores);
+            let out_head = &mut out[h.clone()];
+            memory.add_values_ring_int8((layer, head), &keys, (scores, inverse), int_scratch, out_head);
+            continue;
+        }
         // the content terms (q_i + u) · k_j and the position terms (q_i + v) · R_{mlen+i-j} of
         // every key, then each score
         memory.key_dots(layer, lo, head, &query[h.clone()], int_scratch, scores);
@@ -124,6 +145,24 @@ pub(crate) fn attend_one(
         vector::softmax(scores);
         memory.add_values(layer, lo, head, scores, int_scratch, &mut out[h.clone()]);
     }
+}
+
+/// The softmax's exponentials of `scores` (laid out as [`RingKeys`] says), in place, and the
+/// inverse of their sum in the keys' order, `max` their largest ([`kernels::max`]): the bits of
+/// [`vector::softmax`] before its last product.
+fn softmax_exps(keys: &RingKeys, max: f32, scores: &mut [f32]) -> f32 {
+    let mut sum = 0.0;
+    for (at, _, len, _) in keys.pieces_from() {
+        let piece = &mut scores[at..at + len];
+        let by_eight = if kernels::SOFTMAX_EXPS { len / 8 * 8 } else { 0 };
+        let (eights, rest) = piece.split_at_mut(by_eight);
+        kernels::softmax_exps_f32(eights, max);
+        for v in eights.iter() {
+            sum += *v;
+        }
+        sum = kernels::softmax_exps_sum_f32(rest, max, sum);
+    }
+    1.0 / sum
 }
 
 // a block's queries come from one pass of the linear layers

@@ -69,27 +69,26 @@ impl<'a> QueryWords<'a> {
     }
 }
 
-/// The largest `|v|`, or NaN if any `v` is NaN: eight running maxima side by side (the
-/// largest of a set is the same whatever the order), and apart from them whether there was a
-/// NaN, so the compiler can vectorise the loop.
+/// The largest `|v|`, or NaN if any `v` is NaN: from the bits of each `|v|` as integers, which
+/// order as the magnitudes do (a NaN's above infinity's), eight running maxima side by side
+/// (the largest of a set is the same whatever the order).
 fn largest_magnitude(values: &[f32]) -> f32 {
-    let larger = |m: f32, a: f32| if a > m { a } else { m };
-    let (mut lanes, mut nan) = ([0.0f32; 8], false);
+    let magnitude = |v: &f32| v.to_bits() & 0x7fff_ffff;
+    let mut lanes = [0u32; 8];
     let (eights, rest) = values.as_chunks::<8>();
     for eight in eights {
         for (lane, v) in lanes.iter_mut().zip(eight) {
-            *lane = larger(*lane, v.abs());
-            nan |= v.is_nan();
+            *lane = (*lane).max(magnitude(v));
         }
     }
     for v in rest {
-        lanes[0] = larger(lanes[0], v.abs());
-        nan |= v.is_nan();
+        lanes[0] = lanes[0].max(magnitude(v));
     }
-    if nan {
+    let largest = lanes.into_iter().fold(0, u32::max);
+    if largest > f32::INFINITY.to_bits() {
         f32::NAN
     } else {
-        lanes.into_iter().fold(0.0, larger)
+        f32::from_bits(largest)
     }
 }
 
@@ -107,8 +106,16 @@ fn usable_steps(step: f32, inverse: f32) -> (f32, f32) {
 /// `y` rounded to the nearest integer, halves away from zero, within the 16-bit range (`|y|`
 /// is at most `HALF_MAX` and a rounding error by construction; the clamp keeps any input safe).
 /// The same bits on every target, which is what matters here.
+#[allow(clippy::manual_clamp)] // `f32::clamp` compares (it keeps a NaN): no VMAXNM/VMINNM
 fn round(y: f32) -> i32 {
-    ((y + 0.5f32.copysign(y)) as i32).clamp(-(HALF_MAX as i32), HALF_MAX as i32)
+    let v = y + 0.5f32.copysign(y);
+    if cfg!(feature = "cortex-m-mve") {
+        // the clamp in f32 first, with the FPU's VMAXNM and VMINNM (Armv8.1-M): the same
+        // integers for every `y` but NaN (-32767 instead of 0), and `y` is never NaN here (the
+        // callers quantize finite values by a finite inverse)
+        return v.max(-HALF_MAX).min(HALF_MAX) as i32;
+    }
+    (v as i32).clamp(-(HALF_MAX as i32), HALF_MAX as i32)
 }
 
 /// The weights of a probability · value sum (each probability times its value's scale)
@@ -162,7 +169,7 @@ impl<'a> ProbabilityWords<'a> {
     }
 
     /// The rest of [`ProbabilityWords::quantize_in_place`], the weights' magnitudes added up.
-    fn with_magnitudes(w: &'a mut [f32], Magnitudes { max, sum }: Magnitudes) -> Option<Self> {
+    pub(crate) fn with_magnitudes(w: &'a mut [f32], Magnitudes { max, sum }: Magnitudes) -> Option<Self> {
         // rounding adds at most half a step per key
         let room = SUM_LIMIT - 0.5 * w.len() as f32;
         if !max.is_finite() || !sum.is_finite() || room <= 0.0 {

@@ -54,9 +54,18 @@ impl Store<'_> {
                 for (head, chunk) in row.chunks_exact(d_head).enumerate() {
                     let start = at + head * d_head;
                     let out = &mut values[start..start + d_head];
-                    // with Helium four values an instruction (the same bits); elsewhere the
-                    // portable code inline
-                    scales[start / d_head] = if cfg!(feature = "cortex-m-mve") {
+                    // with Helium four values an instruction, with the FPU of the other
+                    // `cortex-m-dsp` cores four a pass (the same bits); elsewhere the portable
+                    // code inline
+                    let kernel = cfg!(any(
+                        feature = "cortex-m-mve",
+                        all(
+                            feature = "cortex-m-dsp",
+                            feature = "cortex-m-large-kernels",
+                            target_abi = "eabihf"
+                        )
+                    ));
+                    scales[start / d_head] = if kernel {
                         kernels::quantize_i8(chunk, None, out)
                     } else {
                         let max_abs = kernels::portable::largest_magnitude(chunk);
@@ -167,6 +176,33 @@ impl Store<'_> {
                 }
             }
         }
+    }
+}
+
+/// The keys `lo..lo + count` of one query as its int8 attention lays them in its buffers
+/// ([`Memory::ring_keys`]): in ring order (buffer index = ring slot) where they are the whole
+/// ring, so the kernels take all of it at once; else in their order (buffer index = `t`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RingKeys {
+    /// The keys in at most two runs of consecutive ring slots, in the keys' order: each
+    /// `(buffer index, first slot, keys)`.
+    pieces: [(usize, usize, usize); 2],
+    /// The first key's position.
+    lo: usize,
+    /// All the keys.
+    count: usize,
+    /// Whether they are the whole ring (the buffer in ring order).
+    whole: bool,
+}
+
+impl RingKeys {
+    /// The runs in the keys' order, each `(buffer index, first slot, keys, index of its first
+    /// key among the keys)`; empty ones left out.
+    pub(crate) fn pieces_from(&self) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+        let [(a0, s0, n0), (a1, s1, n1)] = self.pieces;
+        [(a0, s0, n0, 0), (a1, s1, n1, n0)]
+            .into_iter()
+            .filter(|&(_, _, len, _)| len > 0)
     }
 }
 
@@ -732,6 +768,129 @@ impl<'a> Memory<'a> {
         }
     }
 
+    /// Where the keys `lo..lo + count` of a layer lie in the buffers of one query's int8
+    /// attention ([`Memory::content_terms_int8`], [`Memory::add_values_ring_int8`]).
+    pub(crate) fn ring_keys(&self, lo: usize, count: usize) -> RingKeys {
+        let first = (self.start + lo) % self.capacity.max(1);
+        let before_wrap = count.min(self.capacity - first);
+        let whole = count == self.capacity;
+        let second_at = if whole { 0 } else { before_wrap };
+        RingKeys {
+            pieces: [
+                (if whole { first } else { 0 }, first, before_wrap),
+                (second_at, 0, count - before_wrap),
+            ],
+            lo,
+            count,
+            whole,
+        }
+    }
+
+    /// The keys' contiguous blocks of ring slots, each `(buffer index, first slot, keys)`: the
+    /// whole ring at once where the keys are all of it, else [`RingKeys::pieces`].
+    fn ring_blocks(&self, keys: &RingKeys) -> impl Iterator<Item = (usize, usize, usize)> {
+        let whole = [(0, 0, self.capacity), (0, 0, 0)];
+        (if keys.whole { whole } else { keys.pieces })
+            .into_iter()
+            .filter(|&(_, _, len)| len > 0)
+    }
+
+    /// The scores of one query over the keys of `keys` (laid out as [`RingKeys`] says),
+    /// `out[i] = (query_head · key + term) * scale`, key `t` of `n` taking the position term
+    /// `terms[min(n - 1 - t, m - 1)]` (`m = terms.len() > 0`), and their largest as
+    /// [`kernels::max`] finds it: the bits of [`Memory::key_dots`] over int8 keys and the sums
+    /// `crate::attention::attend_one` makes of them, with one kernel call for the whole ring
+    /// where the keys are all of it. `scratch` as [`Memory::key_dots`]. Int8 keys only.
+    #[inline(never)]
+    pub(crate) fn scores_int8(
+        &self,
+        (layer, head): (usize, usize),
+        keys: &RingKeys,
+        query_head: &[f32],
+        (terms, scale): (&[f32], f32),
+        scratch: &mut [u32],
+        out: &mut [f32],
+    ) -> f32 {
+        let Store::Int8 { values, scales } = &self.keys else {
+            return f32::NEG_INFINITY;
+        };
+        let (d_head, width) = (self.d_head, self.width);
+        let heads = width / d_head;
+        let Some(query) = int8_attention::QueryWords::quantize(query_head, scratch) else {
+            for (at, _, len, t0) in keys.pieces_from() {
+                for (t, o) in out[at..at + len].iter_mut().enumerate() {
+                    *o = self.key_dot(layer, keys.lo + t0 + t, head, query_head);
+                }
+            }
+            let rows = (&scales[layer * self.capacity * heads..], heads);
+            return add_position_terms(keys, (terms, scale), rows, |content, _| content, out);
+        };
+        for (at, slot, len) in self.ring_blocks(keys) {
+            let first = (layer * self.capacity + slot) * width + head * d_head;
+            let rows = &values[first..first + (len - 1) * width + d_head];
+            let sums = bytemuck::cast_slice_mut(&mut out[at..at + len]);
+            kernels::key_sums_i8(rows, width, d_head, query.words, sums);
+        }
+        let content = |sum: f32, row: &[f32]| {
+            let sum = sum.to_bits() as i32;
+            sum as f32 * query.step * row[head]
+        };
+        let rows = (&scales[layer * self.capacity * heads..], heads);
+        add_position_terms(keys, (terms, scale), rows, content, out)
+    }
+
+    /// `out_head = Σ_t p_t · value_t` of head `head` over the keys of `keys`, `p_t = e_t ·
+    /// inverse` with `e` laid out as [`RingKeys`] says (overwritten): the bits of
+    /// [`Memory::add_values`] over int8 values into zeros given the probabilities `e_t ·
+    /// inverse`, with one kernel call for the whole ring where the keys are all of it. Int8
+    /// values only (others leave `out_head` as it is).
+    #[inline(never)]
+    pub(crate) fn add_values_ring_int8(
+        &self,
+        (layer, head): (usize, usize),
+        keys: &RingKeys,
+        (e, inverse): (&mut [f32], f32),
+        scratch: &mut [u32],
+        out_head: &mut [f32],
+    ) {
+        let Store::Int8 { values, scales } = &self.values else {
+            return;
+        };
+        let (d_head, width) = (self.d_head, self.width);
+        let heads = width / d_head;
+        // the weights p_t · scale_t and their magnitudes, in the keys' order (the largest
+        // without `Magnitudes::add`'s NaN: a NaN weight makes the sum NaN, which is refused
+        // the same)
+        let mut magnitudes = kernels::Magnitudes::default();
+        for (at, slot, len, _) in keys.pieces_from() {
+            let first = (layer * self.capacity + slot) * heads;
+            let rows = scales[first..first + len * heads].chunks_exact(heads);
+            for (w, row) in e[at..at + len].iter_mut().zip(rows) {
+                *w = *w * inverse * row[head];
+                let magnitude = w.abs();
+                if magnitude > magnitudes.max {
+                    magnitudes.max = magnitude;
+                }
+                magnitudes.sum += magnitude;
+            }
+        }
+        let e = &mut e[..keys.count];
+        let Some(weights) = int8_attention::ProbabilityWords::with_magnitudes(e, magnitudes) else {
+            out_head.fill(f32::NAN);
+            return;
+        };
+        let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut scratch[..d_head]);
+        acc.fill(0);
+        for (at, slot, len) in self.ring_blocks(keys) {
+            let first = (layer * self.capacity + slot) * width + head * d_head;
+            let rows = &values[first..first + (len - 1) * width + d_head];
+            kernels::value_sums_i8(rows, width, &weights.weights[at..at + len], acc);
+        }
+        for (o, &sum) in out_head.iter_mut().zip(acc.iter()) {
+            *o = 0.0 + sum as f32 * weights.step; // (a -0.0 product gives 0.0, as added to zero)
+        }
+    }
+
     fn key_dots_one_by_one(&self, layer: usize, lo: usize, head: usize, query_head: &[f32], out: &mut [f32]) {
         for (t, o) in out.iter_mut().enumerate() {
             *o = self.key_dot(layer, lo + t, head, query_head);
@@ -848,6 +1007,54 @@ impl<'a> Memory<'a> {
     pub fn set_len(&mut self, len: usize) {
         self.len = len.min(self.mem_len);
     }
+}
+
+/// `out[i] = (content(out[i], row) + term) * scale` for each key of `keys` (laid out as
+/// [`RingKeys`] says; `row` the `heads` scales of its ring slot in `rows`, a layer's), key `t`
+/// of `n` taking `terms[min(n - 1 - t, m - 1)]` (`m = terms.len()`), and the largest score as
+/// [`kernels::max`] finds it (`-inf` when there is none; which of two zeros is the same to the
+/// softmax).
+#[inline(always)]
+fn add_position_terms(
+    keys: &RingKeys,
+    (terms, scale): (&[f32], f32),
+    (rows, heads): (&[f32], usize),
+    content: impl Fn(f32, &[f32]) -> f32,
+    out: &mut [f32],
+) -> f32 {
+    let (n, m) = (keys.count, terms.len());
+    let mut max = f32::NEG_INFINITY;
+    let Some(&farthest) = terms.last() else {
+        return max;
+    };
+    let mut score = |o: &mut f32, row: &[f32], term: f32| {
+        *o = (content(*o, row) + term) * scale;
+        if *o > max {
+            max = *o;
+        }
+    };
+    // keys t <= n - m take the farthest term; the nearer ones run backwards through the terms
+    let far_end = n + 1 - m;
+    for (at, slot, len, t0) in keys.pieces_from() {
+        let out = &mut out[at..at + len];
+        let mut rows = rows[slot * heads..(slot + len) * heads].chunks_exact(heads);
+        let far = far_end.saturating_sub(t0).min(len);
+        let (far_out, near_out) = out.split_at_mut(far);
+        for (o, row) in far_out.iter_mut().zip(rows.by_ref()) {
+            score(o, row, farthest);
+        }
+        // key t0 + far + k takes term n - 1 - t0 - far - k (all below m - 1)
+        let near = near_out.len();
+        if near == 0 {
+            continue;
+        }
+        let top = n - t0 - far;
+        let near_terms = terms[top - near..top].iter().rev();
+        for ((o, &term), row) in near_out.iter_mut().zip(near_terms).zip(rows) {
+            score(o, row, term);
+        }
+    }
+    max
 }
 
 #[cfg(test)]

@@ -90,12 +90,37 @@ impl PositionScores<'_> {
         out: &mut [f32],
     ) {
         let n = out.len();
-        if n == 0 {
+        let m = self.terms(head, query_pos, (nearest, max_distance), out);
+        if m == 0 {
             return;
         }
+        // out[t] holds distance nearest + t; key t wants nearest + n - 1 - t, clamped
+        out[..m].reverse();
+        // moved right, last first (`copy_within` would link a general `memmove`)
+        for t in (0..m).rev() {
+            out[n - m + t] = out[t];
+        }
+        let farthest = out[n - m];
+        out[..n - m].fill(farthest);
+    }
+
+    /// The terms [`PositionScores::scores`] lays out for the `out.len()` keys `lo..=hi`, each
+    /// computed once, in ascending order of distance: returns `m`, and key `lo + t` takes
+    /// `out[min(n - 1 - t, m - 1)]` (`n = out.len()`; `m = 0` when `n` is). The same bits.
+    pub(crate) fn terms(
+        &mut self,
+        head: usize,
+        query_pos: &[f32],
+        (nearest, max_distance): (usize, usize),
+        out: &mut [f32],
+    ) -> usize {
+        let n = out.len();
+        if n == 0 {
+            return 0;
+        }
         if nearest > max_distance {
-            out.fill(self.score(head, query_pos, max_distance));
-            return;
+            out[0] = self.score(head, query_pos, max_distance);
+            return 1;
         }
         // distances nearest..=nearest + m - 1 are in the table; the farther ones clamp
         let m = (max_distance - nearest + 1).min(n);
@@ -123,14 +148,7 @@ impl PositionScores<'_> {
                 }
             }
         }
-        // out[t] holds distance nearest + t; key t wants nearest + n - 1 - t, clamped
-        computed.reverse();
-        // moved right, last first (`copy_within` would link a general `memmove`)
-        for t in (0..m).rev() {
-            out[n - m + t] = out[t];
-        }
-        let farthest = out[n - m];
-        out[..n - m].fill(farthest);
+        m
     }
 
     /// `(q + v)_h · R_{d,h}` for the head last started, `query_pos (d_head)` its position query,

@@ -99,9 +99,13 @@ impl Session<'_, '_> {
         self.attention_output((layer, w), shape.qlen, probe);
     }
 
-    /// The attention input `x = LayerNorm(h)` (pre-LN) or `x = h`, into `attn_input`.
+    /// The attention input `x = LayerNorm(h)` with pre-LN, into `attn_input`; otherwise `x = h`
+    /// is read where it is ([`Session::project_qkv`]).
     fn attention_input(&mut self, w: &LayerWeights<'_>, qlen: usize) {
         let config = self.model.config();
+        if !config.pre_lnorm {
+            return;
+        }
         let d_model = config.d_model as usize;
         let s = &mut self.state;
         let hidden = &s.hidden[..qlen * d_model];
@@ -110,18 +114,15 @@ impl Session<'_, '_> {
             .chunks_exact(d_model)
             .zip(attn_input.chunks_exact_mut(d_model))
         {
-            if config.pre_lnorm {
-                let eps = config.layer_norm_epsilon;
-                vector::layer_norm(h, w.attn_norm_weight, w.attn_norm_bias, eps, x);
-            } else {
-                x.copy_from_slice(h);
-            }
+            let eps = config.layer_norm_epsilon;
+            vector::layer_norm(h, w.attn_norm_weight, w.attn_norm_bias, eps, x);
         }
     }
 
-    /// `q, k, v = W_qkv x` for each position `i`: `q` into `queries`, `k` and `v` into the
-    /// memory ring at position `mlen + i`, after the remembered ones. The positions go
-    /// `per_pass` at a time, which read the weights once.
+    /// `q, k, v = W_qkv x` for each position `i` (`x` the attention input: `attn_input` with
+    /// pre-LN, else `hidden`): `q` into `queries`, `k` and `v` into the memory ring at position
+    /// `mlen + i`, after the remembered ones. The positions go `per_pass` at a time, which read
+    /// the weights once.
     fn project_qkv(
         &mut self,
         (layer, w): (usize, &LayerWeights<'_>),
@@ -130,12 +131,14 @@ impl Session<'_, '_> {
     ) {
         let d_model = self.model.config().d_model as usize;
         let width = self.model.config().qkv_width() as usize; // n_head * d_head
+        let pre_lnorm = self.model.config().pre_lnorm;
         let qkv = w.qkv;
         let s = &mut self.state;
         let mut i = 0;
         while i < shape.qlen {
             let count = self.per_pass.min(shape.qlen - i);
-            let inputs = &s.attn_input[i * d_model..(i + count) * d_model];
+            let input = if pre_lnorm { &s.attn_input } else { &s.hidden };
+            let inputs = &input[i * d_model..(i + count) * d_model];
             for x in inputs.chunks_exact(d_model) {
                 probe.linear_input(layer, Linear::Qkv, x);
             }
@@ -143,11 +146,13 @@ impl Session<'_, '_> {
             let key_values = &mut s.key_value[..count * 2 * width];
             // W_qkv (3 * n_head * d_head, d_model) @ x (d_model) -> [q | k | v] for each
             // position, q into `queries`, [k | v] (2 * n_head * d_head) into `key_value`
-            matrix::matmul_split(
+            let rests = Some((&mut key_values[..], 2 * width));
+            product(
                 &qkv,
-                &rows(inputs, d_model)[..count],
-                &mut rows_mut(queries, width)[..count],
-                &mut rows_mut(key_values, 2 * width)[..count],
+                (inputs, d_model),
+                (queries, width),
+                rests,
+                count,
                 s.quantized_input,
             );
             for (k, kv) in key_values.chunks_exact(2 * width).enumerate() {
@@ -311,11 +316,12 @@ impl Session<'_, '_> {
             }
             let branch = &mut s.branch[..count * d_model];
             // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model)
-            matrix::matmul_split(
+            product(
                 &w.o_net,
-                &rows(a, width)[..count],
-                &mut rows_mut(branch, d_model)[..count],
-                &mut no_rest()[..count],
+                (a, width),
+                (branch, d_model),
+                None,
+                count,
                 s.quantized_input,
             );
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
@@ -357,11 +363,12 @@ impl Session<'_, '_> {
             }
             let inner = &mut s.ff_inner[..count * d_inner];
             // W_1 (d_inner, d_model) @ x (d_model) -> inner (d_inner), each position
-            matrix::matmul_split(
+            product(
                 &w.ff1_weight,
-                &rows(x, d_model)[..count],
-                &mut rows_mut(inner, d_inner)[..count],
-                &mut no_rest()[..count],
+                (x, d_model),
+                (inner, d_inner),
+                None,
+                count,
                 s.quantized_input,
             );
             for inner in inner.chunks_exact_mut(d_inner) {
@@ -372,11 +379,13 @@ impl Session<'_, '_> {
             // the attention input is spent: its first rows take the output
             let ff_out = &mut s.attn_input[..count * d_model];
             // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model), each position
-            matrix::matmul_split(
+            let ff = (&mut ff_out[..], d_model);
+            product(
                 &w.ff2_weight,
-                &rows(inner, d_inner)[..count],
-                &mut rows_mut(ff_out, d_model)[..count],
-                &mut no_rest()[..count],
+                (inner, d_inner),
+                ff,
+                None,
+                count,
                 s.quantized_input,
             );
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
@@ -523,6 +532,39 @@ fn position_keys_of(r_net: &Matrix<'_>, pos_emb: &[f32], keys: &mut [f32], scrat
         &rows(pos_emb, d_model)[..count],
         &mut rows_mut(keys, width)[..count],
         &mut no_rest()[..count],
+        scratch,
+    );
+}
+
+/// [`matrix::matmul_split`] of the first `count` rows of `xs` (rows of `x_width`) into the rows
+/// of `firsts` (of `first_width`) and, where given, of `rests`. One position's rows are passed
+/// as they are, without the arrays of [`MAX_POSITIONS_PER_PASS`] rows (copied from a template
+/// of empty slices each time) that several take.
+fn product(
+    weight: &Matrix<'_>,
+    (xs, x_width): (&[f32], usize),
+    (firsts, first_width): (&mut [f32], usize),
+    rests: Option<(&mut [f32], usize)>,
+    count: usize,
+    scratch: &mut [u32],
+) {
+    if count == 1 {
+        let rest: &mut [f32] = match rests {
+            Some((rests, width)) => &mut rests[..width],
+            None => &mut [],
+        };
+        let (x, first) = (&xs[..x_width], &mut firsts[..first_width]);
+        return matrix::matmul_split(weight, &[x], &mut [first], &mut [rest], scratch);
+    }
+    let mut rests = match rests {
+        Some((rests, width)) => rows_mut(rests, width),
+        None => no_rest(),
+    };
+    matrix::matmul_split(
+        weight,
+        &rows(xs, x_width)[..count],
+        &mut rows_mut(firsts, first_width)[..count],
+        &mut rests[..count],
         scratch,
     );
 }
