@@ -963,7 +963,8 @@ pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f
 
 /// `values[i] = exp(values[i] - max)` in place, returning `sum` plus all of them added in order
 /// ([`portable::softmax_exps_sum_f32`]): `libm::expf`'s main path in assembly with the FPU of
-/// the `cortex-m-dsp` cores (not `fast-math`). The same bits.
+/// the `cortex-m-dsp` cores (not `fast-math`), four values an instruction with Helium. The same
+/// bits.
 #[inline]
 pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
     #[cfg(all(
@@ -972,7 +973,12 @@ pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
         target_abi = "eabihf",
         not(feature = "fast-math")
     ))]
-    return fpu::softmax_exps_sum_f32(values, max, sum);
+    {
+        #[cfg(feature = "cortex-m-mve")]
+        return helium::softmax_exps_sum_f32(values, max, sum);
+        #[allow(unreachable_code)]
+        return fpu::softmax_exps_sum_f32(values, max, sum);
+    }
     #[allow(unreachable_code)]
     portable::softmax_exps_sum_f32(values, max, sum)
 }

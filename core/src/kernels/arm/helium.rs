@@ -25,6 +25,9 @@ extern "C" {
         sums: *mut i32,
         blocks: usize,
     );
+    /// [`txl_rows4_mve`] for rows of exactly 128 columns (eight groups) one after the other
+    /// (`stride` 128): `sums[4b + k]` for `blocks >= 1` blocks.
+    fn txl_rows4_c128_mve(rows: *const i8, x: *const i8, sums: *mut i32, blocks: usize);
     /// Helium: the largest `|x[i]|` of `x[..n]`, `n >= 1` (`VMAXNMA`, so NaNs are ignored),
     /// as f32 bits.
     fn txl_max_abs_mve(x: *const f32, n: usize) -> u32;
@@ -220,6 +223,63 @@ global_asm!(
     "5:",
     "pop {{r4-r11, pc}}",
     ".size txl_rows4x2_mve, . - txl_rows4x2_mve",
+    // `txl_rows4_c128_mve`: the inputs' last six groups stay in q2-q7 for the whole call, the
+    // first two are loaded into q0 per block; the eight groups run without a loop, the first
+    // setting the sums (VMLADAV). The rows follow one another, so row 3 ends where the next
+    // block starts. Per block of four rows: 66 instructions for the 512 products, 4 to set the
+    // rows' pointers, 2 stores and the loop's end: 73 (0.143 an instruction per product).
+    // Registers: r11 the next block (row 3 when running), r5, r7, r9 rows 0-2, r1 the stride,
+    // r2 the inputs, r3 the outputs, lr the blocks left, q1 a row's weights.
+    ".macro txl_rows4_c128_row op, q",
+    "vldrb.s8 q1, [r5], #16",
+    "\\op\\().s8 r4, q1, \\q",
+    "vldrb.s8 q1, [r7], #16",
+    "\\op\\().s8 r6, q1, \\q",
+    "vldrb.s8 q1, [r9], #16",
+    "\\op\\().s8 r8, q1, \\q",
+    "vldrb.s8 q1, [r11], #16",
+    "\\op\\().s8 r10, q1, \\q",
+    ".endm",
+    ".section .text.txl_rows4_c128_mve,\"ax\",%progbits",
+    ".globl txl_rows4_c128_mve",
+    ".type txl_rows4_c128_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows4_c128_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8-d15}}",
+    "vldrb.s8 q2, [r1, #32]",
+    "vldrb.s8 q3, [r1, #48]",
+    "vldrb.s8 q4, [r1, #64]",
+    "vldrb.s8 q5, [r1, #80]",
+    "vldrb.s8 q6, [r1, #96]",
+    "vldrb.s8 q7, [r1, #112]",
+    "mov r11, r0",
+    "mov r0, r2",
+    "mov r2, r1",
+    "mov r1, #128",
+    "dls lr, r3",
+    "1:",
+    "mov r5, r11",
+    "add r7, r11, r1",
+    "add r9, r7, r1",
+    "add r11, r9, r1",
+    "vldrb.s8 q0, [r2]",
+    "txl_rows4_c128_row vmladav, q0",
+    "vldrb.s8 q0, [r2, #16]",
+    "txl_rows4_c128_row vmladava, q0",
+    "txl_rows4_c128_row vmladava, q2",
+    "txl_rows4_c128_row vmladava, q3",
+    "txl_rows4_c128_row vmladava, q4",
+    "txl_rows4_c128_row vmladava, q5",
+    "txl_rows4_c128_row vmladava, q6",
+    "txl_rows4_c128_row vmladava, q7",
+    "strd r4, r6, [r0], #8",
+    "strd r8, r10, [r0], #8",
+    "le lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows4_c128_mve, . - txl_rows4_c128_mve",
     // back to the core every other kernel here is assembled for
     ".cpu cortex-m4",
 );
@@ -233,7 +293,12 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     let values = &values[..rows * cols];
     let xq = &xq[..cols];
     let blocks = if groups > 0 { rows / 4 } else { 0 };
-    if blocks > 0 {
+    if blocks > 0 && cols == 128 {
+        // SAFETY: `values` holds `4 * blocks <= rows` rows of 128 bytes one after the other and
+        // `xq` 128 bytes: the kernel reads only those (byte loads), writes the first `4 *
+        // blocks` of `sums`, and preserves the callee-saved registers (AAPCS: d8-d15 too).
+        unsafe { txl_rows4_c128_mve(values.as_ptr(), xq.as_ptr(), sums.as_mut_ptr(), blocks) };
+    } else if blocks > 0 {
         let kernel = if groups.is_multiple_of(2) {
             txl_rows4x2_mve
         } else {
@@ -660,7 +725,7 @@ const INT4_MAX_GROUP: usize = 4096;
 pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) -> bool {
     use crate::kernels::portable::{int4_groups, int4_multiplier, int4_range_sum, int4_row_bytes};
     let cols = xq.len();
-    let full_groups = if group > 0 { cols / group } else { 0 };
+    let full_groups = cols.checked_div(group).unwrap_or(0);
     if full_groups == 0
         || !group.is_multiple_of(32)
         || group > INT4_MAX_GROUP
@@ -806,4 +871,145 @@ pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) -> bool {
     // those of `y` (tail-predicated), and uses q0 and q1 (caller-saved).
     unsafe { txl_scale_sums_mve(y.as_mut_ptr(), row_scales.as_ptr(), n, x_scale.to_bits()) };
     true
+}
+
+#[cfg(target_abi = "eabihf")]
+/// [`txl_softmax_exps_mve`]'s constants, in the order it loads them into r3-r12: the range of
+/// bits of `x = v - max` it takes (the lowest, `-1.5 ln 2` less one step, and the span up to
+/// `-87.3365`, as the FPU kernel), `libm::expf`'s `1 / ln 2`, `ln 2`'s high and low parts, the
+/// polynomial's coefficients `P2` and `P1`, 2, 1 (its bits are also `127 << 23`) and `-1/2`.
+static EXP_CONSTANTS: [u32; 10] = {
+    use crate::kernels::fast_math::expf::{INV_LN2, LN2_HI, LN2_LO, P1, P2};
+    [
+        0xbf85_1593,
+        0xc2ae_ac50 - 0xbf85_1593,
+        INV_LN2.to_bits(),
+        LN2_HI.to_bits(),
+        LN2_LO.to_bits(),
+        P2.to_bits(),
+        P1.to_bits(),
+        0x4000_0000,
+        0x3f80_0000,
+        0xbf00_0000,
+    ]
+};
+
+extern "C" {
+    /// Helium: for each of up to `fours >= 1` groups of four values from `at`, while all four
+    /// `x = v - state[0]` lie on `libm::expf`'s main path (as the FPU kernel
+    /// `txl_softmax_exps_f32` takes them): `v = expf(x)` in place, each added to `state[1]` in
+    /// order. Returns where it stopped: after the last group, or at the first group with a value
+    /// off that path (left as it was).
+    fn txl_softmax_exps_mve(at: *mut f32, fours: usize, state: *mut f32, constants: *const u32) -> *mut f32;
+}
+
+// `libm::expf`'s main path four values an instruction, the same operations as the FPU kernel
+// (each product rounded before it is added: separate VMUL and VADD, never fused), so the same
+// bits; Helium has no vector division, so the four quotients are scalar VDIVs on the lanes (s4-s7
+// are q1's). `2 - c` is taken as `-(c - 2)` and the quotient's sign carried through (`r c / (c
+// - 2) + lo = -(r c / (2 - c) - lo)`, then `hi - that`), exact: rounding to nearest is
+// symmetric, and a zero's sign is lost in the `+ 1` that follows. On this path every value on
+// the way is zero or normal (`x` at least `1.5 ln 2` in magnitude, `r` zero or at least 2^-43,
+// `2^k` normal and the result above 2^-126), so Helium's flushing of subnormals changes nothing.
+// The range check on the bits of `x` (VSUB, VCMP into the predicate, VMRS, CBNZ) sends a group
+// with a value off the path back to the caller. 36 instructions per four values with the sum
+// (in order, on the lanes) and the loop. Registers: r0 the values, r1 the largest, r2 the
+// predicate, r3-r12 the constants, lr the groups left; q0 `x` then `r`, q1 `k` (float), `r²`,
+// then the quotients and the result, q2 `k` then `2^k`, q3 `hi`, q4 `lo`, q5 the polynomial, s24
+// the sum.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_softmax_exps_mve,\"ax\",%progbits",
+    ".globl txl_softmax_exps_mve",
+    ".type txl_softmax_exps_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_softmax_exps_mve:",
+    "push {{r2, r4-r11, lr}}",
+    "vpush {{d8-d13}}",
+    "dls lr, r1",
+    "ldr r1, [r2]",
+    "vldr s24, [r2, #4]",
+    "ldm r3, {{r3-r12}}",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vsub.f32 q0, q0, r1",
+    "vsub.i32 q1, q0, r3",
+    "vcmp.u32 cs, q1, r4",
+    "vmrs r2, p0",
+    "cbnz r2, 2f",
+    "vmul.f32 q1, q0, r5",
+    "vadd.f32 q1, q1, r12", // x / ln 2 - 1/2
+    "vcvt.s32.f32 q2, q1",  // k, toward zero
+    "vcvt.f32.s32 q1, q2",
+    "vmul.f32 q3, q1, r6",
+    "vsub.f32 q3, q0, q3", // hi
+    "vmul.f32 q4, q1, r7", // lo
+    "vsub.f32 q0, q3, q4", // r
+    "vmul.f32 q1, q0, q0",
+    "vmul.f32 q5, q1, r8",
+    "vadd.f32 q5, q5, r9", // P1 + r² P2
+    "vmul.f32 q5, q1, q5",
+    "vsub.f32 q5, q0, q5",  // c
+    "vmul.f32 q1, q0, q5",  // r c
+    "vsub.f32 q5, q5, r10", // c - 2
+    "vdiv.f32 s4, s4, s20",
+    "vdiv.f32 s5, s5, s21",
+    "vdiv.f32 s6, s6, s22",
+    "vdiv.f32 s7, s7, s23",
+    "vadd.f32 q1, q1, q4",  // -(r c / (2 - c) - lo)
+    "vsub.f32 q1, q3, q1",  // hi + (r c / (2 - c) - lo)
+    "vadd.f32 q1, q1, r11", // y
+    "vshl.i32 q2, q2, #23",
+    "vadd.i32 q2, q2, r11", // 2^k
+    "vmul.f32 q1, q1, q2",
+    "vstrw.32 q1, [r0], #16",
+    "vadd.f32 s24, s24, s4",
+    "vadd.f32 s24, s24, s5",
+    "vadd.f32 s24, s24, s6",
+    "vadd.f32 s24, s24, s7",
+    "le lr, 1b",
+    "2:",
+    "ldr r2, [sp, #48]",
+    "vstr s24, [r2, #4]",
+    "vpop {{d8-d13}}",
+    "pop {{r2, r4-r11, pc}}",
+    ".size txl_softmax_exps_mve, . - txl_softmax_exps_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::softmax_exps_sum_f32`](crate::kernels::portable::softmax_exps_sum_f32) with
+/// Helium: four values an instruction on `libm::expf`'s main path; a group of four with a value
+/// off it (the largest values, within `1.5 ln 2` of the maximum, those near underflow, NaNs and
+/// infinities) and the last values after whole groups take the FPU kernel, one at a time. The
+/// same bits.
+#[cfg(target_abi = "eabihf")]
+pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
+    let fpu = crate::kernels::arm::fpu::softmax_exps_sum_f32;
+    let n = values.len();
+    let mut state = [max, sum];
+    let mut at = 0;
+    while n - at >= 4 {
+        let start = values.as_mut_ptr();
+        // SAFETY: `at + 4 * fours <= n`: the kernel reads and writes only those values, reads
+        // the ten constants and the two floats of `state` (writing the second), and preserves
+        // the callee-saved registers (AAPCS: d8-d13 too).
+        let stop = unsafe {
+            txl_softmax_exps_mve(
+                start.add(at),
+                (n - at) / 4,
+                state.as_mut_ptr(),
+                EXP_CONSTANTS.as_ptr(),
+            )
+        };
+        at = (stop as usize - start as usize) / 4;
+        if n - at < 4 {
+            break;
+        }
+        state[1] = fpu(&mut values[at..at + 4], max, state[1]);
+        at += 4;
+    }
+    fpu(&mut values[at..], max, state[1])
 }
