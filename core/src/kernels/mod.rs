@@ -108,7 +108,12 @@ pub fn relu(x: &mut [f32]) {
         feature = "cortex-m-large-kernels",
         target_abi = "eabihf"
     ))]
-    return fpu::relu(x);
+    {
+        #[cfg(feature = "cortex-m-mve")]
+        return helium::relu(x);
+        #[allow(unreachable_code)]
+        return fpu::relu(x);
+    }
     #[allow(unreachable_code)]
     portable::relu(x)
 }
@@ -195,7 +200,13 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
         // SAFETY: the CPU has AVX and F16C, checked just above.
         return unsafe { avx::dots_strided(rows, stride, x, out) };
     }
-    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_abi = "eabihf"))]
+    return helium::dots_strided_f32(rows, stride, x, out);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        not(feature = "cortex-m-mve"),
+        target_abi = "eabihf"
+    ))]
     return fpu::dots_strided_f32(rows, stride, x, out);
     #[cfg(target_arch = "aarch64")]
     return neon::dots_strided_each_f32(rows, stride, &[x], &mut [out]);

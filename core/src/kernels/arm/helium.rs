@@ -450,32 +450,36 @@ const KEY_COLUMNS: usize = 256;
 
 /// [`portable::key_sums_i8`](crate::kernels::portable::key_sums_i8) with Helium: four keys per
 /// pass, eight columns an instruction (`VMLADAVA.S16` of the 16-bit query, put back in column
-/// order once per call, against the key's bytes widened by `VLDRB.S16`). Keys left after the
-/// whole blocks of four, the columns after whole groups of eight, and queries wider than
-/// [`KEY_COLUMNS`] take the portable code. Integer sums (wrapping, as the portable code): the
-/// same sums.
+/// order once per call, against the key's bytes widened by `VLDRB.S16`). The one to three keys
+/// after the whole blocks of four take one more pass of the kernel (over the last four keys, or
+/// over one key read four times where there are fewer than four); the columns after whole
+/// groups of eight, and queries wider than [`KEY_COLUMNS`], take the portable code. Integer
+/// sums (wrapping, as the portable code): the same sums.
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
     use crate::kernels::portable;
     let groups = d_head / 8;
-    let blocks = if groups > 0 && d_head <= KEY_COLUMNS {
-        sums.len() / 4
-    } else {
-        0
-    };
+    let n = sums.len();
+    if groups == 0 || d_head > KEY_COLUMNS || n == 0 {
+        return portable::key_sums_i8(keys, stride, d_head, words, sums);
+    }
+    let cols = 8 * groups;
+    // column order: word 2g holds columns 4g (low half) and 4g + 2 (high), word 2g + 1 columns
+    // 4g + 1 and 4g + 3 (`portable::query_half`)
+    let mut query = [0i16; KEY_COLUMNS];
+    for (q, w) in query[..cols].chunks_exact_mut(4).zip(words.chunks_exact(2)) {
+        q[0] = w[0] as i16;
+        q[1] = w[1] as i16;
+        q[2] = (w[0] >> 16) as i16;
+        q[3] = (w[1] >> 16) as i16;
+    }
+    assert!((n - 1) * stride + d_head <= keys.len(), "keys out of bounds");
+    let blocks = n / 4;
     let done = 4 * blocks;
     if blocks > 0 {
-        let mut query = [0i16; KEY_COLUMNS];
-        for (c, q) in query[..8 * groups].iter_mut().enumerate() {
-            *q = portable::query_half(words, c) as i16;
-        }
-        assert!(
-            (done - 1) * stride + 8 * groups <= keys.len(),
-            "keys out of bounds"
-        );
-        // SAFETY: the kernel reads `8 * groups` bytes of each of the first `done` keys (at `t *
-        // stride`, inside `keys`: checked above), `8 * groups` query values and writes the first
-        // `done` sums; it preserves the callee-saved registers (AAPCS; of the vector registers
-        // it uses only q0 and q1).
+        // SAFETY: the kernel reads `cols <= d_head` bytes of each of the first `done <= n` keys
+        // (at `t * stride`, inside `keys`: checked above), `cols` query values and writes the
+        // first `done` sums; it preserves the callee-saved registers (AAPCS; of the vector
+        // registers it uses only q0 and q1).
         unsafe {
             txl_key_sums4_mve(
                 keys.as_ptr(),
@@ -486,13 +490,27 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
                 blocks,
             )
         };
-        for (t, sum) in sums[..done].iter_mut().enumerate() {
-            portable::key_sums_columns(&keys[t * stride..t * stride + d_head], 8 * groups, words, sum);
+    }
+    if done < n {
+        let mut last = [0i32; 4];
+        if n >= 4 {
+            let first = keys[(n - 4) * stride..].as_ptr();
+            // SAFETY: as above, for the last four keys (from key `n - 4`) into `last`.
+            unsafe { txl_key_sums4_mve(first, stride, query.as_ptr(), groups, last.as_mut_ptr(), 1) };
+            sums[done..].copy_from_slice(&last[4 - (n - done)..]);
+        } else {
+            for (t, sum) in sums.iter_mut().enumerate() {
+                let key = keys[t * stride..].as_ptr();
+                // SAFETY: as above, for key `t` read four times (a stride of 0) into `last`.
+                unsafe { txl_key_sums4_mve(key, 0, query.as_ptr(), groups, last.as_mut_ptr(), 1) };
+                *sum = last[0];
+            }
         }
     }
-    if done < sums.len() {
-        let rest = keys.get(done * stride..).unwrap_or_default();
-        portable::key_sums_i8(rest, stride, d_head, words, &mut sums[done..]);
+    if cols < d_head {
+        for (t, sum) in sums.iter_mut().enumerate() {
+            portable::key_sums_columns(&keys[t * stride..t * stride + d_head], cols, words, sum);
+        }
     }
 }
 
@@ -1012,4 +1030,198 @@ pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
         at += 4;
     }
     fpu(&mut values[at..], max, state[1])
+}
+
+extern "C" {
+    /// Helium: `x[i] = max(x[i], 0)` for `i < n` (`n >= 1`), on the bits as
+    /// [`portable::relu`](crate::kernels::portable::relu): a value stays if its bits are in
+    /// `1..=0x7f80_0000` (positive, up to infinity), else it becomes `+0.0`.
+    fn txl_relu_mve(x: *mut f32, n: usize);
+}
+
+// Tail-predicated, integers only (no floating point, so nothing is flushed): per four values
+// one VLDRW, the bits less one (VSUB), an unsigned compare with `0x7f80_0000` into the
+// predicate (zeros, negative values and NaNs reach it), VPSEL of zero where it holds, one
+// VSTRW: 6 instructions per four values with the loop.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_relu_mve,\"ax\",%progbits",
+    ".globl txl_relu_mve",
+    ".type txl_relu_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_relu_mve:",
+    "push {{r7, lr}}",
+    "movs r2, #1",
+    "mov r3, #0x7f800000",
+    "vmov.i32 q2, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vsub.i32 q1, q0, r2",
+    "vcmp.u32 cs, q1, r3",
+    "vpsel q0, q2, q0",
+    "vstrw.32 q0, [r0], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_relu_mve, . - txl_relu_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::relu`](crate::kernels::portable::relu) with Helium, four values an instruction
+/// on the bits. The same bits.
+pub fn relu(x: &mut [f32]) {
+    if !x.is_empty() {
+        // SAFETY: `x` holds `n >= 1` values; the kernel reads and writes only those
+        // (tail-predicated) and uses q0-q2 (caller-saved).
+        unsafe { txl_relu_mve(x.as_mut_ptr(), x.len()) };
+    }
+}
+
+/// The FPSCR's cumulative flags that show Helium's floating point may have given other bits
+/// than the FPU's IEEE arithmetic: an invalid operation (IOC, bit 0), a result flushed to zero
+/// (UFC, bit 3) or a subnormal input flushed (IDC, bit 7).
+const FLUSH_FLAGS: u32 = 0x89;
+
+extern "C" {
+    /// Helium: for each of `blocks >= 1` blocks of four rows (row `k` of block `b` at `rows +
+    /// (4b + k) * stride`, `stride` in bytes) and `quads >= 1` groups of four columns: `out[4b +
+    /// k] = ((a0 + a1) + (a2 + a3)) + 0.0`, `a_j` the sum of `row[c] * x[c]` over the columns
+    /// `c = j mod 4` in order, each product rounded before it is added (VMUL, VADD). The FPSCR's
+    /// cumulative flags are cleared first; returns the FPSCR at the end with bit 31 set if an
+    /// output is a NaN.
+    fn txl_dots4_mve(
+        rows: *const f32,
+        stride: usize,
+        x: *const f32,
+        quads: usize,
+        out: *mut f32,
+        blocks: usize,
+    ) -> u32;
+}
+
+// The four partial sums of `portable::dot_f32` are a vector's four lanes: per four columns one
+// VLDRW of the inputs shared by the four rows, then per row one VLDRW, VMUL and VADD (13
+// instructions per 16 multiply-accumulates); the first four columns set the sums by VMUL (a
+// zero's sign then may differ, which the total's `+ 0.0` makes `+0`, as in the FPU kernel
+// `txl_dots4x8_f32`). Each row's total by four scalar VADD on its lanes, in the portable order.
+// Registers: r0, r4-r6 the rows, r1 the stride, r2 the inputs, r3 the groups after the first,
+// r7 the outputs, r8 the blocks left, r9 the step from row 0's end to the next block's, r10
+// the NaN lanes seen, r11 a scratch register, r12 the inputs, lr the groups left; q0-q3 the
+// sums, q4 the inputs (zero at the end), q5 a row's values then the totals.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".macro txl_dots4_mve_row row, acc, first",
+    "vldrw.u32 q5, [\\row], #16",
+    ".ifc \\first, first",
+    "vmul.f32 \\acc, q5, q4",
+    ".else",
+    "vmul.f32 q5, q5, q4",
+    "vadd.f32 \\acc, \\acc, q5",
+    ".endif",
+    ".endm",
+    ".macro txl_dots4_mve_total out, a0, a1, a2, a3",
+    "vadd.f32 \\a0, \\a0, \\a1",
+    "vadd.f32 \\a2, \\a2, \\a3",
+    "vadd.f32 \\a0, \\a0, \\a2",
+    "vadd.f32 \\out, \\a0, s16",
+    ".endm",
+    ".section .text.txl_dots4_mve,\"ax\",%progbits",
+    ".globl txl_dots4_mve",
+    ".type txl_dots4_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_dots4_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8-d11}}",
+    "ldr r7, [sp, #68]", // out: above the 36 + 32 bytes pushed
+    "ldr r8, [sp, #72]", // blocks
+    "vmrs r11, fpscr",
+    "bic r11, r11, #0x9f",
+    "vmsr fpscr, r11",
+    "lsl r9, r3, #4",
+    "rsb r9, r9, r1, lsl #2", // 4 * stride - 16 * quads
+    "sub r3, r3, #1",
+    "mov r10, #0",
+    "1:",
+    "add r4, r0, r1",
+    "add r5, r4, r1",
+    "add r6, r5, r1",
+    "mov r12, r2",
+    "vldrw.u32 q4, [r12], #16",
+    "txl_dots4_mve_row r0, q0, first",
+    "txl_dots4_mve_row r4, q1, first",
+    "txl_dots4_mve_row r5, q2, first",
+    "txl_dots4_mve_row r6, q3, first",
+    "wls lr, r3, 3f",
+    "2:",
+    "vldrw.u32 q4, [r12], #16",
+    "txl_dots4_mve_row r0, q0, next",
+    "txl_dots4_mve_row r4, q1, next",
+    "txl_dots4_mve_row r5, q2, next",
+    "txl_dots4_mve_row r6, q3, next",
+    "le lr, 2b",
+    "3:",
+    "vmov.i32 q4, #0",
+    "txl_dots4_mve_total s20, s0, s1, s2, s3",
+    "txl_dots4_mve_total s21, s4, s5, s6, s7",
+    "txl_dots4_mve_total s22, s8, s9, s10, s11",
+    "txl_dots4_mve_total s23, s12, s13, s14, s15",
+    "vstrw.32 q5, [r7], #16",
+    "vcmp.f32 ne, q5, q5",
+    "vmrs r11, p0",
+    "orr r10, r10, r11",
+    "add r0, r0, r9",
+    "subs r8, r8, #1",
+    "bne 1b",
+    "vmrs r0, fpscr",
+    "cmp r10, #0",
+    "it ne",
+    "orrne r0, r0, #0x80000000",
+    "vpop {{d8-d11}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_dots4_mve, . - txl_dots4_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::dots_strided_f32`](crate::kernels::portable::dots_strided_f32) with Helium: four
+/// rows a pass, four columns an instruction, each row's four partial sums in a vector's lanes
+/// (the portable order). Helium's floating point flushes subnormal values to zero and gives
+/// the default NaN: where its cumulative flags show an invalid operation or a flush, or an
+/// output is a NaN, the FPU kernel computes the whole call again, so the bits are always the
+/// portable code's. Widths that are not a multiple of four take the FPU kernel.
+#[cfg(target_abi = "eabihf")]
+pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
+    let fpu = crate::kernels::arm::fpu::dots_strided_f32;
+    let n = x.len();
+    let blocks = out.len() / 4;
+    if n == 0 || !n.is_multiple_of(4) || stride < n || blocks == 0 {
+        return fpu(rows, stride, x, out);
+    }
+    let last_end = (4 * blocks - 1) * stride + n;
+    assert!(last_end <= rows.len(), "rows out of bounds");
+    // SAFETY: the kernel reads `4 * blocks` rows of `n` f32 at a stride of `stride` f32 (the
+    // last ends at `last_end`, inside `rows`, checked above) and the `n` of `x`, writes the
+    // first `4 * blocks` of `out`, and preserves the callee-saved registers (AAPCS: d8-d11 too).
+    let status = unsafe {
+        txl_dots4_mve(
+            rows.as_ptr(),
+            4 * stride,
+            x.as_ptr(),
+            n / 4,
+            out.as_mut_ptr(),
+            blocks,
+        )
+    };
+    if status & (FLUSH_FLAGS | 1 << 31) != 0 {
+        return fpu(rows, stride, x, out);
+    }
+    let done = 4 * blocks;
+    if done < out.len() {
+        fpu(&rows[done * stride..], stride, x, &mut out[done..]);
+    }
 }
