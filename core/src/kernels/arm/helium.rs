@@ -28,6 +28,8 @@ extern "C" {
     /// [`txl_rows4_mve`] for rows of exactly 128 columns (eight groups) one after the other
     /// (`stride` 128): `sums[4b + k]` for `blocks >= 1` blocks.
     fn txl_rows4_c128_mve(rows: *const i8, x: *const i8, sums: *mut i32, blocks: usize);
+    /// [`txl_rows4_c128_mve`] for rows of exactly 256 columns.
+    fn txl_rows4_c256_mve(rows: *const i8, x: *const i8, sums: *mut i32, blocks: usize);
     /// Helium: the largest `|x[i]|` of `x[..n]`, `n >= 1` (`VMAXNMA`, so NaNs are ignored),
     /// as f32 bits.
     fn txl_max_abs_mve(x: *const f32, n: usize) -> u32;
@@ -280,6 +282,53 @@ global_asm!(
     "vpop {{d8-d15}}",
     "pop {{r4-r11, pc}}",
     ".size txl_rows4_c128_mve, . - txl_rows4_c128_mve",
+    // `txl_rows4_c256_mve`: the same for rows of 256 columns, the inputs' last six groups in
+    // q2-q7 and the first ten loaded into q0 per block (r12 the inputs): 146 instructions per
+    // block of 1024 products (0.143 an instruction per product).
+    ".section .text.txl_rows4_c256_mve,\"ax\",%progbits",
+    ".globl txl_rows4_c256_mve",
+    ".type txl_rows4_c256_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows4_c256_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8-d15}}",
+    "add r12, r1, #160",
+    "vldrb.s8 q2, [r12], #16",
+    "vldrb.s8 q3, [r12], #16",
+    "vldrb.s8 q4, [r12], #16",
+    "vldrb.s8 q5, [r12], #16",
+    "vldrb.s8 q6, [r12], #16",
+    "vldrb.s8 q7, [r12]",
+    "mov r11, r0",
+    "mov r0, r2",
+    "mov r2, r1",
+    "mov r1, #256",
+    "dls lr, r3",
+    "1:",
+    "mov r5, r11",
+    "add r7, r11, r1",
+    "add r9, r7, r1",
+    "add r11, r9, r1",
+    "mov r12, r2",
+    "vldrb.s8 q0, [r12], #16",
+    "txl_rows4_c128_row vmladav, q0",
+    ".rept 9",
+    "vldrb.s8 q0, [r12], #16",
+    "txl_rows4_c128_row vmladava, q0",
+    ".endr",
+    "txl_rows4_c128_row vmladava, q2",
+    "txl_rows4_c128_row vmladava, q3",
+    "txl_rows4_c128_row vmladava, q4",
+    "txl_rows4_c128_row vmladava, q5",
+    "txl_rows4_c128_row vmladava, q6",
+    "txl_rows4_c128_row vmladava, q7",
+    "strd r4, r6, [r0], #8",
+    "strd r8, r10, [r0], #8",
+    "le lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows4_c256_mve, . - txl_rows4_c256_mve",
     // back to the core every other kernel here is assembled for
     ".cpu cortex-m4",
 );
@@ -293,11 +342,16 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     let values = &values[..rows * cols];
     let xq = &xq[..cols];
     let blocks = if groups > 0 { rows / 4 } else { 0 };
-    if blocks > 0 && cols == 128 {
-        // SAFETY: `values` holds `4 * blocks <= rows` rows of 128 bytes one after the other and
-        // `xq` 128 bytes: the kernel reads only those (byte loads), writes the first `4 *
+    if blocks > 0 && (cols == 128 || cols == 256) {
+        let kernel = if cols == 128 {
+            txl_rows4_c128_mve
+        } else {
+            txl_rows4_c256_mve
+        };
+        // SAFETY: `values` holds `4 * blocks <= rows` rows of `cols` bytes one after the other
+        // and `xq` `cols` bytes: the kernel reads only those (byte loads), writes the first `4 *
         // blocks` of `sums`, and preserves the callee-saved registers (AAPCS: d8-d15 too).
-        unsafe { txl_rows4_c128_mve(values.as_ptr(), xq.as_ptr(), sums.as_mut_ptr(), blocks) };
+        unsafe { kernel(values.as_ptr(), xq.as_ptr(), sums.as_mut_ptr(), blocks) };
     } else if blocks > 0 {
         let kernel = if groups.is_multiple_of(2) {
             txl_rows4x2_mve
