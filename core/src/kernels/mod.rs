@@ -804,8 +804,10 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
     {
         let groups = d_head / 4;
         dsp::key_sums_i8(keys, stride, groups, words, sums);
-        for (t, sum) in sums.iter_mut().enumerate() {
-            portable::key_sums_columns(&keys[t * stride..t * stride + d_head], 4 * groups, words, sum);
+        if 4 * groups < d_head {
+            for (t, sum) in sums.iter_mut().enumerate() {
+                portable::key_sums_columns(&keys[t * stride..t * stride + d_head], 4 * groups, words, sum);
+            }
         }
         return;
     }
