@@ -785,6 +785,193 @@ global_asm!(
     ".cpu cortex-m4",
 );
 
+/// The arguments of [`txl_rows_i4_g32_pairs_mve`] after the first three, read by offset in the
+/// assembly: keep the order.
+#[repr(C)]
+struct Int4Pairs {
+    /// Codes (groups of 32 columns) per row, even.
+    groups: usize,
+    /// Pairs of rows, at least one.
+    pairs: usize,
+    /// Where the first pair's two i64 sums go.
+    sums: *mut i64,
+    /// [`INT4_MULTIPLIERS`].
+    multipliers: *const i32,
+    /// Passes of the loop over each pair's groups after its first two: `(groups - 2) / 2`.
+    loops: usize,
+}
+
+extern "C" {
+    /// [`txl_rows_i4_g32_mve`] for rows of whole groups of 32 columns (`pass.groups` even, the
+    /// rows `16 * pass.groups` bytes one after the other, their codes too): for each pair of
+    /// rows from `rows`, `sum over groups g of multiplier(code[g]) * (row[g] · x[g])` into
+    /// `pass.sums` (two i64 a pair), the input 4-byte aligned.
+    fn txl_rows_i4_g32_pairs_mve(rows: *const u8, x: *const i8, codes: *const u8, pass: *const Int4Pairs);
+    /// [`txl_rows_i4_g32_pairs_mve`] for rows of exactly four groups (128 columns).
+    fn txl_rows_i4_g32x4_pairs_mve(rows: *const u8, x: *const i8, codes: *const u8, pass: *const Int4Pairs);
+}
+
+// `txl_rows_i4_g32_pairs_mve`: `txl_rows_i4_g32_mve`'s products, two groups a pass with the
+// first two of each pair of rows out of the loop (their i64 sums started by SMULL rather than
+// cleared), and the next pair's pointers found from the last (the rows and codes follow one
+// another; the input steps back by the groups' 32 bytes each): 18 instructions per group and
+// pair of rows, 20 more per pair with the sums' shift and stores (92 for 128 columns, against
+// 107). Registers as there, with r5 the codes per row, r12 the scratch register and lr the
+// passes left; the frame holds the output pointer, the pairs left and the passes per pair.
+macro_rules! int4_g32_group {
+    ($mul:literal) => {
+        concat!(
+            "vld20.32 {{q0, q1}}, [r2]\n",
+            "vld21.32 {{q0, q1}}, [r2]!\n",
+            int4_g32_group!($mul, "q0", "q1"),
+        )
+    };
+    ($mul:literal, $low:literal, $high:literal) => {
+        concat!(
+            "vldrb.u8 q2, [r0], #16\n",
+            "vshl.i8 q3, q2, #4\n",
+            "vand q2, q2, q4\n",
+            "vmladav.s8 r4, q3, ",
+            $low,
+            "\n",
+            "vmladava.s8 r4, q2, ",
+            $high,
+            "\n",
+            "vldrb.u8 q2, [r1], #16\n",
+            "vshl.i8 q3, q2, #4\n",
+            "vand q2, q2, q4\n",
+            "vmladav.s8 r6, q3, ",
+            $low,
+            "\n",
+            "vmladava.s8 r6, q2, ",
+            $high,
+            "\n",
+            "ldrb r12, [r3, r5]\n",
+            "ldr r12, [r7, r12, lsl #2]\n",
+            $mul,
+            " r10, r11, r6, r12\n",
+            "ldrb r12, [r3], #1\n",
+            "ldr r12, [r7, r12, lsl #2]\n",
+            $mul,
+            " r8, r9, r4, r12\n",
+        )
+    };
+}
+
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_rows_i4_g32_pairs_mve,\"ax\",%progbits",
+    ".globl txl_rows_i4_g32_pairs_mve",
+    ".type txl_rows_i4_g32_pairs_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows_i4_g32_pairs_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8, d9}}",
+    "sub sp, sp, #16",
+    "ldr r5, [r3, #0]",
+    "ldr r12, [r3, #4]",
+    "ldr lr, [r3, #8]",
+    "ldr r7, [r3, #12]",
+    "ldr r4, [r3, #16]",
+    "strd lr, r12, [sp]",
+    "str r4, [sp, #8]",
+    "mov r3, r2",
+    "mov r2, r1",
+    "add r1, r0, r5, lsl #4",
+    "vmov.i8 q4, #0xf0",
+    "4:",
+    int4_g32_group!("smull"),
+    int4_g32_group!("smlal"),
+    "ldr lr, [sp, #8]",
+    "wls lr, lr, 3f",
+    "2:",
+    int4_g32_group!("smlal"),
+    int4_g32_group!("smlal"),
+    "le lr, 2b",
+    "3:",
+    // the sums were 16 times too large: shift them back (exact)
+    "lsrs r8, r8, #4",
+    "orr r8, r8, r9, lsl #28",
+    "asrs r9, r9, #4",
+    "lsrs r10, r10, #4",
+    "orr r10, r10, r11, lsl #28",
+    "asrs r11, r11, #4",
+    // the next pair: its first row where the last pair's second ended, its codes after the
+    // second row's, the input back at its start
+    "sub r12, r1, r0",
+    "mov r0, r1",
+    "add r1, r1, r12",
+    "add r3, r3, r5",
+    "sub r2, r2, r5, lsl #5",
+    "ldrd r12, lr, [sp]",
+    "strd r8, r9, [r12], #8",
+    "strd r10, r11, [r12], #8",
+    "subs lr, lr, #1",
+    "strd r12, lr, [sp]",
+    "bne 4b",
+    "add sp, sp, #16",
+    "vpop {{d8, d9}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows_i4_g32_pairs_mve, . - txl_rows_i4_g32_pairs_mve",
+    // `txl_rows_i4_g32x4_pairs_mve`: the same for rows of exactly four groups (128 columns),
+    // without the loop, the input's first group held split in q5 and q6 and its second group's
+    // low columns in q7 (its high ones on the stack, one VLDRW a pair): 86 instructions a pair.
+    ".section .text.txl_rows_i4_g32x4_pairs_mve,\"ax\",%progbits",
+    ".globl txl_rows_i4_g32x4_pairs_mve",
+    ".type txl_rows_i4_g32x4_pairs_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows_i4_g32x4_pairs_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8-d15}}",
+    "sub sp, sp, #32",
+    "ldr r5, [r3, #0]",
+    "ldr r12, [r3, #4]",
+    "ldr lr, [r3, #8]",
+    "ldr r7, [r3, #12]",
+    "strd lr, r12, [sp]",
+    "mov r3, r2",
+    "vld20.32 {{q5, q6}}, [r1]",
+    "vld21.32 {{q5, q6}}, [r1]!",
+    "vld20.32 {{q0, q1}}, [r1]",
+    "vld21.32 {{q0, q1}}, [r1]!",
+    "vmov q7, q0",
+    "vstrw.32 q1, [sp, #16]",
+    "mov r2, r1",
+    "add r1, r0, #64",
+    "vmov.i8 q4, #0xf0",
+    "4:",
+    int4_g32_group!("smull", "q5", "q6"),
+    "vldrw.u32 q1, [sp, #16]",
+    int4_g32_group!("smlal", "q7", "q1"),
+    int4_g32_group!("smlal"),
+    int4_g32_group!("smlal"),
+    "lsrs r8, r8, #4",
+    "orr r8, r8, r9, lsl #28",
+    "asrs r9, r9, #4",
+    "lsrs r10, r10, #4",
+    "orr r10, r10, r11, lsl #28",
+    "asrs r11, r11, #4",
+    "mov r0, r1",
+    "add r1, r1, #64",
+    "add r3, r3, r5",
+    "sub r2, r2, #64",
+    "ldrd r12, lr, [sp]",
+    "strd r8, r9, [r12], #8",
+    "strd r10, r11, [r12], #8",
+    "subs lr, lr, #1",
+    "strd r12, lr, [sp]",
+    "bne 4b",
+    "add sp, sp, #32",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows_i4_g32x4_pairs_mve, . - txl_rows_i4_g32x4_pairs_mve",
+    ".cpu cortex-m4",
+);
+
 /// Largest group the Helium int4 kernel takes: a group's sum, 16 times too large, stays exact
 /// in i32 (`16 * 8 * 128 * 4096 = 2^26`).
 const INT4_MAX_GROUP: usize = 4096;
@@ -797,15 +984,34 @@ const INT4_MAX_GROUP: usize = 4096;
 pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) -> bool {
     use crate::kernels::portable::{int4_groups, int4_multiplier, int4_range_sum, int4_row_bytes};
     let cols = xq.len();
-    let full_groups = cols.checked_div(group).unwrap_or(0);
-    if full_groups == 0
-        || !group.is_multiple_of(32)
-        || group > INT4_MAX_GROUP
-        || !(xq.as_ptr() as usize).is_multiple_of(4)
+    let rows = sums.len();
+    let aligned = (xq.as_ptr() as usize).is_multiple_of(4);
+    if group == 32 && cols >= 64 && cols.is_multiple_of(64) && rows >= 2 && rows.is_multiple_of(2) && aligned
     {
+        // the common shape first, with the least set-up: whole pairs of rows of an even number
+        // of whole groups of 32 columns
+        let (groups, row_bytes) = (cols / 32, cols / 2);
+        let (values, codes) = (&values[..rows * row_bytes], &codes[..rows * groups]);
+        let pairs = Int4Pairs {
+            groups,
+            pairs: rows / 2,
+            sums: sums.as_mut_ptr(),
+            multipliers: INT4_MULTIPLIERS.as_ptr(),
+            loops: (groups - 2) / 2,
+        };
+        let kernel = if groups == 4 {
+            txl_rows_i4_g32x4_pairs_mve
+        } else {
+            txl_rows_i4_g32_pairs_mve
+        };
+        // SAFETY: as for the same kernels below, with `even = rows`.
+        unsafe { kernel(values.as_ptr(), xq.as_ptr(), codes.as_ptr(), &pairs) };
+        return true;
+    }
+    let full_groups = cols.checked_div(group).unwrap_or(0);
+    if full_groups == 0 || !group.is_multiple_of(32) || group > INT4_MAX_GROUP || !aligned {
         return false;
     }
-    let rows = sums.len();
     let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
     let (values, codes) = (&values[..rows * row_bytes], &codes[..rows * groups]);
     let consumed = full_groups * group / 2;
@@ -826,7 +1032,27 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &
     } else {
         txl_rows_i4_mve
     };
-    if even > 0 {
+    if even > 0 && group == 32 && full_groups == groups && groups.is_multiple_of(2) {
+        let pairs = Int4Pairs {
+            groups,
+            pairs: even / 2,
+            sums: sums.as_mut_ptr(),
+            multipliers: INT4_MULTIPLIERS.as_ptr(),
+            loops: (groups - 2) / 2,
+        };
+        let kernel = if groups == 4 {
+            txl_rows_i4_g32x4_pairs_mve
+        } else {
+            txl_rows_i4_g32_pairs_mve
+        };
+        // SAFETY: the rows are `row_bytes = 16 * groups` bytes (whole groups of 32 columns),
+        // one after the other: each pair reads its two rows (inside `values`, `even <= rows`),
+        // their `groups` codes each (inside `codes`), all `cols = 32 * groups` columns of `xq`
+        // (4-byte aligned, checked above) and the table, and writes its two sums of `sums`; the
+        // kernels preserve the callee-saved registers (AAPCS: d8-d15 too) and the stack
+        // pointer.
+        unsafe { kernel(values.as_ptr(), xq.as_ptr(), codes.as_ptr(), &pairs) };
+    } else if even > 0 {
         // SAFETY: each pair reads `consumed` bytes of its two rows (inside `values`: `rows *
         // row_bytes` bytes, sliced above), `full_groups` codes of each (inside `codes`), the
         // first `full_groups * group <= cols` columns of `xq` (4-byte aligned, checked above),
