@@ -179,6 +179,8 @@ extern "C" {
     fn txl_rows4x8_s8_256(rows: *const i8, pairs: *const u32, groups: usize, sums: *mut i32, blocks: usize);
     /// [`txl_rows4x8_s8_128`] for rows of exactly 128 columns (`groups` 32) and `blocks >= 1`.
     fn txl_rows4x32_s8_128(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
+    /// [`txl_rows4x8_s8_256`] for rows of exactly 256 columns (`groups` 64) and `blocks >= 1`.
+    fn txl_rows4x64_s8_256(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
 }
 
 // The same products as `txl_rows4_s8`, with each row's eight columns loaded by one LDRD: for a
@@ -261,7 +263,8 @@ global_asm!(
     "txl_rows4x8_fn txl_rows4x8_s8_256, 256",
     // `txl_rows4x32_s8_128`: rows of exactly 128 columns one after the other, the sixteen
     // octets of a block without a loop, the first setting the sums (SMUAD): 615 instructions
-    // per block of 512 multiply-accumulates. Registers as above; r3 the blocks left, the frame
+    // per block of 512 multiply-accumulates (`txl_rows4x64_s8_256`: 256 columns, 1223 per
+    // 1024). Registers as above; r3 the blocks left, the frame
     // the inputs' start and the output pointer.
     ".macro txl_rows4x8_row_first acc",
     "sxtb16 r1, r12",
@@ -273,36 +276,40 @@ global_asm!(
     "sxtb16 lr, lr, ror #8",
     "smlad \\acc, lr, r11, \\acc",
     ".endm",
-    ".section .text.txl_rows4x32_s8_128,\"ax\",%progbits",
-    ".globl txl_rows4x32_s8_128",
-    ".type txl_rows4x32_s8_128,%function",
+    ".macro txl_rows4_whole_fn name, stride",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
     ".p2align 2",
     ".thumb_func",
-    "txl_rows4x32_s8_128:",
+    "\\name:",
     "push {{r1-r11, lr}}",
     "4:",
     "ldr r2, [sp]",
     "ldrd r8, r9, [r2], #8",
     "ldrd r10, r11, [r2], #8",
-    "ldrd r12, lr, [r0, #128]",
+    "ldrd r12, lr, [r0, #\\stride]",
     "txl_rows4x8_row_first r5",
-    "ldrd r12, lr, [r0, #256]",
+    "ldrd r12, lr, [r0, #2 * \\stride]",
     "txl_rows4x8_row_first r6",
-    "ldrd r12, lr, [r0, #384]",
+    "ldrd r12, lr, [r0, #3 * \\stride]",
     "txl_rows4x8_row_first r7",
     "ldrd r12, lr, [r0], #8",
     "txl_rows4x8_row_first r4",
-    ".rept 15",
-    "txl_rows4x8_octet 128",
+    ".rept \\stride / 8 - 1",
+    "txl_rows4x8_octet \\stride",
     ".endr",
     "ldr r1, [sp, #4]",
     "stmia r1!, {{r4-r7}}",
     "str r1, [sp, #4]",
-    "add r0, r0, #384",
+    "add r0, r0, #3 * \\stride",
     "subs r3, r3, #1",
     "bne 4b",
     "pop {{r1-r11, pc}}",
-    ".size txl_rows4x32_s8_128, . - txl_rows4x32_s8_128",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_rows4_whole_fn txl_rows4x32_s8_128, 128",
+    "txl_rows4_whole_fn txl_rows4x64_s8_256, 256",
 );
 
 extern "C" {
@@ -601,10 +608,15 @@ fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], su
         _ => None,
     };
     let aligned = (rows.as_ptr() as usize).is_multiple_of(4);
-    if LARGE_KERNELS && stride == 128 && groups == 32 && aligned && blocks > 0 {
+    let whole: Option<unsafe extern "C" fn(*const i8, *const u32, *mut i32, usize)> = match (stride, groups) {
+        (128, 32) if LARGE_KERNELS => Some(txl_rows4x32_s8_128),
+        (256, 64) if LARGE_KERNELS => Some(txl_rows4x64_s8_256),
+        _ => None,
+    };
+    if let (Some(kernel), true, true) = (whole, aligned, blocks > 0) {
         // SAFETY: as below, the kernel reading the same rows and inputs (eight bytes at a time:
         // the rows are word-aligned, as `LDRD` needs) and writing the same sums.
-        unsafe { txl_rows4x32_s8_128(rows.as_ptr(), pairs.as_ptr(), sums.as_mut_ptr(), blocks) };
+        unsafe { kernel(rows.as_ptr(), pairs.as_ptr(), sums.as_mut_ptr(), blocks) };
     } else if let (Some(kernel), true, true, true) =
         (fixed, groups > 0 && groups.is_multiple_of(8), aligned, blocks > 0)
     {
