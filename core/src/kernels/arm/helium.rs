@@ -37,6 +37,10 @@ extern "C" {
     /// ties away from zero (`VCVTA`), stored as the low byte (`VSTRB.32`); `inverse` as f32
     /// bits.
     fn txl_quantize_mve(x: *const f32, out: *mut i8, n: usize, inverse: u32);
+    /// [`txl_max_abs_mve`] for `8 * octets` values (`octets >= 1`).
+    fn txl_max_abs8_mve(x: *const f32, octets: usize) -> u32;
+    /// [`txl_quantize_mve`] for `8 * octets` values (`octets >= 1`).
+    fn txl_quantize8_mve(x: *const f32, out: *mut i8, octets: usize, inverse: u32);
 }
 
 // Both loops are tail-predicated (`DLSTP.32` / `LETP`): the last pass takes the 1 to 4 values
@@ -80,6 +84,46 @@ global_asm!(
     "letp lr, 1b",
     "pop {{r7, pc}}",
     ".size txl_quantize_mve, . - txl_quantize_mve",
+    // the same two loops eight values a pass, for a multiple of eight values (no predication)
+    ".section .text.txl_max_abs8_mve,\"ax\",%progbits",
+    ".globl txl_max_abs8_mve",
+    ".type txl_max_abs8_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_max_abs8_mve:",
+    "push {{r7, lr}}",
+    "vmov.i32 q0, #0",
+    "dls lr, r1",
+    "1:",
+    "vldrw.u32 q1, [r0], #16",
+    "vmaxnma.f32 q0, q1",
+    "vldrw.u32 q1, [r0], #16",
+    "vmaxnma.f32 q0, q1",
+    "le lr, 1b",
+    "movs r0, #0",
+    "vmaxnmav.f32 r0, q0",
+    "pop {{r7, pc}}",
+    ".size txl_max_abs8_mve, . - txl_max_abs8_mve",
+    ".section .text.txl_quantize8_mve,\"ax\",%progbits",
+    ".globl txl_quantize8_mve",
+    ".type txl_quantize8_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize8_mve:",
+    "push {{r7, lr}}",
+    "dls lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vmul.f32 q0, q0, r3",
+    "vcvta.s32.f32 q0, q0",
+    "vstrb.32 q0, [r1], #4",
+    "vldrw.u32 q0, [r0], #16",
+    "vmul.f32 q0, q0, r3",
+    "vcvta.s32.f32 q0, q0",
+    "vstrb.32 q0, [r1], #4",
+    "le lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_quantize8_mve, . - txl_quantize8_mve",
     ".cpu cortex-m4",
 );
 
@@ -103,16 +147,30 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     if act_scales.is_some() || n == 0 || out.len() != n {
         return crate::kernels::portable::quantize_i8(x, act_scales, out);
     }
-    // SAFETY: `x` holds `n >= 1` values; the kernel reads only those (tail-predicated) and
-    // uses only q0 and q1 of the vector registers (caller-saved under the AAPCS).
-    let max_abs = f32::from_bits(unsafe { txl_max_abs_mve(x.as_ptr(), n) });
+    let octets = if n.is_multiple_of(8) { n / 8 } else { 0 };
+    // SAFETY: `x` holds `n >= 1` values (`8 * octets` where `octets` is not 0); the kernels
+    // read only those (tail-predicated) and use only q0 and q1 of the vector registers
+    // (caller-saved under the AAPCS).
+    let max_abs = f32::from_bits(unsafe {
+        if octets > 0 {
+            txl_max_abs8_mve(x.as_ptr(), octets)
+        } else {
+            txl_max_abs_mve(x.as_ptr(), n)
+        }
+    });
     if !(max_abs >= SMALLEST_RANGE && max_abs.is_finite()) {
         return crate::kernels::portable::quantize_i8(x, act_scales, out);
     }
     let inverse = 127.0 / max_abs;
     // SAFETY: `x` holds `n >= 1` values and `out` `n` bytes; the kernel reads and writes only
     // those (tail-predicated) and uses only q0 of the vector registers.
-    unsafe { txl_quantize_mve(x.as_ptr(), out.as_mut_ptr(), n, inverse.to_bits()) };
+    unsafe {
+        if octets > 0 {
+            txl_quantize8_mve(x.as_ptr(), out.as_mut_ptr(), octets, inverse.to_bits())
+        } else {
+            txl_quantize_mve(x.as_ptr(), out.as_mut_ptr(), n, inverse.to_bits())
+        }
+    };
     max_abs / 127.0
 }
 
