@@ -426,8 +426,9 @@ fn check_widen_f16() -> Result<usize, Failure> {
 /// The attention's f32 kernels (`dots_strided_f32`, `axpys_strided_f32`, as this board runs
 /// them) against the portable code, bit for bit: widths of 1 to 40 and 64 columns (partial and
 /// whole groups of four and eight), 1 to 9 keys (partial blocks of four), rows at the width's
-/// stride and at a longer one, with zeros, negative zeros and large values among the numbers.
-/// Returns the number of shapes checked.
+/// stride and at a longer one, with zeros, negative zeros, large values and tiny ones (whose
+/// products are subnormal, or flushed to zero by Helium) among the numbers. Returns the number
+/// of shapes checked.
 fn check_attention_f32() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x5eed_f32a);
     let mut checked = 0;
@@ -440,6 +441,7 @@ fn check_attention_f32() -> Result<usize, Failure> {
                     0 => 0.0,
                     1 => -0.0,
                     2 => numbers.float() * 1.0e30,
+                    3 => numbers.float() * 1.0e-30,
                     _ => numbers.float(),
                 };
                 let rows: Vec<f32> = (0..len).map(|_| value(&mut numbers)).collect();

@@ -108,7 +108,12 @@ pub fn relu(x: &mut [f32]) {
         feature = "cortex-m-large-kernels",
         target_abi = "eabihf"
     ))]
-    return fpu::relu(x);
+    {
+        #[cfg(feature = "cortex-m-mve")]
+        return helium::relu(x);
+        #[allow(unreachable_code)]
+        return fpu::relu(x);
+    }
     #[allow(unreachable_code)]
     portable::relu(x)
 }
@@ -195,7 +200,13 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
         // SAFETY: the CPU has AVX and F16C, checked just above.
         return unsafe { avx::dots_strided(rows, stride, x, out) };
     }
-    #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_abi = "eabihf"))]
+    return helium::dots_strided_f32(rows, stride, x, out);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        not(feature = "cortex-m-mve"),
+        target_abi = "eabihf"
+    ))]
     return fpu::dots_strided_f32(rows, stride, x, out);
     #[cfg(target_arch = "aarch64")]
     return neon::dots_strided_each_f32(rows, stride, &[x], &mut [out]);
@@ -965,7 +976,8 @@ pub fn normalize_f32(x: &mut [f32], moments: (f32, f32), gain: &[f32], bias: &[f
 
 /// `values[i] = exp(values[i] - max)` in place, returning `sum` plus all of them added in order
 /// ([`portable::softmax_exps_sum_f32`]): `libm::expf`'s main path in assembly with the FPU of
-/// the `cortex-m-dsp` cores (not `fast-math`). The same bits.
+/// the `cortex-m-dsp` cores (not `fast-math`), four values an instruction with Helium. The same
+/// bits.
 #[inline]
 pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
     #[cfg(all(
@@ -974,7 +986,12 @@ pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
         target_abi = "eabihf",
         not(feature = "fast-math")
     ))]
-    return fpu::softmax_exps_sum_f32(values, max, sum);
+    {
+        #[cfg(feature = "cortex-m-mve")]
+        return helium::softmax_exps_sum_f32(values, max, sum);
+        #[allow(unreachable_code)]
+        return fpu::softmax_exps_sum_f32(values, max, sum);
+    }
     #[allow(unreachable_code)]
     portable::softmax_exps_sum_f32(values, max, sum)
 }

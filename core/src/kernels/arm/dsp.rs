@@ -177,6 +177,10 @@ extern "C" {
     fn txl_rows4x8_s8_128(rows: *const i8, pairs: *const u32, groups: usize, sums: *mut i32, blocks: usize);
     /// [`txl_rows4x8_s8_128`] for rows at a stride of 256 bytes.
     fn txl_rows4x8_s8_256(rows: *const i8, pairs: *const u32, groups: usize, sums: *mut i32, blocks: usize);
+    /// [`txl_rows4x8_s8_128`] for rows of exactly 128 columns (`groups` 32) and `blocks >= 1`.
+    fn txl_rows4x32_s8_128(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
+    /// [`txl_rows4x8_s8_256`] for rows of exactly 256 columns (`groups` 64) and `blocks >= 1`.
+    fn txl_rows4x64_s8_256(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
 }
 
 // The same products as `txl_rows4_s8`, with each row's eight columns loaded by one LDRD: for a
@@ -257,6 +261,55 @@ global_asm!(
     ".endm",
     "txl_rows4x8_fn txl_rows4x8_s8_128, 128",
     "txl_rows4x8_fn txl_rows4x8_s8_256, 256",
+    // `txl_rows4x32_s8_128`: rows of exactly 128 columns one after the other, the sixteen
+    // octets of a block without a loop, the first setting the sums (SMUAD): 615 instructions
+    // per block of 512 multiply-accumulates (`txl_rows4x64_s8_256`: 256 columns, 1223 per
+    // 1024). Registers as above; r3 the blocks left, the frame
+    // the inputs' start and the output pointer.
+    ".macro txl_rows4x8_row_first acc",
+    "sxtb16 r1, r12",
+    "smuad \\acc, r1, r8",
+    "sxtb16 r12, r12, ror #8",
+    "smlad \\acc, r12, r9, \\acc",
+    "sxtb16 r1, lr",
+    "smlad \\acc, r1, r10, \\acc",
+    "sxtb16 lr, lr, ror #8",
+    "smlad \\acc, lr, r11, \\acc",
+    ".endm",
+    ".macro txl_rows4_whole_fn name, stride",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "\\name:",
+    "push {{r1-r11, lr}}",
+    "4:",
+    "ldr r2, [sp]",
+    "ldrd r8, r9, [r2], #8",
+    "ldrd r10, r11, [r2], #8",
+    "ldrd r12, lr, [r0, #\\stride]",
+    "txl_rows4x8_row_first r5",
+    "ldrd r12, lr, [r0, #2 * \\stride]",
+    "txl_rows4x8_row_first r6",
+    "ldrd r12, lr, [r0, #3 * \\stride]",
+    "txl_rows4x8_row_first r7",
+    "ldrd r12, lr, [r0], #8",
+    "txl_rows4x8_row_first r4",
+    ".rept \\stride / 8 - 1",
+    "txl_rows4x8_octet \\stride",
+    ".endr",
+    "ldr r1, [sp, #4]",
+    "stmia r1!, {{r4-r7}}",
+    "str r1, [sp, #4]",
+    "add r0, r0, #3 * \\stride",
+    "subs r3, r3, #1",
+    "bne 4b",
+    "pop {{r1-r11, pc}}",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_rows4_whole_fn txl_rows4x32_s8_128, 128",
+    "txl_rows4_whole_fn txl_rows4x64_s8_256, 256",
 );
 
 extern "C" {
@@ -555,7 +608,16 @@ fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], su
         _ => None,
     };
     let aligned = (rows.as_ptr() as usize).is_multiple_of(4);
-    if let (Some(kernel), true, true, true) =
+    let whole: Option<unsafe extern "C" fn(*const i8, *const u32, *mut i32, usize)> = match (stride, groups) {
+        (128, 32) if LARGE_KERNELS => Some(txl_rows4x32_s8_128),
+        (256, 64) if LARGE_KERNELS => Some(txl_rows4x64_s8_256),
+        _ => None,
+    };
+    if let (Some(kernel), true, true) = (whole, aligned, blocks > 0) {
+        // SAFETY: as below, the kernel reading the same rows and inputs (eight bytes at a time:
+        // the rows are word-aligned, as `LDRD` needs) and writing the same sums.
+        unsafe { kernel(rows.as_ptr(), pairs.as_ptr(), sums.as_mut_ptr(), blocks) };
+    } else if let (Some(kernel), true, true, true) =
         (fixed, groups > 0 && groups.is_multiple_of(8), aligned, blocks > 0)
     {
         // SAFETY: as below, the kernel reading the same rows and inputs (eight bytes at a time:
@@ -625,14 +687,32 @@ extern "C" {
 }
 
 // Per two keys: one LDRD of their weights, one LDR of each key's four bytes, four SXTB16 and
-// eight SMLABB/SMLATB (one per product), an ADD to the next pair of keys, a compare and a
-// branch: 18 instructions per 8 multiply-accumulates. Registers: r0 the values, r1 the stride,
-// r2 the weights, r3 their end, r4-r7 the sums of columns 0-3, r8/r11 the two weights, r9/r12
-// the two keys' bytes (then columns 0 and 2), r10/lr columns 1 and 3.
+// eight SMLABB/SMLATB (one per product) and an ADD to the next pair of keys; a compare and a
+// branch per two pairs: 17 instructions per 8 multiply-accumulates. Registers: r0 the values,
+// r1 the stride, r2 the weights, r3 their end, r4-r7 the sums of columns 0-3, r8/r11 the two
+// weights, r9/r12 the two keys' bytes (then columns 0 and 2), r10/lr columns 1 and 3.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
+    ".macro txl_value_sums4_pair",
+    "ldrd r8, r11, [r2], #8",
+    "ldr r9, [r0]",
+    "ldr r12, [r0, r1]",
+    "add r0, r0, r1, lsl #1",
+    "sxtb16 r10, r9, ror #8",
+    "sxtb16 r9, r9",
+    "sxtb16 lr, r12, ror #8",
+    "sxtb16 r12, r12",
+    "smlabb r4, r9, r8, r4",
+    "smlatb r6, r9, r8, r6",
+    "smlabb r5, r10, r8, r5",
+    "smlatb r7, r10, r8, r7",
+    "smlabb r4, r12, r11, r4",
+    "smlatb r6, r12, r11, r6",
+    "smlabb r5, lr, r11, r5",
+    "smlatb r7, lr, r11, r7",
+    ".endm",
     ".section .text.txl_value_sums4_s8,\"ax\",%progbits",
     ".globl txl_value_sums4_s8",
     ".type txl_value_sums4_s8,%function",
@@ -656,25 +736,17 @@ global_asm!(
     "smlabb r5, r10, r8, r5",
     "smlatb r7, r10, r8, r7",
     "2:",
+    // an odd number of pairs left: one pair first, then two pairs a pass
+    "sub r12, r3, r2",
+    "tst r12, #8",
+    "beq 5f",
+    "txl_value_sums4_pair",
+    "5:",
     "cmp r2, r3",
     "beq 3f",
     "1:",
-    "ldrd r8, r11, [r2], #8",
-    "ldr r9, [r0]",
-    "ldr r12, [r0, r1]",
-    "add r0, r0, r1, lsl #1",
-    "sxtb16 r10, r9, ror #8",
-    "sxtb16 r9, r9",
-    "sxtb16 lr, r12, ror #8",
-    "sxtb16 r12, r12",
-    "smlabb r4, r9, r8, r4",
-    "smlatb r6, r9, r8, r6",
-    "smlabb r5, r10, r8, r5",
-    "smlatb r7, r10, r8, r7",
-    "smlabb r4, r12, r11, r4",
-    "smlatb r6, r12, r11, r6",
-    "smlabb r5, lr, r11, r5",
-    "smlatb r7, lr, r11, r7",
+    "txl_value_sums4_pair",
+    "txl_value_sums4_pair",
     "cmp r2, r3",
     "bne 1b",
     "3:",

@@ -25,6 +25,11 @@ extern "C" {
         sums: *mut i32,
         blocks: usize,
     );
+    /// [`txl_rows4_mve`] for rows of exactly 128 columns (eight groups) one after the other
+    /// (`stride` 128): `sums[4b + k]` for `blocks >= 1` blocks.
+    fn txl_rows4_c128_mve(rows: *const i8, x: *const i8, sums: *mut i32, blocks: usize);
+    /// [`txl_rows4_c128_mve`] for rows of exactly 256 columns.
+    fn txl_rows4_c256_mve(rows: *const i8, x: *const i8, sums: *mut i32, blocks: usize);
     /// Helium: the largest `|x[i]|` of `x[..n]`, `n >= 1` (`VMAXNMA`, so NaNs are ignored),
     /// as f32 bits.
     fn txl_max_abs_mve(x: *const f32, n: usize) -> u32;
@@ -32,6 +37,10 @@ extern "C" {
     /// ties away from zero (`VCVTA`), stored as the low byte (`VSTRB.32`); `inverse` as f32
     /// bits.
     fn txl_quantize_mve(x: *const f32, out: *mut i8, n: usize, inverse: u32);
+    /// [`txl_max_abs_mve`] for `8 * octets` values (`octets >= 1`).
+    fn txl_max_abs8_mve(x: *const f32, octets: usize) -> u32;
+    /// [`txl_quantize_mve`] for `8 * octets` values (`octets >= 1`).
+    fn txl_quantize8_mve(x: *const f32, out: *mut i8, octets: usize, inverse: u32);
 }
 
 // Both loops are tail-predicated (`DLSTP.32` / `LETP`): the last pass takes the 1 to 4 values
@@ -75,6 +84,46 @@ global_asm!(
     "letp lr, 1b",
     "pop {{r7, pc}}",
     ".size txl_quantize_mve, . - txl_quantize_mve",
+    // the same two loops eight values a pass, for a multiple of eight values (no predication)
+    ".section .text.txl_max_abs8_mve,\"ax\",%progbits",
+    ".globl txl_max_abs8_mve",
+    ".type txl_max_abs8_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_max_abs8_mve:",
+    "push {{r7, lr}}",
+    "vmov.i32 q0, #0",
+    "dls lr, r1",
+    "1:",
+    "vldrw.u32 q1, [r0], #16",
+    "vmaxnma.f32 q0, q1",
+    "vldrw.u32 q1, [r0], #16",
+    "vmaxnma.f32 q0, q1",
+    "le lr, 1b",
+    "movs r0, #0",
+    "vmaxnmav.f32 r0, q0",
+    "pop {{r7, pc}}",
+    ".size txl_max_abs8_mve, . - txl_max_abs8_mve",
+    ".section .text.txl_quantize8_mve,\"ax\",%progbits",
+    ".globl txl_quantize8_mve",
+    ".type txl_quantize8_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize8_mve:",
+    "push {{r7, lr}}",
+    "dls lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vmul.f32 q0, q0, r3",
+    "vcvta.s32.f32 q0, q0",
+    "vstrb.32 q0, [r1], #4",
+    "vldrw.u32 q0, [r0], #16",
+    "vmul.f32 q0, q0, r3",
+    "vcvta.s32.f32 q0, q0",
+    "vstrb.32 q0, [r1], #4",
+    "le lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_quantize8_mve, . - txl_quantize8_mve",
     ".cpu cortex-m4",
 );
 
@@ -98,16 +147,30 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     if act_scales.is_some() || n == 0 || out.len() != n {
         return crate::kernels::portable::quantize_i8(x, act_scales, out);
     }
-    // SAFETY: `x` holds `n >= 1` values; the kernel reads only those (tail-predicated) and
-    // uses only q0 and q1 of the vector registers (caller-saved under the AAPCS).
-    let max_abs = f32::from_bits(unsafe { txl_max_abs_mve(x.as_ptr(), n) });
+    let octets = if n.is_multiple_of(8) { n / 8 } else { 0 };
+    // SAFETY: `x` holds `n >= 1` values (`8 * octets` where `octets` is not 0); the kernels
+    // read only those (tail-predicated) and use only q0 and q1 of the vector registers
+    // (caller-saved under the AAPCS).
+    let max_abs = f32::from_bits(unsafe {
+        if octets > 0 {
+            txl_max_abs8_mve(x.as_ptr(), octets)
+        } else {
+            txl_max_abs_mve(x.as_ptr(), n)
+        }
+    });
     if !(max_abs >= SMALLEST_RANGE && max_abs.is_finite()) {
         return crate::kernels::portable::quantize_i8(x, act_scales, out);
     }
     let inverse = 127.0 / max_abs;
     // SAFETY: `x` holds `n >= 1` values and `out` `n` bytes; the kernel reads and writes only
     // those (tail-predicated) and uses only q0 of the vector registers.
-    unsafe { txl_quantize_mve(x.as_ptr(), out.as_mut_ptr(), n, inverse.to_bits()) };
+    unsafe {
+        if octets > 0 {
+            txl_quantize8_mve(x.as_ptr(), out.as_mut_ptr(), octets, inverse.to_bits())
+        } else {
+            txl_quantize_mve(x.as_ptr(), out.as_mut_ptr(), n, inverse.to_bits())
+        }
+    };
     max_abs / 127.0
 }
 
@@ -220,6 +283,110 @@ global_asm!(
     "5:",
     "pop {{r4-r11, pc}}",
     ".size txl_rows4x2_mve, . - txl_rows4x2_mve",
+    // `txl_rows4_c128_mve`: the inputs' last six groups stay in q2-q7 for the whole call, the
+    // first two are loaded into q0 per block; the eight groups run without a loop, the first
+    // setting the sums (VMLADAV). The rows follow one another, so row 3 ends where the next
+    // block starts. Per block of four rows: 66 instructions for the 512 products, 4 to set the
+    // rows' pointers, 2 stores and the loop's end: 73 (0.143 an instruction per product).
+    // Registers: r11 the next block (row 3 when running), r5, r7, r9 rows 0-2, r1 the stride,
+    // r2 the inputs, r3 the outputs, lr the blocks left, q1 a row's weights.
+    ".macro txl_rows4_c128_row op, q",
+    "vldrb.s8 q1, [r5], #16",
+    "\\op\\().s8 r4, q1, \\q",
+    "vldrb.s8 q1, [r7], #16",
+    "\\op\\().s8 r6, q1, \\q",
+    "vldrb.s8 q1, [r9], #16",
+    "\\op\\().s8 r8, q1, \\q",
+    "vldrb.s8 q1, [r11], #16",
+    "\\op\\().s8 r10, q1, \\q",
+    ".endm",
+    ".section .text.txl_rows4_c128_mve,\"ax\",%progbits",
+    ".globl txl_rows4_c128_mve",
+    ".type txl_rows4_c128_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows4_c128_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8-d15}}",
+    "vldrb.s8 q2, [r1, #32]",
+    "vldrb.s8 q3, [r1, #48]",
+    "vldrb.s8 q4, [r1, #64]",
+    "vldrb.s8 q5, [r1, #80]",
+    "vldrb.s8 q6, [r1, #96]",
+    "vldrb.s8 q7, [r1, #112]",
+    "mov r11, r0",
+    "mov r0, r2",
+    "mov r2, r1",
+    "mov r1, #128",
+    "dls lr, r3",
+    "1:",
+    "mov r5, r11",
+    "add r7, r11, r1",
+    "add r9, r7, r1",
+    "add r11, r9, r1",
+    "vldrb.s8 q0, [r2]",
+    "txl_rows4_c128_row vmladav, q0",
+    "vldrb.s8 q0, [r2, #16]",
+    "txl_rows4_c128_row vmladava, q0",
+    "txl_rows4_c128_row vmladava, q2",
+    "txl_rows4_c128_row vmladava, q3",
+    "txl_rows4_c128_row vmladava, q4",
+    "txl_rows4_c128_row vmladava, q5",
+    "txl_rows4_c128_row vmladava, q6",
+    "txl_rows4_c128_row vmladava, q7",
+    "strd r4, r6, [r0], #8",
+    "strd r8, r10, [r0], #8",
+    "le lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows4_c128_mve, . - txl_rows4_c128_mve",
+    // `txl_rows4_c256_mve`: the same for rows of 256 columns, the inputs' last six groups in
+    // q2-q7 and the first ten loaded into q0 per block (r12 the inputs): 146 instructions per
+    // block of 1024 products (0.143 an instruction per product).
+    ".section .text.txl_rows4_c256_mve,\"ax\",%progbits",
+    ".globl txl_rows4_c256_mve",
+    ".type txl_rows4_c256_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows4_c256_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8-d15}}",
+    "add r12, r1, #160",
+    "vldrb.s8 q2, [r12], #16",
+    "vldrb.s8 q3, [r12], #16",
+    "vldrb.s8 q4, [r12], #16",
+    "vldrb.s8 q5, [r12], #16",
+    "vldrb.s8 q6, [r12], #16",
+    "vldrb.s8 q7, [r12]",
+    "mov r11, r0",
+    "mov r0, r2",
+    "mov r2, r1",
+    "mov r1, #256",
+    "dls lr, r3",
+    "1:",
+    "mov r5, r11",
+    "add r7, r11, r1",
+    "add r9, r7, r1",
+    "add r11, r9, r1",
+    "mov r12, r2",
+    "vldrb.s8 q0, [r12], #16",
+    "txl_rows4_c128_row vmladav, q0",
+    ".rept 9",
+    "vldrb.s8 q0, [r12], #16",
+    "txl_rows4_c128_row vmladava, q0",
+    ".endr",
+    "txl_rows4_c128_row vmladava, q2",
+    "txl_rows4_c128_row vmladava, q3",
+    "txl_rows4_c128_row vmladava, q4",
+    "txl_rows4_c128_row vmladava, q5",
+    "txl_rows4_c128_row vmladava, q6",
+    "txl_rows4_c128_row vmladava, q7",
+    "strd r4, r6, [r0], #8",
+    "strd r8, r10, [r0], #8",
+    "le lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows4_c256_mve, . - txl_rows4_c256_mve",
     // back to the core every other kernel here is assembled for
     ".cpu cortex-m4",
 );
@@ -233,7 +400,17 @@ pub fn row_sums_i8(values: &[i8], cols: usize, xq: &[i8], sums: &mut [i32]) {
     let values = &values[..rows * cols];
     let xq = &xq[..cols];
     let blocks = if groups > 0 { rows / 4 } else { 0 };
-    if blocks > 0 {
+    if blocks > 0 && (cols == 128 || cols == 256) {
+        let kernel = if cols == 128 {
+            txl_rows4_c128_mve
+        } else {
+            txl_rows4_c256_mve
+        };
+        // SAFETY: `values` holds `4 * blocks <= rows` rows of `cols` bytes one after the other
+        // and `xq` `cols` bytes: the kernel reads only those (byte loads), writes the first `4 *
+        // blocks` of `sums`, and preserves the callee-saved registers (AAPCS: d8-d15 too).
+        unsafe { kernel(values.as_ptr(), xq.as_ptr(), sums.as_mut_ptr(), blocks) };
+    } else if blocks > 0 {
         let kernel = if groups.is_multiple_of(2) {
             txl_rows4x2_mve
         } else {
@@ -291,9 +468,9 @@ extern "C" {
 // The keys: txl_rows4_mve's loop with 16-bit lanes. Per group of 8 columns one VLDRH of the query
 // (shared by the four keys), then per key one VLDRB.S16 of its bytes (widened) and one
 // VMLADAVA.S16: 10 instructions per 32 multiply-accumulates. The values: sixteen columns' sums
-// in q0-q3 over all the keys; per key one LDR of its weight, four VLDRB.S32 (four bytes widened
-// each) and four VMLA by the weight, the step to the next key and the loop's end: 11
-// instructions per 16 multiply-accumulates.
+// in q0-q3 over all the keys; per two keys one LDRD of their weights, per key four VLDRB.S32
+// (four bytes widened each) and four VMLA by its weight, the steps to the next two keys (r0
+// and r7) and the loop's end: 20 instructions per 32 multiply-accumulates.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -344,38 +521,55 @@ global_asm!(
     "5:",
     "pop {{r4-r11, pc}}",
     ".size txl_key_sums4_mve, . - txl_key_sums4_mve",
+    ".macro txl_value_sums16_key key, weight",
+    "vldrb.s32 q4, [\\key]",
+    "vmla.s32 q0, q4, \\weight",
+    "vldrb.s32 q4, [\\key, #4]",
+    "vmla.s32 q1, q4, \\weight",
+    "vldrb.s32 q4, [\\key, #8]",
+    "vmla.s32 q2, q4, \\weight",
+    "vldrb.s32 q4, [\\key, #12]",
+    "vmla.s32 q3, q4, \\weight",
+    ".endm",
     ".section .text.txl_value_sums16_mve,\"ax\",%progbits",
     ".globl txl_value_sums16_mve",
     ".type txl_value_sums16_mve,%function",
     ".p2align 2",
     ".thumb_func",
     "txl_value_sums16_mve:",
-    "push {{r4, r5, r7, lr}}",
+    "push {{r4-r8, lr}}",
     "vpush {{d8, d9}}",
-    "ldr r4, [sp, #32]",
+    "ldr r4, [sp, #40]",
     "vldrw.u32 q0, [r4]",
     "vldrw.u32 q1, [r4, #16]",
     "vldrw.u32 q2, [r4, #32]",
     "vldrw.u32 q3, [r4, #48]",
-    "dls lr, r3",
-    "1:",
+    "add r7, r0, r1",
+    "lsl r8, r1, #1",
+    "tst r3, #1",
+    "beq 5f",
+    // an odd count: one key first
     "ldr r5, [r2], #4",
-    "vldrb.s32 q4, [r0]",
-    "vmla.s32 q0, q4, r5",
-    "vldrb.s32 q4, [r0, #4]",
-    "vmla.s32 q1, q4, r5",
-    "vldrb.s32 q4, [r0, #8]",
-    "vmla.s32 q2, q4, r5",
-    "vldrb.s32 q4, [r0, #12]",
-    "vmla.s32 q3, q4, r5",
-    "add r0, r1",
+    "txl_value_sums16_key r0, r5",
+    "add r0, r0, r1",
+    "add r7, r7, r1",
+    "5:",
+    "lsrs r3, r3, #1",
+    "wls lr, r3, 3f",
+    "1:",
+    "ldrd r5, r6, [r2], #8",
+    "txl_value_sums16_key r0, r5",
+    "txl_value_sums16_key r7, r6",
+    "add r0, r0, r8",
+    "add r7, r7, r8",
     "le lr, 1b",
+    "3:",
     "vstrw.32 q0, [r4]",
     "vstrw.32 q1, [r4, #16]",
     "vstrw.32 q2, [r4, #32]",
     "vstrw.32 q3, [r4, #48]",
     "vpop {{d8, d9}}",
-    "pop {{r4, r5, r7, pc}}",
+    "pop {{r4-r8, pc}}",
     ".size txl_value_sums16_mve, . - txl_value_sums16_mve",
     ".cpu cortex-m4",
 );
@@ -385,32 +579,36 @@ const KEY_COLUMNS: usize = 256;
 
 /// [`portable::key_sums_i8`](crate::kernels::portable::key_sums_i8) with Helium: four keys per
 /// pass, eight columns an instruction (`VMLADAVA.S16` of the 16-bit query, put back in column
-/// order once per call, against the key's bytes widened by `VLDRB.S16`). Keys left after the
-/// whole blocks of four, the columns after whole groups of eight, and queries wider than
-/// [`KEY_COLUMNS`] take the portable code. Integer sums (wrapping, as the portable code): the
-/// same sums.
+/// order once per call, against the key's bytes widened by `VLDRB.S16`). The one to three keys
+/// after the whole blocks of four take one more pass of the kernel (over the last four keys, or
+/// over one key read four times where there are fewer than four); the columns after whole
+/// groups of eight, and queries wider than [`KEY_COLUMNS`], take the portable code. Integer
+/// sums (wrapping, as the portable code): the same sums.
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
     use crate::kernels::portable;
     let groups = d_head / 8;
-    let blocks = if groups > 0 && d_head <= KEY_COLUMNS {
-        sums.len() / 4
-    } else {
-        0
-    };
+    let n = sums.len();
+    if groups == 0 || d_head > KEY_COLUMNS || n == 0 {
+        return portable::key_sums_i8(keys, stride, d_head, words, sums);
+    }
+    let cols = 8 * groups;
+    // column order: word 2g holds columns 4g (low half) and 4g + 2 (high), word 2g + 1 columns
+    // 4g + 1 and 4g + 3 (`portable::query_half`)
+    let mut query = [0i16; KEY_COLUMNS];
+    for (q, w) in query[..cols].chunks_exact_mut(4).zip(words.chunks_exact(2)) {
+        q[0] = w[0] as i16;
+        q[1] = w[1] as i16;
+        q[2] = (w[0] >> 16) as i16;
+        q[3] = (w[1] >> 16) as i16;
+    }
+    assert!((n - 1) * stride + d_head <= keys.len(), "keys out of bounds");
+    let blocks = n / 4;
     let done = 4 * blocks;
     if blocks > 0 {
-        let mut query = [0i16; KEY_COLUMNS];
-        for (c, q) in query[..8 * groups].iter_mut().enumerate() {
-            *q = portable::query_half(words, c) as i16;
-        }
-        assert!(
-            (done - 1) * stride + 8 * groups <= keys.len(),
-            "keys out of bounds"
-        );
-        // SAFETY: the kernel reads `8 * groups` bytes of each of the first `done` keys (at `t *
-        // stride`, inside `keys`: checked above), `8 * groups` query values and writes the first
-        // `done` sums; it preserves the callee-saved registers (AAPCS; of the vector registers
-        // it uses only q0 and q1).
+        // SAFETY: the kernel reads `cols <= d_head` bytes of each of the first `done <= n` keys
+        // (at `t * stride`, inside `keys`: checked above), `cols` query values and writes the
+        // first `done` sums; it preserves the callee-saved registers (AAPCS; of the vector
+        // registers it uses only q0 and q1).
         unsafe {
             txl_key_sums4_mve(
                 keys.as_ptr(),
@@ -421,13 +619,27 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
                 blocks,
             )
         };
-        for (t, sum) in sums[..done].iter_mut().enumerate() {
-            portable::key_sums_columns(&keys[t * stride..t * stride + d_head], 8 * groups, words, sum);
+    }
+    if done < n {
+        let mut last = [0i32; 4];
+        if n >= 4 {
+            let first = keys[(n - 4) * stride..].as_ptr();
+            // SAFETY: as above, for the last four keys (from key `n - 4`) into `last`.
+            unsafe { txl_key_sums4_mve(first, stride, query.as_ptr(), groups, last.as_mut_ptr(), 1) };
+            sums[done..].copy_from_slice(&last[4 - (n - done)..]);
+        } else {
+            for (t, sum) in sums.iter_mut().enumerate() {
+                let key = keys[t * stride..].as_ptr();
+                // SAFETY: as above, for key `t` read four times (a stride of 0) into `last`.
+                unsafe { txl_key_sums4_mve(key, 0, query.as_ptr(), groups, last.as_mut_ptr(), 1) };
+                *sum = last[0];
+            }
         }
     }
-    if done < sums.len() {
-        let rest = keys.get(done * stride..).unwrap_or_default();
-        portable::key_sums_i8(rest, stride, d_head, words, &mut sums[done..]);
+    if cols < d_head {
+        for (t, sum) in sums.iter_mut().enumerate() {
+            portable::key_sums_columns(&keys[t * stride..t * stride + d_head], cols, words, sum);
+        }
     }
 }
 
@@ -648,6 +860,193 @@ global_asm!(
     ".cpu cortex-m4",
 );
 
+/// The arguments of [`txl_rows_i4_g32_pairs_mve`] after the first three, read by offset in the
+/// assembly: keep the order.
+#[repr(C)]
+struct Int4Pairs {
+    /// Codes (groups of 32 columns) per row, even.
+    groups: usize,
+    /// Pairs of rows, at least one.
+    pairs: usize,
+    /// Where the first pair's two i64 sums go.
+    sums: *mut i64,
+    /// [`INT4_MULTIPLIERS`].
+    multipliers: *const i32,
+    /// Passes of the loop over each pair's groups after its first two: `(groups - 2) / 2`.
+    loops: usize,
+}
+
+extern "C" {
+    /// [`txl_rows_i4_g32_mve`] for rows of whole groups of 32 columns (`pass.groups` even, the
+    /// rows `16 * pass.groups` bytes one after the other, their codes too): for each pair of
+    /// rows from `rows`, `sum over groups g of multiplier(code[g]) * (row[g] · x[g])` into
+    /// `pass.sums` (two i64 a pair), the input 4-byte aligned.
+    fn txl_rows_i4_g32_pairs_mve(rows: *const u8, x: *const i8, codes: *const u8, pass: *const Int4Pairs);
+    /// [`txl_rows_i4_g32_pairs_mve`] for rows of exactly four groups (128 columns).
+    fn txl_rows_i4_g32x4_pairs_mve(rows: *const u8, x: *const i8, codes: *const u8, pass: *const Int4Pairs);
+}
+
+// `txl_rows_i4_g32_pairs_mve`: `txl_rows_i4_g32_mve`'s products, two groups a pass with the
+// first two of each pair of rows out of the loop (their i64 sums started by SMULL rather than
+// cleared), and the next pair's pointers found from the last (the rows and codes follow one
+// another; the input steps back by the groups' 32 bytes each): 18 instructions per group and
+// pair of rows, 20 more per pair with the sums' shift and stores (92 for 128 columns, against
+// 107). Registers as there, with r5 the codes per row, r12 the scratch register and lr the
+// passes left; the frame holds the output pointer, the pairs left and the passes per pair.
+macro_rules! int4_g32_group {
+    ($mul:literal) => {
+        concat!(
+            "vld20.32 {{q0, q1}}, [r2]\n",
+            "vld21.32 {{q0, q1}}, [r2]!\n",
+            int4_g32_group!($mul, "q0", "q1"),
+        )
+    };
+    ($mul:literal, $low:literal, $high:literal) => {
+        concat!(
+            "vldrb.u8 q2, [r0], #16\n",
+            "vshl.i8 q3, q2, #4\n",
+            "vand q2, q2, q4\n",
+            "vmladav.s8 r4, q3, ",
+            $low,
+            "\n",
+            "vmladava.s8 r4, q2, ",
+            $high,
+            "\n",
+            "vldrb.u8 q2, [r1], #16\n",
+            "vshl.i8 q3, q2, #4\n",
+            "vand q2, q2, q4\n",
+            "vmladav.s8 r6, q3, ",
+            $low,
+            "\n",
+            "vmladava.s8 r6, q2, ",
+            $high,
+            "\n",
+            "ldrb r12, [r3, r5]\n",
+            "ldr r12, [r7, r12, lsl #2]\n",
+            $mul,
+            " r10, r11, r6, r12\n",
+            "ldrb r12, [r3], #1\n",
+            "ldr r12, [r7, r12, lsl #2]\n",
+            $mul,
+            " r8, r9, r4, r12\n",
+        )
+    };
+}
+
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_rows_i4_g32_pairs_mve,\"ax\",%progbits",
+    ".globl txl_rows_i4_g32_pairs_mve",
+    ".type txl_rows_i4_g32_pairs_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows_i4_g32_pairs_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8, d9}}",
+    "sub sp, sp, #16",
+    "ldr r5, [r3, #0]",
+    "ldr r12, [r3, #4]",
+    "ldr lr, [r3, #8]",
+    "ldr r7, [r3, #12]",
+    "ldr r4, [r3, #16]",
+    "strd lr, r12, [sp]",
+    "str r4, [sp, #8]",
+    "mov r3, r2",
+    "mov r2, r1",
+    "add r1, r0, r5, lsl #4",
+    "vmov.i8 q4, #0xf0",
+    "4:",
+    int4_g32_group!("smull"),
+    int4_g32_group!("smlal"),
+    "ldr lr, [sp, #8]",
+    "wls lr, lr, 3f",
+    "2:",
+    int4_g32_group!("smlal"),
+    int4_g32_group!("smlal"),
+    "le lr, 2b",
+    "3:",
+    // the sums were 16 times too large: shift them back (exact)
+    "lsrs r8, r8, #4",
+    "orr r8, r8, r9, lsl #28",
+    "asrs r9, r9, #4",
+    "lsrs r10, r10, #4",
+    "orr r10, r10, r11, lsl #28",
+    "asrs r11, r11, #4",
+    // the next pair: its first row where the last pair's second ended, its codes after the
+    // second row's, the input back at its start
+    "sub r12, r1, r0",
+    "mov r0, r1",
+    "add r1, r1, r12",
+    "add r3, r3, r5",
+    "sub r2, r2, r5, lsl #5",
+    "ldrd r12, lr, [sp]",
+    "strd r8, r9, [r12], #8",
+    "strd r10, r11, [r12], #8",
+    "subs lr, lr, #1",
+    "strd r12, lr, [sp]",
+    "bne 4b",
+    "add sp, sp, #16",
+    "vpop {{d8, d9}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows_i4_g32_pairs_mve, . - txl_rows_i4_g32_pairs_mve",
+    // `txl_rows_i4_g32x4_pairs_mve`: the same for rows of exactly four groups (128 columns),
+    // without the loop, the input's first group held split in q5 and q6 and its second group's
+    // low columns in q7 (its high ones on the stack, one VLDRW a pair): 86 instructions a pair.
+    ".section .text.txl_rows_i4_g32x4_pairs_mve,\"ax\",%progbits",
+    ".globl txl_rows_i4_g32x4_pairs_mve",
+    ".type txl_rows_i4_g32x4_pairs_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows_i4_g32x4_pairs_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8-d15}}",
+    "sub sp, sp, #32",
+    "ldr r5, [r3, #0]",
+    "ldr r12, [r3, #4]",
+    "ldr lr, [r3, #8]",
+    "ldr r7, [r3, #12]",
+    "strd lr, r12, [sp]",
+    "mov r3, r2",
+    "vld20.32 {{q5, q6}}, [r1]",
+    "vld21.32 {{q5, q6}}, [r1]!",
+    "vld20.32 {{q0, q1}}, [r1]",
+    "vld21.32 {{q0, q1}}, [r1]!",
+    "vmov q7, q0",
+    "vstrw.32 q1, [sp, #16]",
+    "mov r2, r1",
+    "add r1, r0, #64",
+    "vmov.i8 q4, #0xf0",
+    "4:",
+    int4_g32_group!("smull", "q5", "q6"),
+    "vldrw.u32 q1, [sp, #16]",
+    int4_g32_group!("smlal", "q7", "q1"),
+    int4_g32_group!("smlal"),
+    int4_g32_group!("smlal"),
+    "lsrs r8, r8, #4",
+    "orr r8, r8, r9, lsl #28",
+    "asrs r9, r9, #4",
+    "lsrs r10, r10, #4",
+    "orr r10, r10, r11, lsl #28",
+    "asrs r11, r11, #4",
+    "mov r0, r1",
+    "add r1, r1, #64",
+    "add r3, r3, r5",
+    "sub r2, r2, #64",
+    "ldrd r12, lr, [sp]",
+    "strd r8, r9, [r12], #8",
+    "strd r10, r11, [r12], #8",
+    "subs lr, lr, #1",
+    "strd r12, lr, [sp]",
+    "bne 4b",
+    "add sp, sp, #32",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_rows_i4_g32x4_pairs_mve, . - txl_rows_i4_g32x4_pairs_mve",
+    ".cpu cortex-m4",
+);
+
 /// Largest group the Helium int4 kernel takes: a group's sum, 16 times too large, stays exact
 /// in i32 (`16 * 8 * 128 * 4096 = 2^26`).
 const INT4_MAX_GROUP: usize = 4096;
@@ -660,15 +1059,34 @@ const INT4_MAX_GROUP: usize = 4096;
 pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &mut [i64]) -> bool {
     use crate::kernels::portable::{int4_groups, int4_multiplier, int4_range_sum, int4_row_bytes};
     let cols = xq.len();
-    let full_groups = if group > 0 { cols / group } else { 0 };
-    if full_groups == 0
-        || !group.is_multiple_of(32)
-        || group > INT4_MAX_GROUP
-        || !(xq.as_ptr() as usize).is_multiple_of(4)
+    let rows = sums.len();
+    let aligned = (xq.as_ptr() as usize).is_multiple_of(4);
+    if group == 32 && cols >= 64 && cols.is_multiple_of(64) && rows >= 2 && rows.is_multiple_of(2) && aligned
     {
+        // the common shape first, with the least set-up: whole pairs of rows of an even number
+        // of whole groups of 32 columns
+        let (groups, row_bytes) = (cols / 32, cols / 2);
+        let (values, codes) = (&values[..rows * row_bytes], &codes[..rows * groups]);
+        let pairs = Int4Pairs {
+            groups,
+            pairs: rows / 2,
+            sums: sums.as_mut_ptr(),
+            multipliers: INT4_MULTIPLIERS.as_ptr(),
+            loops: (groups - 2) / 2,
+        };
+        let kernel = if groups == 4 {
+            txl_rows_i4_g32x4_pairs_mve
+        } else {
+            txl_rows_i4_g32_pairs_mve
+        };
+        // SAFETY: as for the same kernels below, with `even = rows`.
+        unsafe { kernel(values.as_ptr(), xq.as_ptr(), codes.as_ptr(), &pairs) };
+        return true;
+    }
+    let full_groups = cols.checked_div(group).unwrap_or(0);
+    if full_groups == 0 || !group.is_multiple_of(32) || group > INT4_MAX_GROUP || !aligned {
         return false;
     }
-    let rows = sums.len();
     let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
     let (values, codes) = (&values[..rows * row_bytes], &codes[..rows * groups]);
     let consumed = full_groups * group / 2;
@@ -689,7 +1107,27 @@ pub fn row_sums_i4(values: &[u8], group: usize, codes: &[u8], xq: &[i8], sums: &
     } else {
         txl_rows_i4_mve
     };
-    if even > 0 {
+    if even > 0 && group == 32 && full_groups == groups && groups.is_multiple_of(2) {
+        let pairs = Int4Pairs {
+            groups,
+            pairs: even / 2,
+            sums: sums.as_mut_ptr(),
+            multipliers: INT4_MULTIPLIERS.as_ptr(),
+            loops: (groups - 2) / 2,
+        };
+        let kernel = if groups == 4 {
+            txl_rows_i4_g32x4_pairs_mve
+        } else {
+            txl_rows_i4_g32_pairs_mve
+        };
+        // SAFETY: the rows are `row_bytes = 16 * groups` bytes (whole groups of 32 columns),
+        // one after the other: each pair reads its two rows (inside `values`, `even <= rows`),
+        // their `groups` codes each (inside `codes`), all `cols = 32 * groups` columns of `xq`
+        // (4-byte aligned, checked above) and the table, and writes its two sums of `sums`; the
+        // kernels preserve the callee-saved registers (AAPCS: d8-d15 too) and the stack
+        // pointer.
+        unsafe { kernel(values.as_ptr(), xq.as_ptr(), codes.as_ptr(), &pairs) };
+    } else if even > 0 {
         // SAFETY: each pair reads `consumed` bytes of its two rows (inside `values`: `rows *
         // row_bytes` bytes, sliced above), `full_groups` codes of each (inside `codes`), the
         // first `full_groups * group <= cols` columns of `xq` (4-byte aligned, checked above),
@@ -806,4 +1244,339 @@ pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) -> bool {
     // those of `y` (tail-predicated), and uses q0 and q1 (caller-saved).
     unsafe { txl_scale_sums_mve(y.as_mut_ptr(), row_scales.as_ptr(), n, x_scale.to_bits()) };
     true
+}
+
+#[cfg(target_abi = "eabihf")]
+/// [`txl_softmax_exps_mve`]'s constants, in the order it loads them into r3-r12: the range of
+/// bits of `x = v - max` it takes (the lowest, `-1.5 ln 2` less one step, and the span up to
+/// `-87.3365`, as the FPU kernel), `libm::expf`'s `1 / ln 2`, `ln 2`'s high and low parts, the
+/// polynomial's coefficients `P2` and `P1`, 2, 1 (its bits are also `127 << 23`) and `-1/2`.
+static EXP_CONSTANTS: [u32; 10] = {
+    use crate::kernels::fast_math::expf::{INV_LN2, LN2_HI, LN2_LO, P1, P2};
+    [
+        0xbf85_1593,
+        0xc2ae_ac50 - 0xbf85_1593,
+        INV_LN2.to_bits(),
+        LN2_HI.to_bits(),
+        LN2_LO.to_bits(),
+        P2.to_bits(),
+        P1.to_bits(),
+        0x4000_0000,
+        0x3f80_0000,
+        0xbf00_0000,
+    ]
+};
+
+extern "C" {
+    /// Helium: for each of up to `fours >= 1` groups of four values from `at`, while all four
+    /// `x = v - state[0]` lie on `libm::expf`'s main path (as the FPU kernel
+    /// `txl_softmax_exps_f32` takes them): `v = expf(x)` in place, each added to `state[1]` in
+    /// order. Returns where it stopped: after the last group, or at the first group with a value
+    /// off that path (left as it was).
+    fn txl_softmax_exps_mve(at: *mut f32, fours: usize, state: *mut f32, constants: *const u32) -> *mut f32;
+}
+
+// `libm::expf`'s main path four values an instruction, the same operations as the FPU kernel
+// (each product rounded before it is added: separate VMUL and VADD, never fused), so the same
+// bits; Helium has no vector division, so the four quotients are scalar VDIVs on the lanes (s4-s7
+// are q1's). `2 - c` is taken as `-(c - 2)` and the quotient's sign carried through (`r c / (c
+// - 2) + lo = -(r c / (2 - c) - lo)`, then `hi - that`), exact: rounding to nearest is
+// symmetric, and a zero's sign is lost in the `+ 1` that follows. On this path every value on
+// the way is zero or normal (`x` at least `1.5 ln 2` in magnitude, `r` zero or at least 2^-43,
+// `2^k` normal and the result above 2^-126), so Helium's flushing of subnormals changes nothing.
+// The range check on the bits of `x` (VSUB, VCMP into the predicate, VMRS, CBNZ) sends a group
+// with a value off the path back to the caller. 36 instructions per four values with the sum
+// (in order, on the lanes) and the loop. Registers: r0 the values, r1 the largest, r2 the
+// predicate, r3-r12 the constants, lr the groups left; q0 `x` then `r`, q1 `k` (float), `r²`,
+// then the quotients and the result, q2 `k` then `2^k`, q3 `hi`, q4 `lo`, q5 the polynomial, s24
+// the sum.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_softmax_exps_mve,\"ax\",%progbits",
+    ".globl txl_softmax_exps_mve",
+    ".type txl_softmax_exps_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_softmax_exps_mve:",
+    "push {{r2, r4-r11, lr}}",
+    "vpush {{d8-d13}}",
+    "dls lr, r1",
+    "ldr r1, [r2]",
+    "vldr s24, [r2, #4]",
+    "ldm r3, {{r3-r12}}",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vsub.f32 q0, q0, r1",
+    "vsub.i32 q1, q0, r3",
+    "vcmp.u32 cs, q1, r4",
+    "vmrs r2, p0",
+    "cbnz r2, 2f",
+    "vmul.f32 q1, q0, r5",
+    "vadd.f32 q1, q1, r12", // x / ln 2 - 1/2
+    "vcvt.s32.f32 q2, q1",  // k, toward zero
+    "vcvt.f32.s32 q1, q2",
+    "vmul.f32 q3, q1, r6",
+    "vsub.f32 q3, q0, q3", // hi
+    "vmul.f32 q4, q1, r7", // lo
+    "vsub.f32 q0, q3, q4", // r
+    "vmul.f32 q1, q0, q0",
+    "vmul.f32 q5, q1, r8",
+    "vadd.f32 q5, q5, r9", // P1 + r² P2
+    "vmul.f32 q5, q1, q5",
+    "vsub.f32 q5, q0, q5",  // c
+    "vmul.f32 q1, q0, q5",  // r c
+    "vsub.f32 q5, q5, r10", // c - 2
+    "vdiv.f32 s4, s4, s20",
+    "vdiv.f32 s5, s5, s21",
+    "vdiv.f32 s6, s6, s22",
+    "vdiv.f32 s7, s7, s23",
+    "vadd.f32 q1, q1, q4",  // -(r c / (2 - c) - lo)
+    "vsub.f32 q1, q3, q1",  // hi + (r c / (2 - c) - lo)
+    "vadd.f32 q1, q1, r11", // y
+    "vshl.i32 q2, q2, #23",
+    "vadd.i32 q2, q2, r11", // 2^k
+    "vmul.f32 q1, q1, q2",
+    "vstrw.32 q1, [r0], #16",
+    "vadd.f32 s24, s24, s4",
+    "vadd.f32 s24, s24, s5",
+    "vadd.f32 s24, s24, s6",
+    "vadd.f32 s24, s24, s7",
+    "le lr, 1b",
+    "2:",
+    "ldr r2, [sp, #48]",
+    "vstr s24, [r2, #4]",
+    "vpop {{d8-d13}}",
+    "pop {{r2, r4-r11, pc}}",
+    ".size txl_softmax_exps_mve, . - txl_softmax_exps_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::softmax_exps_sum_f32`](crate::kernels::portable::softmax_exps_sum_f32) with
+/// Helium: four values an instruction on `libm::expf`'s main path; a group of four with a value
+/// off it (the largest values, within `1.5 ln 2` of the maximum, those near underflow, NaNs and
+/// infinities) and the last values after whole groups take the FPU kernel, one at a time. The
+/// same bits.
+#[cfg(target_abi = "eabihf")]
+pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
+    let fpu = crate::kernels::arm::fpu::softmax_exps_sum_f32;
+    let n = values.len();
+    let mut state = [max, sum];
+    let mut at = 0;
+    while n - at >= 4 {
+        let start = values.as_mut_ptr();
+        // SAFETY: `at + 4 * fours <= n`: the kernel reads and writes only those values, reads
+        // the ten constants and the two floats of `state` (writing the second), and preserves
+        // the callee-saved registers (AAPCS: d8-d13 too).
+        let stop = unsafe {
+            txl_softmax_exps_mve(
+                start.add(at),
+                (n - at) / 4,
+                state.as_mut_ptr(),
+                EXP_CONSTANTS.as_ptr(),
+            )
+        };
+        at = (stop as usize - start as usize) / 4;
+        if n - at < 4 {
+            break;
+        }
+        state[1] = fpu(&mut values[at..at + 4], max, state[1]);
+        at += 4;
+    }
+    fpu(&mut values[at..], max, state[1])
+}
+
+extern "C" {
+    /// Helium: `x[i] = max(x[i], 0)` for `i < n` (`n >= 1`), on the bits as
+    /// [`portable::relu`](crate::kernels::portable::relu): a value stays if its bits are in
+    /// `1..=0x7f80_0000` (positive, up to infinity), else it becomes `+0.0`.
+    fn txl_relu_mve(x: *mut f32, n: usize);
+}
+
+// Tail-predicated, integers only (no floating point, so nothing is flushed): per four values
+// one VLDRW, the bits less one (VSUB), an unsigned compare with `0x7f80_0000` into the
+// predicate (zeros, negative values and NaNs reach it), VPSEL of zero where it holds, one
+// VSTRW: 6 instructions per four values with the loop.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_relu_mve,\"ax\",%progbits",
+    ".globl txl_relu_mve",
+    ".type txl_relu_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_relu_mve:",
+    "push {{r7, lr}}",
+    "movs r2, #1",
+    "mov r3, #0x7f800000",
+    "vmov.i32 q2, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vsub.i32 q1, q0, r2",
+    "vcmp.u32 cs, q1, r3",
+    "vpsel q0, q2, q0",
+    "vstrw.32 q0, [r0], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_relu_mve, . - txl_relu_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::relu`](crate::kernels::portable::relu) with Helium, four values an instruction
+/// on the bits. The same bits.
+pub fn relu(x: &mut [f32]) {
+    if !x.is_empty() {
+        // SAFETY: `x` holds `n >= 1` values; the kernel reads and writes only those
+        // (tail-predicated) and uses q0-q2 (caller-saved).
+        unsafe { txl_relu_mve(x.as_mut_ptr(), x.len()) };
+    }
+}
+
+/// The FPSCR's cumulative flags that show Helium's floating point may have given other bits
+/// than the FPU's IEEE arithmetic: an invalid operation (IOC, bit 0), a result flushed to zero
+/// (UFC, bit 3) or a subnormal input flushed (IDC, bit 7).
+const FLUSH_FLAGS: u32 = 0x89;
+
+extern "C" {
+    /// Helium: for each of `blocks >= 1` blocks of four rows (row `k` of block `b` at `rows +
+    /// (4b + k) * stride`, `stride` in bytes) and `quads >= 1` groups of four columns: `out[4b +
+    /// k] = ((a0 + a1) + (a2 + a3)) + 0.0`, `a_j` the sum of `row[c] * x[c]` over the columns
+    /// `c = j mod 4` in order, each product rounded before it is added (VMUL, VADD). The FPSCR's
+    /// cumulative flags are cleared first; returns the FPSCR at the end with bit 31 set if an
+    /// output is a NaN.
+    fn txl_dots4_mve(
+        rows: *const f32,
+        stride: usize,
+        x: *const f32,
+        quads: usize,
+        out: *mut f32,
+        blocks: usize,
+    ) -> u32;
+}
+
+// The four partial sums of `portable::dot_f32` are a vector's four lanes: per four columns one
+// VLDRW of the inputs shared by the four rows, then per row one VLDRW, VMUL and VADD (13
+// instructions per 16 multiply-accumulates); the first four columns set the sums by VMUL (a
+// zero's sign then may differ, which the total's `+ 0.0` makes `+0`, as in the FPU kernel
+// `txl_dots4x8_f32`). Each row's total by four scalar VADD on its lanes, in the portable order.
+// Registers: r0, r4-r6 the rows, r1 the stride, r2 the inputs, r3 the groups after the first,
+// r7 the outputs, r8 the blocks left, r9 the step from row 0's end to the next block's, r10
+// the NaN lanes seen, r11 a scratch register, r12 the inputs, lr the groups left; q0-q3 the
+// sums, q4 the inputs (zero at the end), q5 a row's values then the totals.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".macro txl_dots4_mve_row row, acc, first",
+    "vldrw.u32 q5, [\\row], #16",
+    ".ifc \\first, first",
+    "vmul.f32 \\acc, q5, q4",
+    ".else",
+    "vmul.f32 q5, q5, q4",
+    "vadd.f32 \\acc, \\acc, q5",
+    ".endif",
+    ".endm",
+    ".macro txl_dots4_mve_total out, a0, a1, a2, a3",
+    "vadd.f32 \\a0, \\a0, \\a1",
+    "vadd.f32 \\a2, \\a2, \\a3",
+    "vadd.f32 \\a0, \\a0, \\a2",
+    "vadd.f32 \\out, \\a0, s16",
+    ".endm",
+    ".section .text.txl_dots4_mve,\"ax\",%progbits",
+    ".globl txl_dots4_mve",
+    ".type txl_dots4_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_dots4_mve:",
+    "push {{r4-r11, lr}}",
+    "vpush {{d8-d11}}",
+    "ldr r7, [sp, #68]", // out: above the 36 + 32 bytes pushed
+    "ldr r8, [sp, #72]", // blocks
+    "vmrs r11, fpscr",
+    "bic r11, r11, #0x9f",
+    "vmsr fpscr, r11",
+    "lsl r9, r3, #4",
+    "rsb r9, r9, r1, lsl #2", // 4 * stride - 16 * quads
+    "sub r3, r3, #1",
+    "mov r10, #0",
+    "1:",
+    "add r4, r0, r1",
+    "add r5, r4, r1",
+    "add r6, r5, r1",
+    "mov r12, r2",
+    "vldrw.u32 q4, [r12], #16",
+    "txl_dots4_mve_row r0, q0, first",
+    "txl_dots4_mve_row r4, q1, first",
+    "txl_dots4_mve_row r5, q2, first",
+    "txl_dots4_mve_row r6, q3, first",
+    "wls lr, r3, 3f",
+    "2:",
+    "vldrw.u32 q4, [r12], #16",
+    "txl_dots4_mve_row r0, q0, next",
+    "txl_dots4_mve_row r4, q1, next",
+    "txl_dots4_mve_row r5, q2, next",
+    "txl_dots4_mve_row r6, q3, next",
+    "le lr, 2b",
+    "3:",
+    "vmov.i32 q4, #0",
+    "txl_dots4_mve_total s20, s0, s1, s2, s3",
+    "txl_dots4_mve_total s21, s4, s5, s6, s7",
+    "txl_dots4_mve_total s22, s8, s9, s10, s11",
+    "txl_dots4_mve_total s23, s12, s13, s14, s15",
+    "vstrw.32 q5, [r7], #16",
+    "vcmp.f32 ne, q5, q5",
+    "vmrs r11, p0",
+    "orr r10, r10, r11",
+    "add r0, r0, r9",
+    "subs r8, r8, #1",
+    "bne 1b",
+    "vmrs r0, fpscr",
+    "cmp r10, #0",
+    "it ne",
+    "orrne r0, r0, #0x80000000",
+    "vpop {{d8-d11}}",
+    "pop {{r4-r11, pc}}",
+    ".size txl_dots4_mve, . - txl_dots4_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::dots_strided_f32`](crate::kernels::portable::dots_strided_f32) with Helium: four
+/// rows a pass, four columns an instruction, each row's four partial sums in a vector's lanes
+/// (the portable order). Helium's floating point flushes subnormal values to zero and gives
+/// the default NaN: where its cumulative flags show an invalid operation or a flush, or an
+/// output is a NaN, the FPU kernel computes the whole call again, so the bits are always the
+/// portable code's. Widths that are not a multiple of four take the FPU kernel.
+#[cfg(target_abi = "eabihf")]
+pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
+    let fpu = crate::kernels::arm::fpu::dots_strided_f32;
+    let n = x.len();
+    let blocks = out.len() / 4;
+    if n == 0 || !n.is_multiple_of(4) || stride < n || blocks == 0 {
+        return fpu(rows, stride, x, out);
+    }
+    let last_end = (4 * blocks - 1) * stride + n;
+    assert!(last_end <= rows.len(), "rows out of bounds");
+    // SAFETY: the kernel reads `4 * blocks` rows of `n` f32 at a stride of `stride` f32 (the
+    // last ends at `last_end`, inside `rows`, checked above) and the `n` of `x`, writes the
+    // first `4 * blocks` of `out`, and preserves the callee-saved registers (AAPCS: d8-d11 too).
+    let status = unsafe {
+        txl_dots4_mve(
+            rows.as_ptr(),
+            4 * stride,
+            x.as_ptr(),
+            n / 4,
+            out.as_mut_ptr(),
+            blocks,
+        )
+    };
+    if status & (FLUSH_FLAGS | 1 << 31) != 0 {
+        return fpu(rows, stride, x, out);
+    }
+    let done = 4 * blocks;
+    if done < out.len() {
+        fpu(&rows[done * stride..], stride, x, &mut out[done..]);
+    }
 }
