@@ -354,6 +354,36 @@ impl PreparedRescale {
         let low = ((x as u32 & 0xFFFF) * self.mantissa) >> 16;
         (high + low as i32) >> self.shift
     }
+
+    /// `out[i] = self.apply(x[i]).clamp(-127, 127)` for each `i` (as many as the shorter of
+    /// the two): an input quantized to int8, the loop chosen once for the rescale's form, the
+    /// usual value within `±127` told by one unsigned comparison.
+    #[inline]
+    pub fn quantize_each(self, x: &[i32], out: &mut [i8]) {
+        let clamp = |y: i32| {
+            if (y.wrapping_add(127) as u32) <= 254 {
+                y as i8
+            } else {
+                y.clamp(-127, 127) as i8
+            }
+        };
+        if WIDE_MULTIPLY && self.wide_shift == 0 {
+            let wide = self.wide as i64;
+            for (q, &v) in out.iter_mut().zip(x) {
+                let product = v as i64 * wide;
+                *q = clamp((product >> 32) as i32 + ((product as u32) >> 31) as i32);
+            }
+        } else if WIDE_MULTIPLY {
+            let (wide, round, shift) = (self.wide as i64, self.wide_round, self.wide_shift);
+            for (q, &v) in out.iter_mut().zip(x) {
+                *q = clamp((((v as i64 * wide) >> 32) as i32 + round) >> shift);
+            }
+        } else {
+            for (q, &v) in out.iter_mut().zip(x) {
+                *q = clamp(self.apply(v));
+            }
+        }
+    }
 }
 
 /// Whether the target multiplies 32 × 32 → 64 bits in one instruction or two (`SMULL`, RV32M's

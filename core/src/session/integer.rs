@@ -135,9 +135,7 @@ fn quantize_slice_of(largest: u32, x: &[i32], out: &mut [i8]) -> Scale16 {
     match Int8Steps::new(largest as u64) {
         Some(steps) if steps.cut == 0 => match steps.to_int8.prepared() {
             Some(to_int8) => {
-                for (q, &v) in out.iter_mut().zip(x) {
-                    *q = to_int8.apply(v).clamp(-127, 127) as i8;
-                }
+                to_int8.quantize_each(x, out);
                 steps.step
             }
             None => quantize_int8_of(largest, |c| x[c], out),
@@ -253,8 +251,11 @@ impl<'s> Input<'s> {
                     let s1 = before.wrapping_sub((a.to_bits() >> 23) as i32) as u32;
                     let y = if s1 < 31 { ((*v >> s1) + 1) >> 1 } else { 0 };
                     *v = y;
-                    low = low.min(y);
-                    high = high.max(y);
+                    if y > high {
+                        high = y;
+                    } else if y < low {
+                        low = y;
+                    }
                 }
                 let largest = low.unsigned_abs().max(high.unsigned_abs());
                 let top = biased as i32 - 142;
@@ -727,16 +728,20 @@ impl Session<'_, '_> {
             }
             let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
             Input::new_in_place(&w.ff1_weight, p.acts[2], x, s.quantized_input).rows(&w.ff1_weight, 0, inner);
-            add(inner, p.ff1_bias);
-            inner.iter_mut().for_each(|v| *v = (*v).max(0));
+            // the bias and the ReLU in one pass
+            for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
+                *v = v.saturating_add(b).max(0);
+            }
             let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
             Input::new_in_place(&w.ff2_weight, p.acts[3], inner, s.quantized_input).rows(
                 &w.ff2_weight,
                 0,
                 out,
             );
-            add(out, p.ff2_bias);
-            add(h, out);
+            // the bias and the residual in one pass (the same saturating sums, in order)
+            for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
+                *h = h.saturating_add(o.saturating_add(b));
+            }
             if !config.pre_lnorm {
                 let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
                 layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
