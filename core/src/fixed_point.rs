@@ -170,7 +170,20 @@ impl Multiplier {
     #[inline]
     pub fn times(self, other: Multiplier) -> Option<Multiplier> {
         let product = self.mantissa as u64 * other.mantissa as u64; // < 2^62
-        Multiplier::from_ratio_pow2(product, self.shift as i32 + other.shift as i32)
+        let shift = self.shift as i32 + other.shift as i32;
+        if self.mantissa >= 1 << 30 && other.mantissa >= 1 << 30 {
+            // two normalised mantissas: the product has 61 or 62 bits, so
+            // `from_ratio_pow2` keeps its top 31 (no count of leading zeros); the same result
+            let drop = 30 + (product >> 61) as i32;
+            let shift = shift - drop;
+            if (0..=MAX_SHIFT as i32).contains(&shift) {
+                return Some(Multiplier {
+                    mantissa: (product >> drop) as i32,
+                    shift: shift as u8,
+                });
+            }
+        }
+        Multiplier::from_ratio_pow2(product, shift)
     }
 
     /// `self · 2^exponent`, exactly while the shift stays in `0..=MAX_SHIFT`; below that
@@ -660,6 +673,17 @@ impl Rescale {
     pub fn apply(self, x: i32) -> i32 {
         let s = self.shift;
         let m = self.mantissa;
+        if WIDE_MULTIPLY && (1..=16).contains(&s) {
+            // one 32 × 32 → 64-bit product (`|x m| ≤ 2^46`): `⌊(⌊x m / 2^(s-1)⌋ + 1) / 2⌋`,
+            // the exact rounding, where it fits (as the 32-bit path's condition, `|h m| <
+            // 2^(14+s)`, implies; elsewhere the 64-bit path saturates it)
+            let halves = (x as i64 * m as i64) >> (s - 1); // below 2^46 in magnitude
+            let y = (halves + 1) >> 1;
+            if y == y as i32 as i64 {
+                return y as i32;
+            }
+            return self.apply_wide(x);
+        }
         let (high, low) = (
             (x >> 16).wrapping_mul(m as i32),
             (x as u32 & 0xFFFF).wrapping_mul(m),
@@ -789,7 +813,8 @@ pub fn exp_neg(t: u32) -> u32 {
     if t >= 1 << 29 {
         return 0;
     }
-    let y = mul_wide_u32(t, LOG2_E_Q31) >> 31; // Q24, < 2^30
+    // `⌊t log2(e) / 2^31⌋ = ⌊2t log2(e) / 2^32⌋` (`2t < 2^30`): the product's high word
+    let y = mul_wide_u32(t << 1, LOG2_E_Q31) >> 32; // Q24, < 2^30
     let n = y >> 24;
     if n > 31 {
         return 0;

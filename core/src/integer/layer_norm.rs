@@ -190,8 +190,11 @@ impl Statistics {
             for &v in x {
                 upper += v >> 16;
                 lower += v & 0xFFFF;
-                low = low.min(v);
-                high = high.max(v);
+                if v > high {
+                    high = v;
+                } else if v < low {
+                    low = v;
+                }
             }
             ((upper as i64) << 16) + lower as i64
         } else {

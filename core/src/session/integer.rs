@@ -678,7 +678,14 @@ impl Session<'_, '_> {
                     // a probability is below 2^15: shifted by 16 or more it is 0; a key of a larger
                     // power of two than `e_max` has probability 0
                     let shift = (e_max - e).clamp(0, 16) as u32;
-                    probs[t] = round_shift_i32(probs[t], shift);
+                    // `round_shift_i32` as `⌊(⌊p / 2^(s-1)⌋ + 1) / 2⌋` (the same value; a
+                    // probability below 2^15 cannot overflow)
+                    let p = probs[t];
+                    probs[t] = if shift == 0 {
+                        p
+                    } else {
+                        ((p >> (shift - 1)) + 1) >> 1
+                    };
                 });
             let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
             acc.fill(0);
