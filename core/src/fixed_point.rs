@@ -369,17 +369,23 @@ impl PreparedRescale {
     }
 
     /// `out[i] = self.apply(x[i]).clamp(-127, 127)` for each `i` (as many as the shorter of
-    /// the two): an input quantized to int8, the loop chosen once for the rescale's form, the
-    /// usual value within `±127` told by one unsigned comparison.
+    /// the two), every `|x[i]|` at most `largest`: an input quantized to int8, the loop chosen
+    /// once for the rescale's form. The rescale is monotonic, so where `±largest` give values
+    /// within `±127` no value needs the clamp.
     #[inline]
-    pub fn quantize_each(self, x: &[i32], out: &mut [i8]) {
-        let clamp = |y: i32| {
-            if (y.wrapping_add(127) as u32) <= 254 {
-                y as i8
-            } else {
-                y.clamp(-127, 127) as i8
-            }
+    pub fn quantize_each(self, x: &[i32], out: &mut [i8], largest: u32) {
+        let bounded = largest <= i32::MAX as u32 && {
+            let largest = largest as i32;
+            self.apply(-largest) >= -127 && self.apply(largest) <= 127
         };
+        if bounded {
+            return self.quantize_each_with(x, out, |y| y as i8);
+        }
+        self.quantize_each_with(x, out, |y| y.clamp(-127, 127) as i8);
+    }
+
+    #[inline(always)]
+    fn quantize_each_with(self, x: &[i32], out: &mut [i8], clamp: impl Fn(i32) -> i8) {
         if WIDE_MULTIPLY && self.wide_shift == 0 {
             let wide = self.wide as i64;
             for (q, &v) in out.iter_mut().zip(x) {
@@ -513,9 +519,9 @@ impl ScaledByBits {
         n: usize,
         bits: impl Fn(usize) -> u32,
         x: impl Fn(usize) -> i32,
-        mut f: impl FnMut(usize, bool, i32),
+        f: impl FnMut(usize, bool, i32),
     ) {
-        self.apply_each_of((0..n).map(|i| (bits(i), x(i), i)), |i, fast, y| f(i, fast, y));
+        self.apply_each_of((0..n).map(|i| (bits(i), x(i), i)), f);
     }
 
     /// `f(item, fast, self.apply(bits, x))` for each `(bits, x, item)`, for values `x` of any

@@ -135,7 +135,7 @@ fn quantize_slice_of(largest: u32, x: &[i32], out: &mut [i8]) -> Scale16 {
     match Int8Steps::new(largest as u64) {
         Some(steps) if steps.cut == 0 => match steps.to_int8.prepared() {
             Some(to_int8) => {
-                to_int8.quantize_each(x, out);
+                to_int8.quantize_each(x, out, largest);
                 steps.step
             }
             None => quantize_int8_of(largest, |c| x[c], out),
@@ -420,12 +420,19 @@ fn query_words((q, qb): (&[i32], &mut [i32]), b: &[i32], top: i64, words: &mut [
     // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1 (columns past the
     // head are zero); the rounding shift as `⌊(⌊v / 2^(e-1)⌋ + 1) / 2⌋` (the same value:
     // `|v| < 2^(e + 16)`, so the sum cannot overflow)
-    let e1 = e.wrapping_sub(1);
-    let half = |v: i32| {
-        let r = if e == 0 { v } else { ((v >> e1) + 1) >> 1 };
-        r as i16 as u16 as u32
-    };
     let words = &mut words[..kernels::portable::query_words(n)];
+    if e == 0 {
+        pack_query_words(qb, words, |v| v as i16 as u16 as u32);
+    } else {
+        let e1 = e - 1;
+        pack_query_words(qb, words, |v| (((v >> e1) + 1) >> 1) as i16 as u16 as u32);
+    }
+    e as i32
+}
+
+/// [`query_words`]' layout of `half(v)` for each `v` of `qb` in `words`.
+#[inline(always)]
+fn pack_query_words(qb: &[i32], words: &mut [u32], half: impl Fn(i32) -> u32) {
     let (groups, rest) = qb.as_chunks::<4>();
     let (pairs, tail) = words.as_chunks_mut::<2>();
     for (w, g) in pairs.iter_mut().zip(groups) {
@@ -438,7 +445,6 @@ fn query_words((q, qb): (&[i32], &mut [i32]), b: &[i32], top: i64, words: &mut [
         }
     }
     tail.fill(0);
-    e as i32
 }
 
 /// Bytes of a distance's row of the position keys ([`crate::arena::integer_key_row_bytes`];
