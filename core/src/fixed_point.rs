@@ -170,7 +170,20 @@ impl Multiplier {
     #[inline]
     pub fn times(self, other: Multiplier) -> Option<Multiplier> {
         let product = self.mantissa as u64 * other.mantissa as u64; // < 2^62
-        Multiplier::from_ratio_pow2(product, self.shift as i32 + other.shift as i32)
+        let shift = self.shift as i32 + other.shift as i32;
+        if self.mantissa >= 1 << 30 && other.mantissa >= 1 << 30 {
+            // two normalised mantissas: the product has 61 or 62 bits, so
+            // `from_ratio_pow2` keeps its top 31 (no count of leading zeros); the same result
+            let drop = 30 + (product >> 61) as i32;
+            let shift = shift - drop;
+            if (0..=MAX_SHIFT as i32).contains(&shift) {
+                return Some(Multiplier {
+                    mantissa: (product >> drop) as i32,
+                    shift: shift as u8,
+                });
+            }
+        }
+        Multiplier::from_ratio_pow2(product, shift)
     }
 
     /// `self · 2^exponent`, exactly while the shift stays in `0..=MAX_SHIFT`; below that
@@ -326,15 +339,69 @@ pub struct PreparedRescale {
     mantissa: u32,
     round: i32,
     shift: u32,
+    /// With a 32 × 32 → 64-bit product: `mantissa · 2^(32 - s)` for the rescale's shift
+    /// `s ≤ 32` (at most `2^30`), else `mantissa`.
+    wide: i32,
+    /// `0` for `s ≤ 32`, else `s - 32`, and `2^(s - 33)` to round.
+    wide_shift: u32,
+    wide_round: i32,
 }
 
 impl PreparedRescale {
-    /// [`Rescale::apply`] of `x`, the same bits.
+    /// [`Rescale::apply`] of `x`, the same bits. Where the core has a 32 × 32 → 64-bit
+    /// product, from its two words `P = x · wide`: `⌊(x m + 2^(s-1)) / 2^s⌋` is
+    /// `⌊(P + 2^31) / 2^32⌋ = high + (low ≥ 2^31)` for `s ≤ 32`, and
+    /// `⌊(high + 2^(s-33)) / 2^(s-32)⌋` above.
     #[inline]
     pub fn apply(self, x: i32) -> i32 {
+        if WIDE_MULTIPLY {
+            let product = x as i64 * self.wide as i64;
+            let (high, low) = ((product >> 32) as i32, product as u32);
+            return if self.wide_shift == 0 {
+                high + (low >> 31) as i32
+            } else {
+                (high + self.wide_round) >> self.wide_shift
+            };
+        }
         let high = (x >> 16) * self.mantissa as i32 + self.round;
         let low = ((x as u32 & 0xFFFF) * self.mantissa) >> 16;
         (high + low as i32) >> self.shift
+    }
+
+    /// `out[i] = self.apply(x[i]).clamp(-127, 127)` for each `i` (as many as the shorter of
+    /// the two), every `|x[i]|` at most `largest`: an input quantized to int8, the loop chosen
+    /// once for the rescale's form. The rescale is monotonic, so where `±largest` give values
+    /// within `±127` no value needs the clamp.
+    #[inline]
+    pub fn quantize_each(self, x: &[i32], out: &mut [i8], largest: u32) {
+        let bounded = largest <= i32::MAX as u32 && {
+            let largest = largest as i32;
+            self.apply(-largest) >= -127 && self.apply(largest) <= 127
+        };
+        if bounded {
+            return self.quantize_each_with(x, out, |y| y as i8);
+        }
+        self.quantize_each_with(x, out, |y| y.clamp(-127, 127) as i8);
+    }
+
+    #[inline(always)]
+    fn quantize_each_with(self, x: &[i32], out: &mut [i8], clamp: impl Fn(i32) -> i8) {
+        if WIDE_MULTIPLY && self.wide_shift == 0 {
+            let wide = self.wide as i64;
+            for (q, &v) in out.iter_mut().zip(x) {
+                let product = v as i64 * wide;
+                *q = clamp((product >> 32) as i32 + ((product as u32) >> 31) as i32);
+            }
+        } else if WIDE_MULTIPLY {
+            let (wide, round, shift) = (self.wide as i64, self.wide_round, self.wide_shift);
+            for (q, &v) in out.iter_mut().zip(x) {
+                *q = clamp((((v as i64 * wide) >> 32) as i32 + round) >> shift);
+            }
+        } else {
+            for (q, &v) in out.iter_mut().zip(x) {
+                *q = clamp(self.apply(v));
+            }
+        }
     }
 }
 
@@ -436,6 +503,121 @@ impl ScaledByBits {
     fn general(self, bits: u32, x: i32) -> i32 {
         Scale16::of_f32(f32::from_bits(bits)).times(self.scale).apply(x)
     }
+
+    /// [`ScaledByBits::apply`] out of line, for the rows [`ScaledByBits::apply_each`] leaves.
+    #[cold]
+    #[inline(never)]
+    fn apply_out_of_line(self, bits: u32, x: i32) -> i32 {
+        self.apply(bits, x)
+    }
+
+    /// `f(i, fast, self.apply(bits(i), x(i)))` for each `i < n`, for values `x` of any
+    /// magnitude ([`ScaledByBits::apply_each_of`] of those items).
+    #[inline(always)]
+    pub fn apply_each_with(
+        self,
+        n: usize,
+        bits: impl Fn(usize) -> u32,
+        x: impl Fn(usize) -> i32,
+        f: impl FnMut(usize, bool, i32),
+    ) {
+        self.apply_each_of((0..n).map(|i| (bits(i), x(i), i)), f);
+    }
+
+    /// `f(item, fast, self.apply(bits, x))` for each `(bits, x, item)`, for values `x` of any
+    /// magnitude: where the core has a 32 × 32 → 64-bit product, the usual value (a positive
+    /// normal `f32` whose rescale `m · 2^-shift` has a shift in `17..=32`, which its exponent
+    /// alone tells once the exponents it allows are all normal) takes one 32-bit product for
+    /// the mantissas and one 64-bit product `P = x · m · 2^(32 - shift)`
+    /// (`m · 2^(32 - shift) ≤ 2^30`): `round(x m / 2^shift) = high + (low ≥ 2^31)`, the exact
+    /// rounding, which fits (`|x m / 2^shift| ≤ 2^29`) as [`ScaledByBits::apply`] gives it.
+    /// Others, and every value on a core without that product, take [`ScaledByBits::apply`].
+    /// `fast` tells which: the value's magnitude is at most `2^29` where it is `true`.
+    #[inline(always)]
+    pub fn apply_each_of<T>(
+        self,
+        items: impl Iterator<Item = (u32, i32, T)>,
+        mut f: impl FnMut(T, bool, i32),
+    ) {
+        // `shift - 17 = t = k - biased - up` with `k = base - 33`: `biased` in
+        // `[k - 16, k]` for `t` in `0..16` must be within `1..=254`
+        let k = self.base - 33;
+        if !WIDE_MULTIPLY || !(17..=254).contains(&k) {
+            for (b, v, item) in items {
+                f(item, false, self.apply(b, v));
+            }
+            return;
+        }
+        let sm = self.scale.mantissa;
+        for (b, v, item) in items {
+            let (m, up) = rescale_mantissa(b, sm);
+            let t = k.wrapping_sub((b >> 23) as i32).wrapping_sub(up) as u32;
+            if t < 16 {
+                let wide = v as i64 * (m << (15 - t)) as i64;
+                f(item, true, (wide >> 32) as i32 + ((wide as u32) >> 31) as i32);
+            } else {
+                f(item, false, self.apply_out_of_line(b, v));
+            }
+        }
+    }
+
+    /// `y[k] = self.apply(scales[k].to_bits(), y[k])` for each `k` (as many as the shorter of
+    /// the two): a linear layer's row sums rescaled by their rows' scales times the input's step.
+    /// The usual row in 32-bit arithmetic alone, one product for the two mantissas and one for
+    /// the value: a rescale `m · 2^-shift` of a shift in `1..=32` (which its `f32`'s exponent
+    /// alone tells, `shift - 1 = base - 17 - biased - up`, once the exponents it allows are
+    /// normal ones) on a value `|x| ≤ 2^16`, so that `x m` (`m ≤ 2^15`) fits an `i32` and
+    /// `round(x m / 2^shift) = ⌊(⌊x m / 2^(shift - 1)⌋ + 1) / 2⌋`, the same value as
+    /// [`ScaledByBits::apply`]'s exact rounding (which fits: `|x m| ≤ 2^31`). Other rows take
+    /// [`ScaledByBits::apply`].
+    #[inline]
+    pub fn apply_each(self, scales: &[f32], y: &mut [i32]) {
+        let k = self.base - 17;
+        // the exponents of the shifts in 1..=32 (`up` 0 or 1) all those of positive normal
+        // `f32`s: a negative, subnormal, infinite or NaN scale gives `shift - 1` outside
+        // `0..32` (a negative one's `biased` has the sign bit: 256 or more, and `k ≤ 254`)
+        if !(33..=254).contains(&k) {
+            for (y, &s) in y.iter_mut().zip(scales) {
+                *y = self.apply(s.to_bits(), *y);
+            }
+            return;
+        }
+        let sm = self.scale.mantissa;
+        for (y, &s) in y.iter_mut().zip(scales) {
+            let (bits, x) = (s.to_bits(), *y);
+            let (m, up) = rescale_mantissa(bits, sm);
+            let shift1 = k.wrapping_sub((bits >> 23) as i32).wrapping_sub(up) as u32;
+            *y = if shift1 < 32 && (x as u32).wrapping_add(1 << 16) < 1 << 17 {
+                ((x.wrapping_mul(m as i32) >> shift1) + 1) >> 1
+            } else if WIDE_MULTIPLY && shift1 < 32 {
+                // a larger value: the same rounding of the 64-bit product (`|x m| < 2^46`),
+                // where it fits
+                let wide = (((x as i64 * m as i64) >> shift1) + 1) >> 1;
+                if wide == wide as i32 as i64 {
+                    wide as i32
+                } else {
+                    self.apply_out_of_line(bits, x)
+                }
+            } else {
+                self.apply_out_of_line(bits, x)
+            };
+        }
+    }
+}
+
+/// As [`ScaledByBits::apply`] makes them: an `f32`'s 16-bit mantissa (from its bits, rounded,
+/// `[2^15, 2^16]`) times the scale's mantissa `sm` (`[2^15, 2^16)`), that product rounded to
+/// `m` in `[2^14, 2^15]`, and `up`, 1 where the product has 32 bits (its rounding then drops
+/// one bit more). A branch on `up` rather than a shift by it: fewer instructions.
+#[inline(always)]
+fn rescale_mantissa(bits: u32, sm: u32) -> (u32, i32) {
+    let mantissa = ((bits & 0x7F_FFFF) + 0x80_0080) >> 8; // [2^15, 2^16]
+    let product = mantissa.wrapping_mul(sm); // [2^30, 2^32)
+    if (product as i32) < 0 {
+        (((product >> 16) + 1) >> 1, 1)
+    } else {
+        (((product >> 15) + 1) >> 1, 0)
+    }
 }
 
 /// Multiplication by a positive real `mantissa · 2^-shift` with 15 significant bits (`mantissa`
@@ -460,10 +642,20 @@ impl Rescale {
     /// The 32-bit path of [`Rescale::apply`] prepared, for a shift in `17..=46`.
     #[inline]
     pub fn prepared(self) -> Option<PreparedRescale> {
-        (17..=46).contains(&self.shift).then(|| PreparedRescale {
-            mantissa: self.mantissa,
-            round: 1 << (self.shift - 17),
-            shift: (self.shift - 16) as u32,
+        (17..=46).contains(&self.shift).then(|| {
+            let narrow = self.shift <= 32;
+            PreparedRescale {
+                mantissa: self.mantissa,
+                round: 1 << (self.shift - 17),
+                shift: (self.shift - 16) as u32,
+                wide: if narrow {
+                    (self.mantissa << (32 - self.shift)) as i32
+                } else {
+                    self.mantissa as i32
+                },
+                wide_shift: if narrow { 0 } else { (self.shift - 32) as u32 },
+                wide_round: if narrow { 0 } else { 1 << (self.shift - 33) },
+            }
         })
     }
 
@@ -487,6 +679,17 @@ impl Rescale {
     pub fn apply(self, x: i32) -> i32 {
         let s = self.shift;
         let m = self.mantissa;
+        if WIDE_MULTIPLY && (1..=16).contains(&s) {
+            // one 32 × 32 → 64-bit product (`|x m| ≤ 2^46`): `⌊(⌊x m / 2^(s-1)⌋ + 1) / 2⌋`,
+            // the exact rounding, where it fits (as the 32-bit path's condition, `|h m| <
+            // 2^(14+s)`, implies; elsewhere the 64-bit path saturates it)
+            let halves = (x as i64 * m as i64) >> (s - 1); // below 2^46 in magnitude
+            let y = (halves + 1) >> 1;
+            if y == y as i32 as i64 {
+                return y as i32;
+            }
+            return self.apply_wide(x);
+        }
         let (high, low) = (
             (x >> 16).wrapping_mul(m as i32),
             (x as u32 & 0xFFFF).wrapping_mul(m),
@@ -616,7 +819,8 @@ pub fn exp_neg(t: u32) -> u32 {
     if t >= 1 << 29 {
         return 0;
     }
-    let y = mul_wide_u32(t, LOG2_E_Q31) >> 31; // Q24, < 2^30
+    // `⌊t log2(e) / 2^31⌋ = ⌊2t log2(e) / 2^32⌋` (`2t < 2^30`): the product's high word
+    let y = mul_wide_u32(t << 1, LOG2_E_Q31) >> 32; // Q24, < 2^30
     let n = y >> 24;
     if n > 31 {
         return 0;

@@ -89,16 +89,80 @@ pub fn layer_norm_of_bits(
         return;
     };
     let inverse = ScaledByBits::new(stats.inverse);
-    for (i, (y, &v)) in out.iter_mut().zip(x).enumerate() {
-        let bits = gain_bits(i);
-        let scaled = inverse.apply(bits & 0x7FFF_FFFF, stats.deviation(v));
+    let n = x.len().min(out.len());
+    let (x, out) = (&x[..n], &mut out[..n]);
+    let finish = |bits: u32, scaled: i32, bias: i32| {
         let scaled = if bits >> 31 != 0 {
             scaled.saturating_neg()
         } else {
             scaled
         };
-        *y = scaled.saturating_add(bias(i));
+        scaled.saturating_add(bias)
+    };
+    if !stats.narrow {
+        let deviation = |i: usize| stats.deviation(x[i]);
+        let magnitude = |i: usize| gain_bits(i) & 0x7FFF_FFFF;
+        inverse.apply_each_with(n, magnitude, deviation, |i, _, scaled| {
+            out[i] = finish(gain_bits(i), scaled, bias(i));
+        });
+        return;
     }
+    // every `x · 2^k` below 2^30 and the mean too: the deviations without saturation; where a
+    // gain's rescale took the fast path (`|scaled| ≤ 2^29`) and the bias is within `±2^30`,
+    // the sign and the bias without saturation
+    let (k, mean) = (stats.k, stats.mean);
+    let deviation = |i: usize| (x[i] << k) - mean;
+    let magnitude = |i: usize| gain_bits(i) & 0x7FFF_FFFF;
+    inverse.apply_each_with(n, magnitude, deviation, |i, fast, scaled| {
+        let (bits, b) = (gain_bits(i), bias(i));
+        let sign = (bits as i32) >> 31;
+        out[i] = if fast && b.wrapping_add(1 << 30) >= 0 {
+            ((scaled ^ sign) - sign) + b
+        } else {
+            finish(bits, scaled, b)
+        };
+    });
+}
+
+/// [`layer_norm_of_bits`] of gains (their `f32` bits) and biases given as slices (as long as
+/// `x`): the same values, the usual value in straight-line code.
+pub fn layer_norm_of_bit_slices(
+    x: &[i32],
+    gains: &[u32],
+    biases: &[i32],
+    epsilon: u64,
+    frac: u32,
+    out: &mut [i32],
+) {
+    let n = x.len().min(gains.len()).min(biases.len()).min(out.len());
+    let (x, gains, biases, out) = (&x[..n], &gains[..n], &biases[..n], &mut out[..n]);
+    let stats = match Statistics::of(x, epsilon, frac) {
+        Some(stats) if stats.narrow => stats,
+        _ => return layer_norm_of_bits(x, |i| gains[i], |i| biases[i], epsilon, frac, out),
+    };
+    // every `x · 2^k` below 2^30 and the mean too: the deviations without saturation; where a
+    // gain's rescale took the fast path (`|scaled| ≤ 2^29`) and the bias is within `±2^30`,
+    // the sign and the bias without saturation
+    let (k, mean) = (stats.k, stats.mean);
+    let items = x
+        .iter()
+        .zip(gains)
+        .zip(biases)
+        .zip(out.iter_mut())
+        .map(|(((&v, &bits), &b), o)| (bits & 0x7FFF_FFFF, (v << k) - mean, (bits, b, o)));
+    ScaledByBits::new(stats.inverse).apply_each_of(items, |(bits, b, o), fast, scaled| {
+        *o = if fast && b.wrapping_add(1 << 30) >= 0 {
+            let sign = (bits as i32) >> 31;
+            ((scaled ^ sign) - sign) + b
+        } else {
+            let scaled = if bits >> 31 != 0 {
+                scaled.saturating_neg()
+            } else {
+                scaled
+            };
+            scaled.saturating_add(b)
+        };
+    });
 }
 
 /// A row's mean and `1 / σ` as [`layer_norm_with`] makes them (steps 1 to 4).
@@ -107,6 +171,9 @@ struct Statistics {
     k: u32,
     mean: i32,
     inverse: Scale16,
+    /// Whether every `x · 2^k` is below `2^30` in magnitude (as the mean then is): no
+    /// deviation saturates.
+    narrow: bool,
 }
 
 impl Statistics {
@@ -115,21 +182,41 @@ impl Statistics {
         let n = x.len() as i64;
         let &first = x.first()?;
         // the sum, the smallest and the largest value in one pass
-        let (mut sum, mut low, mut high) = (0i64, first, first);
-        for &v in x {
-            sum += v as i64;
-            low = low.min(v);
-            high = high.max(v);
-        }
+        let (mut low, mut high) = (first, first);
+        let sum = if x.len() <= 1 << 14 {
+            // the sum in two 32-bit halves, `Σ (v >> 16)` within 2^29 and `Σ (v & 0xFFFF)`
+            // within 2^30 for up to 2^14 values: the same sum
+            let (mut upper, mut lower) = (0i32, 0i32);
+            for &v in x {
+                upper += v >> 16;
+                lower += v & 0xFFFF;
+                if v > high {
+                    high = v;
+                } else if v < low {
+                    low = v;
+                }
+            }
+            ((upper as i64) << 16) + lower as i64
+        } else {
+            let mut sum = 0i64;
+            for &v in x {
+                sum += v as i64;
+                low = low.min(v);
+                high = high.max(v);
+            }
+            sum
+        };
         // k fraction bits more for the mean, as many as keep every `x · 2^k` below 2^30 (at
         // most 16)
         let top = low.unsigned_abs().max(high.unsigned_abs());
         let k = top.leading_zeros().saturating_sub(2).min(16);
         let mean = ((sum << k) + n / 2).div_euclid(n) as i32; // |Σ x · 2^k| ≤ n · 2^30
+        let narrow = (top as u64) << k < 1 << 30;
         let stats = Statistics {
             k,
             mean,
             inverse: Scale16::ZERO,
+            narrow,
         };
         // the deviation grows with the value (`x · 2^k` is exact), so its largest magnitude is
         // the smallest value's or the largest's
@@ -138,13 +225,24 @@ impl Statistics {
             .unsigned_abs()
             .max(stats.deviation(high).unsigned_abs());
         let s = (32 - largest.leading_zeros()).saturating_sub(15);
-        let squares: u64 = x
-            .iter()
-            .map(|&v| {
-                let c = round_shift_i32(stats.deviation(v), s); // |c| ≤ 2^15
-                (c * c) as u32 as u64
-            })
-            .sum();
+        let squares: u64 = if narrow && s > 0 {
+            // no saturation; the rounding shift as `⌊(⌊d / 2^(s-1)⌋ + 1) / 2⌋` (the same
+            // value, and `⌊d / 2^(s-1)⌋ + 1` cannot overflow)
+            let s1 = s - 1;
+            x.iter()
+                .map(|&v| {
+                    let c = ((((v << k) - mean) >> s1) + 1) >> 1; // |c| ≤ 2^15
+                    (c * c) as u32 as u64
+                })
+                .sum()
+        } else {
+            x.iter()
+                .map(|&v| {
+                    let c = round_shift_i32(stats.deviation(v), s); // |c| ≤ 2^15
+                    (c * c) as u32 as u64
+                })
+                .sum()
+        };
         let epsilon = round_shift(epsilon.min(1 << 61) as i64, 2 * (s as i32 - k as i32) - 16) as u64;
         let variance = ((squares << 16) / n as u64).saturating_add(epsilon);
         let sigma = isqrt(variance); // below 2^31
@@ -289,6 +387,8 @@ mod tests {
             layer_norm_of_bits(&x, |i| gains[i], |i| bias[i], epsilon, frac, &mut ours);
             let gain = |i: usize| signed_scale(f32::from_bits(gains[i]));
             layer_norm_with(&x, gain, |i| bias[i], epsilon, frac, &mut theirs);
+            assert_eq!(ours, theirs, "case {case}");
+            layer_norm_of_bit_slices(&x, &gains, &bias, epsilon, frac, &mut ours);
             assert_eq!(ours, theirs, "case {case}");
         }
     }

@@ -19,7 +19,8 @@ mod linear;
 mod softmax;
 
 pub use layer_norm::{
-    layer_norm, layer_norm_of_bits, layer_norm_with, signed_scale, LayerNormParams, SignedScale,
+    layer_norm, layer_norm_of_bit_slices, layer_norm_of_bits, layer_norm_with, signed_scale, LayerNormParams,
+    SignedScale,
 };
 pub use linear::{act_rescale, act_shift, act_top, pow2_act_top, rescale_wide, Int8Steps, ACT_SHIFT};
 pub use softmax::{
@@ -38,6 +39,17 @@ pub fn pow2_exponent(row: &[i32], limit: i64) -> i32 {
 /// lengths, then a step or two up. No `e` below `bits(largest) - bits(limit) - 1` can do, as
 /// `largest / 2^e` would reach `2^bits(limit)`.
 pub fn pow2_exponent_of(largest: u64, limit: i64) -> i32 {
+    if largest < 1 << 31 && (1..=i32::MAX as i64).contains(&limit) {
+        // in 32 bits (the same steps): `largest + 2^(e-1)` stays below 2^32, and from
+        // `e = 31` on the rounded value is at most 1
+        let (largest, limit) = (largest as u32, limit as u32);
+        let bits = |v: u32| 32 - v.leading_zeros() as i32;
+        let mut e = (bits(largest) - bits(limit) - 1).max(0) as u32;
+        while e < 31 && (largest + ((1u32 << e) >> 1)) >> e > limit {
+            e += 1;
+        }
+        return e as i32;
+    }
     let bits = |v: u64| 64 - v.leading_zeros() as i32;
     let mut e = (bits(largest) - bits(limit.max(1) as u64) - 1).max(0);
     while crate::fixed_point::round_shift(largest.min(i64::MAX as u64) as i64, e) > limit {

@@ -92,6 +92,14 @@ impl Normalise {
     #[inline]
     pub fn apply(self, e: i32) -> i32 {
         // `m` is a multiplier's mantissa, below 2^31
+        if self.shift >= 33 {
+            // `⌊(P + 2^(s-1)) / 2^s⌋ = ⌊(⌊P / 2^32⌋ + 2^(s-33)) / 2^(s-32)⌋` for `s ≥ 33` (the
+            // low word only adds a fraction below 1 to a whole numerator): the product's high
+            // word alone, which is below 2^29
+            let high = (mul_wide_u32(e as u32, self.m as u32) >> 32) as u32;
+            let shift = self.shift - 32;
+            return ((high + (1 << (shift - 1))) >> shift).min(PROBABILITY_ONE - 1) as i32;
+        }
         let product = mul_wide_u32(e as u32, self.m as u32);
         ((product + self.half) >> self.shift).min(PROBABILITY_ONE as u64 - 1) as i32
     }

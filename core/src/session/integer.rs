@@ -26,7 +26,7 @@ use crate::fixed_point::{
 };
 use crate::image::Arithmetic;
 use crate::integer::{
-    act_rescale, act_shift, act_top, attention_score, layer_norm_of_bits, log_softmax, pow2_act_top,
+    act_rescale, act_shift, act_top, attention_score, layer_norm_of_bit_slices, log_softmax, pow2_act_top,
     pow2_exponent, pow2_exponent_of, rescale_wide, softmax_exp_in_place, Int8Steps, ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
@@ -121,6 +121,29 @@ fn quantize_int8_of(largest: u32, value: impl Fn(usize) -> i32, out: &mut [i8]) 
     steps.step
 }
 
+/// [`quantize_int8`] of the values of `x` (as long as `out`).
+fn quantize_slice(x: &[i32], out: &mut [i8]) -> Scale16 {
+    let x = &x[..out.len()];
+    let largest = x.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+    quantize_slice_of(largest, x, out)
+}
+
+/// [`quantize_int8_of`] of the values of `x` (as long as `out`), `largest` their largest
+/// magnitude.
+fn quantize_slice_of(largest: u32, x: &[i32], out: &mut [i8]) -> Scale16 {
+    let x = &x[..out.len()];
+    match Int8Steps::new(largest as u64) {
+        Some(steps) if steps.cut == 0 => match steps.to_int8.prepared() {
+            Some(to_int8) => {
+                to_int8.quantize_each(x, out, largest);
+                steps.step
+            }
+            None => quantize_int8_of(largest, |c| x[c], out),
+        },
+        _ => quantize_int8_of(largest, |c| x[c], out),
+    }
+}
+
 /// How a linear layer's input meets its activation scales: none, powers of two (the largest's
 /// biased exponent, [`pow2_act_top`]), or others ([`act_top`]).
 #[derive(Clone, Copy)]
@@ -199,7 +222,7 @@ impl<'s> Input<'s> {
             }
             _ => quantize_int8(|c| x[c], xq),
         };
-        Input::widened(xq, widened, step.product(extra))
+        Input::widened_for(m, xq, widened, step.product(extra))
     }
 
     /// [`Input::new`] of an `x` the caller no longer needs: a matrix's activation scales
@@ -219,28 +242,48 @@ impl<'s> Input<'s> {
             // powers of two: a shift per value (the same values), the largest magnitude found
             // in the same pass
             ActTop::Pow2(biased) if scales.len() == x.len() => {
-                let mut largest = 0;
+                // `act_shift`: a rounding shift by `s = 3 + biased - e` (at least 3), as
+                // `⌊(⌊v / 2^(s-1)⌋ + 1) / 2⌋` (the same value; `⌊v / 2^(s-1)⌋ + 1` cannot
+                // overflow), 0 from `s = 32` on; the smallest and largest value kept
+                let (mut low, mut high) = (0i32, 0i32);
+                let before = (biased + 2) as i32;
                 for (v, &a) in x.iter_mut().zip(scales) {
-                    *v = act_shift(*v, a, biased);
-                    largest = largest.max(v.unsigned_abs());
+                    let s1 = before.wrapping_sub((a.to_bits() >> 23) as i32) as u32;
+                    let y = if s1 < 31 { ((*v >> s1) + 1) >> 1 } else { 0 };
+                    *v = y;
+                    if y > high {
+                        high = y;
+                    } else if y < low {
+                        low = y;
+                    }
                 }
+                let largest = low.unsigned_abs().max(high.unsigned_abs());
                 let top = biased as i32 - 142;
-                quantize_int8_of(largest, |c| x[c], xq).times_pow2(top + ACT_SHIFT)
+                quantize_slice_of(largest, x, xq).times_pow2(top + ACT_SHIFT)
             }
             ActTop::Scaled(top) if scales.len() == x.len() => {
                 for (v, &a) in x.iter_mut().zip(scales) {
                     *v = act_rescale(Scale16::of_f32(a), top).apply(*v);
                 }
-                quantize_int8(|c| x[c], xq).times_pow2(top + ACT_SHIFT)
+                quantize_slice(x, xq).times_pow2(top + ACT_SHIFT)
             }
-            _ => quantize_int8(|c| x[c], xq),
+            _ => quantize_slice(x, xq),
         };
-        Input::widened(xq, widened, step)
+        Input::widened_for(m, xq, widened, step)
     }
 
     fn widened(xq: &'s mut [i8], widened: &'s mut [u32], step: Scale16) -> Input<'s> {
         kernels::widen_input_i8(xq, widened);
         Input { xq, widened, step }
+    }
+
+    /// [`Input::widened`] for `m`: on RV32 only an int4 matrix reads the widened input (the
+    /// int8 kernels read `xq`).
+    fn widened_for(m: &Matrix<'_>, xq: &'s mut [i8], widened: &'s mut [u32], step: Scale16) -> Input<'s> {
+        if cfg!(target_arch = "riscv32") && !matches!(m.data, MatrixData::Int4 { .. }) {
+            return Input { xq, widened, step };
+        }
+        Input::widened(xq, widened, step)
     }
 
     /// `y[k]` = row `first + k` of `m` times the input, in `Q(frac)`: the exact integer sum
@@ -253,10 +296,7 @@ impl<'s> Input<'s> {
             } => {
                 kernels::row_sums_i8(values, m.cols, self.xq, self.widened, y);
                 // an int8 row's sum has 31 bits at most: no cut
-                let rescale = ScaledByBits::new(self.step);
-                for (y, &s) in y.iter_mut().zip(row_scales) {
-                    *y = rescale.apply(s.to_bits(), *y);
-                }
+                ScaledByBits::new(self.step).apply_each(row_scales, y);
             }
             MatrixData::Int4 {
                 values,
@@ -316,8 +356,8 @@ fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
 /// [`LayerParameters`] keeps them: each gain's magnitude to 16 bits and its sign.
 fn layer_norm(gains: &[i32], biases: &[i32], eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
     let epsilon = fixed_of_f32_wide(eps, 2 * frac).max(0) as u64;
-    let (gains, biases) = (&gains[..x.len()], &biases[..x.len()]);
-    layer_norm_of_bits(x, |i| gains[i] as u32, |i| biases[i], epsilon, frac, out);
+    let gains: &[u32] = bytemuck::cast_slice(gains);
+    layer_norm_of_bit_slices(x, gains, biases, epsilon, frac, out);
 }
 
 /// One layer's parameters in the session's arena, made ready once from the image's values
@@ -370,15 +410,29 @@ fn layer_parameters<'p>(all: &'p [i32], config: &Config, layer: usize) -> LayerP
 fn query_words((q, qb): (&[i32], &mut [i32]), b: &[i32], top: i64, words: &mut [u32]) -> i32 {
     let n = q.len();
     let qb = &mut qb[..n];
+    let mut largest = 0u32;
     for ((v, &q), &b) in qb.iter_mut().zip(q).zip(&b[..n]) {
-        *v = q.saturating_add(b);
+        let sum = q.saturating_add(b);
+        *v = sum;
+        largest = largest.max(sum.unsigned_abs());
     }
-    let largest = qb.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
     let e = pow2_exponent_of(largest as u64, top) as u32;
     // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1 (columns past the
-    // head are zero)
-    let half = |v: i32| round_shift_i32(v, e) as i16 as u16 as u32;
+    // head are zero); the rounding shift as `⌊(⌊v / 2^(e-1)⌋ + 1) / 2⌋` (the same value:
+    // `|v| < 2^(e + 16)`, so the sum cannot overflow)
     let words = &mut words[..kernels::portable::query_words(n)];
+    if e == 0 {
+        pack_query_words(qb, words, |v| v as i16 as u16 as u32);
+    } else {
+        let e1 = e - 1;
+        pack_query_words(qb, words, |v| (((v >> e1) + 1) >> 1) as i16 as u16 as u32);
+    }
+    e as i32
+}
+
+/// [`query_words`]' layout of `half(v)` for each `v` of `qb` in `words`.
+#[inline(always)]
+fn pack_query_words(qb: &[i32], words: &mut [u32], half: impl Fn(i32) -> u32) {
     let (groups, rest) = qb.as_chunks::<4>();
     let (pairs, tail) = words.as_chunks_mut::<2>();
     for (w, g) in pairs.iter_mut().zip(groups) {
@@ -391,7 +445,6 @@ fn query_words((q, qb): (&[i32], &mut [i32]), b: &[i32], top: i64, words: &mut [
         }
     }
     tail.fill(0);
-    e as i32
 }
 
 /// Bytes of a distance's row of the position keys ([`crate::arena::integer_key_row_bytes`];
@@ -631,7 +684,14 @@ impl Session<'_, '_> {
                     // a probability is below 2^15: shifted by 16 or more it is 0; a key of a larger
                     // power of two than `e_max` has probability 0
                     let shift = (e_max - e).clamp(0, 16) as u32;
-                    probs[t] = round_shift_i32(probs[t], shift);
+                    // `round_shift_i32` as `⌊(⌊p / 2^(s-1)⌋ + 1) / 2⌋` (the same value; a
+                    // probability below 2^15 cannot overflow)
+                    let p = probs[t];
+                    probs[t] = if shift == 0 {
+                        p
+                    } else {
+                        ((p >> (shift - 1)) + 1) >> 1
+                    };
                 });
             let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
             acc.fill(0);
@@ -681,16 +741,20 @@ impl Session<'_, '_> {
             }
             let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
             Input::new_in_place(&w.ff1_weight, p.acts[2], x, s.quantized_input).rows(&w.ff1_weight, 0, inner);
-            add(inner, p.ff1_bias);
-            inner.iter_mut().for_each(|v| *v = (*v).max(0));
+            // the bias and the ReLU in one pass
+            for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
+                *v = v.saturating_add(b).max(0);
+            }
             let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
             Input::new_in_place(&w.ff2_weight, p.acts[3], inner, s.quantized_input).rows(
                 &w.ff2_weight,
                 0,
                 out,
             );
-            add(out, p.ff2_bias);
-            add(h, out);
+            // the bias and the residual in one pass (the same saturating sums, in order)
+            for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
+                *h = h.saturating_add(o.saturating_add(b));
+            }
             if !config.pre_lnorm {
                 let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
                 layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);

@@ -208,7 +208,7 @@ fn sixteen_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; TALL_ROWS] {
 /// multiply-accumulates, 3.09 each).
 #[cfg(target_arch = "riscv32")]
 fn sixteen_rows<const COLS: usize>(x: &[i8], rows: &[i8]) -> [i32; TALL_ROWS] {
-    const { assert!(COLS % STEP == 0 && COLS > 0 && 3 * COLS + STEP <= 2048) };
+    const { assert!(COLS.is_multiple_of(STEP) && COLS > 0 && 3 * COLS + STEP <= 2048) };
     let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5, mut a6, mut a7, mut a8, mut a9, mut a10, mut a11, mut a12, mut a13, mut a14, mut a15] =
         [0i32; TALL_ROWS];
     if x.len() < COLS || rows.len() < TALL_ROWS * COLS {
