@@ -448,16 +448,26 @@ const VALUE_COLS: usize = 16;
 
 /// `sums[t] = query · key_t` for `t < sums.len()`, key `t` the first `d_head` bytes at
 /// `keys[t * stride..]`, the 16-bit query widened into `words` as `int8_attention::QueryWords`
-/// lays it out ([`portable::key_sums_i8`](crate::kernels::portable::key_sums_i8)): four keys
-/// a pass, as [`row_sums_i8`] takes four rows, each query value (`LH`, read where the words keep
-/// it) meeting the four. The same sums.
+/// lays it out ([`portable::key_sums_i8`](crate::kernels::portable::key_sums_i8)): eight keys
+/// a pass ([`eight_keys`]), then four, then one, as [`row_sums_i8`] takes rows, each query value
+/// (`LH`, read where the words keep it) meeting the keys of the pass. The same sums.
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
     let halves: &[i16] = bytemuck::cast_slice(&words[..2 * d_head.div_ceil(4)]);
     let key = |t: usize| &keys[t * stride..t * stride + d_head];
-    let first = sums.len() / ROWS * ROWS;
+    let wide = sums.len() / WIDE_ROWS * WIDE_ROWS;
+    let (wide_sums, sums) = sums.split_at_mut(wide);
+    for (b, out) in wide_sums.chunks_exact_mut(WIDE_ROWS).enumerate() {
+        let first = b * WIDE_ROWS;
+        out.copy_from_slice(&eight_keys(
+            halves,
+            core::array::from_fn(|j| key(first + j)),
+            d_head,
+        ));
+    }
+    let first = wide + sums.len() / ROWS * ROWS;
     let mut blocks = sums.chunks_exact_mut(ROWS);
     for (b, out) in (&mut blocks).enumerate() {
-        let first = b * ROWS;
+        let first = wide + b * ROWS;
         let keys = core::array::from_fn(|j| key(first + j));
         let [acc] = pass::<ROWS, 1, i16, true>(keys, [halves], d_head);
         out.copy_from_slice(&acc);
@@ -466,6 +476,111 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
         let [[acc]] = pass::<1, 1, i16, true>([key(first + t)], [halves], d_head);
         *sum = acc;
     }
+}
+
+/// `query · key_j` for eight keys of `d_head` bytes, the query as [`key_sums_i8`] reads it
+/// (16-bit halves, the middle two of each four swapped): off RISC-V, [`pass`].
+#[cfg(not(target_arch = "riscv32"))]
+fn eight_keys(halves: &[i16], keys: [&[i8]; WIDE_ROWS], d_head: usize) -> [i32; WIDE_ROWS] {
+    let [acc] = pass::<WIDE_ROWS, 1, i16, true>(keys, [halves], d_head);
+    acc
+}
+
+/// [`eight_keys`] on RV32IM, as [`eight_rows`]: sixteen columns a step in assembly, per column
+/// one query `LH` (at the column's place among the halves: bits 0 and 1 of its index swapped)
+/// and eight each of `LB`, `MUL` and `ADD`, then nine pointer steps and the branch (410
+/// instructions per 128 multiply-accumulates, 3.20 each); the columns after the last sixteen
+/// by [`pass`].
+#[cfg(target_arch = "riscv32")]
+fn eight_keys(halves: &[i16], keys: [&[i8]; WIDE_ROWS], d_head: usize) -> [i32; WIDE_ROWS] {
+    let body = d_head / STEP * STEP;
+    let mut acc = [0i32; WIDE_ROWS];
+    if body > 0 && halves.len() >= body && keys.iter().all(|k| k.len() >= body) {
+        let [mut p0, mut p1, mut p2, mut p3, mut p4, mut p5, mut p6, mut p7] = keys.map(|r| r.as_ptr());
+        let mut qp = halves.as_ptr();
+        let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5, mut a6, mut a7] = acc;
+        // SAFETY: each key's pointer reads the first `body` bytes of its slice (checked just
+        // above), sixteen a step at offsets 0 to 15, then moves on by 16; the query's reads
+        // halves 0 to 15 of each step (a permutation of them) of its first `body`, and `end`
+        // is where it stops.
+        unsafe {
+            let end = qp.add(body);
+            core::arch::asm!(
+                "2:",
+                ".irp k, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15",
+                "lh {x}, 2*(((\\k) & ~3) | (((\\k) & 1) << 1) | (((\\k) >> 1) & 1))({qp})",
+                "lb {w}, \\k({p0})",
+                "mul {w}, {w}, {x}",
+                "add {a0}, {a0}, {w}",
+                "lb {w}, \\k({p1})",
+                "mul {w}, {w}, {x}",
+                "add {a1}, {a1}, {w}",
+                "lb {w}, \\k({p2})",
+                "mul {w}, {w}, {x}",
+                "add {a2}, {a2}, {w}",
+                "lb {w}, \\k({p3})",
+                "mul {w}, {w}, {x}",
+                "add {a3}, {a3}, {w}",
+                "lb {w}, \\k({p4})",
+                "mul {w}, {w}, {x}",
+                "add {a4}, {a4}, {w}",
+                "lb {w}, \\k({p5})",
+                "mul {w}, {w}, {x}",
+                "add {a5}, {a5}, {w}",
+                "lb {w}, \\k({p6})",
+                "mul {w}, {w}, {x}",
+                "add {a6}, {a6}, {w}",
+                "lb {w}, \\k({p7})",
+                "mul {w}, {w}, {x}",
+                "add {a7}, {a7}, {w}",
+                ".endr",
+                "addi {qp}, {qp}, 32",
+                "addi {p0}, {p0}, 16",
+                "addi {p1}, {p1}, 16",
+                "addi {p2}, {p2}, 16",
+                "addi {p3}, {p3}, 16",
+                "addi {p4}, {p4}, 16",
+                "addi {p5}, {p5}, 16",
+                "addi {p6}, {p6}, 16",
+                "addi {p7}, {p7}, 16",
+                "bne {qp}, {end}, 2b",
+                qp = inout(reg) qp,
+                p0 = inout(reg) p0,
+                p1 = inout(reg) p1,
+                p2 = inout(reg) p2,
+                p3 = inout(reg) p3,
+                p4 = inout(reg) p4,
+                p5 = inout(reg) p5,
+                p6 = inout(reg) p6,
+                p7 = inout(reg) p7,
+                a0 = inout(reg) a0,
+                a1 = inout(reg) a1,
+                a2 = inout(reg) a2,
+                a3 = inout(reg) a3,
+                a4 = inout(reg) a4,
+                a5 = inout(reg) a5,
+                a6 = inout(reg) a6,
+                a7 = inout(reg) a7,
+                end = in(reg) end,
+                x = out(reg) _,
+                w = out(reg) _,
+                options(nostack, readonly),
+            );
+        }
+        let _ = (qp, p0, p1, p2, p3, p4, p5, p6, p7);
+        acc = [a0, a1, a2, a3, a4, a5, a6, a7];
+    } else if body > 0 {
+        let [acc] = pass::<WIDE_ROWS, 1, i16, true>(keys, [halves], d_head);
+        return acc;
+    }
+    if body < d_head {
+        let tail = keys.map(|k| &k[body..d_head]);
+        let [rest] = pass::<WIDE_ROWS, 1, i16, true>(tail, [&halves[body..]], d_head - body);
+        for (a, r) in acc.iter_mut().zip(rest) {
+            *a = a.wrapping_add(r);
+        }
+    }
+    acc
 }
 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
