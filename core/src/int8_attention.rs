@@ -52,6 +52,9 @@ impl<'a> QueryWords<'a> {
         let top = HALF_MAX.min(libm::floorf(SUM_LIMIT / query.len().max(1) as f32));
         let (step, inverse) = usable_steps(max_abs / top, top / max_abs);
         let half = |v: f32| -> u32 { round(v * inverse) as i16 as u16 as u32 };
+        if kernels::query_halves(query, words, inverse) {
+            return Some(QueryWords { words, step });
+        }
         let (groups, rest) = query.as_chunks::<4>();
         let (whole, partial) = words.split_at_mut(2 * groups.len());
         for (pair, four) in whole.chunks_exact_mut(2).zip(groups) {
