@@ -214,6 +214,21 @@ fn check_query_halves(query: &[f32], numbers: &mut Numbers) -> Result<(), Failur
             _ => {}
         }
     }
+    #[cfg(feature = "mve")]
+    for nan_at in [None, Some(query.len() - 1), Some(0)] {
+        let mut values = query.clone();
+        if let Some(c) = nan_at {
+            values[c] = f32::from_bits(0xffc0_0001);
+        }
+        let largest = values
+            .iter()
+            .map(|v| v.to_bits() & 0x7fff_ffff)
+            .max()
+            .unwrap_or(0);
+        if txl_core::kernels::arm::helium::magnitude_bits(&values) != largest {
+            return Err(Failure::KernelMismatch("magnitude_bits"));
+        }
+    }
     let words = int8_attention::query_words(query.len());
     for inverse in [0.0f32, 1.0, 1.5, 32767.0, 3.0e7, 9.0e29] {
         let mut fast = vec![0x5a5a_5a5au32; words];

@@ -1588,6 +1588,9 @@ extern "C" {
     /// [`crate::int8_attention::QueryWords`]: columns `4g` and `4g + 2` in word `2g`, `4g + 1`
     /// and `4g + 3` in word `2g + 1`.
     fn txl_query_halves_mve(x: *const f32, words: *mut u32, groups: usize, inverse: u32);
+    /// Helium: the largest of the bits of `|x[i]|` (sign cleared) for `i < n`, `n >= 1`, as
+    /// unsigned integers.
+    fn txl_magnitude_bits_mve(x: *const f32, n: usize) -> u32;
 }
 
 // Per four values: `VLDRW`, a subnormal value made +0 (`VAND` of the exponent, `VPT`, `VMOVT`),
@@ -1642,6 +1645,24 @@ global_asm!(
     "vpop {{d8, d9, d10, d11, d12, d13}}",
     "pop {{r7, pc}}",
     ".size txl_query_halves_mve, . - txl_query_halves_mve",
+    ".section .text.txl_magnitude_bits_mve,\"ax\",%progbits",
+    ".globl txl_magnitude_bits_mve",
+    ".type txl_magnitude_bits_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_magnitude_bits_mve:",
+    "push {{r7, lr}}",
+    "vmov.i32 q0, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q1, [r0], #16",
+    "vbic.i32 q1, #0x80000000",
+    "vmax.u32 q0, q0, q1",
+    "letp lr, 1b",
+    "movs r0, #0",
+    "vmaxv.u32 r0, q0",
+    "pop {{r7, pc}}",
+    ".size txl_magnitude_bits_mve, . - txl_magnitude_bits_mve",
     ".cpu cortex-m4",
 );
 
@@ -1667,4 +1688,16 @@ pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
     // bounds; q4-q6 (callee-saved) are saved and restored.
     unsafe { txl_query_halves_mve(query.as_ptr(), words.as_mut_ptr(), groups, inverse.to_bits()) };
     true
+}
+
+/// The largest of the bits of `|v|` (the sign cleared) over `values`, as unsigned integers
+/// (which order as the magnitudes do, a NaN's above infinity's), four an instruction: integer
+/// operations only, so nothing is flushed. Zero for no values.
+pub fn magnitude_bits(values: &[f32]) -> u32 {
+    if values.is_empty() {
+        return 0;
+    }
+    // SAFETY: reads the `n >= 1` values of `values` (tail-predicated) and uses q0-q1
+    // (caller-saved).
+    unsafe { txl_magnitude_bits_mve(values.as_ptr(), values.len()) }
 }
