@@ -49,9 +49,17 @@ impl<'a> QueryWords<'a> {
             return None;
         }
         let words = &mut words[..query_words(query.len())];
-        let top = HALF_MAX.min(libm::floorf(SUM_LIMIT / query.len().max(1) as f32));
+        // up to 488 columns SUM_LIMIT / columns is above 32786: the top is HALF_MAX
+        let top = if query.len() <= 488 {
+            HALF_MAX
+        } else {
+            HALF_MAX.min(libm::floorf(SUM_LIMIT / query.len() as f32))
+        };
         let (step, inverse) = usable_steps(max_abs / top, top / max_abs);
         let half = |v: f32| -> u32 { round(v * inverse) as i16 as u16 as u32 };
+        if kernels::query_halves(query, words, inverse) {
+            return Some(QueryWords { words, step });
+        }
         let (groups, rest) = query.as_chunks::<4>();
         let (whole, partial) = words.split_at_mut(2 * groups.len());
         for (pair, four) in whole.chunks_exact_mut(2).zip(groups) {
@@ -73,6 +81,16 @@ impl<'a> QueryWords<'a> {
 /// order as the magnitudes do (a NaN's above infinity's), eight running maxima side by side
 /// (the largest of a set is the same whatever the order).
 fn largest_magnitude(values: &[f32]) -> f32 {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        let largest = kernels::arm::helium::magnitude_bits(values);
+        return if largest > f32::INFINITY.to_bits() {
+            f32::NAN
+        } else {
+            f32::from_bits(largest)
+        };
+    }
+    #[allow(unreachable_code)]
     let magnitude = |v: &f32| v.to_bits() & 0x7fff_ffff;
     let mut lanes = [0u32; 8];
     let (eights, rest) = values.as_chunks::<8>();

@@ -179,6 +179,7 @@ fn check_int8_attention() -> Result<usize, Failure> {
             let mut words = vec![0u32; int8_attention::query_words(d_head)];
             let q = int8_attention::QueryWords::quantize(&query, &mut words)
                 .ok_or(Failure::KernelMismatch("the query quantization"))?;
+            check_query_halves(&query, &mut numbers)?;
             let (mut fast, mut portable) = (vec![0i32; count], vec![0i32; count]);
             kernels::key_sums_i8(&keys, stride, d_head, q.words, &mut fast);
             kernels::portable::key_sums_i8(&keys, stride, d_head, q.words, &mut portable);
@@ -198,6 +199,53 @@ fn check_int8_attention() -> Result<usize, Failure> {
         }
     }
     Ok(shapes)
+}
+
+/// `kernels::query_halves` (where it runs) against the FPU's rounding of each `query[c] *
+/// inverse` (halves away from zero, clamped to ±32767) at a few inverses, with some columns
+/// made subnormal, exact halves, or large enough to clamp.
+fn check_query_halves(query: &[f32], numbers: &mut Numbers) -> Result<(), Failure> {
+    let mut query = query.to_vec();
+    for v in query.iter_mut() {
+        match numbers.next() % 8 {
+            0 => *v = f32::from_bits(numbers.next() & 0x807f_ffff), // subnormal or zero
+            1 => *v = (numbers.next() % 64) as f32 * 0.5 - 16.0,    // halves at an inverse of 1
+            2 => *v *= 1.0e5,                                       // clamped
+            _ => {}
+        }
+    }
+    #[cfg(feature = "mve")]
+    for nan_at in [None, Some(query.len() - 1), Some(0)] {
+        let mut values = query.clone();
+        if let Some(c) = nan_at {
+            values[c] = f32::from_bits(0xffc0_0001);
+        }
+        let largest = values
+            .iter()
+            .map(|v| v.to_bits() & 0x7fff_ffff)
+            .max()
+            .unwrap_or(0);
+        if txl_core::kernels::arm::helium::magnitude_bits(&values) != largest {
+            return Err(Failure::KernelMismatch("magnitude_bits"));
+        }
+    }
+    let words = int8_attention::query_words(query.len());
+    for inverse in [0.0f32, 1.0, 1.5, 32767.0, 3.0e7, 9.0e29] {
+        let mut fast = vec![0x5a5a_5a5au32; words];
+        if !kernels::query_halves(&query, &mut fast, inverse) {
+            continue;
+        }
+        for (c, &v) in query.iter().enumerate() {
+            let y = v * inverse;
+            let expected = ((y + 0.5f32.copysign(y)) as i32).clamp(-32767, 32767);
+            let word = fast[c / 4 * 2 + c % 2];
+            let got = (word >> (16 * (c % 4 / 2))) as u16 as i16 as i32;
+            if got != expected {
+                return Err(Failure::KernelMismatch("query_halves"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An int4 matrix of `rows x cols` with pseudo-random values in `-8..=7` (`-8` included, which

@@ -824,6 +824,21 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
     portable::key_sums_i8(keys, stride, d_head, words, sums)
 }
 
+/// The int8 attention's 16-bit query words from the finite values `query` scaled by `inverse`
+/// (`int8_attention::QueryWords::quantize`'s rounding and order): Helium four columns an
+/// instruction where the columns are whole groups of four and its flushing cannot change a
+/// result. Returns false, with nothing written, where no kernel ran.
+#[inline]
+pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::query_halves(query, words, inverse);
+    #[allow(unreachable_code)]
+    {
+        let _ = (query, words, inverse);
+        false
+    }
+}
+
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
 /// `values[t * stride..]` ([`portable::value_sums_i8`]): Helium sixteen columns a pass, the DSP
 /// kernel (whole groups of four columns; the rest portable), AVX2 on x86-64, sixteen columns at

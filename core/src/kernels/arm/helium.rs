@@ -1580,3 +1580,124 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
         fpu(&rows[done * stride..], stride, x, &mut out[done..]);
     }
 }
+
+extern "C" {
+    /// Helium: for `4 * groups` values (`groups >= 1`), `round(x[i] * inverse)` as
+    /// `int8_attention` rounds (`trunc(y + copysign(0.5, y))` clamped to ±32767), the values
+    /// of columns `4g..4g + 4` stored as 16-bit halves in the order of
+    /// [`crate::int8_attention::QueryWords`]: columns `4g` and `4g + 2` in word `2g`, `4g + 1`
+    /// and `4g + 3` in word `2g + 1`.
+    fn txl_query_halves_mve(x: *const f32, words: *mut u32, groups: usize, inverse: u32);
+    /// Helium: the largest of the bits of `|x[i]|` (sign cleared) for `i < n`, `n >= 1`, as
+    /// unsigned integers.
+    fn txl_magnitude_bits_mve(x: *const f32, n: usize) -> u32;
+}
+
+// Per four values: `VLDRW`, a subnormal value made +0 (`VAND` of the exponent, `VPT`, `VMOVT`),
+// `VMUL` by the inverse, the sign (`VAND`) made ±0.5 (`VORR`), `VADD`, the clamp (`VMAXNM`,
+// `VMINNM`), `VCVT` toward zero, and a half each at byte offsets 0, 4, 2, 6 (`VSTRH.32`
+// scattered). Registers: q2 the sign bit, q3 and q4 -32767 and 32767, q5 the offsets, q6 the
+// exponent bits.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_query_halves_mve,\"ax\",%progbits",
+    ".globl txl_query_halves_mve",
+    ".type txl_query_halves_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_halves_mve:",
+    "push {{r7, lr}}",
+    "vpush {{d8, d9, d10, d11, d12, d13}}",
+    "vmov.i32 q6, #0x7f000000",
+    "vorr.i32 q6, #0x00800000",
+    "vmov.i32 q2, #0x80000000",
+    "movw r12, #0xfe00",
+    "movt r12, #0xc6ff",
+    "vdup.32 q3, r12",
+    "movt r12, #0x46ff",
+    "vdup.32 q4, r12",
+    "movs r12, #0",
+    "vmov.32 q5[0], r12",
+    "movs r12, #4",
+    "vmov.32 q5[1], r12",
+    "movs r12, #2",
+    "vmov.32 q5[2], r12",
+    "movs r12, #6",
+    "vmov.32 q5[3], r12",
+    "dls lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vand q1, q0, q6",
+    "vpt.i32 eq, q1, zr",
+    "vmovt.i32 q0, #0",
+    "vmul.f32 q0, q0, r3",
+    "vand q1, q0, q2",
+    "vorr.i32 q1, #0x3f000000",
+    "vadd.f32 q0, q0, q1",
+    "vmaxnm.f32 q0, q0, q3",
+    "vminnm.f32 q0, q0, q4",
+    "vcvt.s32.f32 q0, q0",
+    "vstrh.32 q0, [r1, q5]",
+    "adds r1, #8",
+    "le lr, 1b",
+    "vpop {{d8, d9, d10, d11, d12, d13}}",
+    "pop {{r7, pc}}",
+    ".size txl_query_halves_mve, . - txl_query_halves_mve",
+    ".section .text.txl_magnitude_bits_mve,\"ax\",%progbits",
+    ".globl txl_magnitude_bits_mve",
+    ".type txl_magnitude_bits_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_magnitude_bits_mve:",
+    "push {{r7, lr}}",
+    "vmov.i32 q0, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q1, [r0], #16",
+    "vbic.i32 q1, #0x80000000",
+    "vmax.u32 q0, q0, q1",
+    "letp lr, 1b",
+    "movs r0, #0",
+    "vmaxv.u32 r0, q0",
+    "pop {{r7, pc}}",
+    ".size txl_magnitude_bits_mve, . - txl_magnitude_bits_mve",
+    ".cpu cortex-m4",
+);
+
+/// Whether Helium's floating point gives the bits of the FPU's for `round(v * inverse)` of any
+/// finite `v` (`int8_attention`'s 16-bit rounding): `inverse` zero, or at least 1 and below 1e30
+/// (2⁹⁹·⁷). A subnormal `v` (made +0 by the kernel, so nothing is flushed) then rounds to zero
+/// as the FPU rounds it (its product is below 2⁻¹²⁶ · 2¹⁰⁰, far below a half), and a normal
+/// `v` times an inverse of at least 1 is normal (no product is flushed).
+fn rounds_as_the_fpu(inverse: f32) -> bool {
+    inverse == 0.0 || (1.0..1.0e30).contains(&inverse)
+}
+
+/// The query's 16-bit words of `int8_attention::QueryWords::quantize` from `query`, four
+/// columns an instruction: `words[..query.len() / 2]` written. Returns false, with nothing
+/// written, where the columns are not whole groups of four or [`rounds_as_the_fpu`] does not
+/// hold; every value finite.
+pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
+    let groups = query.len() / 4;
+    if groups == 0 || 4 * groups != query.len() || words.len() < 2 * groups || !rounds_as_the_fpu(inverse) {
+        return false;
+    }
+    // SAFETY: reads `4 * groups` values and writes the halves of `2 * groups` words, both in
+    // bounds; q4-q6 (callee-saved) are saved and restored.
+    unsafe { txl_query_halves_mve(query.as_ptr(), words.as_mut_ptr(), groups, inverse.to_bits()) };
+    true
+}
+
+/// The largest of the bits of `|v|` (the sign cleared) over `values`, as unsigned integers
+/// (which order as the magnitudes do, a NaN's above infinity's), four an instruction: integer
+/// operations only, so nothing is flushed. Zero for no values.
+pub fn magnitude_bits(values: &[f32]) -> u32 {
+    if values.is_empty() {
+        return 0;
+    }
+    // SAFETY: reads the `n >= 1` values of `values` (tail-predicated) and uses q0-q1
+    // (caller-saved).
+    unsafe { txl_magnitude_bits_mve(values.as_ptr(), values.len()) }
+}
