@@ -27,8 +27,9 @@ impl Int8Steps {
         let cut = (64 - largest.leading_zeros()).saturating_sub(30) as i32;
         let m = round_shift(largest as i64, cut) as u32; // (0, 2^30]
         let drop = (32 - m.leading_zeros()).saturating_sub(16) as i32;
-        let m16 = m >> drop; // (0, 2^16)
-                             // 127 / m = (127 · 2^24 / m16) · 2^-(24 + drop), and m / 127 = (m16 · 2^15 / 127) · 2^(drop - 15)
+        // m16 in (0, 2^16): 127 / m = (127 · 2^24 / m16) · 2^-(24 + drop), and
+        // m / 127 = (m16 · 2^15 / 127) · 2^(drop - 15)
+        let m16 = m >> drop;
         let to_int8 = Scale16::of_wide(((127u32 << 24) / m16) as u64, -(24 + drop)).rescale();
         let step = Scale16::of_wide(((m16 << 15) / 127) as u64, drop - 15 + cut);
         Some(Int8Steps { to_int8, cut, step })

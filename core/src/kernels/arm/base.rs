@@ -182,10 +182,11 @@ fn fill_i8(input: &mut SweepInput, x: &[i8]) {
     if (x.as_ptr() as usize).is_multiple_of(4) && x.len() >= 8 {
         let bytes = x.len() / 4 * 4; // (32, 64 or 128: a multiple of 8)
         let range = x[..bytes].as_ptr_range();
-        let sweep = bytes; // (a sweep's words: bytes / 4, as bytes: `bytes`)
-                           // SAFETY: `LDM` reads the words of `x[..bytes]` (word-aligned, checked above), eight
-                           // bytes a step until `range.end`; column `4k + m` is stored at word `m · bytes / 4 + k`
-                           // of `input` (128 words, `bytes ≤ 128`); `r6` and `r7` are pushed and popped.
+        // (a sweep's words: bytes / 4, as bytes: `bytes`)
+        let sweep = bytes;
+        // SAFETY: `LDM` reads the words of `x[..bytes]` (word-aligned, checked above), eight
+        // bytes a step until `range.end`; column `4k + m` is stored at word `m · bytes / 4 + k`
+        // of `input` (128 words, `bytes ≤ 128`); `r6` and `r7` are pushed and popped.
         unsafe {
             core::arch::asm!(
                 "push {{r6, r7}}",
@@ -239,10 +240,11 @@ fn fill_query(input: &mut SweepInput, words: &[u32], start: usize, query: &mut [
     #[cfg(all(target_arch = "arm", not(target_has_atomic = "ptr")))]
     if let Some(pairs) = words.get(start / 2..start / 2 + query.len() / 2) {
         let range = pairs.as_ptr_range();
-        let sweep = query.len(); // (a sweep's words as bytes)
-                                 // SAFETY: `LDM` reads `pairs` (two words a step, `query.len() / 2` words: a multiple of
-                                 // 2) until `range.end`; column `4k + m` is stored at word `m · query.len() / 4 + k` of
-                                 // `input` (128 words, `query.len() ≤ 128`); `r6` and `r7` are pushed and popped.
+        // (a sweep's words as bytes)
+        let sweep = query.len();
+        // SAFETY: `LDM` reads `pairs` (two words a step, `query.len() / 2` words: a multiple of
+        // 2) until `range.end`; column `4k + m` is stored at word `m · query.len() / 4 + k` of
+        // `input` (128 words, `query.len() ≤ 128`); `r6` and `r7` are pushed and popped.
         unsafe {
             core::arch::asm!(
                 "push {{r6, r7}}",
