@@ -1546,9 +1546,9 @@ global_asm!(
 /// [`portable::dots_strided_f32`](crate::kernels::portable::dots_strided_f32) with Helium: four
 /// rows a pass, four columns an instruction, each row's four partial sums in a vector's lanes
 /// (the portable order). Helium's floating point flushes subnormal values to zero and gives
-/// the default NaN: where its cumulative flags show an invalid operation or a flush, or an
-/// output is a NaN, the FPU kernel computes the whole call again, so the bits are always the
-/// portable code's. Widths that are not a multiple of four take the FPU kernel.
+/// the default NaN: where its cumulative flags show an invalid operation or a flush, the FPU
+/// kernel computes the whole call again, and a row whose output is a NaN (from a NaN in its row
+/// or in `x`) again alone, so the bits are always the portable code's. Widths that are not a multiple of four take the FPU kernel.
 #[cfg(target_abi = "eabihf")]
 pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     let fpu = crate::kernels::arm::fpu::dots_strided_f32;
@@ -1572,10 +1572,24 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
             blocks,
         )
     };
-    if status & (FLUSH_FLAGS | 1 << 31) != 0 {
+    if status & FLUSH_FLAGS != 0 {
         return fpu(rows, stride, x, out);
     }
     let done = 4 * blocks;
+    if status & 1 << 31 != 0 {
+        // a NaN output is Helium's default NaN (an invalid operation would have shown in the
+        // flags): the FPU's for that row alone, whose bits do not depend on the other rows
+        for (r, y) in out[..done].iter_mut().enumerate() {
+            if y.is_nan() {
+                fpu(
+                    &rows[r * stride..r * stride + n],
+                    stride,
+                    x,
+                    core::slice::from_mut(y),
+                );
+            }
+        }
+    }
     if done < out.len() {
         fpu(&rows[done * stride..], stride, x, &mut out[done..]);
     }
