@@ -242,14 +242,10 @@ impl<'s> Input<'s> {
             // powers of two: a shift per value (the same values), the largest magnitude found
             // in the same pass
             ActTop::Pow2(biased) if scales.len() == x.len() => {
-                // `act_shift`: a rounding shift by `s = 3 + biased - e` (at least 3), as
-                // `⌊(⌊v / 2^(s-1)⌋ + 1) / 2⌋` (the same value; `⌊v / 2^(s-1)⌋ + 1` cannot
-                // overflow), 0 from `s = 32` on; the smallest and largest value kept
+                // the smallest and largest value kept
                 let (mut low, mut high) = (0i32, 0i32);
-                let before = (biased + 2) as i32;
                 for (v, &a) in x.iter_mut().zip(scales) {
-                    let s1 = before.wrapping_sub((a.to_bits() >> 23) as i32) as u32;
-                    let y = if s1 < 31 { ((*v >> s1) + 1) >> 1 } else { 0 };
+                    let y = act_shift(*v, a, biased);
                     *v = y;
                     if y > high {
                         high = y;
