@@ -78,31 +78,9 @@ impl<'a> QueryWords<'a> {
 }
 
 /// The largest `|v|`, or NaN if any `v` is NaN: from the bits of each `|v|` as integers, which
-/// order as the magnitudes do (a NaN's above infinity's), eight running maxima side by side
-/// (the largest of a set is the same whatever the order).
+/// order as the magnitudes do (a NaN's above infinity's: [`kernels::magnitude_bits`]).
 fn largest_magnitude(values: &[f32]) -> f32 {
-    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
-    {
-        let largest = kernels::arm::helium::magnitude_bits(values);
-        return if largest > f32::INFINITY.to_bits() {
-            f32::NAN
-        } else {
-            f32::from_bits(largest)
-        };
-    }
-    #[allow(unreachable_code)]
-    let magnitude = |v: &f32| v.to_bits() & 0x7fff_ffff;
-    let mut lanes = [0u32; 8];
-    let (eights, rest) = values.as_chunks::<8>();
-    for eight in eights {
-        for (lane, v) in lanes.iter_mut().zip(eight) {
-            *lane = (*lane).max(magnitude(v));
-        }
-    }
-    for v in rest {
-        lanes[0] = lanes[0].max(magnitude(v));
-    }
-    let largest = lanes.into_iter().fold(0, u32::max);
+    let largest = kernels::magnitude_bits(values);
     if largest > f32::INFINITY.to_bits() {
         f32::NAN
     } else {

@@ -225,7 +225,7 @@ fn check_query_halves(query: &[f32], numbers: &mut Numbers) -> Result<(), Failur
             .map(|v| v.to_bits() & 0x7fff_ffff)
             .max()
             .unwrap_or(0);
-        if txl_core::kernels::arm::helium::magnitude_bits(&values) != largest {
+        if kernels::magnitude_bits(&values) != largest {
             return Err(Failure::KernelMismatch("magnitude_bits"));
         }
     }

@@ -824,6 +824,17 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
     portable::key_sums_i8(keys, stride, d_head, words, sums)
 }
 
+/// The largest of the bits of `|v|` (the sign cleared) over `values`, as unsigned integers,
+/// which order as the magnitudes do (a NaN's above infinity's); 0 for no values
+/// ([`portable::magnitude_bits`]): Helium four values an instruction.
+#[inline]
+pub fn magnitude_bits(values: &[f32]) -> u32 {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::magnitude_bits(values);
+    #[allow(unreachable_code)]
+    portable::magnitude_bits(values)
+}
+
 /// The int8 attention's 16-bit query words from the finite values `query` scaled by `inverse`
 /// (`int8_attention::QueryWords::quantize`'s rounding and order): Helium four columns an
 /// instruction where the columns are whole groups of four and its flushing cannot change a

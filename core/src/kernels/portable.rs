@@ -308,6 +308,25 @@ pub(crate) fn max_abs(values: impl Iterator<Item = f32>) -> f32 {
     max
 }
 
+/// The largest of the bits of `|v|` (the sign cleared) over `values`, as unsigned integers,
+/// which order as the magnitudes do (a NaN's above infinity's); 0 for no values: eight running
+/// maxima side by side (the largest of a set is the same whatever the order), so the compiler
+/// can vectorise the loop.
+pub fn magnitude_bits(values: &[f32]) -> u32 {
+    let magnitude = |v: &f32| v.to_bits() & 0x7fff_ffff;
+    let mut lanes = [0u32; 8];
+    let (eights, rest) = values.as_chunks::<8>();
+    for eight in eights {
+        for (lane, v) in lanes.iter_mut().zip(eight) {
+            *lane = (*lane).max(magnitude(v));
+        }
+    }
+    for v in rest {
+        lanes[0] = lanes[0].max(magnitude(v));
+    }
+    lanes.into_iter().fold(0, u32::max)
+}
+
 /// The largest `|v|` of `values` (NaNs ignored, as `f32::max` ignores them; 0 for none): four
 /// running maxima side by side, in registers at any optimization level (the largest of a set is
 /// the same whatever the order). Comparisons, not `f32::max`, which is a call into `fmaxf` on a
