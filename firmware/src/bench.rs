@@ -165,7 +165,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
 /// shapes the demo model does not have: heads of 1 to 13 columns (partial groups of four and
 /// eight), 16, 32 and 48 (whole groups of eight and sixteen), 33 and 80 (the query unpacked in
 /// two parts), odd and even key counts (partial blocks of four keys), keys at an odd stride
-/// (unaligned rows). Returns the number of shapes checked.
+/// (unaligned rows); then the value sums at strides of 128 and 256 bytes. Returns the number of
+/// shapes checked.
 fn check_int8_attention() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x0bad_5eed);
     let mut shapes = 0;
@@ -196,6 +197,27 @@ fn check_int8_attention() -> Result<usize, Failure> {
                 return Err(Failure::KernelMismatch("value_sums"));
             }
             shapes += 1;
+        }
+    }
+    // value rows as the memory lays them out, 128 and 256 bytes apart (kernels of their own on
+    // the DSP), for heads of whole and partial groups of eight columns
+    for stride in [128usize, 256] {
+        for d_head in [4usize, 8, 12, 32, 44] {
+            for count in [1usize, 2, 3, 5, 6, 64, 65] {
+                let values: Vec<i8> = (0..(count - 1) * stride + d_head)
+                    .map(|_| (numbers.next() % 256) as u8 as i8)
+                    .collect();
+                let weights: Vec<i32> = (0..count)
+                    .map(|_| (numbers.next() % 65535) as i32 - 32767)
+                    .collect();
+                let (mut fast, mut portable) = (vec![-5i32; d_head], vec![-5i32; d_head]);
+                kernels::value_sums_i8(&values, stride, &weights, &mut fast);
+                kernels::portable::value_sums_i8(&values, stride, &weights, &mut portable);
+                if fast != portable {
+                    return Err(Failure::KernelMismatch("value_sums"));
+                }
+                shapes += 1;
+            }
         }
     }
     Ok(shapes)
