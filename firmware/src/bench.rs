@@ -225,7 +225,9 @@ fn check_int8_attention() -> Result<usize, Failure> {
 
 /// `kernels::query_halves` (where it runs) against the FPU's rounding of each `query[c] *
 /// inverse` (halves away from zero, clamped to ±32767) at a few inverses, with some columns
-/// made subnormal, exact halves, or large enough to clamp.
+/// made subnormal, exact halves, the float just below a half, or large enough to clamp; and
+/// `kernels::magnitude_bits` against the largest of the magnitudes' bits, with and without a
+/// NaN.
 fn check_query_halves(query: &[f32], numbers: &mut Numbers) -> Result<(), Failure> {
     let mut query = query.to_vec();
     for v in query.iter_mut() {
@@ -233,10 +235,10 @@ fn check_query_halves(query: &[f32], numbers: &mut Numbers) -> Result<(), Failur
             0 => *v = f32::from_bits(numbers.next() & 0x807f_ffff), // subnormal or zero
             1 => *v = (numbers.next() % 64) as f32 * 0.5 - 16.0,    // halves at an inverse of 1
             2 => *v *= 1.0e5,                                       // clamped
+            3 => *v = f32::from_bits(0x3eff_ffff | (numbers.next() & 0x8000_0000)), // ±(0.5 - 2^-25)
             _ => {}
         }
     }
-    #[cfg(feature = "mve")]
     for nan_at in [None, Some(query.len() - 1), Some(0)] {
         let mut values = query.clone();
         if let Some(c) = nan_at {

@@ -29,6 +29,7 @@
 //! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | Helium `helium::row_sums_i4` (groups of a multiple of 32 columns; else `dsp::row_sums_i4_widening`), DSP `dsp::row_sums_i4` | | RV32IM `rv32::row_sums_i4` |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
 //! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | Helium `helium::{key,value}_sums_i8`, DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
+//! | [`magnitude_bits`], [`query_halves`] | | Helium `helium::{magnitude_bits, query_halves}`, FPU `fpu::{magnitude_bits, query_halves}` | | |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
@@ -826,11 +827,18 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
 
 /// The largest of the bits of `|v|` (the sign cleared) over `values`, as unsigned integers,
 /// which order as the magnitudes do (a NaN's above infinity's); 0 for no values
-/// ([`portable::magnitude_bits`]): Helium four values an instruction.
+/// ([`portable::magnitude_bits`]): Helium four values an instruction, the FPU builds' core
+/// registers four values a pass.
 #[inline]
 pub fn magnitude_bits(values: &[f32]) -> u32 {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::magnitude_bits(values);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::magnitude_bits(values);
     #[allow(unreachable_code)]
     portable::magnitude_bits(values)
 }
@@ -838,11 +846,18 @@ pub fn magnitude_bits(values: &[f32]) -> u32 {
 /// The int8 attention's 16-bit query words from the finite values `query` scaled by `inverse`
 /// (`int8_attention::QueryWords::quantize`'s rounding and order): Helium four columns an
 /// instruction where the columns are whole groups of four and its flushing cannot change a
-/// result. Returns false, with nothing written, where no kernel ran.
+/// result, the FPU four a pass for whole groups of four. Returns false, with nothing written,
+/// where no kernel ran.
 #[inline]
 pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::query_halves(query, words, inverse);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::query_halves(query, words, inverse);
     #[allow(unreachable_code)]
     {
         let _ = (query, words, inverse);

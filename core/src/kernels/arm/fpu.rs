@@ -660,6 +660,105 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     max_abs / 127.0
 }
 
+/// The largest of the bits of `|v|` (the sign cleared) over `values`, as unsigned integers (a
+/// NaN's above infinity's): [`txl_max_doubled_bits`] four values a pass, the rest here. Zero for
+/// no values.
+pub fn magnitude_bits(values: &[f32]) -> u32 {
+    let fours = values.len() / 4;
+    let mut doubled = 0;
+    if fours > 0 {
+        // SAFETY: `values` holds `4 * fours` values, all the kernel reads; it preserves the
+        // callee-saved registers.
+        doubled = unsafe { txl_max_doubled_bits(values.as_ptr(), fours) };
+    }
+    for v in &values[4 * fours..] {
+        doubled = doubled.max(v.to_bits() << 1);
+    }
+    doubled >> 1
+}
+
+extern "C" {
+    /// For each of `groups >= 1` groups of four values `y = query[4g + k] * inverse`:
+    /// `words[2g] = h0 | h2 << 16` and `words[2g + 1] = h1 | h3 << 16`, `h_k` the 16 bits of
+    /// `y_k + copysign(0.5, y_k)` truncated and clamped to ±32767 (`inverse` as bits).
+    fn txl_query_halves_f32(query: *const f32, words: *mut u32, groups: usize, inverse: u32);
+}
+
+// Per four values: one VLDM, four VMUL by the inverse, then each magnitude `|y| + 0.5` (VABS,
+// VADD: the same float as `|y + copysign(0.5, y)|`, the rounding being symmetric) converted to
+// 16-bit fixed point with no fraction bits (VCVT: toward zero, saturated at 32767, which is
+// the clamp), the sign put back in the core registers by `(m ^ s) - s`, `s` the product's sign
+// (its bits shifted right by 31), and two PKHBT pack the halves: 34 instructions per four values
+// with the loop. Registers: r0 the values, r1 the words, r2 the groups left, s8 the inverse, s9
+// 0.5, s0-s3 the products, s4-s7 the magnitudes, r3-r7 and r12 the integers.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_signed value, product",
+    "eor \\value, \\value, \\product, asr #31",
+    "sub \\value, \\value, \\product, asr #31",
+    ".endm",
+    ".section .text.txl_query_halves_f32,\"ax\",%progbits",
+    ".globl txl_query_halves_f32",
+    ".type txl_query_halves_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_halves_f32:",
+    "push {{r4-r7}}",
+    "vmov s8, r3",
+    "vmov.f32 s9, #0.5",
+    "1:",
+    "vldmia r0!, {{s0-s3}}",
+    "vmul.f32 s0, s0, s8",
+    "vmul.f32 s1, s1, s8",
+    "vmul.f32 s2, s2, s8",
+    "vmul.f32 s3, s3, s8",
+    "vabs.f32 s4, s0",
+    "vabs.f32 s5, s1",
+    "vabs.f32 s6, s2",
+    "vabs.f32 s7, s3",
+    "vadd.f32 s4, s4, s9",
+    "vadd.f32 s5, s5, s9",
+    "vadd.f32 s6, s6, s9",
+    "vadd.f32 s7, s7, s9",
+    "vcvt.s16.f32 s4, s4, #0",
+    "vcvt.s16.f32 s5, s5, #0",
+    "vcvt.s16.f32 s6, s6, #0",
+    "vcvt.s16.f32 s7, s7, #0",
+    "vmov r4, r5, s0, s1",
+    "vmov r6, r7, s4, s5",
+    "txl_signed r6, r4",
+    "txl_signed r7, r5",
+    "vmov r4, r5, s2, s3",
+    "vmov r12, r3, s6, s7",
+    "txl_signed r12, r4",
+    "txl_signed r3, r5",
+    "pkhbt r6, r6, r12, lsl #16",
+    "pkhbt r7, r7, r3, lsl #16",
+    "strd r6, r7, [r1], #8",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "pop {{r4-r7}}",
+    "bx lr",
+    ".size txl_query_halves_f32, . - txl_query_halves_f32",
+);
+
+/// The int8 attention's 16-bit query words (`int8_attention::QueryWords::quantize`'s rounding,
+/// clamp and order) with the FPU, four values a pass, for whole groups of four: false, with
+/// nothing written, otherwise.
+pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
+    let groups = query.len() / 4;
+    if groups == 0 || 4 * groups != query.len() || words.len() < 2 * groups {
+        return false;
+    }
+    // SAFETY: reads `4 * groups` values and writes `2 * groups` words, both in bounds; uses
+    // s0-s9 (caller-saved) and preserves the callee-saved core registers.
+    unsafe { txl_query_halves_f32(query.as_ptr(), words.as_mut_ptr(), groups, inverse.to_bits()) };
+    true
+}
+
 extern "C" {
     /// The bits of `Σ x` over the `8 * octets` values at `x` (`octets >= 1`), added in order
     /// from `-0.0`.
