@@ -877,7 +877,10 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
     {
         let body = acc.len() / 4 * 4;
         dsp::value_sums_i8(values, stride, weights, acc);
-        return portable::value_sums_i8(&values[body..], stride, weights, &mut acc[body..]);
+        if body < acc.len() {
+            portable::value_sums_i8(&values[body..], stride, weights, &mut acc[body..]);
+        }
+        return;
     }
     #[cfg(all(feature = "std", target_arch = "x86_64"))]
     if has_avx2() {
