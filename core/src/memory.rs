@@ -835,12 +835,14 @@ impl<'a> Memory<'a> {
         };
         key_sums(out);
         let rows = (&scales[layer * self.capacity * heads..], heads);
-        if let Some(max) = key_scores(keys, (terms, scale), rows, (head, query.step), out) {
-            return max;
+        if kernels::INT8_ATTENTION_PASSES {
+            if let Some(max) = key_scores(keys, (terms, scale), rows, (head, query.step), out) {
+                return max;
+            }
+            // a kernel's floating point could have given other bits: the sums again, and the
+            // scores one by one
+            key_sums(out);
         }
-        // a kernel's floating point could have given other bits: the sums again, and the
-        // scores one by one
-        key_sums(out);
         let content = |sum: f32, row: &[f32]| {
             let sum = sum.to_bits() as i32;
             sum as f32 * query.step * row[head]
@@ -849,16 +851,16 @@ impl<'a> Memory<'a> {
     }
 
     /// `out_head = Σ_t p_t · value_t` of head `head` over the keys of `keys`, `p_t = e_t ·
-    /// inverse` with `e` laid out as [`RingKeys`] says (`w`, as long, takes the weights): the
-    /// bits of [`Memory::add_values`] over int8 values into zeros given the probabilities `e_t ·
-    /// inverse`, with one kernel call for the whole ring where the keys are all of it. Int8
-    /// values only (others leave `out_head` as it is).
+    /// inverse` with `e` laid out as [`RingKeys`] says (overwritten, or `w`, as long, where the
+    /// weights go to kernels): the bits of [`Memory::add_values`] over int8 values into zeros
+    /// given the probabilities `e_t · inverse`, with one kernel call for the whole ring where the
+    /// keys are all of it. Int8 values only (others leave `out_head` as it is).
     #[inline(never)]
     pub(crate) fn add_values_ring_int8(
         &self,
         (layer, head): (usize, usize),
         keys: &RingKeys,
-        (e, inverse): (&[f32], f32),
+        (e, inverse): (&mut [f32], f32),
         (w, scratch): (&mut [f32], &mut [u32]),
         out_head: &mut [f32],
     ) {
@@ -869,8 +871,8 @@ impl<'a> Memory<'a> {
         let heads = width / d_head;
         // the weights p_t · scale_t and their magnitudes, in the keys' order (the largest
         // without `Magnitudes::add`'s NaN: a NaN weight makes the sum NaN, which is refused
-        // the same), by the kernels or, where one refused its floating point, all again by the
-        // portable code
+        // the same): by the kernels into `w` or, where one refused its floating point, all
+        // again by the portable code; without kernels in place
         let mut magnitudes = kernels::Magnitudes::default();
         let pieces = || {
             keys.pieces_from().map(|(at, slot, len, _)| {
@@ -878,18 +880,34 @@ impl<'a> Memory<'a> {
                 (at..at + len, &scales[first..first + (len - 1) * heads + 1])
             })
         };
-        for (piece, key_scales) in pieces() {
-            let (e_piece, w_piece) = (&e[piece.clone()], &mut w[piece]);
-            if !kernels::value_weights(e_piece, inverse, (key_scales, heads), w_piece, &mut magnitudes) {
-                magnitudes = kernels::Magnitudes::default();
-                for (piece, key_scales) in pieces() {
-                    let (e, w) = (&e[piece.clone()], &mut w[piece]);
-                    kernels::portable::value_weights(e, inverse, (key_scales, heads), w, &mut magnitudes);
+        let w = if kernels::INT8_ATTENTION_PASSES {
+            for (piece, key_scales) in pieces() {
+                let (e_piece, w_piece) = (&e[piece.clone()], &mut w[piece]);
+                if !kernels::value_weights(e_piece, inverse, (key_scales, heads), w_piece, &mut magnitudes) {
+                    magnitudes = kernels::Magnitudes::default();
+                    for (piece, key_scales) in pieces() {
+                        let (e, w) = (&e[piece.clone()], &mut w[piece]);
+                        kernels::portable::value_weights(e, inverse, (key_scales, heads), w, &mut magnitudes);
+                    }
+                    break;
                 }
-                break;
             }
-        }
-        let w = &mut w[..keys.count];
+            &mut w[..keys.count]
+        } else {
+            for (at, slot, len, _) in keys.pieces_from() {
+                let first = (layer * self.capacity + slot) * heads;
+                let rows = scales[first..first + len * heads].chunks_exact(heads);
+                for (w, row) in e[at..at + len].iter_mut().zip(rows) {
+                    *w = *w * inverse * row[head];
+                    let magnitude = w.abs();
+                    if magnitude > magnitudes.max {
+                        magnitudes.max = magnitude;
+                    }
+                    magnitudes.sum += magnitude;
+                }
+            }
+            &mut e[..keys.count]
+        };
         let Some(weights) = int8_attention::ProbabilityWords::with_magnitudes(w, magnitudes) else {
             out_head.fill(f32::NAN);
             return;

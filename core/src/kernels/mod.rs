@@ -850,6 +850,11 @@ pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
     }
 }
 
+/// Whether this build has kernels for [`key_scores_i8`] and [`value_weights`] (Helium):
+/// elsewhere the int8 attention keeps its own per-key loops, which the compiler fuses with the
+/// rest of each pass.
+pub const INT8_ATTENTION_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
+
 /// The int8 attention's scores from their query · key sums, and their largest
 /// ([`portable::key_scores_i8`]): Helium four keys an instruction. `None` where a kernel's
 /// floating point may have given other bits (then `out` holds neither the sums nor the scores:
