@@ -596,44 +596,38 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
     let cols = 8 * groups;
     // column order: word 2g holds columns 4g (low half) and 4g + 2 (high), word 2g + 1 columns
     // 4g + 1 and 4g + 3 (`portable::query_half`)
-    let mut query = [0i16; KEY_COLUMNS];
+    // (only the `cols` the kernel reads are written: no clearing of the rest per call)
+    let mut query = [core::mem::MaybeUninit::<i16>::uninit(); KEY_COLUMNS];
+    assert!(words.len() >= cols / 2, "query words out of bounds");
     for (q, w) in query[..cols].chunks_exact_mut(4).zip(words.chunks_exact(2)) {
-        q[0] = w[0] as i16;
-        q[1] = w[1] as i16;
-        q[2] = (w[0] >> 16) as i16;
-        q[3] = (w[1] >> 16) as i16;
+        q[0].write(w[0] as i16);
+        q[1].write(w[1] as i16);
+        q[2].write((w[0] >> 16) as i16);
+        q[3].write((w[1] >> 16) as i16);
     }
+    let query = query.as_ptr().cast::<i16>();
     assert!((n - 1) * stride + d_head <= keys.len(), "keys out of bounds");
     let blocks = n / 4;
     let done = 4 * blocks;
     if blocks > 0 {
         // SAFETY: the kernel reads `cols <= d_head` bytes of each of the first `done <= n` keys
-        // (at `t * stride`, inside `keys`: checked above), `cols` query values and writes the
-        // first `done` sums; it preserves the callee-saved registers (AAPCS; of the vector
+        // (at `t * stride`, inside `keys`: checked above), the `cols` query values (all written
+        // above: `words` holds `cols / 2`, checked) and writes the first `done` sums; it preserves the callee-saved registers (AAPCS; of the vector
         // registers it uses only q0 and q1).
-        unsafe {
-            txl_key_sums4_mve(
-                keys.as_ptr(),
-                stride,
-                query.as_ptr(),
-                groups,
-                sums.as_mut_ptr(),
-                blocks,
-            )
-        };
+        unsafe { txl_key_sums4_mve(keys.as_ptr(), stride, query, groups, sums.as_mut_ptr(), blocks) };
     }
     if done < n {
         let mut last = [0i32; 4];
         if n >= 4 {
             let first = keys[(n - 4) * stride..].as_ptr();
             // SAFETY: as above, for the last four keys (from key `n - 4`) into `last`.
-            unsafe { txl_key_sums4_mve(first, stride, query.as_ptr(), groups, last.as_mut_ptr(), 1) };
+            unsafe { txl_key_sums4_mve(first, stride, query, groups, last.as_mut_ptr(), 1) };
             sums[done..].copy_from_slice(&last[4 - (n - done)..]);
         } else {
             for (t, sum) in sums.iter_mut().enumerate() {
                 let key = keys[t * stride..].as_ptr();
                 // SAFETY: as above, for key `t` read four times (a stride of 0) into `last`.
-                unsafe { txl_key_sums4_mve(key, 0, query.as_ptr(), groups, last.as_mut_ptr(), 1) };
+                unsafe { txl_key_sums4_mve(key, 0, query, groups, last.as_mut_ptr(), 1) };
                 *sum = last[0];
             }
         }
