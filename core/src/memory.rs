@@ -919,9 +919,7 @@ impl<'a> Memory<'a> {
             let rows = &values[first..first + (len - 1) * width + d_head];
             kernels::value_sums_i8(rows, width, &weights.weights[at..at + len], acc);
         }
-        for (o, &sum) in out_head.iter_mut().zip(acc.iter()) {
-            *o = 0.0 + sum as f32 * weights.step; // (a -0.0 product gives 0.0, as added to zero)
-        }
+        kernels::scaled_sums_i32(acc, weights.step, out_head);
     }
 
     fn key_dots_one_by_one(&self, layer: usize, lo: usize, head: usize, query_head: &[f32], out: &mut [f32]) {

@@ -198,6 +198,7 @@ fn check_int8_attention() -> Result<usize, Failure> {
             check_key_scores(count, &mut numbers)?;
             check_round_weights(count, &mut numbers)?;
             check_value_weights(count, &mut numbers)?;
+            check_scaled_sums(d_head, &mut numbers)?;
             shapes += 1;
         }
     }
@@ -324,6 +325,30 @@ fn check_value_weights(count: usize, numbers: &mut Numbers) -> Result<(), Failur
         let (a, b) = (fast_magnitudes, portable_magnitudes);
         if !same || a.max.to_bits() != b.max.to_bits() || a.sum.to_bits() != b.sum.to_bits() {
             return Err(Failure::KernelMismatch("value_weights"));
+        }
+    }
+    Ok(())
+}
+
+/// `kernels::scaled_sums_i32` against the portable scaling of `n` sums at a few steps, the
+/// smallest making subnormal products (which the kernel leaves to the portable code).
+fn check_scaled_sums(n: usize, numbers: &mut Numbers) -> Result<(), Failure> {
+    let sums: Vec<i32> = (0..n)
+        .map(|_| match numbers.next() % 8 {
+            0 => 0,
+            _ => (numbers.next() >> 4) as i32 - (1 << 27),
+        })
+        .collect();
+    for step in [1.0f32, 3.1e-7, 1.0e-40, -2.5e-3] {
+        let (mut fast, mut portable) = (vec![7.0f32; n], vec![7.0f32; n]);
+        kernels::scaled_sums_i32(&sums, step, &mut fast);
+        kernels::portable::scaled_sums_i32(&sums, step, &mut portable);
+        if fast
+            .iter()
+            .zip(&portable)
+            .any(|(a, b)| a.to_bits() != b.to_bits())
+        {
+            return Err(Failure::KernelMismatch("scaled_sums"));
         }
     }
     Ok(())

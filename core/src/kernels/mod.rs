@@ -895,6 +895,16 @@ pub fn value_weights(
     }
 }
 
+/// `out[c] = 0.0 + sums[c] as f32 * step` ([`portable::scaled_sums_i32`]): Helium four columns
+/// an instruction. The same bits.
+#[inline]
+pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::scaled_sums_i32(sums, step, out);
+    #[allow(unreachable_code)]
+    portable::scaled_sums_i32(sums, step, out)
+}
+
 /// The int8 attention's 16-bit probability weights in place, from the bits of the finite f32
 /// weights in `w` scaled by `inverse` (`int8_attention::ProbabilityWords`'s rounding): Helium
 /// four weights an instruction over whole groups of four where its flushing cannot change a

@@ -308,6 +308,14 @@ pub(crate) fn max_abs(values: impl Iterator<Item = f32>) -> f32 {
     max
 }
 
+/// `out[c] = 0.0 + sums[c] as f32 * step` for `c < min(sums.len(), out.len())`: integer sums
+/// scaled into zeros (a -0.0 product gives 0.0, as added to zero).
+pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
+    for (o, &sum) in out.iter_mut().zip(sums) {
+        *o = 0.0 + sum as f32 * step;
+    }
+}
+
 /// The int8 attention's weights of a probability · value sum: `w[k] = e[k] * inverse *
 /// key_scales[k * heads]` for `k < min(e.len(), w.len())`, each `|w[k]|` taken into
 /// `magnitudes` in order (its largest by `>`, NaNs ignored; its sum one at a time).

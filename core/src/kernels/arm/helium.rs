@@ -2051,6 +2051,66 @@ pub fn value_weights(
     true
 }
 
+extern "C" {
+    /// Helium: `out[c] = 0.0 + sums[c] as f32 * step` for `4 * quads` columns (`quads >= 1`),
+    /// each product rounded; `step` as f32 bits. The FPSCR's cumulative flags are cleared first;
+    /// returns them at the end (bits 0-4 and 7 of the FPSCR).
+    fn txl_scaled_sums_mve(sums: *const i32, out: *mut f32, quads: usize, step: u32) -> u32;
+}
+
+// Per four columns: `VLDRW`, `VCVT` to f32, `VMUL` by the step, `VADD` to +0 (q2; a -0 product
+// becomes +0, as the portable sum) and `VSTRW`: 6 instructions with the loop's end.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_scaled_sums_mve,\"ax\",%progbits",
+    ".globl txl_scaled_sums_mve",
+    ".type txl_scaled_sums_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_sums_mve:",
+    "push {{r7, lr}}",
+    "vmrs r12, fpscr",
+    "bic r12, r12, #0x9f",
+    "vmsr fpscr, r12",
+    "vmov.i32 q2, #0",
+    "dls lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vcvt.f32.s32 q0, q0",
+    "vmul.f32 q0, q0, r3",
+    "vadd.f32 q0, q2, q0",
+    "vstrw.32 q0, [r1], #16",
+    "le lr, 1b",
+    "vmrs r0, fpscr",
+    "and r0, r0, #0x9f",
+    "pop {{r7, pc}}",
+    ".size txl_scaled_sums_mve, . - txl_scaled_sums_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::scaled_sums_i32`](crate::kernels::portable::scaled_sums_i32) with Helium, four
+/// columns an instruction over the whole groups of four, the rest portable; where Helium's
+/// flags show a flush (a subnormal product) or an invalid operation, the portable code again for
+/// all. The same bits: the same conversion, IEEE multiply and addition.
+pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
+    use crate::kernels::portable;
+    let n = sums.len().min(out.len());
+    let quads = n / 4;
+    if quads == 0 {
+        return portable::scaled_sums_i32(sums, step, out);
+    }
+    // SAFETY: reads the first `4 * quads <= n` sums and writes as many outputs, both in bounds;
+    // uses q0 and q2 (caller-saved).
+    let status = unsafe { txl_scaled_sums_mve(sums.as_ptr(), out.as_mut_ptr(), quads, step.to_bits()) };
+    if status & FLUSH_FLAGS != 0 {
+        return portable::scaled_sums_i32(sums, step, out);
+    }
+    let done = 4 * quads;
+    portable::scaled_sums_i32(&sums[done..n], step, &mut out[done..n]);
+}
+
 /// Whether Helium's floating point gives the bits of the FPU's for `round(v * inverse)` of any
 /// finite `v` (`int8_attention`'s 16-bit rounding): `inverse` zero, or at least 1 and below 1e30
 /// (2⁹⁹·⁷). A subnormal `v` (made +0 by the kernel, so nothing is flushed) then rounds to zero
