@@ -1545,7 +1545,9 @@ global_asm!(
 /// (the portable order). Helium's floating point flushes subnormal values to zero and gives
 /// the default NaN: where its cumulative flags show an invalid operation or a flush, the FPU
 /// kernel computes the whole call again, and a row whose output is a NaN (from a NaN in its row
-/// or in `x`) again alone, so the bits are always the portable code's. Widths that are not a multiple of four take the FPU kernel.
+/// or in `x`) again alone, so the bits are always the portable code's. The one to three rows
+/// after the whole blocks of four take the kernel over the last four rows (the FPU kernel where
+/// that does not run clean). Widths that are not a multiple of four take the FPU kernel.
 #[cfg(target_abi = "eabihf")]
 pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     let fpu = crate::kernels::arm::fpu::dots_strided_f32;
@@ -1588,6 +1590,29 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
         }
     }
     if done < out.len() {
+        // the one to three rows left: the last four rows again (each row's bits are its own),
+        // where that runs clean; else the FPU kernel
+        let first = out.len() - 4;
+        if first >= 1 && (first + 3) * stride + n <= rows.len() {
+            let mut last = [0.0f32; 4];
+            // SAFETY: as above, for the four rows from row `first` (the last ends inside `rows`,
+            // checked) into `last`.
+            let status = unsafe {
+                txl_dots4_mve(
+                    rows[first * stride..].as_ptr(),
+                    4 * stride,
+                    x.as_ptr(),
+                    n / 4,
+                    last.as_mut_ptr(),
+                    1,
+                )
+            };
+            if status & (FLUSH_FLAGS | 1 << 31) == 0 {
+                let left = out.len() - done;
+                out[done..].copy_from_slice(&last[4 - left..]);
+                return;
+            }
+        }
         fpu(&rows[done * stride..], stride, x, &mut out[done..]);
     }
 }
