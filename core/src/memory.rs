@@ -1190,4 +1190,67 @@ mod tests {
             }
         }
     }
+
+    /// The int8 scores through `kernels::key_scores_i8` (as Helium builds take them) against
+    /// `add_position_terms` with the content closure: every ring layout (wrapped or not, the
+    /// whole ring or part of it) and as many terms as keys, fewer, or one.
+    #[test]
+    fn key_scores_are_the_position_terms_of_the_sums() {
+        let (heads, capacity, d_head) = (3, 13, 2);
+        let (mut keys, mut key_scales) = (
+            vec![0i8; 2 * capacity * heads * d_head],
+            vec![0.0f32; 2 * capacity * heads],
+        );
+        let (mut values, mut value_scales) = (keys.clone(), key_scales.clone());
+        for (i, s) in key_scales.iter_mut().enumerate() {
+            *s = 0.01 + i as f32 * 0.0037;
+        }
+        let layer = 1;
+        let mut memory = Memory::new(
+            Store::Int8 {
+                values: &mut keys,
+                scales: &mut key_scales,
+            },
+            Store::Int8 {
+                values: &mut values,
+                scales: &mut value_scales,
+            },
+            (heads * d_head, d_head),
+            capacity,
+            capacity - 1,
+        );
+        let rows = {
+            let Store::Int8 { scales, .. } = &memory.keys else {
+                unreachable!()
+            };
+            scales[layer * capacity * heads..].to_vec()
+        };
+        for start in [0, 5, 12] {
+            memory.start = start;
+            for (lo, count) in [(0, 13), (0, 1), (2, 9), (4, 9), (0, 12)] {
+                let keys = memory.ring_keys(lo, count);
+                for m in [1, 3.min(count), count] {
+                    let terms: Vec<f32> = (0..m).map(|d| 0.5 - d as f32 * 0.125).collect();
+                    let sums: Vec<f32> = (0..capacity)
+                        .map(|t| f32::from_bits((t as i32 * 7919 - 40000) as u32))
+                        .collect();
+                    let (step, scale, head) = (3.0e-4, 0.17, 2);
+                    let (mut got, mut want) = (sums.clone(), sums.clone());
+                    let max = key_scores(&keys, (&terms, scale), (&rows, heads), (head, step), &mut got);
+                    let content = |sum: f32, row: &[f32]| (sum.to_bits() as i32) as f32 * step * row[head];
+                    let expected =
+                        add_position_terms(&keys, (&terms, scale), (&rows, heads), content, &mut want);
+                    let n = if keys.whole { capacity } else { count };
+                    let same = got[..n]
+                        .iter()
+                        .zip(&want[..n])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same && max == Some(expected),
+                        "start {start} lo {lo} count {count} m {m}"
+                    );
+                }
+            }
+        }
+    }
 }
