@@ -130,7 +130,14 @@ pub(crate) fn attend_one(
             let max = memory.scores_int8((layer, head), &keys, query, terms, int_scratch, scores);
             let inverse = softmax_exps(&keys, max, scores);
             let out_head = &mut out[h.clone()];
-            memory.add_values_ring_int8((layer, head), &keys, (scores, inverse), int_scratch, out_head);
+            let w = &mut position_terms[..];
+            memory.add_values_ring_int8(
+                (layer, head),
+                &keys,
+                (scores, inverse),
+                (w, int_scratch),
+                out_head,
+            );
             continue;
         }
         // the content terms (q_i + u) · k_j and the position terms (q_i + v) · R_{mlen+i-j} of

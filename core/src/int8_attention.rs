@@ -174,7 +174,8 @@ impl<'a> ProbabilityWords<'a> {
         let step = (max / HALF_MAX).max(sum / room);
         let (step, inverse) = usable_steps(step, 1.0 / step);
         let weights: &mut [i32] = bytemuck::cast_slice_mut(w);
-        for w in weights.iter_mut() {
+        let done = kernels::round_weights(weights, inverse);
+        for w in weights[done..].iter_mut() {
             *w = round(f32::from_bits(*w as u32) * inverse);
         }
         Some(ProbabilityWords { weights, step })

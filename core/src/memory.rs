@@ -825,32 +825,43 @@ impl<'a> Memory<'a> {
             let rows = (&scales[layer * self.capacity * heads..], heads);
             return add_position_terms(keys, (terms, scale), rows, |content, _| content, out);
         };
-        for (at, slot, len) in self.ring_blocks(keys) {
-            let first = (layer * self.capacity + slot) * width + head * d_head;
-            let rows = &values[first..first + (len - 1) * width + d_head];
-            let sums = bytemuck::cast_slice_mut(&mut out[at..at + len]);
-            kernels::key_sums_i8(rows, width, d_head, query.words, sums);
+        let key_sums = |out: &mut [f32]| {
+            for (at, slot, len) in self.ring_blocks(keys) {
+                let first = (layer * self.capacity + slot) * width + head * d_head;
+                let rows = &values[first..first + (len - 1) * width + d_head];
+                let sums = bytemuck::cast_slice_mut(&mut out[at..at + len]);
+                kernels::key_sums_i8(rows, width, d_head, query.words, sums);
+            }
+        };
+        key_sums(out);
+        let rows = (&scales[layer * self.capacity * heads..], heads);
+        if kernels::INT8_ATTENTION_PASSES {
+            if let Some(max) = key_scores(keys, (terms, scale), rows, (head, query.step), out) {
+                return max;
+            }
+            // a kernel's floating point could have given other bits: the sums again, and the
+            // scores one by one
+            key_sums(out);
         }
         let content = |sum: f32, row: &[f32]| {
             let sum = sum.to_bits() as i32;
             sum as f32 * query.step * row[head]
         };
-        let rows = (&scales[layer * self.capacity * heads..], heads);
         add_position_terms(keys, (terms, scale), rows, content, out)
     }
 
     /// `out_head = Σ_t p_t · value_t` of head `head` over the keys of `keys`, `p_t = e_t ·
-    /// inverse` with `e` laid out as [`RingKeys`] says (overwritten): the bits of
-    /// [`Memory::add_values`] over int8 values into zeros given the probabilities `e_t ·
-    /// inverse`, with one kernel call for the whole ring where the keys are all of it. Int8
-    /// values only (others leave `out_head` as it is).
+    /// inverse` with `e` laid out as [`RingKeys`] says (overwritten, or `w`, as long, where the
+    /// weights go to kernels): the bits of [`Memory::add_values`] over int8 values into zeros
+    /// given the probabilities `e_t · inverse`, with one kernel call for the whole ring where the
+    /// keys are all of it. Int8 values only (others leave `out_head` as it is).
     #[inline(never)]
     pub(crate) fn add_values_ring_int8(
         &self,
         (layer, head): (usize, usize),
         keys: &RingKeys,
         (e, inverse): (&mut [f32], f32),
-        scratch: &mut [u32],
+        (w, scratch): (&mut [f32], &mut [u32]),
         out_head: &mut [f32],
     ) {
         let Store::Int8 { values, scales } = &self.values else {
@@ -860,22 +871,44 @@ impl<'a> Memory<'a> {
         let heads = width / d_head;
         // the weights p_t · scale_t and their magnitudes, in the keys' order (the largest
         // without `Magnitudes::add`'s NaN: a NaN weight makes the sum NaN, which is refused
-        // the same)
+        // the same): by the kernels into `w` or, where one refused its floating point, all
+        // again by the portable code; without kernels in place
         let mut magnitudes = kernels::Magnitudes::default();
-        for (at, slot, len, _) in keys.pieces_from() {
-            let first = (layer * self.capacity + slot) * heads;
-            let rows = scales[first..first + len * heads].chunks_exact(heads);
-            for (w, row) in e[at..at + len].iter_mut().zip(rows) {
-                *w = *w * inverse * row[head];
-                let magnitude = w.abs();
-                if magnitude > magnitudes.max {
-                    magnitudes.max = magnitude;
+        let pieces = || {
+            keys.pieces_from().map(|(at, slot, len, _)| {
+                let first = (layer * self.capacity + slot) * heads + head;
+                (at..at + len, &scales[first..first + (len - 1) * heads + 1])
+            })
+        };
+        let w = if kernels::INT8_ATTENTION_PASSES {
+            for (piece, key_scales) in pieces() {
+                let (e_piece, w_piece) = (&e[piece.clone()], &mut w[piece]);
+                if !kernels::value_weights(e_piece, inverse, (key_scales, heads), w_piece, &mut magnitudes) {
+                    magnitudes = kernels::Magnitudes::default();
+                    for (piece, key_scales) in pieces() {
+                        let (e, w) = (&e[piece.clone()], &mut w[piece]);
+                        kernels::portable::value_weights(e, inverse, (key_scales, heads), w, &mut magnitudes);
+                    }
+                    break;
                 }
-                magnitudes.sum += magnitude;
             }
-        }
-        let e = &mut e[..keys.count];
-        let Some(weights) = int8_attention::ProbabilityWords::with_magnitudes(e, magnitudes) else {
+            &mut w[..keys.count]
+        } else {
+            for (at, slot, len, _) in keys.pieces_from() {
+                let first = (layer * self.capacity + slot) * heads;
+                let rows = scales[first..first + len * heads].chunks_exact(heads);
+                for (w, row) in e[at..at + len].iter_mut().zip(rows) {
+                    *w = *w * inverse * row[head];
+                    let magnitude = w.abs();
+                    if magnitude > magnitudes.max {
+                        magnitudes.max = magnitude;
+                    }
+                    magnitudes.sum += magnitude;
+                }
+            }
+            &mut e[..keys.count]
+        };
+        let Some(weights) = int8_attention::ProbabilityWords::with_magnitudes(w, magnitudes) else {
             out_head.fill(f32::NAN);
             return;
         };
@@ -886,9 +919,7 @@ impl<'a> Memory<'a> {
             let rows = &values[first..first + (len - 1) * width + d_head];
             kernels::value_sums_i8(rows, width, &weights.weights[at..at + len], acc);
         }
-        for (o, &sum) in out_head.iter_mut().zip(acc.iter()) {
-            *o = 0.0 + sum as f32 * weights.step; // (a -0.0 product gives 0.0, as added to zero)
-        }
+        kernels::scaled_sums_i32(acc, weights.step, out_head);
     }
 
     fn key_dots_one_by_one(&self, layer: usize, lo: usize, head: usize, query_head: &[f32], out: &mut [f32]) {
@@ -1057,6 +1088,43 @@ fn add_position_terms(
     max
 }
 
+/// [`add_position_terms`] over the query · key sums of int8 keys (the i32 bits of `out`), the
+/// content `sum as f32 * step * row[head]`: [`kernels::key_scores_i8`] for the keys of each
+/// piece taking the farthest term, then for those running backwards through the terms. `None`
+/// where a kernel refused its floating point (`out` then lost).
+fn key_scores(
+    keys: &RingKeys,
+    (terms, scale): (&[f32], f32),
+    (rows, heads): (&[f32], usize),
+    (head, step): (usize, f32),
+    out: &mut [f32],
+) -> Option<f32> {
+    let (n, m) = (keys.count, terms.len());
+    let mut max = f32::NEG_INFINITY;
+    if m == 0 {
+        return Some(max);
+    }
+    let far_end = n + 1 - m;
+    for (at, slot, len, t0) in keys.pieces_from() {
+        let out = &mut out[at..at + len];
+        let key_scales = &rows[slot * heads + head..(slot + len) * heads];
+        let far = far_end.saturating_sub(t0).min(len);
+        let (far_out, near_out) = out.split_at_mut(far);
+        if far > 0 {
+            max = kernels::key_scores_i8(far_out, key_scales, heads, &terms[m - 1..], (step, scale), max)?;
+        }
+        // key t0 + far + k takes term n - 1 - t0 - far - k (all below m - 1)
+        let near = near_out.len();
+        if near == 0 {
+            continue;
+        }
+        let top = n - t0 - far;
+        let (key_scales, near_terms) = (&key_scales[far * heads..], &terms[top - near..top]);
+        max = kernels::key_scores_i8(near_out, key_scales, heads, near_terms, (step, scale), max)?;
+    }
+    Some(max)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1119,6 +1187,69 @@ mod tests {
             for head in 0..2 {
                 assert_eq!(&values[head * d_head..(head + 1) * d_head], &want[..], "{row:?}");
                 assert_eq!(scales[head].to_bits(), scale.to_bits(), "{row:?}");
+            }
+        }
+    }
+
+    /// The int8 scores through `kernels::key_scores_i8` (as Helium builds take them) against
+    /// `add_position_terms` with the content closure: every ring layout (wrapped or not, the
+    /// whole ring or part of it) and as many terms as keys, fewer, or one.
+    #[test]
+    fn key_scores_are_the_position_terms_of_the_sums() {
+        let (heads, capacity, d_head) = (3, 13, 2);
+        let (mut keys, mut key_scales) = (
+            vec![0i8; 2 * capacity * heads * d_head],
+            vec![0.0f32; 2 * capacity * heads],
+        );
+        let (mut values, mut value_scales) = (keys.clone(), key_scales.clone());
+        for (i, s) in key_scales.iter_mut().enumerate() {
+            *s = 0.01 + i as f32 * 0.0037;
+        }
+        let layer = 1;
+        let mut memory = Memory::new(
+            Store::Int8 {
+                values: &mut keys,
+                scales: &mut key_scales,
+            },
+            Store::Int8 {
+                values: &mut values,
+                scales: &mut value_scales,
+            },
+            (heads * d_head, d_head),
+            capacity,
+            capacity - 1,
+        );
+        let rows = {
+            let Store::Int8 { scales, .. } = &memory.keys else {
+                unreachable!()
+            };
+            scales[layer * capacity * heads..].to_vec()
+        };
+        for start in [0, 5, 12] {
+            memory.start = start;
+            for (lo, count) in [(0, 13), (0, 1), (2, 9), (4, 9), (0, 12)] {
+                let keys = memory.ring_keys(lo, count);
+                for m in [1, 3.min(count), count] {
+                    let terms: Vec<f32> = (0..m).map(|d| 0.5 - d as f32 * 0.125).collect();
+                    let sums: Vec<f32> = (0..capacity)
+                        .map(|t| f32::from_bits((t as i32 * 7919 - 40000) as u32))
+                        .collect();
+                    let (step, scale, head) = (3.0e-4, 0.17, 2);
+                    let (mut got, mut want) = (sums.clone(), sums.clone());
+                    let max = key_scores(&keys, (&terms, scale), (&rows, heads), (head, step), &mut got);
+                    let content = |sum: f32, row: &[f32]| (sum.to_bits() as i32) as f32 * step * row[head];
+                    let expected =
+                        add_position_terms(&keys, (&terms, scale), (&rows, heads), content, &mut want);
+                    let n = if keys.whole { capacity } else { count };
+                    let same = got[..n]
+                        .iter()
+                        .zip(&want[..n])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same && max == Some(expected),
+                        "start {start} lo {lo} count {count} m {m}"
+                    );
+                }
             }
         }
     }

@@ -196,6 +196,10 @@ fn check_int8_attention() -> Result<usize, Failure> {
             if fast != portable {
                 return Err(Failure::KernelMismatch("value_sums"));
             }
+            check_key_scores(count, &mut numbers)?;
+            check_round_weights(count, &mut numbers)?;
+            check_value_weights(count, &mut numbers)?;
+            check_scaled_sums(d_head, &mut numbers)?;
             shapes += 1;
         }
     }
@@ -266,6 +270,134 @@ fn check_query_halves(query: &[f32], numbers: &mut Numbers) -> Result<(), Failur
             let got = (word >> (16 * (c % 4 / 2))) as u16 as i16 as i32;
             if got != expected {
                 return Err(Failure::KernelMismatch("query_halves"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `kernels::key_scores_i8` against the portable scores of `count` keys, over 1 and 3 heads,
+/// with one term for all and one per key, and a NaN term or subnormal products now and then
+/// (where the kernel refuses them, nothing to compare).
+fn check_key_scores(count: usize, numbers: &mut Numbers) -> Result<(), Failure> {
+    for heads in [1usize, 3] {
+        for constant in [true, false] {
+            let sums: Vec<f32> = (0..count)
+                .map(|_| f32::from_bits((numbers.next() >> 10).wrapping_sub(1 << 21)))
+                .collect();
+            let tiny = numbers.next() % 4 == 0;
+            let key_scales: Vec<f32> = (0..(count - 1) * heads + 1)
+                .map(|_| (numbers.float() + 1.5) * if tiny { 1.0e-40 } else { 0.01 })
+                .collect();
+            let mut terms: Vec<f32> = (0..if constant { 1 } else { count })
+                .map(|_| numbers.float())
+                .collect();
+            if numbers.next() % 8 == 0 {
+                terms[0] = f32::NAN;
+            }
+            let steps = (numbers.float().abs() * 1.0e-4, 0.17);
+            let start = numbers.float();
+            let (mut fast, mut portable) = (sums.clone(), sums.clone());
+            let largest = kernels::key_scores_i8(&mut fast, &key_scales, heads, &terms, steps, start);
+            let expected =
+                kernels::portable::key_scores_i8(&mut portable, &key_scales, heads, &terms, steps, start);
+            let Some(largest) = largest else {
+                continue;
+            };
+            let same = fast
+                .iter()
+                .zip(&portable)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            if !same || largest != expected {
+                return Err(Failure::KernelMismatch("key_scores"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `kernels::value_weights` against the portable weights and magnitudes of `count` keys, over 1
+/// and 3 heads, from a running largest and sum, with a subnormal exponential now and then
+/// (where the kernel refuses it, nothing to compare).
+fn check_value_weights(count: usize, numbers: &mut Numbers) -> Result<(), Failure> {
+    for heads in [1usize, 3] {
+        let e: Vec<f32> = (0..count)
+            .map(|_| match numbers.next() % 16 {
+                0 => f32::from_bits(numbers.next() & 0x007f_ffff), // subnormal or zero
+                _ => numbers.float().abs(),
+            })
+            .collect();
+        let key_scales: Vec<f32> = (0..(count - 1) * heads + 1)
+            .map(|_| (numbers.float() + 1.5) * 0.01)
+            .collect();
+        let inverse = 1.0 / (numbers.float().abs() * count as f32 + 1.0);
+        let start = kernels::Magnitudes {
+            max: numbers.float().abs() * 1.0e-3,
+            sum: numbers.float().abs(),
+        };
+        let (mut fast, mut portable) = (vec![0.0f32; count], vec![0.0f32; count]);
+        let (mut fast_magnitudes, mut portable_magnitudes) = (start, start);
+        let scales = (&key_scales[..], heads);
+        if !kernels::value_weights(&e, inverse, scales, &mut fast, &mut fast_magnitudes) {
+            continue;
+        }
+        kernels::portable::value_weights(&e, inverse, scales, &mut portable, &mut portable_magnitudes);
+        let same = fast
+            .iter()
+            .zip(&portable)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        let (a, b) = (fast_magnitudes, portable_magnitudes);
+        if !same || a.max.to_bits() != b.max.to_bits() || a.sum.to_bits() != b.sum.to_bits() {
+            return Err(Failure::KernelMismatch("value_weights"));
+        }
+    }
+    Ok(())
+}
+
+/// `kernels::scaled_sums_i32` against the portable scaling of `n` sums at a few steps, the
+/// smallest making subnormal products (which the kernel leaves to the portable code).
+fn check_scaled_sums(n: usize, numbers: &mut Numbers) -> Result<(), Failure> {
+    let sums: Vec<i32> = (0..n)
+        .map(|_| match numbers.next() % 8 {
+            0 => 0,
+            _ => (numbers.next() >> 4) as i32 - (1 << 27),
+        })
+        .collect();
+    for step in [1.0f32, 3.1e-7, 1.0e-40, -2.5e-3] {
+        let (mut fast, mut portable) = (vec![7.0f32; n], vec![7.0f32; n]);
+        kernels::scaled_sums_i32(&sums, step, &mut fast);
+        kernels::portable::scaled_sums_i32(&sums, step, &mut portable);
+        if fast
+            .iter()
+            .zip(&portable)
+            .any(|(a, b)| a.to_bits() != b.to_bits())
+        {
+            return Err(Failure::KernelMismatch("scaled_sums"));
+        }
+    }
+    Ok(())
+}
+
+/// `kernels::round_weights` (where it runs) against the FPU's rounding of each `w[t] * inverse`
+/// (halves away from zero, clamped to ±32767) at a few inverses, with some weights subnormal,
+/// exact halves, or large enough to clamp.
+fn check_round_weights(count: usize, numbers: &mut Numbers) -> Result<(), Failure> {
+    let w: Vec<f32> = (0..count)
+        .map(|_| match numbers.next() % 8 {
+            0 => f32::from_bits(numbers.next() & 0x807f_ffff), // subnormal or zero
+            1 => (numbers.next() % 64) as f32 * 0.5 - 16.0,    // halves at an inverse of 1
+            2 => numbers.float() * 1.0e5,                      // clamped
+            _ => numbers.float(),
+        })
+        .collect();
+    for inverse in [0.0f32, 1.0, 1.5, 32767.0, 3.0e7, 9.0e29] {
+        let mut fast: Vec<i32> = w.iter().map(|v| v.to_bits() as i32).collect();
+        let done = kernels::round_weights(&mut fast, inverse);
+        for (&got, &v) in fast[..done].iter().zip(&w) {
+            let y = v * inverse;
+            let expected = ((y + 0.5f32.copysign(y)) as i32).clamp(-32767, 32767);
+            if got != expected {
+                return Err(Failure::KernelMismatch("round_weights"));
             }
         }
     }

@@ -865,6 +865,77 @@ pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
     }
 }
 
+/// Whether this build has kernels for [`key_scores_i8`] and [`value_weights`] (Helium):
+/// elsewhere the int8 attention keeps its own per-key loops, which the compiler fuses with the
+/// rest of each pass.
+pub const INT8_ATTENTION_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
+
+/// The int8 attention's scores from their query · key sums, and their largest
+/// ([`portable::key_scores_i8`]): Helium four keys an instruction. `None` where a kernel's
+/// floating point may have given other bits (then `out` holds neither the sums nor the scores:
+/// the caller computes them again with the portable code).
+#[inline]
+pub fn key_scores_i8(
+    out: &mut [f32],
+    key_scales: &[f32],
+    heads: usize,
+    terms: &[f32],
+    steps: (f32, f32),
+    max: f32,
+) -> Option<f32> {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::key_scores_i8(out, key_scales, heads, terms, steps, max);
+    #[allow(unreachable_code)]
+    Some(portable::key_scores_i8(out, key_scales, heads, terms, steps, max))
+}
+
+/// The int8 attention's weights of a probability · value sum and their magnitudes
+/// ([`portable::value_weights`]): Helium four keys an instruction. False where a kernel's
+/// floating point may have given other bits (then `w` is unspecified and `magnitudes` as it
+/// was: the caller computes them again with the portable code).
+#[inline]
+pub fn value_weights(
+    e: &[f32],
+    inverse: f32,
+    key_scales: (&[f32], usize),
+    w: &mut [f32],
+    magnitudes: &mut Magnitudes,
+) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::value_weights(e, inverse, key_scales, w, magnitudes);
+    #[allow(unreachable_code)]
+    {
+        portable::value_weights(e, inverse, key_scales, w, magnitudes);
+        true
+    }
+}
+
+/// `out[c] = 0.0 + sums[c] as f32 * step` ([`portable::scaled_sums_i32`]): Helium four columns
+/// an instruction. The same bits.
+#[inline]
+pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::scaled_sums_i32(sums, step, out);
+    #[allow(unreachable_code)]
+    portable::scaled_sums_i32(sums, step, out)
+}
+
+/// The int8 attention's 16-bit probability weights in place, from the bits of the finite f32
+/// weights in `w` scaled by `inverse` (`int8_attention::ProbabilityWords`'s rounding): Helium
+/// four weights an instruction over whole groups of four where its flushing cannot change a
+/// result. Returns how many of the first weights it rounded (0 where no kernel ran): the rest are
+/// the caller's.
+#[inline]
+pub fn round_weights(w: &mut [i32], inverse: f32) -> usize {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::round_weights(w, inverse);
+    #[allow(unreachable_code)]
+    {
+        let _ = (w, inverse);
+        0
+    }
+}
+
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
 /// `values[t * stride..]` ([`portable::value_sums_i8`]): Helium sixteen columns a pass, the DSP
 /// kernel (whole groups of four columns; the rest portable), AVX2 on x86-64, sixteen columns at

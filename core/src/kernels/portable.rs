@@ -308,6 +308,68 @@ pub(crate) fn max_abs(values: impl Iterator<Item = f32>) -> f32 {
     max
 }
 
+/// `out[c] = 0.0 + sums[c] as f32 * step` for `c < min(sums.len(), out.len())`: integer sums
+/// scaled into zeros (a -0.0 product gives 0.0, as added to zero).
+pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
+    for (o, &sum) in out.iter_mut().zip(sums) {
+        *o = 0.0 + sum as f32 * step;
+    }
+}
+
+/// The int8 attention's weights of a probability · value sum: `w[k] = e[k] * inverse *
+/// key_scales[k * heads]` for `k < min(e.len(), w.len())`, each `|w[k]|` taken into
+/// `magnitudes` in order (its largest by `>`, NaNs ignored; its sum one at a time).
+pub fn value_weights(
+    e: &[f32],
+    inverse: f32,
+    (key_scales, heads): (&[f32], usize),
+    w: &mut [f32],
+    magnitudes: &mut Magnitudes,
+) {
+    let key_scales = key_scales.iter().step_by(heads.max(1));
+    for ((w, &e), &key_scale) in w.iter_mut().zip(e).zip(key_scales) {
+        *w = e * inverse * key_scale;
+        let magnitude = w.abs();
+        if magnitude > magnitudes.max {
+            magnitudes.max = magnitude;
+        }
+        magnitudes.sum += magnitude;
+    }
+}
+
+/// The int8 attention's scores of `out.len()` keys from their query · key sums (the i32 bits
+/// of `out`): `out[k] = (sum_k as f32 * step * key_scales[k * heads] + term_k) * scale`, `term_k`
+/// the one `terms[0]` (`terms.len() == 1`) or `terms[n - 1 - k]` (`terms.len() == n`), and the
+/// largest of `max` and the scores (the first of equal ones).
+pub fn key_scores_i8(
+    out: &mut [f32],
+    key_scales: &[f32],
+    heads: usize,
+    terms: &[f32],
+    (step, scale): (f32, f32),
+    mut max: f32,
+) -> f32 {
+    let mut score = |o: &mut f32, key_scale: f32, term: f32| {
+        let sum = o.to_bits() as i32;
+        *o = (sum as f32 * step * key_scale + term) * scale;
+        if *o > max {
+            max = *o;
+        }
+    };
+    let key_scales = key_scales.iter().step_by(heads.max(1));
+    if let [term] = terms {
+        for (o, &key_scale) in out.iter_mut().zip(key_scales) {
+            score(o, key_scale, *term);
+        }
+    } else {
+        let terms = terms[..out.len()].iter().rev();
+        for ((o, &key_scale), &term) in out.iter_mut().zip(key_scales).zip(terms) {
+            score(o, key_scale, term);
+        }
+    }
+    max
+}
+
 /// The largest of the bits of `|v|` (the sign cleared) over `values`, as unsigned integers,
 /// which order as the magnitudes do (a NaN's above infinity's); 0 for no values: eight running
 /// maxima side by side (the largest of a set is the same whatever the order), so the compiler

@@ -4,6 +4,8 @@
 //! over int8 memory.
 
 use core::arch::global_asm;
+
+use crate::kernels::Magnitudes;
 extern "C" {
     /// Helium: for each of `blocks` blocks of four rows starting at `rows` (row `k` of block `b`
     /// at `rows + (4b + k) * stride`), `sums[4b + k] = sum over c < 16 * groups of
@@ -594,44 +596,38 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
     let cols = 8 * groups;
     // column order: word 2g holds columns 4g (low half) and 4g + 2 (high), word 2g + 1 columns
     // 4g + 1 and 4g + 3 (`portable::query_half`)
-    let mut query = [0i16; KEY_COLUMNS];
+    // (only the `cols` the kernel reads are written: no clearing of the rest per call)
+    let mut query = [core::mem::MaybeUninit::<i16>::uninit(); KEY_COLUMNS];
+    assert!(words.len() >= cols / 2, "query words out of bounds");
     for (q, w) in query[..cols].chunks_exact_mut(4).zip(words.chunks_exact(2)) {
-        q[0] = w[0] as i16;
-        q[1] = w[1] as i16;
-        q[2] = (w[0] >> 16) as i16;
-        q[3] = (w[1] >> 16) as i16;
+        q[0].write(w[0] as i16);
+        q[1].write(w[1] as i16);
+        q[2].write((w[0] >> 16) as i16);
+        q[3].write((w[1] >> 16) as i16);
     }
+    let query = query.as_ptr().cast::<i16>();
     assert!((n - 1) * stride + d_head <= keys.len(), "keys out of bounds");
     let blocks = n / 4;
     let done = 4 * blocks;
     if blocks > 0 {
         // SAFETY: the kernel reads `cols <= d_head` bytes of each of the first `done <= n` keys
-        // (at `t * stride`, inside `keys`: checked above), `cols` query values and writes the
-        // first `done` sums; it preserves the callee-saved registers (AAPCS; of the vector
+        // (at `t * stride`, inside `keys`: checked above), the `cols` query values (all written
+        // above: `words` holds `cols / 2`, checked) and writes the first `done` sums; it preserves the callee-saved registers (AAPCS; of the vector
         // registers it uses only q0 and q1).
-        unsafe {
-            txl_key_sums4_mve(
-                keys.as_ptr(),
-                stride,
-                query.as_ptr(),
-                groups,
-                sums.as_mut_ptr(),
-                blocks,
-            )
-        };
+        unsafe { txl_key_sums4_mve(keys.as_ptr(), stride, query, groups, sums.as_mut_ptr(), blocks) };
     }
     if done < n {
         let mut last = [0i32; 4];
         if n >= 4 {
             let first = keys[(n - 4) * stride..].as_ptr();
             // SAFETY: as above, for the last four keys (from key `n - 4`) into `last`.
-            unsafe { txl_key_sums4_mve(first, stride, query.as_ptr(), groups, last.as_mut_ptr(), 1) };
+            unsafe { txl_key_sums4_mve(first, stride, query, groups, last.as_mut_ptr(), 1) };
             sums[done..].copy_from_slice(&last[4 - (n - done)..]);
         } else {
             for (t, sum) in sums.iter_mut().enumerate() {
                 let key = keys[t * stride..].as_ptr();
                 // SAFETY: as above, for key `t` read four times (a stride of 0) into `last`.
-                unsafe { txl_key_sums4_mve(key, 0, query.as_ptr(), groups, last.as_mut_ptr(), 1) };
+                unsafe { txl_key_sums4_mve(key, 0, query, groups, last.as_mut_ptr(), 1) };
                 *sum = last[0];
             }
         }
@@ -1445,8 +1441,8 @@ extern "C" {
     /// (4b + k) * stride`, `stride` in bytes) and `quads >= 1` groups of four columns: `out[4b +
     /// k] = ((a0 + a1) + (a2 + a3)) + 0.0`, `a_j` the sum of `row[c] * x[c]` over the columns
     /// `c = j mod 4` in order, each product rounded before it is added (VMUL, VADD). The FPSCR's
-    /// cumulative flags are cleared first; returns the FPSCR at the end with bit 31 set if an
-    /// output is a NaN.
+    /// cumulative flags are cleared first; returns them at the end (bits 0-4 and 7 of the
+    /// FPSCR) with bit 31 set if an output is a NaN.
     fn txl_dots4_mve(
         rows: *const f32,
         stride: usize,
@@ -1534,6 +1530,7 @@ global_asm!(
     "subs r8, r8, #1",
     "bne 1b",
     "vmrs r0, fpscr",
+    "and r0, r0, #0x9f", // the cumulative flags alone (not a comparison's NZCV)
     "cmp r10, #0",
     "it ne",
     "orrne r0, r0, #0x80000000",
@@ -1548,7 +1545,9 @@ global_asm!(
 /// (the portable order). Helium's floating point flushes subnormal values to zero and gives
 /// the default NaN: where its cumulative flags show an invalid operation or a flush, the FPU
 /// kernel computes the whole call again, and a row whose output is a NaN (from a NaN in its row
-/// or in `x`) again alone, so the bits are always the portable code's. Widths that are not a multiple of four take the FPU kernel.
+/// or in `x`) again alone, so the bits are always the portable code's. The one to three rows
+/// after the whole blocks of four take the kernel over the last four rows (the FPU kernel where
+/// that does not run clean). Widths that are not a multiple of four take the FPU kernel.
 #[cfg(target_abi = "eabihf")]
 pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32]) {
     let fpu = crate::kernels::arm::fpu::dots_strided_f32;
@@ -1591,6 +1590,29 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
         }
     }
     if done < out.len() {
+        // the one to three rows left: the last four rows again (each row's bits are its own),
+        // where that runs clean; else the FPU kernel
+        let first = out.len() - 4;
+        if first >= 1 && (first + 3) * stride + n <= rows.len() {
+            let mut last = [0.0f32; 4];
+            // SAFETY: as above, for the four rows from row `first` (the last ends inside `rows`,
+            // checked) into `last`.
+            let status = unsafe {
+                txl_dots4_mve(
+                    rows[first * stride..].as_ptr(),
+                    4 * stride,
+                    x.as_ptr(),
+                    n / 4,
+                    last.as_mut_ptr(),
+                    1,
+                )
+            };
+            if status & (FLUSH_FLAGS | 1 << 31) == 0 {
+                let left = out.len() - done;
+                out[done..].copy_from_slice(&last[4 - left..]);
+                return;
+            }
+        }
         fpu(&rows[done * stride..], stride, x, &mut out[done..]);
     }
 }
@@ -1679,6 +1701,440 @@ global_asm!(
     ".size txl_magnitude_bits_mve, . - txl_magnitude_bits_mve",
     ".cpu cortex-m4",
 );
+
+extern "C" {
+    /// Helium: for `4 * groups` values (`groups >= 1`) in place, the f32 `w[i]` (its bits)
+    /// replaced by the i32 `round(w[i] * inverse)` as `int8_attention` rounds it
+    /// (`trunc(y + copysign(0.5, y))` clamped to ±32767).
+    fn txl_round_weights_mve(w: *mut u32, groups: usize, inverse: u32);
+}
+
+// [`txl_query_halves_mve`]'s rounding in place: per four values `VLDRW`, a subnormal value
+// made +0 (`VAND` of the exponent, `VPT`, `VMOVT`), `VMUL` by the inverse, the sign (`VAND`)
+// made ±0.5 (`VORR`), `VADD`, the clamp (`VMAXNM`, `VMINNM`), `VCVT` toward zero and `VSTRW`:
+// 12 instructions per four weights with the loop's end. Registers: q2 the sign bit, q3 and q4
+// -32767 and 32767, q5 the exponent bits.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_round_weights_mve,\"ax\",%progbits",
+    ".globl txl_round_weights_mve",
+    ".type txl_round_weights_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_round_weights_mve:",
+    "push {{r7, lr}}",
+    "vpush {{d8, d9, d10, d11}}",
+    "vmov.i32 q5, #0x7f000000",
+    "vorr.i32 q5, #0x00800000",
+    "vmov.i32 q2, #0x80000000",
+    "movw r12, #0xfe00",
+    "movt r12, #0xc6ff",
+    "vdup.32 q3, r12",
+    "movt r12, #0x46ff",
+    "vdup.32 q4, r12",
+    "dls lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vand q1, q0, q5",
+    "vpt.i32 eq, q1, zr",
+    "vmovt.i32 q0, #0",
+    "vmul.f32 q0, q0, r2",
+    "vand q1, q0, q2",
+    "vorr.i32 q1, #0x3f000000",
+    "vadd.f32 q0, q0, q1",
+    "vmaxnm.f32 q0, q0, q3",
+    "vminnm.f32 q0, q0, q4",
+    "vcvt.s32.f32 q0, q0",
+    "vstrw.32 q0, [r0], #16",
+    "le lr, 1b",
+    "vpop {{d8, d9, d10, d11}}",
+    "pop {{r7, pc}}",
+    ".size txl_round_weights_mve, . - txl_round_weights_mve",
+    ".cpu cortex-m4",
+);
+
+/// The int8 attention's 16-bit probability weights in place (`int8_attention::ProbabilityWords`'s
+/// rounding of the f32 weights, their bits in `w`, by `inverse`), four an instruction over the
+/// whole groups of four: returns how many of the first weights it rounded, 0 where
+/// [`rounds_as_the_fpu`] does not hold (the rest are the caller's). Every weight finite.
+pub fn round_weights(w: &mut [i32], inverse: f32) -> usize {
+    let groups = w.len() / 4;
+    if groups == 0 || !rounds_as_the_fpu(inverse) {
+        return 0;
+    }
+    // SAFETY: reads and writes the first `4 * groups` words of `w`, in bounds; q4-q5
+    // (callee-saved) are saved and restored.
+    unsafe { txl_round_weights_mve(w.as_mut_ptr().cast(), groups, inverse.to_bits()) };
+    4 * groups
+}
+
+/// The fields of [`txl_key_scores_mve`], read by offset in the assembly: keep the order.
+#[repr(C)]
+struct KeyScores {
+    /// The sums in (i32), the scores out.
+    out: *mut f32,
+    /// Key 0's scale.
+    scales: *const f32,
+    /// Bytes from a key's scale to the scale four keys on.
+    scales_step: usize,
+    /// The lowest of the first four keys' terms.
+    terms: *const f32,
+    /// Bytes from the first four keys' lowest term to the next four's (0 or negative).
+    terms_step: isize,
+    /// Groups of four keys, at least 1.
+    quads: usize,
+    /// The query's step, f32 bits.
+    step: u32,
+    /// The scores' scale, f32 bits.
+    scale: u32,
+    /// Byte offsets of the four keys' scales from the first's.
+    scale_offsets: [u32; 4],
+    /// Byte offsets of the four keys' terms from the lowest.
+    term_offsets: [u32; 4],
+    /// The largest score so far of each lane, in and out.
+    max: [f32; 4],
+}
+
+extern "C" {
+    /// Helium: for `4 * quads` keys, `out[k] = (sum_k as f32 * step * key_scale_k + term_k) *
+    /// scale` (`sum_k` the i32 in `out[k]`, each product and sum rounded in that order) and
+    /// each lane's largest score by `VMAXNM`. The FPSCR's cumulative flags are cleared first;
+    /// returns them at the end (bits 0-4 and 7 of the FPSCR) with bit 31 set if a score is a
+    /// NaN.
+    fn txl_key_scores_mve(args: *mut KeyScores) -> u32;
+}
+
+// Per four keys: `VLDRW` of the sums, `VCVT` to f32, `VMUL` by the step, the four keys' scales
+// gathered (`VLDRW` by q5's offsets), `VMUL`, their terms gathered (by q6's offsets), `VADD`,
+// `VMUL` by the scale, `VSTRW`, `VMAXNM` into the lanes' largest (q4) and a `VADD` into q7, whose
+// lanes are NaN at the end if a score was; the two pointers moved on: 14 instructions per four
+// keys with the loop's end. Registers: r0 the fields, r1 the scores, r2 the scales, r3 their
+// step, r4 the terms, r5 their step, r7 the query's step, r12 the scale.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_key_scores_mve,\"ax\",%progbits",
+    ".globl txl_key_scores_mve",
+    ".type txl_key_scores_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_key_scores_mve:",
+    "push {{r4-r7, lr}}",
+    "vpush {{d8-d15}}",
+    "ldrd r1, r2, [r0]",
+    "ldrd r3, r4, [r0, #8]",
+    "ldrd r5, r6, [r0, #16]",
+    "ldrd r7, r12, [r0, #24]",
+    "vldrw.u32 q5, [r0, #32]",
+    "vldrw.u32 q6, [r0, #48]",
+    "vldrw.u32 q4, [r0, #64]",
+    "vmov.i32 q7, #0",
+    "vmrs lr, fpscr",
+    "bic lr, lr, #0x9f",
+    "vmsr fpscr, lr",
+    "dls lr, r6",
+    "1:",
+    "vldrw.u32 q0, [r1]",
+    "vcvt.f32.s32 q0, q0",
+    "vmul.f32 q0, q0, r7",
+    "vldrw.u32 q1, [r2, q5]",
+    "add r2, r2, r3",
+    "vmul.f32 q0, q0, q1",
+    "vldrw.u32 q2, [r4, q6]",
+    "add r4, r4, r5",
+    "vadd.f32 q0, q0, q2",
+    "vmul.f32 q0, q0, r12",
+    "vstrw.32 q0, [r1], #16",
+    "vmaxnm.f32 q4, q4, q0",
+    "vadd.f32 q7, q7, q0",
+    "le lr, 1b",
+    "vstrw.32 q4, [r0, #64]",
+    "vcmp.f32 ne, q7, q7",
+    "vmrs r1, p0",
+    "vmrs r0, fpscr",
+    "and r0, r0, #0x9f", // the cumulative flags alone (not a comparison's NZCV)
+    "cmp r1, #0",
+    "it ne",
+    "orrne r0, r0, #0x80000000",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r7, pc}}",
+    ".size txl_key_scores_mve, . - txl_key_scores_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::key_scores_i8`](crate::kernels::portable::key_scores_i8) with Helium over the
+/// whole groups of four keys, the keys after them portable. `None` where Helium's floating
+/// point may have given other bits than the FPU's (its flags show an invalid operation or a
+/// flush, or a score is a NaN, which Helium makes the default NaN): then `out` holds neither
+/// the sums nor the scores, and the caller computes them again. The same bits otherwise: the
+/// same IEEE operations in the same order for each key; the largest as `VMAXNM` finds it, which
+/// differs from the portable one only in which of two zeros it gives.
+pub fn key_scores_i8(
+    out: &mut [f32],
+    key_scales: &[f32],
+    heads: usize,
+    terms: &[f32],
+    (step, scale): (f32, f32),
+    max: f32,
+) -> Option<f32> {
+    use crate::kernels::portable;
+    let n = out.len();
+    let quads = n / 4;
+    let constant = terms.len() == 1;
+    if quads == 0 || heads == 0 || !(constant || terms.len() == n) {
+        return Some(portable::key_scores_i8(
+            out,
+            key_scales,
+            heads,
+            terms,
+            (step, scale),
+            max,
+        ));
+    }
+    assert!((n - 1) * heads < key_scales.len(), "key scales out of bounds");
+    let done = 4 * quads;
+    let h = 4 * heads as u32;
+    let (terms_from, term_offsets, terms_step) = if constant {
+        (terms.as_ptr(), [0; 4], 0)
+    } else {
+        // keys 4q..4q + 4 take terms[n - 1 - 4q], ..., terms[n - 4 - 4q]
+        (terms[n - 4..].as_ptr(), [12, 8, 4, 0], -16)
+    };
+    let mut args = KeyScores {
+        out: out.as_mut_ptr(),
+        scales: key_scales.as_ptr(),
+        scales_step: 4 * h as usize,
+        terms: terms_from,
+        terms_step,
+        quads,
+        step: step.to_bits(),
+        scale: scale.to_bits(),
+        scale_offsets: [0, h, 2 * h, 3 * h],
+        term_offsets,
+        max: [max; 4],
+    };
+    // SAFETY: the kernel reads and writes the first `done <= n` values of `out`, reads the
+    // scales of keys `k < done` at `k * heads` (inside `key_scales`: checked above) and their
+    // terms (`terms[0]`, or `terms[n - 1 - k]`, `terms.len() == n`), and preserves the
+    // callee-saved registers (AAPCS: d8-d15 too).
+    let status = unsafe { txl_key_scores_mve(&mut args) };
+    if status & (FLUSH_FLAGS | 1 << 31) != 0 {
+        return None;
+    }
+    let max = args.max.into_iter().fold(max, |a, b| if b > a { b } else { a });
+    if done == n {
+        return Some(max);
+    }
+    let (terms, rest_scales) = (
+        if constant { terms } else { &terms[..n - done] },
+        &key_scales[done * heads..],
+    );
+    Some(portable::key_scores_i8(
+        &mut out[done..],
+        rest_scales,
+        heads,
+        terms,
+        (step, scale),
+        max,
+    ))
+}
+
+/// The fields of [`txl_value_weights_mve`], read by offset in the assembly: keep the order.
+#[repr(C)]
+struct ValueWeights {
+    /// The exponentials in.
+    e: *const f32,
+    /// The weights out.
+    w: *mut f32,
+    /// Key 0's value scale.
+    scales: *const f32,
+    /// Bytes from a key's scale to the scale four keys on.
+    scales_step: usize,
+    /// Groups of four keys, at least 1.
+    quads: usize,
+    /// The softmax's inverse sum, f32 bits.
+    inverse: u32,
+    /// The largest magnitude so far, in and out.
+    max: f32,
+    /// The magnitudes' sum so far, in and out.
+    sum: f32,
+    /// Byte offsets of the four keys' scales from the first's.
+    scale_offsets: [u32; 4],
+}
+
+extern "C" {
+    /// Helium: for `4 * quads` keys, `w[k] = e[k] * inverse * scale_k` (each product rounded,
+    /// in that order), the largest `|w[k]|` and `max` by `VMAXNM`, and `|w[k]|` added to `sum`
+    /// one at a time in the keys' order with the FPU's scalar `VADD`. The FPSCR's cumulative
+    /// flags are cleared first; returns them at the end (bits 0-4 and 7 of the FPSCR).
+    fn txl_value_weights_mve(args: *mut ValueWeights) -> u32;
+}
+
+// Per four keys: `VLDRW` of the exponentials, `VMUL` by the inverse, the four keys' scales
+// gathered (`VLDRW` by q5's offsets, the pointer moved on), `VMUL`, `VSTRW` of the weights,
+// `VABS`, `VMAXNM` into the lanes' largest (q4) and four scalar `VADD` into the sum (s28): 13
+// instructions per four keys with the loop's end. Registers: r0 the fields, r1 the
+// exponentials, r2 the weights, r3 the scales, r4 their step, r6 the inverse, r7 the largest.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_value_weights_mve,\"ax\",%progbits",
+    ".globl txl_value_weights_mve",
+    ".type txl_value_weights_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_value_weights_mve:",
+    "push {{r4-r7, lr}}",
+    "vpush {{d8-d15}}",
+    "ldrd r1, r2, [r0]",
+    "ldrd r3, r4, [r0, #8]",
+    "ldrd r5, r6, [r0, #16]",
+    "ldr r7, [r0, #24]",
+    "vldr s28, [r0, #28]",
+    "vdup.32 q4, r7",
+    "vldrw.u32 q5, [r0, #32]",
+    "vmrs lr, fpscr",
+    "bic lr, lr, #0x9f",
+    "vmsr fpscr, lr",
+    "dls lr, r5",
+    "1:",
+    "vldrw.u32 q0, [r1], #16",
+    "vmul.f32 q0, q0, r6",
+    "vldrw.u32 q1, [r3, q5]",
+    "add r3, r3, r4",
+    "vmul.f32 q0, q0, q1",
+    "vstrw.32 q0, [r2], #16",
+    "vabs.f32 q0, q0",
+    "vmaxnm.f32 q4, q4, q0",
+    "vadd.f32 s28, s28, s0",
+    "vadd.f32 s28, s28, s1",
+    "vadd.f32 s28, s28, s2",
+    "vadd.f32 s28, s28, s3",
+    "le lr, 1b",
+    "vmaxnmv.f32 r7, q4",
+    "str r7, [r0, #24]",
+    "vstr s28, [r0, #28]",
+    "vmrs r0, fpscr",
+    "and r0, r0, #0x9f", // the cumulative flags alone (not a comparison's NZCV)
+    "vpop {{d8-d15}}",
+    "pop {{r4-r7, pc}}",
+    ".size txl_value_weights_mve, . - txl_value_weights_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::value_weights`](crate::kernels::portable::value_weights) with Helium over the
+/// whole groups of four keys, the keys after them portable. False where Helium's floating
+/// point may have given other bits than the FPU's (its flags show an invalid operation or a
+/// flush): then `w` is unspecified and `magnitudes` as it was. The same bits otherwise: the
+/// same two IEEE multiplies per key, the sum added by the FPU in the same order, and the
+/// largest of magnitudes (never -0) the same value in any order (NaNs ignored both ways).
+pub fn value_weights(
+    e: &[f32],
+    inverse: f32,
+    (key_scales, heads): (&[f32], usize),
+    w: &mut [f32],
+    magnitudes: &mut Magnitudes,
+) -> bool {
+    use crate::kernels::portable;
+    let n = e.len().min(w.len());
+    let quads = n / 4;
+    if quads == 0 || heads == 0 {
+        portable::value_weights(e, inverse, (key_scales, heads), w, magnitudes);
+        return true;
+    }
+    assert!((n - 1) * heads < key_scales.len(), "value scales out of bounds");
+    let done = 4 * quads;
+    let h = 4 * heads as u32;
+    let mut args = ValueWeights {
+        e: e.as_ptr(),
+        w: w.as_mut_ptr(),
+        scales: key_scales.as_ptr(),
+        scales_step: 4 * h as usize,
+        quads,
+        inverse: inverse.to_bits(),
+        max: magnitudes.max,
+        sum: magnitudes.sum,
+        scale_offsets: [0, h, 2 * h, 3 * h],
+    };
+    // SAFETY: the kernel reads the first `done <= n` values of `e` and the scales of keys `k <
+    // done` at `k * heads` (inside `key_scales`: checked above), writes the first `done` of
+    // `w`, and preserves the callee-saved registers (AAPCS: d8-d15 too).
+    let status = unsafe { txl_value_weights_mve(&mut args) };
+    if status & FLUSH_FLAGS != 0 {
+        return false;
+    }
+    (magnitudes.max, magnitudes.sum) = (args.max, args.sum);
+    if done == n {
+        return true;
+    }
+    let rest = (&key_scales[done * heads..], heads);
+    portable::value_weights(&e[done..n], inverse, rest, &mut w[done..n], magnitudes);
+    true
+}
+
+extern "C" {
+    /// Helium: `out[c] = 0.0 + sums[c] as f32 * step` for `4 * quads` columns (`quads >= 1`),
+    /// each product rounded; `step` as f32 bits. The FPSCR's cumulative flags are cleared first;
+    /// returns them at the end (bits 0-4 and 7 of the FPSCR).
+    fn txl_scaled_sums_mve(sums: *const i32, out: *mut f32, quads: usize, step: u32) -> u32;
+}
+
+// Per four columns: `VLDRW`, `VCVT` to f32, `VMUL` by the step, `VADD` to +0 (q2; a -0 product
+// becomes +0, as the portable sum) and `VSTRW`: 6 instructions with the loop's end.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_scaled_sums_mve,\"ax\",%progbits",
+    ".globl txl_scaled_sums_mve",
+    ".type txl_scaled_sums_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_sums_mve:",
+    "push {{r7, lr}}",
+    "vmrs r12, fpscr",
+    "bic r12, r12, #0x9f",
+    "vmsr fpscr, r12",
+    "vmov.i32 q2, #0",
+    "dls lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vcvt.f32.s32 q0, q0",
+    "vmul.f32 q0, q0, r3",
+    "vadd.f32 q0, q2, q0",
+    "vstrw.32 q0, [r1], #16",
+    "le lr, 1b",
+    "vmrs r0, fpscr",
+    "and r0, r0, #0x9f",
+    "pop {{r7, pc}}",
+    ".size txl_scaled_sums_mve, . - txl_scaled_sums_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`portable::scaled_sums_i32`](crate::kernels::portable::scaled_sums_i32) with Helium, four
+/// columns an instruction over the whole groups of four, the rest portable; where Helium's
+/// flags show a flush (a subnormal product) or an invalid operation, the portable code again for
+/// all. The same bits: the same conversion, IEEE multiply and addition.
+pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
+    use crate::kernels::portable;
+    let n = sums.len().min(out.len());
+    let quads = n / 4;
+    if quads == 0 {
+        return portable::scaled_sums_i32(sums, step, out);
+    }
+    // SAFETY: reads the first `4 * quads <= n` sums and writes as many outputs, both in bounds;
+    // uses q0 and q2 (caller-saved).
+    let status = unsafe { txl_scaled_sums_mve(sums.as_ptr(), out.as_mut_ptr(), quads, step.to_bits()) };
+    if status & FLUSH_FLAGS != 0 {
+        return portable::scaled_sums_i32(sums, step, out);
+    }
+    let done = 4 * quads;
+    portable::scaled_sums_i32(&sums[done..n], step, &mut out[done..n]);
+}
 
 /// Whether Helium's floating point gives the bits of the FPU's for `round(v * inverse)` of any
 /// finite `v` (`int8_attention`'s 16-bit rounding): `inverse` zero, or at least 1 and below 1e30
