@@ -30,6 +30,8 @@
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
 //! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | Helium `helium::{key,value}_sums_i8`, DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
 //! | [`magnitude_bits`], [`query_halves`] | | Helium `helium::{magnitude_bits, query_halves}`, FPU `fpu::{magnitude_bits, query_halves}` | | |
+//! | [`key_scores_i8`], [`value_weights`], [`round_weights`] | | Helium `helium::{key_scores_i8, value_weights, round_weights}`, FPU `fpu::{key_scores_i8, value_weights, round_weights}` | | |
+//! | [`scaled_sums_i32`] | | Helium `helium::scaled_sums_i32` | | |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
@@ -865,15 +867,15 @@ pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
     }
 }
 
-/// Whether this build has kernels for [`key_scores_i8`] and [`value_weights`] (Helium):
-/// elsewhere the int8 attention keeps its own per-key loops, which the compiler fuses with the
-/// rest of each pass.
-pub const INT8_ATTENTION_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
+/// Whether this build has kernels for [`key_scores_i8`] and [`value_weights`] (Helium, and the
+/// FPU of the `cortex-m-dsp` cores): elsewhere the int8 attention keeps its own per-key loops,
+/// which the compiler fuses with the rest of each pass.
+pub const INT8_ATTENTION_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", target_abi = "eabihf"));
 
 /// The int8 attention's scores from their query · key sums, and their largest
-/// ([`portable::key_scores_i8`]): Helium four keys an instruction. `None` where a kernel's
-/// floating point may have given other bits (then `out` holds neither the sums nor the scores:
-/// the caller computes them again with the portable code).
+/// ([`portable::key_scores_i8`]): Helium four keys an instruction, the FPU one key a pass.
+/// `None` where a kernel's floating point may have given other bits (then `out` holds neither
+/// the sums nor the scores: the caller computes them again with the portable code).
 #[inline]
 pub fn key_scores_i8(
     out: &mut [f32],
@@ -885,14 +887,20 @@ pub fn key_scores_i8(
 ) -> Option<f32> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::key_scores_i8(out, key_scales, heads, terms, steps, max);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return Some(fpu::key_scores_i8(out, key_scales, heads, terms, steps, max));
     #[allow(unreachable_code)]
     Some(portable::key_scores_i8(out, key_scales, heads, terms, steps, max))
 }
 
 /// The int8 attention's weights of a probability · value sum and their magnitudes
-/// ([`portable::value_weights`]): Helium four keys an instruction. False where a kernel's
-/// floating point may have given other bits (then `w` is unspecified and `magnitudes` as it
-/// was: the caller computes them again with the portable code).
+/// ([`portable::value_weights`]): Helium four keys an instruction, the FPU one key a pass.
+/// False where a kernel's floating point may have given other bits (then `w` is unspecified and
+/// `magnitudes` as it was: the caller computes them again with the portable code).
 #[inline]
 pub fn value_weights(
     e: &[f32],
@@ -903,6 +911,15 @@ pub fn value_weights(
 ) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::value_weights(e, inverse, key_scales, w, magnitudes);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    {
+        fpu::value_weights(e, inverse, key_scales, w, magnitudes);
+        return true;
+    }
     #[allow(unreachable_code)]
     {
         portable::value_weights(e, inverse, key_scales, w, magnitudes);
@@ -923,12 +940,18 @@ pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
 /// The int8 attention's 16-bit probability weights in place, from the bits of the finite f32
 /// weights in `w` scaled by `inverse` (`int8_attention::ProbabilityWords`'s rounding): Helium
 /// four weights an instruction over whole groups of four where its flushing cannot change a
-/// result. Returns how many of the first weights it rounded (0 where no kernel ran): the rest are
-/// the caller's.
+/// result, the FPU four a pass. Returns how many of the first weights it rounded (0 where no
+/// kernel ran): the rest are the caller's.
 #[inline]
 pub fn round_weights(w: &mut [i32], inverse: f32) -> usize {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::round_weights(w, inverse);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::round_weights(w, inverse);
     #[allow(unreachable_code)]
     {
         let _ = (w, inverse);

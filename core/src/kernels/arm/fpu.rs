@@ -682,6 +682,9 @@ extern "C" {
     /// `words[2g] = h0 | h2 << 16` and `words[2g + 1] = h1 | h3 << 16`, `h_k` the 16 bits of
     /// `y_k + copysign(0.5, y_k)` truncated and clamped to ±32767 (`inverse` as bits).
     fn txl_query_halves_f32(query: *const f32, words: *mut u32, groups: usize, inverse: u32);
+    /// For `t < 4 * fours` (`fours >= 1`): `w[t]` (f32 bits) becomes the i32 `|y| + 0.5`
+    /// truncated, saturated at 32767 and signed as `y = w[t] * inverse` (`inverse` as bits).
+    fn txl_round_halves_f32(w: *mut f32, fours: usize, inverse: u32);
 }
 
 // Per four values: one VLDM, four VMUL by the inverse, then each magnitude `|y| + 0.5` (VABS,
@@ -691,26 +694,17 @@ extern "C" {
 // (its bits shifted right by 31), and two PKHBT pack the halves: 34 instructions per four values
 // with the loop. Registers: r0 the values, r1 the words, r2 the groups left, s8 the inverse, s9
 // 0.5, s0-s3 the products, s4-s7 the magnitudes, r3-r7 and r12 the integers.
+//
+// `txl_round_halves_f32`: the same rounding four weights a pass, each stored as an i32 in its
+// place (32 instructions per four with the loop). Registers: r0 the weights, r1 the passes
+// left, r2/r3 two products' bits, r4-r7 the integers; s0-s9 as above.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
     ".fpu fpv4-sp-d16",
-    ".macro txl_signed value, product",
-    "eor \\value, \\value, \\product, asr #31",
-    "sub \\value, \\value, \\product, asr #31",
-    ".endm",
-    ".section .text.txl_query_halves_f32,\"ax\",%progbits",
-    ".globl txl_query_halves_f32",
-    ".type txl_query_halves_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_query_halves_f32:",
-    "push {{r4-r7}}",
-    "vmov s8, r3",
-    "vmov.f32 s9, #0.5",
-    "1:",
-    "vldmia r0!, {{s0-s3}}",
+    // the magnitudes s4-s7 of the products s0-s3 (the values times s8), rounded as above
+    ".macro txl_rounded_magnitudes4",
     "vmul.f32 s0, s0, s8",
     "vmul.f32 s1, s1, s8",
     "vmul.f32 s2, s2, s8",
@@ -727,6 +721,23 @@ global_asm!(
     "vcvt.s16.f32 s5, s5, #0",
     "vcvt.s16.f32 s6, s6, #0",
     "vcvt.s16.f32 s7, s7, #0",
+    ".endm",
+    ".macro txl_signed value, product",
+    "eor \\value, \\value, \\product, asr #31",
+    "sub \\value, \\value, \\product, asr #31",
+    ".endm",
+    ".section .text.txl_query_halves_f32,\"ax\",%progbits",
+    ".globl txl_query_halves_f32",
+    ".type txl_query_halves_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_halves_f32:",
+    "push {{r4-r7}}",
+    "vmov s8, r3",
+    "vmov.f32 s9, #0.5",
+    "1:",
+    "vldmia r0!, {{s0-s3}}",
+    "txl_rounded_magnitudes4",
     "vmov r4, r5, s0, s1",
     "vmov r6, r7, s4, s5",
     "txl_signed r6, r4",
@@ -743,6 +754,32 @@ global_asm!(
     "pop {{r4-r7}}",
     "bx lr",
     ".size txl_query_halves_f32, . - txl_query_halves_f32",
+    ".section .text.txl_round_halves_f32,\"ax\",%progbits",
+    ".globl txl_round_halves_f32",
+    ".type txl_round_halves_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_round_halves_f32:",
+    "push {{r4-r7}}",
+    "vmov s8, r2",
+    "vmov.f32 s9, #0.5",
+    "1:",
+    "vldmia r0, {{s0-s3}}",
+    "txl_rounded_magnitudes4",
+    "vmov r2, r3, s0, s1",
+    "vmov r4, r5, s4, s5",
+    "txl_signed r4, r2",
+    "txl_signed r5, r3",
+    "vmov r2, r3, s2, s3",
+    "vmov r6, r7, s6, s7",
+    "txl_signed r6, r2",
+    "txl_signed r7, r3",
+    "stmia r0!, {{r4-r7}}",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "pop {{r4-r7}}",
+    "bx lr",
+    ".size txl_round_halves_f32, . - txl_round_halves_f32",
 );
 
 /// The int8 attention's 16-bit query words (`int8_attention::QueryWords::quantize`'s rounding,
@@ -757,6 +794,217 @@ pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
     // s0-s9 (caller-saved) and preserves the callee-saved core registers.
     unsafe { txl_query_halves_f32(query.as_ptr(), words.as_mut_ptr(), groups, inverse.to_bits()) };
     true
+}
+
+/// The arguments of [`txl_int8_scores_f32`] past the first four, read by offset: keep the order.
+#[repr(C)]
+struct ScoresPass {
+    /// The first key's term.
+    term: *const f32,
+    /// Bytes from one key's term to the next's: 0 (the same term) or -4 (backwards).
+    term_step: isize,
+    /// The query's step.
+    step: f32,
+    /// The scores' scale.
+    scale: f32,
+    /// The largest score so far (in and out).
+    max: f32,
+}
+
+extern "C" {
+    /// For `t < n` (`n >= 1`): `w[t] = e[t] * inverse * scale_t`, `scale_t` at `scales + t *
+    /// stride` (bytes); `state` holds the bits of the inverse, of the largest magnitude (raised
+    /// to each `|w[t]|` above it, so never to a NaN) and of the magnitudes' sum, to which each
+    /// `|w[t]|` is added in order.
+    fn txl_value_weights_f32(
+        e: *const f32,
+        w: *mut f32,
+        n: usize,
+        scales: *const f32,
+        stride: usize,
+        state: *mut u32,
+    );
+    /// For `t < n` (`n >= 1`): `out[t] = ((sum as f32 * step) * key_scale + term) * scale`,
+    /// `sum` the i32 bits of `out[t]`, `key_scale` at `key_scales + t * stride` (bytes), `term`
+    /// at `pass.term + t * pass.term_step`; `pass.max` raised to each score above it.
+    fn txl_int8_scores_f32(
+        out: *mut f32,
+        n: usize,
+        key_scales: *const f32,
+        stride: usize,
+        pass: *mut ScoresPass,
+    );
+}
+
+// The int8 attention's driver loops, one key a pass (the ring's values and scales are strided).
+//
+// `txl_value_weights_f32`: one VLDM of the exponential and one VLDR of its scale (the scale's
+// pointer moved by an ADD), two VMUL (the portable order), VABS, the magnitude added to the sum
+// (VADD), VCMP, VMRS and a conditional VMOV for the largest, one VSTM: 15 instructions a key
+// with the loop. Registers: r0 the exponentials, r1 the weights, r2 the keys left, r3 the
+// scales, r4 the stride, r12 the state; s8 the inverse, s9 the sum, s10 the largest.
+//
+// `txl_int8_scores_f32`: VLDR of the sum and VCVT (round to nearest, as `as f32`), VMUL by the
+// step, VLDR of the key's scale and of the term (each pointer moved by an ADD), VMUL, VADD,
+// VMUL by the scale, VSTM, and VCMP, VMRS and a conditional VMOV for the largest: 17
+// instructions a key with the loop. Registers: r0 the scores, r1 the keys left, r2 the scales,
+// r3 the stride, r4 the term, r5 its step, r12 the pass; s8 the step, s9 the scale, s10 the
+// largest.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_value_weights_f32,\"ax\",%progbits",
+    ".globl txl_value_weights_f32",
+    ".type txl_value_weights_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_value_weights_f32:",
+    "push {{r4, lr}}",
+    "ldrd r4, r12, [sp, #8]",
+    "vldr s8, [r12]",
+    "vldr s10, [r12, #4]",
+    "vldr s9, [r12, #8]",
+    "1:",
+    "vldmia r0!, {{s0}}",
+    "vldr s1, [r3]",
+    "add r3, r3, r4",
+    "vmul.f32 s0, s0, s8",
+    "vmul.f32 s0, s0, s1",
+    "vabs.f32 s2, s0",
+    "vstmia r1!, {{s0}}",
+    "vadd.f32 s9, s9, s2",
+    "vcmp.f32 s2, s10",
+    "vmrs APSR_nzcv, fpscr",
+    "it gt",
+    "vmovgt.f32 s10, s2",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "vstr s10, [r12, #4]",
+    "vstr s9, [r12, #8]",
+    "pop {{r4, pc}}",
+    ".size txl_value_weights_f32, . - txl_value_weights_f32",
+    ".section .text.txl_int8_scores_f32,\"ax\",%progbits",
+    ".globl txl_int8_scores_f32",
+    ".type txl_int8_scores_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_int8_scores_f32:",
+    "push {{r4, r5, lr}}",
+    "ldr r12, [sp, #12]",
+    "ldrd r4, r5, [r12]",
+    "vldr s8, [r12, #8]",
+    "vldr s9, [r12, #12]",
+    "vldr s10, [r12, #16]",
+    "1:",
+    "vldr s0, [r0]",
+    "vcvt.f32.s32 s0, s0",
+    "vldr s1, [r2]",
+    "add r2, r2, r3",
+    "vmul.f32 s0, s0, s8",
+    "vldr s2, [r4]",
+    "add r4, r4, r5",
+    "vmul.f32 s0, s0, s1",
+    "vadd.f32 s0, s0, s2",
+    "vmul.f32 s0, s0, s9",
+    "vstmia r0!, {{s0}}",
+    "vcmp.f32 s0, s10",
+    "vmrs APSR_nzcv, fpscr",
+    "it gt",
+    "vmovgt.f32 s10, s0",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "vstr s10, [r12, #16]",
+    "pop {{r4, r5, pc}}",
+    ".size txl_int8_scores_f32, . - txl_int8_scores_f32",
+);
+
+/// [`portable::value_weights`](crate::kernels::portable::value_weights) with the FPU, one key
+/// a pass. The same bits.
+pub fn value_weights(
+    e: &[f32],
+    inverse: f32,
+    (key_scales, heads): (&[f32], usize),
+    w: &mut [f32],
+    magnitudes: &mut crate::kernels::Magnitudes,
+) {
+    let n = e.len().min(w.len());
+    if n == 0 {
+        return;
+    }
+    let stride = heads.max(1);
+    assert!((n - 1) * stride < key_scales.len(), "key scales out of bounds");
+    let mut state = [
+        inverse.to_bits(),
+        magnitudes.max.to_bits(),
+        magnitudes.sum.to_bits(),
+    ];
+    // SAFETY: reads `n >= 1` values of `e`, writes `n` of `w` (both at least that long), reads
+    // the scales at `t * stride` for `t < n` (inside `key_scales`, checked above) and reads and
+    // writes the three words of `state`; uses s0-s2 and s8-s10 (caller-saved) and preserves the
+    // callee-saved core registers.
+    unsafe {
+        txl_value_weights_f32(
+            e.as_ptr(),
+            w.as_mut_ptr(),
+            n,
+            key_scales.as_ptr(),
+            4 * stride,
+            state.as_mut_ptr(),
+        )
+    };
+    magnitudes.max = f32::from_bits(state[1]);
+    magnitudes.sum = f32::from_bits(state[2]);
+}
+
+/// The 16-bit probability weights in place (`int8_attention::ProbabilityWords`'s rounding) with
+/// the FPU, four a pass: returns how many of the first weights it rounded, the rest the
+/// caller's.
+pub fn round_weights(w: &mut [i32], inverse: f32) -> usize {
+    let fours = w.len() / 4;
+    if fours > 0 {
+        // SAFETY: reads and writes the `4 * fours` words of `w`; uses s0-s9 (caller-saved) and
+        // preserves the callee-saved core registers.
+        unsafe { txl_round_halves_f32(w.as_mut_ptr().cast(), fours, inverse.to_bits()) };
+    }
+    4 * fours
+}
+
+/// [`portable::key_scores_i8`](crate::kernels::portable::key_scores_i8) with the FPU, one key a
+/// pass. The same bits.
+pub fn key_scores_i8(
+    out: &mut [f32],
+    key_scales: &[f32],
+    heads: usize,
+    terms: &[f32],
+    (step, scale): (f32, f32),
+    max: f32,
+) -> f32 {
+    let n = out.len();
+    if n == 0 {
+        return max;
+    }
+    let stride = heads.max(1);
+    assert!((n - 1) * stride < key_scales.len(), "key scales out of bounds");
+    // one term for every key, or key `t` taking `terms[n - 1 - t]`
+    let (term, term_step) = match terms {
+        [term] => (term as *const f32, 0),
+        _ => (&terms[n - 1] as *const f32, -4),
+    };
+    let mut pass = ScoresPass {
+        term,
+        term_step,
+        step,
+        scale,
+        max,
+    };
+    // SAFETY: reads and writes the `n >= 1` scores of `out`; reads the key scales at `t * stride`
+    // for `t < n` (inside `key_scales`, checked above) and the terms: the one, or the `n` from
+    // `terms[n - 1]` backwards (indexing checked it is there); reads and writes `pass`; uses
+    // s0-s2 and s8-s10 (caller-saved) and preserves the callee-saved core registers.
+    unsafe { txl_int8_scores_f32(out.as_mut_ptr(), n, key_scales.as_ptr(), 4 * stride, &mut pass) };
+    pass.max
 }
 
 extern "C" {
