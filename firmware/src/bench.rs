@@ -285,14 +285,14 @@ fn check_key_scores(count: usize, numbers: &mut Numbers) -> Result<(), Failure> 
             let sums: Vec<f32> = (0..count)
                 .map(|_| f32::from_bits((numbers.next() >> 10).wrapping_sub(1 << 21)))
                 .collect();
-            let tiny = numbers.next() % 4 == 0;
+            let tiny = numbers.next().is_multiple_of(4);
             let key_scales: Vec<f32> = (0..(count - 1) * heads + 1)
                 .map(|_| (numbers.float() + 1.5) * if tiny { 1.0e-40 } else { 0.01 })
                 .collect();
             let mut terms: Vec<f32> = (0..if constant { 1 } else { count })
                 .map(|_| numbers.float())
                 .collect();
-            if numbers.next() % 8 == 0 {
+            if numbers.next().is_multiple_of(8) {
                 terms[0] = f32::NAN;
             }
             let steps = (numbers.float().abs() * 1.0e-4, 0.17);
