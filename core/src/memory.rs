@@ -304,18 +304,10 @@ impl<'a> Memory<'a> {
         n: usize,
         mut f: impl FnMut(usize, i32),
     ) {
-        let store = if keys { &self.keys } else { &self.values };
-        let heads = self.width / self.d_head;
-        let capacity = self.capacity;
-        let ring = match store {
-            Store::Int8 { scales, .. } => {
-                scales.get(layer * capacity * heads..(layer + 1) * capacity * heads)
-            }
-            _ => None,
-        };
-        let Some(ring) = ring.filter(|_| head < heads && lo + n <= capacity) else {
+        let Some((ring, heads, _)) = self.exponent_ring(keys, (layer, head), lo, n) else {
             return (0..n).for_each(|t| f(t, 0));
         };
+        let capacity = self.capacity;
         let first = self.start + lo;
         let first = if first >= capacity {
             first - capacity
@@ -330,6 +322,37 @@ impl<'a> Memory<'a> {
         for (t, e) in slots(0).take(n - run).enumerate() {
             f(run + t, e.to_bits() as i32);
         }
+    }
+
+    /// Where [`Memory::each_exponent`] finds its exponents: `(ring, heads, at)`, the exponent
+    /// of slot `s` and head `h` at `ring[s * heads + h]`, that of logical position `lo` at
+    /// `ring[at]` (the next position's `heads` further on, wrapping at `ring.len()`); `None`
+    /// for stores other than int8 (or a head or run out of range).
+    #[inline(always)]
+    pub(crate) fn exponent_ring(
+        &self,
+        keys: bool,
+        (layer, head): (usize, usize),
+        lo: usize,
+        n: usize,
+    ) -> Option<(&[f32], usize, usize)> {
+        let store = if keys { &self.keys } else { &self.values };
+        let heads = self.width / self.d_head;
+        let capacity = self.capacity;
+        let ring = match store {
+            Store::Int8 { scales, .. } => {
+                scales.get(layer * capacity * heads..(layer + 1) * capacity * heads)
+            }
+            _ => None,
+        };
+        let ring = ring.filter(|_| head < heads && lo + n <= capacity)?;
+        let first = self.start + lo;
+        let first = if first >= capacity {
+            first - capacity
+        } else {
+            first
+        };
+        Some((ring, heads, first * heads + head))
     }
 
     /// `sums[t] = query · key[layer][lo + t][head]` in integers over int8 keys, the 16-bit
