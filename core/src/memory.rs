@@ -13,7 +13,6 @@
 
 use half::f16;
 
-use crate::fixed_point::round_shift_i32;
 use crate::included::{left_out, MEMORY_F16, MEMORY_F32, MEMORY_INT8};
 use crate::int8_attention;
 use crate::integer::pow2_exponent;
@@ -283,8 +282,18 @@ impl<'a> Memory<'a> {
             for (head, chunk) in row.chunks_exact(d_head).enumerate() {
                 let start = at + head * d_head;
                 let e = pow2_exponent(chunk, 127);
-                for (q, &v) in values[start..start + d_head].iter_mut().zip(chunk) {
-                    *q = round_shift_i32(v, e as u32) as i8; // e ≤ 25 (2^31 / 2^25 = 64)
+                let values = &mut values[start..start + d_head];
+                if e == 0 {
+                    for (q, &v) in values.iter_mut().zip(chunk) {
+                        *q = v as i8;
+                    }
+                } else {
+                    // `round_shift_i32` as `⌊(⌊v / 2^(e-1)⌋ + 1) / 2⌋` (the same value; the sum
+                    // cannot overflow: `|v| ≤ 255` for `e = 1`, `|v / 2^(e-1)| ≤ 2^30` beyond)
+                    let e1 = e as u32 - 1; // e ≤ 25 (2^31 / 2^25 = 64)
+                    for (q, &v) in values.iter_mut().zip(chunk) {
+                        *q = (((v >> e1) + 1) >> 1) as i8;
+                    }
                 }
                 scales[start / d_head] = f32::from_bits(e as u32);
             }
