@@ -459,10 +459,11 @@ fn head_scores(
     (inv_sqrt_d_head, frac, wide): (Rescale, u32, bool),
 ) -> i32 {
     let mut largest = i32::MIN;
-    let far = positions.len().saturating_sub(1);
     if positions.is_empty() || nearest + 1 < scores.len() {
         return largest;
     }
+    let far = positions.len() - 1;
+    let exponents = &exponents[..=far * row];
     // key `t`'s distance before the clamp, one less each key
     let mut distance = nearest;
     let (ring, heads, mut at) = memory
