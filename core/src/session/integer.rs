@@ -520,9 +520,12 @@ fn head_probabilities(
         sum += e as u64;
         *score = e as i32;
         *exponent = ve;
-        every |= ve;
-        let top = &mut e_top[(ve & 31) as usize];
-        *top = (*top).max(e);
+        // a key of `e_j < 2^14` has no probability (`S ≥ 2^30`, so `e_j · 2^15 / S < 1/2`)
+        if e >= 1 << 14 {
+            every |= ve;
+            let top = &mut e_top[(ve & 31) as usize];
+            *top = (*top).max(e);
+        }
     }
     let normalise = Normalise::of_sum(sum);
     // the largest power of two of the values among the keys with a probability (exponents
@@ -538,8 +541,12 @@ fn head_probabilities(
         with.map(|(_, &ve)| ve).max().unwrap_or(0).max(0)
     };
     for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
-        *p = normalise.apply(*p);
-        shift_probability(p, e_max, ve);
+        if *p < 1 << 14 {
+            *p = 0; // (no probability, as above)
+        } else {
+            *p = normalise.apply(*p);
+            shift_probability(p, e_max, ve);
+        }
     }
     e_max
 }
