@@ -683,10 +683,15 @@ impl Rescale {
             // one 32 × 32 → 64-bit product (`|x m| ≤ 2^46`): `⌊(⌊x m / 2^(s-1)⌋ + 1) / 2⌋`,
             // the exact rounding, where it fits (as the 32-bit path's condition, `|h m| <
             // 2^(14+s)`, implies; elsewhere the 64-bit path saturates it)
-            let halves = (x as i64 * m as i64) >> (s - 1); // below 2^46 in magnitude
-            let y = (halves + 1) >> 1;
-            if y == y as i32 as i64 {
-                return y as i32;
+            // as two words: `⌊(P + 2^(s-1)) / 2^s⌋` (the same value), which fits where the bits
+            // above its 32 are copies of its sign
+            let product = x as i64 * m as i64; // below 2^46 in magnitude
+            let (low, high) = (product as u32, (product >> 32) as i32);
+            let rounded = low.wrapping_add(1 << (s - 1));
+            let high = high + (rounded < low) as i32;
+            let y = ((rounded >> s) | ((high as u32) << (32 - s))) as i32;
+            if high >> (s - 1) == y >> 31 {
+                return y;
             }
             return self.apply_wide(x);
         }

@@ -13,7 +13,6 @@
 
 use half::f16;
 
-use crate::fixed_point::round_shift_i32;
 use crate::included::{left_out, MEMORY_F16, MEMORY_F32, MEMORY_INT8};
 use crate::int8_attention;
 use crate::integer::pow2_exponent;
@@ -283,8 +282,18 @@ impl<'a> Memory<'a> {
             for (head, chunk) in row.chunks_exact(d_head).enumerate() {
                 let start = at + head * d_head;
                 let e = pow2_exponent(chunk, 127);
-                for (q, &v) in values[start..start + d_head].iter_mut().zip(chunk) {
-                    *q = round_shift_i32(v, e as u32) as i8; // e ≤ 25 (2^31 / 2^25 = 64)
+                let values = &mut values[start..start + d_head];
+                if e == 0 {
+                    for (q, &v) in values.iter_mut().zip(chunk) {
+                        *q = v as i8;
+                    }
+                } else {
+                    // `round_shift_i32` as `⌊(⌊v / 2^(e-1)⌋ + 1) / 2⌋` (the same value; the sum
+                    // cannot overflow: `|v| ≤ 255` for `e = 1`, `|v / 2^(e-1)| ≤ 2^30` beyond)
+                    let e1 = e as u32 - 1; // e ≤ 25 (2^31 / 2^25 = 64)
+                    for (q, &v) in values.iter_mut().zip(chunk) {
+                        *q = (((v >> e1) + 1) >> 1) as i8;
+                    }
                 }
                 scales[start / d_head] = f32::from_bits(e as u32);
             }
@@ -304,18 +313,10 @@ impl<'a> Memory<'a> {
         n: usize,
         mut f: impl FnMut(usize, i32),
     ) {
-        let store = if keys { &self.keys } else { &self.values };
-        let heads = self.width / self.d_head;
-        let capacity = self.capacity;
-        let ring = match store {
-            Store::Int8 { scales, .. } => {
-                scales.get(layer * capacity * heads..(layer + 1) * capacity * heads)
-            }
-            _ => None,
-        };
-        let Some(ring) = ring.filter(|_| head < heads && lo + n <= capacity) else {
+        let Some((ring, heads, _)) = self.exponent_ring(keys, (layer, head), lo, n) else {
             return (0..n).for_each(|t| f(t, 0));
         };
+        let capacity = self.capacity;
         let first = self.start + lo;
         let first = if first >= capacity {
             first - capacity
@@ -330,6 +331,37 @@ impl<'a> Memory<'a> {
         for (t, e) in slots(0).take(n - run).enumerate() {
             f(run + t, e.to_bits() as i32);
         }
+    }
+
+    /// Where [`Memory::each_exponent`] finds its exponents: `(ring, heads, at)`, the exponent
+    /// of slot `s` and head `h` at `ring[s * heads + h]`, that of logical position `lo` at
+    /// `ring[at]` (the next position's `heads` further on, wrapping at `ring.len()`); `None`
+    /// for stores other than int8 (or a head or run out of range).
+    #[inline(always)]
+    pub(crate) fn exponent_ring(
+        &self,
+        keys: bool,
+        (layer, head): (usize, usize),
+        lo: usize,
+        n: usize,
+    ) -> Option<(&[f32], usize, usize)> {
+        let store = if keys { &self.keys } else { &self.values };
+        let heads = self.width / self.d_head;
+        let capacity = self.capacity;
+        let ring = match store {
+            Store::Int8 { scales, .. } => {
+                scales.get(layer * capacity * heads..(layer + 1) * capacity * heads)
+            }
+            _ => None,
+        };
+        let ring = ring.filter(|_| head < heads && lo + n <= capacity)?;
+        let first = self.start + lo;
+        let first = if first >= capacity {
+            first - capacity
+        } else {
+            first
+        };
+        Some((ring, heads, first * heads + head))
     }
 
     /// `sums[t] = query · key[layer][lo + t][head]` in integers over int8 keys, the 16-bit

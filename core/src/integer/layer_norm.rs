@@ -210,7 +210,12 @@ impl Statistics {
         // most 16)
         let top = low.unsigned_abs().max(high.unsigned_abs());
         let k = top.leading_zeros().saturating_sub(2).min(16);
-        let mean = ((sum << k) + n / 2).div_euclid(n) as i32; // |Σ x · 2^k| ≤ n · 2^30
+        // a row of a power of two values divides by a shift (the same quotient, rounded down)
+        let divide = |v: i64| match (n as u64).is_power_of_two() {
+            true => v >> n.trailing_zeros(),
+            false => v.div_euclid(n),
+        };
+        let mean = divide((sum << k) + n / 2) as i32; // |Σ x · 2^k| ≤ n · 2^30
         let narrow = (top as u64) << k < 1 << 30;
         let stats = Statistics {
             k,
@@ -244,7 +249,11 @@ impl Statistics {
                 .sum()
         };
         let epsilon = round_shift(epsilon.min(1 << 61) as i64, 2 * (s as i32 - k as i32) - 16) as u64;
-        let variance = ((squares << 16) / n as u64).saturating_add(epsilon);
+        let variance = match (n as u64).is_power_of_two() {
+            true => (squares << 16) >> n.trailing_zeros(),
+            false => (squares << 16) / n as u64,
+        };
+        let variance = variance.saturating_add(epsilon);
         let sigma = isqrt(variance); // below 2^31
         if sigma == 0 {
             return None;

@@ -85,6 +85,27 @@ pub fn attention_score(
     attention_score_wide(inv_sqrt_d_head, frac, (content, a), (position, b), e)
 }
 
+/// [`attention_score`] of sums below `2^27` in magnitude (as the caller knows every sum of a
+/// row to be): the same value, without the test of the sums' magnitudes.
+#[inline(always)]
+pub fn attention_score_of_small(
+    inv_sqrt_d_head: crate::fixed_point::Rescale,
+    frac: u32,
+    (content, ce): (i32, i32),
+    (position, pe): (i32, i32),
+) -> i32 {
+    let e = ce.min(pe);
+    let (a, b) = (ce - e, pe - e);
+    // one of the two is 0, the other at least 0
+    if (a | b) as u32 <= 3 {
+        let sum = (content << a) + (position << b);
+        return inv_sqrt_d_head
+            .times_pow2(SCORE_FRAC as i32 + e - 2 * frac as i32)
+            .apply(sum);
+    }
+    attention_score_wide(inv_sqrt_d_head, frac, (content, a), (position, b), e)
+}
+
 /// [`attention_score`] of sums that need 64 bits: `content · 2^a + position · 2^b`, then
 /// `2^e` more.
 #[cold]

@@ -69,13 +69,7 @@ pub fn softmax_exp_in_place(scores: &mut [i32], frac: u32) -> Option<Normalise> 
         sum += e as u64;
         *s = e as i32;
     }
-    let normalise = Multiplier::from_ratio(PROBABILITY_ONE as u64, sum).unwrap_or(Multiplier::ZERO);
-    let (m, shift) = (normalise.mantissa.max(0) as u64, normalise.shift as u32);
-    Some(Normalise {
-        m,
-        shift,
-        half: (1u64 << shift) >> 1,
-    })
+    Some(Normalise::of_sum(sum))
 }
 
 /// `e_j · 2^15 / S` of [`softmax_exp_in_place`]'s row, rounded, at most `32767`.
@@ -87,6 +81,18 @@ pub struct Normalise {
 }
 
 impl Normalise {
+    /// For a row whose `e_j` (each at most `2^30`) add up to `sum`: `2^15 / sum`.
+    #[inline]
+    pub fn of_sum(sum: u64) -> Normalise {
+        let normalise = Multiplier::from_ratio(PROBABILITY_ONE as u64, sum).unwrap_or(Multiplier::ZERO);
+        let (m, shift) = (normalise.mantissa.max(0) as u64, normalise.shift as u32);
+        Normalise {
+            m,
+            shift,
+            half: (1u64 << shift) >> 1,
+        }
+    }
+
     /// `normalise.apply(e)` of an `e` in `0..=2^30`, unsigned (the product is below 2^62, so
     /// no saturation comes before the `min`): one 32 × 32 → 64-bit product a probability.
     #[inline]

@@ -20,14 +20,15 @@ use crate::arena::integer_parameter_parts;
 use crate::attention::AttentionShape;
 use crate::config::{Config, MAX_CLUSTERS};
 use crate::fixed_point::{
-    cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
-    position_frequency, round_shift, round_shift_i32, saturate, sin_turns, sqrt_multiplier, to_f32,
-    Multiplier, Rescale, Scale16, ScaledByBits,
+    cos_turns, exp_neg, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier,
+    multiplier_of_f32, position_frequency, round_shift, round_shift_i32, saturate, sin_turns,
+    sqrt_multiplier, to_f32, Multiplier, Rescale, Scale16, ScaledByBits,
 };
 use crate::image::Arithmetic;
 use crate::integer::{
-    act_rescale, act_shift, act_top, attention_score, layer_norm_of_bit_slices, log_softmax, pow2_act_top,
-    pow2_exponent, pow2_exponent_of, rescale_wide, softmax_exp_in_place, Int8Steps, ACT_SHIFT, SCORE_FRAC,
+    act_rescale, act_shift, act_top, attention_score, attention_score_of_small, layer_norm_of_bit_slices,
+    log_softmax, pow2_act_top, pow2_exponent, pow2_exponent_of, rescale_wide, to_exp_input, Int8Steps,
+    Normalise, ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -443,6 +444,125 @@ fn pack_query_words(qb: &[i32], words: &mut [u32], half: impl Fn(i32) -> u32) {
     tail.fill(0);
 }
 
+/// Each score of `scores` (keys `lo..` of `layer`'s head `head`) from its content sum (there)
+/// and its position sum by distance (`positions`, the last one standing for every distance
+/// beyond it; the position keys' exponents at `exponents[d * row]`), key `t` at distance
+/// `nearest - t` ([`attention_score`]); returns the largest. `wide`: a sum may reach `2^27` in
+/// magnitude.
+#[inline(never)]
+fn head_scores(
+    memory: &crate::memory::Memory,
+    (layer, head, lo, nearest): (usize, usize, usize, usize),
+    scores: &mut [i32],
+    (positions, exponents, row): (&[i32], &[u8], usize),
+    (ce, pe): (i32, i32),
+    (inv_sqrt_d_head, frac, wide): (Rescale, u32, bool),
+) -> i32 {
+    let mut largest = i32::MIN;
+    if positions.is_empty() || nearest + 1 < scores.len() {
+        return largest;
+    }
+    let far = positions.len() - 1;
+    let exponents = &exponents[..=far * row];
+    // key `t`'s distance before the clamp, one less each key
+    let mut distance = nearest;
+    let (ring, heads, mut at) = memory
+        .exponent_ring(true, (layer, head), lo, scores.len())
+        .unwrap_or((&[0.0], 0, 0));
+    for score in scores.iter_mut() {
+        let ke = ring[at].to_bits() as i32;
+        at += heads;
+        if at >= ring.len() {
+            at -= ring.len();
+        }
+        let d = distance.min(far);
+        distance = distance.wrapping_sub(1); // (past the last key unused)
+        let (content, position) = ((*score, ce + ke), (positions[d], pe + exponents[d * row] as i32));
+        *score = if wide {
+            attention_score(inv_sqrt_d_head, frac, content, position)
+        } else {
+            attention_score_of_small(inv_sqrt_d_head, frac, content, position)
+        };
+        largest = largest.max(*score);
+    }
+    largest
+}
+
+/// `scores` (keys `lo..` of `layer`'s head `head`, `largest` the largest of them) as their
+/// probabilities ([`softmax_exp_in_place`](crate::integer::softmax_exp_in_place) and
+/// [`Normalise::apply`]) divided by the powers of two of their values against the largest
+/// among the keys with a probability ([`shift_probability`]), which is returned;
+/// `value_exponents` (as long as `scores`) keeps those powers of two.
+#[inline(never)]
+fn head_probabilities(
+    memory: &crate::memory::Memory,
+    (layer, head, lo): (usize, usize, usize),
+    scores: &mut [i32],
+    value_exponents: &mut [i32],
+    largest: i32,
+) -> i32 {
+    // each score's `e_j` and their sum, and for each power of two of the values the largest
+    // `e_j` among its keys: a key has a probability where its `e_j` does, and the probability
+    // grows with it
+    let mut sum = 0u64;
+    let mut e_top = [0u32; 32];
+    let mut every = 0;
+    let (ring, heads, mut at) = memory
+        .exponent_ring(false, (layer, head), lo, scores.len())
+        .unwrap_or((&[0.0], 0, 0));
+    for (score, exponent) in scores.iter_mut().zip(value_exponents.iter_mut()) {
+        let ve = ring[at].to_bits() as i32;
+        at += heads;
+        if at >= ring.len() {
+            at -= ring.len();
+        }
+        let e = exp_neg(to_exp_input(largest, *score, SCORE_FRAC)); // at most 2^30
+        sum += e as u64;
+        *score = e as i32;
+        *exponent = ve;
+        // a key of `e_j < 2^14` has no probability (`S ≥ 2^30`, so `e_j · 2^15 / S < 1/2`)
+        if e >= 1 << 14 {
+            every |= ve;
+            let top = &mut e_top[(ve & 31) as usize];
+            *top = (*top).max(e);
+        }
+    }
+    let normalise = Normalise::of_sum(sum);
+    // the largest power of two of the values among the keys with a probability (exponents
+    // are at least 0)
+    let e_max = if every & !31 == 0 {
+        (0..32)
+            .rev()
+            .find(|&ve| normalise.apply(e_top[ve] as i32) > 0)
+            .unwrap_or(0) as i32
+    } else {
+        let probabilities = scores.iter().map(|&e| normalise.apply(e));
+        let with = probabilities.zip(value_exponents.iter()).filter(|&(p, _)| p > 0);
+        with.map(|(_, &ve)| ve).max().unwrap_or(0).max(0)
+    };
+    for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
+        if *p < 1 << 14 {
+            *p = 0; // (no probability, as above)
+        } else {
+            *p = normalise.apply(*p);
+            shift_probability(p, e_max, ve);
+        }
+    }
+    e_max
+}
+
+/// A probability `p` of a value whose power of two is `ve`, against `e_max`, the largest among
+/// the keys with a probability: `p / 2^(e_max - ve)`, rounded (a key of a larger power of two
+/// has probability 0).
+#[inline(always)]
+fn shift_probability(p: &mut i32, e_max: i32, ve: i32) {
+    // a probability is below 2^15: shifted by 16 or more it is 0
+    let shift = (e_max - ve).clamp(0, 16) as u32;
+    // `round_shift_i32` as `⌊(⌊2p / 2^s⌋ + 1) / 2⌋` (the same value, `p` itself for `s = 0`;
+    // twice a probability below 2^15 cannot overflow)
+    *p = (((*p << 1) >> shift) + 1) >> 1;
+}
+
 /// Bytes of a distance's row of the position keys ([`crate::arena::integer_key_row_bytes`];
 /// `Config::validate` keeps it in range).
 fn key_row_bytes(config: &Config) -> usize {
@@ -624,8 +744,9 @@ impl Session<'_, '_> {
             let words: &mut [u32] = bytemuck::cast_slice_mut(&mut words[..]);
             let visible = shape.visible_keys(i);
             let (lo, hi) = visible.unwrap_or((0, klen - 1));
-            let mut normalise = None;
-            if let Some((lo, hi)) = visible {
+            let n = hi + 1 - lo;
+            // the values' exponents by key, in the position sums' row once the scores are made
+            let e_max = if let Some((lo, hi)) = visible {
                 // content sums (q + u) · k_j, then position sums (q + v) · R_d by distance
                 let qb = &mut out[cols.clone()];
                 let ce = query_words((q, qb), &p.r_w_bias[cols.clone()], top, words);
@@ -636,59 +757,34 @@ impl Session<'_, '_> {
                 let rows = &keys[head * d_head..far * row + head * d_head + d_head];
                 let rows: &[i8] = bytemuck::cast_slice(rows);
                 kernels::key_sums_i8(rows, row, d_head, words, &mut second[..=far]);
-                let position = shape.mlen + i;
-                self.memory
-                    .each_exponent(true, (layer, head), lo, hi + 1 - lo, |t, ke| {
-                        let j = lo + t;
-                        let d = (position - j).min(shape.max_distance);
-                        let re = keys[d * row + width + head] as i32;
-                        sums[j] =
-                            attention_score(inv_sqrt_d_head, frac, (sums[j], ce + ke), (second[d], pe + re));
-                    });
-                normalise = softmax_exp_in_place(&mut sums[lo..=hi], SCORE_FRAC);
+                // the scores and the largest of them
+                let largest = head_scores(
+                    &self.memory,
+                    (layer, head, lo, shape.mlen + i - lo),
+                    &mut sums[lo..=hi],
+                    (&second[..=far], &keys[width + head..], row),
+                    (ce, pe),
+                    (inv_sqrt_d_head, frac, top as u64 * 128 * d_head as u64 >= 1 << 27),
+                );
+                let scores = &mut sums[lo..=hi];
+                head_probabilities(&self.memory, (layer, head, lo), scores, &mut second[..n], largest)
             } else {
                 // every key masked: uniform over all keys, as Hugging Face does
                 let p = ((32768 + klen as u32 / 2) / klen as u32).min(32767);
                 sums[lo..=hi].fill(p as i32);
-            }
-            // Σ_j p_j v_j, each value's power of two folded into its probability against the
-            // largest among the keys with a probability (exponents are at least 0); the
-            // softmax's probabilities made in the same pass
-            let probs = &mut sums[lo..=hi];
-            let mut e_max = 0;
-            match normalise {
-                Some(normalise) => {
-                    self.memory
-                        .each_exponent(false, (layer, head), lo, probs.len(), |t, e| {
-                            let p = normalise.apply(probs[t]);
-                            probs[t] = p;
-                            if p > 0 {
-                                e_max = e_max.max(e);
-                            }
-                        })
-                }
-                None => self
-                    .memory
-                    .each_exponent(false, (layer, head), lo, probs.len(), |t, e| {
-                        if probs[t] > 0 {
-                            e_max = e_max.max(e);
-                        }
-                    }),
-            }
-            self.memory
-                .each_exponent(false, (layer, head), lo, probs.len(), |t, e| {
-                    // a probability is below 2^15: shifted by 16 or more it is 0; a key of a larger
-                    // power of two than `e_max` has probability 0
-                    let shift = (e_max - e).clamp(0, 16) as u32;
-                    // `round_shift_i32` as `⌊(⌊p / 2^(s-1)⌋ + 1) / 2⌋` (the same value; a
-                    // probability below 2^15 cannot overflow)
-                    let p = probs[t];
-                    probs[t] = if shift == 0 {
-                        p
-                    } else {
-                        ((p >> (shift - 1)) + 1) >> 1
-                    };
+                let value_exponents = &mut second[..n];
+                let mut e_max = 0;
+                self.memory.each_exponent(false, (layer, head), lo, n, |t, ve| {
+                    value_exponents[t] = ve;
+                    if p > 0 {
+                        e_max = e_max.max(ve);
+                    }
                 });
+                for (p, &ve) in sums[lo..=hi].iter_mut().zip(value_exponents.iter()) {
+                    shift_probability(p, e_max, ve);
+                }
+                e_max
+            };
             let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
             acc.fill(0);
             self.memory.value_sums_int8(layer, lo, head, &sums[lo..=hi], acc);

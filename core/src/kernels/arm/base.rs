@@ -1019,8 +1019,9 @@ unsafe fn value_pairs(at: *const i8, stride: usize, weights: &[i32], sums: &mut 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
 /// `values[t * stride..]` ([`portable::value_sums_i8`]): [`VALUE_COLS`] columns at a time, their
 /// sums in registers through every value, each weight loaded once for them, no bounds check
-/// per value; the last columns, and values that overlap (a stride shorter than `acc`), by the
-/// portable code. The same sums (every product and sum wraps, as there).
+/// per value, a weight of 0 skipping its value (on Armv6-M the one after the pairs); the last
+/// columns, and values that overlap (a stride shorter than `acc`), by the portable code. The
+/// same sums (every product and sum wraps, as there).
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
     let n = weights.len();
     if n == 0 || acc.is_empty() {
@@ -1047,12 +1048,17 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
             &weights[pairs..]
         };
         for &w in weights {
-            // SAFETY: value `t` (`t < n`) has `acc.len()` bytes from `t * stride` in `values`
-            // (checked above), so columns `g · VALUE_COLS..(g + 1) · VALUE_COLS` are there; `at`
-            // moves on by `stride` after each value, past the slice only after the last.
-            let v = unsafe { &*(at as *const [i8; VALUE_COLS]) };
-            for (s, &v) in sums.iter_mut().zip(v) {
-                *s = s.wrapping_add(w.wrapping_mul(v as i32));
+            // a weight of 0 adds nothing: its value is not read (the attention's probabilities
+            // are mostly 0 where the scores are far apart)
+            if w != 0 {
+                // SAFETY: value `t` (`t < n`) has `acc.len()` bytes from `t * stride` in
+                // `values` (checked above), so columns `g · VALUE_COLS..(g + 1) · VALUE_COLS`
+                // are there; `at` moves on by `stride` after each value, past the slice only
+                // after the last.
+                let v = unsafe { &*(at as *const [i8; VALUE_COLS]) };
+                for (s, &v) in sums.iter_mut().zip(v) {
+                    *s = s.wrapping_add(w.wrapping_mul(v as i32));
+                }
             }
             at = at.wrapping_add(stride);
         }

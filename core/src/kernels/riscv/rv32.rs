@@ -553,8 +553,9 @@ fn eight_keys(halves: &[i16], keys: [&[i8]; WIDE_ROWS], d_head: usize) -> [i32; 
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
 /// `values[t * stride..]` ([`portable::value_sums_i8`](crate::kernels::portable::value_sums_i8)):
 /// `VALUE_COLS` (16) columns at a time with their sums in registers, each weight loaded once for
-/// them; the columns after the last whole block, and values that overlap (a stride shorter than
-/// `acc`), by the portable code. The same sums (every product and sum wraps, as there).
+/// them, a weight of 0 skipping its value; the columns after the last whole block, and values
+/// that overlap (a stride shorter than `acc`), by the portable code. The same sums (every
+/// product and sum wraps, as there).
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
     use crate::kernels::portable;
     if stride < acc.len() {
@@ -581,10 +582,16 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
                 core::hint::black_box(());
             }
         };
+        // a weight of 0 adds nothing: its value is not read (the attention's probabilities
+        // are mostly 0 where the scores are far apart)
         for (&weight, row) in firsts.iter().zip(rows.chunks_exact(stride)) {
-            add(&mut sums, weight, &row[columns.clone()]);
+            if weight != 0 {
+                add(&mut sums, weight, &row[columns.clone()]);
+            }
         }
-        add(&mut sums, last_weight, &last[columns]);
+        if last_weight != 0 {
+            add(&mut sums, last_weight, &last[columns]);
+        }
         *acc = sums;
     }
     if !rest.is_empty() {
