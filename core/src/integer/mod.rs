@@ -71,18 +71,13 @@ pub fn attention_score(
     (content, ce): (i32, i32),
     (position, pe): (i32, i32),
 ) -> i32 {
-    let e = ce.min(pe);
-    let (a, b) = (ce - e, pe - e);
-    // the usual case in 32 bits: both sums below 2^27 and shifted by at most 3, so their sum
-    // is below 2^31 (the same value as in 64 bits)
-    let small = |v: i32, shift: i32| shift <= 3 && v.unsigned_abs() < 1 << 27;
-    if small(content, a) && small(position, b) {
-        let sum = (content << a) + (position << b);
-        return inv_sqrt_d_head
-            .times_pow2(SCORE_FRAC as i32 + e - 2 * frac as i32)
-            .apply(sum);
+    // the usual case in 32 bits: both sums below 2^27 (and, in `attention_score_of_small`,
+    // shifted by at most 3, so their sum is below 2^31: the same value as in 64 bits)
+    if content.unsigned_abs() < 1 << 27 && position.unsigned_abs() < 1 << 27 {
+        return attention_score_of_small(inv_sqrt_d_head, frac, (content, ce), (position, pe));
     }
-    attention_score_wide(inv_sqrt_d_head, frac, (content, a), (position, b), e)
+    let e = ce.min(pe);
+    attention_score_wide(inv_sqrt_d_head, frac, (content, ce - e), (position, pe - e), e)
 }
 
 /// [`attention_score`] of sums below `2^27` in magnitude (as the caller knows every sum of a
