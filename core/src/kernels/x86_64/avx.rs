@@ -1411,8 +1411,14 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(5);
-        for cols in [0usize, 1, 15, 16, 17, 33, 128, 250] {
-            for n in [0usize, 1, 3, 4, 5, 8, 11] {
+        // (under Miri, which checks every load and store, each edge of the loops once)
+        let (all_cols, all_n): (&[usize], &[usize]) = if cfg!(miri) {
+            (&[0, 1, 17, 33, 97], &[0, 1, 4, 5, 11])
+        } else {
+            (&[0, 1, 15, 16, 17, 33, 128, 250], &[0, 1, 3, 4, 5, 8, 11])
+        };
+        for &cols in all_cols {
+            for &n in all_n {
                 let mut values = i8s(&mut rng, n * cols);
                 values.iter_mut().step_by(7).for_each(|v| *v = -128);
                 let xa = i8s(&mut rng, cols);
@@ -1447,8 +1453,15 @@ mod tests {
             return;
         }
         let mut rng = Rng::new(9);
-        for cols in [1usize, 8, 31, 32, 33, 64, 100, 128, 250] {
-            for group in [8usize, 16, 32, 64, 128] {
+        // (under Miri, which checks every load and store, fewer widths: a tail alone, one step
+        // of 32 columns and a tail, several)
+        let (all_cols, groups): (&[usize], &[usize]) = if cfg!(miri) {
+            (&[1, 33, 100], &[8, 16, 32, 64, 128])
+        } else {
+            (&[1, 8, 31, 32, 33, 64, 100, 128, 250], &[8, 16, 32, 64, 128])
+        };
+        for &cols in all_cols {
+            for &group in groups {
                 let rows = 5;
                 let row_bytes = crate::kernels::portable::int4_row_bytes(cols);
                 let groups = crate::kernels::portable::int4_groups(cols, group);
@@ -1640,8 +1653,11 @@ mod tests {
             crate::test_skips::skipped("this CPU has no AVX and F16C");
             return;
         }
+        // (under Miri, which checks every load and store, the first eight seeds: each kind of
+        // input below once)
+        let seeds = if cfg!(miri) { 8 } else { 40u32 };
         for len in [0usize, 1, 7, 8, 9, 31, 64, 130] {
-            for seed in 0..40u32 {
+            for seed in 0..seeds {
                 let mut x = awkward_floats(len, seed * 31 + len as u32);
                 if seed % 4 == 0 {
                     x.iter_mut()
