@@ -476,9 +476,10 @@ fn check_int8_rows() -> Result<usize, Failure> {
     Ok(shapes)
 }
 
-/// The int8 quantization of an input (as this board runs it: `kernels::quantize_i8`) against
-/// the portable one, scale and bytes, on 1 to 17, 128 and 131 values: pseudo-random inputs,
-/// exact ties (a range of 127, so `k + 0.5` quantizes to `k + 0.5` before rounding), NaNs,
+/// The int8 quantization of an input (as this board runs it: `kernels::quantize_i8`, and
+/// `kernels::quantize_widen_i8` with its widened words) against the portable one, scale and
+/// bytes (and those bytes widened by `kernels::widen_input_i8`), on 1 to 17, 128 and 131
+/// values: pseudo-random inputs, exact ties (a range of 127, so `k + 0.5` quantizes to `k + 0.5` before rounding), NaNs,
 /// subnormals, ranges at and below the smallest the fast kernels take, and no range at all.
 /// Returns the inputs checked.
 fn check_quantize_i8() -> Result<usize, Failure> {
@@ -509,6 +510,14 @@ fn check_quantize_i8() -> Result<usize, Failure> {
             inputs += 1;
             if fast != portable || fast_scale.to_bits() != portable_scale.to_bits() {
                 return Err(Failure::KernelMismatch("quantize_i8"));
+            }
+            // quantized and widened in one pass, against the portable bytes widened
+            let (mut fused, mut words, mut want) =
+                (vec![5i8; n], vec![1u32; n / 2 + 2], vec![1u32; n / 2 + 2]);
+            let fused_scale = kernels::quantize_widen_i8(&x, None, &mut fused, &mut words);
+            kernels::widen_input_i8(&portable, &mut want);
+            if fused != portable || fused_scale.to_bits() != portable_scale.to_bits() || words != want {
+                return Err(Failure::KernelMismatch("quantize_widen_i8"));
             }
         }
     }

@@ -452,6 +452,25 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     portable::quantize_i8(x, act_scales, out)
 }
 
+/// [`quantize_i8`] into `xq`, then [`widen_input_i8`] of `xq` into `widened`: one pass over
+/// the values with the FPU of the other `cortex-m-dsp` cores than Helium's (`cortex-m-large-
+/// kernels`), where [`quantize_i8`] takes its kernel. The same bytes, words and scale.
+#[inline]
+pub fn quantize_widen_i8(x: &[f32], act_scales: Option<&[f32]>, xq: &mut [i8], widened: &mut [u32]) -> f32 {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    if let Some(scale) = fpu::quantize_widen_i8(x, act_scales, xq, widened) {
+        return scale;
+    }
+    let scale = quantize_i8(x, act_scales, xq);
+    widen_input_i8(xq, widened);
+    scale
+}
+
 /// `y[r] = (y[r]'s bits as an i32 sum) as f32 * (row_scales[r] * x_scale)`, an int8 product's
 /// sums scaled into its outputs ([`portable::scale_sums_i8`]): four rows an instruction with
 /// Helium (`cortex-m-mve`, where no subnormal can arise), four a pass with the FPU of the other

@@ -660,6 +660,108 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     max_abs / 127.0
 }
 
+extern "C" {
+    /// [`txl_quantize4_f32`] with the bytes also widened as `dsp::widen_input_i8` lays them out:
+    /// for `g < groups` (`groups >= 1`), `q_k = round(x[4g + k] * inverse)` (half away from zero,
+    /// products of magnitude below 128, `inverse` as bits), `out[4g + k] = q_k`, `pairs[2g] =
+    /// q_0 | q_2 << 16` and `pairs[2g + 1] = q_1 | q_3 << 16` (signed 16-bit halves).
+    fn txl_quantize_widen4_f32(x: *const f32, out: *mut i8, groups: usize, inverse: u32, pairs: *mut u32);
+}
+
+// Per four values: one VLDM, four VMUL by the inverse and four VCVT to fixed point with one
+// fraction bit, `t = trunc(2y)` (exact); two VMOV to the core registers and two PKHBT put the
+// four `t` in the halves of the two words as the pairs lay them out (`|t| < 256`); then in both
+// halves at once `round(y) = (t + b) >> 1` (SHADD16), `b` 1 where `t >= 0` (its sign bit
+// cleared from `0x0001_0001` by a BIC): `floor((trunc(2y) + 1) / 2)` for `y >= 0` and
+// `floor(trunc(2y) / 2)` below, `y` rounded half away from zero, as `txl_quantize4_f32` and
+// `libm::roundf` give it. One STRD of the pairs, and the bytes from them by two UXTB16, an ORR
+// and an STR: 24 instructions per four values with the loop, against 27 and the widening's
+// pass. Registers: r0 the values, r1 the bytes, r2 the groups left, r12 the pairs, r8
+// `0x0001_0001`, s8 the inverse, s0-s3 the products, r4-r7 the integers.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".section .text.txl_quantize_widen4_f32,\"ax\",%progbits",
+    ".globl txl_quantize_widen4_f32",
+    ".type txl_quantize_widen4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize_widen4_f32:",
+    "push {{r4-r8, lr}}",
+    "ldr r12, [sp, #24]", // pairs: above the 24 bytes pushed
+    "vmov s8, r3",
+    "mov r8, #0x00010001",
+    "1:",
+    "vldmia r0!, {{s0-s3}}",
+    "vmul.f32 s0, s0, s8",
+    "vmul.f32 s1, s1, s8",
+    "vmul.f32 s2, s2, s8",
+    "vmul.f32 s3, s3, s8",
+    "vcvt.s32.f32 s0, s0, #1",
+    "vcvt.s32.f32 s1, s1, #1",
+    "vcvt.s32.f32 s2, s2, #1",
+    "vcvt.s32.f32 s3, s3, #1",
+    "vmov r4, r5, s0, s1",
+    "vmov r6, r7, s2, s3",
+    "pkhbt r4, r4, r6, lsl #16", // (t2 t0)
+    "pkhbt r5, r5, r7, lsl #16", // (t3 t1)
+    "bic r6, r8, r4, lsr #15",
+    "bic r7, r8, r5, lsr #15",
+    "shadd16 r4, r4, r6", // (q2 q0)
+    "shadd16 r5, r5, r7", // (q3 q1)
+    "strd r4, r5, [r12], #8",
+    "uxtb16 r6, r4",
+    "uxtb16 r7, r5",
+    "orr r6, r6, r7, lsl #8",
+    "str r6, [r1], #4",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "pop {{r4-r8, pc}}",
+    ".size txl_quantize_widen4_f32, . - txl_quantize_widen4_f32",
+);
+
+/// [`quantize_i8`] and the DSP kernels' widening of its bytes (`dsp::widen_input_i8`: the
+/// whole groups of four into `pairs`) in one pass: the same bytes, words and scale. `None`,
+/// with nothing written, where [`quantize_i8`] would not take its kernel (activation scales, a
+/// NaN, no range or a subnormal one, fewer than four values) or `pairs` is short.
+pub fn quantize_widen_i8(
+    x: &[f32],
+    act_scales: Option<&[f32]>,
+    out: &mut [i8],
+    pairs: &mut [u32],
+) -> Option<f32> {
+    let n = x.len();
+    let fours = n / 4;
+    if act_scales.is_some() || out.len() != n || fours == 0 || pairs.len() < 2 * fours {
+        return None;
+    }
+    let body = 4 * fours;
+    let max_abs = f32::from_bits(magnitude_bits(x));
+    let inverse = 127.0 / max_abs;
+    // a NaN's bits are above infinity's, and then `max_abs` is NaN
+    if !(max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()) {
+        return None;
+    }
+    // SAFETY: `x` and `out` hold `4 * fours` values and bytes and `pairs` `2 * fours` words,
+    // all the kernel reads and writes; it uses s0-s8 (caller-saved) and preserves the
+    // callee-saved core registers.
+    unsafe {
+        txl_quantize_widen4_f32(
+            x.as_ptr(),
+            out.as_mut_ptr(),
+            fours,
+            inverse.to_bits(),
+            pairs.as_mut_ptr(),
+        )
+    };
+    for (o, &v) in out[body..].iter_mut().zip(&x[body..]) {
+        *o = round_small(v * inverse) as i8;
+    }
+    Some(max_abs / 127.0)
+}
+
 /// The largest of the bits of `|v|` (the sign cleared) over `values`, as unsigned integers (a
 /// NaN's above infinity's): [`txl_max_doubled_bits`] four values a pass, the rest here. Zero for
 /// no values.
@@ -1183,10 +1285,11 @@ struct Exps {
 }
 
 /// `libm::expf`'s constants for [`txl_softmax_exps_f32`], in the order it loads them: `1 /
-/// ln 2`, `-1/2`, `ln 2`'s high and low parts, the polynomial's two coefficients, 2 and 1.
-static EXP_CONSTANTS: [f32; 8] = {
+/// ln 2`, `-1/2`, `ln 2`'s high and low parts, the polynomial's two coefficients, 2 and 1; then
+/// 127, the exponent's bias.
+static EXP_CONSTANTS: [f32; 9] = {
     use crate::kernels::fast_math::expf::{INV_LN2, LN2_HI, LN2_LO, P1, P2};
-    [INV_LN2, -0.5, LN2_HI, LN2_LO, P1, P2, 2.0, 1.0]
+    [INV_LN2, -0.5, LN2_HI, LN2_LO, P1, P2, 2.0, 1.0, 127.0]
 };
 
 extern "C" {
@@ -1200,11 +1303,13 @@ extern "C" {
 // `libm::expf` on that path, step for step (each product rounded before it is added, as VMLA
 // and VMLS do): `k = trunc(x / ln 2 - 1/2)`, `hi = x - k ln2_hi`, `lo = k ln2_lo`, `r = hi -
 // lo`, `c = r - r² (P1 + r² P2)`, `y = 1 + ((r c / (2 - c) - lo) + hi)`, times `2^k` (`k` is
-// at least -126 there, so one VMUL by a normal power of two, as `scalbnf` then does): 33
+// at least -126 there, so one VMUL by a normal power of two, as `scalbnf` then does). `hi`
+// takes the place of `x` (VMLS into it), and `2^k` comes from `k` in the FPU: `k + 127` (exact)
+// converted to fixed point with 23 fraction bits is `(k + 127) << 23`, the bits of `2^k`. 31
 // instructions a value with the loop, the range check and the sum, against about 44 compiled.
 // Registers: r0 the state, r1 the value, r2 the end, r3 the lowest bits taken and r12 the span
-// of them, r4-r6 the bits of `x`, `k` and `2^k`, r7 the bits of 1.0; s16-s23 the constants,
-// s24 the largest value, s25 the sum, s0-s10 the steps.
+// of them, r4/r5 the bits of `x`; s16-s24 the constants, s25 the largest value, s26 the sum,
+// s0-s10 the steps.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1216,13 +1321,12 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_softmax_exps_f32:",
-    "push {{r4-r7, lr}}",
-    "mov r7, #0x3f800000", // 1.0: the bits of 2^k are `(k << 23) + 127 << 23`
-    "vpush {{s16-s25}}",
-    "vldmia r1, {{s16-s23}}",
+    "push {{r4, r5}}",
+    "vpush {{s16-s26}}",
+    "vldmia r1, {{s16-s24}}",
     "ldrd r1, r2, [r0]",
-    "vldr s24, [r0, #8]",
-    "vldr s25, [r0, #12]",
+    "vldr s25, [r0, #8]",
+    "vldr s26, [r0, #12]",
     "movw r3, #0x1593", // 0xbf851593: just below -1.5 ln 2
     "movt r3, #0xbf85",
     "movw r12, #0x96bd", // 0xc2aeac50 - 0xbf851593: up to -87.3365 (not included)
@@ -1231,7 +1335,7 @@ global_asm!(
     "beq 2f",
     "1:",
     "vldr s0, [r1]",
-    "vsub.f32 s0, s0, s24",
+    "vsub.f32 s0, s0, s25",
     "vmov r4, s0",
     "sub r5, r4, r3",
     "cmp r5, r12",
@@ -1239,12 +1343,12 @@ global_asm!(
     "vmov.f32 s1, s17",
     "vmla.f32 s1, s0, s16", // x / ln 2 - 1/2
     "vcvt.s32.f32 s1, s1",  // k, toward zero
-    "vmov r6, s1",
     "vcvt.f32.s32 s1, s1",
-    "vmov.f32 s2, s0",
-    "vmls.f32 s2, s1, s18", // hi
+    "vmls.f32 s0, s1, s18", // hi
     "vmul.f32 s3, s1, s19", // lo
-    "vsub.f32 s4, s2, s3",  // r
+    "vadd.f32 s10, s1, s24",
+    "vcvt.u32.f32 s10, s10, #23", // 2^k
+    "vsub.f32 s4, s0, s3",        // r
     "vmul.f32 s5, s4, s4",
     "vmov.f32 s6, s20",
     "vmla.f32 s6, s5, s21", // P1 + r² P2
@@ -1254,20 +1358,19 @@ global_asm!(
     "vmul.f32 s9, s4, s7",
     "vdiv.f32 s9, s9, s8",
     "vsub.f32 s9, s9, s3",
-    "vadd.f32 s9, s9, s2",
+    "vadd.f32 s9, s9, s0",
     "vadd.f32 s9, s9, s23", // y
-    "add r6, r7, r6, lsl #23",
-    "vmov s10, r6", // 2^k
     "vmul.f32 s9, s9, s10",
     "vstmia r1!, {{s9}}",
-    "vadd.f32 s25, s25, s9",
+    "vadd.f32 s26, s26, s9",
     "cmp r1, r2",
     "bne 1b",
     "2:",
     "str r1, [r0]",
-    "vstr s25, [r0, #12]",
-    "vpop {{s16-s25}}",
-    "pop {{r4-r7, pc}}",
+    "vstr s26, [r0, #12]",
+    "vpop {{s16-s26}}",
+    "pop {{r4, r5}}",
+    "bx lr",
     ".size txl_softmax_exps_f32, . - txl_softmax_exps_f32",
 );
 
@@ -1284,7 +1387,7 @@ pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
     };
     loop {
         // SAFETY: `state.at..state.end` lies in `values` (the kernel moves `at` towards `end`
-        // and no further); the kernel reads and writes only those values, reads the eight
+        // and no further); the kernel reads and writes only those values, reads the nine
         // constants, and preserves s16-s31 and the callee-saved core registers.
         unsafe { txl_softmax_exps_f32(&mut state, EXP_CONSTANTS.as_ptr()) };
         if state.at == state.end {
