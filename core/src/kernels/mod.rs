@@ -947,11 +947,18 @@ pub fn value_weights(
 }
 
 /// `out[c] = 0.0 + sums[c] as f32 * step` ([`portable::scaled_sums_i32`]): Helium four columns
-/// an instruction. The same bits.
+/// an instruction, the FPU of the other `cortex-m-dsp` cores eight a pass. The same bits.
 #[inline]
 pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::scaled_sums_i32(sums, step, out);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::scaled_sums_i32(sums, step, out);
     #[allow(unreachable_code)]
     portable::scaled_sums_i32(sums, step, out)
 }

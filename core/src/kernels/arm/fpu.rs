@@ -542,14 +542,13 @@ extern "C" {
 // instructions a value with the loop). Registers: r0 the
 // values, r1 the groups left, r4-r7 four values, r12 the largest.
 //
-// `txl_quantize4_f32`, per four values: one VLDM, four VMUL by the inverse, then for each
-// product `y` two conversions toward zero, `t0 = trunc(y)` (VCVT) and `t1 = trunc(2y)` (VCVT to
-// fixed point with one fraction bit, exact), and `t1 - t0`: `y` rounded half away from zero
-// (`t1 - 2 t0` is -1, 0 or 1 as the fraction reaches a half, with the sign of `y`), which is
-// what `libm::roundf`'s `trunc(y + copysign(0.5 - EPSILON / 4, y))` gives for every `|y| < 128`
-// (checked on every such f32); then four STRB. 27 instructions per four values with the loop.
-// Registers: r0 the values, r1 the outputs, r2 the groups left, s8 the inverse, s0-s3 the
-// products (then `t1`), s4-s7 `t0`, r3/r12 and r4-r7 the integers.
+// `txl_quantize4_f32`, per four values: one VLDM, four VMUL by the inverse, four VCVT to fixed
+// point with one fraction bit, `t = trunc(2y)` (exact), and `y` rounded half away from zero
+// from them two at a time in the halves of a word, as `txl_quantize_widen4_f32` below says
+// (`libm::roundf`'s `trunc(y + copysign(0.5 - EPSILON / 4, y))` for every `|y| < 128`); the
+// four bytes then from the halves by two UXTB16 and an ORR, and one STR: 23 instructions per
+// four values with the loop. Registers: r0 the values, r1 the outputs, r2 the groups left, s8
+// the inverse, s0-s3 the products, r4-r7 the integers, r8 `0x0001_0001`.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -586,43 +585,40 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_quantize4_f32:",
-    "push {{r4-r7}}",
+    "push {{r4-r8}}",
     "vmov s8, r3",
+    "mov r8, #0x00010001",
     "1:",
     "vldmia r0!, {{s0-s3}}",
     "vmul.f32 s0, s0, s8",
     "vmul.f32 s1, s1, s8",
     "vmul.f32 s2, s2, s8",
     "vmul.f32 s3, s3, s8",
-    "vcvt.s32.f32 s4, s0",
-    "vcvt.s32.f32 s5, s1",
-    "vcvt.s32.f32 s6, s2",
-    "vcvt.s32.f32 s7, s3",
     "vcvt.s32.f32 s0, s0, #1",
     "vcvt.s32.f32 s1, s1, #1",
     "vcvt.s32.f32 s2, s2, #1",
     "vcvt.s32.f32 s3, s3, #1",
     "vmov r4, r5, s0, s1",
     "vmov r6, r7, s2, s3",
-    "vmov r3, r12, s4, s5",
-    "sub r4, r4, r3",
-    "sub r5, r5, r12",
-    "vmov r3, r12, s6, s7",
-    "sub r6, r6, r3",
-    "sub r7, r7, r12",
-    "strb r4, [r1], #1",
-    "strb r5, [r1], #1",
-    "strb r6, [r1], #1",
-    "strb r7, [r1], #1",
+    "pkhbt r4, r4, r6, lsl #16", // (t2 t0)
+    "pkhbt r5, r5, r7, lsl #16", // (t3 t1)
+    "bic r6, r8, r4, lsr #15",
+    "bic r7, r8, r5, lsr #15",
+    "shadd16 r4, r4, r6", // (q2 q0)
+    "shadd16 r5, r5, r7", // (q3 q1)
+    "uxtb16 r4, r4",
+    "uxtb16 r5, r5",
+    "orr r4, r4, r5, lsl #8",
+    "str r4, [r1], #4",
     "subs r2, r2, #1",
     "bne 1b",
-    "pop {{r4-r7}}",
+    "pop {{r4-r8}}",
     "bx lr",
     ".size txl_quantize4_f32, . - txl_quantize4_f32",
 );
 
-/// `y` rounded half away from zero (`libm::roundf(y) as i32`) for `|y| < 128`, as
-/// `txl_quantize4_f32` computes it: `trunc(2y) - trunc(y)`.
+/// `y` rounded half away from zero (`libm::roundf(y) as i32`) for `|y| < 128`, the integer
+/// `txl_quantize4_f32` gives, as `trunc(2y) - trunc(y)`.
 #[inline(always)]
 fn round_small(y: f32) -> i32 {
     (y * 2.0) as i32 - y as i32
@@ -1058,6 +1054,63 @@ pub fn value_weights(
     };
     magnitudes.max = f32::from_bits(state[1]);
     magnitudes.sum = f32::from_bits(state[2]);
+}
+
+extern "C" {
+    /// `out[c] = sums[c] as f32 * step` for `c < 8 * octets` (`octets >= 1`, `step` as bits).
+    fn txl_scaled_sums8_f32(sums: *const i32, out: *mut f32, octets: usize, step: u32);
+}
+
+// Per eight sums: one VLDM, eight VCVT (round to nearest, as `as f32`), eight VMUL by the step,
+// one VSTM: 20 instructions with the loop. Registers: r0 the sums, r1 the outputs, r2 the
+// passes left, s8 the step, s0-s7 the values.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_scaled_sum value",
+    "vcvt.f32.s32 \\value, \\value",
+    "vmul.f32 \\value, \\value, s8",
+    ".endm",
+    ".section .text.txl_scaled_sums8_f32,\"ax\",%progbits",
+    ".globl txl_scaled_sums8_f32",
+    ".type txl_scaled_sums8_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_sums8_f32:",
+    "vmov s8, r3",
+    "1:",
+    "vldmia r0!, {{s0-s7}}",
+    "txl_scaled_sum s0",
+    "txl_scaled_sum s1",
+    "txl_scaled_sum s2",
+    "txl_scaled_sum s3",
+    "txl_scaled_sum s4",
+    "txl_scaled_sum s5",
+    "txl_scaled_sum s6",
+    "txl_scaled_sum s7",
+    "vstmia r1!, {{s0-s7}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "bx lr",
+    ".size txl_scaled_sums8_f32, . - txl_scaled_sums8_f32",
+);
+
+/// [`portable::scaled_sums_i32`](crate::kernels::portable::scaled_sums_i32) eight sums a pass
+/// for a positive step: then no product is `-0` (a zero sum gives `+0`, any other at least the
+/// step in magnitude), so adding it to `+0.0` changes nothing and the kernel leaves the
+/// addition out. Other steps, and the sums after the last eight, take the portable code. The
+/// same bits.
+pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
+    let n = sums.len().min(out.len());
+    let octets = if step > 0.0 { n / 8 } else { 0 };
+    if octets > 0 {
+        // SAFETY: `sums` and `out` hold the `8 * octets` values the kernel reads and writes; it
+        // uses s0-s8 (caller-saved) only.
+        unsafe { txl_scaled_sums8_f32(sums.as_ptr(), out.as_mut_ptr(), octets, step.to_bits()) };
+    }
+    crate::kernels::portable::scaled_sums_i32(&sums[8 * octets..n], step, &mut out[8 * octets..n]);
 }
 
 /// The 16-bit probability weights in place (`int8_attention::ProbabilityWords`'s rounding) with
