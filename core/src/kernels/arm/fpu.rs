@@ -934,37 +934,27 @@ extern "C" {
     );
 }
 
-// The int8 attention's driver loops, one key a pass (the ring's values and scales are strided).
+// The int8 attention's driver loops, two keys a pass (an odd count takes one first; the ring's
+// values and scales are strided).
 //
 // `txl_value_weights_f32`: one VLDM of the exponential and one VLDR of its scale (the scale's
 // pointer moved by an ADD), two VMUL (the portable order), VABS, the magnitude added to the sum
-// (VADD), VCMP, VMRS and a conditional VMOV for the largest, one VSTM: 15 instructions a key
-// with the loop. Registers: r0 the exponentials, r1 the weights, r2 the keys left, r3 the
-// scales, r4 the stride, r12 the state; s8 the inverse, s9 the sum, s10 the largest.
+// (VADD), VCMP, VMRS and a conditional VMOV for the largest, one VSTM: 13 instructions a key
+// with the loop. Registers: r0 the exponentials, r1 the weights, r2 the pairs of keys left, r3
+// the scales, r4 the stride, r12 the state; s8 the inverse, s9 the sum, s10 the largest.
 //
 // `txl_int8_scores_f32`: VLDR of the sum and VCVT (round to nearest, as `as f32`), VMUL by the
 // step, VLDR of the key's scale and of the term (each pointer moved by an ADD), VMUL, VADD,
-// VMUL by the scale, VSTM, and VCMP, VMRS and a conditional VMOV for the largest: 17
-// instructions a key with the loop. Registers: r0 the scores, r1 the keys left, r2 the scales,
-// r3 the stride, r4 the term, r5 its step, r12 the pass; s8 the step, s9 the scale, s10 the
-// largest.
+// VMUL by the scale, VSTM, and VCMP, VMRS and a conditional VMOV for the largest: 16
+// instructions a key with the loop. Registers: r0 the scores, r1 the pairs of keys left, r2 the
+// scales, r3 the stride, r4 the term, r5 its step, r12 the pass; s8 the step, s9 the scale, s10
+// the largest.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
     ".fpu fpv4-sp-d16",
-    ".section .text.txl_value_weights_f32,\"ax\",%progbits",
-    ".globl txl_value_weights_f32",
-    ".type txl_value_weights_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_value_weights_f32:",
-    "push {{r4, lr}}",
-    "ldrd r4, r12, [sp, #8]",
-    "vldr s8, [r12]",
-    "vldr s10, [r12, #4]",
-    "vldr s9, [r12, #8]",
-    "1:",
+    ".macro txl_value_weight",
     "vldmia r0!, {{s0}}",
     "vldr s1, [r3]",
     "add r3, r3, r4",
@@ -977,8 +967,47 @@ global_asm!(
     "vmrs APSR_nzcv, fpscr",
     "it gt",
     "vmovgt.f32 s10, s2",
+    ".endm",
+    ".macro txl_int8_score",
+    "vldr s0, [r0]",
+    "vcvt.f32.s32 s0, s0",
+    "vldr s1, [r2]",
+    "add r2, r2, r3",
+    "vmul.f32 s0, s0, s8",
+    "vldr s2, [r4]",
+    "add r4, r4, r5",
+    "vmul.f32 s0, s0, s1",
+    "vadd.f32 s0, s0, s2",
+    "vmul.f32 s0, s0, s9",
+    "vstmia r0!, {{s0}}",
+    "vcmp.f32 s0, s10",
+    "vmrs APSR_nzcv, fpscr",
+    "it gt",
+    "vmovgt.f32 s10, s0",
+    ".endm",
+    ".section .text.txl_value_weights_f32,\"ax\",%progbits",
+    ".globl txl_value_weights_f32",
+    ".type txl_value_weights_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_value_weights_f32:",
+    "push {{r4, lr}}",
+    "ldrd r4, r12, [sp, #8]",
+    "vldr s8, [r12]",
+    "vldr s10, [r12, #4]",
+    "vldr s9, [r12, #8]",
+    "lsrs r2, r2, #1", // the pairs of keys; C: an odd count
+    "bcc 2f",
+    "txl_value_weight",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "txl_value_weight",
+    "txl_value_weight",
     "subs r2, r2, #1",
     "bne 1b",
+    "3:",
     "vstr s10, [r12, #4]",
     "vstr s9, [r12, #8]",
     "pop {{r4, pc}}",
@@ -995,24 +1024,18 @@ global_asm!(
     "vldr s8, [r12, #8]",
     "vldr s9, [r12, #12]",
     "vldr s10, [r12, #16]",
+    "lsrs r1, r1, #1", // the pairs of keys; C: an odd count
+    "bcc 2f",
+    "txl_int8_score",
+    "2:",
+    "cmp r1, #0",
+    "beq 3f",
     "1:",
-    "vldr s0, [r0]",
-    "vcvt.f32.s32 s0, s0",
-    "vldr s1, [r2]",
-    "add r2, r2, r3",
-    "vmul.f32 s0, s0, s8",
-    "vldr s2, [r4]",
-    "add r4, r4, r5",
-    "vmul.f32 s0, s0, s1",
-    "vadd.f32 s0, s0, s2",
-    "vmul.f32 s0, s0, s9",
-    "vstmia r0!, {{s0}}",
-    "vcmp.f32 s0, s10",
-    "vmrs APSR_nzcv, fpscr",
-    "it gt",
-    "vmovgt.f32 s10, s0",
+    "txl_int8_score",
+    "txl_int8_score",
     "subs r1, r1, #1",
     "bne 1b",
+    "3:",
     "vstr s10, [r12, #16]",
     "pop {{r4, r5, pc}}",
     ".size txl_int8_scores_f32, . - txl_int8_scores_f32",
