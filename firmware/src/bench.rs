@@ -196,6 +196,18 @@ fn check_int8_attention() -> Result<usize, Failure> {
             if fast != portable {
                 return Err(Failure::KernelMismatch("value_sums"));
             }
+            // the strides of the kernels of fixed stride (a head of a 128- or 256-wide memory)
+            for stride in [128, 256].into_iter().filter(|&stride| d_head <= stride) {
+                let values: Vec<i8> = (0..(count - 1) * stride + d_head)
+                    .map(|_| (numbers.next() % 255) as i32 as i8 - 127)
+                    .collect();
+                let (mut fast, mut portable) = (vec![7i32; d_head], vec![7i32; d_head]);
+                kernels::value_sums_i8(&values, stride, &weights, &mut fast);
+                kernels::portable::value_sums_i8(&values, stride, &weights, &mut portable);
+                if fast != portable {
+                    return Err(Failure::KernelMismatch("value_sums"));
+                }
+            }
             check_key_scores(count, &mut numbers)?;
             check_round_weights(count, &mut numbers)?;
             check_value_weights(count, &mut numbers)?;

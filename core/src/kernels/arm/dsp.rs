@@ -770,7 +770,9 @@ extern "C" {
 // PKHBT for the weights, then per four columns two LDR, two PKH, four SXTB16 and four SMLAD,
 // and an ADD to the next two keys (27 instructions per 16 multiply-accumulates, against 32 four
 // columns a pass); a load, a compare and a branch per two passes. The stride is the assembler's:
-// the second key's words are immediate offsets. An odd count takes one key first (SMLABB and
+// the second key's words are immediate offsets. At a stride of 128 bytes the first words' loads
+// move to the next two keys (post-indexed) and the second words' are offsets back from there,
+// which leaves the ADD out (26 instructions). An odd count takes one key first (SMLABB and
 // SMLATB), the flags of the count's low two bits set before (nothing in between sets them).
 // Registers: r0 the values, r2 the weights, r4-r11 the sums of columns 0-7, r3 the packed
 // weights, r1/r12/lr the keys' words. The frame keeps the weights' end and the sums' address.
@@ -778,9 +780,8 @@ global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    ".macro txl_value_sums8_quad stride, offset, a0, a1, a2, a3",
-    "ldr r12, [r0, #\\offset]",
-    "ldr lr, [r0, #\\stride + \\offset]",
+    // the products of the words of key `t` (r12) and key `u` (lr)
+    ".macro txl_value_sums8_words a0, a1, a2, a3",
     "pkhbt r1, r12, lr, lsl #16", // (u1 u0 t1 t0)
     "pkhtb lr, lr, r12, asr #16", // (u3 u2 t3 t2)
     "sxtb16 r12, r1",
@@ -792,12 +793,28 @@ global_asm!(
     "sxtb16 lr, lr, ror #8",
     "smlad \\a3, lr, r3, \\a3",
     ".endm",
+    ".macro txl_value_sums8_quad stride, offset, a0, a1, a2, a3",
+    "ldr r12, [r0, #\\offset]",
+    "ldr lr, [r0, #\\stride + \\offset]",
+    "txl_value_sums8_words \\a0, \\a1, \\a2, \\a3",
+    ".endm",
     ".macro txl_value_sums8_pair stride",
     "ldrd r3, lr, [r2], #8",
     "pkhbt r3, r3, lr, lsl #16", // (w_u w_t)
+    ".if \\stride <= 128",
+    // the first words of both keys post-indexed, which moves to the next two keys, and the
+    // second words back from there (offsets down to -255 bytes)
+    "ldr r12, [r0], #\\stride",
+    "ldr lr, [r0], #\\stride",
+    "txl_value_sums8_words r4, r5, r6, r7",
+    "ldr r12, [r0, #4 - 2 * \\stride]",
+    "ldr lr, [r0, #4 - \\stride]",
+    "txl_value_sums8_words r8, r9, r10, r11",
+    ".else",
     "txl_value_sums8_quad \\stride, 0, r4, r5, r6, r7",
     "txl_value_sums8_quad \\stride, 4, r8, r9, r10, r11",
     "add r0, r0, #2 * \\stride",
+    ".endif",
     ".endm",
     ".macro txl_value_sums8_single offset, a0, a1, a2, a3",
     "ldr r12, [r0, #\\offset]",
