@@ -255,6 +255,16 @@ extern "C" {
         out: *mut f32,
         blocks: usize,
     );
+    /// [`txl_dots4x8_f32`] for rows of exactly 32 columns (`octets` 4), without a loop over
+    /// them.
+    fn txl_dots4x32_f32(
+        rows: *const f32,
+        stride: usize,
+        x: *const f32,
+        octets: usize,
+        out: *mut f32,
+        blocks: usize,
+    );
     /// For each of `octets >= 1` groups of eight columns `e` and `quads >= 1` groups of four
     /// rows `k` in order (row `k` at `rows + k * stride`, `stride` in bytes): `out[e] += p[k] *
     /// row_k[e]` (`VMLA`), so each element's products are added in the portable loop's order;
@@ -272,6 +282,8 @@ extern "C" {
 // `txl_dots4x8_f32`, per eight columns: one VLDM of eight inputs shared by the four rows, then
 // per row one VLDM of eight weights and eight VMLA (37 instructions per 32 multiply-
 // accumulates); per block the four sums added in the portable order and stored by one VSTM.
+// `txl_dots4x32_f32` is the same for rows of four octets, unrolled: no compare and branch
+// between them.
 // The first eight columns set the sums by VMUL instead of adding to zeros: a sum then differs
 // from the portable one at most in the sign of a zero (`+0 + -0` is `+0`), and the total's last
 // addition of `+0.0` makes every zero `+0`, so the totals are the same bits.
@@ -309,12 +321,14 @@ global_asm!(
     "vadd.f32 s24, s24, s25",
     "vadd.f32 \\out, s24, s31",
     ".endm",
-    ".section .text.txl_dots4x8_f32,\"ax\",%progbits",
-    ".globl txl_dots4x8_f32",
-    ".type txl_dots4x8_f32,%function",
+    // `whole`: rows of exactly four octets, the three after the first without a loop
+    ".macro txl_dots4_fn name, whole",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
     ".p2align 2",
     ".thumb_func",
-    "txl_dots4x8_f32:",
+    "\\name:",
     "push {{r4-r9, lr}}",
     "vpush {{s16-s31}}",
     "ldr lr, [sp, #92]", // out: above the 28 + 64 bytes pushed
@@ -335,6 +349,15 @@ global_asm!(
     "txl_dots4x8_row r4, s4, s5, s6, s7, vmul",
     "txl_dots4x8_row r5, s8, s9, s10, s11, vmul",
     "txl_dots4x8_row r6, s12, s13, s14, s15, vmul",
+    ".if \\whole",
+    ".rept 3",
+    "vldmia r12!, {{s16-s23}}",
+    "txl_dots4x8_row r0, s0, s1, s2, s3, vmla",
+    "txl_dots4x8_row r4, s4, s5, s6, s7, vmla",
+    "txl_dots4x8_row r5, s8, s9, s10, s11, vmla",
+    "txl_dots4x8_row r6, s12, s13, s14, s15, vmla",
+    ".endr",
+    ".else",
     "b 4f",
     "2:",
     "vldmia r12!, {{s16-s23}}",
@@ -345,6 +368,7 @@ global_asm!(
     "4:",
     "cmp r12, r3",
     "bne 2b",
+    ".endif",
     "vmov s31, r7",
     "txl_dots4x8_total s16, s0, s1, s2, s3",
     "txl_dots4x8_total s17, s4, s5, s6, s7",
@@ -357,7 +381,10 @@ global_asm!(
     "3:",
     "vpop {{s16-s31}}",
     "pop {{r4-r9, pc}}",
-    ".size txl_dots4x8_f32, . - txl_dots4x8_f32",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_dots4_fn txl_dots4x8_f32, 0",
+    "txl_dots4_fn txl_dots4x32_f32, 1",
     ".macro txl_axpys8_row k",
     "vldmia r4, {{s16-s23}}",
     "add r4, r4, r1",
@@ -413,12 +440,18 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
         let octets = n / 8;
         let last_end = (4 * blocks - 1) * stride + n;
         assert!(last_end <= rows.len(), "rows out of bounds");
+        // rows of 32 columns (a head of 32) take the kernel without the loop over the columns
+        let kernel = if octets == 4 {
+            txl_dots4x32_f32
+        } else {
+            txl_dots4x8_f32
+        };
         // SAFETY: the kernel reads `4 * blocks` rows of `n = 8 * octets` f32 at a stride of
         // `stride` f32 (the last ends at `last_end`, inside `rows`, checked above) and the `n`
         // of `x`, writes the first `4 * blocks` of `out`, and preserves the callee-saved
         // registers and the stack pointer (AAPCS).
         unsafe {
-            txl_dots4x8_f32(
+            kernel(
                 rows.as_ptr(),
                 4 * stride,
                 x.as_ptr(),
