@@ -165,8 +165,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
 /// shapes the demo model does not have: heads of 1 to 13 columns (partial groups of four and
 /// eight), 16, 32 and 48 (whole groups of eight and sixteen), 33 and 80 (the query unpacked in
 /// two parts), odd and even key counts (partial blocks of four keys), keys at an odd stride
-/// (unaligned rows); then the value sums at strides of 128 and 256 bytes. Returns the number of
-/// shapes checked.
+/// (unaligned rows); then the key and value sums at strides of 128 and 256 bytes. Returns the
+/// number of shapes checked.
 fn check_int8_attention() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x0bad_5eed);
     let mut shapes = 0;
@@ -196,18 +196,6 @@ fn check_int8_attention() -> Result<usize, Failure> {
             if fast != portable {
                 return Err(Failure::KernelMismatch("value_sums"));
             }
-            // the strides of the kernels of fixed stride (a head of a 128- or 256-wide memory)
-            for stride in [128, 256].into_iter().filter(|&stride| d_head <= stride) {
-                let values: Vec<i8> = (0..(count - 1) * stride + d_head)
-                    .map(|_| (numbers.next() % 255) as i32 as i8 - 127)
-                    .collect();
-                let (mut fast, mut portable) = (vec![7i32; d_head], vec![7i32; d_head]);
-                kernels::value_sums_i8(&values, stride, &weights, &mut fast);
-                kernels::portable::value_sums_i8(&values, stride, &weights, &mut portable);
-                if fast != portable {
-                    return Err(Failure::KernelMismatch("value_sums"));
-                }
-            }
             check_key_scores(count, &mut numbers)?;
             check_round_weights(count, &mut numbers)?;
             check_value_weights(count, &mut numbers)?;
@@ -215,20 +203,33 @@ fn check_int8_attention() -> Result<usize, Failure> {
             shapes += 1;
         }
     }
-    // value rows as the memory lays them out, 128 and 256 bytes apart (kernels of their own on
-    // the DSP), for heads of whole and partial groups of eight columns
+    // key and value rows as the memory lays them out, 128 and 256 bytes apart from a word-
+    // aligned start (kernels of their own on the DSP), for heads of whole and partial groups of
+    // eight columns
     for stride in [128usize, 256] {
         for d_head in [4usize, 8, 12, 32, 44] {
             for count in [1usize, 2, 3, 5, 6, 64, 65] {
-                let values: Vec<i8> = (0..(count - 1) * stride + d_head)
+                let storage: Vec<i8> = (0..(count - 1) * stride + d_head + 3)
                     .map(|_| (numbers.next() % 256) as u8 as i8)
                     .collect();
+                let at = storage.as_ptr().align_offset(4);
+                let values = &storage[at..at + (count - 1) * stride + d_head];
+                let query: Vec<f32> = (0..d_head).map(|_| numbers.float()).collect();
+                let mut words = vec![0u32; int8_attention::query_words(d_head)];
+                let q = int8_attention::QueryWords::quantize(&query, &mut words)
+                    .ok_or(Failure::KernelMismatch("the query quantization"))?;
+                let (mut fast, mut portable) = (vec![3i32; count], vec![3i32; count]);
+                kernels::key_sums_i8(values, stride, d_head, q.words, &mut fast);
+                kernels::portable::key_sums_i8(values, stride, d_head, q.words, &mut portable);
+                if fast != portable {
+                    return Err(Failure::KernelMismatch("key_sums"));
+                }
                 let weights: Vec<i32> = (0..count)
                     .map(|_| (numbers.next() % 65535) as i32 - 32767)
                     .collect();
                 let (mut fast, mut portable) = (vec![-5i32; d_head], vec![-5i32; d_head]);
-                kernels::value_sums_i8(&values, stride, &weights, &mut fast);
-                kernels::portable::value_sums_i8(&values, stride, &weights, &mut portable);
+                kernels::value_sums_i8(values, stride, &weights, &mut fast);
+                kernels::portable::value_sums_i8(values, stride, &weights, &mut portable);
                 if fast != portable {
                     return Err(Failure::KernelMismatch("value_sums"));
                 }

@@ -181,6 +181,9 @@ extern "C" {
     fn txl_rows4x32_s8_128(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
     /// [`txl_rows4x8_s8_256`] for rows of exactly 256 columns (`groups` 64) and `blocks >= 1`.
     fn txl_rows4x64_s8_256(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
+    /// [`txl_rows4x8_s8_128`] for rows of exactly 32 columns (`groups` 8: the keys of a head of
+    /// 32 in a memory 128 wide) and `blocks >= 1`.
+    fn txl_rows4x8_whole_s8_128(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
 }
 
 // The same products as `txl_rows4_s8`, with each row's eight columns loaded by one LDRD: for a
@@ -263,8 +266,9 @@ global_asm!(
     // `txl_rows4x32_s8_128`: rows of exactly 128 columns one after the other, the sixteen
     // octets of a block without a loop, the first setting the sums (SMUAD): 599 instructions
     // per block of 512 multiply-accumulates (`txl_rows4x64_s8_256`: 256 columns, 1191 per
-    // 1024). Registers as above; r3 the blocks left, the frame
-    // the inputs' start and the output pointer.
+    // 1024; `txl_rows4x8_whole_s8_128`: 32 columns at that stride, the keys of a head, 155 per
+    // 128). Registers as above; r3 the blocks left, the frame the inputs' start and the output
+    // pointer.
     ".macro txl_rows4x8_row_first acc",
     "sxtb16 r1, r12",
     "smuad \\acc, r1, r8",
@@ -275,7 +279,7 @@ global_asm!(
     "sxtb16 lr, lr, ror #8",
     "smlad \\acc, lr, r11, \\acc",
     ".endm",
-    ".macro txl_rows4_whole_fn name, stride",
+    ".macro txl_rows4_whole_fn name, stride, cols",
     ".section .text.\\name,\"ax\",%progbits",
     ".globl \\name",
     ".type \\name,%function",
@@ -294,20 +298,21 @@ global_asm!(
     "txl_rows4x8_row_first r7",
     "ldrd r12, lr, [r0], #8",
     "txl_rows4x8_row_first r4",
-    ".rept \\stride / 8 - 1",
+    ".rept \\cols / 8 - 1",
     "txl_rows4x8_octet \\stride",
     ".endr",
     "ldr r1, [sp, #4]",
     "stmia r1!, {{r4-r7}}",
     "str r1, [sp, #4]",
-    "add r0, r0, #3 * \\stride",
+    "addw r0, r0, #4 * \\stride - \\cols",
     "subs r3, r3, #1",
     "bne 4b",
     "pop {{r1-r11, pc}}",
     ".size \\name, . - \\name",
     ".endm",
-    "txl_rows4_whole_fn txl_rows4x32_s8_128, 128",
-    "txl_rows4_whole_fn txl_rows4x64_s8_256, 256",
+    "txl_rows4_whole_fn txl_rows4x32_s8_128, 128, 128",
+    "txl_rows4_whole_fn txl_rows4x64_s8_256, 256, 256",
+    "txl_rows4_whole_fn txl_rows4x8_whole_s8_128, 128, 32",
 );
 
 extern "C" {
@@ -609,6 +614,7 @@ fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], su
     let whole: Option<unsafe extern "C" fn(*const i8, *const u32, *mut i32, usize)> = match (stride, groups) {
         (128, 32) if LARGE_KERNELS => Some(txl_rows4x32_s8_128),
         (256, 64) if LARGE_KERNELS => Some(txl_rows4x64_s8_256),
+        (128, 8) if LARGE_KERNELS => Some(txl_rows4x8_whole_s8_128),
         _ => None,
     };
     if let (Some(kernel), true, true) = (whole, aligned, blocks > 0) {
