@@ -775,11 +775,12 @@ extern "C" {
 // pair each column of key `t` with the same column of key `u`. Per two keys: one LDRD and one
 // PKHBT for the weights, then per four columns two LDR, two PKH, four SXTB16 and four SMLAD,
 // and an ADD to the next two keys (27 instructions per 16 multiply-accumulates, against 32 four
-// columns a pass); a load, a compare and a branch per two passes. The stride is the assembler's:
+// columns a pass); a load, a compare and a branch per four passes. The stride is the assembler's:
 // the second key's words are immediate offsets. At a stride of 128 bytes the first words' loads
 // move to the next two keys (post-indexed) and the second words' are offsets back from there,
 // which leaves the ADD out (26 instructions). An odd count takes one key first (SMLABB and
-// SMLATB), the flags of the count's low two bits set before (nothing in between sets them).
+// SMLATB), the flags of the count's low two bits set before (nothing in between sets them),
+// then two pairs where the keys left are not a multiple of eight.
 // Registers: r0 the values, r2 the weights, r4-r11 the sums of columns 0-7, r3 the packed
 // weights, r1/r12/lr the keys' words. The frame keeps the weights' end and the sums' address.
 global_asm!(
@@ -854,12 +855,21 @@ global_asm!(
     "bcc 3f",
     "txl_value_sums8_pair \\stride",
     "3:",
+    // the keys left a multiple of four: two pairs first where they are not of eight
+    "ldr r1, [sp]",
+    "sub r12, r1, r2",
+    "tst r12, #16",
+    "beq 5f",
+    "txl_value_sums8_pair \\stride",
+    "txl_value_sums8_pair \\stride",
+    "5:",
     "ldr r1, [sp]",
     "cmp r2, r1",
     "beq 4f",
     "1:",
+    ".rept 4",
     "txl_value_sums8_pair \\stride",
-    "txl_value_sums8_pair \\stride",
+    ".endr",
     "ldr r1, [sp]",
     "cmp r2, r1",
     "bne 1b",
