@@ -264,11 +264,11 @@ global_asm!(
     "txl_rows4x8_fn txl_rows4x8_s8_128, 128",
     "txl_rows4x8_fn txl_rows4x8_s8_256, 256",
     // `txl_rows4x32_s8_128`: rows of exactly 128 columns one after the other, the sixteen
-    // octets of a block without a loop, the first setting the sums (SMUAD): 599 instructions
-    // per block of 512 multiply-accumulates (`txl_rows4x64_s8_256`: 256 columns, 1191 per
-    // 1024; `txl_rows4x8_whole_s8_128`: 32 columns at that stride, the keys of a head, 155 per
-    // 128). Registers as above; r3 the blocks left, the frame the inputs' start and the output
-    // pointer.
+    // octets of a block without a loop, the first setting the sums (SMUAD): 598 instructions
+    // per block of 512 multiply-accumulates (`txl_rows4x64_s8_256`: 256 columns, 1190 per
+    // 1024; `txl_rows4x8_whole_s8_128`: 32 columns at that stride, the keys of a head, 154 per
+    // 128). Registers as above; r3 the output pointer, the frame the inputs' start and the
+    // outputs' end.
     ".macro txl_rows4x8_row_first acc",
     "sxtb16 r1, r12",
     "smuad \\acc, r1, r8",
@@ -287,6 +287,9 @@ global_asm!(
     ".thumb_func",
     "\\name:",
     "push {{r1-r11, lr}}",
+    "add r12, r2, r3, lsl #4", // the sums' end, in r3's slot; r3 the output pointer
+    "str r12, [sp, #8]",
+    "mov r3, r2",
     "4:",
     "ldr r2, [sp]",
     "ldmia r2!, {{r8-r11}}",
@@ -301,11 +304,10 @@ global_asm!(
     ".rept \\cols / 8 - 1",
     "txl_rows4x8_octet \\stride",
     ".endr",
-    "ldr r1, [sp, #4]",
-    "stmia r1!, {{r4-r7}}",
-    "str r1, [sp, #4]",
+    "stmia r3!, {{r4-r7}}",
     "addw r0, r0, #4 * \\stride - \\cols",
-    "subs r3, r3, #1",
+    "ldr r1, [sp, #8]",
+    "cmp r3, r1",
     "bne 4b",
     "pop {{r1-r11, pc}}",
     ".size \\name, . - \\name",
