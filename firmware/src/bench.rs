@@ -538,13 +538,13 @@ fn check_quantize_i8() -> Result<usize, Failure> {
 }
 
 /// The int8 product's scaling of its sums (as this board runs it: `kernels::scale_sums_i8`)
-/// against the portable one, bit for bit, on 1 to 9 and 131 rows: sums up to `±2^31`, scales
+/// against the portable one, bit for bit, on 1 to 9, 13 and 131 rows: sums up to `±2^31`, scales
 /// of the usual size, and lists with a zero, subnormal, infinite or NaN scale, and input scales
 /// whose products with the row scales are subnormal. Returns the lists checked.
 fn check_scale_sums_i8() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x5ca1_ab1e);
     let mut lists = 0;
-    for n in (1usize..=9).chain([131]) {
+    for n in (1usize..=9).chain([13, 131]) {
         for kind in 0..6 {
             let sums: Vec<f32> = (0..n).map(|_| f32::from_bits(numbers.next())).collect();
             let mut scales: Vec<f32> = (0..n).map(|_| numbers.float().abs() * 1e-2 + 1e-4).collect();
