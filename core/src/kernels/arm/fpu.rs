@@ -570,10 +570,10 @@ extern "C" {
     fn txl_quantize4_f32(x: *const f32, out: *mut i8, fours: usize, inverse: u32);
 }
 
-// `txl_max_doubled_bits`, per four values: one LDM, then per value a compare with the value
-// shifted left by one (the sign out) and a conditional shift into the largest (3.75
-// instructions a value with the loop). Registers: r0 the
-// values, r1 the groups left, r4-r7 four values, r12 the largest.
+// `txl_max_doubled_bits`, per eight values: one LDM, then per value a compare with the value
+// shifted left by one (the sign out) and a conditional shift into the largest (3.375
+// instructions a value with the loop; an odd number of fours takes four first). Registers: r0
+// the values, r1 the passes left, r2-r9 eight values, r12 the largest.
 //
 // `txl_quantize4_f32`, per four values: one VLDM, four VMUL by the inverse, four VCVT to fixed
 // point with one fraction bit, `t = trunc(2y)` (exact), and `y` rounded half away from zero
@@ -598,18 +598,33 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_max_doubled_bits:",
-    "push {{r4-r7}}",
+    "push {{r4-r9}}",
     "mov r12, #0",
-    "1:",
+    "lsrs r1, r1, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
     "ldmia r0!, {{r4-r7}}",
     "txl_larger_doubled r4",
     "txl_larger_doubled r5",
     "txl_larger_doubled r6",
     "txl_larger_doubled r7",
+    "2:",
+    "cmp r1, #0",
+    "beq 3f",
+    "1:",
+    "ldmia r0!, {{r2-r9}}",
+    "txl_larger_doubled r2",
+    "txl_larger_doubled r3",
+    "txl_larger_doubled r4",
+    "txl_larger_doubled r5",
+    "txl_larger_doubled r6",
+    "txl_larger_doubled r7",
+    "txl_larger_doubled r8",
+    "txl_larger_doubled r9",
     "subs r1, r1, #1",
     "bne 1b",
+    "3:",
     "mov r0, r12",
-    "pop {{r4-r7}}",
+    "pop {{r4-r9}}",
     "bx lr",
     ".size txl_max_doubled_bits, . - txl_max_doubled_bits",
     ".section .text.txl_quantize4_f32,\"ax\",%progbits",
