@@ -947,7 +947,8 @@ pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
 struct ScoresPass {
     /// The first key's term.
     term: *const f32,
-    /// Bytes from one key's term to the next's: 0 (the same term) or -4 (backwards).
+    /// Bytes from one key's term to the next's: 0 (the same term) or -4 (backwards; the kernel
+    /// reads only whether it is 0).
     term_step: isize,
     /// The query's step.
     step: f32,
@@ -992,11 +993,11 @@ extern "C" {
 // the scales, r4 the stride, r12 the state; s8 the inverse, s9 the sum, s10 the largest.
 //
 // `txl_int8_scores_f32`: VLDR of the sum and VCVT (round to nearest, as `as f32`), VMUL by the
-// step, VLDR of the key's scale and of the term (each pointer moved by an ADD), VMUL, VADD,
-// VMUL by the scale, VSTM, and VCMP, VMRS and a conditional VMOV for the largest: 16
-// instructions a key with the loop. Registers: r0 the scores, r1 the pairs of keys left, r2 the
-// scales, r3 the stride, r4 the term, r5 its step, r12 the pass; s8 the step, s9 the scale, s10
-// the largest.
+// step, VLDR of the key's scale (its pointer moved by an ADD) and VLDMDB of the term (none where
+// every key takes the same, kept in s11), VMUL, VADD, VMUL by the scale, VSTM, and VCMP, VMRS and
+// a conditional VMOV for the largest: 15 instructions a key with the loop (14 with one term).
+// Registers: r0 the scores, r1 the pairs of keys left, r2 the scales, r3 the stride, r4 the
+// term, r5 its step, r12 the pass; s8 the step, s9 the scale, s10 the largest.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1016,16 +1017,21 @@ global_asm!(
     "it gt",
     "vmovgt.f32 s10, s2",
     ".endm",
-    ".macro txl_int8_score",
+    // `term`: `back`, each key's term the one before the last key's (VLDMDB), or `same`, s11
+    ".macro txl_int8_score term",
     "vldr s0, [r0]",
     "vcvt.f32.s32 s0, s0",
     "vldr s1, [r2]",
     "add r2, r2, r3",
     "vmul.f32 s0, s0, s8",
-    "vldr s2, [r4]",
-    "add r4, r4, r5",
+    ".ifc \\term, back",
+    "vldmdb r4!, {{s2}}",
     "vmul.f32 s0, s0, s1",
     "vadd.f32 s0, s0, s2",
+    ".else",
+    "vmul.f32 s0, s0, s1",
+    "vadd.f32 s0, s0, s11",
+    ".endif",
     "vmul.f32 s0, s0, s9",
     "vstmia r0!, {{s0}}",
     "vcmp.f32 s0, s10",
@@ -1072,17 +1078,36 @@ global_asm!(
     "vldr s8, [r12, #8]",
     "vldr s9, [r12, #12]",
     "vldr s10, [r12, #16]",
+    "cmp r5, #0",
+    "bne 5f",
+    // one term for every key, in s11
+    "vldr s11, [r4]",
     "lsrs r1, r1, #1", // the pairs of keys; C: an odd count
     "bcc 2f",
-    "txl_int8_score",
+    "txl_int8_score same",
     "2:",
     "cmp r1, #0",
     "beq 3f",
     "1:",
-    "txl_int8_score",
-    "txl_int8_score",
+    "txl_int8_score same",
+    "txl_int8_score same",
     "subs r1, r1, #1",
     "bne 1b",
+    "b 3f",
+    // the terms backwards from the first key's, which VLDMDB takes from one past it
+    "5:",
+    "add r4, r4, #4",
+    "lsrs r1, r1, #1",
+    "bcc 6f",
+    "txl_int8_score back",
+    "6:",
+    "cmp r1, #0",
+    "beq 3f",
+    "4:",
+    "txl_int8_score back",
+    "txl_int8_score back",
+    "subs r1, r1, #1",
+    "bne 4b",
     "3:",
     "vstr s10, [r12, #16]",
     "pop {{r4, r5, pc}}",
