@@ -579,8 +579,8 @@ extern "C" {
 // point with one fraction bit, `t = trunc(2y)` (exact), and `y` rounded half away from zero
 // from them two at a time in the halves of a word, as `txl_quantize_widen4_f32` below says
 // (`libm::roundf`'s `trunc(y + copysign(0.5 - EPSILON / 4, y))` for every `|y| < 128`); the
-// four bytes then from the halves by two UXTB16 and an ORR, and one STR: 23 instructions per
-// four values with the loop. Registers: r0 the values, r1 the outputs, r2 the groups left, s8
+// four bytes then from the halves by two UXTB16 and an ORR, and one STR: 22 instructions per
+// four values with the loop (eight a pass; an odd number of fours takes four first). Registers: r0 the values, r1 the outputs, r2 the groups left, s8
 // the inverse, s0-s3 the products, r4-r7 the integers, r8 `0x0001_0001`.
 global_asm!(
     ".syntax unified",
@@ -627,16 +627,7 @@ global_asm!(
     "pop {{r4-r9}}",
     "bx lr",
     ".size txl_max_doubled_bits, . - txl_max_doubled_bits",
-    ".section .text.txl_quantize4_f32,\"ax\",%progbits",
-    ".globl txl_quantize4_f32",
-    ".type txl_quantize4_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_quantize4_f32:",
-    "push {{r4-r8}}",
-    "vmov s8, r3",
-    "mov r8, #0x00010001",
-    "1:",
+    ".macro txl_quantize_four",
     "vldmia r0!, {{s0-s3}}",
     "vmul.f32 s0, s0, s8",
     "vmul.f32 s1, s1, s8",
@@ -658,8 +649,28 @@ global_asm!(
     "uxtb16 r5, r5",
     "orr r4, r4, r5, lsl #8",
     "str r4, [r1], #4",
+    ".endm",
+    ".section .text.txl_quantize4_f32,\"ax\",%progbits",
+    ".globl txl_quantize4_f32",
+    ".type txl_quantize4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize4_f32:",
+    "push {{r4-r8}}",
+    "vmov s8, r3",
+    "mov r8, #0x00010001",
+    "lsrs r2, r2, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_quantize_four",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "txl_quantize_four",
+    "txl_quantize_four",
     "subs r2, r2, #1",
     "bne 1b",
+    "3:",
     "pop {{r4-r8}}",
     "bx lr",
     ".size txl_quantize4_f32, . - txl_quantize4_f32",
@@ -719,25 +730,15 @@ extern "C" {
 // cleared from `0x0001_0001` by a BIC): `floor((trunc(2y) + 1) / 2)` for `y >= 0` and
 // `floor(trunc(2y) / 2)` below, `y` rounded half away from zero, as `txl_quantize4_f32` and
 // `libm::roundf` give it. One STRD of the pairs, and the bytes from them by two UXTB16, an ORR
-// and an STR: 24 instructions per four values with the loop, against 27 and the widening's
-// pass. Registers: r0 the values, r1 the bytes, r2 the groups left, r12 the pairs, r8
+// and an STR: 23 instructions per four values with the loop (eight a pass; an odd number of
+// fours takes four first), against 27 and the widening's pass. Registers: r0 the values, r1 the bytes, r2 the groups left, r12 the pairs, r8
 // `0x0001_0001`, s8 the inverse, s0-s3 the products, r4-r7 the integers.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
     ".fpu fpv4-sp-d16",
-    ".section .text.txl_quantize_widen4_f32,\"ax\",%progbits",
-    ".globl txl_quantize_widen4_f32",
-    ".type txl_quantize_widen4_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_quantize_widen4_f32:",
-    "push {{r4-r8, lr}}",
-    "ldr r12, [sp, #24]", // pairs: above the 24 bytes pushed
-    "vmov s8, r3",
-    "mov r8, #0x00010001",
-    "1:",
+    ".macro txl_quantize_widen_four",
     "vldmia r0!, {{s0-s3}}",
     "vmul.f32 s0, s0, s8",
     "vmul.f32 s1, s1, s8",
@@ -760,8 +761,29 @@ global_asm!(
     "uxtb16 r7, r5",
     "orr r6, r6, r7, lsl #8",
     "str r6, [r1], #4",
+    ".endm",
+    ".section .text.txl_quantize_widen4_f32,\"ax\",%progbits",
+    ".globl txl_quantize_widen4_f32",
+    ".type txl_quantize_widen4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize_widen4_f32:",
+    "push {{r4-r8, lr}}",
+    "ldr r12, [sp, #24]", // pairs: above the 24 bytes pushed
+    "vmov s8, r3",
+    "mov r8, #0x00010001",
+    "lsrs r2, r2, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_quantize_widen_four",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "txl_quantize_widen_four",
+    "txl_quantize_widen_four",
     "subs r2, r2, #1",
     "bne 1b",
+    "3:",
     "pop {{r4-r8, pc}}",
     ".size txl_quantize_widen4_f32, . - txl_quantize_widen4_f32",
 );
