@@ -859,12 +859,12 @@ extern "C" {
 // VADD: the same float as `|y + copysign(0.5, y)|`, the rounding being symmetric) converted to
 // 16-bit fixed point with no fraction bits (VCVT: toward zero, saturated at 32767, which is
 // the clamp), the sign put back in the core registers by `(m ^ s) - s`, `s` the product's sign
-// (its bits shifted right by 31), and two PKHBT pack the halves: 34 instructions per four values
-// with the loop. Registers: r0 the values, r1 the words, r2 the groups left, s8 the inverse, s9
+// (its bits shifted right by 31), and two PKHBT pack the halves: 33 instructions per four values
+// with the loop (eight a pass; an odd number of fours takes four first). Registers: r0 the values, r1 the words, r2 the groups left, s8 the inverse, s9
 // 0.5, s0-s3 the products, s4-s7 the magnitudes, r3-r7 and r12 the integers.
 //
-// `txl_round_halves_f32`: the same rounding four weights a pass, each stored as an i32 in its
-// place (32 instructions per four with the loop). Registers: r0 the weights, r1 the passes
+// `txl_round_halves_f32`: the same rounding, each weight stored as an i32 in its place (31
+// instructions per four with the loop, eight a pass). Registers: r0 the weights, r1 the passes
 // left, r2/r3 two products' bits, r4-r7 the integers; s0-s9 as above.
 global_asm!(
     ".syntax unified",
@@ -894,16 +894,7 @@ global_asm!(
     "eor \\value, \\value, \\product, asr #31",
     "sub \\value, \\value, \\product, asr #31",
     ".endm",
-    ".section .text.txl_query_halves_f32,\"ax\",%progbits",
-    ".globl txl_query_halves_f32",
-    ".type txl_query_halves_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_query_halves_f32:",
-    "push {{r4-r7}}",
-    "vmov s8, r3",
-    "vmov.f32 s9, #0.5",
-    "1:",
+    ".macro txl_query_halves_four",
     "vldmia r0!, {{s0-s3}}",
     "txl_rounded_magnitudes4",
     "vmov r4, r5, s0, s1",
@@ -917,21 +908,32 @@ global_asm!(
     "pkhbt r6, r6, r12, lsl #16",
     "pkhbt r7, r7, r3, lsl #16",
     "strd r6, r7, [r1], #8",
+    ".endm",
+    ".section .text.txl_query_halves_f32,\"ax\",%progbits",
+    ".globl txl_query_halves_f32",
+    ".type txl_query_halves_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_halves_f32:",
+    "push {{r4-r7}}",
+    "vmov s8, r3",
+    "vmov.f32 s9, #0.5",
+    "lsrs r2, r2, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_query_halves_four",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "txl_query_halves_four",
+    "txl_query_halves_four",
     "subs r2, r2, #1",
     "bne 1b",
+    "3:",
     "pop {{r4-r7}}",
     "bx lr",
     ".size txl_query_halves_f32, . - txl_query_halves_f32",
-    ".section .text.txl_round_halves_f32,\"ax\",%progbits",
-    ".globl txl_round_halves_f32",
-    ".type txl_round_halves_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_round_halves_f32:",
-    "push {{r4-r7}}",
-    "vmov s8, r2",
-    "vmov.f32 s9, #0.5",
-    "1:",
+    ".macro txl_round_halves_four",
     "vldmia r0, {{s0-s3}}",
     "txl_rounded_magnitudes4",
     "vmov r2, r3, s0, s1",
@@ -943,8 +945,28 @@ global_asm!(
     "txl_signed r6, r2",
     "txl_signed r7, r3",
     "stmia r0!, {{r4-r7}}",
+    ".endm",
+    ".section .text.txl_round_halves_f32,\"ax\",%progbits",
+    ".globl txl_round_halves_f32",
+    ".type txl_round_halves_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_round_halves_f32:",
+    "push {{r4-r7}}",
+    "vmov s8, r2",
+    "vmov.f32 s9, #0.5",
+    "lsrs r1, r1, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_round_halves_four",
+    "2:",
+    "cmp r1, #0",
+    "beq 3f",
+    "1:",
+    "txl_round_halves_four",
+    "txl_round_halves_four",
     "subs r1, r1, #1",
     "bne 1b",
+    "3:",
     "pop {{r4-r7}}",
     "bx lr",
     ".size txl_round_halves_f32, . - txl_round_halves_f32",
@@ -1657,7 +1679,8 @@ extern "C" {
 
 // `txl_add_assign_f32`: two VLDM, eight VADD (`y + x`, in that order) and one VSTM per eight
 // values. `txl_relu_f32`: one LDM, per value `SUB #1`, an unsigned compare with `0x7f80_0000`
-// and a conditional move of zero (zeros, negative values and NaNs fail it), one STM.
+// and a conditional move of zero (zeros, negative values and NaNs fail it), one STM; eight
+// values a pass (an odd number of fours takes four first).
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1691,6 +1714,14 @@ global_asm!(
     "it hs",
     "movhs \\value, #0",
     ".endm",
+    ".macro txl_relu_four",
+    "ldm r0, {{r4-r7}}",
+    "txl_relu_one r4",
+    "txl_relu_one r5",
+    "txl_relu_one r6",
+    "txl_relu_one r7",
+    "stmia r0!, {{r4-r7}}",
+    ".endm",
     ".section .text.txl_relu_f32,\"ax\",%progbits",
     ".globl txl_relu_f32",
     ".type txl_relu_f32,%function",
@@ -1698,15 +1729,18 @@ global_asm!(
     ".thumb_func",
     "txl_relu_f32:",
     "push {{r4-r7}}",
+    "lsrs r1, r1, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_relu_four",
+    "2:",
+    "cmp r1, #0",
+    "beq 3f",
     "1:",
-    "ldm r0, {{r4-r7}}",
-    "txl_relu_one r4",
-    "txl_relu_one r5",
-    "txl_relu_one r6",
-    "txl_relu_one r7",
-    "stmia r0!, {{r4-r7}}",
+    "txl_relu_four",
+    "txl_relu_four",
     "subs r1, r1, #1",
     "bne 1b",
+    "3:",
     "pop {{r4-r7}}",
     "bx lr",
     ".size txl_relu_f32, . - txl_relu_f32",
