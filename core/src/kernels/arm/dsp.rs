@@ -763,12 +763,24 @@ global_asm!(
 );
 
 extern "C" {
-    /// [`txl_value_sums4_s8`] for eight columns of values at a stride of 128 bytes: `acc[c] +=
-    /// Σ_t weights[t] · value_t[c]` for `c < 8`, value `t` at `values + 128 t` (`count >= 1`
-    /// keys; weights 16-bit in i32 words).
-    fn txl_value_sums8_s8_128(values: *const i8, weights: *const i32, count: usize, acc: *mut i32);
+    /// [`txl_value_sums4_s8`] for `8 * passes` columns of values at a stride of 128 bytes, eight
+    /// a pass: `acc[c] += Σ_t weights[t] · value_t[c]` for `c < 8 * passes` (`passes >= 1`),
+    /// value `t` at `values + 128 t` (`count >= 1` keys; weights 16-bit in i32 words).
+    fn txl_value_sums8_s8_128(
+        values: *const i8,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+        passes: usize,
+    );
     /// [`txl_value_sums8_s8_128`] for values at a stride of 256 bytes.
-    fn txl_value_sums8_s8_256(values: *const i8, weights: *const i32, count: usize, acc: *mut i32);
+    fn txl_value_sums8_s8_256(
+        values: *const i8,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+        passes: usize,
+    );
 }
 
 // Two keys a pass, eight columns, with `SMLAD` taking both keys' products of a column: their two
@@ -784,7 +796,8 @@ extern "C" {
 // SMLATB), the flags of the count's low two bits set before (nothing in between sets them),
 // then two pairs where the keys left are not a multiple of eight.
 // Registers: r0 the values, r2 the weights, r4-r11 the sums of columns 0-7, r3 the packed
-// weights, r1/r12/lr the keys' words. The frame keeps the weights' end and the sums' address.
+// weights, r1/r12/lr the keys' words. The frame keeps the weights' end, the sums' address, the
+// weights' start, the count, and the values' and the passes left of the eight columns after.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -842,12 +855,18 @@ global_asm!(
     ".thumb_func",
     "\\name:",
     "push {{r4-r11, lr}}",
-    "sub sp, sp, #8",
+    "sub sp, sp, #24",
     "add r12, r1, r2, lsl #2", // the weights' end
     "strd r12, r3, [sp]",
+    "strd r1, r2, [sp, #8]",
+    "ldr r12, [sp, #60]", // the passes of eight columns: above the 36 bytes pushed and the frame
+    "strd r0, r12, [sp, #16]",
+    "0:", // eight columns
+    "ldr r3, [sp, #4]",
     "ldm r3, {{r4-r11}}",
-    "lsls r12, r2, #31", // N: an odd count; C: an odd number of pairs
-    "mov r2, r1",
+    "ldr r12, [sp, #12]",
+    "lsls r12, r12, #31", // N: an odd count; C: an odd number of pairs
+    "ldr r2, [sp, #8]",
     "bpl 2f",
     "ldr r3, [r2], #4",
     "txl_value_sums8_single 0, r4, r5, r6, r7",
@@ -877,8 +896,14 @@ global_asm!(
     "bne 1b",
     "4:",
     "ldr r3, [sp, #4]",
-    "stm r3, {{r4-r11}}",
-    "add sp, sp, #8",
+    "stmia r3!, {{r4-r11}}",
+    "str r3, [sp, #4]",
+    "ldrd r0, r12, [sp, #16]",
+    "add r0, r0, #8",
+    "subs r12, r12, #1",
+    "strd r0, r12, [sp, #16]",
+    "bne 0b",
+    "add sp, sp, #24",
     "pop {{r4-r11, pc}}",
     ".size \\name, . - \\name",
     ".endm",
@@ -895,31 +920,24 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
     if count == 0 {
         return;
     }
-    let eights: Option<unsafe extern "C" fn(*const i8, *const i32, usize, *mut i32)> = match stride {
+    type Eights = unsafe extern "C" fn(*const i8, *const i32, usize, *mut i32, usize);
+    let eights: Option<Eights> = match stride {
         128 => Some(txl_value_sums8_s8_128),
         256 => Some(txl_value_sums8_s8_256),
         _ => None,
     };
     let mut first = 0;
-    if let Some(kernel) = eights {
-        for acc in acc.chunks_exact_mut(8) {
-            let last_end = (count - 1) * stride + first + 8;
-            assert!(last_end <= values.len(), "value rows out of bounds");
-            // SAFETY: the kernel reads two words at `first + t * stride` for `t < count` (the
-            // stride its own), all inside `values` (checked above), `count` weights and the
-            // eight sums of `acc`, and writes those eight sums; it preserves the callee-saved
-            // registers and the stack pointer (AAPCS). Unaligned word loads are allowed on
-            // Armv7E-M and Armv8-M Mainline.
-            unsafe {
-                kernel(
-                    values.as_ptr().add(first),
-                    weights.as_ptr(),
-                    count,
-                    acc.as_mut_ptr(),
-                )
-            };
-            first += 8;
-        }
+    let passes = acc.len() / 8;
+    if let (Some(kernel), true) = (eights, passes > 0) {
+        let last_end = (count - 1) * stride + 8 * passes;
+        assert!(last_end <= values.len(), "value rows out of bounds");
+        // SAFETY: the kernel reads the words at `c + t * stride` for `c < 8 * passes` and
+        // `t < count` (the stride its own), all inside `values` (checked above), `count`
+        // weights and the first `8 * passes` sums of `acc`, and writes those sums; it preserves
+        // the callee-saved registers and the stack pointer (AAPCS). Unaligned word loads are
+        // allowed on Armv7E-M and Armv8-M Mainline.
+        unsafe { kernel(values.as_ptr(), weights.as_ptr(), count, acc.as_mut_ptr(), passes) };
+        first = 8 * passes;
     }
     for acc in acc[first..].chunks_exact_mut(4) {
         let last_end = (count - 1) * stride + first + 4;
