@@ -1488,8 +1488,8 @@ static EXP_CONSTANTS: [f32; 9] = {
 extern "C" {
     /// From `state.at` towards `state.end`: `v = expf(v - max)` in place, each added to
     /// `state.sum` in order, while `x = v - max` is negative with `1.5 ln 2 < |x| < 87.3365`
-    /// (`libm::expf`'s path that rounds `x / ln 2` and scales by a normal power of two); stops
-    /// at the end or at the first other value, leaving `state.at` there.
+    /// (`libm::expf`'s path that rounds `x / ln 2` and scales by a normal power of two) or zero
+    /// (`expf` 1); stops at the end or at the first other value, leaving `state.at` there.
     fn txl_softmax_exps_f32(state: *mut Exps, constants: *const f32);
 }
 
@@ -1532,7 +1532,7 @@ global_asm!(
     "vmov r4, s0",
     "sub r5, r4, r3",
     "cmp r5, r12",
-    "bhs 2f",
+    "bhs 3f",
     "vmov.f32 s1, s17",
     "vmla.f32 s1, s0, s16", // x / ln 2 - 1/2
     "vcvt.s32.f32 s1, s1",  // k, toward zero
@@ -1554,6 +1554,7 @@ global_asm!(
     "vadd.f32 s9, s9, s0",
     "vadd.f32 s9, s9, s23", // y
     "vmul.f32 s9, s9, s10",
+    "4:",
     "vstmia r1!, {{s9}}",
     "vadd.f32 s26, s26, s9",
     "cmp r1, r2",
@@ -1564,13 +1565,19 @@ global_asm!(
     "vpop {{s16-s26}}",
     "pop {{r4, r5}}",
     "bx lr",
+    // `x` zero (the largest value itself): `expf` is `1 + x`, 1
+    "3:",
+    "lsls r5, r4, #1",
+    "bne 2b",
+    "vmov.f32 s9, #1.0",
+    "b 4b",
     ".size txl_softmax_exps_f32, . - txl_softmax_exps_f32",
 );
 
 /// [`portable::softmax_exps_sum_f32`](crate::kernels::portable::softmax_exps_sum_f32) with the
-/// FPU: the values on `libm::expf`'s main path in the kernel above, the others (the largest
-/// values, within `1.5 ln 2` of the maximum, and those near underflow) by `libm::expf`. The
-/// same bits.
+/// FPU: the values on `libm::expf`'s main path and the zeros (the maximum itself) in the kernel
+/// above, the others (the values within `1.5 ln 2` of the maximum, and those near underflow) by
+/// `libm::expf`. The same bits.
 pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
     let mut state = Exps {
         at: values.as_mut_ptr(),
