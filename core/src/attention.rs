@@ -59,6 +59,12 @@ impl AttentionShape {
     }
 }
 
+/// The scores' scale `1 / sqrt(d_head)`, from f64 (software floating point on the Cortex-M
+/// cores: taken once a segment and passed to [`attend_one`] and [`attend_block`]).
+pub(crate) fn score_scale(d_head: usize) -> f32 {
+    (1.0 / libm::sqrt(d_head as f64)) as f32
+}
+
 /// Floats of the scratch [`attend_one`] takes: the scores and the position terms of up to
 /// `capacity` keys, then, for int8 memory, the integer sums of one head.
 pub(crate) fn scores_len(capacity: usize, d_head: usize, mem_dtype: MemDtype) -> Option<usize> {
@@ -77,7 +83,7 @@ pub(crate) fn scores_len(capacity: usize, d_head: usize, mem_dtype: MemDtype) ->
 /// memory). Writes `out (n_head * d_head)`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend_one(
-    shape: &AttentionShape,
+    (shape, scale): (&AttentionShape, f32),
     i: usize,
     query: &[f32],
     query_pos: &[f32],
@@ -87,7 +93,6 @@ pub(crate) fn attend_one(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
-    let scale = (1.0 / libm::sqrt(shape.d_head as f64)) as f32;
     let klen = shape.mlen + shape.qlen;
     // int8 memory writes each head's sums (as if added to zeros), and fills a head whose keys
     // are all masked itself
@@ -187,7 +192,7 @@ const _: () = assert!(QUERIES_TOGETHER <= MAX_POSITIONS_PER_PASS);
 /// `count` times [`scores_len`]; writes `count` rows of `out`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend_block(
-    shape: &AttentionShape,
+    (shape, scale): (&AttentionShape, f32),
     first: usize,
     queries: &[f32],
     queries_pos: &[f32],
@@ -228,7 +233,6 @@ pub(crate) fn attend_block(
     if int8 && integers.len() < count * crate::int8_attention::scratch_words(shape.d_head) {
         return false;
     }
-    let scale = (1.0 / libm::sqrt(shape.d_head as f64)) as f32;
     out[..count * width].fill(0.0);
     for head in 0..shape.n_head {
         let h = head * shape.d_head..(head + 1) * shape.d_head;

@@ -84,8 +84,7 @@ impl<'s> Int8Input<'s> {
     /// Quantizes `x` (`cols` long, times `act_scales` if any) into `scratch`.
     fn quantize(x: &[f32], act_scales: Option<&[f32]>, scratch: &'s mut [u32], cols: usize) -> Self {
         let (xq, widened) = split_scratch(scratch, cols);
-        let x_scale = kernels::quantize_i8(x, act_scales, xq);
-        kernels::widen_input_i8(xq, widened);
+        let x_scale = kernels::quantize_widen_i8(x, act_scales, xq, widened);
         Int8Input { xq, widened, x_scale }
     }
 

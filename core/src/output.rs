@@ -67,7 +67,11 @@ pub fn log_probs_of_positions(
             head_sum += kernels::fast_math::softmax_exp(v - head_max);
         }
         let head_lse = head_max + libm::logf(head_sum);
-        for v in shortlist.iter_mut().chain(tail_logits.iter_mut()) {
+        // two loops rather than one over the chain: each compiles to a plain unrolled loop
+        for v in shortlist.iter_mut() {
+            *v -= head_lse;
+        }
+        for v in tail_logits.iter_mut() {
             *v -= head_lse;
         }
     }

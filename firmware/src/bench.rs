@@ -165,8 +165,8 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
 /// shapes the demo model does not have: heads of 1 to 13 columns (partial groups of four and
 /// eight), 16, 32 and 48 (whole groups of eight and sixteen), 33 and 80 (the query unpacked in
 /// two parts), odd and even key counts (partial blocks of four keys), keys at an odd stride
-/// (unaligned rows); then the value sums at strides of 128 and 256 bytes. Returns the number of
-/// shapes checked.
+/// (unaligned rows); then the key and value sums at strides of 128 and 256 bytes. Returns the
+/// number of shapes checked.
 fn check_int8_attention() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x0bad_5eed);
     let mut shapes = 0;
@@ -203,20 +203,33 @@ fn check_int8_attention() -> Result<usize, Failure> {
             shapes += 1;
         }
     }
-    // value rows as the memory lays them out, 128 and 256 bytes apart (kernels of their own on
-    // the DSP), for heads of whole and partial groups of eight columns
+    // key and value rows as the memory lays them out, 128 and 256 bytes apart from a word-
+    // aligned start (kernels of their own on the DSP), for heads of whole and partial groups of
+    // eight columns
     for stride in [128usize, 256] {
         for d_head in [4usize, 8, 12, 32, 44] {
             for count in [1usize, 2, 3, 5, 6, 64, 65] {
-                let values: Vec<i8> = (0..(count - 1) * stride + d_head)
+                let storage: Vec<i8> = (0..(count - 1) * stride + d_head + 3)
                     .map(|_| (numbers.next() % 256) as u8 as i8)
                     .collect();
+                let at = storage.as_ptr().align_offset(4);
+                let values = &storage[at..at + (count - 1) * stride + d_head];
+                let query: Vec<f32> = (0..d_head).map(|_| numbers.float()).collect();
+                let mut words = vec![0u32; int8_attention::query_words(d_head)];
+                let q = int8_attention::QueryWords::quantize(&query, &mut words)
+                    .ok_or(Failure::KernelMismatch("the query quantization"))?;
+                let (mut fast, mut portable) = (vec![3i32; count], vec![3i32; count]);
+                kernels::key_sums_i8(values, stride, d_head, q.words, &mut fast);
+                kernels::portable::key_sums_i8(values, stride, d_head, q.words, &mut portable);
+                if fast != portable {
+                    return Err(Failure::KernelMismatch("key_sums"));
+                }
                 let weights: Vec<i32> = (0..count)
                     .map(|_| (numbers.next() % 65535) as i32 - 32767)
                     .collect();
                 let (mut fast, mut portable) = (vec![-5i32; d_head], vec![-5i32; d_head]);
-                kernels::value_sums_i8(&values, stride, &weights, &mut fast);
-                kernels::portable::value_sums_i8(&values, stride, &weights, &mut portable);
+                kernels::value_sums_i8(values, stride, &weights, &mut fast);
+                kernels::portable::value_sums_i8(values, stride, &weights, &mut portable);
                 if fast != portable {
                     return Err(Failure::KernelMismatch("value_sums"));
                 }
@@ -476,9 +489,10 @@ fn check_int8_rows() -> Result<usize, Failure> {
     Ok(shapes)
 }
 
-/// The int8 quantization of an input (as this board runs it: `kernels::quantize_i8`) against
-/// the portable one, scale and bytes, on 1 to 17, 128 and 131 values: pseudo-random inputs,
-/// exact ties (a range of 127, so `k + 0.5` quantizes to `k + 0.5` before rounding), NaNs,
+/// The int8 quantization of an input (as this board runs it: `kernels::quantize_i8`, and
+/// `kernels::quantize_widen_i8` with its widened words) against the portable one, scale and
+/// bytes (and those bytes widened by `kernels::widen_input_i8`), on 1 to 17, 128 and 131
+/// values: pseudo-random inputs, exact ties (a range of 127, so `k + 0.5` quantizes to `k + 0.5` before rounding), NaNs,
 /// subnormals, ranges at and below the smallest the fast kernels take, and no range at all.
 /// Returns the inputs checked.
 fn check_quantize_i8() -> Result<usize, Failure> {
@@ -510,19 +524,27 @@ fn check_quantize_i8() -> Result<usize, Failure> {
             if fast != portable || fast_scale.to_bits() != portable_scale.to_bits() {
                 return Err(Failure::KernelMismatch("quantize_i8"));
             }
+            // quantized and widened in one pass, against the portable bytes widened
+            let (mut fused, mut words, mut want) =
+                (vec![5i8; n], vec![1u32; n / 2 + 2], vec![1u32; n / 2 + 2]);
+            let fused_scale = kernels::quantize_widen_i8(&x, None, &mut fused, &mut words);
+            kernels::widen_input_i8(&portable, &mut want);
+            if fused != portable || fused_scale.to_bits() != portable_scale.to_bits() || words != want {
+                return Err(Failure::KernelMismatch("quantize_widen_i8"));
+            }
         }
     }
     Ok(inputs)
 }
 
 /// The int8 product's scaling of its sums (as this board runs it: `kernels::scale_sums_i8`)
-/// against the portable one, bit for bit, on 1 to 9 and 131 rows: sums up to `±2^31`, scales
+/// against the portable one, bit for bit, on 1 to 9, 13 and 131 rows: sums up to `±2^31`, scales
 /// of the usual size, and lists with a zero, subnormal, infinite or NaN scale, and input scales
 /// whose products with the row scales are subnormal. Returns the lists checked.
 fn check_scale_sums_i8() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x5ca1_ab1e);
     let mut lists = 0;
-    for n in (1usize..=9).chain([131]) {
+    for n in (1usize..=9).chain([13, 131]) {
         for kind in 0..6 {
             let sums: Vec<f32> = (0..n).map(|_| f32::from_bits(numbers.next())).collect();
             let mut scales: Vec<f32> = (0..n).map(|_| numbers.float().abs() * 1e-2 + 1e-4).collect();

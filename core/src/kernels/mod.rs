@@ -20,6 +20,7 @@
 //! | [`axpys_strided_f32`], [`axpys_strided_f16`] | AVX `avx::axpys_strided` | FPU `fpu::axpys_strided_f32` (f32) | NEON `neon::axpys_strided_f32` (f32) | |
 //! | [`axpys_strided_each_f32`] | AVX-512F `avx512::axpys_strided_each_f32` | | | |
 //! | [`quantize_i8`] | AVX `avx::quantize_i8` | Helium `helium::quantize_i8`, FPU `fpu::quantize_i8` | | |
+//! | [`quantize_widen_i8`] | | FPU `fpu::quantize_widen_i8` (with DSP, not Helium) | | |
 //! | [`scale_sums_i8`] | | Helium `helium::scale_sums_i8`, FPU `fpu::scale_sums_i8` | | |
 //! | [`widen_input_i8`] | | DSP `dsp::widen_input_i8` | | RV32IM `rv32::widen_input_i8` |
 //! | [`row_sums_i8`] | VNNI `vnni::{evex,vex}::row_sums_i8`, AVX2 `avx::row_sums_i8` | Helium `helium::row_sums_i8`, DSP `dsp::row_sums_i8`, without DSP `base::row_sums_i8` | SDOT `neon::row_sums_i8_sdot`, `neon::row_sums_i8_smull` | RV32IM `rv32::row_sums_i8` |
@@ -31,7 +32,7 @@
 //! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | Helium `helium::{key,value}_sums_i8`, DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
 //! | [`magnitude_bits`], [`query_halves`] | | Helium `helium::{magnitude_bits, query_halves}`, FPU `fpu::{magnitude_bits, query_halves}` | | |
 //! | [`key_scores_i8`], [`value_weights`], [`round_weights`] | | Helium `helium::{key_scores_i8, value_weights, round_weights}`, FPU `fpu::{key_scores_i8, value_weights, round_weights}` | | |
-//! | [`scaled_sums_i32`] | | Helium `helium::scaled_sums_i32` | | |
+//! | [`scaled_sums_i32`] | | Helium `helium::scaled_sums_i32`, FPU `fpu::scaled_sums_i32` | | |
 //! | [`key_sums_each_i8`], [`value_sums_each_i8`], [`magnitudes_each_f32`] | AVX-512BW `avx512_attention` | | | |
 //! | [`layer_norm_sums_f32`] | AVX-512F `avx512::layer_norm_sums_f32` | | | |
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
@@ -450,6 +451,25 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     return fpu::quantize_i8(x, act_scales, out);
     #[allow(unreachable_code)]
     portable::quantize_i8(x, act_scales, out)
+}
+
+/// [`quantize_i8`] into `xq`, then [`widen_input_i8`] of `xq` into `widened`: one pass over
+/// the values with the FPU of the other `cortex-m-dsp` cores than Helium's (`cortex-m-large-
+/// kernels`), where [`quantize_i8`] takes its kernel. The same bytes, words and scale.
+#[inline]
+pub fn quantize_widen_i8(x: &[f32], act_scales: Option<&[f32]>, xq: &mut [i8], widened: &mut [u32]) -> f32 {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    if let Some(scale) = fpu::quantize_widen_i8(x, act_scales, xq, widened) {
+        return scale;
+    }
+    let scale = quantize_i8(x, act_scales, xq);
+    widen_input_i8(xq, widened);
+    scale
 }
 
 /// `y[r] = (y[r]'s bits as an i32 sum) as f32 * (row_scales[r] * x_scale)`, an int8 product's
@@ -928,11 +948,18 @@ pub fn value_weights(
 }
 
 /// `out[c] = 0.0 + sums[c] as f32 * step` ([`portable::scaled_sums_i32`]): Helium four columns
-/// an instruction. The same bits.
+/// an instruction, the FPU of the other `cortex-m-dsp` cores eight a pass. The same bits.
 #[inline]
 pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::scaled_sums_i32(sums, step, out);
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::scaled_sums_i32(sums, step, out);
     #[allow(unreachable_code)]
     portable::scaled_sums_i32(sums, step, out)
 }

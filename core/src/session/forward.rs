@@ -43,12 +43,13 @@ impl Session<'_, '_> {
             return Ok(());
         }
         let shape = self.attention_shape(tokens.len());
+        let scale = attention::score_scale(shape.d_head);
         let d_model = self.model.config().d_model as usize;
         self.embed(tokens);
         for layer in 0..self.model.config().n_layer as usize {
             // the layer's weights, found in the image once for both sub-layers
             let w = self.model.layer(layer);
-            self.attention((layer, &w), &shape, probe);
+            self.attention((layer, &w), (&shape, scale), probe);
             self.feed_forward((layer, &w), shape.qlen, probe);
             // h is now the layer's output
             let hidden = &self.state.hidden[..shape.qlen * d_model];
@@ -89,13 +90,13 @@ impl Session<'_, '_> {
     fn attention(
         &mut self,
         (layer, w): (usize, &LayerWeights<'_>),
-        shape: &AttentionShape,
+        (shape, scale): (&AttentionShape, f32),
         probe: &mut impl Probe,
     ) {
         self.attention_input(w, shape.qlen);
         self.project_qkv((layer, w), shape, probe);
         let table = self.layer_position_keys((layer, w), shape.mlen + shape.qlen);
-        self.relative_attention((layer, w), shape, table);
+        self.relative_attention((layer, w), (shape, scale), table);
         self.attention_output((layer, w), shape.qlen, probe);
     }
 
@@ -196,7 +197,7 @@ impl Session<'_, '_> {
     fn relative_attention(
         &mut self,
         (layer, w): (usize, &LayerWeights<'_>),
-        shape: &AttentionShape,
+        (shape, scale): (&AttentionShape, f32),
         table: usize,
     ) {
         let width = self.model.config().qkv_width() as usize;
@@ -259,7 +260,7 @@ impl Session<'_, '_> {
             let out = &mut attn_vec[rows];
             let together = match &positions {
                 PositionScores::Keys { keys, .. } if count > 1 => attention::attend_block(
-                    shape,
+                    (shape, scale),
                     first,
                     block_queries,
                     block_queries_pos,
@@ -279,7 +280,7 @@ impl Session<'_, '_> {
                     .enumerate()
                 {
                     attention::attend_one(
-                        shape,
+                        (shape, scale),
                         first + b,
                         query,
                         query_pos,

@@ -181,6 +181,9 @@ extern "C" {
     fn txl_rows4x32_s8_128(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
     /// [`txl_rows4x8_s8_256`] for rows of exactly 256 columns (`groups` 64) and `blocks >= 1`.
     fn txl_rows4x64_s8_256(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
+    /// [`txl_rows4x8_s8_128`] for rows of exactly 32 columns (`groups` 8: the keys of a head of
+    /// 32 in a memory 128 wide) and `blocks >= 1`.
+    fn txl_rows4x8_whole_s8_128(rows: *const i8, pairs: *const u32, sums: *mut i32, blocks: usize);
 }
 
 // The same products as `txl_rows4_s8`, with each row's eight columns loaded by one LDRD: for a
@@ -261,10 +264,11 @@ global_asm!(
     "txl_rows4x8_fn txl_rows4x8_s8_128, 128",
     "txl_rows4x8_fn txl_rows4x8_s8_256, 256",
     // `txl_rows4x32_s8_128`: rows of exactly 128 columns one after the other, the sixteen
-    // octets of a block without a loop, the first setting the sums (SMUAD): 599 instructions
-    // per block of 512 multiply-accumulates (`txl_rows4x64_s8_256`: 256 columns, 1191 per
-    // 1024). Registers as above; r3 the blocks left, the frame
-    // the inputs' start and the output pointer.
+    // octets of a block without a loop, the first setting the sums (SMUAD): 598 instructions
+    // per block of 512 multiply-accumulates (`txl_rows4x64_s8_256`: 256 columns, 1190 per
+    // 1024; `txl_rows4x8_whole_s8_128`: 32 columns at that stride, the keys of a head, 154 per
+    // 128). Registers as above; r3 the output pointer, the frame the inputs' start and the
+    // outputs' end.
     ".macro txl_rows4x8_row_first acc",
     "sxtb16 r1, r12",
     "smuad \\acc, r1, r8",
@@ -275,7 +279,7 @@ global_asm!(
     "sxtb16 lr, lr, ror #8",
     "smlad \\acc, lr, r11, \\acc",
     ".endm",
-    ".macro txl_rows4_whole_fn name, stride",
+    ".macro txl_rows4_whole_fn name, stride, cols",
     ".section .text.\\name,\"ax\",%progbits",
     ".globl \\name",
     ".type \\name,%function",
@@ -283,6 +287,9 @@ global_asm!(
     ".thumb_func",
     "\\name:",
     "push {{r1-r11, lr}}",
+    "add r12, r2, r3, lsl #4", // the sums' end, in r3's slot; r3 the output pointer
+    "str r12, [sp, #8]",
+    "mov r3, r2",
     "4:",
     "ldr r2, [sp]",
     "ldmia r2!, {{r8-r11}}",
@@ -294,20 +301,20 @@ global_asm!(
     "txl_rows4x8_row_first r7",
     "ldrd r12, lr, [r0], #8",
     "txl_rows4x8_row_first r4",
-    ".rept \\stride / 8 - 1",
+    ".rept \\cols / 8 - 1",
     "txl_rows4x8_octet \\stride",
     ".endr",
-    "ldr r1, [sp, #4]",
-    "stmia r1!, {{r4-r7}}",
-    "str r1, [sp, #4]",
-    "add r0, r0, #3 * \\stride",
-    "subs r3, r3, #1",
+    "stmia r3!, {{r4-r7}}",
+    "addw r0, r0, #4 * \\stride - \\cols",
+    "ldr r1, [sp, #8]",
+    "cmp r3, r1",
     "bne 4b",
     "pop {{r1-r11, pc}}",
     ".size \\name, . - \\name",
     ".endm",
-    "txl_rows4_whole_fn txl_rows4x32_s8_128, 128",
-    "txl_rows4_whole_fn txl_rows4x64_s8_256, 256",
+    "txl_rows4_whole_fn txl_rows4x32_s8_128, 128, 128",
+    "txl_rows4_whole_fn txl_rows4x64_s8_256, 256, 256",
+    "txl_rows4_whole_fn txl_rows4x8_whole_s8_128, 128, 32",
 );
 
 extern "C" {
@@ -609,6 +616,7 @@ fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], su
     let whole: Option<unsafe extern "C" fn(*const i8, *const u32, *mut i32, usize)> = match (stride, groups) {
         (128, 32) if LARGE_KERNELS => Some(txl_rows4x32_s8_128),
         (256, 64) if LARGE_KERNELS => Some(txl_rows4x64_s8_256),
+        (128, 8) if LARGE_KERNELS => Some(txl_rows4x8_whole_s8_128),
         _ => None,
     };
     if let (Some(kernel), true, true) = (whole, aligned, blocks > 0) {
@@ -755,12 +763,24 @@ global_asm!(
 );
 
 extern "C" {
-    /// [`txl_value_sums4_s8`] for eight columns of values at a stride of 128 bytes: `acc[c] +=
-    /// Σ_t weights[t] · value_t[c]` for `c < 8`, value `t` at `values + 128 t` (`count >= 1`
-    /// keys; weights 16-bit in i32 words).
-    fn txl_value_sums8_s8_128(values: *const i8, weights: *const i32, count: usize, acc: *mut i32);
+    /// [`txl_value_sums4_s8`] for `8 * passes` columns of values at a stride of 128 bytes, eight
+    /// a pass: `acc[c] += Σ_t weights[t] · value_t[c]` for `c < 8 * passes` (`passes >= 1`),
+    /// value `t` at `values + 128 t` (`count >= 1` keys; weights 16-bit in i32 words).
+    fn txl_value_sums8_s8_128(
+        values: *const i8,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+        passes: usize,
+    );
     /// [`txl_value_sums8_s8_128`] for values at a stride of 256 bytes.
-    fn txl_value_sums8_s8_256(values: *const i8, weights: *const i32, count: usize, acc: *mut i32);
+    fn txl_value_sums8_s8_256(
+        values: *const i8,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+        passes: usize,
+    );
 }
 
 // Two keys a pass, eight columns, with `SMLAD` taking both keys' products of a column: their two
@@ -769,18 +789,21 @@ extern "C" {
 // pair each column of key `t` with the same column of key `u`. Per two keys: one LDRD and one
 // PKHBT for the weights, then per four columns two LDR, two PKH, four SXTB16 and four SMLAD,
 // and an ADD to the next two keys (27 instructions per 16 multiply-accumulates, against 32 four
-// columns a pass); a load, a compare and a branch per two passes. The stride is the assembler's:
-// the second key's words are immediate offsets. An odd count takes one key first (SMLABB and
-// SMLATB), the flags of the count's low two bits set before (nothing in between sets them).
+// columns a pass); a load, a compare and a branch per four passes. The stride is the assembler's:
+// the second key's words are immediate offsets. At a stride of 128 bytes the first words' loads
+// move to the next two keys (post-indexed) and the second words' are offsets back from there,
+// which leaves the ADD out (26 instructions). An odd count takes one key first (SMLABB and
+// SMLATB), the flags of the count's low two bits set before (nothing in between sets them),
+// then two pairs where the keys left are not a multiple of eight.
 // Registers: r0 the values, r2 the weights, r4-r11 the sums of columns 0-7, r3 the packed
-// weights, r1/r12/lr the keys' words. The frame keeps the weights' end and the sums' address.
+// weights, r1/r12/lr the keys' words. The frame keeps the weights' end, the sums' address, the
+// weights' start, the count, and the values' and the passes left of the eight columns after.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    ".macro txl_value_sums8_quad stride, offset, a0, a1, a2, a3",
-    "ldr r12, [r0, #\\offset]",
-    "ldr lr, [r0, #\\stride + \\offset]",
+    // the products of the words of key `t` (r12) and key `u` (lr)
+    ".macro txl_value_sums8_words a0, a1, a2, a3",
     "pkhbt r1, r12, lr, lsl #16", // (u1 u0 t1 t0)
     "pkhtb lr, lr, r12, asr #16", // (u3 u2 t3 t2)
     "sxtb16 r12, r1",
@@ -792,12 +815,28 @@ global_asm!(
     "sxtb16 lr, lr, ror #8",
     "smlad \\a3, lr, r3, \\a3",
     ".endm",
+    ".macro txl_value_sums8_quad stride, offset, a0, a1, a2, a3",
+    "ldr r12, [r0, #\\offset]",
+    "ldr lr, [r0, #\\stride + \\offset]",
+    "txl_value_sums8_words \\a0, \\a1, \\a2, \\a3",
+    ".endm",
     ".macro txl_value_sums8_pair stride",
     "ldrd r3, lr, [r2], #8",
     "pkhbt r3, r3, lr, lsl #16", // (w_u w_t)
+    ".if \\stride <= 128",
+    // the first words of both keys post-indexed, which moves to the next two keys, and the
+    // second words back from there (offsets down to -255 bytes)
+    "ldr r12, [r0], #\\stride",
+    "ldr lr, [r0], #\\stride",
+    "txl_value_sums8_words r4, r5, r6, r7",
+    "ldr r12, [r0, #4 - 2 * \\stride]",
+    "ldr lr, [r0, #4 - \\stride]",
+    "txl_value_sums8_words r8, r9, r10, r11",
+    ".else",
     "txl_value_sums8_quad \\stride, 0, r4, r5, r6, r7",
     "txl_value_sums8_quad \\stride, 4, r8, r9, r10, r11",
     "add r0, r0, #2 * \\stride",
+    ".endif",
     ".endm",
     ".macro txl_value_sums8_single offset, a0, a1, a2, a3",
     "ldr r12, [r0, #\\offset]",
@@ -816,12 +855,18 @@ global_asm!(
     ".thumb_func",
     "\\name:",
     "push {{r4-r11, lr}}",
-    "sub sp, sp, #8",
+    "sub sp, sp, #24",
     "add r12, r1, r2, lsl #2", // the weights' end
     "strd r12, r3, [sp]",
+    "strd r1, r2, [sp, #8]",
+    "ldr r12, [sp, #60]", // the passes of eight columns: above the 36 bytes pushed and the frame
+    "strd r0, r12, [sp, #16]",
+    "0:", // eight columns
+    "ldr r3, [sp, #4]",
     "ldm r3, {{r4-r11}}",
-    "lsls r12, r2, #31", // N: an odd count; C: an odd number of pairs
-    "mov r2, r1",
+    "ldr r12, [sp, #12]",
+    "lsls r12, r12, #31", // N: an odd count; C: an odd number of pairs
+    "ldr r2, [sp, #8]",
     "bpl 2f",
     "ldr r3, [r2], #4",
     "txl_value_sums8_single 0, r4, r5, r6, r7",
@@ -831,19 +876,34 @@ global_asm!(
     "bcc 3f",
     "txl_value_sums8_pair \\stride",
     "3:",
+    // the keys left a multiple of four: two pairs first where they are not of eight
+    "ldr r1, [sp]",
+    "sub r12, r1, r2",
+    "tst r12, #16",
+    "beq 5f",
+    "txl_value_sums8_pair \\stride",
+    "txl_value_sums8_pair \\stride",
+    "5:",
     "ldr r1, [sp]",
     "cmp r2, r1",
     "beq 4f",
     "1:",
+    ".rept 4",
     "txl_value_sums8_pair \\stride",
-    "txl_value_sums8_pair \\stride",
+    ".endr",
     "ldr r1, [sp]",
     "cmp r2, r1",
     "bne 1b",
     "4:",
     "ldr r3, [sp, #4]",
-    "stm r3, {{r4-r11}}",
-    "add sp, sp, #8",
+    "stmia r3!, {{r4-r11}}",
+    "str r3, [sp, #4]",
+    "ldrd r0, r12, [sp, #16]",
+    "add r0, r0, #8",
+    "subs r12, r12, #1",
+    "strd r0, r12, [sp, #16]",
+    "bne 0b",
+    "add sp, sp, #24",
     "pop {{r4-r11, pc}}",
     ".size \\name, . - \\name",
     ".endm",
@@ -860,31 +920,24 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
     if count == 0 {
         return;
     }
-    let eights: Option<unsafe extern "C" fn(*const i8, *const i32, usize, *mut i32)> = match stride {
+    type Eights = unsafe extern "C" fn(*const i8, *const i32, usize, *mut i32, usize);
+    let eights: Option<Eights> = match stride {
         128 => Some(txl_value_sums8_s8_128),
         256 => Some(txl_value_sums8_s8_256),
         _ => None,
     };
     let mut first = 0;
-    if let Some(kernel) = eights {
-        for acc in acc.chunks_exact_mut(8) {
-            let last_end = (count - 1) * stride + first + 8;
-            assert!(last_end <= values.len(), "value rows out of bounds");
-            // SAFETY: the kernel reads two words at `first + t * stride` for `t < count` (the
-            // stride its own), all inside `values` (checked above), `count` weights and the
-            // eight sums of `acc`, and writes those eight sums; it preserves the callee-saved
-            // registers and the stack pointer (AAPCS). Unaligned word loads are allowed on
-            // Armv7E-M and Armv8-M Mainline.
-            unsafe {
-                kernel(
-                    values.as_ptr().add(first),
-                    weights.as_ptr(),
-                    count,
-                    acc.as_mut_ptr(),
-                )
-            };
-            first += 8;
-        }
+    let passes = acc.len() / 8;
+    if let (Some(kernel), true) = (eights, passes > 0) {
+        let last_end = (count - 1) * stride + 8 * passes;
+        assert!(last_end <= values.len(), "value rows out of bounds");
+        // SAFETY: the kernel reads the words at `c + t * stride` for `c < 8 * passes` and
+        // `t < count` (the stride its own), all inside `values` (checked above), `count`
+        // weights and the first `8 * passes` sums of `acc`, and writes those sums; it preserves
+        // the callee-saved registers and the stack pointer (AAPCS). Unaligned word loads are
+        // allowed on Armv7E-M and Armv8-M Mainline.
+        unsafe { kernel(values.as_ptr(), weights.as_ptr(), count, acc.as_mut_ptr(), passes) };
+        first = 8 * passes;
     }
     for acc in acc[first..].chunks_exact_mut(4) {
         let last_end = (count - 1) * stride + first + 4;

@@ -255,6 +255,16 @@ extern "C" {
         out: *mut f32,
         blocks: usize,
     );
+    /// [`txl_dots4x8_f32`] for rows of exactly 32 columns (`octets` 4), without a loop over
+    /// them.
+    fn txl_dots4x32_f32(
+        rows: *const f32,
+        stride: usize,
+        x: *const f32,
+        octets: usize,
+        out: *mut f32,
+        blocks: usize,
+    );
     /// For each of `octets >= 1` groups of eight columns `e` and `quads >= 1` groups of four
     /// rows `k` in order (row `k` at `rows + k * stride`, `stride` in bytes): `out[e] += p[k] *
     /// row_k[e]` (`VMLA`), so each element's products are added in the portable loop's order;
@@ -272,6 +282,8 @@ extern "C" {
 // `txl_dots4x8_f32`, per eight columns: one VLDM of eight inputs shared by the four rows, then
 // per row one VLDM of eight weights and eight VMLA (37 instructions per 32 multiply-
 // accumulates); per block the four sums added in the portable order and stored by one VSTM.
+// `txl_dots4x32_f32` is the same for rows of four octets, unrolled: no compare and branch
+// between them.
 // The first eight columns set the sums by VMUL instead of adding to zeros: a sum then differs
 // from the portable one at most in the sign of a zero (`+0 + -0` is `+0`), and the total's last
 // addition of `+0.0` makes every zero `+0`, so the totals are the same bits.
@@ -309,12 +321,14 @@ global_asm!(
     "vadd.f32 s24, s24, s25",
     "vadd.f32 \\out, s24, s31",
     ".endm",
-    ".section .text.txl_dots4x8_f32,\"ax\",%progbits",
-    ".globl txl_dots4x8_f32",
-    ".type txl_dots4x8_f32,%function",
+    // `whole`: rows of exactly four octets, the three after the first without a loop
+    ".macro txl_dots4_fn name, whole",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
     ".p2align 2",
     ".thumb_func",
-    "txl_dots4x8_f32:",
+    "\\name:",
     "push {{r4-r9, lr}}",
     "vpush {{s16-s31}}",
     "ldr lr, [sp, #92]", // out: above the 28 + 64 bytes pushed
@@ -335,6 +349,15 @@ global_asm!(
     "txl_dots4x8_row r4, s4, s5, s6, s7, vmul",
     "txl_dots4x8_row r5, s8, s9, s10, s11, vmul",
     "txl_dots4x8_row r6, s12, s13, s14, s15, vmul",
+    ".if \\whole",
+    ".rept 3",
+    "vldmia r12!, {{s16-s23}}",
+    "txl_dots4x8_row r0, s0, s1, s2, s3, vmla",
+    "txl_dots4x8_row r4, s4, s5, s6, s7, vmla",
+    "txl_dots4x8_row r5, s8, s9, s10, s11, vmla",
+    "txl_dots4x8_row r6, s12, s13, s14, s15, vmla",
+    ".endr",
+    ".else",
     "b 4f",
     "2:",
     "vldmia r12!, {{s16-s23}}",
@@ -345,6 +368,7 @@ global_asm!(
     "4:",
     "cmp r12, r3",
     "bne 2b",
+    ".endif",
     "vmov s31, r7",
     "txl_dots4x8_total s16, s0, s1, s2, s3",
     "txl_dots4x8_total s17, s4, s5, s6, s7",
@@ -357,7 +381,10 @@ global_asm!(
     "3:",
     "vpop {{s16-s31}}",
     "pop {{r4-r9, pc}}",
-    ".size txl_dots4x8_f32, . - txl_dots4x8_f32",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_dots4_fn txl_dots4x8_f32, 0",
+    "txl_dots4_fn txl_dots4x32_f32, 1",
     ".macro txl_axpys8_row k",
     "vldmia r4, {{s16-s23}}",
     "add r4, r4, r1",
@@ -413,12 +440,18 @@ pub fn dots_strided_f32(rows: &[f32], stride: usize, x: &[f32], out: &mut [f32])
         let octets = n / 8;
         let last_end = (4 * blocks - 1) * stride + n;
         assert!(last_end <= rows.len(), "rows out of bounds");
+        // rows of 32 columns (a head of 32) take the kernel without the loop over the columns
+        let kernel = if octets == 4 {
+            txl_dots4x32_f32
+        } else {
+            txl_dots4x8_f32
+        };
         // SAFETY: the kernel reads `4 * blocks` rows of `n = 8 * octets` f32 at a stride of
         // `stride` f32 (the last ends at `last_end`, inside `rows`, checked above) and the `n`
         // of `x`, writes the first `4 * blocks` of `out`, and preserves the callee-saved
         // registers and the stack pointer (AAPCS).
         unsafe {
-            txl_dots4x8_f32(
+            kernel(
                 rows.as_ptr(),
                 4 * stride,
                 x.as_ptr(),
@@ -537,19 +570,18 @@ extern "C" {
     fn txl_quantize4_f32(x: *const f32, out: *mut i8, fours: usize, inverse: u32);
 }
 
-// `txl_max_doubled_bits`, per four values: one LDM, then per value a compare with the value
-// shifted left by one (the sign out) and a conditional shift into the largest (3.75
-// instructions a value with the loop). Registers: r0 the
-// values, r1 the groups left, r4-r7 four values, r12 the largest.
+// `txl_max_doubled_bits`, per eight values: one LDM, then per value a compare with the value
+// shifted left by one (the sign out) and a conditional shift into the largest (3.375
+// instructions a value with the loop; an odd number of fours takes four first). Registers: r0
+// the values, r1 the passes left, r2-r9 eight values, r12 the largest.
 //
-// `txl_quantize4_f32`, per four values: one VLDM, four VMUL by the inverse, then for each
-// product `y` two conversions toward zero, `t0 = trunc(y)` (VCVT) and `t1 = trunc(2y)` (VCVT to
-// fixed point with one fraction bit, exact), and `t1 - t0`: `y` rounded half away from zero
-// (`t1 - 2 t0` is -1, 0 or 1 as the fraction reaches a half, with the sign of `y`), which is
-// what `libm::roundf`'s `trunc(y + copysign(0.5 - EPSILON / 4, y))` gives for every `|y| < 128`
-// (checked on every such f32); then four STRB. 27 instructions per four values with the loop.
-// Registers: r0 the values, r1 the outputs, r2 the groups left, s8 the inverse, s0-s3 the
-// products (then `t1`), s4-s7 `t0`, r3/r12 and r4-r7 the integers.
+// `txl_quantize4_f32`, per four values: one VLDM, four VMUL by the inverse, four VCVT to fixed
+// point with one fraction bit, `t = trunc(2y)` (exact), and `y` rounded half away from zero
+// from them two at a time in the halves of a word, as `txl_quantize_widen4_f32` below says
+// (`libm::roundf`'s `trunc(y + copysign(0.5 - EPSILON / 4, y))` for every `|y| < 128`); the
+// four bytes then from the halves by two UXTB16 and an ORR, and one STR: 22 instructions per
+// four values with the loop (eight a pass; an odd number of fours takes four first). Registers: r0 the values, r1 the outputs, r2 the groups left, s8
+// the inverse, s0-s3 the products, r4-r7 the integers, r8 `0x0001_0001`.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -566,63 +598,86 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_max_doubled_bits:",
-    "push {{r4-r7}}",
+    "push {{r4-r9}}",
     "mov r12, #0",
-    "1:",
+    "lsrs r1, r1, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
     "ldmia r0!, {{r4-r7}}",
     "txl_larger_doubled r4",
     "txl_larger_doubled r5",
     "txl_larger_doubled r6",
     "txl_larger_doubled r7",
+    "2:",
+    "cmp r1, #0",
+    "beq 3f",
+    "1:",
+    "ldmia r0!, {{r2-r9}}",
+    "txl_larger_doubled r2",
+    "txl_larger_doubled r3",
+    "txl_larger_doubled r4",
+    "txl_larger_doubled r5",
+    "txl_larger_doubled r6",
+    "txl_larger_doubled r7",
+    "txl_larger_doubled r8",
+    "txl_larger_doubled r9",
     "subs r1, r1, #1",
     "bne 1b",
+    "3:",
     "mov r0, r12",
-    "pop {{r4-r7}}",
+    "pop {{r4-r9}}",
     "bx lr",
     ".size txl_max_doubled_bits, . - txl_max_doubled_bits",
-    ".section .text.txl_quantize4_f32,\"ax\",%progbits",
-    ".globl txl_quantize4_f32",
-    ".type txl_quantize4_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_quantize4_f32:",
-    "push {{r4-r7}}",
-    "vmov s8, r3",
-    "1:",
+    ".macro txl_quantize_four",
     "vldmia r0!, {{s0-s3}}",
     "vmul.f32 s0, s0, s8",
     "vmul.f32 s1, s1, s8",
     "vmul.f32 s2, s2, s8",
     "vmul.f32 s3, s3, s8",
-    "vcvt.s32.f32 s4, s0",
-    "vcvt.s32.f32 s5, s1",
-    "vcvt.s32.f32 s6, s2",
-    "vcvt.s32.f32 s7, s3",
     "vcvt.s32.f32 s0, s0, #1",
     "vcvt.s32.f32 s1, s1, #1",
     "vcvt.s32.f32 s2, s2, #1",
     "vcvt.s32.f32 s3, s3, #1",
     "vmov r4, r5, s0, s1",
     "vmov r6, r7, s2, s3",
-    "vmov r3, r12, s4, s5",
-    "sub r4, r4, r3",
-    "sub r5, r5, r12",
-    "vmov r3, r12, s6, s7",
-    "sub r6, r6, r3",
-    "sub r7, r7, r12",
-    "strb r4, [r1], #1",
-    "strb r5, [r1], #1",
-    "strb r6, [r1], #1",
-    "strb r7, [r1], #1",
+    "pkhbt r4, r4, r6, lsl #16", // (t2 t0)
+    "pkhbt r5, r5, r7, lsl #16", // (t3 t1)
+    "bic r6, r8, r4, lsr #15",
+    "bic r7, r8, r5, lsr #15",
+    "shadd16 r4, r4, r6", // (q2 q0)
+    "shadd16 r5, r5, r7", // (q3 q1)
+    "uxtb16 r4, r4",
+    "uxtb16 r5, r5",
+    "orr r4, r4, r5, lsl #8",
+    "str r4, [r1], #4",
+    ".endm",
+    ".section .text.txl_quantize4_f32,\"ax\",%progbits",
+    ".globl txl_quantize4_f32",
+    ".type txl_quantize4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize4_f32:",
+    "push {{r4-r8}}",
+    "vmov s8, r3",
+    "mov r8, #0x00010001",
+    "lsrs r2, r2, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_quantize_four",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "txl_quantize_four",
+    "txl_quantize_four",
     "subs r2, r2, #1",
     "bne 1b",
-    "pop {{r4-r7}}",
+    "3:",
+    "pop {{r4-r8}}",
     "bx lr",
     ".size txl_quantize4_f32, . - txl_quantize4_f32",
 );
 
-/// `y` rounded half away from zero (`libm::roundf(y) as i32`) for `|y| < 128`, as
-/// `txl_quantize4_f32` computes it: `trunc(2y) - trunc(y)`.
+/// `y` rounded half away from zero (`libm::roundf(y) as i32`) for `|y| < 128`, the integer
+/// `txl_quantize4_f32` gives, as `trunc(2y) - trunc(y)`.
 #[inline(always)]
 fn round_small(y: f32) -> i32 {
     (y * 2.0) as i32 - y as i32
@@ -660,6 +715,119 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
     max_abs / 127.0
 }
 
+extern "C" {
+    /// [`txl_quantize4_f32`] with the bytes also widened as `dsp::widen_input_i8` lays them out:
+    /// for `g < groups` (`groups >= 1`), `q_k = round(x[4g + k] * inverse)` (half away from zero,
+    /// products of magnitude below 128, `inverse` as bits), `out[4g + k] = q_k`, `pairs[2g] =
+    /// q_0 | q_2 << 16` and `pairs[2g + 1] = q_1 | q_3 << 16` (signed 16-bit halves).
+    fn txl_quantize_widen4_f32(x: *const f32, out: *mut i8, groups: usize, inverse: u32, pairs: *mut u32);
+}
+
+// Per four values: one VLDM, four VMUL by the inverse and four VCVT to fixed point with one
+// fraction bit, `t = trunc(2y)` (exact); two VMOV to the core registers and two PKHBT put the
+// four `t` in the halves of the two words as the pairs lay them out (`|t| < 256`); then in both
+// halves at once `round(y) = (t + b) >> 1` (SHADD16), `b` 1 where `t >= 0` (its sign bit
+// cleared from `0x0001_0001` by a BIC): `floor((trunc(2y) + 1) / 2)` for `y >= 0` and
+// `floor(trunc(2y) / 2)` below, `y` rounded half away from zero, as `txl_quantize4_f32` and
+// `libm::roundf` give it. One STRD of the pairs, and the bytes from them by two UXTB16, an ORR
+// and an STR: 23 instructions per four values with the loop (eight a pass; an odd number of
+// fours takes four first), against 27 and the widening's pass. Registers: r0 the values, r1 the bytes, r2 the groups left, r12 the pairs, r8
+// `0x0001_0001`, s8 the inverse, s0-s3 the products, r4-r7 the integers.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_quantize_widen_four",
+    "vldmia r0!, {{s0-s3}}",
+    "vmul.f32 s0, s0, s8",
+    "vmul.f32 s1, s1, s8",
+    "vmul.f32 s2, s2, s8",
+    "vmul.f32 s3, s3, s8",
+    "vcvt.s32.f32 s0, s0, #1",
+    "vcvt.s32.f32 s1, s1, #1",
+    "vcvt.s32.f32 s2, s2, #1",
+    "vcvt.s32.f32 s3, s3, #1",
+    "vmov r4, r5, s0, s1",
+    "vmov r6, r7, s2, s3",
+    "pkhbt r4, r4, r6, lsl #16", // (t2 t0)
+    "pkhbt r5, r5, r7, lsl #16", // (t3 t1)
+    "bic r6, r8, r4, lsr #15",
+    "bic r7, r8, r5, lsr #15",
+    "shadd16 r4, r4, r6", // (q2 q0)
+    "shadd16 r5, r5, r7", // (q3 q1)
+    "strd r4, r5, [r12], #8",
+    "uxtb16 r6, r4",
+    "uxtb16 r7, r5",
+    "orr r6, r6, r7, lsl #8",
+    "str r6, [r1], #4",
+    ".endm",
+    ".section .text.txl_quantize_widen4_f32,\"ax\",%progbits",
+    ".globl txl_quantize_widen4_f32",
+    ".type txl_quantize_widen4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize_widen4_f32:",
+    "push {{r4-r8, lr}}",
+    "ldr r12, [sp, #24]", // pairs: above the 24 bytes pushed
+    "vmov s8, r3",
+    "mov r8, #0x00010001",
+    "lsrs r2, r2, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_quantize_widen_four",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "txl_quantize_widen_four",
+    "txl_quantize_widen_four",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "3:",
+    "pop {{r4-r8, pc}}",
+    ".size txl_quantize_widen4_f32, . - txl_quantize_widen4_f32",
+);
+
+/// [`quantize_i8`] and the DSP kernels' widening of its bytes (`dsp::widen_input_i8`: the
+/// whole groups of four into `pairs`) in one pass: the same bytes, words and scale. `None`,
+/// with nothing written, where [`quantize_i8`] would not take its kernel (activation scales, a
+/// NaN, no range or a subnormal one, fewer than four values) or `pairs` is short.
+pub fn quantize_widen_i8(
+    x: &[f32],
+    act_scales: Option<&[f32]>,
+    out: &mut [i8],
+    pairs: &mut [u32],
+) -> Option<f32> {
+    let n = x.len();
+    let fours = n / 4;
+    if act_scales.is_some() || out.len() != n || fours == 0 || pairs.len() < 2 * fours {
+        return None;
+    }
+    let body = 4 * fours;
+    let max_abs = f32::from_bits(magnitude_bits(x));
+    let inverse = 127.0 / max_abs;
+    // a NaN's bits are above infinity's, and then `max_abs` is NaN
+    if !(max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()) {
+        return None;
+    }
+    // SAFETY: `x` and `out` hold `4 * fours` values and bytes and `pairs` `2 * fours` words,
+    // all the kernel reads and writes; it uses s0-s8 (caller-saved) and preserves the
+    // callee-saved core registers.
+    unsafe {
+        txl_quantize_widen4_f32(
+            x.as_ptr(),
+            out.as_mut_ptr(),
+            fours,
+            inverse.to_bits(),
+            pairs.as_mut_ptr(),
+        )
+    };
+    for (o, &v) in out[body..].iter_mut().zip(&x[body..]) {
+        *o = round_small(v * inverse) as i8;
+    }
+    Some(max_abs / 127.0)
+}
+
 /// The largest of the bits of `|v|` (the sign cleared) over `values`, as unsigned integers (a
 /// NaN's above infinity's): [`txl_max_doubled_bits`] four values a pass, the rest here. Zero for
 /// no values.
@@ -691,12 +859,12 @@ extern "C" {
 // VADD: the same float as `|y + copysign(0.5, y)|`, the rounding being symmetric) converted to
 // 16-bit fixed point with no fraction bits (VCVT: toward zero, saturated at 32767, which is
 // the clamp), the sign put back in the core registers by `(m ^ s) - s`, `s` the product's sign
-// (its bits shifted right by 31), and two PKHBT pack the halves: 34 instructions per four values
-// with the loop. Registers: r0 the values, r1 the words, r2 the groups left, s8 the inverse, s9
+// (its bits shifted right by 31), and two PKHBT pack the halves: 33 instructions per four values
+// with the loop (eight a pass; an odd number of fours takes four first). Registers: r0 the values, r1 the words, r2 the groups left, s8 the inverse, s9
 // 0.5, s0-s3 the products, s4-s7 the magnitudes, r3-r7 and r12 the integers.
 //
-// `txl_round_halves_f32`: the same rounding four weights a pass, each stored as an i32 in its
-// place (32 instructions per four with the loop). Registers: r0 the weights, r1 the passes
+// `txl_round_halves_f32`: the same rounding, each weight stored as an i32 in its place (31
+// instructions per four with the loop, eight a pass). Registers: r0 the weights, r1 the passes
 // left, r2/r3 two products' bits, r4-r7 the integers; s0-s9 as above.
 global_asm!(
     ".syntax unified",
@@ -726,16 +894,7 @@ global_asm!(
     "eor \\value, \\value, \\product, asr #31",
     "sub \\value, \\value, \\product, asr #31",
     ".endm",
-    ".section .text.txl_query_halves_f32,\"ax\",%progbits",
-    ".globl txl_query_halves_f32",
-    ".type txl_query_halves_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_query_halves_f32:",
-    "push {{r4-r7}}",
-    "vmov s8, r3",
-    "vmov.f32 s9, #0.5",
-    "1:",
+    ".macro txl_query_halves_four",
     "vldmia r0!, {{s0-s3}}",
     "txl_rounded_magnitudes4",
     "vmov r4, r5, s0, s1",
@@ -749,21 +908,32 @@ global_asm!(
     "pkhbt r6, r6, r12, lsl #16",
     "pkhbt r7, r7, r3, lsl #16",
     "strd r6, r7, [r1], #8",
+    ".endm",
+    ".section .text.txl_query_halves_f32,\"ax\",%progbits",
+    ".globl txl_query_halves_f32",
+    ".type txl_query_halves_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_halves_f32:",
+    "push {{r4-r7}}",
+    "vmov s8, r3",
+    "vmov.f32 s9, #0.5",
+    "lsrs r2, r2, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_query_halves_four",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "txl_query_halves_four",
+    "txl_query_halves_four",
     "subs r2, r2, #1",
     "bne 1b",
+    "3:",
     "pop {{r4-r7}}",
     "bx lr",
     ".size txl_query_halves_f32, . - txl_query_halves_f32",
-    ".section .text.txl_round_halves_f32,\"ax\",%progbits",
-    ".globl txl_round_halves_f32",
-    ".type txl_round_halves_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_round_halves_f32:",
-    "push {{r4-r7}}",
-    "vmov s8, r2",
-    "vmov.f32 s9, #0.5",
-    "1:",
+    ".macro txl_round_halves_four",
     "vldmia r0, {{s0-s3}}",
     "txl_rounded_magnitudes4",
     "vmov r2, r3, s0, s1",
@@ -775,8 +945,28 @@ global_asm!(
     "txl_signed r6, r2",
     "txl_signed r7, r3",
     "stmia r0!, {{r4-r7}}",
+    ".endm",
+    ".section .text.txl_round_halves_f32,\"ax\",%progbits",
+    ".globl txl_round_halves_f32",
+    ".type txl_round_halves_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_round_halves_f32:",
+    "push {{r4-r7}}",
+    "vmov s8, r2",
+    "vmov.f32 s9, #0.5",
+    "lsrs r1, r1, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_round_halves_four",
+    "2:",
+    "cmp r1, #0",
+    "beq 3f",
+    "1:",
+    "txl_round_halves_four",
+    "txl_round_halves_four",
     "subs r1, r1, #1",
     "bne 1b",
+    "3:",
     "pop {{r4-r7}}",
     "bx lr",
     ".size txl_round_halves_f32, . - txl_round_halves_f32",
@@ -801,7 +991,8 @@ pub fn query_halves(query: &[f32], words: &mut [u32], inverse: f32) -> bool {
 struct ScoresPass {
     /// The first key's term.
     term: *const f32,
-    /// Bytes from one key's term to the next's: 0 (the same term) or -4 (backwards).
+    /// Bytes from one key's term to the next's: 0 (the same term) or -4 (backwards; the kernel
+    /// reads only whether it is 0).
     term_step: isize,
     /// The query's step.
     step: f32,
@@ -836,37 +1027,27 @@ extern "C" {
     );
 }
 
-// The int8 attention's driver loops, one key a pass (the ring's values and scales are strided).
+// The int8 attention's driver loops, two keys a pass (an odd count takes one first; the ring's
+// values and scales are strided).
 //
 // `txl_value_weights_f32`: one VLDM of the exponential and one VLDR of its scale (the scale's
 // pointer moved by an ADD), two VMUL (the portable order), VABS, the magnitude added to the sum
-// (VADD), VCMP, VMRS and a conditional VMOV for the largest, one VSTM: 15 instructions a key
-// with the loop. Registers: r0 the exponentials, r1 the weights, r2 the keys left, r3 the
-// scales, r4 the stride, r12 the state; s8 the inverse, s9 the sum, s10 the largest.
+// (VADD), VCMP, VMRS and a conditional VMOV for the largest, one VSTM: 13 instructions a key
+// with the loop. Registers: r0 the exponentials, r1 the weights, r2 the pairs of keys left, r3
+// the scales, r4 the stride, r12 the state; s8 the inverse, s9 the sum, s10 the largest.
 //
 // `txl_int8_scores_f32`: VLDR of the sum and VCVT (round to nearest, as `as f32`), VMUL by the
-// step, VLDR of the key's scale and of the term (each pointer moved by an ADD), VMUL, VADD,
-// VMUL by the scale, VSTM, and VCMP, VMRS and a conditional VMOV for the largest: 17
-// instructions a key with the loop. Registers: r0 the scores, r1 the keys left, r2 the scales,
-// r3 the stride, r4 the term, r5 its step, r12 the pass; s8 the step, s9 the scale, s10 the
-// largest.
+// step, VLDR of the key's scale (its pointer moved by an ADD) and VLDMDB of the term (none where
+// every key takes the same, kept in s11), VMUL, VADD, VMUL by the scale, VSTM, and VCMP, VMRS and
+// a conditional VMOV for the largest: 15 instructions a key with the loop (14 with one term).
+// Registers: r0 the scores, r1 the pairs of keys left, r2 the scales, r3 the stride, r4 the
+// term, r5 its step, r12 the pass; s8 the step, s9 the scale, s10 the largest.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
     ".fpu fpv4-sp-d16",
-    ".section .text.txl_value_weights_f32,\"ax\",%progbits",
-    ".globl txl_value_weights_f32",
-    ".type txl_value_weights_f32,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_value_weights_f32:",
-    "push {{r4, lr}}",
-    "ldrd r4, r12, [sp, #8]",
-    "vldr s8, [r12]",
-    "vldr s10, [r12, #4]",
-    "vldr s9, [r12, #8]",
-    "1:",
+    ".macro txl_value_weight",
     "vldmia r0!, {{s0}}",
     "vldr s1, [r3]",
     "add r3, r3, r4",
@@ -879,8 +1060,52 @@ global_asm!(
     "vmrs APSR_nzcv, fpscr",
     "it gt",
     "vmovgt.f32 s10, s2",
+    ".endm",
+    // `term`: `back`, each key's term the one before the last key's (VLDMDB), or `same`, s11
+    ".macro txl_int8_score term",
+    "vldr s0, [r0]",
+    "vcvt.f32.s32 s0, s0",
+    "vldr s1, [r2]",
+    "add r2, r2, r3",
+    "vmul.f32 s0, s0, s8",
+    ".ifc \\term, back",
+    "vldmdb r4!, {{s2}}",
+    "vmul.f32 s0, s0, s1",
+    "vadd.f32 s0, s0, s2",
+    ".else",
+    "vmul.f32 s0, s0, s1",
+    "vadd.f32 s0, s0, s11",
+    ".endif",
+    "vmul.f32 s0, s0, s9",
+    "vstmia r0!, {{s0}}",
+    "vcmp.f32 s0, s10",
+    "vmrs APSR_nzcv, fpscr",
+    "it gt",
+    "vmovgt.f32 s10, s0",
+    ".endm",
+    ".section .text.txl_value_weights_f32,\"ax\",%progbits",
+    ".globl txl_value_weights_f32",
+    ".type txl_value_weights_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_value_weights_f32:",
+    "push {{r4, lr}}",
+    "ldrd r4, r12, [sp, #8]",
+    "vldr s8, [r12]",
+    "vldr s10, [r12, #4]",
+    "vldr s9, [r12, #8]",
+    "lsrs r2, r2, #1", // the pairs of keys; C: an odd count
+    "bcc 2f",
+    "txl_value_weight",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "txl_value_weight",
+    "txl_value_weight",
     "subs r2, r2, #1",
     "bne 1b",
+    "3:",
     "vstr s10, [r12, #4]",
     "vstr s9, [r12, #8]",
     "pop {{r4, pc}}",
@@ -897,24 +1122,37 @@ global_asm!(
     "vldr s8, [r12, #8]",
     "vldr s9, [r12, #12]",
     "vldr s10, [r12, #16]",
+    "cmp r5, #0",
+    "bne 5f",
+    // one term for every key, in s11
+    "vldr s11, [r4]",
+    "lsrs r1, r1, #1", // the pairs of keys; C: an odd count
+    "bcc 2f",
+    "txl_int8_score same",
+    "2:",
+    "cmp r1, #0",
+    "beq 3f",
     "1:",
-    "vldr s0, [r0]",
-    "vcvt.f32.s32 s0, s0",
-    "vldr s1, [r2]",
-    "add r2, r2, r3",
-    "vmul.f32 s0, s0, s8",
-    "vldr s2, [r4]",
-    "add r4, r4, r5",
-    "vmul.f32 s0, s0, s1",
-    "vadd.f32 s0, s0, s2",
-    "vmul.f32 s0, s0, s9",
-    "vstmia r0!, {{s0}}",
-    "vcmp.f32 s0, s10",
-    "vmrs APSR_nzcv, fpscr",
-    "it gt",
-    "vmovgt.f32 s10, s0",
+    "txl_int8_score same",
+    "txl_int8_score same",
     "subs r1, r1, #1",
     "bne 1b",
+    "b 3f",
+    // the terms backwards from the first key's, which VLDMDB takes from one past it
+    "5:",
+    "add r4, r4, #4",
+    "lsrs r1, r1, #1",
+    "bcc 6f",
+    "txl_int8_score back",
+    "6:",
+    "cmp r1, #0",
+    "beq 3f",
+    "4:",
+    "txl_int8_score back",
+    "txl_int8_score back",
+    "subs r1, r1, #1",
+    "bne 4b",
+    "3:",
     "vstr s10, [r12, #16]",
     "pop {{r4, r5, pc}}",
     ".size txl_int8_scores_f32, . - txl_int8_scores_f32",
@@ -956,6 +1194,63 @@ pub fn value_weights(
     };
     magnitudes.max = f32::from_bits(state[1]);
     magnitudes.sum = f32::from_bits(state[2]);
+}
+
+extern "C" {
+    /// `out[c] = sums[c] as f32 * step` for `c < 8 * octets` (`octets >= 1`, `step` as bits).
+    fn txl_scaled_sums8_f32(sums: *const i32, out: *mut f32, octets: usize, step: u32);
+}
+
+// Per eight sums: one VLDM, eight VCVT (round to nearest, as `as f32`), eight VMUL by the step,
+// one VSTM: 20 instructions with the loop. Registers: r0 the sums, r1 the outputs, r2 the
+// passes left, s8 the step, s0-s7 the values.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".fpu fpv4-sp-d16",
+    ".macro txl_scaled_sum value",
+    "vcvt.f32.s32 \\value, \\value",
+    "vmul.f32 \\value, \\value, s8",
+    ".endm",
+    ".section .text.txl_scaled_sums8_f32,\"ax\",%progbits",
+    ".globl txl_scaled_sums8_f32",
+    ".type txl_scaled_sums8_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_sums8_f32:",
+    "vmov s8, r3",
+    "1:",
+    "vldmia r0!, {{s0-s7}}",
+    "txl_scaled_sum s0",
+    "txl_scaled_sum s1",
+    "txl_scaled_sum s2",
+    "txl_scaled_sum s3",
+    "txl_scaled_sum s4",
+    "txl_scaled_sum s5",
+    "txl_scaled_sum s6",
+    "txl_scaled_sum s7",
+    "vstmia r1!, {{s0-s7}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "bx lr",
+    ".size txl_scaled_sums8_f32, . - txl_scaled_sums8_f32",
+);
+
+/// [`portable::scaled_sums_i32`](crate::kernels::portable::scaled_sums_i32) eight sums a pass
+/// for a positive step: then no product is `-0` (a zero sum gives `+0`, any other at least the
+/// step in magnitude), so adding it to `+0.0` changes nothing and the kernel leaves the
+/// addition out. Other steps, and the sums after the last eight, take the portable code. The
+/// same bits.
+pub fn scaled_sums_i32(sums: &[i32], step: f32, out: &mut [f32]) {
+    let n = sums.len().min(out.len());
+    let octets = if step > 0.0 { n / 8 } else { 0 };
+    if octets > 0 {
+        // SAFETY: `sums` and `out` hold the `8 * octets` values the kernel reads and writes; it
+        // uses s0-s8 (caller-saved) only.
+        unsafe { txl_scaled_sums8_f32(sums.as_ptr(), out.as_mut_ptr(), octets, step.to_bits()) };
+    }
+    crate::kernels::portable::scaled_sums_i32(&sums[8 * octets..n], step, &mut out[8 * octets..n]);
 }
 
 /// The 16-bit probability weights in place (`int8_attention::ProbabilityWords`'s rounding) with
@@ -1183,28 +1478,31 @@ struct Exps {
 }
 
 /// `libm::expf`'s constants for [`txl_softmax_exps_f32`], in the order it loads them: `1 /
-/// ln 2`, `-1/2`, `ln 2`'s high and low parts, the polynomial's two coefficients, 2 and 1.
-static EXP_CONSTANTS: [f32; 8] = {
+/// ln 2`, `-1/2`, `ln 2`'s high and low parts, the polynomial's two coefficients, 2 and 1; then
+/// 127, the exponent's bias.
+static EXP_CONSTANTS: [f32; 9] = {
     use crate::kernels::fast_math::expf::{INV_LN2, LN2_HI, LN2_LO, P1, P2};
-    [INV_LN2, -0.5, LN2_HI, LN2_LO, P1, P2, 2.0, 1.0]
+    [INV_LN2, -0.5, LN2_HI, LN2_LO, P1, P2, 2.0, 1.0, 127.0]
 };
 
 extern "C" {
     /// From `state.at` towards `state.end`: `v = expf(v - max)` in place, each added to
     /// `state.sum` in order, while `x = v - max` is negative with `1.5 ln 2 < |x| < 87.3365`
-    /// (`libm::expf`'s path that rounds `x / ln 2` and scales by a normal power of two); stops
-    /// at the end or at the first other value, leaving `state.at` there.
+    /// (`libm::expf`'s path that rounds `x / ln 2` and scales by a normal power of two) or zero
+    /// (`expf` 1); stops at the end or at the first other value, leaving `state.at` there.
     fn txl_softmax_exps_f32(state: *mut Exps, constants: *const f32);
 }
 
 // `libm::expf` on that path, step for step (each product rounded before it is added, as VMLA
 // and VMLS do): `k = trunc(x / ln 2 - 1/2)`, `hi = x - k ln2_hi`, `lo = k ln2_lo`, `r = hi -
 // lo`, `c = r - r² (P1 + r² P2)`, `y = 1 + ((r c / (2 - c) - lo) + hi)`, times `2^k` (`k` is
-// at least -126 there, so one VMUL by a normal power of two, as `scalbnf` then does): 33
+// at least -126 there, so one VMUL by a normal power of two, as `scalbnf` then does). `hi`
+// takes the place of `x` (VMLS into it), and `2^k` comes from `k` in the FPU: `k + 127` (exact)
+// converted to fixed point with 23 fraction bits is `(k + 127) << 23`, the bits of `2^k`. 31
 // instructions a value with the loop, the range check and the sum, against about 44 compiled.
 // Registers: r0 the state, r1 the value, r2 the end, r3 the lowest bits taken and r12 the span
-// of them, r4-r6 the bits of `x`, `k` and `2^k`, r7 the bits of 1.0; s16-s23 the constants,
-// s24 the largest value, s25 the sum, s0-s10 the steps.
+// of them, r4/r5 the bits of `x`; s16-s24 the constants, s25 the largest value, s26 the sum,
+// s0-s10 the steps.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1216,13 +1514,12 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_softmax_exps_f32:",
-    "push {{r4-r7, lr}}",
-    "mov r7, #0x3f800000", // 1.0: the bits of 2^k are `(k << 23) + 127 << 23`
-    "vpush {{s16-s25}}",
-    "vldmia r1, {{s16-s23}}",
+    "push {{r4, r5}}",
+    "vpush {{s16-s26}}",
+    "vldmia r1, {{s16-s24}}",
     "ldrd r1, r2, [r0]",
-    "vldr s24, [r0, #8]",
-    "vldr s25, [r0, #12]",
+    "vldr s25, [r0, #8]",
+    "vldr s26, [r0, #12]",
     "movw r3, #0x1593", // 0xbf851593: just below -1.5 ln 2
     "movt r3, #0xbf85",
     "movw r12, #0x96bd", // 0xc2aeac50 - 0xbf851593: up to -87.3365 (not included)
@@ -1231,20 +1528,20 @@ global_asm!(
     "beq 2f",
     "1:",
     "vldr s0, [r1]",
-    "vsub.f32 s0, s0, s24",
+    "vsub.f32 s0, s0, s25",
     "vmov r4, s0",
     "sub r5, r4, r3",
     "cmp r5, r12",
-    "bhs 2f",
+    "bhs 3f",
     "vmov.f32 s1, s17",
     "vmla.f32 s1, s0, s16", // x / ln 2 - 1/2
     "vcvt.s32.f32 s1, s1",  // k, toward zero
-    "vmov r6, s1",
     "vcvt.f32.s32 s1, s1",
-    "vmov.f32 s2, s0",
-    "vmls.f32 s2, s1, s18", // hi
+    "vmls.f32 s0, s1, s18", // hi
     "vmul.f32 s3, s1, s19", // lo
-    "vsub.f32 s4, s2, s3",  // r
+    "vadd.f32 s10, s1, s24",
+    "vcvt.u32.f32 s10, s10, #23", // 2^k
+    "vsub.f32 s4, s0, s3",        // r
     "vmul.f32 s5, s4, s4",
     "vmov.f32 s6, s20",
     "vmla.f32 s6, s5, s21", // P1 + r² P2
@@ -1254,27 +1551,33 @@ global_asm!(
     "vmul.f32 s9, s4, s7",
     "vdiv.f32 s9, s9, s8",
     "vsub.f32 s9, s9, s3",
-    "vadd.f32 s9, s9, s2",
+    "vadd.f32 s9, s9, s0",
     "vadd.f32 s9, s9, s23", // y
-    "add r6, r7, r6, lsl #23",
-    "vmov s10, r6", // 2^k
     "vmul.f32 s9, s9, s10",
+    "4:",
     "vstmia r1!, {{s9}}",
-    "vadd.f32 s25, s25, s9",
+    "vadd.f32 s26, s26, s9",
     "cmp r1, r2",
     "bne 1b",
     "2:",
     "str r1, [r0]",
-    "vstr s25, [r0, #12]",
-    "vpop {{s16-s25}}",
-    "pop {{r4-r7, pc}}",
+    "vstr s26, [r0, #12]",
+    "vpop {{s16-s26}}",
+    "pop {{r4, r5}}",
+    "bx lr",
+    // `x` zero (the largest value itself): `expf` is `1 + x`, 1
+    "3:",
+    "lsls r5, r4, #1",
+    "bne 2b",
+    "vmov.f32 s9, #1.0",
+    "b 4b",
     ".size txl_softmax_exps_f32, . - txl_softmax_exps_f32",
 );
 
 /// [`portable::softmax_exps_sum_f32`](crate::kernels::portable::softmax_exps_sum_f32) with the
-/// FPU: the values on `libm::expf`'s main path in the kernel above, the others (the largest
-/// values, within `1.5 ln 2` of the maximum, and those near underflow) by `libm::expf`. The
-/// same bits.
+/// FPU: the values on `libm::expf`'s main path and the zeros (the maximum itself) in the kernel
+/// above, the others (the values within `1.5 ln 2` of the maximum, and those near underflow) by
+/// `libm::expf`. The same bits.
 pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
     let mut state = Exps {
         at: values.as_mut_ptr(),
@@ -1284,7 +1587,7 @@ pub fn softmax_exps_sum_f32(values: &mut [f32], max: f32, sum: f32) -> f32 {
     };
     loop {
         // SAFETY: `state.at..state.end` lies in `values` (the kernel moves `at` towards `end`
-        // and no further); the kernel reads and writes only those values, reads the eight
+        // and no further); the kernel reads and writes only those values, reads the nine
         // constants, and preserves s16-s31 and the callee-saved core registers.
         unsafe { txl_softmax_exps_f32(&mut state, EXP_CONSTANTS.as_ptr()) };
         if state.at == state.end {
@@ -1305,17 +1608,18 @@ extern "C" {
     fn txl_scale_sums4_f32(y: *mut f32, scales: *const f32, fours: usize, x_scale: u32);
 }
 
-// Four sums a pass: one VLDM of the sums (i32 bits), one of the row scales, four VMUL (the
-// row's scale times the input's, as the portable code), four VCVT and four VMUL, one VSTM: 17
-// instructions per four rows with the loop. Registers: r0 the sums, r1 the scales, r2 the
-// passes left, s8 the input's scale, s0-s3 the sums, s4-s7 the scales.
+// Eight sums a pass: one VLDM of the sums (i32 bits), one of the row scales, eight VMUL (the
+// row's scale times the input's, as the portable code), eight VCVT and eight VMUL, one VSTM: 29
+// instructions per eight rows with the loop; an odd number of fours takes four first.
+// Registers: r0 the sums, r1 the scales, r2 the passes left, s16 the input's scale, s0-s7 the
+// sums, s8-s15 the scales.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
     ".fpu fpv4-sp-d16",
     ".macro txl_scale_sum sum, scale",
-    "vmul.f32 \\scale, \\scale, s8",
+    "vmul.f32 \\scale, \\scale, s16",
     "vcvt.f32.s32 \\sum, \\sum",
     "vmul.f32 \\sum, \\sum, \\scale",
     ".endm",
@@ -1325,8 +1629,10 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_scale_sums4_f32:",
-    "vmov s8, r3",
-    "1:",
+    "vpush {{s16}}",
+    "vmov s16, r3",
+    "lsrs r2, r2, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
     "vldmia r0, {{s0-s3}}",
     "vldmia r1!, {{s4-s7}}",
     "txl_scale_sum s0, s4",
@@ -1334,8 +1640,25 @@ global_asm!(
     "txl_scale_sum s2, s6",
     "txl_scale_sum s3, s7",
     "vstmia r0!, {{s0-s3}}",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "vldmia r0, {{s0-s7}}",
+    "vldmia r1!, {{s8-s15}}",
+    "txl_scale_sum s0, s8",
+    "txl_scale_sum s1, s9",
+    "txl_scale_sum s2, s10",
+    "txl_scale_sum s3, s11",
+    "txl_scale_sum s4, s12",
+    "txl_scale_sum s5, s13",
+    "txl_scale_sum s6, s14",
+    "txl_scale_sum s7, s15",
+    "vstmia r0!, {{s0-s7}}",
     "subs r2, r2, #1",
     "bne 1b",
+    "3:",
+    "vpop {{s16}}",
     "bx lr",
     ".size txl_scale_sums4_f32, . - txl_scale_sums4_f32",
 );
@@ -1347,7 +1670,7 @@ pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
     let fours = n / 4;
     if fours > 0 {
         // SAFETY: `y` and `row_scales` hold the `4 * fours` values the kernel reads (and, for
-        // `y`, writes); it uses s0-s8 (caller-saved) only.
+        // `y`, writes); it uses s0-s15 (caller-saved) and preserves s16.
         unsafe { txl_scale_sums4_f32(y.as_mut_ptr(), row_scales.as_ptr(), fours, x_scale.to_bits()) };
     }
     crate::kernels::portable::scale_sums_i8(&mut y[4 * fours..n], &row_scales[4 * fours..n], x_scale);
@@ -1363,7 +1686,8 @@ extern "C" {
 
 // `txl_add_assign_f32`: two VLDM, eight VADD (`y + x`, in that order) and one VSTM per eight
 // values. `txl_relu_f32`: one LDM, per value `SUB #1`, an unsigned compare with `0x7f80_0000`
-// and a conditional move of zero (zeros, negative values and NaNs fail it), one STM.
+// and a conditional move of zero (zeros, negative values and NaNs fail it), one STM; eight
+// values a pass (an odd number of fours takes four first).
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1397,6 +1721,14 @@ global_asm!(
     "it hs",
     "movhs \\value, #0",
     ".endm",
+    ".macro txl_relu_four",
+    "ldm r0, {{r4-r7}}",
+    "txl_relu_one r4",
+    "txl_relu_one r5",
+    "txl_relu_one r6",
+    "txl_relu_one r7",
+    "stmia r0!, {{r4-r7}}",
+    ".endm",
     ".section .text.txl_relu_f32,\"ax\",%progbits",
     ".globl txl_relu_f32",
     ".type txl_relu_f32,%function",
@@ -1404,15 +1736,18 @@ global_asm!(
     ".thumb_func",
     "txl_relu_f32:",
     "push {{r4-r7}}",
+    "lsrs r1, r1, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "txl_relu_four",
+    "2:",
+    "cmp r1, #0",
+    "beq 3f",
     "1:",
-    "ldm r0, {{r4-r7}}",
-    "txl_relu_one r4",
-    "txl_relu_one r5",
-    "txl_relu_one r6",
-    "txl_relu_one r7",
-    "stmia r0!, {{r4-r7}}",
+    "txl_relu_four",
+    "txl_relu_four",
     "subs r1, r1, #1",
     "bne 1b",
+    "3:",
     "pop {{r4-r7}}",
     "bx lr",
     ".size txl_relu_f32, . - txl_relu_f32",
