@@ -583,6 +583,12 @@ impl ScaledByBits {
             return;
         }
         let sm = self.scale.mantissa;
+        // Helium: four rows an instruction, the same bits
+        #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+        crate::kernels::arm::helium::scaled_by_bits(scales, y, sm, k, |bits, x| {
+            self.apply_out_of_line(bits, x)
+        });
+        #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
         for (y, &s) in y.iter_mut().zip(scales) {
             let (bits, x) = (s.to_bits(), *y);
             let (m, up) = rescale_mantissa(bits, sm);

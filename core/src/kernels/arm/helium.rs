@@ -2171,3 +2171,123 @@ pub fn magnitude_bits(values: &[f32]) -> u32 {
     // (caller-saved).
     unsafe { txl_magnitude_bits_mve(values.as_ptr(), values.len()) }
 }
+
+extern "C" {
+    /// Helium: [`ScaledByBits::apply`](crate::fixed_point::ScaledByBits::apply) of each row
+    /// sum `y[i]` by its row scale's bits `bits[i]`, for `i < n` (`n >= 1`), four rows an
+    /// instruction, where a lane takes the fast path below: its result stored in place, the
+    /// lanes that do not (left as they were) told by `fast`, one predicate (`P0`, four bits a
+    /// lane) per four rows. `mantissa` is the scale's 16-bit mantissa `sm`, `offset` is
+    /// `31 - k` for [`ScaledByBits::apply_each`]'s `k = base - 17`.
+    fn txl_scaled_by_bits_mve(
+        bits: *const u32,
+        y: *mut i32,
+        n: usize,
+        mantissa: u32,
+        offset: i32,
+        fast: *mut u16,
+    );
+}
+
+// Per four rows, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa
+// `round(f / 2^8) + 2^15` (`f` the 23 bits of the fraction: `VSHL` by 9, then `VRSHR` by 17,
+// whose rounding addition does not overflow), its product `p` with `sm`, `m = round(p / 2^(16 +
+// up))` (`VRSHL` by `-(16 + up)`, `-up` being `p`'s sign spread by `VSHR.S32`), and
+// `v = biased + up + 31 - k = 32 - s` for the rescale's shift `s`. A lane whose `v` is below 32
+// (`s` in `1..=32`, a positive normal f32) and whose value keeps its bits once shifted left by
+// `a = max(0, v - 15)` (`VQSHL` against `VSHL`) takes
+// `VRMULH(x · 2^a, m · 2^(v - a)) = ⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the
+// exact rounding (`m · 2^(v - a) ≤ 2^30`), which always fits. Registers: r0 the bits, r1 the
+// values, r3 `sm`, r4 `2^15`, r5 16, r6 15, r7 32, r8 `31 - k`, r12 the predicates; q0 the
+// bits, then the values, q1 `p`, `m`, then `m · 2^(v - a)`, q2 `-up` then `a`, q3 `v`, then
+// the shifted value and the result.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_scaled_by_bits_mve,\"ax\",%progbits",
+    ".globl txl_scaled_by_bits_mve",
+    ".type txl_scaled_by_bits_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_by_bits_mve:",
+    "push {{r4, r5, r6, r7, r8, lr}}",
+    "ldr r8, [sp, #24]",
+    "ldr r12, [sp, #28]",
+    "mov.w r4, #32768",
+    "movs r5, #16",
+    "movs r6, #15",
+    "movs r7, #32",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vshl.i32 q1, q0, #9",
+    "vrshr.u32 q1, q1, #17",
+    "vadd.i32 q1, q1, r4",
+    "vmul.i32 q1, q1, r3",  // p
+    "vshr.s32 q2, q1, #31", // -up
+    "vsub.i32 q3, q2, r5",  // -(16 + up)
+    "vrshl.u32 q1, q1, q3", // m
+    "vshr.u32 q3, q0, #23",
+    "vsub.i32 q3, q3, q2",
+    "vadd.i32 q3, q3, r8",  // v
+    "vqsub.u32 q2, q3, r6", // a
+    "vsub.i32 q0, q3, q2",  // v - a
+    "vshl.u32 q1, q1, q0",  // m · 2^(v - a)
+    "vcmp.u32 cs, q3, r7",  // v ≥ 32: the slow path
+    "vldrw.u32 q0, [r1]",
+    "vshl.s32 q3, q0, q2",
+    "vqshl.s32 q0, q0, q2",
+    "vpnot",
+    "vpst",
+    "vcmpt.i32 eq, q0, q3",
+    "vrmulh.s32 q3, q3, q1",
+    "vpst",
+    "vstrwt.32 q3, [r1]",
+    "adds r1, #16",
+    "vmrs r2, p0",
+    "strh r2, [r12], #2",
+    "letp lr, 1b",
+    "pop {{r4, r5, r6, r7, r8, pc}}",
+    ".size txl_scaled_by_bits_mve, . - txl_scaled_by_bits_mve",
+    ".cpu cortex-m4",
+);
+
+/// `y[i] = apply(scales[i].to_bits(), y[i])` for each `i` (as many as the shorter of the two),
+/// [`ScaledByBits::apply_each`](crate::fixed_point::ScaledByBits::apply_each)'s loop for
+/// `k = base - 17` in `33..=254` and the scale's mantissa `sm`: Helium four rows an
+/// instruction where the exact rounding `round(x m / 2^s)` comes from one `VRMULH` (every
+/// row of a shift `s` in `17..=32`, and those of a smaller shift whose value is below
+/// `2^(14 + s)` in magnitude), `apply` (the scalar definition) for the others. The same bits.
+pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: impl Fn(u32, i32) -> i32) {
+    const CHUNK: usize = 64;
+    let n = y.len().min(scales.len());
+    let (scales, y) = (&scales[..n], &mut y[..n]);
+    let mut fast = [0u16; CHUNK / 4];
+    for (scales, y) in scales.chunks(CHUNK).zip(y.chunks_mut(CHUNK)) {
+        // SAFETY: `scales` and `y` hold the same `1..=64` values; the kernel reads those and
+        // writes those of `y` (tail-predicated), one predicate a block of four into `fast`
+        // (16 of them), and uses q0-q3 (caller-saved).
+        unsafe {
+            txl_scaled_by_bits_mve(
+                scales.as_ptr().cast(),
+                y.as_mut_ptr(),
+                y.len(),
+                sm,
+                31 - k,
+                fast.as_mut_ptr(),
+            )
+        };
+        for (block, &mask) in fast.iter().enumerate().take(y.len().div_ceil(4)) {
+            if mask == 0xFFFF {
+                continue;
+            }
+            for lane in 0..4 {
+                let i = 4 * block + lane;
+                if i < y.len() && mask >> (4 * lane) & 1 == 0 {
+                    y[i] = apply(scales[i].to_bits(), y[i]);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! `bench`'s checks of the integer arithmetic's kernels (as this board runs them) against their
+//! scalar definitions, bit for bit: the rescale of a linear layer's row sums by their rows'
+//! scales (`kernel=scaled_by_bits`, `ScaledByBits::apply_each` against `ScaledByBits::apply`
+//! value by value). A mismatch fails the run.
+
+use alloc::vec::Vec;
+
+use defmt::info;
+use txl_core::fixed_point::{Scale16, ScaledByBits};
+
+use crate::Failure;
+
+/// A small xorshift generator: the same values on every run and board.
+struct Numbers(u32);
+
+impl Numbers {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        self.0
+    }
+
+    /// A value of a random bit length (`0..=31` bits and a sign), now and then an extreme one.
+    fn value(&mut self) -> i32 {
+        let r = self.next();
+        match r % 16 {
+            0 => [i32::MIN, i32::MAX, 0, -1, 1, 1 << 16, -(1 << 16), (1 << 16) - 1][(r >> 4) as usize % 8],
+            _ => {
+                let bits = (r >> 4) % 32;
+                let v = (self.next() >> (31 - bits)) as i32;
+                if r & 1 << 9 == 0 {
+                    v
+                } else {
+                    v.wrapping_neg()
+                }
+            }
+        }
+    }
+
+    /// A row scale's bits: mostly positive normal f32s near the usual magnitudes, some with a
+    /// mantissa that rounds up, some zero, negative, subnormal, infinite or NaN.
+    fn scale(&mut self) -> u32 {
+        let r = self.next();
+        let fraction = match r % 8 {
+            0 => 0x7F_FF80 | (r >> 8) & 0x7F,
+            1 => 0,
+            _ => self.next() & 0x7F_FFFF,
+        };
+        match (r >> 3) % 32 {
+            0 => 0,
+            1 => 0x8000_0000 | (100 << 23) | fraction,
+            2 => fraction,
+            3 => (255 << 23) | fraction,
+            _ => ((90 + (self.next() % 70)) << 23) | fraction,
+        }
+    }
+}
+
+/// Runs the checks, each logged as it passes.
+pub fn run() -> Result<(), Failure> {
+    let values = check_scaled_by_bits()?;
+    info!("bench check kernel=scaled_by_bits values={=usize} ok", values);
+    Ok(())
+}
+
+/// `ScaledByBits::apply_each` against `ScaledByBits::apply` for many steps (their mantissas at
+/// and near the edges, their exponents across the fast paths' shifts and past them), row
+/// counts of 0 to 137 (whole and partial blocks of four, more than one pass of the kernel's),
+/// values and scales from [`Numbers`]. Returns the number of values checked.
+fn check_scaled_by_bits() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x5ca1_ed00);
+    let mut checked = 0;
+    for exponent in -60..=40 {
+        for mantissa in [1u32 << 15, (1 << 15) + 1, 0xB504, 0xFFFF, 0] {
+            let step = Scale16 { mantissa, exponent };
+            let scaled = ScaledByBits::new(step);
+            let n = (numbers.next() % 138) as usize;
+            let bits: Vec<u32> = (0..n).map(|_| numbers.scale()).collect();
+            let scales: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+            let values: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+            let mut y = values.clone();
+            scaled.apply_each(&scales, &mut y);
+            for ((&b, &x), &got) in bits.iter().zip(&values).zip(&y) {
+                if got != scaled.apply(b, x) {
+                    return Err(Failure::KernelMismatch("scaled_by_bits"));
+                }
+            }
+            checked += n;
+        }
+    }
+    Ok(checked)
+}
