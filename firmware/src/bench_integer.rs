@@ -1,12 +1,15 @@
 //! `bench`'s checks of the integer arithmetic's kernels (as this board runs them) against their
 //! scalar definitions, bit for bit: the rescale of a linear layer's row sums by their rows'
 //! scales (`kernel=scaled_by_bits`, `ScaledByBits::apply_each` against `ScaledByBits::apply`
-//! value by value). A mismatch fails the run.
+//! value by value), the quantization of an input by a prepared rescale (`kernel=quantize_each`,
+//! `PreparedRescale::quantize_each` against `PreparedRescale::apply` clamped to `±127`), and
+//! with Helium the activation scales' shifts of an input (`kernel=act_shift`, against
+//! `integer::act_shift` and the largest magnitude). A mismatch fails the run.
 
 use alloc::vec::Vec;
 
 use defmt::info;
-use txl_core::fixed_point::{Scale16, ScaledByBits};
+use txl_core::fixed_point::{Rescale, Scale16, ScaledByBits};
 
 use crate::Failure;
 
@@ -61,7 +64,78 @@ impl Numbers {
 pub fn run() -> Result<(), Failure> {
     let values = check_scaled_by_bits()?;
     info!("bench check kernel=scaled_by_bits values={=usize} ok", values);
+    let values = check_quantize_each()?;
+    info!("bench check kernel=quantize_each values={=usize} ok", values);
+    #[cfg(feature = "mve")]
+    {
+        let values = check_act_shift()?;
+        info!("bench check kernel=act_shift values={=usize} ok", values);
+    }
     Ok(())
+}
+
+/// `PreparedRescale::quantize_each` against `PreparedRescale::apply` clamped to `±127`, for
+/// rescales of every shift it takes (`17..=46`) and mantissas at the edges, lengths of 0 to
+/// 70, values of every bit length (`largest` their largest magnitude, as the callers give it).
+fn check_quantize_each() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x0dd_ba11);
+    let mut checked = 0;
+    for shift in 17..=46 {
+        for mantissa in [1u32 << 14, (1 << 14) + 3, 0x5A82, (1 << 15) - 1, 1 << 15] {
+            let Some(prepared) = (Rescale { mantissa, shift }).prepared() else {
+                return Err(Failure::KernelMismatch("quantize_each"));
+            };
+            let n = (numbers.next() % 71) as usize;
+            let x: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+            let largest = x.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+            let mut out = alloc::vec![0x55u8 as i8; n];
+            prepared.quantize_each(&x, &mut out, largest);
+            if x.iter()
+                .zip(&out)
+                .any(|(&v, &q)| q as i32 != prepared.apply(v).clamp(-127, 127))
+            {
+                return Err(Failure::KernelMismatch("quantize_each"));
+            }
+            checked += n;
+        }
+    }
+    Ok(checked)
+}
+
+/// Helium's `act_shift` against `integer::act_shift` value by value and the largest magnitude
+/// after, for activation scales of powers of two below, at and above the top one (shifts of 0
+/// to past 31, negative and other scales among them), lengths of 0 to 70.
+#[cfg(feature = "mve")]
+fn check_act_shift() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x0ac7_5eed);
+    let mut checked = 0;
+    for biased_top in [0u32, 1, 60, 127, 200, 252, 253, 254, 255] {
+        for _ in 0..8 {
+            let n = (numbers.next() % 71) as usize;
+            let act: Vec<f32> = (0..n)
+                .map(|_| {
+                    let r = numbers.next();
+                    let biased = biased_top.wrapping_sub(r % 40).wrapping_add(3) & 0x1FF;
+                    let fraction = if r & 1 << 7 == 0 { 0 } else { (r >> 9) & 0x7F_FFFF };
+                    f32::from_bits(biased << 23 | fraction)
+                })
+                .collect();
+            let x: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+            let mut got = x.clone();
+            let largest = txl_core::kernels::arm::helium::act_shift(&mut got, &act, biased_top);
+            let want: Vec<i32> = x
+                .iter()
+                .zip(&act)
+                .map(|(&v, &a)| txl_core::integer::act_shift(v, a, biased_top))
+                .collect();
+            let want_largest = want.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+            if got != want || largest != want_largest {
+                return Err(Failure::KernelMismatch("act_shift"));
+            }
+            checked += n;
+        }
+    }
+    Ok(checked)
 }
 
 /// `ScaledByBits::apply_each` against `ScaledByBits::apply` for many steps (their mantissas at

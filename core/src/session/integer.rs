@@ -243,18 +243,24 @@ impl<'s> Input<'s> {
             // powers of two: a shift per value (the same values), the largest magnitude found
             // in the same pass
             ActTop::Pow2(biased) if scales.len() == x.len() => {
-                // the smallest and largest value kept
-                let (mut low, mut high) = (0i32, 0i32);
-                for (v, &a) in x.iter_mut().zip(scales) {
-                    let y = act_shift(*v, a, biased);
-                    *v = y;
-                    if y > high {
-                        high = y;
-                    } else if y < low {
-                        low = y;
+                // Helium: four values an instruction
+                #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+                let largest = crate::kernels::arm::helium::act_shift(x, scales, biased);
+                #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
+                let largest = {
+                    // the smallest and largest value kept
+                    let (mut low, mut high) = (0i32, 0i32);
+                    for (v, &a) in x.iter_mut().zip(scales) {
+                        let y = act_shift(*v, a, biased);
+                        *v = y;
+                        if y > high {
+                            high = y;
+                        } else if y < low {
+                            low = y;
+                        }
                     }
-                }
-                let largest = low.unsigned_abs().max(high.unsigned_abs());
+                    low.unsigned_abs().max(high.unsigned_abs())
+                };
                 let top = biased as i32 - 142;
                 quantize_slice_of(largest, x, xq).times_pow2(top + ACT_SHIFT)
             }

@@ -2291,3 +2291,95 @@ pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: imp
         }
     }
 }
+
+extern "C" {
+    /// Helium: `x[i] = round(x[i] / 2^(s_i + 1))` with `s_i = top2 - (a[i]'s biased exponent,
+    /// its sign bit included)` taken as unsigned and at most 31 (then the value is 0), for
+    /// `i < n` (`n >= 1`), four values an instruction; returns the largest `|x[i]|` after.
+    fn txl_act_shift_mve(x: *mut i32, act: *const f32, n: usize, top2: u32) -> u32;
+    /// Helium: `out[i] = round(x[i] · wide / 2^32)` clamped to `±127`, for `i < n` (`n >= 1`),
+    /// four values an instruction (`VRMULH`).
+    fn txl_quantize_rmulh_mve(x: *const i32, out: *mut i8, n: usize, wide: i32);
+}
+
+// The shift: `VRSHL` by `-(min(s, 31) + 1)` rounds halves up as `((x >> s) + 1) >> 1` does, and
+// gives 0 for a shift of 32 (`round(x / 2^32)` of an `i32`); the largest magnitude by `VMAXAV`.
+// The quantization: `VRMULH` is `⌊(x · wide + 2^31) / 2^32⌋`, then `VMIN`/`VMAX` and `VSTRB.32`.
+// Registers: q2 `top2`, q3 31 (then 127), q4 -127 is not needed: `VMAX` against `-127` in q2.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_act_shift_mve,\"ax\",%progbits",
+    ".globl txl_act_shift_mve",
+    ".type txl_act_shift_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_act_shift_mve:",
+    "push {{r7, lr}}",
+    "vdup.32 q2, r3",
+    "vmov.i32 q3, #31",
+    "movs r3, #0",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q1, [r1], #16",
+    "vldrw.u32 q0, [r0]",
+    "vshr.u32 q1, q1, #23",
+    "vsub.i32 q1, q2, q1",
+    "vmin.u32 q1, q1, q3",
+    "vmvn q1, q1",
+    "vrshl.s32 q0, q0, q1",
+    "vstrw.32 q0, [r0], #16",
+    "vmaxav.s32 r3, q0",
+    "letp lr, 1b",
+    "mov r0, r3",
+    "pop {{r7, pc}}",
+    ".size txl_act_shift_mve, . - txl_act_shift_mve",
+    ".section .text.txl_quantize_rmulh_mve,\"ax\",%progbits",
+    ".globl txl_quantize_rmulh_mve",
+    ".type txl_quantize_rmulh_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize_rmulh_mve:",
+    "push {{r7, lr}}",
+    "vdup.32 q1, r3",
+    "vmov.i32 q2, #127",
+    "vmvn.i32 q3, #126",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vrmulh.s32 q0, q0, q1",
+    "vmin.s32 q0, q0, q2",
+    "vmax.s32 q0, q0, q3",
+    "vstrb.32 q0, [r1], #4",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_quantize_rmulh_mve, . - txl_quantize_rmulh_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`act_shift`](crate::integer::act_shift)`(x[i], act[i], biased_top)` in place for each `i`
+/// (as many as the shorter of the two), four values an instruction; returns the largest
+/// magnitude after (0 for none). The same values.
+pub fn act_shift(x: &mut [i32], act: &[f32], biased_top: u32) -> u32 {
+    let n = x.len().min(act.len());
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: `x` and `act` hold `n >= 1` values; the kernel reads those and writes those of
+    // `x` (tail-predicated), and uses q0-q3 (caller-saved).
+    unsafe { txl_act_shift_mve(x.as_mut_ptr(), act.as_ptr(), n, biased_top.wrapping_add(2)) }
+}
+
+/// `out[i] = round(x[i] · wide / 2^32).clamp(-127, 127)` for each `i` (as many as the shorter
+/// of the two), rounded halves up: [`PreparedRescale`](crate::fixed_point::PreparedRescale)'s
+/// quantization for a shift of at most 32, four values an instruction.
+pub fn quantize_rmulh(x: &[i32], out: &mut [i8], wide: i32) {
+    let n = x.len().min(out.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `x` and `out` hold `n >= 1` values; the kernel reads those of `x` and writes
+    // those of `out` (tail-predicated), and uses q0-q3 (caller-saved).
+    unsafe { txl_quantize_rmulh_mve(x.as_ptr(), out.as_mut_ptr(), n, wide) }
+}
