@@ -509,10 +509,17 @@ impl ScaledByBits {
         Scale16::of_f32(f32::from_bits(bits)).times(self.scale).apply(x)
     }
 
+    /// The scale's mantissa `sm` and `k = base - 17` where `k` is in `33..=254`, as
+    /// [`ScaledByBits::apply_each`]'s loop over the usual rows takes them (a kernel's too).
+    pub fn row_parameters(self) -> Option<(u32, i32)> {
+        let k = self.base - 17;
+        (33..=254).contains(&k).then_some((self.scale.mantissa, k))
+    }
+
     /// [`ScaledByBits::apply`] out of line, for the rows [`ScaledByBits::apply_each`] leaves.
     #[cold]
     #[inline(never)]
-    fn apply_out_of_line(self, bits: u32, x: i32) -> i32 {
+    pub(crate) fn apply_out_of_line(self, bits: u32, x: i32) -> i32 {
         self.apply(bits, x)
     }
 

@@ -4,7 +4,9 @@
 //! value by value), the quantization of an input by a prepared rescale (`kernel=quantize_each`,
 //! `PreparedRescale::quantize_each` against `PreparedRescale::apply` clamped to `±127`), and
 //! with Helium the activation scales' shifts of an input (`kernel=act_shift`, against
-//! `integer::act_shift` and the largest magnitude). A mismatch fails the run.
+//! `integer::act_shift` and the largest magnitude), and LayerNorm of gains as slices
+//! (`kernel=layer_norm_bits`, `integer::layer_norm_of_bit_slices` against
+//! `integer::layer_norm_of_bits`). A mismatch fails the run.
 
 use alloc::vec::Vec;
 
@@ -64,6 +66,8 @@ impl Numbers {
 pub fn run() -> Result<(), Failure> {
     let values = check_scaled_by_bits()?;
     info!("bench check kernel=scaled_by_bits values={=usize} ok", values);
+    let values = check_layer_norm_bits()?;
+    info!("bench check kernel=layer_norm_bits values={=usize} ok", values);
     let values = check_quantize_each()?;
     info!("bench check kernel=quantize_each values={=usize} ok", values);
     #[cfg(feature = "mve")]
@@ -72,6 +76,48 @@ pub fn run() -> Result<(), Failure> {
         info!("bench check kernel=act_shift values={=usize} ok", values);
     }
     Ok(())
+}
+
+/// `integer::layer_norm_of_bit_slices` against `integer::layer_norm_of_bits` (the general
+/// loop) on rows of 1 to 300 values of several magnitudes (fraction bits 8 to 20), gains of
+/// both signs (some zero, subnormal or huge), biases near the saturation now and then.
+fn check_layer_norm_bits() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x1a7e_4011);
+    let mut checked = 0;
+    for row in 0..60u32 {
+        let n = 1 + (numbers.next() % 300) as usize;
+        let frac = 8 + row % 13;
+        let bits = 4 + numbers.next() % 26;
+        let x: Vec<i32> = (0..n).map(|_| (numbers.next() as i32) >> (31 - bits)).collect();
+        let gains: Vec<u32> = (0..n)
+            .map(|_| {
+                let r = numbers.next();
+                let sign = r & 0x8000_0000;
+                match r % 16 {
+                    0 => sign,
+                    1 => sign | (r >> 9) & 0x7F_FFFF,
+                    2 => sign | (200 << 23) | (r >> 9) & 0x7F_FFFF,
+                    _ => sign | ((110 + (r >> 4) % 30) << 23) | (numbers.next() & 0x7F_FFFF),
+                }
+            })
+            .collect();
+        let biases: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 16 {
+                0 => i32::MAX - (numbers.next() % 8) as i32,
+                1 => i32::MIN + (numbers.next() % 8) as i32,
+                _ => (numbers.next() as i32) >> (31 - bits),
+            })
+            .collect();
+        let epsilon = [0u64, 1, 1 << 20][row as usize % 3];
+        let (mut got, mut want) = (alloc::vec![0i32; n], alloc::vec![0i32; n]);
+        txl_core::integer::layer_norm_of_bit_slices(&x, &gains, &biases, epsilon, frac, &mut got);
+        txl_core::integer::layer_norm_of_bits(&x, |i| gains[i], |i| biases[i], epsilon, frac, &mut want);
+        if got != want {
+            return Err(Failure::KernelMismatch("layer_norm_bits"));
+        }
+        checked += n;
+    }
+    Ok(checked)
 }
 
 /// `PreparedRescale::quantize_each` against `PreparedRescale::apply` clamped to `±127`, for

@@ -144,6 +144,24 @@ pub fn layer_norm_of_bit_slices(
     // gain's rescale took the fast path (`|scaled| ≤ 2^29`) and the bias is within `±2^30`,
     // the sign and the bias without saturation
     let (k, mean) = (stats.k, stats.mean);
+    // Helium: four values an instruction, the same bits
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+    if let Some(rows) = ScaledByBits::new(stats.inverse).row_parameters() {
+        let inverse = ScaledByBits::new(stats.inverse);
+        let apply = |bits: u32, v: i32| inverse.apply_out_of_line(bits, v);
+        let finish = |bits: u32, scaled: i32, b: i32| {
+            let scaled = if bits >> 31 != 0 {
+                scaled.saturating_neg()
+            } else {
+                scaled
+            };
+            scaled.saturating_add(b)
+        };
+        let deviations = (k, mean);
+        return crate::kernels::arm::helium::layer_norm(
+            x, gains, biases, out, deviations, rows, apply, finish,
+        );
+    }
     let items = x
         .iter()
         .zip(gains)

@@ -2383,3 +2383,165 @@ pub fn quantize_rmulh(x: &[i32], out: &mut [i8], wide: i32) {
     // those of `out` (tail-predicated), and uses q0-q3 (caller-saved).
     unsafe { txl_quantize_rmulh_mve(x.as_ptr(), out.as_mut_ptr(), n, wide) }
 }
+
+/// What [`txl_layer_norm_mve`] takes besides its slices: the rescale's `sm` and `31 - k` (as
+/// [`txl_scaled_by_bits_mve`]), the deviations' shift `k` and mean, and where the predicates go.
+#[repr(C)]
+struct LayerNormParameters {
+    mantissa: u32,
+    offset: i32,
+    shift: u32,
+    mean: i32,
+    fast: *mut u16,
+}
+
+extern "C" {
+    /// Helium: LayerNorm's last step for `i < n` (`n >= 1`), four values an instruction:
+    /// `out[i] = ±apply(|gain[i]|, (x[i] << shift) - mean)` (the gain's sign) plus `bias[i]`,
+    /// saturated, where the rescale takes [`txl_scaled_by_bits_mve`]'s path (as its
+    /// predicates in `fast` tell; `out[i]` is not written for the others).
+    fn txl_layer_norm_mve(
+        x: *const i32,
+        gains: *const u32,
+        biases: *const i32,
+        out: *mut i32,
+        n: usize,
+        parameters: *const LayerNormParameters,
+    );
+}
+
+// [`txl_scaled_by_bits_mve`]'s rescale of the deviation `(x << shift) - mean` by the gain's
+// magnitude (its biased exponent from the bits shifted left by one; the mantissa's bits are
+// the same), then the gain's sign (`(y ^ s) - s`, `s` the sign spread: the rescaled value is
+// below 2^30 in magnitude, so negating it cannot overflow) and `VQADD` of the bias (saturated
+// as `i32::saturating_add`). Registers: r0-r3 the slices, r4 the predicate, r5 `sm`, r6
+// `31 - k`, r7 the shift, r8 the mean, r9 the predicates, r10 16, r11 15, r12 `2^15`, lr the
+// values left; q0 the gains, q1 `p`, `m`, then `m · 2^(v - a)`, q2 `-up` then `a`, q3 `v`
+// then the deviations, q4 the shifted deviation and the result, q5 its saturated shift, the
+// sign, then the biases, q7 32.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_layer_norm_mve,\"ax\",%progbits",
+    ".globl txl_layer_norm_mve",
+    ".type txl_layer_norm_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_layer_norm_mve:",
+    "push {{r4-r12, lr}}",
+    "vpush {{d8-d15}}",
+    "ldr r4, [sp, #104]",
+    "ldr r5, [sp, #108]",
+    "ldm r5, {{r5-r9}}",
+    "movs r10, #16",
+    "movs r11, #15",
+    "mov.w r12, #32768",
+    "vmov.i32 q7, #32",
+    "dlstp.32 lr, r4",
+    "1:",
+    "vldrw.u32 q0, [r1], #16",
+    "vshl.i32 q1, q0, #9",
+    "vrshr.u32 q1, q1, #17",
+    "vadd.i32 q1, q1, r12",
+    "vmul.i32 q1, q1, r5",  // p
+    "vshr.s32 q2, q1, #31", // -up
+    "vsub.i32 q3, q2, r10", // -(16 + up)
+    "vrshl.u32 q1, q1, q3", // m
+    "vshl.i32 q3, q0, #1",
+    "vshr.u32 q3, q3, #24",
+    "vsub.i32 q3, q3, q2",
+    "vadd.i32 q3, q3, r6",   // v
+    "vqsub.u32 q2, q3, r11", // a
+    "vcmp.u32 cs, q3, q7",   // v ≥ 32: the slow path
+    "vsub.i32 q3, q3, q2",   // v - a
+    "vshl.u32 q1, q1, q3",   // m · 2^(v - a)
+    "vldrw.u32 q3, [r0], #16",
+    "vshl.s32 q3, r7",
+    "vsub.i32 q3, q3, r8", // the deviations
+    "vshl.s32 q4, q3, q2",
+    "vqshl.s32 q5, q3, q2",
+    "vpnot",
+    "vpst",
+    "vcmpt.i32 eq, q4, q5",
+    "vrmulh.s32 q4, q4, q1",
+    "vshr.s32 q5, q0, #31",
+    "veor q4, q4, q5",
+    "vsub.i32 q4, q4, q5",
+    "vldrw.u32 q5, [r2], #16",
+    "vqadd.s32 q4, q4, q5",
+    "vpst",
+    "vstrwt.32 q4, [r3]",
+    "adds r3, #16",
+    "vmrs r4, p0",
+    "strh r4, [r9], #2",
+    "letp lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r12, pc}}",
+    ".size txl_layer_norm_mve, . - txl_layer_norm_mve",
+    ".cpu cortex-m4",
+);
+
+/// LayerNorm's last step with Helium, four values an instruction: for each `i` (as many as
+/// the shortest), `out[i] = finish(gains[i], scaled, biases[i])` of
+/// `scaled = apply(gains[i] & 0x7FFF_FFFF, (x[i] << shift) - mean)`, `apply` the scalar
+/// [`ScaledByBits::apply`](crate::fixed_point::ScaledByBits::apply) of a rescale of `sm` and
+/// `k` in `33..=254` (as [`scaled_by_bits`]), `finish` the sign and the bias, saturated
+/// (`±scaled` then `saturating_add`). Every `(x[i] << shift) - mean` must not overflow. The
+/// same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm(
+    x: &[i32],
+    gains: &[u32],
+    biases: &[i32],
+    out: &mut [i32],
+    (shift, mean): (u32, i32),
+    (sm, k): (u32, i32),
+    apply: impl Fn(u32, i32) -> i32,
+    finish: impl Fn(u32, i32, i32) -> i32,
+) {
+    const CHUNK: usize = 64;
+    let n = x.len().min(gains.len()).min(biases.len()).min(out.len());
+    let mut fast = [0u16; CHUNK / 4];
+    for start in (0..n).step_by(CHUNK) {
+        let end = n.min(start + CHUNK);
+        let (x, gains, biases, out) = (
+            &x[start..end],
+            &gains[start..end],
+            &biases[start..end],
+            &mut out[start..end],
+        );
+        let parameters = LayerNormParameters {
+            mantissa: sm,
+            offset: 31 - k,
+            shift,
+            mean,
+            fast: fast.as_mut_ptr(),
+        };
+        // SAFETY: the four slices hold the same `1..=64` values; the kernel reads those of
+        // `x`, `gains` and `biases`, writes those of `out` (tail-predicated) and one predicate
+        // a block of four into `fast` (16 of them), and saves the q4-q7 it uses.
+        unsafe {
+            txl_layer_norm_mve(
+                x.as_ptr(),
+                gains.as_ptr(),
+                biases.as_ptr(),
+                out.as_mut_ptr(),
+                out.len(),
+                &parameters,
+            )
+        };
+        for (block, &mask) in fast.iter().enumerate().take(out.len().div_ceil(4)) {
+            if mask == 0xFFFF {
+                continue;
+            }
+            for lane in 0..4 {
+                let i = 4 * block + lane;
+                if i < out.len() && mask >> (4 * lane) & 1 == 0 {
+                    let scaled = apply(gains[i] & 0x7FFF_FFFF, (x[i] << shift).wrapping_sub(mean));
+                    out[i] = finish(gains[i], scaled, biases[i]);
+                }
+            }
+        }
+    }
+}
