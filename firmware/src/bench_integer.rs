@@ -6,7 +6,8 @@
 //! with Helium the activation scales' shifts of an input (`kernel=act_shift`, against
 //! `integer::act_shift` and the largest magnitude), and LayerNorm of gains as slices
 //! (`kernel=layer_norm_bits`, `integer::layer_norm_of_bit_slices` against
-//! `integer::layer_norm_of_bits`). A mismatch fails the run.
+//! `integer::layer_norm_of_bits`), and with Helium LayerNorm's sums (`kernel=layer_norm_sums`:
+//! the sum, range and sum of squares against scalar loops). A mismatch fails the run.
 
 use alloc::vec::Vec;
 
@@ -74,6 +75,8 @@ pub fn run() -> Result<(), Failure> {
     {
         let values = check_act_shift()?;
         info!("bench check kernel=act_shift values={=usize} ok", values);
+        let values = check_layer_norm_sums()?;
+        info!("bench check kernel=layer_norm_sums values={=usize} ok", values);
     }
     Ok(())
 }
@@ -208,6 +211,50 @@ fn check_scaled_by_bits() -> Result<usize, Failure> {
             }
             checked += n;
         }
+    }
+    Ok(checked)
+}
+
+/// Helium's `sum_range` and `squares` against scalar loops, on rows of 1 to 200 values of 4 to
+/// 31 bits (the sum in 64 bits, exact), and the squares at shifts and means that keep every
+/// deviation within `i32` and every rounded one within `±2^15`.
+#[cfg(feature = "mve")]
+fn check_layer_norm_sums() -> Result<usize, Failure> {
+    use txl_core::kernels::arm::helium::{squares, sum_range};
+    let mut numbers = Numbers(0x5e_5a11);
+    let mut checked = 0;
+    for _ in 0..60 {
+        let n = 1 + (numbers.next() % 200) as usize;
+        let bits = 4 + numbers.next() % 28;
+        let x: Vec<i32> = (0..n).map(|_| (numbers.next() as i32) >> (31 - bits)).collect();
+        let want = (
+            x.iter().map(|&v| v as i64).sum::<i64>(),
+            *x.iter().min().unwrap_or(&0),
+            *x.iter().max().unwrap_or(&0),
+        );
+        if sum_range(&x) != Some(want) {
+            return Err(Failure::KernelMismatch("layer_norm_sums"));
+        }
+        let k = 30u32.saturating_sub(bits).min(16);
+        let mean = (want.0 << k) / n as i64;
+        let mean = mean as i32;
+        let largest = x
+            .iter()
+            .map(|&v| ((v << k) - mean).unsigned_abs())
+            .max()
+            .unwrap_or(0);
+        let s = (32 - largest.leading_zeros()).saturating_sub(15).max(1);
+        let scalar: u64 = x
+            .iter()
+            .map(|&v| {
+                let c = (((((v << k) - mean) >> (s - 1)) + 1) >> 1) as i64;
+                (c * c) as u64
+            })
+            .sum();
+        if squares(&x, k, mean, s) != scalar {
+            return Err(Failure::KernelMismatch("layer_norm_sums"));
+        }
+        checked += n;
     }
     Ok(checked)
 }

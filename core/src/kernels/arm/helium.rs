@@ -2545,3 +2545,88 @@ pub fn layer_norm(
         }
     }
 }
+
+extern "C" {
+    /// Helium: for `x[..n]` (`n >= 1`), `out = [smallest, sum's low word, sum's high word,
+    /// largest]` (the sum exact in 64 bits, `VADDLVA`; `VMINV`, `VMAXV`).
+    fn txl_sum_range_mve(x: *const i32, n: usize, out: *mut i32);
+    /// Helium: `Σ c²` over `x[..n]` (`n >= 1`) of `c = round((x << shift) - mean) / 2^s)`
+    /// (halves up, `VRSHL` by `-s`), in 64 bits (`VMLALDAVA`); `negative_s` is `-s`.
+    fn txl_squares_mve(x: *const i32, n: usize, shift: u32, mean: i32, negative_s: i32) -> u64;
+}
+
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_sum_range_mve,\"ax\",%progbits",
+    ".globl txl_sum_range_mve",
+    ".type txl_sum_range_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sum_range_mve:",
+    "push {{r4, r5, r6, lr}}",
+    "movs r4, #0",
+    "movs r5, #0",
+    "ldr r3, [r0]",
+    "mov r6, r3",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vaddlva.s32 r4, r5, q0",
+    "vminv.s32 r3, q0",
+    "vmaxv.s32 r6, q0",
+    "letp lr, 1b",
+    "stm r2, {{r3, r4, r5, r6}}",
+    "pop {{r4, r5, r6, pc}}",
+    ".size txl_sum_range_mve, . - txl_sum_range_mve",
+    ".section .text.txl_squares_mve,\"ax\",%progbits",
+    ".globl txl_squares_mve",
+    ".type txl_squares_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_squares_mve:",
+    "push {{r4, r5, r7, lr}}",
+    "ldr r12, [sp, #16]",
+    "movs r4, #0",
+    "movs r5, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vshl.s32 q0, r2",
+    "vsub.i32 q0, q0, r3",
+    "vrshl.s32 q0, r12",
+    "vmlaldava.s32 r4, r5, q0, q0",
+    "letp lr, 1b",
+    "mov r0, r4",
+    "mov r1, r5",
+    "pop {{r4, r5, r7, pc}}",
+    ".size txl_squares_mve, . - txl_squares_mve",
+    ".cpu cortex-m4",
+);
+
+/// `(Σ x, min x, max x)` of `x` (`None` for none), the sum exact in 64 bits; four values an
+/// instruction.
+pub fn sum_range(x: &[i32]) -> Option<(i64, i32, i32)> {
+    if x.is_empty() {
+        return None;
+    }
+    let mut out = [0i32; 4];
+    // SAFETY: `x` holds `n >= 1` values; the kernel reads those (tail-predicated), writes the
+    // four words of `out`, and uses q0 (caller-saved).
+    unsafe { txl_sum_range_mve(x.as_ptr(), x.len(), out.as_mut_ptr()) };
+    let sum = (out[2] as i64) << 32 | out[1] as u32 as i64;
+    Some((sum, out[0], out[3]))
+}
+
+/// `Σ c²` of `c = round(((v << shift) - mean) / 2^s)` (halves up) over `v` in `x`, for
+/// `s` in `1..=31` and every `(v << shift) - mean` within `i32` and every `|c| ≤ 2^15`; four
+/// values an instruction.
+pub fn squares(x: &[i32], shift: u32, mean: i32, s: u32) -> u64 {
+    if x.is_empty() {
+        return 0;
+    }
+    // SAFETY: `x` holds `n >= 1` values; the kernel reads those (tail-predicated) and uses q0
+    // (caller-saved).
+    unsafe { txl_squares_mve(x.as_ptr(), x.len(), shift, mean, -(s as i32)) }
+}
