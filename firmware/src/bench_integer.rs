@@ -7,7 +7,9 @@
 //! `integer::act_shift` and the largest magnitude), and LayerNorm of gains as slices
 //! (`kernel=layer_norm_bits`, `integer::layer_norm_of_bit_slices` against
 //! `integer::layer_norm_of_bits`), and with Helium LayerNorm's sums (`kernel=layer_norm_sums`:
-//! the sum, range and sum of squares against scalar loops). A mismatch fails the run.
+//! the sum, range and sum of squares against scalar loops) and the query's words
+//! (`kernel=query_words`: the biased sums, their largest magnitude and the packed halves
+//! against scalar loops). A mismatch fails the run.
 
 use alloc::vec::Vec;
 
@@ -77,6 +79,8 @@ pub fn run() -> Result<(), Failure> {
         info!("bench check kernel=act_shift values={=usize} ok", values);
         let values = check_layer_norm_sums()?;
         info!("bench check kernel=layer_norm_sums values={=usize} ok", values);
+        let values = check_query_words()?;
+        info!("bench check kernel=query_words values={=usize} ok", values);
     }
     Ok(())
 }
@@ -253,6 +257,44 @@ fn check_layer_norm_sums() -> Result<usize, Failure> {
             .sum();
         if squares(&x, k, mean, s) != scalar {
             return Err(Failure::KernelMismatch("layer_norm_sums"));
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// Helium's `query_sums` and `query_pack` against scalar loops: heads of 1 to 80 columns,
+/// sums that saturate now and then, shifts of 0 to 31.
+#[cfg(feature = "mve")]
+fn check_query_words() -> Result<usize, Failure> {
+    use txl_core::kernels::arm::helium::{query_pack, query_sums};
+    let mut numbers = Numbers(0x0e11_0a57);
+    let mut checked = 0;
+    for e in 0..32u32 {
+        let n = 1 + (numbers.next() % 80) as usize;
+        let q: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let b: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let mut qb = alloc::vec![0i32; n];
+        let largest = query_sums(&q, &b, &mut qb);
+        let want: Vec<i32> = q.iter().zip(&b).map(|(&q, &b)| q.saturating_add(b)).collect();
+        let want_largest = want.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+        if qb != want || largest != want_largest {
+            return Err(Failure::KernelMismatch("query_words"));
+        }
+        // values whose rounded shift fits 16 bits
+        let qb: Vec<i32> = qb.iter().map(|&v| v >> (15 - e.min(15))).collect();
+        let octets = n / 8;
+        let mut words = alloc::vec![0u32; 4 * octets];
+        query_pack(&qb, &mut words, octets, e);
+        let half = |v: i32| {
+            let r = if e == 0 { v } else { ((v >> (e - 1)) + 1) >> 1 };
+            r as i16 as u16 as u32
+        };
+        for (g, w) in words.chunks(2).enumerate() {
+            let c = &qb[4 * g..4 * g + 4];
+            if w[0] != half(c[0]) | half(c[2]) << 16 || w[1] != half(c[1]) | half(c[3]) << 16 {
+                return Err(Failure::KernelMismatch("query_words"));
+            }
         }
         checked += n;
     }

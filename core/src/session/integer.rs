@@ -413,17 +413,31 @@ fn layer_parameters<'p>(all: &'p [i32], config: &Config, layer: usize) -> LayerP
 fn query_words((q, qb): (&[i32], &mut [i32]), b: &[i32], top: i64, words: &mut [u32]) -> i32 {
     let n = q.len();
     let qb = &mut qb[..n];
-    let mut largest = 0u32;
-    for ((v, &q), &b) in qb.iter_mut().zip(q).zip(&b[..n]) {
-        let sum = q.saturating_add(b);
-        *v = sum;
-        largest = largest.max(sum.unsigned_abs());
-    }
+    // Helium: four columns an instruction
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+    let largest = kernels::arm::helium::query_sums(q, &b[..n], qb);
+    #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
+    let largest = {
+        let mut largest = 0u32;
+        for ((v, &q), &b) in qb.iter_mut().zip(q).zip(&b[..n]) {
+            let sum = q.saturating_add(b);
+            *v = sum;
+            largest = largest.max(sum.unsigned_abs());
+        }
+        largest
+    };
     let e = pow2_exponent_of(largest as u64, top) as u32;
     // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1 (columns past the
     // head are zero); the rounding shift as `⌊(⌊v / 2^(e-1)⌋ + 1) / 2⌋` (the same value:
     // `|v| < 2^(e + 16)`, so the sum cannot overflow)
     let words = &mut words[..kernels::portable::query_words(n)];
+    // Helium: the whole groups of eight columns eight an instruction, the rest as below
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+    let (qb, words) = {
+        let octets = n / 8;
+        kernels::arm::helium::query_pack(qb, words, octets, e);
+        (&qb[8 * octets..], &mut words[4 * octets..])
+    };
     if e == 0 {
         pack_query_words(qb, words, |v| v as i16 as u16 as u32);
     } else {

@@ -2630,3 +2630,109 @@ pub fn squares(x: &[i32], shift: u32, mean: i32, s: u32) -> u64 {
     // (caller-saved).
     unsafe { txl_squares_mve(x.as_ptr(), x.len(), shift, mean, -(s as i32)) }
 }
+
+extern "C" {
+    /// Helium: `qb[i] = q[i].saturating_add(b[i])` (`VQADD`) for `i < n` (`n >= 1`); returns
+    /// the largest `|qb[i]|` (`VMAXAV`).
+    fn txl_query_sums_mve(q: *const i32, b: *const i32, qb: *mut i32, n: usize) -> u32;
+    /// Helium: for each of `octets >= 1` groups of eight values `v` at `qb`, four words: the
+    /// low halves of `round(v / 2^e)` (halves up, `VRSHL` by `negative_e = -e`) of columns
+    /// `4g, 4g + 2` in word `2g` and `4g + 1, 4g + 3` in word `2g + 1` (low half first).
+    /// `offsets` is `[0, 1, 4, 5, 2, 3, 6, 7]`.
+    fn txl_query_pack_mve(
+        qb: *const i32,
+        words: *mut u32,
+        octets: usize,
+        negative_e: i32,
+        offsets: *const u32,
+    );
+}
+
+/// The columns [`txl_query_pack_mve`] gathers: the low halves' (first four), the high halves'.
+static QUERY_OFFSETS: [u32; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+
+// The sums: per four columns `VLDRW` twice, `VQADD`, `VSTRW`, `VMAXAV`. The words: per eight
+// columns two gathers (`VLDRW` with the offsets: columns 0, 1, 4, 5 and 2, 3, 6, 7), two
+// `VRSHL`, `VMOVNT` (the second's low halves into the first's high ones) and `VSTRW`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_query_sums_mve,\"ax\",%progbits",
+    ".globl txl_query_sums_mve",
+    ".type txl_query_sums_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_sums_mve:",
+    "push {{r4, lr}}",
+    "movs r4, #0",
+    "dlstp.32 lr, r3",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vldrw.u32 q1, [r1], #16",
+    "vqadd.s32 q0, q0, q1",
+    "vstrw.32 q0, [r2], #16",
+    "vmaxav.s32 r4, q0",
+    "letp lr, 1b",
+    "mov r0, r4",
+    "pop {{r4, pc}}",
+    ".size txl_query_sums_mve, . - txl_query_sums_mve",
+    ".section .text.txl_query_pack_mve,\"ax\",%progbits",
+    ".globl txl_query_pack_mve",
+    ".type txl_query_pack_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_pack_mve:",
+    "push {{r7, lr}}",
+    "ldr r12, [sp, #8]",
+    "vldrw.u32 q2, [r12]",
+    "vldrw.u32 q3, [r12, #16]",
+    "dls lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0, q2, uxtw #2]",
+    "vldrw.u32 q1, [r0, q3, uxtw #2]",
+    "adds r0, #32",
+    "vrshl.s32 q0, r3",
+    "vrshl.s32 q1, r3",
+    "vmovnt.i32 q0, q1",
+    "vstrw.32 q0, [r1], #16",
+    "le lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_query_pack_mve, . - txl_query_pack_mve",
+    ".cpu cortex-m4",
+);
+
+/// `qb[i] = q[i].saturating_add(b[i])` for each `i` (as many as the shortest); returns the
+/// largest `|qb[i]|` (0 for none). Four columns an instruction.
+pub fn query_sums(q: &[i32], b: &[i32], qb: &mut [i32]) -> u32 {
+    let n = q.len().min(b.len()).min(qb.len());
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: the three slices hold `n >= 1` values; the kernel reads those of `q` and `b`
+    // and writes those of `qb` (tail-predicated), and uses q0 and q1 (caller-saved).
+    unsafe { txl_query_sums_mve(q.as_ptr(), b.as_ptr(), qb.as_mut_ptr(), n) }
+}
+
+/// The words of the first `8 · octets` values of `qb` (`octets ≤ qb.len() / 8`, `words` at
+/// least `4 · octets` long) as the query's layout keeps them: columns `4g` and `4g + 2` in word
+/// `2g`, `4g + 1` and `4g + 3` in word `2g + 1`, each the low half of `round(v / 2^e)`
+/// (halves up; `v` itself for `e = 0`), `e ≤ 31`. Eight columns an instruction.
+pub fn query_pack(qb: &[i32], words: &mut [u32], octets: usize, e: u32) {
+    let octets = octets.min(qb.len() / 8).min(words.len() / 4);
+    if octets == 0 {
+        return;
+    }
+    // SAFETY: `qb` holds `8 · octets` values and `words` `4 · octets`; the kernel reads those
+    // (gathered at offsets below 8 from each group's start) and writes these, and uses q0-q3
+    // (caller-saved).
+    unsafe {
+        txl_query_pack_mve(
+            qb.as_ptr(),
+            words.as_mut_ptr(),
+            octets,
+            -(e.min(31) as i32),
+            QUERY_OFFSETS.as_ptr(),
+        )
+    }
+}
