@@ -603,7 +603,7 @@ impl ScaledByBits {
         #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
         for (y, &s) in y.iter_mut().zip(scales) {
             let (bits, x) = (s.to_bits(), *y);
-            let (m, up) = rescale_mantissa(bits, sm);
+            let (m, up) = rescale_mantissa_clz(bits, sm);
             let shift1 = k.wrapping_sub((bits >> 23) as i32).wrapping_sub(up) as u32;
             *y = if shift1 < 32 && (x as u32).wrapping_add(1 << 16) < 1 << 17 {
                 ((x.wrapping_mul(m as i32) >> shift1) + 1) >> 1
@@ -621,6 +621,20 @@ impl ScaledByBits {
             };
         }
     }
+}
+
+/// [`rescale_mantissa`] with a count of leading zeros where the core has one in an instruction
+/// (the DSP extension's cores: `CLZ`), the same values: the product is `2^30` or more, so
+/// its leading zeros are `1 - up`, and `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`.
+#[inline(always)]
+fn rescale_mantissa_clz(bits: u32, sm: u32) -> (u32, i32) {
+    if !cfg!(all(feature = "cortex-m-dsp", target_arch = "arm")) {
+        return rescale_mantissa(bits, sm);
+    }
+    let mantissa = ((bits & 0x7F_FFFF) + 0x80_0080) >> 8; // [2^15, 2^16]
+    let product = mantissa.wrapping_mul(sm); // [2^30, 2^32)
+    let lz = product.leading_zeros(); // 0 or 1
+    (((product >> (16 - lz)) + 1) >> 1, 1 - lz as i32)
 }
 
 /// As [`ScaledByBits::apply`] makes them: an `f32`'s 16-bit mantissa (from its bits, rounded,
