@@ -9,7 +9,8 @@
 //! `integer::layer_norm_of_bits`), and with Helium LayerNorm's sums (`kernel=layer_norm_sums`:
 //! the sum, range and sum of squares against scalar loops) and the query's words
 //! (`kernel=query_words`: the biased sums, their largest magnitude and the packed halves
-//! against scalar loops). A mismatch fails the run.
+//! against scalar loops) and the attention's probabilities (`kernel=probabilities`, against
+//! `Normalise::apply` and the shift by the values' powers of two). A mismatch fails the run.
 
 use alloc::vec::Vec;
 
@@ -81,6 +82,8 @@ pub fn run() -> Result<(), Failure> {
         info!("bench check kernel=layer_norm_sums values={=usize} ok", values);
         let values = check_query_words()?;
         info!("bench check kernel=query_words values={=usize} ok", values);
+        let values = check_probabilities()?;
+        info!("bench check kernel=probabilities values={=usize} ok", values);
     }
     Ok(())
 }
@@ -294,6 +297,49 @@ fn check_query_words() -> Result<usize, Failure> {
             let c = &qb[4 * g..4 * g + 4];
             if w[0] != half(c[0]) | half(c[2]) << 16 || w[1] != half(c[1]) | half(c[3]) << 16 {
                 return Err(Failure::KernelMismatch("query_words"));
+            }
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// Helium's `probabilities` against `Normalise::apply` (of sums from `2^30` to `2^45`) and the
+/// rounded shift by `min(max(e_max - ve, 0), 16)`, for `e_j` of every magnitude up to `2^30`
+/// (some below `2^14`, some at the largest) and exponents around `e_max`.
+#[cfg(feature = "mve")]
+fn check_probabilities() -> Result<usize, Failure> {
+    use txl_core::integer::Normalise;
+    let mut numbers = Numbers(0x9b0b_ab1e);
+    let mut checked = 0;
+    for round in 0..64u32 {
+        let sum = (1u64 << 30) + ((numbers.next() as u64) << (round % 16));
+        let normalise = Normalise::of_sum(sum);
+        let Some(high) = normalise.high_word() else {
+            continue;
+        };
+        let n = 1 + (numbers.next() % 90) as usize;
+        let e: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 8 {
+                0 => 1 << 30,
+                1 => (numbers.next() % (1 << 14)) as i32,
+                _ => (numbers.next() >> (2 + numbers.next() % 16)) as i32,
+            })
+            .collect();
+        let ve: Vec<i32> = (0..n).map(|_| (numbers.next() % 24) as i32).collect();
+        let e_max = (numbers.next() % 24) as i32;
+        let mut got = e.clone();
+        txl_core::kernels::arm::helium::probabilities(&mut got, &ve, high, e_max);
+        for ((&e, &ve), &got) in e.iter().zip(&ve).zip(&got) {
+            let want = if e < 1 << 14 {
+                0
+            } else {
+                let p = normalise.apply(e);
+                let shift = (e_max - ve).clamp(0, 16) as u32;
+                (((p << 1) >> shift) + 1) >> 1
+            };
+            if got != want {
+                return Err(Failure::KernelMismatch("probabilities"));
             }
         }
         checked += n;

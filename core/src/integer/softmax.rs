@@ -93,6 +93,12 @@ impl Normalise {
         }
     }
 
+    /// `m` and `t = shift - 32` where the shift is 33 or more: then [`Normalise::apply`] is
+    /// `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` (a kernel's form).
+    pub fn high_word(self) -> Option<(u32, u32)> {
+        (self.shift >= 33).then_some((self.m as u32, self.shift - 32))
+    }
+
     /// `normalise.apply(e)` of an `e` in `0..=2^30`, unsigned (the product is below 2^62, so
     /// no saturation comes before the `min`): one 32 × 32 → 64-bit product a probability.
     #[inline]

@@ -560,6 +560,12 @@ fn head_probabilities(
         let with = probabilities.zip(value_exponents.iter()).filter(|&(p, _)| p > 0);
         with.map(|(_, &ve)| ve).max().unwrap_or(0).max(0)
     };
+    // Helium: four keys an instruction
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+    if let Some(high) = normalise.high_word() {
+        kernels::arm::helium::probabilities(scores, value_exponents, high, e_max);
+        return e_max;
+    }
     for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
         if *p < 1 << 14 {
             *p = 0; // (no probability, as above)

@@ -2736,3 +2736,69 @@ pub fn query_pack(qb: &[i32], words: &mut [u32], octets: usize, e: u32) {
         )
     }
 }
+
+extern "C" {
+    /// Helium: for `i < n` (`n >= 1`), the probability of `e = p[i]` in place:
+    /// `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` (`VMULH`, `VRSHL` by `negative_t = -t`, `t ≥ 1`)
+    /// divided by `2^min(max(e_max - ve[i], 0), 16)`, rounded (`VRSHL`), or 0 where
+    /// `e < 2^14`.
+    fn txl_probabilities_mve(p: *mut i32, ve: *const i32, n: usize, constants: *const i32);
+}
+
+// Per four keys: `VMULH` (the product's high word), `VRSHL`, `VMIN` against 32767, the shift
+// `-min(max(e_max - ve, 0), 16)` by `VSUB`, `VMIN`, `VMAX`, then `VRSHL` by it, and `VPSEL` of
+// 0 where `e < 2^14` (`VCMP` into the predicate). Registers: r0 the values, r1 the exponents,
+// r3 `m`, r4 `-t`, r5 `e_max`, r6 `2^14`; q3 `m`, q4 32767, q6 0, q7 -16.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_probabilities_mve,\"ax\",%progbits",
+    ".globl txl_probabilities_mve",
+    ".type txl_probabilities_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_probabilities_mve:",
+    "push {{r4, r5, r6, lr}}",
+    "vpush {{d8-d15}}",
+    "ldm r3, {{r3, r4, r5}}",
+    "mov.w r6, #16384",
+    "vdup.32 q3, r3",
+    "vmov.i32 q4, #0x7fff",
+    "vmov.i32 q6, #0",
+    "vmvn.i32 q7, #15",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vldrw.u32 q1, [r1], #16",
+    "vmulh.u32 q2, q0, q3",
+    "vrshl.u32 q2, r4",
+    "vmin.u32 q2, q2, q4",
+    "vsub.i32 q1, q1, r5",
+    "vmin.s32 q1, q1, q6",
+    "vmax.s32 q1, q1, q7",
+    "vrshl.s32 q2, q2, q1",
+    "vcmp.u32 cs, q0, r6",
+    "vpsel q2, q2, q6",
+    "vstrw.32 q2, [r0], #16",
+    "letp lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4, r5, r6, pc}}",
+    ".size txl_probabilities_mve, . - txl_probabilities_mve",
+    ".cpu cortex-m4",
+);
+
+/// For each key (as many as the shorter of the two): `p[i]` (its `e_j`, `0..=2^30`) becomes
+/// its probability `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` shifted right by
+/// `min(max(e_max - ve[i], 0), 16)`, rounded (halves up), or 0 where `e_j < 2^14`; `m` below
+/// `2^31`, `t` in `1..=64`. Four keys an instruction.
+pub fn probabilities(p: &mut [i32], ve: &[i32], (m, t): (u32, u32), e_max: i32) {
+    let n = p.len().min(ve.len());
+    if n == 0 {
+        return;
+    }
+    let constants = [m as i32, -(t.min(64) as i32), e_max];
+    // SAFETY: `p` and `ve` hold `n >= 1` values; the kernel reads those, writes those of `p`
+    // (tail-predicated) and reads the three constants, and saves the q4-q7 it uses.
+    unsafe { txl_probabilities_mve(p.as_mut_ptr(), ve.as_ptr(), n, constants.as_ptr()) }
+}
