@@ -10,7 +10,9 @@
 //! the sum, range and sum of squares against scalar loops) and the query's words
 //! (`kernel=query_words`: the biased sums, their largest magnitude and the packed halves
 //! against scalar loops) and the attention's probabilities (`kernel=probabilities`, against
-//! `Normalise::apply` and the shift by the values' powers of two). A mismatch fails the run.
+//! `Normalise::apply` and the shift by the values' powers of two) and the scores' exponentials
+//! (`kernel=exp_scores`, against `exp_neg(to_exp_input(..))` and their sum). A mismatch fails
+//! the run.
 
 use alloc::vec::Vec;
 
@@ -84,6 +86,8 @@ pub fn run() -> Result<(), Failure> {
         info!("bench check kernel=query_words values={=usize} ok", values);
         let values = check_probabilities()?;
         info!("bench check kernel=probabilities values={=usize} ok", values);
+        let values = check_exp_scores()?;
+        info!("bench check kernel=exp_scores values={=usize} ok", values);
     }
     Ok(())
 }
@@ -341,6 +345,42 @@ fn check_probabilities() -> Result<usize, Failure> {
             if got != want {
                 return Err(Failure::KernelMismatch("probabilities"));
             }
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// Helium's `exp_scores` against `exp_neg(to_exp_input(largest, v, frac))` value by value and
+/// their sum, for fractions of 0 to 24 bits, scores at, near and far below the largest (the
+/// saturated distance too) and a few above it.
+#[cfg(feature = "mve")]
+fn check_exp_scores() -> Result<usize, Failure> {
+    use txl_core::fixed_point::exp_neg;
+    use txl_core::integer::to_exp_input;
+    let mut numbers = Numbers(0x0e4b_5c0e);
+    let mut checked = 0;
+    for round in 0..75u32 {
+        let frac = round % 25;
+        let n = 1 + (numbers.next() % 100) as usize;
+        let largest = numbers.value();
+        let scores: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 16 {
+                0 => largest,
+                1 => largest.wrapping_add(1 + (numbers.next() % 5) as i32),
+                2 => i32::MIN,
+                _ => largest.saturating_sub((numbers.next() >> (numbers.next() % 32)) as i32),
+            })
+            .collect();
+        let mut got = scores.clone();
+        let sum = txl_core::kernels::arm::helium::exp_scores(&mut got, largest, frac);
+        let want: Vec<i32> = scores
+            .iter()
+            .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as i32)
+            .collect();
+        let want_sum: u64 = want.iter().map(|&e| e as u64).sum();
+        if got != want || sum != want_sum {
+            return Err(Failure::KernelMismatch("exp_scores"));
         }
         checked += n;
     }

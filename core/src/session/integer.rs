@@ -20,15 +20,15 @@ use crate::arena::integer_parameter_parts;
 use crate::attention::AttentionShape;
 use crate::config::{Config, MAX_CLUSTERS};
 use crate::fixed_point::{
-    cos_turns, exp_neg, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier,
-    multiplier_of_f32, position_frequency, round_shift, round_shift_i32, saturate, sin_turns,
-    sqrt_multiplier, to_f32, Multiplier, Rescale, Scale16, ScaledByBits,
+    cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
+    position_frequency, round_shift, round_shift_i32, saturate, sin_turns, sqrt_multiplier, to_f32,
+    Multiplier, Rescale, Scale16, ScaledByBits,
 };
 use crate::image::Arithmetic;
 use crate::integer::{
     act_rescale, act_shift, act_top, attention_score, attention_score_of_small, layer_norm_of_bit_slices,
-    log_softmax, pow2_act_top, pow2_exponent, pow2_exponent_of, rescale_wide, to_exp_input, Int8Steps,
-    Normalise, ACT_SHIFT, SCORE_FRAC,
+    log_softmax, pow2_act_top, pow2_exponent, pow2_exponent_of, rescale_wide, Int8Steps, Normalise,
+    ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -524,6 +524,10 @@ fn head_probabilities(
     // each score's `e_j` and their sum, and for each power of two of the values the largest
     // `e_j` among its keys: a key has a probability where its `e_j` does, and the probability
     // grows with it
+    // Helium: each score's `e_j` and their sum four scores an instruction, first
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+    let sum = kernels::arm::helium::exp_scores(scores, largest, SCORE_FRAC);
+    #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
     let mut sum = 0u64;
     let mut e_top = [0u32; 32];
     let mut every = 0;
@@ -536,9 +540,16 @@ fn head_probabilities(
         if at >= ring.len() {
             at -= ring.len();
         }
-        let e = exp_neg(to_exp_input(largest, *score, SCORE_FRAC)); // at most 2^30
-        sum += e as u64;
-        *score = e as i32;
+        #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+        let e = *score as u32;
+        #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
+        let e = {
+            use crate::{fixed_point::exp_neg, integer::to_exp_input};
+            let e = exp_neg(to_exp_input(largest, *score, SCORE_FRAC)); // at most 2^30
+            sum += e as u64;
+            *score = e as i32;
+            e
+        };
         *exponent = ve;
         // a key of `e_j < 2^14` has no probability (`S ≥ 2^30`, so `e_j · 2^15 / S < 1/2`)
         if e >= 1 << 14 {

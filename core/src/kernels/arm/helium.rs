@@ -2802,3 +2802,97 @@ pub fn probabilities(p: &mut [i32], ve: &[i32], (m, t): (u32, u32), e_max: i32) 
     // (tail-predicated) and reads the three constants, and saves the q4-q7 it uses.
     unsafe { txl_probabilities_mve(p.as_mut_ptr(), ve.as_ptr(), n, constants.as_ptr()) }
 }
+
+extern "C" {
+    /// Helium: for `i < n` (`n >= 1`), `scores[i] = exp_neg(to_exp_input(largest, scores[i],
+    /// 24 - left))` in place; returns their sum (64 bits). `constants` is `[largest, left,
+    /// the table's address]`.
+    fn txl_exp_scores_mve(scores: *mut i32, n: usize, constants: *const u32) -> u64;
+}
+
+// [`exp_neg`](crate::fixed_point::exp_neg) four values an instruction, the same steps: the
+// distance `largest - min(v, largest)` shifted left by `left` saturated (`VQSHL.U32`: the
+// `u32::MAX` of `to_exp_input`), then at most `2^29` (`exp_neg` gives 0 from there on, and
+// `2^29` leads to `n = 46` below, which gives 0 too); `y = ⌊2t log2(e) / 2^32⌋` (`VMULH`),
+// `n = y / 2^24`, the fraction's table entries by two gathers (indices below 256 whatever the
+// value), the interpolation in 32-bit lanes as the scalar code, and the rounding shift by `n`
+// (`VRSHL` by `-n`: 0 for `n ≥ 32`, as `exp_neg`'s `n > 31` gives, the value being at most
+// `2^30`); the sum by `VADDLVA`. Registers: r0 the values, r2 `left`, r4 and r5 the table and
+// the table one entry on, r6-r7 the sum; q5 `log2(e)` in Q31, q6 `2^29`, q7 `largest`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_exp_scores_mve,\"ax\",%progbits",
+    ".globl txl_exp_scores_mve",
+    ".type txl_exp_scores_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_exp_scores_mve:",
+    "push {{r4, r5, r6, r7, lr}}",
+    "sub sp, #4",
+    "vpush {{d8-d15}}",
+    "ldm r2, {{r3, r4, r5}}",
+    "vdup.32 q7, r3",
+    "mov r2, r4",
+    "mov r4, r5",
+    "adds r5, #4",
+    "movw r3, #:lower16:3098164009",
+    "movt r3, #:upper16:3098164009",
+    "vdup.32 q5, r3",
+    "mov.w r3, #536870912",
+    "vdup.32 q6, r3",
+    "movs r6, #0",
+    "movs r7, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vmin.s32 q0, q0, q7",
+    "vsub.i32 q0, q7, q0",
+    "vqshl.u32 q0, r2",
+    "vmin.u32 q0, q0, q6",
+    "vshl.i32 q0, q0, #1",
+    "vmulh.u32 q0, q0, q5", // y
+    "vshr.u32 q1, q0, #24", // n
+    "vbic.i32 q0, #0xff000000",
+    "vshr.u32 q2, q0, #16", // the index
+    "vldrw.u32 q3, [r4, q2, uxtw #2]",
+    "vldrw.u32 q4, [r5, q2, uxtw #2]",
+    "vmovlb.u16 q2, q0",   // between
+    "vsub.i32 q4, q3, q4", // the difference
+    "vshr.u32 q0, q4, #16",
+    "vmul.i32 q0, q0, q2",
+    "vshl.i32 q4, q4, #16",
+    "vshr.u32 q4, q4, #16",
+    "vmul.i32 q4, q4, q2",
+    "vrshr.u32 q4, q4, #16",
+    "vadd.i32 q0, q0, q4", // the step
+    "vsub.i32 q3, q3, q0", // the value
+    "vneg.s32 q1, q1",
+    "vrshl.u32 q3, q3, q1",
+    "vstrw.32 q3, [r0], #16",
+    "vaddlva.u32 r6, r7, q3",
+    "letp lr, 1b",
+    "mov r0, r6",
+    "mov r1, r7",
+    "vpop {{d8-d15}}",
+    "add sp, #4",
+    "pop {{r4, r5, r6, r7, pc}}",
+    ".size txl_exp_scores_mve, . - txl_exp_scores_mve",
+    ".cpu cortex-m4",
+);
+
+/// `scores[i] = exp_neg(to_exp_input(largest, scores[i], frac))` for each score, `frac` in
+/// `0..=24`; returns their sum. Four scores an instruction, the same values.
+pub fn exp_scores(scores: &mut [i32], largest: i32, frac: u32) -> u64 {
+    if scores.is_empty() {
+        return 0;
+    }
+    let table: &'static [u32; 257] = &crate::fixed_point::EXP2_TABLE;
+    let constants = [largest as u32, 24 - frac.min(24), table.as_ptr() as u32];
+    // SAFETY: `scores` holds `n >= 1` values; the kernel reads and writes those
+    // (tail-predicated), reads the three constants and the table at indices below 257 (the
+    // gathers' indices are a fraction's top 8 bits, and one more), and saves the q4-q7 it
+    // uses.
+    unsafe { txl_exp_scores_mve(scores.as_mut_ptr(), scores.len(), constants.as_ptr()) }
+}
