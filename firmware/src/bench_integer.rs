@@ -11,8 +11,8 @@
 //! (`kernel=query_words`: the biased sums, their largest magnitude and the packed halves
 //! against scalar loops) and the attention's probabilities (`kernel=probabilities`, against
 //! `Normalise::apply` and the shift by the values' powers of two) and the scores' exponentials
-//! (`kernel=exp_scores`, against `exp_neg(to_exp_input(..))` and their sum). A mismatch fails
-//! the run.
+//! (`kernel=exp_scores`, against `exp_neg(to_exp_input(..))` and their sum), and the integer
+//! log-softmax (`kernel=log_softmax`, against the scalar steps). A mismatch fails the run.
 
 use alloc::vec::Vec;
 
@@ -88,6 +88,8 @@ pub fn run() -> Result<(), Failure> {
         info!("bench check kernel=probabilities values={=usize} ok", values);
         let values = check_exp_scores()?;
         info!("bench check kernel=exp_scores values={=usize} ok", values);
+        let values = check_log_softmax()?;
+        info!("bench check kernel=log_softmax values={=usize} ok", values);
     }
     Ok(())
 }
@@ -381,6 +383,45 @@ fn check_exp_scores() -> Result<usize, Failure> {
         let want_sum: u64 = want.iter().map(|&e| e as u64).sum();
         if got != want || sum != want_sum {
             return Err(Failure::KernelMismatch("exp_scores"));
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// `integer::log_softmax` (Helium where the fraction has at most 24 bits) against its scalar
+/// steps (the largest value, the sum of `exp_neg(to_exp_input(..))`, `ln` of it less `30 ln 2`
+/// in `Q(frac)`, each value less both, clamped), on rows of 1 to 300 values (more than one
+/// copy of 64), some far below the largest (saturating the difference), fractions 8 to 30.
+#[cfg(feature = "mve")]
+fn check_log_softmax() -> Result<usize, Failure> {
+    use txl_core::fixed_point::{exp_neg, ln, round_shift, LN_2_Q31};
+    use txl_core::integer::{log_softmax, to_exp_input};
+    let mut numbers = Numbers(0x1095_0f7a);
+    let mut checked = 0;
+    for round in 0..40u32 {
+        let frac = 8 + round % 23;
+        let n = 1 + (numbers.next() % 300) as usize;
+        let x: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 32 {
+                0 => i32::MIN,
+                _ => (numbers.next() as i32) >> (4 + numbers.next() % 20),
+            })
+            .collect();
+        let largest = *x.iter().max().unwrap_or(&0);
+        let sum: u64 = x
+            .iter()
+            .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as u64)
+            .sum();
+        let ln_sum = round_shift(ln(sum) as i64 - ((30 * LN_2_Q31 as i64) >> 7), 24 - frac as i32);
+        let want: Vec<i32> = x
+            .iter()
+            .map(|&v| (v as i64 - largest as i64 - ln_sum).clamp(i32::MIN as i64, i32::MAX as i64) as i32)
+            .collect();
+        let mut got = x.clone();
+        log_softmax(&mut got, frac);
+        if got != want {
+            return Err(Failure::KernelMismatch("log_softmax"));
         }
         checked += n;
     }

@@ -123,6 +123,33 @@ impl Normalise {
 /// below `2^-31` round to 0, so `ln S` is low by at most `n · 2^-31` (n the row's length); the
 /// table's interpolation adds at most `2^-18`.
 pub fn log_softmax(x: &mut [i32], frac: u32) {
+    // Helium: the largest value, the exponentials and their sum, and the differences four
+    // values an instruction (a copy of 64 values at a time taking the exponentials)
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+    if frac <= 24 {
+        use crate::kernels::arm::helium;
+        let Some((_, _, largest)) = helium::sum_range(x) else {
+            return;
+        };
+        let mut copy = [0i32; 64];
+        let mut sum = 0u64;
+        for chunk in x.chunks(64) {
+            let copy = &mut copy[..chunk.len()];
+            copy.copy_from_slice(chunk);
+            sum += helium::exp_scores(copy, largest, frac);
+        }
+        let ln_sum = ln_sum(sum, frac);
+        // (`x - largest` is at most 0 and `ln_sum` at least 0: a difference saturated at
+        // the first step stays saturated at the second, as the clamp makes it)
+        if (0..=i32::MAX as i64).contains(&ln_sum) {
+            return helium::sub_sub(x, largest, ln_sum as i32);
+        }
+        for v in x.iter_mut() {
+            let log_p = *v as i64 - largest as i64 - ln_sum;
+            *v = log_p.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+        }
+        return;
+    }
     let Some(&largest) = x.iter().max() else {
         return;
     };
@@ -130,13 +157,18 @@ pub fn log_softmax(x: &mut [i32], frac: u32) {
         .iter()
         .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as u64)
         .sum();
-    // ln(S · 2^-30) in Q24, then Q(frac)
-    let ln_sum_q24 = ln(sum) as i64 - ((30 * LN_2_Q31 as i64) >> 7); // 30 · ln2 in Q24
-    let ln_sum = round_shift(ln_sum_q24, 24 - frac as i32);
+    let ln_sum = ln_sum(sum, frac);
     for v in x.iter_mut() {
         let log_p = *v as i64 - largest as i64 - ln_sum;
         *v = log_p.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
     }
+}
+
+/// `ln(S · 2^-30)` in `Q(frac)` of [`log_softmax`]'s sum `S`: in Q24, then `Q(frac)`.
+#[inline]
+fn ln_sum(sum: u64, frac: u32) -> i64 {
+    let ln_sum_q24 = ln(sum) as i64 - ((30 * LN_2_Q31 as i64) >> 7); // 30 · ln2 in Q24
+    round_shift(ln_sum_q24, 24 - frac as i32)
 }
 
 #[cfg(test)]

@@ -2896,3 +2896,43 @@ pub fn exp_scores(scores: &mut [i32], largest: i32, frac: u32) -> u64 {
     // uses.
     unsafe { txl_exp_scores_mve(scores.as_mut_ptr(), scores.len(), constants.as_ptr()) }
 }
+
+extern "C" {
+    /// Helium: `x[i] = x[i].saturating_sub(a).saturating_sub(b)` (`VQSUB` twice) for `i < n`
+    /// (`n >= 1`).
+    fn txl_sub_sub_mve(x: *mut i32, n: usize, a: i32, b: i32);
+}
+
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_sub_sub_mve,\"ax\",%progbits",
+    ".globl txl_sub_sub_mve",
+    ".type txl_sub_sub_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sub_sub_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vqsub.s32 q0, q0, r2",
+    "vqsub.s32 q0, q0, r3",
+    "vstrw.32 q0, [r0], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_sub_sub_mve, . - txl_sub_sub_mve",
+    ".cpu cortex-m4",
+);
+
+/// `x[i] = x[i].saturating_sub(a).saturating_sub(b)` for each value; four values an
+/// instruction.
+pub fn sub_sub(x: &mut [i32], a: i32, b: i32) {
+    if x.is_empty() {
+        return;
+    }
+    // SAFETY: `x` holds `n >= 1` values; the kernel reads and writes those (tail-predicated)
+    // and uses q0 (caller-saved).
+    unsafe { txl_sub_sub_mve(x.as_mut_ptr(), x.len(), a, b) }
+}
