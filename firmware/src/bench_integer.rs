@@ -12,7 +12,9 @@
 //! against scalar loops) and the attention's probabilities (`kernel=probabilities`, against
 //! `Normalise::apply` and the shift by the values' powers of two) and the scores' exponentials
 //! (`kernel=exp_scores`, against `exp_neg(to_exp_input(..))` and their sum), and the integer
-//! log-softmax (`kernel=log_softmax`, against the scalar steps). A mismatch fails the run.
+//! log-softmax (`kernel=log_softmax`, against the scalar steps), and the attention scores
+//! (`kernel=attention_scores`, against `integer::attention_score_of_small`). A mismatch fails
+//! the run.
 
 use alloc::vec::Vec;
 
@@ -90,6 +92,8 @@ pub fn run() -> Result<(), Failure> {
         info!("bench check kernel=exp_scores values={=usize} ok", values);
         let values = check_log_softmax()?;
         info!("bench check kernel=log_softmax values={=usize} ok", values);
+        let values = check_attention_scores()?;
+        info!("bench check kernel=attention_scores values={=usize} ok", values);
     }
     Ok(())
 }
@@ -422,6 +426,52 @@ fn check_log_softmax() -> Result<usize, Failure> {
         log_softmax(&mut got, frac);
         if got != want {
             return Err(Failure::KernelMismatch("log_softmax"));
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// Helium's `scores` against `integer::attention_score_of_small` key by key and the largest
+/// score, for sums below `2^27` in magnitude, powers of two a few apart (and now and then far
+/// apart), fractions 8 to 24 and rescales across the shifts of the fast path and past them.
+#[cfg(feature = "mve")]
+fn check_attention_scores() -> Result<usize, Failure> {
+    use txl_core::fixed_point::Rescale;
+    use txl_core::integer::{attention_score_of_small, SCORE_FRAC};
+    let mut numbers = Numbers(0x5c0e_5a77);
+    let mut checked = 0;
+    for round in 0..80u32 {
+        let frac = 8 + round % 17;
+        let inv = Rescale {
+            mantissa: (1 << 14) + numbers.next() % (1 << 14),
+            shift: 10 + (numbers.next() % 40) as i32,
+        };
+        let n = 1 + (numbers.next() % 64) as usize;
+        let small = |numbers: &mut Numbers| (numbers.next() as i32) >> (5 + numbers.next() % 26);
+        let base = (numbers.next() % 40) as i32 - 20;
+        let exponent = |numbers: &mut Numbers| match numbers.next() % 16 {
+            0 => base + 9,
+            _ => base + (numbers.next() % 5) as i32,
+        };
+        let content: Vec<i32> = (0..n).map(|_| small(&mut numbers)).collect();
+        let ce: Vec<i32> = (0..n).map(|_| exponent(&mut numbers)).collect();
+        let position: Vec<i32> = (0..n).map(|_| small(&mut numbers)).collect();
+        let pe: Vec<i32> = (0..n).map(|_| exponent(&mut numbers)).collect();
+        let want: Vec<i32> = (0..n)
+            .map(|i| attention_score_of_small(inv, frac, (content[i], ce[i]), (position[i], pe[i])))
+            .collect();
+        let mut got = content.clone();
+        let shift = inv.shift - SCORE_FRAC as i32 + 2 * frac as i32;
+        let slow = |i: usize, c: i32| attention_score_of_small(inv, frac, (c, ce[i]), (position[i], pe[i]));
+        let largest = txl_core::kernels::arm::helium::scores(
+            &mut got,
+            (&ce, &position, &pe),
+            (inv.mantissa, shift),
+            slow,
+        );
+        if got != want || largest != *want.iter().max().unwrap_or(&i32::MIN) {
+            return Err(Failure::KernelMismatch("attention_scores"));
         }
         checked += n;
     }

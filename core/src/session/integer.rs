@@ -489,6 +489,39 @@ fn head_scores(
     let (ring, heads, mut at) = memory
         .exponent_ring(true, (layer, head), lo, scores.len())
         .unwrap_or((&[0.0], 0, 0));
+    // Helium: the keys' powers of two and position sums gathered 64 at a time, then their
+    // scores four keys an instruction (the same values)
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+    if !wide {
+        // the rescale's shift for `e = 0`
+        let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
+        let (mut ces, mut poss, mut pes) = ([0i32; 64], [0i32; 64], [0i32; 64]);
+        for chunk in scores.chunks_mut(64) {
+            let n = chunk.len();
+            for ((c, p), e) in ces[..n].iter_mut().zip(&mut poss[..n]).zip(&mut pes[..n]) {
+                let ke = ring[at].to_bits() as i32;
+                at += heads;
+                if at >= ring.len() {
+                    at -= ring.len();
+                }
+                let d = distance.min(far);
+                distance = distance.wrapping_sub(1); // (past the last key unused)
+                (*c, *p, *e) = (ce + ke, positions[d], pe + exponents[d * row] as i32);
+            }
+            let (ces, poss, pes) = (&ces[..n], &poss[..n], &pes[..n]);
+            let slow = |i: usize, content: i32| {
+                attention_score_of_small(inv_sqrt_d_head, frac, (content, ces[i]), (poss[i], pes[i]))
+            };
+            let top = kernels::arm::helium::scores(
+                chunk,
+                (ces, poss, pes),
+                (inv_sqrt_d_head.mantissa, shift),
+                slow,
+            );
+            largest = largest.max(top);
+        }
+        return largest;
+    }
     for score in scores.iter_mut() {
         let ke = ring[at].to_bits() as i32;
         at += heads;

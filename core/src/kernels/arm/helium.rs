@@ -2936,3 +2936,149 @@ pub fn sub_sub(x: &mut [i32], a: i32, b: i32) {
     // and uses q0 (caller-saved).
     unsafe { txl_sub_sub_mve(x.as_mut_ptr(), x.len(), a, b) }
 }
+
+/// What [`txl_scores_mve`] takes besides its slices: the rescale's mantissa, `32 - C` for the
+/// rescale's shift `C - e`, and where the predicates go.
+#[repr(C)]
+struct ScoreParameters {
+    mantissa: u32,
+    offset: i32,
+    fast: *mut u16,
+}
+
+extern "C" {
+    /// Helium: for `i < n` (`n >= 1`), with `e = min(ce[i], pe[i])`, `a = ce[i] - e`,
+    /// `b = pe[i] - e`: where `a, b ≤ 3`, the shift `s = C - e` is in `1..=32` and the sum
+    /// `x = (scores[i] << a) + (position[i] << b)` keeps its bits shifted left by
+    /// `max(0, 17 - s)`, `scores[i] = round(x m / 2^s)` (halves up); the lanes that take that
+    /// path told by `fast`, one predicate a block of four (the others left as they were).
+    fn txl_scores_mve(
+        scores: *mut i32,
+        ce: *const i32,
+        position: *const i32,
+        pe: *const i32,
+        n: usize,
+        parameters: *const ScoreParameters,
+    );
+}
+
+// `attention_score_of_small`'s usual path, four keys an instruction: the sums shifted by their
+// exponents' differences (`VSHL` by vector), then [`txl_scaled_by_bits_mve`]'s exact rounding
+// `VRMULH(x · 2^a', m · 2^(v - a'))` for `v = 32 - s`, `a' = max(0, v - 15)`. The predicate:
+// `a | b ≤ 3` (`VCMP`, `VPNOT`), then `v < 32` and the shifted sum's bits kept (`VCMPT` in
+// `VPST` blocks). Registers: r0-r3 the slices, r4 3, r6 `32 - C`, r7 15, r8 the count, r9 the predicates,
+// r10 a predicate; q0 `ce` then `a`, then `a'`, q1 `pe` then `b`, then `v - a'`, then
+// `m · 2^(v - a')`, q2 `e` then `v`, q3 `a | b`, then the sum, q4 the position, the shifted
+// sum and the result, q5 the sum shifted with saturation, q6 32, q7 `m`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_scores_mve,\"ax\",%progbits",
+    ".globl txl_scores_mve",
+    ".type txl_scores_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scores_mve:",
+    "push {{r4-r10, lr}}",
+    "vpush {{d8-d15}}",
+    "ldr r4, [sp, #96]",
+    "ldr r5, [sp, #100]",
+    "ldm r5, {{r5, r6, r9}}",
+    "vdup.32 q7, r5",
+    "vmov.i32 q6, #32",
+    "movs r7, #15",
+    "mov r8, r4",
+    "movs r4, #3",
+    "dlstp.32 lr, r8",
+    "1:",
+    "vldrw.u32 q0, [r1], #16",
+    "vldrw.u32 q1, [r3], #16",
+    "vmin.s32 q2, q0, q1", // e
+    "vsub.i32 q0, q0, q2", // a
+    "vsub.i32 q1, q1, q2", // b
+    "vorr q3, q0, q1",
+    "vcmp.u32 hi, q3, r4", // a | b > 3: the slow path
+    "vadd.i32 q2, q2, r6", // v
+    "vldrw.u32 q3, [r0]",
+    "vshl.s32 q3, q3, q0",
+    "vldrw.u32 q4, [r2], #16",
+    "vshl.s32 q4, q4, q1",
+    "vadd.i32 q3, q3, q4",  // the sum
+    "vqsub.u32 q0, q2, r7", // a'
+    "vsub.i32 q1, q2, q0",  // v - a'
+    "vshl.u32 q1, q7, q1",  // m · 2^(v - a')
+    "vshl.s32 q4, q3, q0",
+    "vqshl.s32 q5, q3, q0",
+    "vpnot",
+    "vpst",
+    "vcmpt.u32 hi, q6, q2",
+    "vpst",
+    "vcmpt.i32 eq, q4, q5",
+    "vrmulh.s32 q4, q4, q1",
+    "vpst",
+    "vstrwt.32 q4, [r0]",
+    "adds r0, #16",
+    "vmrs r10, p0",
+    "strh r10, [r9], #2",
+    "letp lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r10, pc}}",
+    ".size txl_scores_mve, . - txl_scores_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`attention_score_of_small`](crate::integer::attention_score_of_small) of each key
+/// (`scores[i]` its content sum, `ce[i]` its power of two, `position[i]` and `pe[i]` the
+/// position sum's) in place, for the rescale `inv_sqrt_d_head · 2^-(C - e)` (`C` the rescale's
+/// shift at `e = 0`); returns the largest score. Helium four keys an instruction where the
+/// rescale's exact rounding comes from one `VRMULH`, `slow(i)` (the scalar definition) for the
+/// others. At most 64 keys (as many as the shortest); the same values.
+pub fn scores(
+    scores: &mut [i32],
+    (ce, position, pe): (&[i32], &[i32], &[i32]),
+    (mantissa, shift): (u32, i32),
+    slow: impl Fn(usize, i32) -> i32,
+) -> i32 {
+    let n = scores
+        .len()
+        .min(ce.len())
+        .min(position.len())
+        .min(pe.len())
+        .min(64);
+    let scores = &mut scores[..n];
+    if n == 0 {
+        return i32::MIN;
+    }
+    let mut fast = [0u16; 16];
+    let parameters = ScoreParameters {
+        mantissa,
+        offset: 32i32.wrapping_sub(shift),
+        fast: fast.as_mut_ptr(),
+    };
+    // SAFETY: the four slices hold `1..=64` values; the kernel reads those of `ce`,
+    // `position` and `pe`, reads and writes those of `scores` (tail-predicated), writes one
+    // predicate a block of four into `fast` (16 of them), and saves the q4-q7 it uses.
+    unsafe {
+        txl_scores_mve(
+            scores.as_mut_ptr(),
+            ce.as_ptr(),
+            position.as_ptr(),
+            pe.as_ptr(),
+            n,
+            &parameters,
+        )
+    };
+    for (block, &mask) in fast.iter().enumerate().take(n.div_ceil(4)) {
+        if mask == 0xFFFF {
+            continue;
+        }
+        for lane in 0..4 {
+            let i = 4 * block + lane;
+            if i < n && mask >> (4 * lane) & 1 == 0 {
+                scores[i] = slow(i, scores[i]);
+            }
+        }
+    }
+    scores.iter().copied().max().unwrap_or(i32::MIN)
+}
