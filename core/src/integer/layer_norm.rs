@@ -198,7 +198,38 @@ impl Statistics {
     /// `None` for an empty row, or `σ' = 0` (a constant row and no epsilon: `y = bias`).
     fn of(x: &[i32], epsilon: u64, frac: u32) -> Option<Statistics> {
         let n = x.len() as i64;
-        let (sum, low, high) = sum_range(x)?;
+        // Helium: the sum, the smallest and the largest value four values an instruction
+        #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+        let (sum, low, high) = crate::kernels::arm::helium::sum_range(x)?;
+        #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
+        let &first = x.first()?;
+        // the sum, the smallest and the largest value in one pass
+        #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
+        let (mut low, mut high) = (first, first);
+        #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
+        let sum = if x.len() <= 1 << 14 {
+            // the sum in two 32-bit halves, `Σ (v >> 16)` within 2^29 and `Σ (v & 0xFFFF)`
+            // within 2^30 for up to 2^14 values: the same sum
+            let (mut upper, mut lower) = (0i32, 0i32);
+            for &v in x {
+                upper += v >> 16;
+                lower += v & 0xFFFF;
+                if v > high {
+                    high = v;
+                } else if v < low {
+                    low = v;
+                }
+            }
+            ((upper as i64) << 16) + lower as i64
+        } else {
+            let mut sum = 0i64;
+            for &v in x {
+                sum += v as i64;
+                low = low.min(v);
+                high = high.max(v);
+            }
+            sum
+        };
         // k fraction bits more for the mean, as many as keep every `x · 2^k` below 2^30 (at
         // most 16)
         let top = low.unsigned_abs().max(high.unsigned_abs());
@@ -224,8 +255,21 @@ impl Statistics {
             .max(stats.deviation(high).unsigned_abs());
         let s = (32 - largest.leading_zeros()).saturating_sub(15);
         let squares: u64 = if narrow && s > 0 {
-            // no saturation
-            narrow_squares(x, k, mean, s)
+            // no saturation; the rounding shift as `⌊(⌊d / 2^(s-1)⌋ + 1) / 2⌋` (the same
+            // value, and `⌊d / 2^(s-1)⌋ + 1` cannot overflow)
+            #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+            let squares = crate::kernels::arm::helium::squares(x, k, mean, s);
+            #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
+            let squares = {
+                let s1 = s - 1;
+                x.iter()
+                    .map(|&v| {
+                        let c = ((((v << k) - mean) >> s1) + 1) >> 1; // |c| ≤ 2^15
+                        (c * c) as u32 as u64
+                    })
+                    .sum()
+            };
+            squares
         } else {
             x.iter()
                 .map(|&v| {
@@ -255,67 +299,6 @@ impl Statistics {
     fn deviation(&self, v: i32) -> i32 {
         (v << self.k).saturating_sub(self.mean)
     }
-}
-
-/// The sum of `x` (exact), its smallest and its largest value, in one pass (`None` for an
-/// empty row): Helium four values an instruction.
-#[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-fn sum_range(x: &[i32]) -> Option<(i64, i32, i32)> {
-    crate::kernels::arm::helium::sum_range(x)
-}
-
-/// The sum of `x` (exact), its smallest and its largest value, in one pass (`None` for an
-/// empty row).
-#[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
-fn sum_range(x: &[i32]) -> Option<(i64, i32, i32)> {
-    let &first = x.first()?;
-    // the sum, the smallest and the largest value in one pass
-    let (mut low, mut high) = (first, first);
-    let sum = if x.len() <= 1 << 14 {
-        // the sum in two 32-bit halves, `Σ (v >> 16)` within 2^29 and `Σ (v & 0xFFFF)`
-        // within 2^30 for up to 2^14 values: the same sum
-        let (mut upper, mut lower) = (0i32, 0i32);
-        for &v in x {
-            upper += v >> 16;
-            lower += v & 0xFFFF;
-            if v > high {
-                high = v;
-            } else if v < low {
-                low = v;
-            }
-        }
-        ((upper as i64) << 16) + lower as i64
-    } else {
-        let mut sum = 0i64;
-        for &v in x {
-            sum += v as i64;
-            low = low.min(v);
-            high = high.max(v);
-        }
-        sum
-    };
-    Some((sum, low, high))
-}
-
-/// `Σ c²` of `c = round((v · 2^k - mean) / 2^s)` over `x` where none saturates and `s > 0`:
-/// Helium four values an instruction.
-#[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-fn narrow_squares(x: &[i32], k: u32, mean: i32, s: u32) -> u64 {
-    crate::kernels::arm::helium::squares(x, k, mean, s)
-}
-
-/// `Σ c²` of `c = round((v · 2^k - mean) / 2^s)` over `x` where none saturates and `s > 0`.
-#[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
-fn narrow_squares(x: &[i32], k: u32, mean: i32, s: u32) -> u64 {
-    // the rounding shift as `⌊(⌊d / 2^(s-1)⌋ + 1) / 2⌋` (the same value, and `⌊d / 2^(s-1)⌋
-    // + 1` cannot overflow)
-    let s1 = s - 1;
-    x.iter()
-        .map(|&v| {
-            let c = ((((v << k) - mean) >> s1) + 1) >> 1; // |c| ≤ 2^15
-            (c * c) as u32 as u64
-        })
-        .sum()
 }
 
 #[cfg(test)]
