@@ -626,6 +626,7 @@ impl ScaledByBits {
 /// [`rescale_mantissa`] with a count of leading zeros where the core has one in an instruction
 /// (the DSP extension's cores: `CLZ`), the same values: the product is `2^30` or more, so
 /// its leading zeros are `1 - up`, and `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`.
+#[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
 #[inline(always)]
 fn rescale_mantissa_clz(bits: u32, sm: u32) -> (u32, i32) {
     if !cfg!(all(feature = "cortex-m-dsp", target_arch = "arm")) {
