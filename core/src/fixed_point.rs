@@ -374,10 +374,10 @@ impl PreparedRescale {
     /// within `±127` no value needs the clamp.
     #[inline]
     pub fn quantize_each(self, x: &[i32], out: &mut [i8], largest: u32) {
-        // Helium: four values an instruction (the clamp changes no value where none needs it)
-        #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-        if self.wide_shift == 0 {
-            return crate::kernels::arm::helium::quantize_rmulh(x, out, self.wide);
+        // a kernel's, where there is one for this form (the clamp changes no value where none
+        // needs it)
+        if self.wide_shift == 0 && crate::kernels::quantize_wide_i32(x, out, self.wide) {
+            return;
         }
         let bounded = largest <= i32::MAX as u32 && {
             let largest = largest as i32;
@@ -595,12 +595,10 @@ impl ScaledByBits {
             return;
         }
         let sm = self.scale.mantissa;
-        // Helium: four rows an instruction, the same bits
-        #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-        crate::kernels::arm::helium::scaled_by_bits(scales, y, sm, k, |bits, x| {
-            self.apply_out_of_line(bits, x)
-        });
-        #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
+        // a kernel's where there is one: the same bits
+        if crate::kernels::scaled_by_bits_i32(scales, y, (sm, k), |bits, x| self.apply_out_of_line(bits, x)) {
+            return;
+        }
         for (y, &s) in y.iter_mut().zip(scales) {
             let (bits, x) = (s.to_bits(), *y);
             let (m, up) = rescale_mantissa_clz(bits, sm);
@@ -626,7 +624,6 @@ impl ScaledByBits {
 /// [`rescale_mantissa`] with a count of leading zeros where the core has one in an instruction
 /// (the DSP extension's cores: `CLZ`), the same values: the product is `2^30` or more, so
 /// its leading zeros are `1 - up`, and `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`.
-#[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
 #[inline(always)]
 fn rescale_mantissa_clz(bits: u32, sm: u32) -> (u32, i32) {
     if !cfg!(all(feature = "cortex-m-dsp", target_arch = "arm")) {

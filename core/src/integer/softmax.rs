@@ -2,6 +2,7 @@
 //! log-probabilities.
 
 use crate::fixed_point::{exp_neg, ln, mul_wide_u32, round_shift, Multiplier, LN_2_Q31};
+use crate::kernels;
 
 /// The probability 1 in [`softmax_q15`]'s `Q15`; the largest it gives is one less.
 pub const PROBABILITY_ONE: u32 = 1 << 15;
@@ -123,12 +124,10 @@ impl Normalise {
 /// below `2^-31` round to 0, so `ln S` is low by at most `n · 2^-31` (n the row's length); the
 /// table's interpolation adds at most `2^-18`.
 pub fn log_softmax(x: &mut [i32], frac: u32) {
-    // Helium: the largest value, the exponentials and their sum, and the differences four
-    // values an instruction (a copy of 64 values at a time taking the exponentials)
-    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-    if frac <= 24 {
-        use crate::kernels::arm::helium;
-        let Some((_, _, largest)) = helium::sum_range(x) else {
+    // with kernels: the largest value, the exponentials and their sum, and the differences
+    // four values an instruction (a copy of 64 values at a time taking the exponentials)
+    if kernels::INTEGER_PASSES && frac <= 24 {
+        let Some((_, _, largest)) = kernels::sum_range_i32(x) else {
             return;
         };
         let mut copy = [0i32; 64];
@@ -136,13 +135,13 @@ pub fn log_softmax(x: &mut [i32], frac: u32) {
         for chunk in x.chunks(64) {
             let copy = &mut copy[..chunk.len()];
             copy.copy_from_slice(chunk);
-            sum += helium::exp_scores(copy, largest, frac);
+            sum += kernels::exp_scores_i32(copy, largest, frac).unwrap_or(0);
         }
         let ln_sum = ln_sum(sum, frac);
         // (`x - largest` is at most 0 and `ln_sum` at least 0: a difference saturated at
         // the first step stays saturated at the second, as the clamp makes it)
-        if (0..=i32::MAX as i64).contains(&ln_sum) {
-            return helium::sub_sub(x, largest, ln_sum as i32);
+        if (0..=i32::MAX as i64).contains(&ln_sum) && kernels::subtract_twice_i32(x, largest, ln_sum as i32) {
+            return;
         }
         for v in x.iter_mut() {
             let log_p = *v as i64 - largest as i64 - ln_sum;

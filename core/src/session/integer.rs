@@ -243,11 +243,7 @@ impl<'s> Input<'s> {
             // powers of two: a shift per value (the same values), the largest magnitude found
             // in the same pass
             ActTop::Pow2(biased) if scales.len() == x.len() => {
-                // Helium: four values an instruction
-                #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-                let largest = crate::kernels::arm::helium::act_shift(x, scales, biased);
-                #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
-                let largest = {
+                let largest = kernels::act_shifts_i32(x, scales, biased).unwrap_or_else(|| {
                     // the smallest and largest value kept
                     let (mut low, mut high) = (0i32, 0i32);
                     for (v, &a) in x.iter_mut().zip(scales) {
@@ -260,7 +256,7 @@ impl<'s> Input<'s> {
                         }
                     }
                     low.unsigned_abs().max(high.unsigned_abs())
-                };
+                });
                 let top = biased as i32 - 142;
                 quantize_slice_of(largest, x, xq).times_pow2(top + ACT_SHIFT)
             }
@@ -413,11 +409,7 @@ fn layer_parameters<'p>(all: &'p [i32], config: &Config, layer: usize) -> LayerP
 fn query_words((q, qb): (&[i32], &mut [i32]), b: &[i32], top: i64, words: &mut [u32]) -> i32 {
     let n = q.len();
     let qb = &mut qb[..n];
-    // Helium: four columns an instruction
-    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-    let largest = kernels::arm::helium::query_sums(q, &b[..n], qb);
-    #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
-    let largest = {
+    let largest = kernels::query_sums_i32(q, &b[..n], qb).unwrap_or_else(|| {
         let mut largest = 0u32;
         for ((v, &q), &b) in qb.iter_mut().zip(q).zip(&b[..n]) {
             let sum = q.saturating_add(b);
@@ -425,19 +417,15 @@ fn query_words((q, qb): (&[i32], &mut [i32]), b: &[i32], top: i64, words: &mut [
             largest = largest.max(sum.unsigned_abs());
         }
         largest
-    };
+    });
     let e = pow2_exponent_of(largest as u64, top) as u32;
     // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1 (columns past the
     // head are zero); the rounding shift as `⌊(⌊v / 2^(e-1)⌋ + 1) / 2⌋` (the same value:
     // `|v| < 2^(e + 16)`, so the sum cannot overflow)
     let words = &mut words[..kernels::portable::query_words(n)];
-    // Helium: the whole groups of eight columns eight an instruction, the rest as below
-    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-    let (qb, words) = {
-        let octets = n / 8;
-        kernels::arm::helium::query_pack(qb, words, octets, e);
-        (&qb[8 * octets..], &mut words[4 * octets..])
-    };
+    // whole groups of eight columns by a kernel where there is one, the rest as below
+    let octets = kernels::query_pack_i32(qb, words, e);
+    let (qb, words) = (&qb[8 * octets..], &mut words[4 * octets..]);
     if e == 0 {
         pack_query_words(qb, words, |v| v as i16 as u16 as u32);
     } else {
@@ -489,10 +477,9 @@ fn head_scores(
     let (ring, heads, mut at) = memory
         .exponent_ring(true, (layer, head), lo, scores.len())
         .unwrap_or((&[0.0], 0, 0));
-    // Helium: the keys' powers of two and position sums gathered 64 at a time, then their
-    // scores four keys an instruction (the same values)
-    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-    if !wide {
+    // with a kernel: the keys' powers of two and position sums gathered 64 at a time, then
+    // their scores four keys an instruction (the same values)
+    if kernels::INTEGER_PASSES && !wide {
         // the rescale's shift for `e = 0`
         let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
         let (mut ces, mut poss, mut pes) = ([0i32; 64], [0i32; 64], [0i32; 64]);
@@ -512,13 +499,10 @@ fn head_scores(
             let slow = |i: usize, content: i32| {
                 attention_score_of_small(inv_sqrt_d_head, frac, (content, ces[i]), (poss[i], pes[i]))
             };
-            let top = kernels::arm::helium::scores(
-                chunk,
-                (ces, poss, pes),
-                (inv_sqrt_d_head.mantissa, shift),
-                slow,
-            );
-            largest = largest.max(top);
+            let rescale = (inv_sqrt_d_head.mantissa, shift);
+            if let Some(top) = kernels::attention_scores_i32(chunk, (ces, poss, pes), rescale, slow) {
+                largest = largest.max(top);
+            }
         }
         return largest;
     }
@@ -557,11 +541,9 @@ fn head_probabilities(
     // each score's `e_j` and their sum, and for each power of two of the values the largest
     // `e_j` among its keys: a key has a probability where its `e_j` does, and the probability
     // grows with it
-    // Helium: each score's `e_j` and their sum four scores an instruction, first
-    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-    let sum = kernels::arm::helium::exp_scores(scores, largest, SCORE_FRAC);
-    #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
-    let mut sum = 0u64;
+    // with a kernel, each score's `e_j` and their sum four scores an instruction, first
+    let exps = kernels::exp_scores_i32(scores, largest, SCORE_FRAC);
+    let mut sum = exps.unwrap_or(0);
     let mut e_top = [0u32; 32];
     let mut every = 0;
     let (ring, heads, mut at) = memory
@@ -573,10 +555,9 @@ fn head_probabilities(
         if at >= ring.len() {
             at -= ring.len();
         }
-        #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
-        let e = *score as u32;
-        #[cfg(not(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm")))]
-        let e = {
+        let e = if exps.is_some() {
+            *score as u32
+        } else {
             use crate::{fixed_point::exp_neg, integer::to_exp_input};
             let e = exp_neg(to_exp_input(largest, *score, SCORE_FRAC)); // at most 2^30
             sum += e as u64;
@@ -604,11 +585,11 @@ fn head_probabilities(
         let with = probabilities.zip(value_exponents.iter()).filter(|&(p, _)| p > 0);
         with.map(|(_, &ve)| ve).max().unwrap_or(0).max(0)
     };
-    // Helium: four keys an instruction
-    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve", target_arch = "arm"))]
+    // four keys an instruction where there is a kernel
     if let Some(high) = normalise.high_word() {
-        kernels::arm::helium::probabilities(scores, value_exponents, high, e_max);
-        return e_max;
+        if kernels::probabilities_i32(scores, value_exponents, high, e_max) {
+            return e_max;
+        }
     }
     for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
         if *p < 1 << 14 {
