@@ -374,6 +374,11 @@ impl PreparedRescale {
     /// within `±127` no value needs the clamp.
     #[inline]
     pub fn quantize_each(self, x: &[i32], out: &mut [i8], largest: u32) {
+        // a kernel's, where there is one for this form (the clamp changes no value where none
+        // needs it)
+        if self.wide_shift == 0 && crate::kernels::quantize_wide_i32(x, out, self.wide) {
+            return;
+        }
         let bounded = largest <= i32::MAX as u32 && {
             let largest = largest as i32;
             self.apply(-largest) >= -127 && self.apply(largest) <= 127
@@ -504,10 +509,17 @@ impl ScaledByBits {
         Scale16::of_f32(f32::from_bits(bits)).times(self.scale).apply(x)
     }
 
+    /// The scale's mantissa `sm` and `k = base - 17` where `k` is in `33..=254`, as
+    /// [`ScaledByBits::apply_each`]'s loop over the usual rows takes them (a kernel's too).
+    pub fn row_parameters(self) -> Option<(u32, i32)> {
+        let k = self.base - 17;
+        (33..=254).contains(&k).then_some((self.scale.mantissa, k))
+    }
+
     /// [`ScaledByBits::apply`] out of line, for the rows [`ScaledByBits::apply_each`] leaves.
     #[cold]
     #[inline(never)]
-    fn apply_out_of_line(self, bits: u32, x: i32) -> i32 {
+    pub(crate) fn apply_out_of_line(self, bits: u32, x: i32) -> i32 {
         self.apply(bits, x)
     }
 
@@ -583,9 +595,13 @@ impl ScaledByBits {
             return;
         }
         let sm = self.scale.mantissa;
+        // a kernel's where there is one: the same bits
+        if crate::kernels::scaled_by_bits_i32(scales, y, (sm, k), |bits, x| self.apply_out_of_line(bits, x)) {
+            return;
+        }
         for (y, &s) in y.iter_mut().zip(scales) {
             let (bits, x) = (s.to_bits(), *y);
-            let (m, up) = rescale_mantissa(bits, sm);
+            let (m, up) = rescale_mantissa_clz(bits, sm);
             let shift1 = k.wrapping_sub((bits >> 23) as i32).wrapping_sub(up) as u32;
             *y = if shift1 < 32 && (x as u32).wrapping_add(1 << 16) < 1 << 17 {
                 ((x.wrapping_mul(m as i32) >> shift1) + 1) >> 1
@@ -603,6 +619,20 @@ impl ScaledByBits {
             };
         }
     }
+}
+
+/// [`rescale_mantissa`] with a count of leading zeros where the core has one in an instruction
+/// (the DSP extension's cores: `CLZ`), the same values: the product is `2^30` or more, so
+/// its leading zeros are `1 - up`, and `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`.
+#[inline(always)]
+fn rescale_mantissa_clz(bits: u32, sm: u32) -> (u32, i32) {
+    if !cfg!(all(feature = "cortex-m-dsp", target_arch = "arm")) {
+        return rescale_mantissa(bits, sm);
+    }
+    let mantissa = ((bits & 0x7F_FFFF) + 0x80_0080) >> 8; // [2^15, 2^16]
+    let product = mantissa.wrapping_mul(sm); // [2^30, 2^32)
+    let lz = product.leading_zeros(); // 0 or 1
+    (((product >> (16 - lz)) + 1) >> 1, 1 - lz as i32)
 }
 
 /// As [`ScaledByBits::apply`] makes them: an `f32`'s 16-bit mantissa (from its bits, rounded,

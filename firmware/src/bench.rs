@@ -158,6 +158,7 @@ pub fn run(counter: &InstructionCounter) -> Result<(), Failure> {
         );
     }
     crate::stack::report();
+    crate::bench_integer::run()?;
     Ok(())
 }
 

@@ -28,6 +28,7 @@ extern crate alloc;
 
 mod args;
 mod bench;
+mod bench_integer;
 #[allow(dead_code)] // the memory map is for build.rs; the firmware reads the board's devices
 mod board;
 mod counter;

@@ -1,6 +1,7 @@
 //! LayerNorm in integers: `y = (x - mean) / sqrt(var + eps) · gain + bias` on a `Q(frac)` row.
 
 use crate::fixed_point::{isqrt, round_shift, round_shift_i32, Scale16, ScaledByBits};
+use crate::kernels;
 
 /// A gain as LayerNorm takes it: its magnitude to 16 significant bits and its sign.
 pub type SignedScale = (Scale16, bool);
@@ -91,14 +92,7 @@ pub fn layer_norm_of_bits(
     let inverse = ScaledByBits::new(stats.inverse);
     let n = x.len().min(out.len());
     let (x, out) = (&x[..n], &mut out[..n]);
-    let finish = |bits: u32, scaled: i32, bias: i32| {
-        let scaled = if bits >> 31 != 0 {
-            scaled.saturating_neg()
-        } else {
-            scaled
-        };
-        scaled.saturating_add(bias)
-    };
+    let finish = signed_plus_bias;
     if !stats.narrow {
         let deviation = |i: usize| stats.deviation(x[i]);
         let magnitude = |i: usize| gain_bits(i) & 0x7FFF_FFFF;
@@ -144,6 +138,17 @@ pub fn layer_norm_of_bit_slices(
     // gain's rescale took the fast path (`|scaled| ≤ 2^29`) and the bias is within `±2^30`,
     // the sign and the bias without saturation
     let (k, mean) = (stats.k, stats.mean);
+    // a kernel's four values an instruction where there is one, the same bits
+    let rows = ScaledByBits::new(stats.inverse).row_parameters();
+    if let (true, Some(rows)) = (kernels::INTEGER_PASSES, rows) {
+        let inverse = ScaledByBits::new(stats.inverse);
+        let apply = |bits: u32, v: i32| inverse.apply_out_of_line(bits, v);
+        let finish = signed_plus_bias;
+        let deviations = (k, mean);
+        if kernels::layer_norm_i32(x, gains, biases, out, deviations, rows, apply, finish) {
+            return;
+        }
+    }
     let items = x
         .iter()
         .zip(gains)
@@ -181,30 +186,37 @@ impl Statistics {
     fn of(x: &[i32], epsilon: u64, frac: u32) -> Option<Statistics> {
         let n = x.len() as i64;
         let &first = x.first()?;
-        // the sum, the smallest and the largest value in one pass
-        let (mut low, mut high) = (first, first);
-        let sum = if x.len() <= 1 << 14 {
-            // the sum in two 32-bit halves, `Σ (v >> 16)` within 2^29 and `Σ (v & 0xFFFF)`
-            // within 2^30 for up to 2^14 values: the same sum
-            let (mut upper, mut lower) = (0i32, 0i32);
-            for &v in x {
-                upper += v >> 16;
-                lower += v & 0xFFFF;
-                if v > high {
-                    high = v;
-                } else if v < low {
-                    low = v;
-                }
+        // the sum, the smallest and the largest value in one pass (a kernel's where there is
+        // one)
+        let (sum, low, high) = match kernels::sum_range_i32(x) {
+            Some(found) => found,
+            None => {
+                let (mut low, mut high) = (first, first);
+                let sum = if x.len() <= 1 << 14 {
+                    // the sum in two 32-bit halves, `Σ (v >> 16)` within 2^29 and `Σ (v & 0xFFFF)`
+                    // within 2^30 for up to 2^14 values: the same sum
+                    let (mut upper, mut lower) = (0i32, 0i32);
+                    for &v in x {
+                        upper += v >> 16;
+                        lower += v & 0xFFFF;
+                        if v > high {
+                            high = v;
+                        } else if v < low {
+                            low = v;
+                        }
+                    }
+                    ((upper as i64) << 16) + lower as i64
+                } else {
+                    let mut sum = 0i64;
+                    for &v in x {
+                        sum += v as i64;
+                        low = low.min(v);
+                        high = high.max(v);
+                    }
+                    sum
+                };
+                (sum, low, high)
             }
-            ((upper as i64) << 16) + lower as i64
-        } else {
-            let mut sum = 0i64;
-            for &v in x {
-                sum += v as i64;
-                low = low.min(v);
-                high = high.max(v);
-            }
-            sum
         };
         // k fraction bits more for the mean, as many as keep every `x · 2^k` below 2^30 (at
         // most 16)
@@ -233,13 +245,15 @@ impl Statistics {
         let squares: u64 = if narrow && s > 0 {
             // no saturation; the rounding shift as `⌊(⌊d / 2^(s-1)⌋ + 1) / 2⌋` (the same
             // value, and `⌊d / 2^(s-1)⌋ + 1` cannot overflow)
-            let s1 = s - 1;
-            x.iter()
-                .map(|&v| {
-                    let c = ((((v << k) - mean) >> s1) + 1) >> 1; // |c| ≤ 2^15
-                    (c * c) as u32 as u64
-                })
-                .sum()
+            kernels::squares_i32(x, k, mean, s).unwrap_or_else(|| {
+                let s1 = s - 1;
+                x.iter()
+                    .map(|&v| {
+                        let c = ((((v << k) - mean) >> s1) + 1) >> 1; // |c| ≤ 2^15
+                        (c * c) as u32 as u64
+                    })
+                    .sum()
+            })
         } else {
             x.iter()
                 .map(|&v| {
@@ -269,6 +283,18 @@ impl Statistics {
     fn deviation(&self, v: i32) -> i32 {
         (v << self.k).saturating_sub(self.mean)
     }
+}
+
+/// A rescaled deviation given the sign of its gain (`bits`, the gain's `f32` bits) plus the
+/// bias, saturated at each step.
+#[inline(always)]
+fn signed_plus_bias(bits: u32, scaled: i32, bias: i32) -> i32 {
+    let scaled = if bits >> 31 != 0 {
+        scaled.saturating_neg()
+    } else {
+        scaled
+    };
+    scaled.saturating_add(bias)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! log-probabilities.
 
 use crate::fixed_point::{exp_neg, ln, mul_wide_u32, round_shift, Multiplier, LN_2_Q31};
+use crate::kernels;
 
 /// The probability 1 in [`softmax_q15`]'s `Q15`; the largest it gives is one less.
 pub const PROBABILITY_ONE: u32 = 1 << 15;
@@ -93,6 +94,12 @@ impl Normalise {
         }
     }
 
+    /// `m` and `t = shift - 32` where the shift is 33 or more: then [`Normalise::apply`] is
+    /// `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` (a kernel's form).
+    pub fn high_word(self) -> Option<(u32, u32)> {
+        (self.shift >= 33).then_some((self.m as u32, self.shift - 32))
+    }
+
     /// `normalise.apply(e)` of an `e` in `0..=2^30`, unsigned (the product is below 2^62, so
     /// no saturation comes before the `min`): one 32 × 32 → 64-bit product a probability.
     #[inline]
@@ -117,6 +124,31 @@ impl Normalise {
 /// below `2^-31` round to 0, so `ln S` is low by at most `n · 2^-31` (n the row's length); the
 /// table's interpolation adds at most `2^-18`.
 pub fn log_softmax(x: &mut [i32], frac: u32) {
+    // with kernels: the largest value, the exponentials and their sum, and the differences
+    // four values an instruction (a copy of 64 values at a time taking the exponentials)
+    if kernels::INTEGER_PASSES && frac <= 24 {
+        let Some((_, _, largest)) = kernels::sum_range_i32(x) else {
+            return;
+        };
+        let mut copy = [0i32; 64];
+        let mut sum = 0u64;
+        for chunk in x.chunks(64) {
+            let copy = &mut copy[..chunk.len()];
+            copy.copy_from_slice(chunk);
+            sum += kernels::exp_scores_i32(copy, largest, frac).unwrap_or(0);
+        }
+        let ln_sum = ln_sum(sum, frac);
+        // (`x - largest` is at most 0 and `ln_sum` at least 0: a difference saturated at
+        // the first step stays saturated at the second, as the clamp makes it)
+        if (0..=i32::MAX as i64).contains(&ln_sum) && kernels::subtract_twice_i32(x, largest, ln_sum as i32) {
+            return;
+        }
+        for v in x.iter_mut() {
+            let log_p = *v as i64 - largest as i64 - ln_sum;
+            *v = log_p.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+        }
+        return;
+    }
     let Some(&largest) = x.iter().max() else {
         return;
     };
@@ -124,13 +156,18 @@ pub fn log_softmax(x: &mut [i32], frac: u32) {
         .iter()
         .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as u64)
         .sum();
-    // ln(S · 2^-30) in Q24, then Q(frac)
-    let ln_sum_q24 = ln(sum) as i64 - ((30 * LN_2_Q31 as i64) >> 7); // 30 · ln2 in Q24
-    let ln_sum = round_shift(ln_sum_q24, 24 - frac as i32);
+    let ln_sum = ln_sum(sum, frac);
     for v in x.iter_mut() {
         let log_p = *v as i64 - largest as i64 - ln_sum;
         *v = log_p.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
     }
+}
+
+/// `ln(S · 2^-30)` in `Q(frac)` of [`log_softmax`]'s sum `S`: in Q24, then `Q(frac)`.
+#[inline]
+fn ln_sum(sum: u64, frac: u32) -> i64 {
+    let ln_sum_q24 = ln(sum) as i64 - ((30 * LN_2_Q31 as i64) >> 7); // 30 · ln2 in Q24
+    round_shift(ln_sum_q24, 24 - frac as i32)
 }
 
 #[cfg(test)]

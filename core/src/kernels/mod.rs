@@ -1197,6 +1197,221 @@ pub fn softmax_exps_f32(values: &mut [f32], max: f32) {
     portable::softmax_exps_f32(values, max)
 }
 
+// The integer arithmetic's per-value passes (`integer`, `fixed_point`, `session::integer`).
+// Each returns `None` (`false`, or 0 done) where this build has no kernel for it: the caller
+// then runs its own scalar definition, which the kernel's bits equal. On the builds without
+// one the call folds away, so those cores run the scalar code as before.
+
+/// Whether this build has kernels for the integer arithmetic's per-value passes (Helium).
+pub const INTEGER_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
+
+/// `x[i] = integer::act_shift(x[i], act[i], biased_top)` in place for each `i` (as many as
+/// the shorter); the largest magnitude after. Helium four values an instruction.
+#[inline]
+pub fn act_shifts_i32(x: &mut [i32], act: &[f32], biased_top: u32) -> Option<u32> {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return Some(helium::act_shift(x, act, biased_top));
+    #[allow(unreachable_code)]
+    {
+        let _ = (x, act, biased_top);
+        None
+    }
+}
+
+/// `out[i] = round(x[i] · wide / 2^32).clamp(-127, 127)` (halves up) for each `i`: the
+/// quantization of `fixed_point::PreparedRescale` for a shift of at most 32. Helium four
+/// values an instruction (`VRMULH`); false where no kernel ran.
+#[inline]
+pub fn quantize_wide_i32(x: &[i32], out: &mut [i8], wide: i32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium::quantize_rmulh(x, out, wide);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (x, out, wide);
+        false
+    }
+}
+
+/// `y[i] = apply(scales[i].to_bits(), y[i])` for each `i`, `apply` being
+/// `fixed_point::ScaledByBits::apply` of a rescale of mantissa `sm` and `k` in `33..=254`:
+/// Helium four rows an instruction where one `VRMULH` gives the exact rounding, `apply` for
+/// the others. False where no kernel ran (`y` as it was).
+#[inline]
+pub fn scaled_by_bits_i32(
+    scales: &[f32],
+    y: &mut [i32],
+    (sm, k): (u32, i32),
+    apply: impl Fn(u32, i32) -> i32,
+) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium::scaled_by_bits(scales, y, sm, k, apply);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (scales, y, sm, k, apply);
+        false
+    }
+}
+
+/// The integer LayerNorm's last step: `out[i] = finish(gains[i], apply(gains[i] & 0x7FFF_FFFF,
+/// (x[i] << shift) - mean), biases[i])` for each `i`, `apply` as in [`scaled_by_bits_i32`].
+/// Helium four values an instruction; false where no kernel ran (`out` as it was).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn layer_norm_i32(
+    x: &[i32],
+    gains: &[u32],
+    biases: &[i32],
+    out: &mut [i32],
+    deviations: (u32, i32),
+    rescale: (u32, i32),
+    apply: impl Fn(u32, i32) -> i32,
+    finish: impl Fn(u32, i32, i32) -> i32,
+) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium::layer_norm(x, gains, biases, out, deviations, rescale, apply, finish);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (x, gains, biases, out, deviations, rescale, apply, finish);
+        false
+    }
+}
+
+/// `(Σ x, min x, max x)` of some values `x`, the sum exact in 64 bits. Helium four values an
+/// instruction; `None` where no kernel ran, or for no values.
+#[inline]
+pub fn sum_range_i32(x: &[i32]) -> Option<(i64, i32, i32)> {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::sum_range(x);
+    #[allow(unreachable_code)]
+    {
+        let _ = x;
+        None
+    }
+}
+
+/// `Σ c²` of `c = round(((v << shift) - mean) / 2^s)` (halves up) over `v` in `x`, for `s` in
+/// `1..=31`, every `(v << shift) - mean` within `i32` and every `|c| ≤ 2^15`. Helium four
+/// values an instruction; `None` where no kernel ran.
+#[inline]
+pub fn squares_i32(x: &[i32], shift: u32, mean: i32, s: u32) -> Option<u64> {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return Some(helium::squares(x, shift, mean, s));
+    #[allow(unreachable_code)]
+    {
+        let _ = (x, shift, mean, s);
+        None
+    }
+}
+
+/// `qb[i] = q[i].saturating_add(b[i])` for each `i`; the largest `|qb[i]|`. Helium four
+/// columns an instruction; `None` where no kernel ran.
+#[inline]
+pub fn query_sums_i32(q: &[i32], b: &[i32], qb: &mut [i32]) -> Option<u32> {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return Some(helium::query_sums(q, b, qb));
+    #[allow(unreachable_code)]
+    {
+        let _ = (q, b, qb);
+        None
+    }
+}
+
+/// The query's 16-bit words ([`portable::query_words`]' layout) of `round(v / 2^e)` for the
+/// whole groups of eight values of `qb`: Helium eight columns an instruction. Returns how many
+/// groups it packed (0 where no kernel ran): the rest are the caller's.
+#[inline]
+pub fn query_pack_i32(qb: &[i32], words: &mut [u32], e: u32) -> usize {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        let octets = (qb.len() / 8).min(words.len() / 4);
+        helium::query_pack(qb, words, octets, e);
+        return octets;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (qb, words, e);
+        0
+    }
+}
+
+/// `integer::attention_score_of_small` of each key in place (`scores[i]` its content sum,
+/// `ce[i]` its power of two, `position[i]` and `pe[i]` the position sum's), for the rescale
+/// of `mantissa` and `shift` at `e = 0`; the largest score. Helium four keys an instruction
+/// where one `VRMULH` gives the exact rounding, `slow(i, score)` (the scalar definition) for
+/// the others; at most 64 keys. `None` where no kernel ran.
+#[inline]
+pub fn attention_scores_i32(
+    scores: &mut [i32],
+    exponents: (&[i32], &[i32], &[i32]),
+    rescale: (u32, i32),
+    slow: impl Fn(usize, i32) -> i32,
+) -> Option<i32> {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return Some(helium::scores(scores, exponents, rescale, slow));
+    #[allow(unreachable_code)]
+    {
+        let _ = (scores, exponents, rescale, slow);
+        None
+    }
+}
+
+/// `scores[i] = fixed_point::exp_neg(integer::to_exp_input(largest, scores[i], frac))` for each
+/// score, `frac` in `0..=24`; their sum. Helium four scores an instruction; `None` where no
+/// kernel ran (`scores` as they were).
+#[inline]
+pub fn exp_scores_i32(scores: &mut [i32], largest: i32, frac: u32) -> Option<u64> {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return Some(helium::exp_scores(scores, largest, frac));
+    #[allow(unreachable_code)]
+    {
+        let _ = (scores, largest, frac);
+        None
+    }
+}
+
+/// For each key: `p[i]` (its `e_j`, `0..=2^30`) becomes its probability
+/// `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` shifted right by `min(max(e_max - ve[i], 0), 16)`,
+/// rounded, or 0 where `e_j < 2^14`. Helium four keys an instruction; false where no kernel
+/// ran (`p` as it was).
+#[inline]
+pub fn probabilities_i32(p: &mut [i32], ve: &[i32], normalise: (u32, u32), e_max: i32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium::probabilities(p, ve, normalise, e_max);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (p, ve, normalise, e_max);
+        false
+    }
+}
+
+/// `x[i] = x[i].saturating_sub(a).saturating_sub(b)` for each value. Helium four values an
+/// instruction; false where no kernel ran (`x` as it was).
+#[inline]
+pub fn subtract_twice_i32(x: &mut [i32], a: i32, b: i32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium::sub_sub(x, a, b);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (x, a, b);
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// The fused order is one chain in column order: a 1 added to 1e8 is lost (f32's spacing

@@ -20,15 +20,15 @@ use crate::arena::integer_parameter_parts;
 use crate::attention::AttentionShape;
 use crate::config::{Config, MAX_CLUSTERS};
 use crate::fixed_point::{
-    cos_turns, exp_neg, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier,
-    multiplier_of_f32, position_frequency, round_shift, round_shift_i32, saturate, sin_turns,
-    sqrt_multiplier, to_f32, Multiplier, Rescale, Scale16, ScaledByBits,
+    cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
+    position_frequency, round_shift, round_shift_i32, saturate, sin_turns, sqrt_multiplier, to_f32,
+    Multiplier, Rescale, Scale16, ScaledByBits,
 };
 use crate::image::Arithmetic;
 use crate::integer::{
     act_rescale, act_shift, act_top, attention_score, attention_score_of_small, layer_norm_of_bit_slices,
-    log_softmax, pow2_act_top, pow2_exponent, pow2_exponent_of, rescale_wide, to_exp_input, Int8Steps,
-    Normalise, ACT_SHIFT, SCORE_FRAC,
+    log_softmax, pow2_act_top, pow2_exponent, pow2_exponent_of, rescale_wide, Int8Steps, Normalise,
+    ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -243,18 +243,20 @@ impl<'s> Input<'s> {
             // powers of two: a shift per value (the same values), the largest magnitude found
             // in the same pass
             ActTop::Pow2(biased) if scales.len() == x.len() => {
-                // the smallest and largest value kept
-                let (mut low, mut high) = (0i32, 0i32);
-                for (v, &a) in x.iter_mut().zip(scales) {
-                    let y = act_shift(*v, a, biased);
-                    *v = y;
-                    if y > high {
-                        high = y;
-                    } else if y < low {
-                        low = y;
+                let largest = kernels::act_shifts_i32(x, scales, biased).unwrap_or_else(|| {
+                    // the smallest and largest value kept
+                    let (mut low, mut high) = (0i32, 0i32);
+                    for (v, &a) in x.iter_mut().zip(scales) {
+                        let y = act_shift(*v, a, biased);
+                        *v = y;
+                        if y > high {
+                            high = y;
+                        } else if y < low {
+                            low = y;
+                        }
                     }
-                }
-                let largest = low.unsigned_abs().max(high.unsigned_abs());
+                    low.unsigned_abs().max(high.unsigned_abs())
+                });
                 let top = biased as i32 - 142;
                 quantize_slice_of(largest, x, xq).times_pow2(top + ACT_SHIFT)
             }
@@ -407,17 +409,23 @@ fn layer_parameters<'p>(all: &'p [i32], config: &Config, layer: usize) -> LayerP
 fn query_words((q, qb): (&[i32], &mut [i32]), b: &[i32], top: i64, words: &mut [u32]) -> i32 {
     let n = q.len();
     let qb = &mut qb[..n];
-    let mut largest = 0u32;
-    for ((v, &q), &b) in qb.iter_mut().zip(q).zip(&b[..n]) {
-        let sum = q.saturating_add(b);
-        *v = sum;
-        largest = largest.max(sum.unsigned_abs());
-    }
+    let largest = kernels::query_sums_i32(q, &b[..n], qb).unwrap_or_else(|| {
+        let mut largest = 0u32;
+        for ((v, &q), &b) in qb.iter_mut().zip(q).zip(&b[..n]) {
+            let sum = q.saturating_add(b);
+            *v = sum;
+            largest = largest.max(sum.unsigned_abs());
+        }
+        largest
+    });
     let e = pow2_exponent_of(largest as u64, top) as u32;
     // columns 4g and 4g + 2 in word 2g, 4g + 1 and 4g + 3 in word 2g + 1 (columns past the
     // head are zero); the rounding shift as `⌊(⌊v / 2^(e-1)⌋ + 1) / 2⌋` (the same value:
     // `|v| < 2^(e + 16)`, so the sum cannot overflow)
     let words = &mut words[..kernels::portable::query_words(n)];
+    // whole groups of eight columns by a kernel where there is one, the rest as below
+    let octets = kernels::query_pack_i32(qb, words, e);
+    let (qb, words) = (&qb[8 * octets..], &mut words[4 * octets..]);
     if e == 0 {
         pack_query_words(qb, words, |v| v as i16 as u16 as u32);
     } else {
@@ -469,6 +477,35 @@ fn head_scores(
     let (ring, heads, mut at) = memory
         .exponent_ring(true, (layer, head), lo, scores.len())
         .unwrap_or((&[0.0], 0, 0));
+    // with a kernel: the keys' powers of two and position sums gathered 64 at a time, then
+    // their scores four keys an instruction (the same values)
+    if kernels::INTEGER_PASSES && !wide {
+        // the rescale's shift for `e = 0`
+        let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
+        let (mut ces, mut poss, mut pes) = ([0i32; 64], [0i32; 64], [0i32; 64]);
+        for chunk in scores.chunks_mut(64) {
+            let n = chunk.len();
+            for ((c, p), e) in ces[..n].iter_mut().zip(&mut poss[..n]).zip(&mut pes[..n]) {
+                let ke = ring[at].to_bits() as i32;
+                at += heads;
+                if at >= ring.len() {
+                    at -= ring.len();
+                }
+                let d = distance.min(far);
+                distance = distance.wrapping_sub(1); // (past the last key unused)
+                (*c, *p, *e) = (ce + ke, positions[d], pe + exponents[d * row] as i32);
+            }
+            let (ces, poss, pes) = (&ces[..n], &poss[..n], &pes[..n]);
+            let slow = |i: usize, content: i32| {
+                attention_score_of_small(inv_sqrt_d_head, frac, (content, ces[i]), (poss[i], pes[i]))
+            };
+            let rescale = (inv_sqrt_d_head.mantissa, shift);
+            if let Some(top) = kernels::attention_scores_i32(chunk, (ces, poss, pes), rescale, slow) {
+                largest = largest.max(top);
+            }
+        }
+        return largest;
+    }
     for score in scores.iter_mut() {
         let ke = ring[at].to_bits() as i32;
         at += heads;
@@ -504,7 +541,9 @@ fn head_probabilities(
     // each score's `e_j` and their sum, and for each power of two of the values the largest
     // `e_j` among its keys: a key has a probability where its `e_j` does, and the probability
     // grows with it
-    let mut sum = 0u64;
+    // with a kernel, each score's `e_j` and their sum four scores an instruction, first
+    let exps = kernels::exp_scores_i32(scores, largest, SCORE_FRAC);
+    let mut sum = exps.unwrap_or(0);
     let mut e_top = [0u32; 32];
     let mut every = 0;
     let (ring, heads, mut at) = memory
@@ -516,9 +555,15 @@ fn head_probabilities(
         if at >= ring.len() {
             at -= ring.len();
         }
-        let e = exp_neg(to_exp_input(largest, *score, SCORE_FRAC)); // at most 2^30
-        sum += e as u64;
-        *score = e as i32;
+        let e = if exps.is_some() {
+            *score as u32
+        } else {
+            use crate::{fixed_point::exp_neg, integer::to_exp_input};
+            let e = exp_neg(to_exp_input(largest, *score, SCORE_FRAC)); // at most 2^30
+            sum += e as u64;
+            *score = e as i32;
+            e
+        };
         *exponent = ve;
         // a key of `e_j < 2^14` has no probability (`S ≥ 2^30`, so `e_j · 2^15 / S < 1/2`)
         if e >= 1 << 14 {
@@ -540,6 +585,12 @@ fn head_probabilities(
         let with = probabilities.zip(value_exponents.iter()).filter(|&(p, _)| p > 0);
         with.map(|(_, &ve)| ve).max().unwrap_or(0).max(0)
     };
+    // four keys an instruction where there is a kernel
+    if let Some(high) = normalise.high_word() {
+        if kernels::probabilities_i32(scores, value_exponents, high, e_max) {
+            return e_max;
+        }
+    }
     for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
         if *p < 1 << 14 {
             *p = 0; // (no probability, as above)

@@ -2171,3 +2171,914 @@ pub fn magnitude_bits(values: &[f32]) -> u32 {
     // (caller-saved).
     unsafe { txl_magnitude_bits_mve(values.as_ptr(), values.len()) }
 }
+
+extern "C" {
+    /// Helium: [`ScaledByBits::apply`](crate::fixed_point::ScaledByBits::apply) of each row
+    /// sum `y[i]` by its row scale's bits `bits[i]`, for `i < n` (`n >= 1`), four rows an
+    /// instruction, where a lane takes the fast path below: its result stored in place, the
+    /// lanes that do not (left as they were) told by `fast`, one predicate (`P0`, four bits a
+    /// lane) per four rows. `mantissa` is the scale's 16-bit mantissa `sm`, `offset` is
+    /// `31 - k` for [`ScaledByBits::apply_each`]'s `k = base - 17`.
+    fn txl_scaled_by_bits_mve(
+        bits: *const u32,
+        y: *mut i32,
+        n: usize,
+        mantissa: u32,
+        offset: i32,
+        fast: *mut u16,
+    );
+}
+
+// Per four rows, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa
+// `round(f / 2^8) + 2^15` (`f` the 23 bits of the fraction: `VSHL` by 9, then `VRSHR` by 17,
+// whose rounding addition does not overflow), its product `p` with `sm`, `m = round(p / 2^(16 +
+// up))` (`VRSHL` by `-(16 + up)`, `-up` being `p`'s sign spread by `VSHR.S32`), and
+// `v = biased + up + 31 - k = 32 - s` for the rescale's shift `s`. A lane whose `v` is below 32
+// (`s` in `1..=32`, a positive normal f32) and whose value keeps its bits once shifted left by
+// `a = max(0, v - 15)` (`VQSHL` against `VSHL`) takes
+// `VRMULH(x · 2^a, m · 2^(v - a)) = ⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the
+// exact rounding (`m · 2^(v - a) ≤ 2^30`), which always fits. Registers: r0 the bits, r1 the
+// values, r3 `sm`, r4 `2^15`, r5 16, r6 15, r7 32, r8 `31 - k`, r12 the predicates; q0 the
+// bits, then the values, q1 `p`, `m`, then `m · 2^(v - a)`, q2 `-up` then `a`, q3 `v`, then
+// the shifted value and the result.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_scaled_by_bits_mve,\"ax\",%progbits",
+    ".globl txl_scaled_by_bits_mve",
+    ".type txl_scaled_by_bits_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_by_bits_mve:",
+    "push {{r4, r5, r6, r7, r8, lr}}",
+    "ldr r8, [sp, #24]",
+    "ldr r12, [sp, #28]",
+    "mov.w r4, #32768",
+    "movs r5, #16",
+    "movs r6, #15",
+    "movs r7, #32",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vshl.i32 q1, q0, #9",
+    "vrshr.u32 q1, q1, #17",
+    "vadd.i32 q1, q1, r4",
+    "vmul.i32 q1, q1, r3",  // p
+    "vshr.s32 q2, q1, #31", // -up
+    "vsub.i32 q3, q2, r5",  // -(16 + up)
+    "vrshl.u32 q1, q1, q3", // m
+    "vshr.u32 q3, q0, #23",
+    "vsub.i32 q3, q3, q2",
+    "vadd.i32 q3, q3, r8",  // v
+    "vqsub.u32 q2, q3, r6", // a
+    "vsub.i32 q0, q3, q2",  // v - a
+    "vshl.u32 q1, q1, q0",  // m · 2^(v - a)
+    "vcmp.u32 cs, q3, r7",  // v ≥ 32: the slow path
+    "vldrw.u32 q0, [r1]",
+    "vshl.s32 q3, q0, q2",
+    "vqshl.s32 q0, q0, q2",
+    "vpnot",
+    "vpst",
+    "vcmpt.i32 eq, q0, q3",
+    "vrmulh.s32 q3, q3, q1",
+    "vpst",
+    "vstrwt.32 q3, [r1]",
+    "adds r1, #16",
+    "vmrs r2, p0",
+    "strh r2, [r12], #2",
+    "letp lr, 1b",
+    "pop {{r4, r5, r6, r7, r8, pc}}",
+    ".size txl_scaled_by_bits_mve, . - txl_scaled_by_bits_mve",
+    ".cpu cortex-m4",
+);
+
+/// `y[i] = apply(scales[i].to_bits(), y[i])` for each `i` (as many as the shorter of the two),
+/// [`ScaledByBits::apply_each`](crate::fixed_point::ScaledByBits::apply_each)'s loop for
+/// `k = base - 17` in `33..=254` and the scale's mantissa `sm`: Helium four rows an
+/// instruction where the exact rounding `round(x m / 2^s)` comes from one `VRMULH` (every
+/// row of a shift `s` in `17..=32`, and those of a smaller shift whose value is below
+/// `2^(14 + s)` in magnitude), `apply` (the scalar definition) for the others. The same bits.
+pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: impl Fn(u32, i32) -> i32) {
+    const CHUNK: usize = 64;
+    let n = y.len().min(scales.len());
+    let (scales, y) = (&scales[..n], &mut y[..n]);
+    let mut fast = [0u16; CHUNK / 4];
+    for (scales, y) in scales.chunks(CHUNK).zip(y.chunks_mut(CHUNK)) {
+        // SAFETY: `scales` and `y` hold the same `1..=64` values; the kernel reads those and
+        // writes those of `y` (tail-predicated), one predicate a block of four into `fast`
+        // (16 of them), and uses q0-q3 (caller-saved).
+        unsafe {
+            txl_scaled_by_bits_mve(
+                scales.as_ptr().cast(),
+                y.as_mut_ptr(),
+                y.len(),
+                sm,
+                31 - k,
+                fast.as_mut_ptr(),
+            )
+        };
+        for (block, &mask) in fast.iter().enumerate().take(y.len().div_ceil(4)) {
+            if mask == 0xFFFF {
+                continue;
+            }
+            for lane in 0..4 {
+                let i = 4 * block + lane;
+                if i < y.len() && mask >> (4 * lane) & 1 == 0 {
+                    y[i] = apply(scales[i].to_bits(), y[i]);
+                }
+            }
+        }
+    }
+}
+
+extern "C" {
+    /// Helium: `x[i] = round(x[i] / 2^(s_i + 1))` with `s_i = top2 - (a[i]'s biased exponent,
+    /// its sign bit included)` taken as unsigned and at most 31 (then the value is 0), for
+    /// `i < n` (`n >= 1`), four values an instruction; returns the largest `|x[i]|` after.
+    fn txl_act_shift_mve(x: *mut i32, act: *const f32, n: usize, top2: u32) -> u32;
+    /// Helium: `out[i] = round(x[i] · wide / 2^32)` clamped to `±127`, for `i < n` (`n >= 1`),
+    /// four values an instruction (`VRMULH`).
+    fn txl_quantize_rmulh_mve(x: *const i32, out: *mut i8, n: usize, wide: i32);
+}
+
+// The shift: `VRSHL` by `-(min(s, 31) + 1)` rounds halves up as `((x >> s) + 1) >> 1` does, and
+// gives 0 for a shift of 32 (`round(x / 2^32)` of an `i32`); the largest magnitude by `VMAXAV`.
+// The quantization: `VRMULH` is `⌊(x · wide + 2^31) / 2^32⌋`, then `VMIN`/`VMAX` and `VSTRB.32`.
+// Registers: q2 `top2`, q3 31 (then 127), q4 -127 is not needed: `VMAX` against `-127` in q2.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_act_shift_mve,\"ax\",%progbits",
+    ".globl txl_act_shift_mve",
+    ".type txl_act_shift_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_act_shift_mve:",
+    "push {{r7, lr}}",
+    "vdup.32 q2, r3",
+    "vmov.i32 q3, #31",
+    "movs r3, #0",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q1, [r1], #16",
+    "vldrw.u32 q0, [r0]",
+    "vshr.u32 q1, q1, #23",
+    "vsub.i32 q1, q2, q1",
+    "vmin.u32 q1, q1, q3",
+    "vmvn q1, q1",
+    "vrshl.s32 q0, q0, q1",
+    "vstrw.32 q0, [r0], #16",
+    "vmaxav.s32 r3, q0",
+    "letp lr, 1b",
+    "mov r0, r3",
+    "pop {{r7, pc}}",
+    ".size txl_act_shift_mve, . - txl_act_shift_mve",
+    ".section .text.txl_quantize_rmulh_mve,\"ax\",%progbits",
+    ".globl txl_quantize_rmulh_mve",
+    ".type txl_quantize_rmulh_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize_rmulh_mve:",
+    "push {{r7, lr}}",
+    "vdup.32 q1, r3",
+    "vmov.i32 q2, #127",
+    "vmvn.i32 q3, #126",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vrmulh.s32 q0, q0, q1",
+    "vmin.s32 q0, q0, q2",
+    "vmax.s32 q0, q0, q3",
+    "vstrb.32 q0, [r1], #4",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_quantize_rmulh_mve, . - txl_quantize_rmulh_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`act_shift`](crate::integer::act_shift)`(x[i], act[i], biased_top)` in place for each `i`
+/// (as many as the shorter of the two), four values an instruction; returns the largest
+/// magnitude after (0 for none). The same values.
+pub fn act_shift(x: &mut [i32], act: &[f32], biased_top: u32) -> u32 {
+    let n = x.len().min(act.len());
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: `x` and `act` hold `n >= 1` values; the kernel reads those and writes those of
+    // `x` (tail-predicated), and uses q0-q3 (caller-saved).
+    unsafe { txl_act_shift_mve(x.as_mut_ptr(), act.as_ptr(), n, biased_top.wrapping_add(2)) }
+}
+
+/// `out[i] = round(x[i] · wide / 2^32).clamp(-127, 127)` for each `i` (as many as the shorter
+/// of the two), rounded halves up: [`PreparedRescale`](crate::fixed_point::PreparedRescale)'s
+/// quantization for a shift of at most 32, four values an instruction.
+pub fn quantize_rmulh(x: &[i32], out: &mut [i8], wide: i32) {
+    let n = x.len().min(out.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `x` and `out` hold `n >= 1` values; the kernel reads those of `x` and writes
+    // those of `out` (tail-predicated), and uses q0-q3 (caller-saved).
+    unsafe { txl_quantize_rmulh_mve(x.as_ptr(), out.as_mut_ptr(), n, wide) }
+}
+
+/// What [`txl_layer_norm_mve`] takes besides its slices: the rescale's `sm` and `31 - k` (as
+/// [`txl_scaled_by_bits_mve`]), the deviations' shift `k` and mean, and where the predicates go.
+#[repr(C)]
+struct LayerNormParameters {
+    mantissa: u32,
+    offset: i32,
+    shift: u32,
+    mean: i32,
+    fast: *mut u16,
+}
+
+extern "C" {
+    /// Helium: LayerNorm's last step for `i < n` (`n >= 1`), four values an instruction:
+    /// `out[i] = ±apply(|gain[i]|, (x[i] << shift) - mean)` (the gain's sign) plus `bias[i]`,
+    /// saturated, where the rescale takes [`txl_scaled_by_bits_mve`]'s path (as its
+    /// predicates in `fast` tell; `out[i]` is not written for the others).
+    fn txl_layer_norm_mve(
+        x: *const i32,
+        gains: *const u32,
+        biases: *const i32,
+        out: *mut i32,
+        n: usize,
+        parameters: *const LayerNormParameters,
+    );
+}
+
+// [`txl_scaled_by_bits_mve`]'s rescale of the deviation `(x << shift) - mean` by the gain's
+// magnitude (its biased exponent from the bits shifted left by one; the mantissa's bits are
+// the same), then the gain's sign (`(y ^ s) - s`, `s` the sign spread: the rescaled value is
+// below 2^30 in magnitude, so negating it cannot overflow) and `VQADD` of the bias (saturated
+// as `i32::saturating_add`). Registers: r0-r3 the slices, r4 the predicate, r5 `sm`, r6
+// `31 - k`, r7 the shift, r8 the mean, r9 the predicates, r10 16, r11 15, r12 `2^15`, lr the
+// values left; q0 the gains, q1 `p`, `m`, then `m · 2^(v - a)`, q2 `-up` then `a`, q3 `v`
+// then the deviations, q4 the shifted deviation and the result, q5 its saturated shift, the
+// sign, then the biases, q7 32.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_layer_norm_mve,\"ax\",%progbits",
+    ".globl txl_layer_norm_mve",
+    ".type txl_layer_norm_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_layer_norm_mve:",
+    "push {{r4-r12, lr}}",
+    "vpush {{d8-d15}}",
+    "ldr r4, [sp, #104]",
+    "ldr r5, [sp, #108]",
+    "ldm r5, {{r5-r9}}",
+    "movs r10, #16",
+    "movs r11, #15",
+    "mov.w r12, #32768",
+    "vmov.i32 q7, #32",
+    "dlstp.32 lr, r4",
+    "1:",
+    "vldrw.u32 q0, [r1], #16",
+    "vshl.i32 q1, q0, #9",
+    "vrshr.u32 q1, q1, #17",
+    "vadd.i32 q1, q1, r12",
+    "vmul.i32 q1, q1, r5",  // p
+    "vshr.s32 q2, q1, #31", // -up
+    "vsub.i32 q3, q2, r10", // -(16 + up)
+    "vrshl.u32 q1, q1, q3", // m
+    "vshl.i32 q3, q0, #1",
+    "vshr.u32 q3, q3, #24",
+    "vsub.i32 q3, q3, q2",
+    "vadd.i32 q3, q3, r6",   // v
+    "vqsub.u32 q2, q3, r11", // a
+    "vcmp.u32 cs, q3, q7",   // v ≥ 32: the slow path
+    "vsub.i32 q3, q3, q2",   // v - a
+    "vshl.u32 q1, q1, q3",   // m · 2^(v - a)
+    "vldrw.u32 q3, [r0], #16",
+    "vshl.s32 q3, r7",
+    "vsub.i32 q3, q3, r8", // the deviations
+    "vshl.s32 q4, q3, q2",
+    "vqshl.s32 q5, q3, q2",
+    "vpnot",
+    "vpst",
+    "vcmpt.i32 eq, q4, q5",
+    "vrmulh.s32 q4, q4, q1",
+    "vshr.s32 q5, q0, #31",
+    "veor q4, q4, q5",
+    "vsub.i32 q4, q4, q5",
+    "vldrw.u32 q5, [r2], #16",
+    "vqadd.s32 q4, q4, q5",
+    "vpst",
+    "vstrwt.32 q4, [r3]",
+    "adds r3, #16",
+    "vmrs r4, p0",
+    "strh r4, [r9], #2",
+    "letp lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r12, pc}}",
+    ".size txl_layer_norm_mve, . - txl_layer_norm_mve",
+    ".cpu cortex-m4",
+);
+
+/// LayerNorm's last step with Helium, four values an instruction: for each `i` (as many as
+/// the shortest), `out[i] = finish(gains[i], scaled, biases[i])` of
+/// `scaled = apply(gains[i] & 0x7FFF_FFFF, (x[i] << shift) - mean)`, `apply` the scalar
+/// [`ScaledByBits::apply`](crate::fixed_point::ScaledByBits::apply) of a rescale of `sm` and
+/// `k` in `33..=254` (as [`scaled_by_bits`]), `finish` the sign and the bias, saturated
+/// (`±scaled` then `saturating_add`). Every `(x[i] << shift) - mean` must not overflow. The
+/// same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm(
+    x: &[i32],
+    gains: &[u32],
+    biases: &[i32],
+    out: &mut [i32],
+    (shift, mean): (u32, i32),
+    (sm, k): (u32, i32),
+    apply: impl Fn(u32, i32) -> i32,
+    finish: impl Fn(u32, i32, i32) -> i32,
+) {
+    const CHUNK: usize = 64;
+    let n = x.len().min(gains.len()).min(biases.len()).min(out.len());
+    let mut fast = [0u16; CHUNK / 4];
+    for start in (0..n).step_by(CHUNK) {
+        let end = n.min(start + CHUNK);
+        let (x, gains, biases, out) = (
+            &x[start..end],
+            &gains[start..end],
+            &biases[start..end],
+            &mut out[start..end],
+        );
+        let parameters = LayerNormParameters {
+            mantissa: sm,
+            offset: 31 - k,
+            shift,
+            mean,
+            fast: fast.as_mut_ptr(),
+        };
+        // SAFETY: the four slices hold the same `1..=64` values; the kernel reads those of
+        // `x`, `gains` and `biases`, writes those of `out` (tail-predicated) and one predicate
+        // a block of four into `fast` (16 of them), and saves the q4-q7 it uses.
+        unsafe {
+            txl_layer_norm_mve(
+                x.as_ptr(),
+                gains.as_ptr(),
+                biases.as_ptr(),
+                out.as_mut_ptr(),
+                out.len(),
+                &parameters,
+            )
+        };
+        for (block, &mask) in fast.iter().enumerate().take(out.len().div_ceil(4)) {
+            if mask == 0xFFFF {
+                continue;
+            }
+            for lane in 0..4 {
+                let i = 4 * block + lane;
+                if i < out.len() && mask >> (4 * lane) & 1 == 0 {
+                    let scaled = apply(gains[i] & 0x7FFF_FFFF, (x[i] << shift).wrapping_sub(mean));
+                    out[i] = finish(gains[i], scaled, biases[i]);
+                }
+            }
+        }
+    }
+}
+
+extern "C" {
+    /// Helium: for `x[..n]` (`n >= 1`), `out = [smallest, sum's low word, sum's high word,
+    /// largest]` (the sum exact in 64 bits, `VADDLVA`; `VMINV`, `VMAXV`).
+    fn txl_sum_range_mve(x: *const i32, n: usize, out: *mut i32);
+    /// Helium: `Σ c²` over `x[..n]` (`n >= 1`) of `c = round((x << shift) - mean) / 2^s)`
+    /// (halves up, `VRSHL` by `-s`), in 64 bits (`VMLALDAVA`); `negative_s` is `-s`.
+    fn txl_squares_mve(x: *const i32, n: usize, shift: u32, mean: i32, negative_s: i32) -> u64;
+}
+
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_sum_range_mve,\"ax\",%progbits",
+    ".globl txl_sum_range_mve",
+    ".type txl_sum_range_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sum_range_mve:",
+    "push {{r4, r5, r6, lr}}",
+    "movs r4, #0",
+    "movs r5, #0",
+    "ldr r3, [r0]",
+    "mov r6, r3",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vaddlva.s32 r4, r5, q0",
+    "vminv.s32 r3, q0",
+    "vmaxv.s32 r6, q0",
+    "letp lr, 1b",
+    "stm r2, {{r3, r4, r5, r6}}",
+    "pop {{r4, r5, r6, pc}}",
+    ".size txl_sum_range_mve, . - txl_sum_range_mve",
+    ".section .text.txl_squares_mve,\"ax\",%progbits",
+    ".globl txl_squares_mve",
+    ".type txl_squares_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_squares_mve:",
+    "push {{r4, r5, r7, lr}}",
+    "ldr r12, [sp, #16]",
+    "movs r4, #0",
+    "movs r5, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vshl.s32 q0, r2",
+    "vsub.i32 q0, q0, r3",
+    "vrshl.s32 q0, r12",
+    "vmlaldava.s32 r4, r5, q0, q0",
+    "letp lr, 1b",
+    "mov r0, r4",
+    "mov r1, r5",
+    "pop {{r4, r5, r7, pc}}",
+    ".size txl_squares_mve, . - txl_squares_mve",
+    ".cpu cortex-m4",
+);
+
+/// `(Σ x, min x, max x)` of `x` (`None` for none), the sum exact in 64 bits; four values an
+/// instruction.
+pub fn sum_range(x: &[i32]) -> Option<(i64, i32, i32)> {
+    if x.is_empty() {
+        return None;
+    }
+    let mut out = [0i32; 4];
+    // SAFETY: `x` holds `n >= 1` values; the kernel reads those (tail-predicated), writes the
+    // four words of `out`, and uses q0 (caller-saved).
+    unsafe { txl_sum_range_mve(x.as_ptr(), x.len(), out.as_mut_ptr()) };
+    let sum = (out[2] as i64) << 32 | out[1] as u32 as i64;
+    Some((sum, out[0], out[3]))
+}
+
+/// `Σ c²` of `c = round(((v << shift) - mean) / 2^s)` (halves up) over `v` in `x`, for
+/// `s` in `1..=31` and every `(v << shift) - mean` within `i32` and every `|c| ≤ 2^15`; four
+/// values an instruction.
+pub fn squares(x: &[i32], shift: u32, mean: i32, s: u32) -> u64 {
+    if x.is_empty() {
+        return 0;
+    }
+    // SAFETY: `x` holds `n >= 1` values; the kernel reads those (tail-predicated) and uses q0
+    // (caller-saved).
+    unsafe { txl_squares_mve(x.as_ptr(), x.len(), shift, mean, -(s as i32)) }
+}
+
+extern "C" {
+    /// Helium: `qb[i] = q[i].saturating_add(b[i])` (`VQADD`) for `i < n` (`n >= 1`); returns
+    /// the largest `|qb[i]|` (`VMAXAV`).
+    fn txl_query_sums_mve(q: *const i32, b: *const i32, qb: *mut i32, n: usize) -> u32;
+    /// Helium: for each of `octets >= 1` groups of eight values `v` at `qb`, four words: the
+    /// low halves of `round(v / 2^e)` (halves up, `VRSHL` by `negative_e = -e`) of columns
+    /// `4g, 4g + 2` in word `2g` and `4g + 1, 4g + 3` in word `2g + 1` (low half first).
+    /// `offsets` is `[0, 1, 4, 5, 2, 3, 6, 7]`.
+    fn txl_query_pack_mve(
+        qb: *const i32,
+        words: *mut u32,
+        octets: usize,
+        negative_e: i32,
+        offsets: *const u32,
+    );
+}
+
+/// The columns [`txl_query_pack_mve`] gathers: the low halves' (first four), the high halves'.
+static QUERY_OFFSETS: [u32; 8] = [0, 1, 4, 5, 2, 3, 6, 7];
+
+// The sums: per four columns `VLDRW` twice, `VQADD`, `VSTRW`, `VMAXAV`. The words: per eight
+// columns two gathers (`VLDRW` with the offsets: columns 0, 1, 4, 5 and 2, 3, 6, 7), two
+// `VRSHL`, `VMOVNT` (the second's low halves into the first's high ones) and `VSTRW`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_query_sums_mve,\"ax\",%progbits",
+    ".globl txl_query_sums_mve",
+    ".type txl_query_sums_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_sums_mve:",
+    "push {{r4, lr}}",
+    "movs r4, #0",
+    "dlstp.32 lr, r3",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vldrw.u32 q1, [r1], #16",
+    "vqadd.s32 q0, q0, q1",
+    "vstrw.32 q0, [r2], #16",
+    "vmaxav.s32 r4, q0",
+    "letp lr, 1b",
+    "mov r0, r4",
+    "pop {{r4, pc}}",
+    ".size txl_query_sums_mve, . - txl_query_sums_mve",
+    ".section .text.txl_query_pack_mve,\"ax\",%progbits",
+    ".globl txl_query_pack_mve",
+    ".type txl_query_pack_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_pack_mve:",
+    "push {{r7, lr}}",
+    "ldr r12, [sp, #8]",
+    "vldrw.u32 q2, [r12]",
+    "vldrw.u32 q3, [r12, #16]",
+    "dls lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0, q2, uxtw #2]",
+    "vldrw.u32 q1, [r0, q3, uxtw #2]",
+    "adds r0, #32",
+    "vrshl.s32 q0, r3",
+    "vrshl.s32 q1, r3",
+    "vmovnt.i32 q0, q1",
+    "vstrw.32 q0, [r1], #16",
+    "le lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_query_pack_mve, . - txl_query_pack_mve",
+    ".cpu cortex-m4",
+);
+
+/// `qb[i] = q[i].saturating_add(b[i])` for each `i` (as many as the shortest); returns the
+/// largest `|qb[i]|` (0 for none). Four columns an instruction.
+pub fn query_sums(q: &[i32], b: &[i32], qb: &mut [i32]) -> u32 {
+    let n = q.len().min(b.len()).min(qb.len());
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: the three slices hold `n >= 1` values; the kernel reads those of `q` and `b`
+    // and writes those of `qb` (tail-predicated), and uses q0 and q1 (caller-saved).
+    unsafe { txl_query_sums_mve(q.as_ptr(), b.as_ptr(), qb.as_mut_ptr(), n) }
+}
+
+/// The words of the first `8 · octets` values of `qb` (`octets ≤ qb.len() / 8`, `words` at
+/// least `4 · octets` long) as the query's layout keeps them: columns `4g` and `4g + 2` in word
+/// `2g`, `4g + 1` and `4g + 3` in word `2g + 1`, each the low half of `round(v / 2^e)`
+/// (halves up; `v` itself for `e = 0`), `e ≤ 31`. Eight columns an instruction.
+pub fn query_pack(qb: &[i32], words: &mut [u32], octets: usize, e: u32) {
+    let octets = octets.min(qb.len() / 8).min(words.len() / 4);
+    if octets == 0 {
+        return;
+    }
+    // SAFETY: `qb` holds `8 · octets` values and `words` `4 · octets`; the kernel reads those
+    // (gathered at offsets below 8 from each group's start) and writes these, and uses q0-q3
+    // (caller-saved).
+    unsafe {
+        txl_query_pack_mve(
+            qb.as_ptr(),
+            words.as_mut_ptr(),
+            octets,
+            -(e.min(31) as i32),
+            QUERY_OFFSETS.as_ptr(),
+        )
+    }
+}
+
+extern "C" {
+    /// Helium: for `i < n` (`n >= 1`), the probability of `e = p[i]` in place:
+    /// `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` (`VMULH`, `VRSHL` by `negative_t = -t`, `t ≥ 1`)
+    /// divided by `2^min(max(e_max - ve[i], 0), 16)`, rounded (`VRSHL`), or 0 where
+    /// `e < 2^14`.
+    fn txl_probabilities_mve(p: *mut i32, ve: *const i32, n: usize, constants: *const i32);
+}
+
+// Per four keys: `VMULH` (the product's high word), `VRSHL`, `VMIN` against 32767, the shift
+// `-min(max(e_max - ve, 0), 16)` by `VSUB`, `VMIN`, `VMAX`, then `VRSHL` by it, and `VPSEL` of
+// 0 where `e < 2^14` (`VCMP` into the predicate). Registers: r0 the values, r1 the exponents,
+// r3 `m`, r4 `-t`, r5 `e_max`, r6 `2^14`; q3 `m`, q4 32767, q6 0, q7 -16.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_probabilities_mve,\"ax\",%progbits",
+    ".globl txl_probabilities_mve",
+    ".type txl_probabilities_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_probabilities_mve:",
+    "push {{r4, r5, r6, lr}}",
+    "vpush {{d8-d15}}",
+    "ldm r3, {{r3, r4, r5}}",
+    "mov.w r6, #16384",
+    "vdup.32 q3, r3",
+    "vmov.i32 q4, #0x7fff",
+    "vmov.i32 q6, #0",
+    "vmvn.i32 q7, #15",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vldrw.u32 q1, [r1], #16",
+    "vmulh.u32 q2, q0, q3",
+    "vrshl.u32 q2, r4",
+    "vmin.u32 q2, q2, q4",
+    "vsub.i32 q1, q1, r5",
+    "vmin.s32 q1, q1, q6",
+    "vmax.s32 q1, q1, q7",
+    "vrshl.s32 q2, q2, q1",
+    "vcmp.u32 cs, q0, r6",
+    "vpsel q2, q2, q6",
+    "vstrw.32 q2, [r0], #16",
+    "letp lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4, r5, r6, pc}}",
+    ".size txl_probabilities_mve, . - txl_probabilities_mve",
+    ".cpu cortex-m4",
+);
+
+/// For each key (as many as the shorter of the two): `p[i]` (its `e_j`, `0..=2^30`) becomes
+/// its probability `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` shifted right by
+/// `min(max(e_max - ve[i], 0), 16)`, rounded (halves up), or 0 where `e_j < 2^14`; `m` below
+/// `2^31`, `t` in `1..=64`. Four keys an instruction.
+pub fn probabilities(p: &mut [i32], ve: &[i32], (m, t): (u32, u32), e_max: i32) {
+    let n = p.len().min(ve.len());
+    if n == 0 {
+        return;
+    }
+    let constants = [m as i32, -(t.min(64) as i32), e_max];
+    // SAFETY: `p` and `ve` hold `n >= 1` values; the kernel reads those, writes those of `p`
+    // (tail-predicated) and reads the three constants, and saves the q4-q7 it uses.
+    unsafe { txl_probabilities_mve(p.as_mut_ptr(), ve.as_ptr(), n, constants.as_ptr()) }
+}
+
+extern "C" {
+    /// Helium: for `i < n` (`n >= 1`), `scores[i] = exp_neg(to_exp_input(largest, scores[i],
+    /// 24 - left))` in place; returns their sum (64 bits). `constants` is `[largest, left,
+    /// the table's address]`.
+    fn txl_exp_scores_mve(scores: *mut i32, n: usize, constants: *const u32) -> u64;
+}
+
+// [`exp_neg`](crate::fixed_point::exp_neg) four values an instruction, the same steps: the
+// distance `largest - min(v, largest)` shifted left by `left` saturated (`VQSHL.U32`: the
+// `u32::MAX` of `to_exp_input`), then at most `2^29` (`exp_neg` gives 0 from there on, and
+// `2^29` leads to `n = 46` below, which gives 0 too); `y = ⌊2t log2(e) / 2^32⌋` (`VMULH`),
+// `n = y / 2^24`, the fraction's table entries by two gathers (indices below 256 whatever the
+// value), the interpolation in 32-bit lanes as the scalar code, and the rounding shift by `n`
+// (`VRSHL` by `-n`: 0 for `n ≥ 32`, as `exp_neg`'s `n > 31` gives, the value being at most
+// `2^30`); the sum by `VADDLVA`. Registers: r0 the values, r2 `left`, r4 and r5 the table and
+// the table one entry on, r6-r7 the sum; q5 `log2(e)` in Q31, q6 `2^29`, q7 `largest`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_exp_scores_mve,\"ax\",%progbits",
+    ".globl txl_exp_scores_mve",
+    ".type txl_exp_scores_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_exp_scores_mve:",
+    "push {{r4, r5, r6, r7, lr}}",
+    "sub sp, #4",
+    "vpush {{d8-d15}}",
+    "ldm r2, {{r3, r4, r5}}",
+    "vdup.32 q7, r3",
+    "mov r2, r4",
+    "mov r4, r5",
+    "adds r5, #4",
+    "movw r3, #:lower16:3098164009",
+    "movt r3, #:upper16:3098164009",
+    "vdup.32 q5, r3",
+    "mov.w r3, #536870912",
+    "vdup.32 q6, r3",
+    "movs r6, #0",
+    "movs r7, #0",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vmin.s32 q0, q0, q7",
+    "vsub.i32 q0, q7, q0",
+    "vqshl.u32 q0, r2",
+    "vmin.u32 q0, q0, q6",
+    "vshl.i32 q0, q0, #1",
+    "vmulh.u32 q0, q0, q5", // y
+    "vshr.u32 q1, q0, #24", // n
+    "vbic.i32 q0, #0xff000000",
+    "vshr.u32 q2, q0, #16", // the index
+    "vldrw.u32 q3, [r4, q2, uxtw #2]",
+    "vldrw.u32 q4, [r5, q2, uxtw #2]",
+    "vmovlb.u16 q2, q0",   // between
+    "vsub.i32 q4, q3, q4", // the difference
+    "vshr.u32 q0, q4, #16",
+    "vmul.i32 q0, q0, q2",
+    "vshl.i32 q4, q4, #16",
+    "vshr.u32 q4, q4, #16",
+    "vmul.i32 q4, q4, q2",
+    "vrshr.u32 q4, q4, #16",
+    "vadd.i32 q0, q0, q4", // the step
+    "vsub.i32 q3, q3, q0", // the value
+    "vneg.s32 q1, q1",
+    "vrshl.u32 q3, q3, q1",
+    "vstrw.32 q3, [r0], #16",
+    "vaddlva.u32 r6, r7, q3",
+    "letp lr, 1b",
+    "mov r0, r6",
+    "mov r1, r7",
+    "vpop {{d8-d15}}",
+    "add sp, #4",
+    "pop {{r4, r5, r6, r7, pc}}",
+    ".size txl_exp_scores_mve, . - txl_exp_scores_mve",
+    ".cpu cortex-m4",
+);
+
+/// `scores[i] = exp_neg(to_exp_input(largest, scores[i], frac))` for each score, `frac` in
+/// `0..=24`; returns their sum. Four scores an instruction, the same values.
+pub fn exp_scores(scores: &mut [i32], largest: i32, frac: u32) -> u64 {
+    if scores.is_empty() {
+        return 0;
+    }
+    let table: &'static [u32; 257] = &crate::fixed_point::EXP2_TABLE;
+    let constants = [largest as u32, 24 - frac.min(24), table.as_ptr() as u32];
+    // SAFETY: `scores` holds `n >= 1` values; the kernel reads and writes those
+    // (tail-predicated), reads the three constants and the table at indices below 257 (the
+    // gathers' indices are a fraction's top 8 bits, and one more), and saves the q4-q7 it
+    // uses.
+    unsafe { txl_exp_scores_mve(scores.as_mut_ptr(), scores.len(), constants.as_ptr()) }
+}
+
+extern "C" {
+    /// Helium: `x[i] = x[i].saturating_sub(a).saturating_sub(b)` (`VQSUB` twice) for `i < n`
+    /// (`n >= 1`).
+    fn txl_sub_sub_mve(x: *mut i32, n: usize, a: i32, b: i32);
+}
+
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_sub_sub_mve,\"ax\",%progbits",
+    ".globl txl_sub_sub_mve",
+    ".type txl_sub_sub_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sub_sub_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r1",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vqsub.s32 q0, q0, r2",
+    "vqsub.s32 q0, q0, r3",
+    "vstrw.32 q0, [r0], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_sub_sub_mve, . - txl_sub_sub_mve",
+    ".cpu cortex-m4",
+);
+
+/// `x[i] = x[i].saturating_sub(a).saturating_sub(b)` for each value; four values an
+/// instruction.
+pub fn sub_sub(x: &mut [i32], a: i32, b: i32) {
+    if x.is_empty() {
+        return;
+    }
+    // SAFETY: `x` holds `n >= 1` values; the kernel reads and writes those (tail-predicated)
+    // and uses q0 (caller-saved).
+    unsafe { txl_sub_sub_mve(x.as_mut_ptr(), x.len(), a, b) }
+}
+
+/// What [`txl_scores_mve`] takes besides its slices: the rescale's mantissa, `32 - C` for the
+/// rescale's shift `C - e`, and where the predicates go.
+#[repr(C)]
+struct ScoreParameters {
+    mantissa: u32,
+    offset: i32,
+    fast: *mut u16,
+}
+
+extern "C" {
+    /// Helium: for `i < n` (`n >= 1`), with `e = min(ce[i], pe[i])`, `a = ce[i] - e`,
+    /// `b = pe[i] - e`: where `a, b ≤ 3`, the shift `s = C - e` is in `1..=32` and the sum
+    /// `x = (scores[i] << a) + (position[i] << b)` keeps its bits shifted left by
+    /// `max(0, 17 - s)`, `scores[i] = round(x m / 2^s)` (halves up); the lanes that take that
+    /// path told by `fast`, one predicate a block of four (the others left as they were).
+    fn txl_scores_mve(
+        scores: *mut i32,
+        ce: *const i32,
+        position: *const i32,
+        pe: *const i32,
+        n: usize,
+        parameters: *const ScoreParameters,
+    );
+}
+
+// `attention_score_of_small`'s usual path, four keys an instruction: the sums shifted by their
+// exponents' differences (`VSHL` by vector), then [`txl_scaled_by_bits_mve`]'s exact rounding
+// `VRMULH(x · 2^a', m · 2^(v - a'))` for `v = 32 - s`, `a' = max(0, v - 15)`. The predicate:
+// `a | b ≤ 3` (`VCMP`, `VPNOT`), then `v < 32` and the shifted sum's bits kept (`VCMPT` in
+// `VPST` blocks). Registers: r0-r3 the slices, r4 3, r6 `32 - C`, r7 15, r8 the count, r9 the predicates,
+// r10 a predicate; q0 `ce` then `a`, then `a'`, q1 `pe` then `b`, then `v - a'`, then
+// `m · 2^(v - a')`, q2 `e` then `v`, q3 `a | b`, then the sum, q4 the position, the shifted
+// sum and the result, q5 the sum shifted with saturation, q6 32, q7 `m`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_scores_mve,\"ax\",%progbits",
+    ".globl txl_scores_mve",
+    ".type txl_scores_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scores_mve:",
+    "push {{r4-r10, lr}}",
+    "vpush {{d8-d15}}",
+    "ldr r4, [sp, #96]",
+    "ldr r5, [sp, #100]",
+    "ldm r5, {{r5, r6, r9}}",
+    "vdup.32 q7, r5",
+    "vmov.i32 q6, #32",
+    "movs r7, #15",
+    "mov r8, r4",
+    "movs r4, #3",
+    "dlstp.32 lr, r8",
+    "1:",
+    "vldrw.u32 q0, [r1], #16",
+    "vldrw.u32 q1, [r3], #16",
+    "vmin.s32 q2, q0, q1", // e
+    "vsub.i32 q0, q0, q2", // a
+    "vsub.i32 q1, q1, q2", // b
+    "vorr q3, q0, q1",
+    "vcmp.u32 hi, q3, r4", // a | b > 3: the slow path
+    "vadd.i32 q2, q2, r6", // v
+    "vldrw.u32 q3, [r0]",
+    "vshl.s32 q3, q3, q0",
+    "vldrw.u32 q4, [r2], #16",
+    "vshl.s32 q4, q4, q1",
+    "vadd.i32 q3, q3, q4",  // the sum
+    "vqsub.u32 q0, q2, r7", // a'
+    "vsub.i32 q1, q2, q0",  // v - a'
+    "vshl.u32 q1, q7, q1",  // m · 2^(v - a')
+    "vshl.s32 q4, q3, q0",
+    "vqshl.s32 q5, q3, q0",
+    "vpnot",
+    "vpst",
+    "vcmpt.u32 hi, q6, q2",
+    "vpst",
+    "vcmpt.i32 eq, q4, q5",
+    "vrmulh.s32 q4, q4, q1",
+    "vpst",
+    "vstrwt.32 q4, [r0]",
+    "adds r0, #16",
+    "vmrs r10, p0",
+    "strh r10, [r9], #2",
+    "letp lr, 1b",
+    "vpop {{d8-d15}}",
+    "pop {{r4-r10, pc}}",
+    ".size txl_scores_mve, . - txl_scores_mve",
+    ".cpu cortex-m4",
+);
+
+/// [`attention_score_of_small`](crate::integer::attention_score_of_small) of each key
+/// (`scores[i]` its content sum, `ce[i]` its power of two, `position[i]` and `pe[i]` the
+/// position sum's) in place, for the rescale `inv_sqrt_d_head · 2^-(C - e)` (`C` the rescale's
+/// shift at `e = 0`); returns the largest score. Helium four keys an instruction where the
+/// rescale's exact rounding comes from one `VRMULH`, `slow(i)` (the scalar definition) for the
+/// others. At most 64 keys (as many as the shortest); the same values.
+pub fn scores(
+    scores: &mut [i32],
+    (ce, position, pe): (&[i32], &[i32], &[i32]),
+    (mantissa, shift): (u32, i32),
+    slow: impl Fn(usize, i32) -> i32,
+) -> i32 {
+    let n = scores
+        .len()
+        .min(ce.len())
+        .min(position.len())
+        .min(pe.len())
+        .min(64);
+    let scores = &mut scores[..n];
+    if n == 0 {
+        return i32::MIN;
+    }
+    let mut fast = [0u16; 16];
+    let parameters = ScoreParameters {
+        mantissa,
+        offset: 32i32.wrapping_sub(shift),
+        fast: fast.as_mut_ptr(),
+    };
+    // SAFETY: the four slices hold `1..=64` values; the kernel reads those of `ce`,
+    // `position` and `pe`, reads and writes those of `scores` (tail-predicated), writes one
+    // predicate a block of four into `fast` (16 of them), and saves the q4-q7 it uses.
+    unsafe {
+        txl_scores_mve(
+            scores.as_mut_ptr(),
+            ce.as_ptr(),
+            position.as_ptr(),
+            pe.as_ptr(),
+            n,
+            &parameters,
+        )
+    };
+    for (block, &mask) in fast.iter().enumerate().take(n.div_ceil(4)) {
+        if mask == 0xFFFF {
+            continue;
+        }
+        for lane in 0..4 {
+            let i = 4 * block + lane;
+            if i < n && mask >> (4 * lane) & 1 == 0 {
+                scores[i] = slow(i, scores[i]);
+            }
+        }
+    }
+    scores.iter().copied().max().unwrap_or(i32::MIN)
+}

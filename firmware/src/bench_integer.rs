@@ -1,0 +1,483 @@
+//! `bench`'s checks of the integer arithmetic's kernels (as this board runs them) against their
+//! scalar definitions, bit for bit: the rescale of a linear layer's row sums by their rows'
+//! scales (`kernel=scaled_by_bits`, `ScaledByBits::apply_each` against `ScaledByBits::apply`
+//! value by value), the quantization of an input by a prepared rescale (`kernel=quantize_each`,
+//! `PreparedRescale::quantize_each` against `PreparedRescale::apply` clamped to `±127`), and
+//! with Helium the activation scales' shifts of an input (`kernel=act_shift`, against
+//! `integer::act_shift` and the largest magnitude), and LayerNorm of gains as slices
+//! (`kernel=layer_norm_bits`, `integer::layer_norm_of_bit_slices` against
+//! `integer::layer_norm_of_bits`), and with Helium LayerNorm's sums (`kernel=layer_norm_sums`:
+//! the sum, range and sum of squares against scalar loops) and the query's words
+//! (`kernel=query_words`: the biased sums, their largest magnitude and the packed halves
+//! against scalar loops) and the attention's probabilities (`kernel=probabilities`, against
+//! `Normalise::apply` and the shift by the values' powers of two) and the scores' exponentials
+//! (`kernel=exp_scores`, against `exp_neg(to_exp_input(..))` and their sum), and the integer
+//! log-softmax (`kernel=log_softmax`, against the scalar steps), and the attention scores
+//! (`kernel=attention_scores`, against `integer::attention_score_of_small`). A mismatch fails
+//! the run.
+
+use alloc::vec::Vec;
+
+use defmt::info;
+use txl_core::fixed_point::{Rescale, Scale16, ScaledByBits};
+
+use crate::Failure;
+
+/// A small xorshift generator: the same values on every run and board.
+struct Numbers(u32);
+
+impl Numbers {
+    fn next(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 17;
+        self.0 ^= self.0 << 5;
+        self.0
+    }
+
+    /// A value of a random bit length (`0..=31` bits and a sign), now and then an extreme one.
+    fn value(&mut self) -> i32 {
+        let r = self.next();
+        match r % 16 {
+            0 => [i32::MIN, i32::MAX, 0, -1, 1, 1 << 16, -(1 << 16), (1 << 16) - 1][(r >> 4) as usize % 8],
+            _ => {
+                let bits = (r >> 4) % 32;
+                let v = (self.next() >> (31 - bits)) as i32;
+                if r & 1 << 9 == 0 {
+                    v
+                } else {
+                    v.wrapping_neg()
+                }
+            }
+        }
+    }
+
+    /// A row scale's bits: mostly positive normal f32s near the usual magnitudes, some with a
+    /// mantissa that rounds up, some zero, negative, subnormal, infinite or NaN.
+    fn scale(&mut self) -> u32 {
+        let r = self.next();
+        let fraction = match r % 8 {
+            0 => 0x7F_FF80 | (r >> 8) & 0x7F,
+            1 => 0,
+            _ => self.next() & 0x7F_FFFF,
+        };
+        match (r >> 3) % 32 {
+            0 => 0,
+            1 => 0x8000_0000 | (100 << 23) | fraction,
+            2 => fraction,
+            3 => (255 << 23) | fraction,
+            _ => ((90 + (self.next() % 70)) << 23) | fraction,
+        }
+    }
+}
+
+/// Runs the checks, each logged as it passes.
+pub fn run() -> Result<(), Failure> {
+    let values = check_scaled_by_bits()?;
+    info!("bench check kernel=scaled_by_bits values={=usize} ok", values);
+    let values = check_layer_norm_bits()?;
+    info!("bench check kernel=layer_norm_bits values={=usize} ok", values);
+    let values = check_quantize_each()?;
+    info!("bench check kernel=quantize_each values={=usize} ok", values);
+    #[cfg(feature = "mve")]
+    {
+        let values = check_act_shift()?;
+        info!("bench check kernel=act_shift values={=usize} ok", values);
+        let values = check_layer_norm_sums()?;
+        info!("bench check kernel=layer_norm_sums values={=usize} ok", values);
+        let values = check_query_words()?;
+        info!("bench check kernel=query_words values={=usize} ok", values);
+        let values = check_probabilities()?;
+        info!("bench check kernel=probabilities values={=usize} ok", values);
+        let values = check_exp_scores()?;
+        info!("bench check kernel=exp_scores values={=usize} ok", values);
+        let values = check_log_softmax()?;
+        info!("bench check kernel=log_softmax values={=usize} ok", values);
+        let values = check_attention_scores()?;
+        info!("bench check kernel=attention_scores values={=usize} ok", values);
+    }
+    Ok(())
+}
+
+/// `integer::layer_norm_of_bit_slices` against `integer::layer_norm_of_bits` (the general
+/// loop) on rows of 1 to 300 values of several magnitudes (fraction bits 8 to 20), gains of
+/// both signs (some zero, subnormal or huge), biases near the saturation now and then.
+fn check_layer_norm_bits() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x1a7e_4011);
+    let mut checked = 0;
+    for row in 0..60u32 {
+        let n = 1 + (numbers.next() % 300) as usize;
+        let frac = 8 + row % 13;
+        let bits = 4 + numbers.next() % 26;
+        let x: Vec<i32> = (0..n).map(|_| (numbers.next() as i32) >> (31 - bits)).collect();
+        let gains: Vec<u32> = (0..n)
+            .map(|_| {
+                let r = numbers.next();
+                let sign = r & 0x8000_0000;
+                match r % 16 {
+                    0 => sign,
+                    1 => sign | (r >> 9) & 0x7F_FFFF,
+                    2 => sign | (200 << 23) | (r >> 9) & 0x7F_FFFF,
+                    _ => sign | ((110 + (r >> 4) % 30) << 23) | (numbers.next() & 0x7F_FFFF),
+                }
+            })
+            .collect();
+        let biases: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 16 {
+                0 => i32::MAX - (numbers.next() % 8) as i32,
+                1 => i32::MIN + (numbers.next() % 8) as i32,
+                _ => (numbers.next() as i32) >> (31 - bits),
+            })
+            .collect();
+        let epsilon = [0u64, 1, 1 << 20][row as usize % 3];
+        let (mut got, mut want) = (alloc::vec![0i32; n], alloc::vec![0i32; n]);
+        txl_core::integer::layer_norm_of_bit_slices(&x, &gains, &biases, epsilon, frac, &mut got);
+        txl_core::integer::layer_norm_of_bits(&x, |i| gains[i], |i| biases[i], epsilon, frac, &mut want);
+        if got != want {
+            return Err(Failure::KernelMismatch("layer_norm_bits"));
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// `PreparedRescale::quantize_each` against `PreparedRescale::apply` clamped to `±127`, for
+/// rescales of every shift it takes (`17..=46`) and mantissas at the edges, lengths of 0 to
+/// 70, values of every bit length (`largest` their largest magnitude, as the callers give it).
+fn check_quantize_each() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x0dd_ba11);
+    let mut checked = 0;
+    for shift in 17..=46 {
+        for mantissa in [1u32 << 14, (1 << 14) + 3, 0x5A82, (1 << 15) - 1, 1 << 15] {
+            let Some(prepared) = (Rescale { mantissa, shift }).prepared() else {
+                return Err(Failure::KernelMismatch("quantize_each"));
+            };
+            let n = (numbers.next() % 71) as usize;
+            let x: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+            let largest = x.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+            let mut out = alloc::vec![0x55u8 as i8; n];
+            prepared.quantize_each(&x, &mut out, largest);
+            if x.iter()
+                .zip(&out)
+                .any(|(&v, &q)| q as i32 != prepared.apply(v).clamp(-127, 127))
+            {
+                return Err(Failure::KernelMismatch("quantize_each"));
+            }
+            checked += n;
+        }
+    }
+    Ok(checked)
+}
+
+/// Helium's `act_shift` against `integer::act_shift` value by value and the largest magnitude
+/// after, for activation scales of powers of two below, at and above the top one (shifts of 0
+/// to past 31, negative and other scales among them), lengths of 0 to 70.
+#[cfg(feature = "mve")]
+fn check_act_shift() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x0ac7_5eed);
+    let mut checked = 0;
+    for biased_top in [0u32, 1, 60, 127, 200, 252, 253, 254, 255] {
+        for _ in 0..8 {
+            let n = (numbers.next() % 71) as usize;
+            let act: Vec<f32> = (0..n)
+                .map(|_| {
+                    let r = numbers.next();
+                    let biased = biased_top.wrapping_sub(r % 40).wrapping_add(3) & 0x1FF;
+                    let fraction = if r & 1 << 7 == 0 { 0 } else { (r >> 9) & 0x7F_FFFF };
+                    f32::from_bits(biased << 23 | fraction)
+                })
+                .collect();
+            let x: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+            let mut got = x.clone();
+            let largest = txl_core::kernels::act_shifts_i32(&mut got, &act, biased_top).unwrap_or(u32::MAX);
+            let want: Vec<i32> = x
+                .iter()
+                .zip(&act)
+                .map(|(&v, &a)| txl_core::integer::act_shift(v, a, biased_top))
+                .collect();
+            let want_largest = want.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+            if got != want || largest != want_largest {
+                return Err(Failure::KernelMismatch("act_shift"));
+            }
+            checked += n;
+        }
+    }
+    Ok(checked)
+}
+
+/// `ScaledByBits::apply_each` against `ScaledByBits::apply` for many steps (their mantissas at
+/// and near the edges, their exponents across the fast paths' shifts and past them), row
+/// counts of 0 to 137 (whole and partial blocks of four, more than one pass of the kernel's),
+/// values and scales from [`Numbers`]. Returns the number of values checked.
+fn check_scaled_by_bits() -> Result<usize, Failure> {
+    let mut numbers = Numbers(0x5ca1_ed00);
+    let mut checked = 0;
+    for exponent in -60..=40 {
+        for mantissa in [1u32 << 15, (1 << 15) + 1, 0xB504, 0xFFFF, 0] {
+            let step = Scale16 { mantissa, exponent };
+            let scaled = ScaledByBits::new(step);
+            let n = (numbers.next() % 138) as usize;
+            let bits: Vec<u32> = (0..n).map(|_| numbers.scale()).collect();
+            let scales: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+            let values: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+            let mut y = values.clone();
+            scaled.apply_each(&scales, &mut y);
+            for ((&b, &x), &got) in bits.iter().zip(&values).zip(&y) {
+                if got != scaled.apply(b, x) {
+                    return Err(Failure::KernelMismatch("scaled_by_bits"));
+                }
+            }
+            checked += n;
+        }
+    }
+    Ok(checked)
+}
+
+/// Helium's `sum_range` and `squares` against scalar loops, on rows of 1 to 200 values of 4 to
+/// 31 bits (the sum in 64 bits, exact), and the squares at shifts and means that keep every
+/// deviation within `i32` and every rounded one within `±2^15`.
+#[cfg(feature = "mve")]
+fn check_layer_norm_sums() -> Result<usize, Failure> {
+    use txl_core::kernels::{squares_i32 as squares, sum_range_i32 as sum_range};
+    let mut numbers = Numbers(0x5e_5a11);
+    let mut checked = 0;
+    for _ in 0..60 {
+        let n = 1 + (numbers.next() % 200) as usize;
+        let bits = 4 + numbers.next() % 28;
+        let x: Vec<i32> = (0..n).map(|_| (numbers.next() as i32) >> (31 - bits)).collect();
+        let want = (
+            x.iter().map(|&v| v as i64).sum::<i64>(),
+            *x.iter().min().unwrap_or(&0),
+            *x.iter().max().unwrap_or(&0),
+        );
+        if sum_range(&x) != Some(want) {
+            return Err(Failure::KernelMismatch("layer_norm_sums"));
+        }
+        let k = 30u32.saturating_sub(bits).min(16);
+        let mean = (want.0 << k) / n as i64;
+        let mean = mean as i32;
+        let largest = x
+            .iter()
+            .map(|&v| ((v << k) - mean).unsigned_abs())
+            .max()
+            .unwrap_or(0);
+        let s = (32 - largest.leading_zeros()).saturating_sub(15).max(1);
+        let scalar: u64 = x
+            .iter()
+            .map(|&v| {
+                let c = (((((v << k) - mean) >> (s - 1)) + 1) >> 1) as i64;
+                (c * c) as u64
+            })
+            .sum();
+        if squares(&x, k, mean, s) != Some(scalar) {
+            return Err(Failure::KernelMismatch("layer_norm_sums"));
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// Helium's `query_sums` and `query_pack` against scalar loops: heads of 1 to 80 columns,
+/// sums that saturate now and then, shifts of 0 to 31.
+#[cfg(feature = "mve")]
+fn check_query_words() -> Result<usize, Failure> {
+    use txl_core::kernels::{query_pack_i32 as query_pack, query_sums_i32 as query_sums};
+    let mut numbers = Numbers(0x0e11_0a57);
+    let mut checked = 0;
+    for e in 0..32u32 {
+        let n = 1 + (numbers.next() % 80) as usize;
+        let q: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let b: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let mut qb = alloc::vec![0i32; n];
+        let largest = query_sums(&q, &b, &mut qb).unwrap_or(u32::MAX);
+        let want: Vec<i32> = q.iter().zip(&b).map(|(&q, &b)| q.saturating_add(b)).collect();
+        let want_largest = want.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+        if qb != want || largest != want_largest {
+            return Err(Failure::KernelMismatch("query_words"));
+        }
+        // values whose rounded shift fits 16 bits
+        let qb: Vec<i32> = qb.iter().map(|&v| v >> (15 - e.min(15))).collect();
+        let octets = n / 8;
+        let mut words = alloc::vec![0u32; 4 * octets];
+        if query_pack(&qb, &mut words, e) != octets {
+            return Err(Failure::KernelMismatch("query_words"));
+        }
+        let half = |v: i32| {
+            let r = if e == 0 { v } else { ((v >> (e - 1)) + 1) >> 1 };
+            r as i16 as u16 as u32
+        };
+        for (g, w) in words.chunks(2).enumerate() {
+            let c = &qb[4 * g..4 * g + 4];
+            if w[0] != half(c[0]) | half(c[2]) << 16 || w[1] != half(c[1]) | half(c[3]) << 16 {
+                return Err(Failure::KernelMismatch("query_words"));
+            }
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// Helium's `probabilities` against `Normalise::apply` (of sums from `2^30` to `2^45`) and the
+/// rounded shift by `min(max(e_max - ve, 0), 16)`, for `e_j` of every magnitude up to `2^30`
+/// (some below `2^14`, some at the largest) and exponents around `e_max`.
+#[cfg(feature = "mve")]
+fn check_probabilities() -> Result<usize, Failure> {
+    use txl_core::integer::Normalise;
+    let mut numbers = Numbers(0x9b0b_ab1e);
+    let mut checked = 0;
+    for round in 0..64u32 {
+        let sum = (1u64 << 30) + ((numbers.next() as u64) << (round % 16));
+        let normalise = Normalise::of_sum(sum);
+        let Some(high) = normalise.high_word() else {
+            continue;
+        };
+        let n = 1 + (numbers.next() % 90) as usize;
+        let e: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 8 {
+                0 => 1 << 30,
+                1 => (numbers.next() % (1 << 14)) as i32,
+                _ => (numbers.next() >> (2 + numbers.next() % 16)) as i32,
+            })
+            .collect();
+        let ve: Vec<i32> = (0..n).map(|_| (numbers.next() % 24) as i32).collect();
+        let e_max = (numbers.next() % 24) as i32;
+        let mut got = e.clone();
+        if !txl_core::kernels::probabilities_i32(&mut got, &ve, high, e_max) {
+            return Err(Failure::KernelMismatch("probabilities"));
+        }
+        for ((&e, &ve), &got) in e.iter().zip(&ve).zip(&got) {
+            let want = if e < 1 << 14 {
+                0
+            } else {
+                let p = normalise.apply(e);
+                let shift = (e_max - ve).clamp(0, 16) as u32;
+                (((p << 1) >> shift) + 1) >> 1
+            };
+            if got != want {
+                return Err(Failure::KernelMismatch("probabilities"));
+            }
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// Helium's `exp_scores` against `exp_neg(to_exp_input(largest, v, frac))` value by value and
+/// their sum, for fractions of 0 to 24 bits, scores at, near and far below the largest (the
+/// saturated distance too) and a few above it.
+#[cfg(feature = "mve")]
+fn check_exp_scores() -> Result<usize, Failure> {
+    use txl_core::fixed_point::exp_neg;
+    use txl_core::integer::to_exp_input;
+    let mut numbers = Numbers(0x0e4b_5c0e);
+    let mut checked = 0;
+    for round in 0..75u32 {
+        let frac = round % 25;
+        let n = 1 + (numbers.next() % 100) as usize;
+        let largest = numbers.value();
+        let scores: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 16 {
+                0 => largest,
+                1 => largest.wrapping_add(1 + (numbers.next() % 5) as i32),
+                2 => i32::MIN,
+                _ => largest.saturating_sub((numbers.next() >> (numbers.next() % 32)) as i32),
+            })
+            .collect();
+        let mut got = scores.clone();
+        let sum = txl_core::kernels::exp_scores_i32(&mut got, largest, frac).unwrap_or(u64::MAX);
+        let want: Vec<i32> = scores
+            .iter()
+            .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as i32)
+            .collect();
+        let want_sum: u64 = want.iter().map(|&e| e as u64).sum();
+        if got != want || sum != want_sum {
+            return Err(Failure::KernelMismatch("exp_scores"));
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// `integer::log_softmax` (Helium where the fraction has at most 24 bits) against its scalar
+/// steps (the largest value, the sum of `exp_neg(to_exp_input(..))`, `ln` of it less `30 ln 2`
+/// in `Q(frac)`, each value less both, clamped), on rows of 1 to 300 values (more than one
+/// copy of 64), some far below the largest (saturating the difference), fractions 8 to 30.
+#[cfg(feature = "mve")]
+fn check_log_softmax() -> Result<usize, Failure> {
+    use txl_core::fixed_point::{exp_neg, ln, round_shift, LN_2_Q31};
+    use txl_core::integer::{log_softmax, to_exp_input};
+    let mut numbers = Numbers(0x1095_0f7a);
+    let mut checked = 0;
+    for round in 0..40u32 {
+        let frac = 8 + round % 23;
+        let n = 1 + (numbers.next() % 300) as usize;
+        let x: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 32 {
+                0 => i32::MIN,
+                _ => (numbers.next() as i32) >> (4 + numbers.next() % 20),
+            })
+            .collect();
+        let largest = *x.iter().max().unwrap_or(&0);
+        let sum: u64 = x
+            .iter()
+            .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as u64)
+            .sum();
+        let ln_sum = round_shift(ln(sum) as i64 - ((30 * LN_2_Q31 as i64) >> 7), 24 - frac as i32);
+        let want: Vec<i32> = x
+            .iter()
+            .map(|&v| (v as i64 - largest as i64 - ln_sum).clamp(i32::MIN as i64, i32::MAX as i64) as i32)
+            .collect();
+        let mut got = x.clone();
+        log_softmax(&mut got, frac);
+        if got != want {
+            return Err(Failure::KernelMismatch("log_softmax"));
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
+
+/// Helium's `scores` against `integer::attention_score_of_small` key by key and the largest
+/// score, for sums below `2^27` in magnitude, powers of two a few apart (and now and then far
+/// apart), fractions 8 to 24 and rescales across the shifts of the fast path and past them.
+#[cfg(feature = "mve")]
+fn check_attention_scores() -> Result<usize, Failure> {
+    use txl_core::fixed_point::Rescale;
+    use txl_core::integer::{attention_score_of_small, SCORE_FRAC};
+    let mut numbers = Numbers(0x5c0e_5a77);
+    let mut checked = 0;
+    for round in 0..80u32 {
+        let frac = 8 + round % 17;
+        let inv = Rescale {
+            mantissa: (1 << 14) + numbers.next() % (1 << 14),
+            shift: 10 + (numbers.next() % 40) as i32,
+        };
+        let n = 1 + (numbers.next() % 64) as usize;
+        let small = |numbers: &mut Numbers| (numbers.next() as i32) >> (5 + numbers.next() % 26);
+        let base = (numbers.next() % 40) as i32 - 20;
+        let exponent = |numbers: &mut Numbers| match numbers.next() % 16 {
+            0 => base + 9,
+            _ => base + (numbers.next() % 5) as i32,
+        };
+        let content: Vec<i32> = (0..n).map(|_| small(&mut numbers)).collect();
+        let ce: Vec<i32> = (0..n).map(|_| exponent(&mut numbers)).collect();
+        let position: Vec<i32> = (0..n).map(|_| small(&mut numbers)).collect();
+        let pe: Vec<i32> = (0..n).map(|_| exponent(&mut numbers)).collect();
+        let want: Vec<i32> = (0..n)
+            .map(|i| attention_score_of_small(inv, frac, (content[i], ce[i]), (position[i], pe[i])))
+            .collect();
+        let mut got = content.clone();
+        let shift = inv.shift - SCORE_FRAC as i32 + 2 * frac as i32;
+        let slow = |i: usize, c: i32| attention_score_of_small(inv, frac, (c, ce[i]), (position[i], pe[i]));
+        let largest = txl_core::kernels::attention_scores_i32(
+            &mut got,
+            (&ce, &position, &pe),
+            (inv.mantissa, shift),
+            slow,
+        );
+        if got != want || largest != Some(*want.iter().max().unwrap_or(&i32::MIN)) {
+            return Err(Failure::KernelMismatch("attention_scores"));
+        }
+        checked += n;
+    }
+    Ok(checked)
+}
