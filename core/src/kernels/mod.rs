@@ -40,8 +40,10 @@
 //! | [`sum_f32`], [`squared_deviations_f32`], [`normalize_f32`] | | FPU `fpu::{sum_f32, squared_deviations_f32, normalize_f32}` | | |
 //! | [`add_assign`], [`relu`] | | FPU builds `fpu::{add_assign, relu}` | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}` | | |
 //!
-//! An empty cell runs the portable kernel. The folders: [`portable`] (the reference),
+//! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
+//! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
 //! `x86_64/`, `arm/` (`dsp.rs`, `fpu.rs`, `helium.rs`), `aarch64/`, `riscv/` (`rv32.rs`);
 //! `docs/ARCHITECTURE.md` says how to add an instruction set.
 //!
