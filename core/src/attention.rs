@@ -82,6 +82,7 @@ pub(crate) fn scores_len(capacity: usize, d_head: usize, mem_dtype: MemDtype) ->
 /// [`scores_len`] floats (the scores, the position terms, and integer scratch for int8
 /// memory). Writes `out (n_head * d_head)`.
 #[allow(clippy::too_many_arguments)]
+#[inline(never)]
 pub(crate) fn attend_one(
     (shape, scale): (&AttentionShape, f32),
     i: usize,
@@ -191,6 +192,7 @@ const _: () = assert!(QUERIES_TOGETHER <= MAX_POSITIONS_PER_PASS);
 /// `queries` and `queries_pos` hold `count` rows of `q_i + u` and `q_i + v`; `scratch` holds
 /// `count` times [`scores_len`]; writes `count` rows of `out`.
 #[allow(clippy::too_many_arguments)]
+#[inline(never)] // out of the streaming path (one query a block), whose loop it would set up
 pub(crate) fn attend_block(
     (shape, scale): (&AttentionShape, f32),
     first: usize,
