@@ -82,7 +82,6 @@ pub(crate) fn scores_len(capacity: usize, d_head: usize, mem_dtype: MemDtype) ->
 /// [`scores_len`] floats (the scores, the position terms, and integer scratch for int8
 /// memory). Writes `out (n_head * d_head)`.
 #[allow(clippy::too_many_arguments)]
-#[inline(never)]
 pub(crate) fn attend_one(
     (shape, scale): (&AttentionShape, f32),
     i: usize,

@@ -619,43 +619,37 @@ fn strided_row_sums(rows: &[i8], stride: usize, groups: usize, pairs: &[u32], su
         (128, 8) if LARGE_KERNELS => Some(txl_rows4x8_whole_s8_128),
         _ => None,
     };
-    // the kernel for `blocks` blocks of four rows from row `first`
-    let run = |sums: &mut [i32], first: usize, blocks: usize| {
-        let sums = &mut sums[first..first + 4 * blocks];
-        let (rows, out) = (rows[first * stride..].as_ptr(), sums.as_mut_ptr());
-        if let (Some(kernel), true) = (whole, aligned) {
-            // SAFETY: as below, the kernel reading the same rows and inputs (eight bytes at a
-            // time: the rows are word-aligned, as `LDRD` needs, since `rows` and the stride are)
-            // and writing the same sums.
-            unsafe { kernel(rows, pairs.as_ptr(), out, blocks) };
-        } else if let (Some(kernel), true, true) = (fixed, groups > 0 && groups.is_multiple_of(8), aligned) {
-            // SAFETY: as below, the kernel reading the same rows and inputs (eight bytes at a
-            // time: the rows are word-aligned, as `LDRD` needs, since `rows` and the stride are)
-            // and writing the same sums.
-            unsafe { kernel(rows, pairs.as_ptr(), groups, out, blocks) };
-        } else if groups > 0 {
-            // SAFETY: `rows` holds `first + 4 * blocks <= count` rows of at least `4 * groups`
-            // bytes at `stride` (checked above) and `pairs` holds `2 * groups` words: the kernel
-            // reads only those and writes `sums[first..first + 4 * blocks]`. It preserves the
-            // callee-saved registers and the stack pointer (AAPCS); the stack arguments are read
-            // from the caller's frame. Unaligned word loads are allowed on Armv7E-M and Armv8-M
-            // Mainline.
-            unsafe { txl_rows4_s8(rows, stride, pairs.as_ptr(), groups, out, blocks) };
-        } else {
-            sums.fill(0);
-        }
-    };
-    if blocks > 0 {
-        run(sums, 0, blocks);
+    if let (Some(kernel), true, true) = (whole, aligned, blocks > 0) {
+        // SAFETY: as below, the kernel reading the same rows and inputs (eight bytes at a time:
+        // the rows are word-aligned, as `LDRD` needs) and writing the same sums.
+        unsafe { kernel(rows.as_ptr(), pairs.as_ptr(), sums.as_mut_ptr(), blocks) };
+    } else if let (Some(kernel), true, true, true) =
+        (fixed, groups > 0 && groups.is_multiple_of(8), aligned, blocks > 0)
+    {
+        // SAFETY: as below, the kernel reading the same rows and inputs (eight bytes at a time:
+        // the rows are word-aligned, as `LDRD` needs, since `rows` and the stride are) and
+        // writing the same sums.
+        unsafe { kernel(rows.as_ptr(), pairs.as_ptr(), groups, sums.as_mut_ptr(), blocks) };
+    } else if groups > 0 && blocks > 0 {
+        // SAFETY: `rows` holds `4 * blocks <= count` rows of at least `4 * groups` bytes at
+        // `stride` (checked above) and `pairs` holds `2 * groups` words: the kernel reads only
+        // those and writes the first `4 * blocks` of `sums`. It preserves the callee-saved
+        // registers and the stack pointer (AAPCS); the stack arguments are read from the
+        // caller's frame. Unaligned word loads are allowed on Armv7E-M and Armv8-M Mainline.
+        unsafe {
+            txl_rows4_s8(
+                rows.as_ptr(),
+                stride,
+                pairs.as_ptr(),
+                groups,
+                sums.as_mut_ptr(),
+                blocks,
+            )
+        };
+    } else {
+        sums[..4 * blocks].fill(0);
     }
-    let mut rest = 4 * blocks;
-    if blocks > 0 && count - rest >= 2 {
-        // two or three rows left: the last four rows again (their sums exact, so those already
-        // written come out the same), cheaper than the rows one by one
-        run(sums, count - 4, 1);
-        rest = count;
-    }
-    for (r, sum) in sums.iter_mut().enumerate().skip(rest) {
+    for (r, sum) in sums.iter_mut().enumerate().skip(4 * blocks) {
         let row = &rows[r * stride..r * stride + body];
         let mut acc = 0i32;
         for (w, x) in row.chunks_exact(4).zip(pairs.chunks_exact(2)) {
