@@ -121,14 +121,13 @@ pub(crate) fn attend_one(
         let (scores, rest) = scores.split_at_mut(capacity);
         let (position_terms, int_scratch) = rest.split_at_mut(capacity);
         let int_scratch: &mut [u32] = bytemuck::cast_slice_mut(int_scratch);
-        let scores = &mut scores[..=hi - lo];
-        let position_terms = &mut position_terms[..=hi - lo];
         let query_pos = &query_pos[h.clone()];
         positions.start_head(head, query_pos);
         if int8 {
-            let keys = memory.ring_keys(lo, hi + 1 - lo);
+            let keys = memory.ring_keys(lo, hi + 1 - lo, shape.qlen == 1);
             let nearest = shape.mlen + i - hi;
-            let (scores, terms) = (&mut scores[..], &mut position_terms[..]);
+            // the buffers whole: the keys take `keys.buffer_len(capacity)` entries of each
+            let terms = &mut position_terms[..=hi - lo];
             let m = positions.terms(head, query_pos, (nearest, shape.max_distance), terms);
             let terms = (&terms[..m], scale);
             let query = &query[h.clone()];
@@ -145,6 +144,8 @@ pub(crate) fn attend_one(
             );
             continue;
         }
+        let scores = &mut scores[..=hi - lo];
+        let position_terms = &mut position_terms[..=hi - lo];
         // the content terms (q_i + u) · k_j and the position terms (q_i + v) · R_{mlen+i-j} of
         // every key, then each score
         memory.key_dots(layer, lo, head, &query[h.clone()], int_scratch, scores);
@@ -191,6 +192,7 @@ const _: () = assert!(QUERIES_TOGETHER <= MAX_POSITIONS_PER_PASS);
 /// `queries` and `queries_pos` hold `count` rows of `q_i + u` and `q_i + v`; `scratch` holds
 /// `count` times [`scores_len`]; writes `count` rows of `out`.
 #[allow(clippy::too_many_arguments)]
+#[inline(never)] // out of the streaming path (one query a block), whose loop it would set up
 pub(crate) fn attend_block(
     (shape, scale): (&AttentionShape, f32),
     first: usize,

@@ -190,11 +190,24 @@ pub(crate) struct RingKeys {
     lo: usize,
     /// All the keys.
     count: usize,
-    /// Whether they are the whole ring (the buffer in ring order).
+    /// Whether they are the whole ring, or all of it but one slot (the buffer in ring order).
     whole: bool,
+    /// The one slot of the ring that is not among the keys in ring order (then the buffer's
+    /// entry for it is not a key's), else `usize::MAX`.
+    hole: usize,
 }
 
 impl RingKeys {
+    /// The entries of the buffers the keys take: the ring's `capacity` in ring order, else
+    /// one per key.
+    pub(crate) fn buffer_len(&self, capacity: usize) -> usize {
+        if self.whole {
+            capacity
+        } else {
+            self.count
+        }
+    }
+
     /// The runs in the keys' order, each `(buffer index, first slot, keys, index of its first
     /// key among the keys)`; empty ones left out.
     pub(crate) fn pieces_from(&self) -> impl Iterator<Item = (usize, usize, usize, usize)> {
@@ -802,10 +815,20 @@ impl<'a> Memory<'a> {
 
     /// Where the keys `lo..lo + count` of a layer lie in the buffers of one query's int8
     /// attention ([`Memory::content_terms_int8`], [`Memory::add_values_ring_int8`]).
-    pub(crate) fn ring_keys(&self, lo: usize, count: usize) -> RingKeys {
+    /// With `holed`, all the ring but one slot is laid out in ring order too (for one query a
+    /// segment, whose keys with `same_length` are that once the memory is full).
+    pub(crate) fn ring_keys(&self, lo: usize, count: usize, holed: bool) -> RingKeys {
         let first = (self.start + lo) % self.capacity.max(1);
         let before_wrap = count.min(self.capacity - first);
-        let whole = count == self.capacity;
+        // all the ring, or all of it but one slot (a full memory seen with `same_length`): in
+        // ring order, so the key and value sums take the whole ring in one call each
+        let whole = count == self.capacity || (holed && count > 0 && count + 1 == self.capacity);
+        // the slot before the first key's (`first + count` around the ring), or none
+        let hole = if whole && count < self.capacity {
+            first.checked_sub(1).unwrap_or(self.capacity - 1)
+        } else {
+            usize::MAX
+        };
         let second_at = if whole { 0 } else { before_wrap };
         RingKeys {
             pieces: [
@@ -815,11 +838,13 @@ impl<'a> Memory<'a> {
             lo,
             count,
             whole,
+            hole,
         }
     }
 
     /// The keys' contiguous blocks of ring slots, each `(buffer index, first slot, keys)`: the
-    /// whole ring at once where the keys are all of it, else [`RingKeys::pieces`].
+    /// whole ring at once where the keys are all of it or all but one slot (whose entry the
+    /// caller then ignores or weights by zero), else [`RingKeys::pieces`].
     fn ring_blocks(&self, keys: &RingKeys) -> impl Iterator<Item = (usize, usize, usize)> {
         let whole = [(0, 0, self.capacity), (0, 0, 0)];
         (if keys.whole { whole } else { keys.pieces })
@@ -924,7 +949,7 @@ impl<'a> Memory<'a> {
                     break;
                 }
             }
-            &mut w[..keys.count]
+            &mut w[..keys.buffer_len(self.capacity)]
         } else {
             for (at, slot, len, _) in keys.pieces_from() {
                 let first = (layer * self.capacity + slot) * heads;
@@ -938,9 +963,14 @@ impl<'a> Memory<'a> {
                     magnitudes.sum += magnitude;
                 }
             }
-            &mut e[..keys.count]
+            &mut e[..keys.buffer_len(self.capacity)]
         };
-        let Some(weights) = int8_attention::ProbabilityWords::with_magnitudes(w, magnitudes) else {
+        if let Some(hole) = w.get_mut(keys.hole) {
+            // the slot that is not a key's: weighted by zero, it adds nothing to the sums
+            *hole = 0.0;
+        }
+        let weights = int8_attention::ProbabilityWords::with_magnitudes_of(w, magnitudes, keys.count);
+        let Some(weights) = weights else {
             out_head.fill(f32::NAN);
             return;
         };
@@ -1260,7 +1290,7 @@ mod tests {
         for start in [0, 5, 12] {
             memory.start = start;
             for (lo, count) in [(0, 13), (0, 1), (2, 9), (4, 9), (0, 12)] {
-                let keys = memory.ring_keys(lo, count);
+                let keys = memory.ring_keys(lo, count, true);
                 for m in [1, 3.min(count), count] {
                     let terms: Vec<f32> = (0..m).map(|d| 0.5 - d as f32 * 0.125).collect();
                     let sums: Vec<f32> = (0..capacity)
