@@ -78,11 +78,12 @@ impl Kernel {
 /// the arena mostly takes) refuses `bench`.
 const HEAP_BYTES: usize = 400 << 10;
 
-/// A small xorshift generator: the same weights on every run and board.
-struct Numbers(u32);
+/// A small xorshift generator: the same weights on every run and board (and the integer
+/// checks' values, `bench_integer`).
+pub(crate) struct Numbers(pub(crate) u32);
 
 impl Numbers {
-    fn next(&mut self) -> u32 {
+    pub(crate) fn next(&mut self) -> u32 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 17;
         self.0 ^= self.0 << 5;

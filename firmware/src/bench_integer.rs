@@ -21,19 +21,11 @@ use alloc::vec::Vec;
 use defmt::info;
 use txl_core::fixed_point::{Rescale, Scale16, ScaledByBits};
 
+use crate::bench::Numbers;
 use crate::Failure;
 
-/// A small xorshift generator: the same values on every run and board.
-struct Numbers(u32);
-
+/// The integer checks' values and row scales from `bench`'s generator.
 impl Numbers {
-    fn next(&mut self) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 17;
-        self.0 ^= self.0 << 5;
-        self.0
-    }
-
     /// A value of a random bit length (`0..=31` bits and a sign), now and then an extreme one.
     fn value(&mut self) -> i32 {
         let r = self.next();
