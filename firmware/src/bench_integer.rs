@@ -375,7 +375,9 @@ fn check_exp_scores() -> Result<usize, Failure> {
             })
             .collect();
         let mut got = scores.clone();
-        let sum = txl_core::kernels::exp_scores_i32(&mut got, largest, frac).unwrap_or(u64::MAX);
+        let sum =
+            txl_core::kernels::exp_scores_i32(&mut got, largest, frac, &txl_core::fixed_point::EXP2_TABLE)
+                .unwrap_or(u64::MAX);
         let want: Vec<i32> = scores
             .iter()
             .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as i32)

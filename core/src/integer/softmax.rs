@@ -135,7 +135,7 @@ pub fn log_softmax(x: &mut [i32], frac: u32) {
         for chunk in x.chunks(64) {
             let copy = &mut copy[..chunk.len()];
             copy.copy_from_slice(chunk);
-            sum += kernels::exp_scores_i32(copy, largest, frac).unwrap_or(0);
+            sum += kernels::exp_scores_i32(copy, largest, frac, &crate::fixed_point::EXP2_TABLE).unwrap_or(0);
         }
         let ln_sum = ln_sum(sum, frac);
         // (`x - largest` is at most 0 and `ln_sum` at least 0: a difference saturated at

@@ -1367,15 +1367,15 @@ pub fn attention_scores_i32(
 }
 
 /// `scores[i] = fixed_point::exp_neg(integer::to_exp_input(largest, scores[i], frac))` for each
-/// score, `frac` in `0..=24`; their sum. Helium four scores an instruction; `None` where no
-/// kernel ran (`scores` as they were).
+/// score, `frac` in `0..=24`, `table` being `fixed_point::EXP2_TABLE`; their sum. Helium four
+/// scores an instruction; `None` where no kernel ran (`scores` as they were).
 #[inline]
-pub fn exp_scores_i32(scores: &mut [i32], largest: i32, frac: u32) -> Option<u64> {
+pub fn exp_scores_i32(scores: &mut [i32], largest: i32, frac: u32, table: &[u32; 257]) -> Option<u64> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
-    return Some(helium::exp_scores(scores, largest, frac));
+    return Some(helium::exp_scores(scores, largest, frac, table));
     #[allow(unreachable_code)]
     {
-        let _ = (scores, largest, frac);
+        let _ = (scores, largest, frac, table);
         None
     }
 }

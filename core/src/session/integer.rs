@@ -542,7 +542,7 @@ fn head_probabilities(
     // `e_j` among its keys: a key has a probability where its `e_j` does, and the probability
     // grows with it
     // with a kernel, each score's `e_j` and their sum four scores an instruction, first
-    let exps = kernels::exp_scores_i32(scores, largest, SCORE_FRAC);
+    let exps = kernels::exp_scores_i32(scores, largest, SCORE_FRAC, &crate::fixed_point::EXP2_TABLE);
     let mut sum = exps.unwrap_or(0);
     let mut e_top = [0u32; 32];
     let mut every = 0;

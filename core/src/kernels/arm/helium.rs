@@ -2883,12 +2883,12 @@ global_asm!(
 );
 
 /// `scores[i] = exp_neg(to_exp_input(largest, scores[i], frac))` for each score, `frac` in
-/// `0..=24`; returns their sum. Four scores an instruction, the same values.
-pub fn exp_scores(scores: &mut [i32], largest: i32, frac: u32) -> u64 {
+/// `0..=24`, `table` being `exp_neg`'s table of `2^-φ`; returns their sum. Four scores an
+/// instruction, the same values.
+pub fn exp_scores(scores: &mut [i32], largest: i32, frac: u32, table: &[u32; 257]) -> u64 {
     if scores.is_empty() {
         return 0;
     }
-    let table: &'static [u32; 257] = &crate::fixed_point::EXP2_TABLE;
     let constants = [largest as u32, 24 - frac.min(24), table.as_ptr() as u32];
     // SAFETY: `scores` holds `n >= 1` values; the kernel reads and writes those
     // (tail-predicated), reads the three constants and the table at indices below 257 (the
