@@ -432,12 +432,12 @@ fn firmware_bench_reports_every_kernel() {
         "{}",
         run.transcript()
     );
-    // the attention's integer kernels equal the portable sums on odd shapes (18 x 7 of them,
-    // then the value sums at strides of 128 and 256 bytes: 2 x 5 x 7)
+    // the attention's integer kernels equal the portable sums on odd shapes (18 heads x 8 key
+    // counts, then the key and value sums at strides of 128 and 256 bytes: 2 x 5 x 9)
     assert!(
         run.lines
             .iter()
-            .any(|l| l.contains("bench check kernel=attention_int8 shapes=196 ok")),
+            .any(|l| l.contains("bench check kernel=attention_int8 shapes=234 ok")),
         "{}",
         run.transcript()
     );
@@ -450,11 +450,11 @@ fn firmware_bench_reports_every_kernel() {
         "{}",
         run.transcript()
     );
-    // the integer row sums equal the portable ones (11 widths x 6 row counts)
+    // the integer row sums equal the portable ones (13 widths x 11 row counts)
     assert!(
         run.lines
             .iter()
-            .any(|l| l.contains("bench check kernel=int8_rows shapes=117 ok")),
+            .any(|l| l.contains("bench check kernel=int8_rows shapes=143 ok")),
         "{}",
         run.transcript()
     );
@@ -867,7 +867,7 @@ fn check_board_runs<const N: usize>(board: &Board, images: [(&str, Vec<u8>); N],
                 bench
                     .lines
                     .iter()
-                    .any(|l| l.contains("bench check kernel=int8_rows shapes=117 ok")),
+                    .any(|l| l.contains("bench check kernel=int8_rows shapes=143 ok")),
                 "{}: {}",
                 board.name,
                 bench.transcript()
