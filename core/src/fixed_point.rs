@@ -511,6 +511,7 @@ impl ScaledByBits {
 
     /// The scale's mantissa `sm` and `k = base - 17` where `k` is in `33..=254`, as
     /// [`ScaledByBits::apply_each`]'s loop over the usual rows takes them (a kernel's too).
+    #[inline]
     pub fn row_parameters(self) -> Option<(u32, i32)> {
         let k = self.base - 17;
         (33..=254).contains(&k).then_some((self.scale.mantissa, k))
@@ -584,17 +585,15 @@ impl ScaledByBits {
     /// [`ScaledByBits::apply`].
     #[inline]
     pub fn apply_each(self, scales: &[f32], y: &mut [i32]) {
-        let k = self.base - 17;
         // the exponents of the shifts in 1..=32 (`up` 0 or 1) all those of positive normal
         // `f32`s: a negative, subnormal, infinite or NaN scale gives `shift - 1` outside
         // `0..32` (a negative one's `biased` has the sign bit: 256 or more, and `k ≤ 254`)
-        if !(33..=254).contains(&k) {
+        let Some((sm, k)) = self.row_parameters() else {
             for (y, &s) in y.iter_mut().zip(scales) {
                 *y = self.apply(s.to_bits(), *y);
             }
             return;
-        }
-        let sm = self.scale.mantissa;
+        };
         // a kernel's where there is one: the same bits
         if crate::kernels::scaled_by_bits_i32(scales, y, (sm, k), |bits, x| self.apply_out_of_line(bits, x)) {
             return;

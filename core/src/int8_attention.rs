@@ -165,13 +165,13 @@ impl<'a> ProbabilityWords<'a> {
     }
 
     /// [`ProbabilityWords::with_magnitudes`] for `keys` weights among `w` (the others zero: they
-    /// round to zero), the step as for those alone. Apart from it, as the block path's
-    /// [`ProbabilityWords::with_magnitudes`] runs best inlined where it is.
+    /// round to zero), the step as for those alone.
     pub(crate) fn with_magnitudes_of(
         w: &'a mut [f32],
         Magnitudes { max, sum }: Magnitudes,
         keys: usize,
     ) -> Option<Self> {
+        // rounding adds at most half a step per key
         let room = SUM_LIMIT - 0.5 * keys as f32;
         if !max.is_finite() || !sum.is_finite() || room <= 0.0 {
             return None;
@@ -187,20 +187,9 @@ impl<'a> ProbabilityWords<'a> {
     }
 
     /// The rest of [`ProbabilityWords::quantize_in_place`], the weights' magnitudes added up.
-    pub(crate) fn with_magnitudes(w: &'a mut [f32], Magnitudes { max, sum }: Magnitudes) -> Option<Self> {
-        // rounding adds at most half a step per key
-        let room = SUM_LIMIT - 0.5 * w.len() as f32;
-        if !max.is_finite() || !sum.is_finite() || room <= 0.0 {
-            return None;
-        }
-        let step = (max / HALF_MAX).max(sum / room);
-        let (step, inverse) = usable_steps(step, 1.0 / step);
-        let weights: &mut [i32] = bytemuck::cast_slice_mut(w);
-        let done = kernels::round_weights(weights, inverse);
-        for w in weights[done..].iter_mut() {
-            *w = round(f32::from_bits(*w as u32) * inverse);
-        }
-        Some(ProbabilityWords { weights, step })
+    pub(crate) fn with_magnitudes(w: &'a mut [f32], magnitudes: Magnitudes) -> Option<Self> {
+        let keys = w.len();
+        Self::with_magnitudes_of(w, magnitudes, keys)
     }
 }
 

@@ -124,43 +124,49 @@ impl Normalise {
 /// below `2^-31` round to 0, so `ln S` is low by at most `n · 2^-31` (n the row's length); the
 /// table's interpolation adds at most `2^-18`.
 pub fn log_softmax(x: &mut [i32], frac: u32) {
-    // with kernels: the largest value, the exponentials and their sum, and the differences
-    // four values an instruction (a copy of 64 values at a time taking the exponentials)
-    if kernels::INTEGER_PASSES && frac <= 24 {
-        let Some((_, _, largest)) = kernels::sum_range_i32(x) else {
-            return;
-        };
-        let mut copy = [0i32; 64];
-        let mut sum = 0u64;
-        for chunk in x.chunks(64) {
-            let copy = &mut copy[..chunk.len()];
-            copy.copy_from_slice(chunk);
-            sum += kernels::exp_scores_i32(copy, largest, frac, &crate::fixed_point::EXP2_TABLE).unwrap_or(0);
+    let (largest, sum) = match largest_and_sum_by_kernels(x, frac) {
+        Some(found) => found,
+        None => {
+            let Some(&largest) = x.iter().max() else {
+                return;
+            };
+            let sum: u64 = x
+                .iter()
+                .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as u64)
+                .sum();
+            (largest, sum)
         }
-        let ln_sum = ln_sum(sum, frac);
-        // (`x - largest` is at most 0 and `ln_sum` at least 0: a difference saturated at
-        // the first step stays saturated at the second, as the clamp makes it)
-        if (0..=i32::MAX as i64).contains(&ln_sum) && kernels::subtract_twice_i32(x, largest, ln_sum as i32) {
-            return;
-        }
-        for v in x.iter_mut() {
-            let log_p = *v as i64 - largest as i64 - ln_sum;
-            *v = log_p.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
-        }
+    };
+    let ln_sum = ln_sum(sum, frac);
+    // with a kernel, both subtractions four values an instruction (`x - largest` is at most 0
+    // and `ln_sum` at least 0: a difference saturated at the first step stays saturated at the
+    // second, as the clamp makes it)
+    if (0..=i32::MAX as i64).contains(&ln_sum) && kernels::subtract_twice_i32(x, largest, ln_sum as i32) {
         return;
     }
-    let Some(&largest) = x.iter().max() else {
-        return;
-    };
-    let sum: u64 = x
-        .iter()
-        .map(|&v| exp_neg(to_exp_input(largest, v, frac)) as u64)
-        .sum();
-    let ln_sum = ln_sum(sum, frac);
     for v in x.iter_mut() {
         let log_p = *v as i64 - largest as i64 - ln_sum;
         *v = log_p.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
     }
+}
+
+/// [`log_softmax`]'s largest value and sum of exponentials by the kernels, four values an
+/// instruction (a copy of 64 values at a time taking the exponentials); `None` where this
+/// build has none, `frac` is above 24, or there are no values.
+#[inline]
+fn largest_and_sum_by_kernels(x: &[i32], frac: u32) -> Option<(i32, u64)> {
+    if !kernels::INTEGER_PASSES || frac > 24 {
+        return None;
+    }
+    let (_, _, largest) = kernels::sum_range_i32(x)?;
+    let mut copy = [0i32; 64];
+    let mut sum = 0u64;
+    for chunk in x.chunks(64) {
+        let copy = &mut copy[..chunk.len()];
+        copy.copy_from_slice(chunk);
+        sum += kernels::exp_scores_i32(copy, largest, frac, &crate::fixed_point::EXP2_TABLE)?;
+    }
+    Some((largest, sum))
 }
 
 /// `ln(S · 2^-30)` in `Q(frac)` of [`log_softmax`]'s sum `S`: in Q24, then `Q(frac)`.

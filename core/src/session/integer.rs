@@ -477,6 +477,18 @@ fn head_scores(
     let (ring, heads, mut at) = memory
         .exponent_ring(true, (layer, head), lo, scores.len())
         .unwrap_or((&[0.0], 0, 0));
+    // the next key's power of two (with the query's) and its position sum and power of two: the
+    // ring's exponents walked by index
+    let mut next_key = || {
+        let ke = ring[at].to_bits() as i32;
+        at += heads;
+        if at >= ring.len() {
+            at -= ring.len();
+        }
+        let d = distance.min(far);
+        distance = distance.wrapping_sub(1); // (past the last key unused)
+        (ce + ke, positions[d], pe + exponents[d * row] as i32)
+    };
     // with a kernel: the keys' powers of two and position sums gathered 64 at a time, then
     // their scores four keys an instruction (the same values)
     if kernels::INTEGER_PASSES && !wide {
@@ -486,14 +498,7 @@ fn head_scores(
         for chunk in scores.chunks_mut(64) {
             let n = chunk.len();
             for ((c, p), e) in ces[..n].iter_mut().zip(&mut poss[..n]).zip(&mut pes[..n]) {
-                let ke = ring[at].to_bits() as i32;
-                at += heads;
-                if at >= ring.len() {
-                    at -= ring.len();
-                }
-                let d = distance.min(far);
-                distance = distance.wrapping_sub(1); // (past the last key unused)
-                (*c, *p, *e) = (ce + ke, positions[d], pe + exponents[d * row] as i32);
+                (*c, *p, *e) = next_key();
             }
             let (ces, poss, pes) = (&ces[..n], &poss[..n], &pes[..n]);
             let slow = |i: usize, content: i32| {
@@ -507,14 +512,8 @@ fn head_scores(
         return largest;
     }
     for score in scores.iter_mut() {
-        let ke = ring[at].to_bits() as i32;
-        at += heads;
-        if at >= ring.len() {
-            at -= ring.len();
-        }
-        let d = distance.min(far);
-        distance = distance.wrapping_sub(1); // (past the last key unused)
-        let (content, position) = ((*score, ce + ke), (positions[d], pe + exponents[d * row] as i32));
+        let (key, position, position_exponent) = next_key();
+        let (content, position) = ((*score, key), (position, position_exponent));
         *score = if wide {
             attention_score(inv_sqrt_d_head, frac, content, position)
         } else {

@@ -568,6 +568,11 @@ extern "C" {
     /// from zero as `libm::roundf` does, for products of magnitude below 128 (`inverse` as
     /// bits).
     fn txl_quantize4_f32(x: *const f32, out: *mut i8, fours: usize, inverse: u32);
+    /// [`txl_quantize4_f32`] with the bytes also widened as `dsp::widen_input_i8` lays them out:
+    /// for `g < groups` (`groups >= 1`), `q_k = round(x[4g + k] * inverse)` (half away from zero,
+    /// products of magnitude below 128, `inverse` as bits), `out[4g + k] = q_k`, `pairs[2g] =
+    /// q_0 | q_2 << 16` and `pairs[2g + 1] = q_1 | q_3 << 16` (signed 16-bit halves).
+    fn txl_quantize_widen4_f32(x: *const f32, out: *mut i8, groups: usize, inverse: u32, pairs: *mut u32);
 }
 
 // `txl_max_doubled_bits`, per eight values: one LDM, then per value a compare with the value
@@ -577,11 +582,24 @@ extern "C" {
 //
 // `txl_quantize4_f32`, per four values: one VLDM, four VMUL by the inverse, four VCVT to fixed
 // point with one fraction bit, `t = trunc(2y)` (exact), and `y` rounded half away from zero
-// from them two at a time in the halves of a word, as `txl_quantize_widen4_f32` below says
+// from them two at a time in the halves of a word, as `txl_quantize_widen4_f32` below
 // (`libm::roundf`'s `trunc(y + copysign(0.5 - EPSILON / 4, y))` for every `|y| < 128`); the
 // four bytes then from the halves by two UXTB16 and an ORR, and one STR: 22 instructions per
 // four values with the loop (eight a pass; an odd number of fours takes four first). Registers: r0 the values, r1 the outputs, r2 the groups left, s8
 // the inverse, s0-s3 the products, r4-r7 the integers, r8 `0x0001_0001`.
+//
+// `txl_quantize_widen4_f32`, per four values (`txl_rounded_pairs_four`, which
+// `txl_quantize4_f32` shares): one VLDM, four VMUL by the inverse and four VCVT to fixed point
+// with one fraction bit, `t = trunc(2y)` (exact); two VMOV to the core registers and two PKHBT
+// put the four `t` in the halves of the two words as the pairs lay them out (`|t| < 256`); then
+// in both halves at once `round(y) = (t + b) >> 1` (SHADD16), `b` 1 where `t >= 0` (its sign
+// bit cleared from `0x0001_0001` by a BIC): `floor((trunc(2y) + 1) / 2)` for `y >= 0` and
+// `floor(trunc(2y) / 2)` below, `y` rounded half away from zero, as `libm::roundf` gives it.
+// One STRD of the pairs, and the bytes from them by two UXTB16, an ORR and an STR: 23
+// instructions per four values with the loop (eight a pass; an odd number of fours takes four
+// first), against 27 and the widening's pass. Registers: r0 the values, r1 the bytes, r2 the
+// groups left, r12 the pairs, r8 `0x0001_0001`, s8 the inverse, s0-s3 the products, r4-r7 the
+// integers.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -627,7 +645,7 @@ global_asm!(
     "pop {{r4-r9}}",
     "bx lr",
     ".size txl_max_doubled_bits, . - txl_max_doubled_bits",
-    ".macro txl_quantize_four",
+    ".macro txl_rounded_pairs_four",
     "vldmia r0!, {{s0-s3}}",
     "vmul.f32 s0, s0, s8",
     "vmul.f32 s1, s1, s8",
@@ -645,6 +663,9 @@ global_asm!(
     "bic r7, r8, r5, lsr #15",
     "shadd16 r4, r4, r6", // (q2 q0)
     "shadd16 r5, r5, r7", // (q3 q1)
+    ".endm",
+    ".macro txl_quantize_four",
+    "txl_rounded_pairs_four",
     "uxtb16 r4, r4",
     "uxtb16 r5, r5",
     "orr r4, r4, r5, lsl #8",
@@ -674,88 +695,8 @@ global_asm!(
     "pop {{r4-r8}}",
     "bx lr",
     ".size txl_quantize4_f32, . - txl_quantize4_f32",
-);
-
-/// `y` rounded half away from zero (`libm::roundf(y) as i32`) for `|y| < 128`, the integer
-/// `txl_quantize4_f32` gives, as `trunc(2y) - trunc(y)`.
-#[inline(always)]
-fn round_small(y: f32) -> i32 {
-    (y * 2.0) as i32 - y as i32
-}
-
-/// [`portable::quantize_i8`](crate::kernels::portable::quantize_i8) with the FPU: the largest
-/// magnitude from the values' bits (four a pass), then four values a pass scaled, rounded and
-/// stored. Inputs with activation scales, a NaN, no range or a subnormal one take the portable
-/// code. The same bits.
-pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
-    let n = x.len();
-    let fours = n / 4;
-    if act_scales.is_some() || out.len() != n || fours == 0 {
-        return crate::kernels::portable::quantize_i8(x, act_scales, out);
-    }
-    let body = 4 * fours;
-    // SAFETY: `x` holds `4 * fours` values, all the kernel reads; it preserves the callee-saved
-    // registers.
-    let mut doubled = unsafe { txl_max_doubled_bits(x.as_ptr(), fours) };
-    for v in &x[body..] {
-        doubled = doubled.max(v.to_bits() << 1);
-    }
-    // a NaN's doubled bits are above infinity's
-    let max_abs = f32::from_bits(doubled >> 1);
-    let inverse = 127.0 / max_abs;
-    if doubled > 0xff00_0000 || !(max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()) {
-        return crate::kernels::portable::quantize_i8(x, act_scales, out);
-    }
-    // SAFETY: `x` and `out` hold `4 * fours` values and bytes, all the kernel reads and writes;
-    // it uses s0-s8 (caller-saved) and preserves the callee-saved core registers.
-    unsafe { txl_quantize4_f32(x.as_ptr(), out.as_mut_ptr(), fours, inverse.to_bits()) };
-    for (o, &v) in out[body..].iter_mut().zip(&x[body..]) {
-        *o = round_small(v * inverse) as i8;
-    }
-    max_abs / 127.0
-}
-
-extern "C" {
-    /// [`txl_quantize4_f32`] with the bytes also widened as `dsp::widen_input_i8` lays them out:
-    /// for `g < groups` (`groups >= 1`), `q_k = round(x[4g + k] * inverse)` (half away from zero,
-    /// products of magnitude below 128, `inverse` as bits), `out[4g + k] = q_k`, `pairs[2g] =
-    /// q_0 | q_2 << 16` and `pairs[2g + 1] = q_1 | q_3 << 16` (signed 16-bit halves).
-    fn txl_quantize_widen4_f32(x: *const f32, out: *mut i8, groups: usize, inverse: u32, pairs: *mut u32);
-}
-
-// Per four values: one VLDM, four VMUL by the inverse and four VCVT to fixed point with one
-// fraction bit, `t = trunc(2y)` (exact); two VMOV to the core registers and two PKHBT put the
-// four `t` in the halves of the two words as the pairs lay them out (`|t| < 256`); then in both
-// halves at once `round(y) = (t + b) >> 1` (SHADD16), `b` 1 where `t >= 0` (its sign bit
-// cleared from `0x0001_0001` by a BIC): `floor((trunc(2y) + 1) / 2)` for `y >= 0` and
-// `floor(trunc(2y) / 2)` below, `y` rounded half away from zero, as `txl_quantize4_f32` and
-// `libm::roundf` give it. One STRD of the pairs, and the bytes from them by two UXTB16, an ORR
-// and an STR: 23 instructions per four values with the loop (eight a pass; an odd number of
-// fours takes four first), against 27 and the widening's pass. Registers: r0 the values, r1 the bytes, r2 the groups left, r12 the pairs, r8
-// `0x0001_0001`, s8 the inverse, s0-s3 the products, r4-r7 the integers.
-global_asm!(
-    ".syntax unified",
-    ".thumb",
-    ".cpu cortex-m4",
-    ".fpu fpv4-sp-d16",
     ".macro txl_quantize_widen_four",
-    "vldmia r0!, {{s0-s3}}",
-    "vmul.f32 s0, s0, s8",
-    "vmul.f32 s1, s1, s8",
-    "vmul.f32 s2, s2, s8",
-    "vmul.f32 s3, s3, s8",
-    "vcvt.s32.f32 s0, s0, #1",
-    "vcvt.s32.f32 s1, s1, #1",
-    "vcvt.s32.f32 s2, s2, #1",
-    "vcvt.s32.f32 s3, s3, #1",
-    "vmov r4, r5, s0, s1",
-    "vmov r6, r7, s2, s3",
-    "pkhbt r4, r4, r6, lsl #16", // (t2 t0)
-    "pkhbt r5, r5, r7, lsl #16", // (t3 t1)
-    "bic r6, r8, r4, lsr #15",
-    "bic r7, r8, r5, lsr #15",
-    "shadd16 r4, r4, r6", // (q2 q0)
-    "shadd16 r5, r5, r7", // (q3 q1)
+    "txl_rounded_pairs_four",
     "strd r4, r5, [r12], #8",
     "uxtb16 r6, r4",
     "uxtb16 r7, r5",
@@ -788,6 +729,46 @@ global_asm!(
     ".size txl_quantize_widen4_f32, . - txl_quantize_widen4_f32",
 );
 
+/// The largest magnitude of `x` and `127` over it, where the FPU's quantization takes `x`: not
+/// for a NaN (its bits are above infinity's, and then the magnitude is NaN), no range or a
+/// subnormal one (whose inverse is infinite).
+#[inline]
+fn int8_range(x: &[f32]) -> Option<(f32, f32)> {
+    let max_abs = f32::from_bits(magnitude_bits(x));
+    let inverse = 127.0 / max_abs;
+    (max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()).then_some((max_abs, inverse))
+}
+
+/// `y` rounded half away from zero (`libm::roundf(y) as i32`) for `|y| < 128`, the integer
+/// `txl_quantize4_f32` gives, as `trunc(2y) - trunc(y)`.
+#[inline(always)]
+fn round_small(y: f32) -> i32 {
+    (y * 2.0) as i32 - y as i32
+}
+
+/// [`portable::quantize_i8`](crate::kernels::portable::quantize_i8) with the FPU: the largest
+/// magnitude from the values' bits (four a pass), then four values a pass scaled, rounded and
+/// stored. Inputs with activation scales, a NaN, no range or a subnormal one take the portable
+/// code. The same bits.
+pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32 {
+    let n = x.len();
+    let fours = n / 4;
+    if act_scales.is_some() || out.len() != n || fours == 0 {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    }
+    let body = 4 * fours;
+    let Some((max_abs, inverse)) = int8_range(x) else {
+        return crate::kernels::portable::quantize_i8(x, act_scales, out);
+    };
+    // SAFETY: `x` and `out` hold `4 * fours` values and bytes, all the kernel reads and writes;
+    // it uses s0-s8 (caller-saved) and preserves the callee-saved core registers.
+    unsafe { txl_quantize4_f32(x.as_ptr(), out.as_mut_ptr(), fours, inverse.to_bits()) };
+    for (o, &v) in out[body..].iter_mut().zip(&x[body..]) {
+        *o = round_small(v * inverse) as i8;
+    }
+    max_abs / 127.0
+}
+
 /// [`quantize_i8`] and the DSP kernels' widening of its bytes (`dsp::widen_input_i8`: the
 /// whole groups of four into `pairs`) in one pass: the same bytes, words and scale. `None`,
 /// with nothing written, where [`quantize_i8`] would not take its kernel (activation scales, a
@@ -804,12 +785,7 @@ pub fn quantize_widen_i8(
         return None;
     }
     let body = 4 * fours;
-    let max_abs = f32::from_bits(magnitude_bits(x));
-    let inverse = 127.0 / max_abs;
-    // a NaN's bits are above infinity's, and then `max_abs` is NaN
-    if !(max_abs > 0.0 && max_abs.is_finite() && inverse.is_finite()) {
-        return None;
-    }
+    let (max_abs, inverse) = int8_range(x)?;
     // SAFETY: `x` and `out` hold `4 * fours` values and bytes and `pairs` `2 * fours` words,
     // all the kernel reads and writes; it uses s0-s8 (caller-saved) and preserves the
     // callee-saved core registers.

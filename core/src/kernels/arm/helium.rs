@@ -2253,6 +2253,24 @@ global_asm!(
     ".cpu cortex-m4",
 );
 
+/// `f(i)` for each value among the first `n` that a kernel left to the scalar code: those whose
+/// lane is clear in `fast`, one `VPR.P0` predicate a block of four values (four bits a lane, as
+/// `VMRS` of `p0` gives it).
+#[inline(always)]
+fn each_lane_left(fast: &[u16], n: usize, mut f: impl FnMut(usize)) {
+    for (block, &mask) in fast.iter().enumerate().take(n.div_ceil(4)) {
+        if mask == 0xFFFF {
+            continue;
+        }
+        for lane in 0..4 {
+            let i = 4 * block + lane;
+            if i < n && mask >> (4 * lane) & 1 == 0 {
+                f(i);
+            }
+        }
+    }
+}
+
 /// `y[i] = apply(scales[i].to_bits(), y[i])` for each `i` (as many as the shorter of the two),
 /// [`ScaledByBits::apply_each`](crate::fixed_point::ScaledByBits::apply_each)'s loop for
 /// `k = base - 17` in `33..=254` and the scale's mantissa `sm`: Helium four rows an
@@ -2278,17 +2296,7 @@ pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: imp
                 fast.as_mut_ptr(),
             )
         };
-        for (block, &mask) in fast.iter().enumerate().take(y.len().div_ceil(4)) {
-            if mask == 0xFFFF {
-                continue;
-            }
-            for lane in 0..4 {
-                let i = 4 * block + lane;
-                if i < y.len() && mask >> (4 * lane) & 1 == 0 {
-                    y[i] = apply(scales[i].to_bits(), y[i]);
-                }
-            }
-        }
+        each_lane_left(&fast, y.len(), |i| y[i] = apply(scales[i].to_bits(), y[i]));
     }
 }
 
@@ -2531,18 +2539,10 @@ pub fn layer_norm(
                 &parameters,
             )
         };
-        for (block, &mask) in fast.iter().enumerate().take(out.len().div_ceil(4)) {
-            if mask == 0xFFFF {
-                continue;
-            }
-            for lane in 0..4 {
-                let i = 4 * block + lane;
-                if i < out.len() && mask >> (4 * lane) & 1 == 0 {
-                    let scaled = apply(gains[i] & 0x7FFF_FFFF, (x[i] << shift).wrapping_sub(mean));
-                    out[i] = finish(gains[i], scaled, biases[i]);
-                }
-            }
-        }
+        each_lane_left(&fast, out.len(), |i| {
+            let scaled = apply(gains[i] & 0x7FFF_FFFF, (x[i] << shift).wrapping_sub(mean));
+            out[i] = finish(gains[i], scaled, biases[i]);
+        });
     }
 }
 
@@ -3069,16 +3069,6 @@ pub fn scores(
             &parameters,
         )
     };
-    for (block, &mask) in fast.iter().enumerate().take(n.div_ceil(4)) {
-        if mask == 0xFFFF {
-            continue;
-        }
-        for lane in 0..4 {
-            let i = 4 * block + lane;
-            if i < n && mask >> (4 * lane) & 1 == 0 {
-                scores[i] = slow(i, scores[i]);
-            }
-        }
-    }
+    each_lane_left(&fast, n, |i| scores[i] = slow(i, scores[i]));
     scores.iter().copied().max().unwrap_or(i32::MIN)
 }
