@@ -4,10 +4,12 @@
 #   1. txl-core's tests (the NEON kernels against the portable ones, whole sessions), on QEMU's
 #      default CPU (NEON and the dot-product extension: SDOT) and on a Cortex-A53 (NEON without
 #      it: SMULL), so both int8 paths of the run-time choice run;
-#   2. `txl score` on the bundled demo model in f32, f16, int8 and int4, and f32 with
-#      `--fast-f32`, in segments and streaming, whose digests must be the x86-64 host's (and,
-#      but for `--fast-f32`, the firmware's): those in `scripts/aarch64-digests.txt`, which
-#      `tools/tests/demo_digests.rs` checks on the host.
+#   2. the core's scoring (`core/examples/score.rs`, what `txl score` computes) of the bundled
+#      demo model in f32, f16, int8 and int4, and f32 with `--fast-f32`, in segments and
+#      streaming, whose digests must be the x86-64 host's (and, but for `--fast-f32`, the
+#      firmware's): those in `scripts/aarch64-digests.txt`, which `tools/tests/demo_digests.rs`
+#      checks on the host with `txl score`. The images are converted on the host by `txl`
+#      (TXL_BIN, or the workspace's build in the test profile).
 # Installs what it needs first (the Rust target; Debian's gcc-aarch64-linux-gnu and qemu-user).
 # Fails on any test failure or digest mismatch. A few minutes, most of it the cross build. The
 # tests' skips (SDOT on the Cortex-A53) go to the file $TXL_SKIPS names, as scripts/test.sh sets it.
@@ -37,15 +39,21 @@ cargo test -p txl-core --features std --target "$target" --locked
 echo "== txl-core's tests on aarch64, Cortex-A53 (NEON without the dot-product extension)"
 QEMU_CPU=cortex-a53 cargo test -p txl-core --features std --target "$target" --locked
 
-echo "== txl score on aarch64: the demo model's digests"
-cargo build --release -p txl-tools --target "$target" --locked
-txl() { qemu-aarch64 -L "$sysroot" "target/$target/release/txl" "$@"; }
+echo "== the core's scoring on aarch64: the demo model's digests"
+cargo build --release -p txl-core --features std --example score --target "$target" --locked
+if [[ -n "${TXL_BIN:-}" ]]; then
+  txl=$TXL_BIN
+else
+  # the test profile's build: the one `cargo test` made already
+  cargo build --locked --profile test -p txl-tools --bin txl
+  txl=target/debug/txl
+fi
 dir=target/aarch64-check
 mkdir -p "$dir"
-txl convert tests/fixtures/demo -o "$dir/demo.txl" >/dev/null 2>&1
-txl convert tests/fixtures/demo -o "$dir/demo-f16.txl" --dtype f16 >/dev/null 2>&1
-txl quantize "$dir/demo.txl" -o "$dir/demo-int8.txl" --smooth off >/dev/null 2>&1
-txl quantize "$dir/demo.txl" -o "$dir/demo-int4.txl" --dtype int4 --smooth off >/dev/null 2>&1
+"$txl" convert tests/fixtures/demo -o "$dir/demo.txl" >/dev/null 2>&1
+"$txl" convert tests/fixtures/demo -o "$dir/demo-f16.txl" --dtype f16 >/dev/null 2>&1
+"$txl" quantize "$dir/demo.txl" -o "$dir/demo-int8.txl" --smooth off >/dev/null 2>&1
+"$txl" quantize "$dir/demo.txl" -o "$dir/demo-int4.txl" --dtype int4 --smooth off >/dev/null 2>&1
 head -c 256 tests/fixtures/demo/heldout.txt > "$dir/tokens.bin"
 
 failed=0
@@ -53,8 +61,8 @@ check() { # check EXPECTED CPU MODEL [FLAGS...]
   local expected=$1 cpu=$2 model=$3
   shift 3
   local got
-  got=$(QEMU_CPU=$cpu txl score "$dir/$model" --bytes "$dir/tokens.bin" --json "$@" |
-    grep -o '"digest":"0x[0-9a-f]*"' | cut -d'"' -f4)
+  got=$(QEMU_CPU=$cpu qemu-aarch64 -L "$sysroot" "target/$target/release/examples/score" \
+    "$dir/$model" "$dir/tokens.bin" "$@" | sed -n 's/^digest \(0x[0-9a-f]*\) .*/\1/p')
   if [ "$got" = "$expected" ]; then
     echo "ok   $model $* (QEMU CPU $cpu): $got"
   else

@@ -46,7 +46,9 @@ BOARD is one of:
                     folded position keys), on its first 256 held-out bytes. Also writes the
                     same figures and each build's code bytes to tools/src/cli/fit/cores.tsv
                     (TXL_TABLE_TSV=FILE: elsewhere), which `txl fit` embeds: the rows of the
-                    boards run replace theirs.
+                    boards run replace theirs. TXL_TABLE_IMAGES=DIR takes the images from DIR
+                    (demo-integer.txl, second-int4.txl: what `txl convert` makes) instead of
+                    converting them.
 --boards            lists the boards: name, Rust target, core and the firmware features its build
                     turns on (from firmware/src/board.rs).
 
@@ -147,19 +149,29 @@ case "${1:-}" in
     ;;
   --table)
     shift
-    # the integer image, as `txl convert --integer` makes it (docs/INTEGER.md)
-    integer_image="$root/target/firmware-table/demo-integer.txl"
-    mkdir -p "$(dirname "$integer_image")"
-    (cd "$root" && cargo run --quiet --release --locked -p txl-tools --bin txl -- convert tests/fixtures/demo \
-      --dtype int8 --integer --calib-bytes tests/fixtures/demo/calib.txt -o "$integer_image" >&2)
-    # the second model in int4 and its held-out bytes, for the stm32f405
-    second_image="$root/target/firmware-table/second-int4.txl"
-    second_tokens="$root/target/firmware-table/second-heldout-256.bin"
-    (cd "$root" && cargo run --quiet --release --locked -p txl-tools --bin txl -- convert tests/fixtures/second \
-      --dtype int4 -o "$second_image" >&2)
-    head -c 256 "$root/tests/fixtures/second/heldout.txt" >"$second_tokens"
     boards=("$@")
     [ ${#boards[@]} -gt 0 ] || mapfile -t boards < <("$runner" --boards | awk '{ print $1 }')
+    # The images the boards need, converted by `txl convert` into target/firmware-table/, or
+    # taken from the folder TXL_TABLE_IMAGES names (the same files, converted already): the
+    # integer image, as `txl convert --integer` makes it (docs/INTEGER.md), for every board but
+    # the stm32f405, and the second model in int4 for the stm32f405.
+    images=${TXL_TABLE_IMAGES:-$root/target/firmware-table}
+    mkdir -p "$root/target/firmware-table"
+    integer_image="$images/demo-integer.txl"
+    second_image="$images/second-int4.txl"
+    second_tokens="$root/target/firmware-table/second-heldout-256.bin"
+    head -c 256 "$root/tests/fixtures/second/heldout.txt" >"$second_tokens"
+    convert() {
+      [ -z "${TXL_TABLE_IMAGES:-}" ] || return 0
+      (cd "$root" && cargo run --quiet --release --locked -p txl-tools --bin txl -- convert "$@" >&2)
+    }
+    if printf '%s\n' "${boards[@]}" | grep -qvx stm32f405; then
+      convert tests/fixtures/demo --dtype int8 --integer --calib-bytes tests/fixtures/demo/calib.txt \
+        -o "$integer_image"
+    fi
+    if printf '%s\n' "${boards[@]}" | grep -qx stm32f405; then
+      convert tests/fixtures/second --dtype int4 -o "$second_image"
+    fi
     tsv_rows=""
     for board in "${boards[@]}"; do
       board_table "$board"

@@ -19,7 +19,8 @@
 //!
 //! Needs every board's Rust target and QEMU (`qemu-system-arm`, `qemu-system-riscv32`), which
 //! `scripts/test.sh` installs; a missing one fails the test. Builds go to `target/firmware-test`
-//! (this test run holds no lock on it), without link-time optimisation ([`cargo`]).
+//! (this test run holds no lock on it), without link-time optimisation or debug information
+//! ([`cargo`]).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -87,9 +88,12 @@ fn cargo() -> Command {
     // options recompiles the firmware crate alone, not the whole program (a few seconds
     // against about fifteen). The same digests, which is what these tests check; the
     // instruction counts the docs report come from `scripts/firmware.sh`'s optimised builds.
+    // Nor debug information (a third of each build's time): the defmt decoder reads the
+    // symbol table, which stays.
     command
         .env("CARGO_PROFILE_RELEASE_LTO", "off")
-        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16");
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false");
     command
 }
 
@@ -1481,7 +1485,10 @@ fn stm32f405_streams_a_trained_int4_model_within_the_parts_limits() {
 /// `scripts/firmware.sh --table` writes the figures `txl fit` embeds
 /// (`tools/src/cli/fit/cores.tsv`): a fresh run for the cheapest board, the stm32f405 (one build),
 /// gives its committed rows, figure for figure (the code bytes within 1%: they depend on where
-/// the sources are).
+/// the sources are). The table takes the second model's int4 image from here
+/// (`TXL_TABLE_IMAGES`): the bytes `txl convert --dtype int4` writes, converted by the same
+/// library without a release build of the command. Its build goes to `firmware/target`, beside
+/// this test run's builds.
 #[test]
 fn the_committed_cores_table_matches_a_fresh_table_run() {
     let board = board::STM32F405;
@@ -1490,10 +1497,13 @@ fn the_committed_cores_table_matches_a_fresh_table_run() {
     let committed = std::fs::read_to_string(&committed).expect("reading cores.tsv");
     let fresh = work_dir().join("cores-fresh.tsv");
     std::fs::write(&fresh, "").unwrap();
-    let _build = BUILDS.lock().unwrap_or_else(|e| e.into_inner());
+    let images = work_dir().join("table-images");
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::write(images.join("second-int4.txl"), second_image_int4()).expect("writing the image");
     let output = cargo_free_command("bash")
         .current_dir(workspace())
         .env("TXL_TABLE_TSV", &fresh)
+        .env("TXL_TABLE_IMAGES", &images)
         .args(["scripts/firmware.sh", "--table", board.name])
         .output()
         .expect("bash runs");
@@ -1553,6 +1563,7 @@ fn cargo_free_command(program: &str) -> Command {
         "CARGO_BUILD_TARGET",
         "DEFMT_LOG",
         "TXL_TABLE_TSV",
+        "TXL_TABLE_IMAGES",
     ]
     .into_iter()
     .chain(BUILD_VARS)
