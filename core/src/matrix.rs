@@ -83,8 +83,20 @@ impl<'s> Int8Input<'s> {
 
     /// Quantizes `x` (`cols` long, times `act_scales` if any) into `scratch`.
     fn quantize(x: &[f32], act_scales: Option<&[f32]>, scratch: &'s mut [u32], cols: usize) -> Self {
+        Self::quantize_known(x, act_scales, None, scratch, cols)
+    }
+
+    /// [`Int8Input::quantize`] given, where known, the largest bits of `|x|`
+    /// ([`kernels::magnitude_bits`]`(x)`).
+    fn quantize_known(
+        x: &[f32],
+        act_scales: Option<&[f32]>,
+        magnitude: Option<u32>,
+        scratch: &'s mut [u32],
+        cols: usize,
+    ) -> Self {
         let (xq, widened) = split_scratch(scratch, cols);
-        let x_scale = kernels::quantize_widen_i8(x, act_scales, xq, widened);
+        let x_scale = kernels::quantize_widen_i8(x, act_scales, magnitude, xq, widened);
         Int8Input { xq, widened, x_scale }
     }
 
@@ -158,6 +170,19 @@ pub fn matvec_split(
     rest: &mut [f32],
     scratch: &mut [u32],
 ) {
+    matvec_split_known(weight, (x, None), first, rest, scratch)
+}
+
+/// [`matvec_split`] given, where known, the largest bits of `|x|` ([`kernels::magnitude_bits`]
+/// of it, as [`kernels::relu_magnitude_bits`] gives them), which the int8 and int4 weights'
+/// quantization of `x` then takes for its scan. The same bits.
+pub fn matvec_split_known(
+    weight: &Matrix<'_>,
+    (x, magnitude): (&[f32], Option<u32>),
+    first: &mut [f32],
+    rest: &mut [f32],
+    scratch: &mut [u32],
+) {
     let split = first.len();
     let cols = weight.cols;
     match weight.data {
@@ -166,7 +191,7 @@ pub fn matvec_split(
             row_scales,
             act_scales,
         } if WEIGHTS_INT8 => {
-            let input = Int8Input::quantize(x, act_scales, scratch, cols);
+            let input = Int8Input::quantize_known(x, act_scales, magnitude, scratch, cols);
             let (scales_first, scales_rest) = row_scales.split_at(split);
             let (values_first, values_rest) = values.split_at(split * cols);
             input.rows(values_first, scales_first, first);
@@ -178,7 +203,7 @@ pub fn matvec_split(
             codes,
             group,
         } if WEIGHTS_INT4 => {
-            let input = Int8Input::quantize(x, None, scratch, cols);
+            let input = Int8Input::quantize_known(x, None, magnitude, scratch, cols);
             let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
             let (values_first, values_rest) = values.split_at(split * row_bytes);
             let (codes_first, codes_rest) = codes.split_at(split * groups);

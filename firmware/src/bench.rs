@@ -529,9 +529,15 @@ fn check_quantize_i8() -> Result<usize, Failure> {
             // quantized and widened in one pass, against the portable bytes widened
             let (mut fused, mut words, mut want) =
                 (vec![5i8; n], vec![1u32; n / 2 + 2], vec![1u32; n / 2 + 2]);
-            let fused_scale = kernels::quantize_widen_i8(&x, None, &mut fused, &mut words);
+            let fused_scale = kernels::quantize_widen_i8(&x, None, None, &mut fused, &mut words);
             kernels::widen_input_i8(&portable, &mut want);
             if fused != portable || fused_scale.to_bits() != portable_scale.to_bits() || words != want {
+                return Err(Failure::KernelMismatch("quantize_widen_i8"));
+            }
+            // given the largest magnitude's bits, as a ReLU finds them
+            let magnitude = kernels::portable::magnitude_bits(&x);
+            let given_scale = kernels::quantize_widen_i8(&x, None, Some(magnitude), &mut fused, &mut words);
+            if fused != portable || given_scale.to_bits() != portable_scale.to_bits() || words != want {
                 return Err(Failure::KernelMismatch("quantize_widen_i8"));
             }
         }
@@ -774,8 +780,9 @@ fn check_softmax_exps() -> Result<usize, Failure> {
     Ok(checked)
 }
 
-/// `kernels::add_assign` and `kernels::relu` (as this board runs them) against the portable
-/// code, bit for bit, on 0 to 40 values (partial and whole groups of four and eight): zeros of
+/// `kernels::add_assign`, `kernels::relu` and `kernels::relu_magnitude_bits` (as this board
+/// runs them; the largest bits, where given, those of the outputs) against the portable code,
+/// bit for bit, on 0 to 40 values (partial and whole groups of four and eight): zeros of
 /// both signs, subnormals, infinities and NaNs of both signs among random values. Returns the
 /// number of values checked.
 fn check_add_relu() -> Result<usize, Failure> {
@@ -803,13 +810,17 @@ fn check_add_relu() -> Result<usize, Failure> {
         let (mut got, mut want) = (y.clone(), y.clone());
         kernels::add_assign(&mut got, &x);
         kernels::portable::add_assign(&mut want, &x);
-        let (mut got_relu, mut want_relu) = (y.clone(), y);
+        let (mut got_relu, mut want_relu, mut got_largest) = (y.clone(), y.clone(), y);
         kernels::relu(&mut got_relu);
         kernels::portable::relu(&mut want_relu);
-        let relu_same = got_relu
-            .iter()
-            .zip(&want_relu)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
+        let largest = kernels::relu_magnitude_bits(&mut got_largest);
+        let bits_same = |got: &[f32]| {
+            got.iter()
+                .zip(&want_relu)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        };
+        let largest_same = largest.is_none_or(|bits| bits == kernels::portable::magnitude_bits(&want_relu));
+        let relu_same = bits_same(&got_relu) && bits_same(&got_largest) && largest_same;
         if !relu_same || !got.iter().zip(&want).all(|(&a, &b)| same(a, b)) {
             return Err(Failure::KernelMismatch("add_relu"));
         }

@@ -124,6 +124,26 @@ pub fn relu(x: &mut [f32]) {
     portable::relu(x)
 }
 
+/// [`relu`], and where its kernel finds them in the same pass, the largest bits it leaves
+/// ([`magnitude_bits`] of the outputs, which [`quantize_widen_i8`] takes): the FPU builds of
+/// the `cortex-m-dsp` cores other than Helium's, and not after a NaN. `None` elsewhere. The
+/// same bits as [`relu`].
+#[inline]
+pub fn relu_magnitude_bits(x: &mut [f32]) -> Option<u32> {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::relu_magnitude_bits(x);
+    #[allow(unreachable_code)]
+    {
+        relu(x);
+        None
+    }
+}
+
 /// Most positions one pass of the linear layers takes (the matrix layer's inputs): 128 with the
 /// `std` feature (a host, where a large model's weights come from memory once per pass), 16
 /// without (a device's stack holds a few arrays of this many slices).
@@ -458,17 +478,26 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
 /// [`quantize_i8`] into `xq`, then [`widen_input_i8`] of `xq` into `widened`: one pass over
 /// the values with the FPU of the other `cortex-m-dsp` cores than Helium's (`cortex-m-large-
 /// kernels`), where [`quantize_i8`] takes its kernel. The same bytes, words and scale.
+/// `magnitude`, where known, is [`magnitude_bits`] of `x` (as [`relu_magnitude_bits`] gives
+/// it): that kernel then takes it for its scan of `x`.
 #[inline]
-pub fn quantize_widen_i8(x: &[f32], act_scales: Option<&[f32]>, xq: &mut [i8], widened: &mut [u32]) -> f32 {
+pub fn quantize_widen_i8(
+    x: &[f32],
+    act_scales: Option<&[f32]>,
+    magnitude: Option<u32>,
+    xq: &mut [i8],
+    widened: &mut [u32],
+) -> f32 {
     #[cfg(all(
         feature = "cortex-m-dsp",
         feature = "cortex-m-large-kernels",
         target_abi = "eabihf",
         not(feature = "cortex-m-mve")
     ))]
-    if let Some(scale) = fpu::quantize_widen_i8(x, act_scales, xq, widened) {
+    if let Some(scale) = fpu::quantize_widen_i8(x, act_scales, magnitude, xq, widened) {
         return scale;
     }
+    let _ = magnitude;
     let scale = quantize_i8(x, act_scales, xq);
     widen_input_i8(xq, widened);
     scale

@@ -372,23 +372,37 @@ impl Session<'_, '_> {
                 count,
                 s.quantized_input,
             );
+            // the ReLU's largest output, where its kernel finds it, spares the quantization of
+            // a lone position its scan
+            let mut magnitude = None;
             for inner in inner.chunks_exact_mut(d_inner) {
                 vector::add_vector(inner, w.ff1_bias);
-                kernels::relu(inner);
+                magnitude = kernels::relu_magnitude_bits(inner);
                 probe.linear_input(layer, Linear::Ff2, inner);
             }
             // the attention input is spent: its first rows take the output
             let ff_out = &mut s.attn_input[..count * d_model];
             // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model), each position
-            let ff = (&mut ff_out[..], d_model);
-            product(
-                &w.ff2_weight,
-                (inner, d_inner),
-                ff,
-                None,
-                count,
-                s.quantized_input,
-            );
+            if count == 1 {
+                let (inner, out) = (&inner[..d_inner], &mut ff_out[..d_model]);
+                matrix::matvec_split_known(
+                    &w.ff2_weight,
+                    (inner, magnitude),
+                    out,
+                    &mut [],
+                    s.quantized_input,
+                );
+            } else {
+                let ff = (&mut ff_out[..], d_model);
+                product(
+                    &w.ff2_weight,
+                    (inner, d_inner),
+                    ff,
+                    None,
+                    count,
+                    s.quantized_input,
+                );
+            }
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
             for (h, out) in hidden
                 .chunks_exact_mut(d_model)
