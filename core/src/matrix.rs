@@ -108,6 +108,14 @@ impl<'s> Int8Input<'s> {
         self.scale(row_scales, y);
     }
 
+    /// [`Int8Input::rows`], `bias` then added to each output (`y[r] += bias[r]`) in the pass
+    /// that scales the sums: the same bits.
+    fn rows_bias(&self, values: &[i8], row_scales: &[f32], bias: &[f32], y: &mut [f32]) {
+        let cols = self.xq.len();
+        kernels::row_sums_i8(values, cols, self.xq, self.widened, bytemuck::cast_slice_mut(y));
+        kernels::scale_sums_bias_i8(y, row_scales, self.x_scale, bias);
+    }
+
     /// `y = W x` for int4 `values (y.len(), int4_row_bytes(cols))`: `y[r] = (sum over groups g
     /// of multiplier[r][g] * (values[r][g] · xq[g])) * (scale * x_scale)`, the sum in i64
     /// (exact for any `cols`).
@@ -215,6 +223,34 @@ pub fn matvec_split_known(
             matvec(&weight.row_range(split, split + rest.len()), x, rest, scratch);
         }
     }
+}
+
+/// `y = W x + bias`: [`matvec_split_known`] into `y` alone, then [`add_vector`]; for int8
+/// weights and an f32 bias, the bias added in the pass that scales the sums. The same bits.
+pub fn matvec_bias_known(
+    weight: &Matrix<'_>,
+    (x, magnitude): (&[f32], Option<u32>),
+    bias: Vector<'_>,
+    y: &mut [f32],
+    scratch: &mut [u32],
+) {
+    if let (
+        MatrixData::Int8 {
+            values,
+            row_scales,
+            act_scales,
+        },
+        Vector::F32(bias),
+    ) = (weight.data, bias)
+    {
+        if WEIGHTS_INT8 && bias.len() >= y.len() {
+            let input = Int8Input::quantize_known(x, act_scales, magnitude, scratch, weight.cols);
+            input.rows_bias(values, row_scales, &bias[..y.len()], y);
+            return;
+        }
+    }
+    matvec_split_known(weight, (x, magnitude), y, &mut [], scratch);
+    add_vector(y, bias);
 }
 
 /// [`matvec`] for two inputs at once, `W @ x[p] -> y[p]`: int8 weights are read once for both

@@ -524,6 +524,24 @@ pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
     portable::scale_sums_i8(y, row_scales, x_scale)
 }
 
+/// [`scale_sums_i8`], then `y += bias` ([`add_assign`]): in one pass with the FPU of the
+/// `cortex-m-dsp` cores other than Helium's. The same bits.
+#[inline]
+pub fn scale_sums_bias_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32, bias: &[f32]) {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::scale_sums_bias_i8(y, row_scales, x_scale, bias);
+    #[allow(unreachable_code)]
+    {
+        scale_sums_i8(y, row_scales, x_scale);
+        add_assign(y, bias);
+    }
+}
+
 /// Prepares a quantized input `xq` for [`row_sums_i8`] and [`row_sums_i4`], once per input
 /// however many rows read it: the DSP kernels take it widened to 16-bit pairs in `widened` (at
 /// least `2 * xq.len().div_ceil(4)` words), the RV32 int4 kernel as pairs of columns in the

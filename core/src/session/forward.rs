@@ -363,35 +363,37 @@ impl Session<'_, '_> {
                 probe.linear_input(layer, Linear::Ff1, x);
             }
             let inner = &mut s.ff_inner[..count * d_inner];
-            // W_1 (d_inner, d_model) @ x (d_model) -> inner (d_inner), each position
-            product(
-                &w.ff1_weight,
-                (x, d_model),
-                (inner, d_inner),
-                None,
-                count,
-                s.quantized_input,
-            );
+            // W_1 (d_inner, d_model) @ x (d_model) + b_1 -> inner (d_inner), each position (a
+            // lone one with the bias added in the pass that scales the sums)
+            if count == 1 {
+                let x = (&x[..d_model], None);
+                matrix::matvec_bias_known(&w.ff1_weight, x, w.ff1_bias, inner, s.quantized_input);
+            } else {
+                product(
+                    &w.ff1_weight,
+                    (x, d_model),
+                    (inner, d_inner),
+                    None,
+                    count,
+                    s.quantized_input,
+                );
+                for inner in inner.chunks_exact_mut(d_inner) {
+                    vector::add_vector(inner, w.ff1_bias);
+                }
+            }
             // the ReLU's largest output, where its kernel finds it, spares the quantization of
             // a lone position its scan
             let mut magnitude = None;
             for inner in inner.chunks_exact_mut(d_inner) {
-                vector::add_vector(inner, w.ff1_bias);
                 magnitude = kernels::relu_magnitude_bits(inner);
                 probe.linear_input(layer, Linear::Ff2, inner);
             }
             // the attention input is spent: its first rows take the output
             let ff_out = &mut s.attn_input[..count * d_model];
-            // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model), each position
+            // W_2 (d_model, d_inner) @ inner (d_inner) + b_2 -> ff_out (d_model), each position
             if count == 1 {
-                let (inner, out) = (&inner[..d_inner], &mut ff_out[..d_model]);
-                matrix::matvec_split_known(
-                    &w.ff2_weight,
-                    (inner, magnitude),
-                    out,
-                    &mut [],
-                    s.quantized_input,
-                );
+                let (inner, out) = ((&inner[..d_inner], magnitude), &mut ff_out[..d_model]);
+                matrix::matvec_bias_known(&w.ff2_weight, inner, w.ff2_bias, out, s.quantized_input);
             } else {
                 let ff = (&mut ff_out[..], d_model);
                 product(
@@ -402,13 +404,12 @@ impl Session<'_, '_> {
                     count,
                     s.quantized_input,
                 );
+                for out in ff_out.chunks_exact_mut(d_model) {
+                    vector::add_vector(out, w.ff2_bias);
+                }
             }
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
-            for (h, out) in hidden
-                .chunks_exact_mut(d_model)
-                .zip(ff_out.chunks_exact_mut(d_model))
-            {
-                vector::add_vector(out, w.ff2_bias);
+            for (h, out) in hidden.chunks_exact_mut(d_model).zip(ff_out.chunks_exact(d_model)) {
                 kernels::add_assign(h, out);
             }
             if !config.pre_lnorm {

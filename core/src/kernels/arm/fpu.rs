@@ -1589,6 +1589,14 @@ extern "C" {
     /// `y[r] = (y[r]'s bits as an i32) as f32 * (scales[r] * x_scale)` for `r < 4 * fours`
     /// (`fours >= 1`, `x_scale` as bits).
     fn txl_scale_sums4_f32(y: *mut f32, scales: *const f32, fours: usize, x_scale: u32);
+    /// [`txl_scale_sums4_f32`], then `y[r] += bias[r]` in the same pass.
+    fn txl_scale_sums_bias4_f32(
+        y: *mut f32,
+        scales: *const f32,
+        fours: usize,
+        x_scale: u32,
+        bias: *const f32,
+    );
 }
 
 // Eight sums a pass: one VLDM of the sums (i32 bits), one of the row scales, eight VMUL (the
@@ -1596,6 +1604,11 @@ extern "C" {
 // instructions per eight rows with the loop; an odd number of fours takes four first.
 // Registers: r0 the sums, r1 the scales, r2 the passes left, s16 the input's scale, s0-s7 the
 // sums, s8-s15 the scales.
+//
+// `txl_scale_sums_bias4_f32` adds the biases to the scaled sums before the VSTM: one VLDM of
+// eight biases (into s8-s15, the products with the scales spent) and eight VADD (`y + bias`, in
+// that order, as `add_assign` after the scaling): 38 instructions per eight rows, against 29
+// and the 13 of `txl_add_assign_f32`'s pass. r12 the biases.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1644,6 +1657,59 @@ global_asm!(
     "vpop {{s16}}",
     "bx lr",
     ".size txl_scale_sums4_f32, . - txl_scale_sums4_f32",
+    ".section .text.txl_scale_sums_bias4_f32,\"ax\",%progbits",
+    ".globl txl_scale_sums_bias4_f32",
+    ".type txl_scale_sums_bias4_f32,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scale_sums_bias4_f32:",
+    "ldr r12, [sp]", // the biases: the fifth argument
+    "vpush {{s16}}",
+    "vmov s16, r3",
+    "lsrs r2, r2, #1", // the eights; C: an odd number of fours
+    "bcc 2f",
+    "vldmia r0, {{s0-s3}}",
+    "vldmia r1!, {{s4-s7}}",
+    "txl_scale_sum s0, s4",
+    "txl_scale_sum s1, s5",
+    "txl_scale_sum s2, s6",
+    "txl_scale_sum s3, s7",
+    "vldmia r12!, {{s4-s7}}",
+    "vadd.f32 s0, s0, s4",
+    "vadd.f32 s1, s1, s5",
+    "vadd.f32 s2, s2, s6",
+    "vadd.f32 s3, s3, s7",
+    "vstmia r0!, {{s0-s3}}",
+    "2:",
+    "cmp r2, #0",
+    "beq 3f",
+    "1:",
+    "vldmia r0, {{s0-s7}}",
+    "vldmia r1!, {{s8-s15}}",
+    "txl_scale_sum s0, s8",
+    "txl_scale_sum s1, s9",
+    "txl_scale_sum s2, s10",
+    "txl_scale_sum s3, s11",
+    "txl_scale_sum s4, s12",
+    "txl_scale_sum s5, s13",
+    "txl_scale_sum s6, s14",
+    "txl_scale_sum s7, s15",
+    "vldmia r12!, {{s8-s15}}",
+    "vadd.f32 s0, s0, s8",
+    "vadd.f32 s1, s1, s9",
+    "vadd.f32 s2, s2, s10",
+    "vadd.f32 s3, s3, s11",
+    "vadd.f32 s4, s4, s12",
+    "vadd.f32 s5, s5, s13",
+    "vadd.f32 s6, s6, s14",
+    "vadd.f32 s7, s7, s15",
+    "vstmia r0!, {{s0-s7}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "3:",
+    "vpop {{s16}}",
+    "bx lr",
+    ".size txl_scale_sums_bias4_f32, . - txl_scale_sums_bias4_f32",
 );
 
 /// [`portable::scale_sums_i8`](crate::kernels::portable::scale_sums_i8) four rows a pass: the
@@ -1657,6 +1723,29 @@ pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
         unsafe { txl_scale_sums4_f32(y.as_mut_ptr(), row_scales.as_ptr(), fours, x_scale.to_bits()) };
     }
     crate::kernels::portable::scale_sums_i8(&mut y[4 * fours..n], &row_scales[4 * fours..n], x_scale);
+}
+
+/// [`scale_sums_i8`], then `y += bias` ([`add_assign`]), four rows a pass in one: the same
+/// operations, the same bits.
+pub fn scale_sums_bias_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32, bias: &[f32]) {
+    let n = y.len().min(row_scales.len()).min(bias.len());
+    let fours = n / 4;
+    if fours > 0 {
+        // SAFETY: `y`, `row_scales` and `bias` hold the `4 * fours` values the kernel reads
+        // (and, for `y`, writes); it uses s0-s15 (caller-saved) and preserves s16.
+        unsafe {
+            txl_scale_sums_bias4_f32(
+                y.as_mut_ptr(),
+                row_scales.as_ptr(),
+                fours,
+                x_scale.to_bits(),
+                bias.as_ptr(),
+            )
+        };
+    }
+    let (y, bias) = (&mut y[4 * fours..n], &bias[4 * fours..n]);
+    crate::kernels::portable::scale_sums_i8(y, &row_scales[4 * fours..n], x_scale);
+    crate::kernels::portable::add_assign(y, bias);
 }
 
 extern "C" {
