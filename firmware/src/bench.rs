@@ -780,7 +780,7 @@ fn check_softmax_exps() -> Result<usize, Failure> {
     Ok(checked)
 }
 
-/// `kernels::add_assign`, `kernels::relu` and `kernels::relu_magnitude_bits` (as this board
+/// `kernels::add_assign`, `kernels::add_f32`, `kernels::relu` and `kernels::relu_magnitude_bits` (as this board
 /// runs them; the largest bits, where given, those of the outputs) against the portable code,
 /// bit for bit, on 0 to 40 values (partial and whole groups of four and eight): zeros of
 /// both signs, subnormals, infinities and NaNs of both signs among random values. Returns the
@@ -810,6 +810,12 @@ fn check_add_relu() -> Result<usize, Failure> {
         let (mut got, mut want) = (y.clone(), y.clone());
         kernels::add_assign(&mut got, &x);
         kernels::portable::add_assign(&mut want, &x);
+        // the sum into a third slice: the bits of the sum in place
+        let mut got_into = vec![7.0f32; len];
+        kernels::add_f32(&mut got_into, &y, &x);
+        if !got_into.iter().zip(&want).all(|(&a, &b)| same(a, b)) {
+            return Err(Failure::KernelMismatch("add_relu"));
+        }
         let (mut got_relu, mut want_relu, mut got_largest) = (y.clone(), y.clone(), y);
         kernels::relu(&mut got_relu);
         kernels::portable::relu(&mut want_relu);

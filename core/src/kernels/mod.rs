@@ -38,7 +38,8 @@
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
 //! | [`softmax_exps_sum_f32`] | | FPU `fpu::softmax_exps_sum_f32` (not `fast-math`) | | |
 //! | [`sum_f32`], [`squared_deviations_f32`], [`normalize_f32`] | | FPU `fpu::{sum_f32, squared_deviations_f32, normalize_f32}` | | |
-//! | [`add_assign`], [`relu`] | | FPU builds `fpu::{add_assign, relu}` | | |
+//! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
+//! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}` | | |
 //!
@@ -103,6 +104,20 @@ pub fn add_assign(y: &mut [f32], x: &[f32]) {
     return fpu::add_assign(y, x);
     #[allow(unreachable_code)]
     portable::add_assign(y, x)
+}
+
+/// `out = a + b` ([`portable::add_f32`]): eight values a pass with the FPU of the
+/// `cortex-m-dsp` cores. The same bits as [`add_assign`] of a copy of `a`.
+#[inline]
+pub fn add_f32(out: &mut [f32], a: &[f32], b: &[f32]) {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf"
+    ))]
+    return fpu::add_f32(out, a, b);
+    #[allow(unreachable_code)]
+    portable::add_f32(out, a, b)
 }
 
 /// In place `max(x, 0)` ([`portable::relu`]): four values a pass on the bits with the

@@ -249,12 +249,11 @@ impl Session<'_, '_> {
             // content queries q + u (in place), position queries q + v
             let (block_queries, block_queries_pos) =
                 (&mut queries[rows.clone()], &mut position_query[..count * width]);
-            block_queries_pos.copy_from_slice(block_queries);
             for (query, query_pos) in block_queries
                 .chunks_exact_mut(width)
                 .zip(block_queries_pos.chunks_exact_mut(width))
             {
-                vector::add_vector(query_pos, w.r_r_bias);
+                vector::add_vector_into(query_pos, query, w.r_r_bias);
                 vector::add_vector(query, w.r_w_bias);
             }
             let out = &mut attn_vec[rows];

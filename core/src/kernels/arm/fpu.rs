@@ -1608,7 +1608,7 @@ extern "C" {
 // `txl_scale_sums_bias4_f32` adds the biases to the scaled sums before the VSTM: one VLDM of
 // eight biases (into s8-s15, the products with the scales spent) and eight VADD (`y + bias`, in
 // that order, as `add_assign` after the scaling): 38 instructions per eight rows, against 29
-// and the 13 of `txl_add_assign_f32`'s pass. r12 the biases.
+// and the 13 of `txl_add_f32`'s pass. r12 the biases.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1749,8 +1749,8 @@ pub fn scale_sums_bias_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32, bias:
 }
 
 extern "C" {
-    /// `y[i] += x[i]` for `i < 8 * octets` (`octets >= 1`).
-    fn txl_add_assign_f32(y: *mut f32, x: *const f32, octets: usize);
+    /// `out[i] = a[i] + b[i]` for `i < 8 * octets` (`octets >= 1`; `out` may be `a`).
+    fn txl_add_f32(out: *mut f32, a: *const f32, b: *const f32, octets: usize);
     /// `x[i] = max(x[i], 0)` for `i < 4 * fours` (`fours >= 1`), on the bits: a value stays if
     /// its bits are in `1..=0x7f80_0000` (positive, up to infinity), else it becomes `+0.0`.
     fn txl_relu_f32(x: *mut f32, fours: usize);
@@ -1760,8 +1760,8 @@ extern "C" {
     fn txl_relu_largest_f32(x: *mut f32, fours: usize) -> u32;
 }
 
-// `txl_add_assign_f32`: two VLDM, eight VADD (`y + x`, in that order) and one VSTM per eight
-// values. `txl_relu_f32`: one LDM, per value `SUB #1`, an unsigned compare with `0x7f80_0000`
+// `txl_add_f32`: two VLDM, eight VADD (`a + b`, in that order) and one VSTM per eight values
+// (`add_assign` its `y = y + x`). `txl_relu_f32`: one LDM, per value `SUB #1`, an unsigned compare with `0x7f80_0000`
 // and a conditional move of zero (zeros, negative values and NaNs fail it), one STM; eight
 // values a pass (an odd number of fours takes four first). `txl_relu_largest_f32`: one LDM, per
 // value a USAT to 31 bits (the sign: negative bits become zero), a compare with the largest and
@@ -1773,15 +1773,15 @@ global_asm!(
     ".thumb",
     ".cpu cortex-m4",
     ".fpu fpv4-sp-d16",
-    ".section .text.txl_add_assign_f32,\"ax\",%progbits",
-    ".globl txl_add_assign_f32",
-    ".type txl_add_assign_f32,%function",
+    ".section .text.txl_add_f32,\"ax\",%progbits",
+    ".globl txl_add_f32",
+    ".type txl_add_f32,%function",
     ".p2align 2",
     ".thumb_func",
-    "txl_add_assign_f32:",
+    "txl_add_f32:",
     "1:",
-    "vldmia r0, {{s0-s7}}",
-    "vldmia r1!, {{s8-s15}}",
+    "vldmia r1!, {{s0-s7}}",
+    "vldmia r2!, {{s8-s15}}",
     "vadd.f32 s0, s0, s8",
     "vadd.f32 s1, s1, s9",
     "vadd.f32 s2, s2, s10",
@@ -1791,10 +1791,10 @@ global_asm!(
     "vadd.f32 s6, s6, s14",
     "vadd.f32 s7, s7, s15",
     "vstmia r0!, {{s0-s7}}",
-    "subs r2, r2, #1",
+    "subs r3, r3, #1",
     "bne 1b",
     "bx lr",
-    ".size txl_add_assign_f32, . - txl_add_assign_f32",
+    ".size txl_add_f32, . - txl_add_f32",
     ".macro txl_relu_one value",
     "sub r12, \\value, #1",
     "cmp r12, #0x7f800000",
@@ -1876,11 +1876,25 @@ pub fn add_assign(y: &mut [f32], x: &[f32]) {
     let n = y.len().min(x.len());
     let octets = n / 8;
     if octets > 0 {
+        let y = y.as_mut_ptr();
         // SAFETY: `y` and `x` hold the `8 * octets` values the kernel reads (and, for `y`,
-        // writes); it uses s0-s15 (caller-saved) only.
-        unsafe { txl_add_assign_f32(y.as_mut_ptr(), x.as_ptr(), octets) };
+        // writes: each eight after it has read them); it uses s0-s15 (caller-saved) only.
+        unsafe { txl_add_f32(y, y, x.as_ptr(), octets) };
     }
     crate::kernels::portable::add_assign(&mut y[8 * octets..n], &x[8 * octets..n]);
+}
+
+/// [`portable::add_f32`](crate::kernels::portable::add_f32), eight values a pass.
+pub fn add_f32(out: &mut [f32], a: &[f32], b: &[f32]) {
+    let n = out.len().min(a.len()).min(b.len());
+    let octets = n / 8;
+    if octets > 0 {
+        // SAFETY: `a` and `b` hold the `8 * octets` values the kernel reads and `out` those it
+        // writes; it uses s0-s15 (caller-saved) only.
+        unsafe { txl_add_f32(out.as_mut_ptr(), a.as_ptr(), b.as_ptr(), octets) };
+    }
+    let rest = 8 * octets..n;
+    crate::kernels::portable::add_f32(&mut out[rest.clone()], &a[rest.clone()], &b[rest]);
 }
 
 /// [`portable::relu`](crate::kernels::portable::relu) on the bits, four values a pass.
