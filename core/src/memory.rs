@@ -975,11 +975,21 @@ impl<'a> Memory<'a> {
             return;
         };
         let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut scratch[..d_head]);
-        acc.fill(0);
+        // the first block's sums from zeros, the rest added to them
+        let mut cleared = false;
         for (at, slot, len) in self.ring_blocks(keys) {
             let first = (layer * self.capacity + slot) * width + head * d_head;
             let rows = &values[first..first + (len - 1) * width + d_head];
-            kernels::value_sums_i8(rows, width, &weights.weights[at..at + len], acc);
+            let weights = &weights.weights[at..at + len];
+            if cleared {
+                kernels::value_sums_i8(rows, width, weights, acc);
+            } else {
+                kernels::value_sums_from_zero_i8(rows, width, weights, acc);
+                cleared = true;
+            }
+        }
+        if !cleared {
+            acc.fill(0);
         }
         kernels::scaled_sums_i32(acc, weights.step, out_head);
     }

@@ -1050,6 +1050,27 @@ pub fn round_weights(w: &mut [i32], inverse: f32) -> usize {
     }
 }
 
+/// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`: the DSP cores
+/// (not Helium's) start the eight-column kernels' sums from zeros instead of clearing `acc`
+/// first. The same sums.
+#[inline]
+pub fn value_sums_from_zero_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        let done = dsp::value_sums_from_zero_i8(values, stride, weights, acc);
+        if done < acc.len() {
+            acc[done..].fill(0);
+            value_sums_i8(&values[done..], stride, weights, &mut acc[done..]);
+        }
+        return;
+    }
+    #[allow(unreachable_code)]
+    {
+        acc.fill(0);
+        value_sums_i8(values, stride, weights, acc)
+    }
+}
+
 /// `acc[c] += Σ_t weights[t] · value_t[c]` for `c < acc.len()`, value `t` at
 /// `values[t * stride..]` ([`portable::value_sums_i8`]): Helium sixteen columns a pass, the DSP
 /// kernel (whole groups of four columns; the rest portable), AVX2 on x86-64, sixteen columns at
