@@ -253,6 +253,44 @@ pub fn matvec_bias_known(
     add_vector(y, bias);
 }
 
+/// `h += W x + bias` (`bias` where given): [`matvec_bias_known`] or [`matvec_split_known`] into
+/// `y`, then [`kernels::add_assign`]`(h, y)`; for int8 weights (and an f32 bias), the outputs
+/// added to `h` in the pass that scales the sums (`y` then holds the sums). The same bits in
+/// `h`.
+pub fn matvec_residual_known(
+    weight: &Matrix<'_>,
+    (x, magnitude): (&[f32], Option<u32>),
+    bias: Option<Vector<'_>>,
+    y: &mut [f32],
+    h: &mut [f32],
+    scratch: &mut [u32],
+) {
+    if let MatrixData::Int8 {
+        values,
+        row_scales,
+        act_scales,
+    } = weight.data
+    {
+        let fused_bias = match bias {
+            None => Some(None),
+            Some(Vector::F32(bias)) if bias.len() >= y.len() => Some(Some(&bias[..y.len()])),
+            Some(_) => None,
+        };
+        if let (true, Some(bias)) = (WEIGHTS_INT8, fused_bias) {
+            let input = Int8Input::quantize_known(x, act_scales, magnitude, scratch, weight.cols);
+            let cols = input.xq.len();
+            kernels::row_sums_i8(values, cols, input.xq, input.widened, bytemuck::cast_slice_mut(y));
+            kernels::scale_sums_add_i8(y, row_scales, input.x_scale, bias, h);
+            return;
+        }
+    }
+    match bias {
+        Some(bias) => matvec_bias_known(weight, (x, magnitude), bias, y, scratch),
+        None => matvec_split_known(weight, (x, magnitude), y, &mut [], scratch),
+    }
+    kernels::add_assign(h, y);
+}
+
 /// [`matvec`] for two inputs at once, `W @ x[p] -> y[p]`: int8 weights are read once for both
 /// (`scratch` holds [`scratch_words`]`(cols)` words for each input). The
 /// same bits as two calls.

@@ -39,7 +39,7 @@
 //! | [`softmax_exps_sum_f32`] | | FPU `fpu::softmax_exps_sum_f32` (not `fast-math`) | | |
 //! | [`sum_f32`], [`squared_deviations_f32`], [`normalize_f32`] | | FPU `fpu::{sum_f32, squared_deviations_f32, normalize_f32}` | | |
 //! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
-//! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8}` (not Helium) | | |
+//! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}` | | |
 //!
@@ -554,6 +554,35 @@ pub fn scale_sums_bias_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32, bias:
     {
         scale_sums_i8(y, row_scales, x_scale);
         add_assign(y, bias);
+    }
+}
+
+/// `h += y` ([`add_assign`]) for `y` the sums in `sums` scaled by [`scale_sums_i8`] and
+/// `bias`, where given, added to them ([`scale_sums_bias_i8`]): in one pass that leaves `sums`
+/// as they are with the FPU of the `cortex-m-dsp` cores other than Helium's, elsewhere `sums`
+/// scaled in place first. The same bits in `h`.
+#[inline]
+pub fn scale_sums_add_i8(
+    sums: &mut [f32],
+    row_scales: &[f32],
+    x_scale: f32,
+    bias: Option<&[f32]>,
+    h: &mut [f32],
+) {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::scale_sums_add_i8(sums, row_scales, x_scale, bias, h);
+    #[allow(unreachable_code)]
+    {
+        match bias {
+            Some(bias) => scale_sums_bias_i8(sums, row_scales, x_scale, bias),
+            None => scale_sums_i8(sums, row_scales, x_scale),
+        }
+        add_assign(h, sums);
     }
 }
 

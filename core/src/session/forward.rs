@@ -315,18 +315,24 @@ impl Session<'_, '_> {
                 probe.linear_input(layer, Linear::ONet, a);
             }
             let branch = &mut s.branch[..count * d_model];
-            // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model)
-            product(
-                &w.o_net,
-                (a, width),
-                (branch, d_model),
-                None,
-                count,
-                s.quantized_input,
-            );
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
-            for (h, out) in hidden.chunks_exact_mut(d_model).zip(branch.chunks_exact(d_model)) {
-                kernels::add_assign(h, out);
+            // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model), added
+            // to h (a lone position's in the pass that scales the sums)
+            if count == 1 {
+                let a = (&a[..width], None);
+                matrix::matvec_residual_known(&w.o_net, a, None, branch, hidden, s.quantized_input);
+            } else {
+                product(
+                    &w.o_net,
+                    (a, width),
+                    (branch, d_model),
+                    None,
+                    count,
+                    s.quantized_input,
+                );
+                for (h, out) in hidden.chunks_exact_mut(d_model).zip(branch.chunks_exact(d_model)) {
+                    kernels::add_assign(h, out);
+                }
             }
             if !config.pre_lnorm {
                 let eps = config.layer_norm_epsilon;
@@ -389,10 +395,13 @@ impl Session<'_, '_> {
             }
             // the attention input is spent: its first rows take the output
             let ff_out = &mut s.attn_input[..count * d_model];
-            // W_2 (d_model, d_inner) @ inner (d_inner) + b_2 -> ff_out (d_model), each position
+            let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
+            // W_2 (d_model, d_inner) @ inner (d_inner) + b_2 -> ff_out (d_model), each position,
+            // added to h (a lone position's in the pass that scales the sums)
             if count == 1 {
                 let (inner, out) = ((&inner[..d_inner], magnitude), &mut ff_out[..d_model]);
-                matrix::matvec_bias_known(&w.ff2_weight, inner, w.ff2_bias, out, s.quantized_input);
+                let bias = Some(w.ff2_bias);
+                matrix::matvec_residual_known(&w.ff2_weight, inner, bias, out, hidden, s.quantized_input);
             } else {
                 let ff = (&mut ff_out[..], d_model);
                 product(
@@ -403,13 +412,13 @@ impl Session<'_, '_> {
                     count,
                     s.quantized_input,
                 );
-                for out in ff_out.chunks_exact_mut(d_model) {
+                for (h, out) in hidden
+                    .chunks_exact_mut(d_model)
+                    .zip(ff_out.chunks_exact_mut(d_model))
+                {
                     vector::add_vector(out, w.ff2_bias);
+                    kernels::add_assign(h, out);
                 }
-            }
-            let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
-            for (h, out) in hidden.chunks_exact_mut(d_model).zip(ff_out.chunks_exact(d_model)) {
-                kernels::add_assign(h, out);
             }
             if !config.pre_lnorm {
                 vector::layer_norm_rows_in_place(hidden, d_model, w.ff_norm_weight, w.ff_norm_bias, eps);
