@@ -552,8 +552,9 @@ fn check_quantize_i8() -> Result<usize, Failure> {
     Ok(inputs)
 }
 
-/// The int8 product's scaling of its sums (as this board runs it: `kernels::scale_sums_i8`)
-/// against the portable one, bit for bit, on 1 to 9, 13 and 131 rows: sums up to `±2^31`, scales
+/// The int8 product's scaling of its sums (as this board runs it: `kernels::scale_sums_i8`,
+/// and `kernels::scale_sums_bias_i8` and `kernels::scale_sums_add_i8` with biases and a
+/// residual added) against the portable one, bit for bit, on 1 to 9, 13 and 131 rows: sums up to `±2^31`, scales
 /// of the usual size, and lists with a zero, subnormal, infinite or NaN scale, and input scales
 /// whose products with the row scales are subnormal. Returns the lists checked.
 fn check_scale_sums_i8() -> Result<usize, Failure> {
@@ -572,16 +573,33 @@ fn check_scale_sums_i8() -> Result<usize, Failure> {
             } else {
                 numbers.float().abs() * 0.1 + 1e-3
             };
-            let (mut fast, mut portable) = (sums.clone(), sums);
+            let (mut fast, mut portable) = (sums.clone(), sums.clone());
             kernels::scale_sums_i8(&mut fast, &scales, x_scale);
             kernels::portable::scale_sums_i8(&mut portable, &scales, x_scale);
             lists += 1;
-            if fast
-                .iter()
-                .zip(&portable)
-                .any(|(a, b)| a.to_bits() != b.to_bits())
-            {
+            let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).any(|(a, b)| a.to_bits() != b.to_bits());
+            if differ(&fast, &portable) {
                 return Err(Failure::KernelMismatch("scale_sums_i8"));
+            }
+            // with biases added in the same pass, and added to a residual: against the
+            // portable scaling, then additions
+            let bias: Vec<f32> = (0..n).map(|_| numbers.float()).collect();
+            let residual: Vec<f32> = (0..n).map(|_| numbers.float() * 4.0).collect();
+            let mut with_bias = portable.clone();
+            kernels::portable::add_assign(&mut with_bias, &bias);
+            let mut fast = sums.clone();
+            kernels::scale_sums_bias_i8(&mut fast, &scales, x_scale, &bias);
+            if differ(&fast, &with_bias) {
+                return Err(Failure::KernelMismatch("scale_sums_i8"));
+            }
+            for (bias, scaled) in [(None, &portable), (Some(&bias[..]), &with_bias)] {
+                let (mut fast, mut sums) = (residual.clone(), sums.clone());
+                kernels::scale_sums_add_i8(&mut sums, &scales, x_scale, bias, &mut fast);
+                let mut want = residual.clone();
+                kernels::portable::add_assign(&mut want, scaled);
+                if differ(&fast, &want) {
+                    return Err(Failure::KernelMismatch("scale_sums_i8"));
+                }
             }
         }
     }
