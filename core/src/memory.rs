@@ -1137,7 +1137,9 @@ fn add_position_terms(
         }
     };
     // keys t <= n - m take the farthest term; the nearer ones run backwards through the terms
-    let far_end = n + 1 - m;
+    // keys before `n - m` take the farthest term `m - 1`; key `n - m` takes it too, as the
+    // first of the near keys (one kernel call fewer where `m = n`)
+    let far_end = n.saturating_sub(m);
     for (at, slot, len, t0) in keys.pieces_from() {
         let out = &mut out[at..at + len];
         let mut rows = rows[slot * heads..(slot + len) * heads].chunks_exact(heads);
@@ -1146,7 +1148,7 @@ fn add_position_terms(
         for (o, row) in far_out.iter_mut().zip(rows.by_ref()) {
             score(o, row, farthest);
         }
-        // key t0 + far + k takes term n - 1 - t0 - far - k (all below m - 1)
+        // key t0 + far + k takes term n - 1 - t0 - far - k (all at most m - 1)
         let near = near_out.len();
         if near == 0 {
             continue;
@@ -1176,7 +1178,9 @@ fn key_scores(
     if m == 0 {
         return Some(max);
     }
-    let far_end = n + 1 - m;
+    // keys before `n - m` take the farthest term `m - 1`; key `n - m` takes it too, as the
+    // first of the near keys (one kernel call fewer where `m = n`)
+    let far_end = n.saturating_sub(m);
     for (at, slot, len, t0) in keys.pieces_from() {
         let out = &mut out[at..at + len];
         let key_scales = &rows[slot * heads + head..(slot + len) * heads];
@@ -1185,7 +1189,7 @@ fn key_scores(
         if far > 0 {
             max = kernels::key_scores_i8(far_out, key_scales, heads, &terms[m - 1..], (step, scale), max)?;
         }
-        // key t0 + far + k takes term n - 1 - t0 - far - k (all below m - 1)
+        // key t0 + far + k takes term n - 1 - t0 - far - k (all at most m - 1)
         let near = near_out.len();
         if near == 0 {
             continue;
