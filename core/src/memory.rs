@@ -1137,9 +1137,7 @@ fn add_position_terms(
         }
     };
     // keys t <= n - m take the farthest term; the nearer ones run backwards through the terms
-    // keys before `n - m` take the farthest term `m - 1`; key `n - m` takes it too, as the
-    // first of the near keys (one kernel call fewer where `m = n`)
-    let far_end = n.saturating_sub(m);
+    let far_end = n + 1 - m;
     for (at, slot, len, t0) in keys.pieces_from() {
         let out = &mut out[at..at + len];
         let mut rows = rows[slot * heads..(slot + len) * heads].chunks_exact(heads);
@@ -1148,7 +1146,7 @@ fn add_position_terms(
         for (o, row) in far_out.iter_mut().zip(rows.by_ref()) {
             score(o, row, farthest);
         }
-        // key t0 + far + k takes term n - 1 - t0 - far - k (all at most m - 1)
+        // key t0 + far + k takes term n - 1 - t0 - far - k (all below m - 1)
         let near = near_out.len();
         if near == 0 {
             continue;
