@@ -83,8 +83,20 @@ impl<'s> Int8Input<'s> {
 
     /// Quantizes `x` (`cols` long, times `act_scales` if any) into `scratch`.
     fn quantize(x: &[f32], act_scales: Option<&[f32]>, scratch: &'s mut [u32], cols: usize) -> Self {
+        Self::quantize_known(x, act_scales, None, scratch, cols)
+    }
+
+    /// [`Int8Input::quantize`] given, where known, the largest bits of `|x|`
+    /// ([`kernels::magnitude_bits`]`(x)`).
+    fn quantize_known(
+        x: &[f32],
+        act_scales: Option<&[f32]>,
+        magnitude: Option<u32>,
+        scratch: &'s mut [u32],
+        cols: usize,
+    ) -> Self {
         let (xq, widened) = split_scratch(scratch, cols);
-        let x_scale = kernels::quantize_widen_i8(x, act_scales, xq, widened);
+        let x_scale = kernels::quantize_widen_i8(x, act_scales, magnitude, xq, widened);
         Int8Input { xq, widened, x_scale }
     }
 
@@ -94,6 +106,14 @@ impl<'s> Int8Input<'s> {
         let cols = self.xq.len();
         kernels::row_sums_i8(values, cols, self.xq, self.widened, bytemuck::cast_slice_mut(y));
         self.scale(row_scales, y);
+    }
+
+    /// [`Int8Input::rows`], `bias` then added to each output (`y[r] += bias[r]`) in the pass
+    /// that scales the sums: the same bits.
+    fn rows_bias(&self, values: &[i8], row_scales: &[f32], bias: &[f32], y: &mut [f32]) {
+        let cols = self.xq.len();
+        kernels::row_sums_i8(values, cols, self.xq, self.widened, bytemuck::cast_slice_mut(y));
+        kernels::scale_sums_bias_i8(y, row_scales, self.x_scale, bias);
     }
 
     /// `y = W x` for int4 `values (y.len(), int4_row_bytes(cols))`: `y[r] = (sum over groups g
@@ -158,6 +178,19 @@ pub fn matvec_split(
     rest: &mut [f32],
     scratch: &mut [u32],
 ) {
+    matvec_split_known(weight, (x, None), first, rest, scratch)
+}
+
+/// [`matvec_split`] given, where known, the largest bits of `|x|` ([`kernels::magnitude_bits`]
+/// of it, as [`kernels::relu_magnitude_bits`] gives them), which the int8 and int4 weights'
+/// quantization of `x` then takes for its scan. The same bits.
+pub fn matvec_split_known(
+    weight: &Matrix<'_>,
+    (x, magnitude): (&[f32], Option<u32>),
+    first: &mut [f32],
+    rest: &mut [f32],
+    scratch: &mut [u32],
+) {
     let split = first.len();
     let cols = weight.cols;
     match weight.data {
@@ -166,7 +199,7 @@ pub fn matvec_split(
             row_scales,
             act_scales,
         } if WEIGHTS_INT8 => {
-            let input = Int8Input::quantize(x, act_scales, scratch, cols);
+            let input = Int8Input::quantize_known(x, act_scales, magnitude, scratch, cols);
             let (scales_first, scales_rest) = row_scales.split_at(split);
             let (values_first, values_rest) = values.split_at(split * cols);
             input.rows(values_first, scales_first, first);
@@ -178,7 +211,7 @@ pub fn matvec_split(
             codes,
             group,
         } if WEIGHTS_INT4 => {
-            let input = Int8Input::quantize(x, None, scratch, cols);
+            let input = Int8Input::quantize_known(x, None, magnitude, scratch, cols);
             let (row_bytes, groups) = (int4_row_bytes(cols), int4_groups(cols, group));
             let (values_first, values_rest) = values.split_at(split * row_bytes);
             let (codes_first, codes_rest) = codes.split_at(split * groups);
@@ -190,6 +223,72 @@ pub fn matvec_split(
             matvec(&weight.row_range(split, split + rest.len()), x, rest, scratch);
         }
     }
+}
+
+/// `y = W x + bias`: [`matvec_split_known`] into `y` alone, then [`add_vector`]; for int8
+/// weights and an f32 bias, the bias added in the pass that scales the sums. The same bits.
+pub fn matvec_bias_known(
+    weight: &Matrix<'_>,
+    (x, magnitude): (&[f32], Option<u32>),
+    bias: Vector<'_>,
+    y: &mut [f32],
+    scratch: &mut [u32],
+) {
+    if let (
+        MatrixData::Int8 {
+            values,
+            row_scales,
+            act_scales,
+        },
+        Vector::F32(bias),
+    ) = (weight.data, bias)
+    {
+        if WEIGHTS_INT8 && bias.len() >= y.len() {
+            let input = Int8Input::quantize_known(x, act_scales, magnitude, scratch, weight.cols);
+            input.rows_bias(values, row_scales, &bias[..y.len()], y);
+            return;
+        }
+    }
+    matvec_split_known(weight, (x, magnitude), y, &mut [], scratch);
+    add_vector(y, bias);
+}
+
+/// `h += W x + bias` (`bias` where given): [`matvec_bias_known`] or [`matvec_split_known`] into
+/// `y`, then [`kernels::add_assign`]`(h, y)`; for int8 weights (and an f32 bias), the outputs
+/// added to `h` in the pass that scales the sums (`y` then holds the sums). The same bits in
+/// `h`.
+pub fn matvec_residual_known(
+    weight: &Matrix<'_>,
+    (x, magnitude): (&[f32], Option<u32>),
+    bias: Option<Vector<'_>>,
+    y: &mut [f32],
+    h: &mut [f32],
+    scratch: &mut [u32],
+) {
+    if let MatrixData::Int8 {
+        values,
+        row_scales,
+        act_scales,
+    } = weight.data
+    {
+        let fused_bias = match bias {
+            None => Some(None),
+            Some(Vector::F32(bias)) if bias.len() >= y.len() => Some(Some(&bias[..y.len()])),
+            Some(_) => None,
+        };
+        if let (true, Some(bias)) = (WEIGHTS_INT8, fused_bias) {
+            let input = Int8Input::quantize_known(x, act_scales, magnitude, scratch, weight.cols);
+            let cols = input.xq.len();
+            kernels::row_sums_i8(values, cols, input.xq, input.widened, bytemuck::cast_slice_mut(y));
+            kernels::scale_sums_add_i8(y, row_scales, input.x_scale, bias, h);
+            return;
+        }
+    }
+    match bias {
+        Some(bias) => matvec_bias_known(weight, (x, magnitude), bias, y, scratch),
+        None => matvec_split_known(weight, (x, magnitude), y, &mut [], scratch),
+    }
+    kernels::add_assign(h, y);
 }
 
 /// [`matvec`] for two inputs at once, `W @ x[p] -> y[p]`: int8 weights are read once for both

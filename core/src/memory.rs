@@ -975,11 +975,21 @@ impl<'a> Memory<'a> {
             return;
         };
         let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut scratch[..d_head]);
-        acc.fill(0);
+        // the first block's sums from zeros, the rest added to them
+        let mut cleared = false;
         for (at, slot, len) in self.ring_blocks(keys) {
             let first = (layer * self.capacity + slot) * width + head * d_head;
             let rows = &values[first..first + (len - 1) * width + d_head];
-            kernels::value_sums_i8(rows, width, &weights.weights[at..at + len], acc);
+            let weights = &weights.weights[at..at + len];
+            if cleared {
+                kernels::value_sums_i8(rows, width, weights, acc);
+            } else {
+                kernels::value_sums_from_zero_i8(rows, width, weights, acc);
+                cleared = true;
+            }
+        }
+        if !cleared {
+            acc.fill(0);
         }
         kernels::scaled_sums_i32(acc, weights.step, out_head);
     }
@@ -1166,7 +1176,9 @@ fn key_scores(
     if m == 0 {
         return Some(max);
     }
-    let far_end = n + 1 - m;
+    // keys before `n - m` take the farthest term `m - 1`; key `n - m` takes it too, as the
+    // first of the near keys (one kernel call fewer where `m = n`)
+    let far_end = n.saturating_sub(m);
     for (at, slot, len, t0) in keys.pieces_from() {
         let out = &mut out[at..at + len];
         let key_scales = &rows[slot * heads + head..(slot + len) * heads];
@@ -1175,7 +1187,7 @@ fn key_scores(
         if far > 0 {
             max = kernels::key_scores_i8(far_out, key_scales, heads, &terms[m - 1..], (step, scale), max)?;
         }
-        // key t0 + far + k takes term n - 1 - t0 - far - k (all below m - 1)
+        // key t0 + far + k takes term n - 1 - t0 - far - k (all at most m - 1)
         let near = near_out.len();
         if near == 0 {
             continue;

@@ -177,6 +177,11 @@ fn cluster_logits(
         *slot = &mut row[tokens.clone()];
         count += 1;
     }
+    if count == 1 {
+        // one position: the bias added in the pass that scales the sums
+        let x = (xs[0], None);
+        return matrix::matvec_bias_known(&weight, x, bias, &mut *outs[0], scratch);
+    }
     let mut rests: [&mut [f32]; MAX_POSITIONS_PER_PASS] = core::array::from_fn(|_| Default::default());
     matrix::matmul_split(
         &weight,

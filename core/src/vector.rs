@@ -105,6 +105,18 @@ pub fn add_vector(y: &mut [f32], v: Vector<'_>) {
     }
 }
 
+/// `out = x + v` for a vector of the image (`v` and `x` at least as long as `out`): the bits
+/// of [`add_vector`] on a copy of `x`, in one pass for an f32 vector.
+pub fn add_vector_into(out: &mut [f32], x: &[f32], v: Vector<'_>) {
+    match v {
+        Vector::F32(v) => kernels::add_f32(out, x, v),
+        Vector::F16(_) => {
+            out.copy_from_slice(&x[..out.len()]);
+            add_vector(out, v);
+        }
+    }
+}
+
 /// LayerNorm: `out = (x - mean) / sqrt(var + eps) * gain + bias`, biased variance, two passes.
 pub fn layer_norm(x: &[f32], gain: Vector<'_>, bias: Vector<'_>, eps: f32, out: &mut [f32]) {
     let (mean, inv_std) = moments(x, eps);

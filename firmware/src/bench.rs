@@ -235,6 +235,13 @@ fn check_int8_attention() -> Result<usize, Failure> {
                 if fast != portable {
                     return Err(Failure::KernelMismatch("value_sums"));
                 }
+                // into zeros, whatever the sums held
+                let (mut fast, mut portable) = (vec![-5i32; d_head], vec![0i32; d_head]);
+                kernels::value_sums_from_zero_i8(values, stride, &weights, &mut fast);
+                kernels::portable::value_sums_i8(values, stride, &weights, &mut portable);
+                if fast != portable {
+                    return Err(Failure::KernelMismatch("value_sums"));
+                }
                 shapes += 1;
             }
         }
@@ -529,9 +536,15 @@ fn check_quantize_i8() -> Result<usize, Failure> {
             // quantized and widened in one pass, against the portable bytes widened
             let (mut fused, mut words, mut want) =
                 (vec![5i8; n], vec![1u32; n / 2 + 2], vec![1u32; n / 2 + 2]);
-            let fused_scale = kernels::quantize_widen_i8(&x, None, &mut fused, &mut words);
+            let fused_scale = kernels::quantize_widen_i8(&x, None, None, &mut fused, &mut words);
             kernels::widen_input_i8(&portable, &mut want);
             if fused != portable || fused_scale.to_bits() != portable_scale.to_bits() || words != want {
+                return Err(Failure::KernelMismatch("quantize_widen_i8"));
+            }
+            // given the largest magnitude's bits, as a ReLU finds them
+            let magnitude = kernels::portable::magnitude_bits(&x);
+            let given_scale = kernels::quantize_widen_i8(&x, None, Some(magnitude), &mut fused, &mut words);
+            if fused != portable || given_scale.to_bits() != portable_scale.to_bits() || words != want {
                 return Err(Failure::KernelMismatch("quantize_widen_i8"));
             }
         }
@@ -539,8 +552,9 @@ fn check_quantize_i8() -> Result<usize, Failure> {
     Ok(inputs)
 }
 
-/// The int8 product's scaling of its sums (as this board runs it: `kernels::scale_sums_i8`)
-/// against the portable one, bit for bit, on 1 to 9, 13 and 131 rows: sums up to `±2^31`, scales
+/// The int8 product's scaling of its sums (as this board runs it: `kernels::scale_sums_i8`,
+/// and `kernels::scale_sums_bias_i8` and `kernels::scale_sums_add_i8` with biases and a
+/// residual added) against the portable one, bit for bit, on 1 to 9, 13 and 131 rows: sums up to `±2^31`, scales
 /// of the usual size, and lists with a zero, subnormal, infinite or NaN scale, and input scales
 /// whose products with the row scales are subnormal. Returns the lists checked.
 fn check_scale_sums_i8() -> Result<usize, Failure> {
@@ -559,16 +573,33 @@ fn check_scale_sums_i8() -> Result<usize, Failure> {
             } else {
                 numbers.float().abs() * 0.1 + 1e-3
             };
-            let (mut fast, mut portable) = (sums.clone(), sums);
+            let (mut fast, mut portable) = (sums.clone(), sums.clone());
             kernels::scale_sums_i8(&mut fast, &scales, x_scale);
             kernels::portable::scale_sums_i8(&mut portable, &scales, x_scale);
             lists += 1;
-            if fast
-                .iter()
-                .zip(&portable)
-                .any(|(a, b)| a.to_bits() != b.to_bits())
-            {
+            let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).any(|(a, b)| a.to_bits() != b.to_bits());
+            if differ(&fast, &portable) {
                 return Err(Failure::KernelMismatch("scale_sums_i8"));
+            }
+            // with biases added in the same pass, and added to a residual: against the
+            // portable scaling, then additions
+            let bias: Vec<f32> = (0..n).map(|_| numbers.float()).collect();
+            let residual: Vec<f32> = (0..n).map(|_| numbers.float() * 4.0).collect();
+            let mut with_bias = portable.clone();
+            kernels::portable::add_assign(&mut with_bias, &bias);
+            let mut fast = sums.clone();
+            kernels::scale_sums_bias_i8(&mut fast, &scales, x_scale, &bias);
+            if differ(&fast, &with_bias) {
+                return Err(Failure::KernelMismatch("scale_sums_i8"));
+            }
+            for (bias, scaled) in [(None, &portable), (Some(&bias[..]), &with_bias)] {
+                let (mut fast, mut sums) = (residual.clone(), sums.clone());
+                kernels::scale_sums_add_i8(&mut sums, &scales, x_scale, bias, &mut fast);
+                let mut want = residual.clone();
+                kernels::portable::add_assign(&mut want, scaled);
+                if differ(&fast, &want) {
+                    return Err(Failure::KernelMismatch("scale_sums_i8"));
+                }
             }
         }
     }
@@ -774,8 +805,9 @@ fn check_softmax_exps() -> Result<usize, Failure> {
     Ok(checked)
 }
 
-/// `kernels::add_assign` and `kernels::relu` (as this board runs them) against the portable
-/// code, bit for bit, on 0 to 40 values (partial and whole groups of four and eight): zeros of
+/// `kernels::add_assign`, `kernels::add_f32`, `kernels::relu` and `kernels::relu_magnitude_bits` (as this board
+/// runs them; the largest bits, where given, those of the outputs) against the portable code,
+/// bit for bit, on 0 to 40 values (partial and whole groups of four and eight): zeros of
 /// both signs, subnormals, infinities and NaNs of both signs among random values. Returns the
 /// number of values checked.
 fn check_add_relu() -> Result<usize, Failure> {
@@ -803,13 +835,23 @@ fn check_add_relu() -> Result<usize, Failure> {
         let (mut got, mut want) = (y.clone(), y.clone());
         kernels::add_assign(&mut got, &x);
         kernels::portable::add_assign(&mut want, &x);
-        let (mut got_relu, mut want_relu) = (y.clone(), y);
+        // the sum into a third slice: the bits of the sum in place
+        let mut got_into = vec![7.0f32; len];
+        kernels::add_f32(&mut got_into, &y, &x);
+        if !got_into.iter().zip(&want).all(|(&a, &b)| same(a, b)) {
+            return Err(Failure::KernelMismatch("add_relu"));
+        }
+        let (mut got_relu, mut want_relu, mut got_largest) = (y.clone(), y.clone(), y);
         kernels::relu(&mut got_relu);
         kernels::portable::relu(&mut want_relu);
-        let relu_same = got_relu
-            .iter()
-            .zip(&want_relu)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
+        let largest = kernels::relu_magnitude_bits(&mut got_largest);
+        let bits_same = |got: &[f32]| {
+            got.iter()
+                .zip(&want_relu)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        };
+        let largest_same = largest.is_none_or(|bits| bits == kernels::portable::magnitude_bits(&want_relu));
+        let relu_same = bits_same(&got_relu) && bits_same(&got_largest) && largest_same;
         if !relu_same || !got.iter().zip(&want).all(|(&a, &b)| same(a, b)) {
             return Err(Failure::KernelMismatch("add_relu"));
         }

@@ -38,7 +38,8 @@
 //! | [`softmax_exps_f32`] | AVX-512F `avx512::softmax_exps_f32`, AVX2 `avx::softmax_exp8` (not `fast-math`) | | | |
 //! | [`softmax_exps_sum_f32`] | | FPU `fpu::softmax_exps_sum_f32` (not `fast-math`) | | |
 //! | [`sum_f32`], [`squared_deviations_f32`], [`normalize_f32`] | | FPU `fpu::{sum_f32, squared_deviations_f32, normalize_f32}` | | |
-//! | [`add_assign`], [`relu`] | | FPU builds `fpu::{add_assign, relu}` | | |
+//! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
+//! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}` | | |
 //!
@@ -105,6 +106,20 @@ pub fn add_assign(y: &mut [f32], x: &[f32]) {
     portable::add_assign(y, x)
 }
 
+/// `out = a + b` ([`portable::add_f32`]): eight values a pass with the FPU of the
+/// `cortex-m-dsp` cores. The same bits as [`add_assign`] of a copy of `a`.
+#[inline]
+pub fn add_f32(out: &mut [f32], a: &[f32], b: &[f32]) {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf"
+    ))]
+    return fpu::add_f32(out, a, b);
+    #[allow(unreachable_code)]
+    portable::add_f32(out, a, b)
+}
+
 /// In place `max(x, 0)` ([`portable::relu`]): four values a pass on the bits with the
 /// `cortex-m-dsp` cores' FPU builds. The same bits.
 #[inline]
@@ -122,6 +137,26 @@ pub fn relu(x: &mut [f32]) {
     }
     #[allow(unreachable_code)]
     portable::relu(x)
+}
+
+/// [`relu`], and where its kernel finds them in the same pass, the largest bits it leaves
+/// ([`magnitude_bits`] of the outputs, which [`quantize_widen_i8`] takes): the FPU builds of
+/// the `cortex-m-dsp` cores other than Helium's, and not after a NaN. `None` elsewhere. The
+/// same bits as [`relu`].
+#[inline]
+pub fn relu_magnitude_bits(x: &mut [f32]) -> Option<u32> {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::relu_magnitude_bits(x);
+    #[allow(unreachable_code)]
+    {
+        relu(x);
+        None
+    }
 }
 
 /// Most positions one pass of the linear layers takes (the matrix layer's inputs): 128 with the
@@ -458,17 +493,26 @@ pub fn quantize_i8(x: &[f32], act_scales: Option<&[f32]>, out: &mut [i8]) -> f32
 /// [`quantize_i8`] into `xq`, then [`widen_input_i8`] of `xq` into `widened`: one pass over
 /// the values with the FPU of the other `cortex-m-dsp` cores than Helium's (`cortex-m-large-
 /// kernels`), where [`quantize_i8`] takes its kernel. The same bytes, words and scale.
+/// `magnitude`, where known, is [`magnitude_bits`] of `x` (as [`relu_magnitude_bits`] gives
+/// it): that kernel then takes it for its scan of `x`.
 #[inline]
-pub fn quantize_widen_i8(x: &[f32], act_scales: Option<&[f32]>, xq: &mut [i8], widened: &mut [u32]) -> f32 {
+pub fn quantize_widen_i8(
+    x: &[f32],
+    act_scales: Option<&[f32]>,
+    magnitude: Option<u32>,
+    xq: &mut [i8],
+    widened: &mut [u32],
+) -> f32 {
     #[cfg(all(
         feature = "cortex-m-dsp",
         feature = "cortex-m-large-kernels",
         target_abi = "eabihf",
         not(feature = "cortex-m-mve")
     ))]
-    if let Some(scale) = fpu::quantize_widen_i8(x, act_scales, xq, widened) {
+    if let Some(scale) = fpu::quantize_widen_i8(x, act_scales, magnitude, xq, widened) {
         return scale;
     }
+    let _ = magnitude;
     let scale = quantize_i8(x, act_scales, xq);
     widen_input_i8(xq, widened);
     scale
@@ -493,6 +537,53 @@ pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
     return fpu::scale_sums_i8(y, row_scales, x_scale);
     #[allow(unreachable_code)]
     portable::scale_sums_i8(y, row_scales, x_scale)
+}
+
+/// [`scale_sums_i8`], then `y += bias` ([`add_assign`]): in one pass with the FPU of the
+/// `cortex-m-dsp` cores other than Helium's. The same bits.
+#[inline]
+pub fn scale_sums_bias_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32, bias: &[f32]) {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::scale_sums_bias_i8(y, row_scales, x_scale, bias);
+    #[allow(unreachable_code)]
+    {
+        scale_sums_i8(y, row_scales, x_scale);
+        add_assign(y, bias);
+    }
+}
+
+/// `h += y` ([`add_assign`]) for `y` the sums in `sums` scaled by [`scale_sums_i8`] and
+/// `bias`, where given, added to them ([`scale_sums_bias_i8`]): in one pass that leaves `sums`
+/// as they are with the FPU of the `cortex-m-dsp` cores other than Helium's, elsewhere `sums`
+/// scaled in place first. The same bits in `h`.
+#[inline]
+pub fn scale_sums_add_i8(
+    sums: &mut [f32],
+    row_scales: &[f32],
+    x_scale: f32,
+    bias: Option<&[f32]>,
+    h: &mut [f32],
+) {
+    #[cfg(all(
+        feature = "cortex-m-dsp",
+        feature = "cortex-m-large-kernels",
+        target_abi = "eabihf",
+        not(feature = "cortex-m-mve")
+    ))]
+    return fpu::scale_sums_add_i8(sums, row_scales, x_scale, bias, h);
+    #[allow(unreachable_code)]
+    {
+        match bias {
+            Some(bias) => scale_sums_bias_i8(sums, row_scales, x_scale, bias),
+            None => scale_sums_i8(sums, row_scales, x_scale),
+        }
+        add_assign(h, sums);
+    }
 }
 
 /// Prepares a quantized input `xq` for [`row_sums_i8`] and [`row_sums_i4`], once per input
@@ -985,6 +1076,27 @@ pub fn round_weights(w: &mut [i32], inverse: f32) -> usize {
     {
         let _ = (w, inverse);
         0
+    }
+}
+
+/// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`: the DSP cores
+/// (not Helium's) start the eight-column kernels' sums from zeros instead of clearing `acc`
+/// first. The same sums.
+#[inline]
+pub fn value_sums_from_zero_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        let done = dsp::value_sums_from_zero_i8(values, stride, weights, acc);
+        if done < acc.len() {
+            acc[done..].fill(0);
+            value_sums_i8(&values[done..], stride, weights, &mut acc[done..]);
+        }
+        return;
+    }
+    #[allow(unreachable_code)]
+    {
+        acc.fill(0);
+        value_sums_i8(values, stride, weights, acc)
     }
 }
 

@@ -426,6 +426,13 @@ pub fn add_assign(y: &mut [f32], x: &[f32]) {
     }
 }
 
+/// `out = a + b` (each `a[i] + b[i]`, in that order: [`add_assign`] of a copy of `a`).
+pub fn add_f32(out: &mut [f32], a: &[f32], b: &[f32]) {
+    for ((o, a), b) in out.iter_mut().zip(a).zip(b) {
+        *o = a + b;
+    }
+}
+
 /// `Σ x`, added in order from `-0.0` (as `Iterator::sum` starts an f32 sum): LayerNorm's first
 /// sum.
 pub fn sum_f32(x: &[f32]) -> f32 {

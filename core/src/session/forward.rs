@@ -249,12 +249,11 @@ impl Session<'_, '_> {
             // content queries q + u (in place), position queries q + v
             let (block_queries, block_queries_pos) =
                 (&mut queries[rows.clone()], &mut position_query[..count * width]);
-            block_queries_pos.copy_from_slice(block_queries);
             for (query, query_pos) in block_queries
                 .chunks_exact_mut(width)
                 .zip(block_queries_pos.chunks_exact_mut(width))
             {
-                vector::add_vector(query_pos, w.r_r_bias);
+                vector::add_vector_into(query_pos, query, w.r_r_bias);
                 vector::add_vector(query, w.r_w_bias);
             }
             let out = &mut attn_vec[rows];
@@ -316,18 +315,24 @@ impl Session<'_, '_> {
                 probe.linear_input(layer, Linear::ONet, a);
             }
             let branch = &mut s.branch[..count * d_model];
-            // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model)
-            product(
-                &w.o_net,
-                (a, width),
-                (branch, d_model),
-                None,
-                count,
-                s.quantized_input,
-            );
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
-            for (h, out) in hidden.chunks_exact_mut(d_model).zip(branch.chunks_exact(d_model)) {
-                kernels::add_assign(h, out);
+            // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model), added
+            // to h (a lone position's in the pass that scales the sums)
+            if count == 1 {
+                let a = (&a[..width], None);
+                matrix::matvec_residual_known(&w.o_net, a, None, branch, hidden, s.quantized_input);
+            } else {
+                product(
+                    &w.o_net,
+                    (a, width),
+                    (branch, d_model),
+                    None,
+                    count,
+                    s.quantized_input,
+                );
+                for (h, out) in hidden.chunks_exact_mut(d_model).zip(branch.chunks_exact(d_model)) {
+                    kernels::add_assign(h, out);
+                }
             }
             if !config.pre_lnorm {
                 let eps = config.layer_norm_epsilon;
@@ -363,39 +368,57 @@ impl Session<'_, '_> {
                 probe.linear_input(layer, Linear::Ff1, x);
             }
             let inner = &mut s.ff_inner[..count * d_inner];
-            // W_1 (d_inner, d_model) @ x (d_model) -> inner (d_inner), each position
-            product(
-                &w.ff1_weight,
-                (x, d_model),
-                (inner, d_inner),
-                None,
-                count,
-                s.quantized_input,
-            );
+            // W_1 (d_inner, d_model) @ x (d_model) + b_1 -> inner (d_inner), each position (a
+            // lone one with the bias added in the pass that scales the sums)
+            if count == 1 {
+                let x = (&x[..d_model], None);
+                matrix::matvec_bias_known(&w.ff1_weight, x, w.ff1_bias, inner, s.quantized_input);
+            } else {
+                product(
+                    &w.ff1_weight,
+                    (x, d_model),
+                    (inner, d_inner),
+                    None,
+                    count,
+                    s.quantized_input,
+                );
+                for inner in inner.chunks_exact_mut(d_inner) {
+                    vector::add_vector(inner, w.ff1_bias);
+                }
+            }
+            // the ReLU's largest output, where its kernel finds it, spares the quantization of
+            // a lone position its scan
+            let mut magnitude = None;
             for inner in inner.chunks_exact_mut(d_inner) {
-                vector::add_vector(inner, w.ff1_bias);
-                kernels::relu(inner);
+                magnitude = kernels::relu_magnitude_bits(inner);
                 probe.linear_input(layer, Linear::Ff2, inner);
             }
             // the attention input is spent: its first rows take the output
             let ff_out = &mut s.attn_input[..count * d_model];
-            // W_2 (d_model, d_inner) @ inner (d_inner) -> ff_out (d_model), each position
-            let ff = (&mut ff_out[..], d_model);
-            product(
-                &w.ff2_weight,
-                (inner, d_inner),
-                ff,
-                None,
-                count,
-                s.quantized_input,
-            );
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
-            for (h, out) in hidden
-                .chunks_exact_mut(d_model)
-                .zip(ff_out.chunks_exact_mut(d_model))
-            {
-                vector::add_vector(out, w.ff2_bias);
-                kernels::add_assign(h, out);
+            // W_2 (d_model, d_inner) @ inner (d_inner) + b_2 -> ff_out (d_model), each position,
+            // added to h (a lone position's in the pass that scales the sums)
+            if count == 1 {
+                let (inner, out) = ((&inner[..d_inner], magnitude), &mut ff_out[..d_model]);
+                let bias = Some(w.ff2_bias);
+                matrix::matvec_residual_known(&w.ff2_weight, inner, bias, out, hidden, s.quantized_input);
+            } else {
+                let ff = (&mut ff_out[..], d_model);
+                product(
+                    &w.ff2_weight,
+                    (inner, d_inner),
+                    ff,
+                    None,
+                    count,
+                    s.quantized_input,
+                );
+                for (h, out) in hidden
+                    .chunks_exact_mut(d_model)
+                    .zip(ff_out.chunks_exact_mut(d_model))
+                {
+                    vector::add_vector(out, w.ff2_bias);
+                    kernels::add_assign(h, out);
+                }
             }
             if !config.pre_lnorm {
                 vector::layer_norm_rows_in_place(hidden, d_model, w.ff_norm_weight, w.ff_norm_bias, eps);

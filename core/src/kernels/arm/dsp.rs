@@ -781,6 +781,23 @@ extern "C" {
         acc: *mut i32,
         passes: usize,
     );
+    /// [`txl_value_sums8_s8_128`] from zeros: `acc[c] = Σ_t weights[t] · value_t[c]` (the sums
+    /// only written).
+    fn txl_value_sums8_zero_s8_128(
+        values: *const i8,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+        passes: usize,
+    );
+    /// [`txl_value_sums8_zero_s8_128`] for values at a stride of 256 bytes.
+    fn txl_value_sums8_zero_s8_256(
+        values: *const i8,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+        passes: usize,
+    );
 }
 
 // Two keys a pass, eight columns, with `SMLAD` taking both keys' products of a column: their two
@@ -798,6 +815,8 @@ extern "C" {
 // Registers: r0 the values, r2 the weights, r4-r11 the sums of columns 0-7, r3 the packed
 // weights, r1/r12/lr the keys' words. The frame keeps the weights' end, the sums' address, the
 // weights' start, the count, and the values' and the passes left of the eight columns after.
+// The `_zero_` kernels load the eight sums of each pass from `txl_value_zeros` instead of the
+// sums' words (a MOVW and a MOVT for their LDR), which spares the caller the sums' clearing.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -847,7 +866,13 @@ global_asm!(
     "smlabb \\a1, r12, r3, \\a1",
     "smlatb \\a3, r12, r3, \\a3",
     ".endm",
-    ".macro txl_value_sums8_fn name, stride",
+    ".section .rodata.txl_value_zeros,\"a\",%progbits",
+    ".p2align 2",
+    "txl_value_zeros:",
+    ".rept 8",
+    ".word 0",
+    ".endr",
+    ".macro txl_value_sums8_fn name, stride, zero",
     ".section .text.\\name,\"ax\",%progbits",
     ".globl \\name",
     ".type \\name,%function",
@@ -862,7 +887,12 @@ global_asm!(
     "ldr r12, [sp, #60]", // the passes of eight columns: above the 36 bytes pushed and the frame
     "strd r0, r12, [sp, #16]",
     "0:", // eight columns
+    ".if \\zero",
+    "movw r3, :lower16:txl_value_zeros",
+    "movt r3, :upper16:txl_value_zeros",
+    ".else",
     "ldr r3, [sp, #4]",
+    ".endif",
     "ldm r3, {{r4-r11}}",
     "ldr r12, [sp, #12]",
     "lsls r12, r12, #31", // N: an odd count; C: an odd number of pairs
@@ -907,9 +937,36 @@ global_asm!(
     "pop {{r4-r11, pc}}",
     ".size \\name, . - \\name",
     ".endm",
-    "txl_value_sums8_fn txl_value_sums8_s8_128, 128",
-    "txl_value_sums8_fn txl_value_sums8_s8_256, 256",
+    "txl_value_sums8_fn txl_value_sums8_s8_128, 128, 0",
+    "txl_value_sums8_fn txl_value_sums8_s8_256, 256, 0",
+    "txl_value_sums8_fn txl_value_sums8_zero_s8_128, 128, 1",
+    "txl_value_sums8_fn txl_value_sums8_zero_s8_256, 256, 1",
 );
+
+/// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`, where the eight-column
+/// kernels take the values (128 or 256 bytes apart, at least one key and eight columns): the
+/// columns it set (a multiple of eight; the caller sets the rest), else 0 with nothing written.
+pub fn value_sums_from_zero_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) -> usize {
+    let count = weights.len();
+    type Eights = unsafe extern "C" fn(*const i8, *const i32, usize, *mut i32, usize);
+    let eights: Option<Eights> = match stride {
+        128 => Some(txl_value_sums8_zero_s8_128),
+        256 => Some(txl_value_sums8_zero_s8_256),
+        _ => None,
+    };
+    let passes = acc.len() / 8;
+    let (Some(kernel), true, true) = (eights, passes > 0, count > 0) else {
+        return 0;
+    };
+    let last_end = (count - 1) * stride + 8 * passes;
+    assert!(last_end <= values.len(), "value rows out of bounds");
+    // SAFETY: as in `value_sums_i8`: the kernel reads the words at `c + t * stride` for
+    // `c < 8 * passes` and `t < count`, all inside `values` (checked above), and `count`
+    // weights, and writes the first `8 * passes` sums of `acc` (reading none of them); it
+    // preserves the callee-saved registers and the stack pointer (AAPCS).
+    unsafe { kernel(values.as_ptr(), weights.as_ptr(), count, acc.as_mut_ptr(), passes) };
+    8 * passes
+}
 
 /// Attention's probability · value sums over int8 values: `acc[c] += Σ_t weights[t] ·
 /// value_t[c]` for the first `4 * (acc.len() / 4)` columns (value `t` at `values[t * stride..]`,
