@@ -177,7 +177,7 @@ fn cluster_logits(
         *slot = &mut row[tokens.clone()];
         count += 1;
     }
-    if count == 1 {
+    if kernels::LONE_POSITION_PASSES && count == 1 {
         // one position: the bias added in the pass that scales the sums
         let x = (xs[0], None);
         return matrix::matvec_bias_known(&weight, x, bias, &mut *outs[0], scratch);

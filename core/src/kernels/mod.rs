@@ -539,6 +539,16 @@ pub fn scale_sums_i8(y: &mut [f32], row_scales: &[f32], x_scale: f32) {
     portable::scale_sums_i8(y, row_scales, x_scale)
 }
 
+/// Whether a lone position's matrix products take their own path (`matrix::matvec_bias_known`,
+/// `matrix::matvec_residual_known`: its bias and residual in the pass that scales the sums,
+/// where [`scale_sums_bias_i8`] and [`scale_sums_add_i8`] have kernels): every build but the
+/// `cortex-m-dsp` ones for size (without `cortex-m-large-kernels`), which keep one path for any
+/// number of positions.
+pub const LONE_POSITION_PASSES: bool = !cfg!(all(
+    feature = "cortex-m-dsp",
+    not(feature = "cortex-m-large-kernels")
+));
+
 /// [`scale_sums_i8`], then `y += bias` ([`add_assign`]): in one pass with the FPU of the
 /// `cortex-m-dsp` cores other than Helium's. The same bits.
 #[inline]

@@ -318,7 +318,7 @@ impl Session<'_, '_> {
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
             // o_net (d_model, n_head * d_head) @ a (n_head * d_head) -> branch (d_model), added
             // to h (a lone position's in the pass that scales the sums)
-            if count == 1 {
+            if kernels::LONE_POSITION_PASSES && count == 1 {
                 let a = (&a[..width], None);
                 matrix::matvec_residual_known(&w.o_net, a, None, branch, hidden, s.quantized_input);
             } else {
@@ -370,7 +370,7 @@ impl Session<'_, '_> {
             let inner = &mut s.ff_inner[..count * d_inner];
             // W_1 (d_inner, d_model) @ x (d_model) + b_1 -> inner (d_inner), each position (a
             // lone one with the bias added in the pass that scales the sums)
-            if count == 1 {
+            if kernels::LONE_POSITION_PASSES && count == 1 {
                 let x = (&x[..d_model], None);
                 matrix::matvec_bias_known(&w.ff1_weight, x, w.ff1_bias, inner, s.quantized_input);
             } else {
@@ -398,7 +398,7 @@ impl Session<'_, '_> {
             let hidden = &mut s.hidden[i * d_model..(i + count) * d_model];
             // W_2 (d_model, d_inner) @ inner (d_inner) + b_2 -> ff_out (d_model), each position,
             // added to h (a lone position's in the pass that scales the sums)
-            if count == 1 {
+            if kernels::LONE_POSITION_PASSES && count == 1 {
                 let (inner, out) = ((&inner[..d_inner], magnitude), &mut ff_out[..d_model]);
                 let bias = Some(w.ff2_bias);
                 matrix::matvec_residual_known(&w.ff2_weight, inner, bias, out, hidden, s.quantized_input);
