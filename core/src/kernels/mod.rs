@@ -76,6 +76,8 @@ use x86_64::{amx, avx, avx512, avx512_attention, fma, vnni, vnni_panel};
 
 #[cfg(feature = "cortex-m-dsp")]
 use arm::dsp;
+#[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+use arm::dsp_integer;
 #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
 use arm::fpu;
 #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
@@ -1208,11 +1210,14 @@ pub fn softmax_exps_f32(values: &mut [f32], max: f32) {
 pub const INTEGER_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
 
 /// `x[i] = integer::act_shift(x[i], act[i], biased_top)` in place for each `i` (as many as
-/// the shorter); the largest magnitude after. Helium four values an instruction.
+/// the shorter); the largest magnitude after. Helium four values an instruction, DSP one at a
+/// time.
 #[inline]
 pub fn act_shifts_i32(x: &mut [i32], act: &[f32], biased_top: u32) -> Option<u32> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::act_shift(x, act, biased_top));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return Some(dsp_integer::act_shift(x, act, biased_top));
     #[allow(unreachable_code)]
     {
         let _ = (x, act, biased_top);
@@ -1239,8 +1244,8 @@ pub fn quantize_wide_i32(x: &[i32], out: &mut [i8], wide: i32) -> bool {
 
 /// `y[i] = apply(scales[i].to_bits(), y[i])` for each `i`, `apply` being
 /// `fixed_point::ScaledByBits::apply` of a rescale of mantissa `sm` and `k` in `33..=254`:
-/// Helium four rows an instruction where one `VRMULH` gives the exact rounding, `apply` for
-/// the others. False where no kernel ran (`y` as it was).
+/// Helium four rows an instruction where one `VRMULH` gives the exact rounding, DSP a row a
+/// `SMMULR`, `apply` for the others. False where no kernel ran (`y` as it was).
 #[inline]
 pub fn scaled_by_bits_i32(
     scales: &[f32],
@@ -1251,6 +1256,11 @@ pub fn scaled_by_bits_i32(
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         helium::scaled_by_bits(scales, y, sm, k, apply);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::scaled_by_bits(scales, y, sm, k, apply);
         return true;
     }
     #[allow(unreachable_code)]
@@ -1368,11 +1378,14 @@ pub fn attention_scores_i32(
 
 /// `scores[i] = fixed_point::exp_neg(integer::to_exp_input(largest, scores[i], frac))` for each
 /// score, `frac` in `0..=24`, `table` being `fixed_point::EXP2_TABLE`; their sum. Helium four
-/// scores an instruction; `None` where no kernel ran (`scores` as they were).
+/// scores an instruction, DSP one at a time; `None` where no kernel ran (`scores` as they
+/// were).
 #[inline]
 pub fn exp_scores_i32(scores: &mut [i32], largest: i32, frac: u32, table: &[u32; 257]) -> Option<u64> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::exp_scores(scores, largest, frac, table));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return (frac <= 24).then(|| dsp_integer::exp_scores(scores, largest, frac, table));
     #[allow(unreachable_code)]
     {
         let _ = (scores, largest, frac, table);
