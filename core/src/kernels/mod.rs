@@ -40,7 +40,7 @@
 //! | [`sum_f32`], [`squared_deviations_f32`], [`normalize_f32`] | | FPU `fpu::{sum_f32, squared_deviations_f32, normalize_f32}` | | |
 //! | [`add_assign`], [`relu`] | | FPU builds `fpu::{add_assign, relu}` | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, scores, exp_scores}` | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
@@ -1209,6 +1209,10 @@ pub fn softmax_exps_f32(values: &mut [f32], max: f32) {
 /// Whether this build has kernels for the integer arithmetic's per-value passes (Helium).
 pub const INTEGER_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
 
+/// Whether this build has a kernel for the attention scores ([`attention_scores_i32`]: Helium's,
+/// and the DSP extension's a key at a time).
+pub const INTEGER_SCORES: bool = cfg!(feature = "cortex-m-dsp");
+
 /// `x[i] = integer::act_shift(x[i], act[i], biased_top)` in place for each `i` (as many as
 /// the shorter); the largest magnitude after. Helium four values an instruction, DSP one at a
 /// time.
@@ -1358,8 +1362,8 @@ pub fn query_pack_i32(qb: &[i32], words: &mut [u32], e: u32) -> usize {
 /// `integer::attention_score_of_small` of each key in place (`scores[i]` its content sum,
 /// `ce[i]` its power of two, `position[i]` and `pe[i]` the position sum's), for the rescale
 /// of `mantissa` and `shift` at `e = 0`; the largest score. Helium four keys an instruction
-/// where one `VRMULH` gives the exact rounding, `slow(i, score)` (the scalar definition) for
-/// the others; at most 64 keys. `None` where no kernel ran.
+/// where one `VRMULH` gives the exact rounding, DSP a key a `SMMULR`, `slow(i, score)` (the
+/// scalar definition) for the others; at most 64 keys. `None` where no kernel ran.
 #[inline]
 pub fn attention_scores_i32(
     scores: &mut [i32],
@@ -1369,6 +1373,8 @@ pub fn attention_scores_i32(
 ) -> Option<i32> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::scores(scores, exponents, rescale, slow));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return Some(dsp_integer::scores(scores, exponents, rescale, slow));
     #[allow(unreachable_code)]
     {
         let _ = (scores, exponents, rescale, slow);

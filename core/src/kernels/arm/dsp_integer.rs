@@ -118,6 +118,150 @@ global_asm!(
     ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
 );
 
+/// `integer::attention_score_of_small` of each key in place (`scores[i]` its content sum,
+/// `ce[i]` its power of two, `position[i]` and `pe[i]` the position sum's), for the rescale
+/// `mantissa · 2^-(shift - e)`; returns the largest score. The usual key in the kernel, one
+/// `SMMULR`; `slow(i, content)` (the scalar definition) for the others. As many keys as the
+/// shortest slice; the same values.
+pub fn scores(
+    scores: &mut [i32],
+    (ce, position, pe): (&[i32], &[i32], &[i32]),
+    (mantissa, shift): (u32, i32),
+    slow: impl Fn(usize, i32) -> i32,
+) -> i32 {
+    let n = scores.len().min(ce.len()).min(position.len()).min(pe.len());
+    let scores = &mut scores[..n];
+    // `m`, `32 - C` and the largest score so far
+    let mut parameters = [mantissa as i32, 32i32.wrapping_sub(shift), i32::MIN];
+    let mut i = 0;
+    while i < n {
+        // SAFETY: `i < n`, so the four slices hold `n - i ≥ 1` values from `i` on; the kernel
+        // reads those of `ce`, `position` and `pe`, reads and writes those of `scores` before
+        // the one it returns at, reads and writes the three parameters, and restores the
+        // registers it saves.
+        let done = unsafe {
+            txl_scores_dsp(
+                scores[i..].as_mut_ptr(),
+                ce[i..].as_ptr(),
+                position[i..].as_ptr(),
+                pe[i..].as_ptr(),
+                n - i,
+                parameters.as_mut_ptr(),
+            )
+        };
+        i += done;
+        if i < n {
+            scores[i] = slow(i, scores[i]);
+            parameters[2] = parameters[2].max(scores[i]);
+            i += 1;
+        }
+    }
+    parameters[2]
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`) in order, with `e = min(ce[i], pe[i])`, `a = ce[i] - e`,
+    /// `b = pe[i] - e`: while `a, b ≤ 3`, the shift `s = C - e` is in `1..=32` (`parameters[1]`
+    /// is `32 - C`) and the sum `x = (scores[i] << a) + (position[i] << b)` keeps its bits
+    /// shifted left by `max(0, 17 - s)`, `scores[i] = round(x m / 2^s)` (halves up,
+    /// `m = parameters[0]`), `parameters[2]` the largest of them and itself; returns the index
+    /// of the first key it leaves (`n` for none), that key unchanged.
+    fn txl_scores_dsp(
+        scores: *mut i32,
+        ce: *const i32,
+        position: *const i32,
+        pe: *const i32,
+        n: usize,
+        parameters: *mut i32,
+    ) -> usize;
+}
+
+// `attention_score_of_small`'s usual path: `d = ce - pe`; for `d ≥ 0`, `e = pe` and the content
+// sum shifted left by `d`, else `e = ce` and the position sum by `-d` (at most 3: both sums
+// are below `2^27` in magnitude, so their sum fits); then [`txl_scaled_by_bits_dsp`]'s exact
+// rounding for `v = 32 - s = (32 - C) + e`. The usual key (`v` in `16..=31`): 26 instructions.
+// Registers: r0-r3 the slices, r4 `ce`, then `e`, r5 `pe`, r6 the content sum, then the sum and
+// the score, r7 the position sum, then the shifted sum, r8 `d`, then `a` and `m · 2^15`, r9
+// `32 - C`, r10 `m`, r11 the largest score, r12 `v`, lr the keys left; the count and the
+// parameters' address on the stack.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_scores_dsp,\"ax\",%progbits",
+    ".globl txl_scores_dsp",
+    ".type txl_scores_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scores_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "sub sp, #4",
+    "ldr lr, [sp, #40]",
+    "ldr r12, [sp, #44]",
+    "ldr r10, [r12]",
+    "ldr r9, [r12, #4]",
+    "ldr r11, [r12, #8]",
+    "str lr, [sp]",
+    "1:",
+    "ldr r4, [r1], #4",
+    "ldr r5, [r3], #4",
+    "ldr r6, [r0]",
+    "ldr r7, [r2], #4",
+    "subs r8, r4, r5",
+    "blt 4f",
+    // `ce ≥ pe`: `e = pe`, the content sum shifted
+    "cmp r8, #3",
+    "bhi 9f",
+    "lsl r6, r6, r8",
+    "add r6, r6, r7",
+    "add r12, r9, r5", // v
+    "5:",
+    "subs r8, r12, #15", // a
+    "ble 6f",
+    // `v` in `16..=31`, a sum that keeps its bits shifted by `a = v - 15`
+    "cmp r8, #16",
+    "bhi 9f",
+    "lsl r7, r6, r8",
+    "asr r12, r7, r8",
+    "cmp r12, r6",
+    "bne 9f",
+    "lsl r8, r10, #15",
+    "smmulr r6, r7, r8",
+    "7:",
+    "str r6, [r0], #4",
+    "cmp r6, r11",
+    "it gt",
+    "movgt r11, r6",
+    "subs lr, lr, #1",
+    "bne 1b",
+    "b 9f",
+    // `ce < pe`: `e = ce`, the position sum shifted
+    "4:",
+    "rsb r8, r8, #0",
+    "cmp r8, #3",
+    "bhi 9f",
+    "lsl r7, r7, r8",
+    "add r6, r6, r7",
+    "add r12, r9, r4", // v
+    "b 5b",
+    // `v` below 16: in `0..=15`
+    "6:",
+    "cmp r12, #15",
+    "bhi 9f",
+    "lsl r8, r10, r12",
+    "smmulr r6, r6, r8",
+    "b 7b",
+    // the key is the caller's (`lr` keys left), or none is left
+    "9:",
+    "ldr r0, [sp]",
+    "sub r0, r0, lr",
+    "ldr r12, [sp, #44]",
+    "str r11, [r12, #8]",
+    "add sp, #4",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
+    ".size txl_scores_dsp, . - txl_scores_dsp",
+);
+
 /// [`act_shift`](crate::integer::act_shift)`(x[i], act[i], biased_top)` in place for each `i`
 /// (as many as the shorter of the two); returns the largest magnitude after. The same values.
 pub fn act_shift(x: &mut [i32], act: &[f32], biased_top: u32) -> u32 {
