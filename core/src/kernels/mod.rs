@@ -40,7 +40,7 @@
 //! | [`sum_f32`], [`squared_deviations_f32`], [`normalize_f32`] | | FPU `fpu::{sum_f32, squared_deviations_f32, normalize_f32}` | | |
 //! | [`add_assign`], [`relu`] | | FPU builds `fpu::{add_assign, relu}` | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, scores, exp_scores}` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, scores, exp_scores}` | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
@@ -1209,6 +1209,10 @@ pub fn softmax_exps_f32(values: &mut [f32], max: f32) {
 /// Whether this build has kernels for the integer arithmetic's per-value passes (Helium).
 pub const INTEGER_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
 
+/// Whether this build has a kernel for the integer LayerNorm's last step ([`layer_norm_i32`]:
+/// Helium's, and the DSP extension's a value at a time).
+pub const INTEGER_LAYER_NORM: bool = cfg!(feature = "cortex-m-dsp");
+
 /// Whether this build has a kernel for the attention scores ([`attention_scores_i32`]: Helium's,
 /// and the DSP extension's a key at a time).
 pub const INTEGER_SCORES: bool = cfg!(feature = "cortex-m-dsp");
@@ -1276,7 +1280,8 @@ pub fn scaled_by_bits_i32(
 
 /// The integer LayerNorm's last step: `out[i] = finish(gains[i], apply(gains[i] & 0x7FFF_FFFF,
 /// (x[i] << shift) - mean), biases[i])` for each `i`, `apply` as in [`scaled_by_bits_i32`].
-/// Helium four values an instruction; false where no kernel ran (`out` as it was).
+/// Helium four values an instruction, DSP one at a time; false where no kernel ran (`out` as it
+/// was).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn layer_norm_i32(
@@ -1292,6 +1297,11 @@ pub fn layer_norm_i32(
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         helium::layer_norm(x, gains, biases, out, deviations, rescale, apply, finish);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::layer_norm(x, gains, biases, out, deviations, rescale, apply, finish);
         return true;
     }
     #[allow(unreachable_code)]

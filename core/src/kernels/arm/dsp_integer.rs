@@ -418,3 +418,145 @@ global_asm!(
     "b 2b",
     ".size txl_exp_scores_dsp, . - txl_exp_scores_dsp",
 );
+
+/// The integer LayerNorm's last step: `out[i] = finish(gains[i], apply(gains[i] & 0x7FFF_FFFF,
+/// (x[i] << shift) - mean), biases[i])` for each `i` (as many as the shortest slice), `apply`
+/// being `fixed_point::ScaledByBits::apply` of a rescale of mantissa `sm` and `k` in
+/// `33..=254`, `finish` the sign and the saturating bias; every `(x[i] << shift) - mean` within
+/// `i32`. The usual value in the kernel, one `SMMULR` and a `QADD`; the scalar steps for the
+/// others. The same values.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm(
+    x: &[i32],
+    gains: &[u32],
+    biases: &[i32],
+    out: &mut [i32],
+    (shift, mean): (u32, i32),
+    (sm, k): (u32, i32),
+    apply: impl Fn(u32, i32) -> i32,
+    finish: impl Fn(u32, i32, i32) -> i32,
+) {
+    let n = x.len().min(gains.len()).min(biases.len()).min(out.len());
+    let (x, gains, biases, out) = (&x[..n], &gains[..n], &biases[..n], &mut out[..n]);
+    // `sm`, `32 - k`, the shift and the mean
+    let parameters = [sm as i32, 32 - k, shift as i32, mean];
+    let mut i = 0;
+    while i < n {
+        // SAFETY: `i < n`, so the four slices hold `n - i ≥ 1` values from `i` on; the kernel
+        // reads those of `x`, `gains` and `biases`, writes those of `out` before the one it
+        // returns at, reads the four parameters, and restores the registers it saves.
+        let done = unsafe {
+            txl_layer_norm_dsp(
+                x[i..].as_ptr(),
+                gains[i..].as_ptr(),
+                biases[i..].as_ptr(),
+                out[i..].as_mut_ptr(),
+                n - i,
+                parameters.as_ptr(),
+            )
+        };
+        i += done;
+        if i < n {
+            let deviation = (x[i] << shift) - mean;
+            out[i] = finish(gains[i], apply(gains[i] & 0x7FFF_FFFF, deviation), biases[i]);
+            i += 1;
+        }
+    }
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`) in order: `out[i] = QADD(±round(d m / 2^s), biases[i])` for the
+    /// deviation `d = (x[i] << shift) - mean`, the rescale `m · 2^-s` that `ScaledByBits::apply`
+    /// makes of `gains[i]`'s magnitude and the scale of mantissa `sm`, and the gain's sign,
+    /// while `s` is in `1..=32` and the deviation keeps its bits once shifted; returns the
+    /// index of the first value it leaves (`n` for none). `parameters` is `[sm, 32 - k, shift,
+    /// mean]`.
+    fn txl_layer_norm_dsp(
+        x: *const i32,
+        gains: *const u32,
+        biases: *const i32,
+        out: *mut i32,
+        n: usize,
+        parameters: *const i32,
+    ) -> usize;
+}
+
+// [`txl_scaled_by_bits_dsp`]'s rescale of the deviation by the gain's magnitude (its biased
+// exponent by `UBFX`, without the sign), then the sign (`(y ^ s) - s` for `s` the gain's sign
+// spread, exact: `|y| < 2^30`) and the bias by `QADD`, the saturating sum `finish` makes. The
+// usual value (`v` in `16..=31`): 33 instructions. Registers: r0 the values, r1 the gains, r2
+// the biases, r3 the output, r4 the gain's bits, r5 the deviation, then the result, r6 `p`, then
+// `m`, r7 `lz`, then `a` and a check, r8 `32 - k`, r9 `sm`, r10 the shift, r11 the mean, r12 a
+// shift, then `v`, the shifted deviation and the bias, lr the values left; the count and the
+// parameters' address on the stack.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_layer_norm_dsp,\"ax\",%progbits",
+    ".globl txl_layer_norm_dsp",
+    ".type txl_layer_norm_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_layer_norm_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "sub sp, #4",
+    "ldr lr, [sp, #40]",
+    "ldr r12, [sp, #44]",
+    "ldm r12, {{r8, r9, r10, r11}}",
+    "mov r12, r8",
+    "mov r8, r9",
+    "mov r9, r12",
+    "str lr, [sp]",
+    "1:",
+    "ldr r4, [r1], #4",
+    "ldr r5, [r0], #4",
+    "lsl r5, r5, r10",
+    "sub r5, r5, r11", // the deviation
+    "ubfx r6, r4, #0, #23",
+    "add r6, r6, #0x00800080",
+    "lsrs r6, r6, #8",
+    "mul r6, r6, r9", // p
+    "clz r7, r6",     // lz
+    "rsb r12, r7, #16",
+    "lsr r6, r6, r12",
+    "adds r6, r6, #1",
+    "lsrs r6, r6, #1", // m
+    "ubfx r12, r4, #23, #8",
+    "add r12, r12, r8",
+    "sub r12, r12, r7",  // v
+    "subs r7, r12, #15", // a
+    "ble 4f",
+    // `v` in `16..=31`, a deviation that keeps its bits shifted by `a = v - 15`
+    "cmp r7, #16",
+    "bhi 9f",
+    "lsl r12, r5, r7",
+    "asr r7, r12, r7",
+    "cmp r7, r5",
+    "bne 9f",
+    "lsl r6, r6, #15",
+    "smmulr r5, r12, r6",
+    "5:",
+    "eor r5, r5, r4, asr #31",
+    "sub r5, r5, r4, asr #31",
+    "ldr r12, [r2], #4",
+    "qadd r5, r5, r12",
+    "str r5, [r3], #4",
+    "subs lr, lr, #1",
+    "bne 1b",
+    "b 9f",
+    // `v` below 16: in `0..=15`
+    "4:",
+    "cmp r12, #15",
+    "bhi 9f",
+    "lsl r6, r6, r12",
+    "smmulr r5, r5, r6",
+    "b 5b",
+    // the value is the caller's (`lr` values left), or none is left
+    "9:",
+    "ldr r0, [sp]",
+    "sub r0, r0, lr",
+    "add sp, #4",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
+    ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
+);
