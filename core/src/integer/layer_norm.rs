@@ -140,7 +140,7 @@ pub fn layer_norm_of_bit_slices(
     let (k, mean) = (stats.k, stats.mean);
     // a kernel's four values an instruction where there is one, the same bits
     let rows = ScaledByBits::new(stats.inverse).row_parameters();
-    if let (true, Some(rows)) = (kernels::INTEGER_PASSES, rows) {
+    if let (true, Some(rows)) = (kernels::INTEGER_LAYER_NORM, rows) {
         let inverse = ScaledByBits::new(stats.inverse);
         let apply = |bits: u32, v: i32| inverse.apply_out_of_line(bits, v);
         let finish = signed_plus_bias;

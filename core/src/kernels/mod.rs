@@ -41,7 +41,7 @@
 //! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, scores, exp_scores}` | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
@@ -77,6 +77,8 @@ use x86_64::{amx, avx, avx512, avx512_attention, fma, vnni, vnni_panel};
 
 #[cfg(feature = "cortex-m-dsp")]
 use arm::dsp;
+#[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+use arm::dsp_integer;
 #[cfg(all(feature = "cortex-m-dsp", target_abi = "eabihf"))]
 use arm::fpu;
 #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
@@ -1329,12 +1331,23 @@ pub fn softmax_exps_f32(values: &mut [f32], max: f32) {
 /// Whether this build has kernels for the integer arithmetic's per-value passes (Helium).
 pub const INTEGER_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
 
+/// Whether this build has a kernel for the integer LayerNorm's last step ([`layer_norm_i32`]:
+/// Helium's, and the DSP extension's a value at a time).
+pub const INTEGER_LAYER_NORM: bool = cfg!(feature = "cortex-m-dsp");
+
+/// Whether this build has a kernel for the attention scores ([`attention_scores_i32`]: Helium's,
+/// and the DSP extension's a key at a time).
+pub const INTEGER_SCORES: bool = cfg!(feature = "cortex-m-dsp");
+
 /// `x[i] = integer::act_shift(x[i], act[i], biased_top)` in place for each `i` (as many as
-/// the shorter); the largest magnitude after. Helium four values an instruction.
+/// the shorter); the largest magnitude after. Helium four values an instruction, DSP one at a
+/// time.
 #[inline]
 pub fn act_shifts_i32(x: &mut [i32], act: &[f32], biased_top: u32) -> Option<u32> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::act_shift(x, act, biased_top));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return Some(dsp_integer::act_shift(x, act, biased_top));
     #[allow(unreachable_code)]
     {
         let _ = (x, act, biased_top);
@@ -1361,8 +1374,8 @@ pub fn quantize_wide_i32(x: &[i32], out: &mut [i8], wide: i32) -> bool {
 
 /// `y[i] = apply(scales[i].to_bits(), y[i])` for each `i`, `apply` being
 /// `fixed_point::ScaledByBits::apply` of a rescale of mantissa `sm` and `k` in `33..=254`:
-/// Helium four rows an instruction where one `VRMULH` gives the exact rounding, `apply` for
-/// the others. False where no kernel ran (`y` as it was).
+/// Helium four rows an instruction where one `VRMULH` gives the exact rounding, DSP a row a
+/// `SMMULR`, `apply` for the others. False where no kernel ran (`y` as it was).
 #[inline]
 pub fn scaled_by_bits_i32(
     scales: &[f32],
@@ -1375,6 +1388,11 @@ pub fn scaled_by_bits_i32(
         helium::scaled_by_bits(scales, y, sm, k, apply);
         return true;
     }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::scaled_by_bits(scales, y, sm, k, apply);
+        return true;
+    }
     #[allow(unreachable_code)]
     {
         let _ = (scales, y, sm, k, apply);
@@ -1384,7 +1402,8 @@ pub fn scaled_by_bits_i32(
 
 /// The integer LayerNorm's last step: `out[i] = finish(gains[i], apply(gains[i] & 0x7FFF_FFFF,
 /// (x[i] << shift) - mean), biases[i])` for each `i`, `apply` as in [`scaled_by_bits_i32`].
-/// Helium four values an instruction; false where no kernel ran (`out` as it was).
+/// Helium four values an instruction, DSP one at a time; false where no kernel ran (`out` as it
+/// was).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn layer_norm_i32(
@@ -1400,6 +1419,11 @@ pub fn layer_norm_i32(
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         helium::layer_norm(x, gains, biases, out, deviations, rescale, apply, finish);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::layer_norm(x, gains, biases, out, deviations, rescale, apply, finish);
         return true;
     }
     #[allow(unreachable_code)]
@@ -1470,8 +1494,8 @@ pub fn query_pack_i32(qb: &[i32], words: &mut [u32], e: u32) -> usize {
 /// `integer::attention_score_of_small` of each key in place (`scores[i]` its content sum,
 /// `ce[i]` its power of two, `position[i]` and `pe[i]` the position sum's), for the rescale
 /// of `mantissa` and `shift` at `e = 0`; the largest score. Helium four keys an instruction
-/// where one `VRMULH` gives the exact rounding, `slow(i, score)` (the scalar definition) for
-/// the others; at most 64 keys. `None` where no kernel ran.
+/// where one `VRMULH` gives the exact rounding, DSP a key a `SMMULR`, `slow(i, score)` (the
+/// scalar definition) for the others; at most 64 keys. `None` where no kernel ran.
 #[inline]
 pub fn attention_scores_i32(
     scores: &mut [i32],
@@ -1481,6 +1505,8 @@ pub fn attention_scores_i32(
 ) -> Option<i32> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::scores(scores, exponents, rescale, slow));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return Some(dsp_integer::scores(scores, exponents, rescale, slow));
     #[allow(unreachable_code)]
     {
         let _ = (scores, exponents, rescale, slow);
@@ -1490,11 +1516,14 @@ pub fn attention_scores_i32(
 
 /// `scores[i] = fixed_point::exp_neg(integer::to_exp_input(largest, scores[i], frac))` for each
 /// score, `frac` in `0..=24`, `table` being `fixed_point::EXP2_TABLE`; their sum. Helium four
-/// scores an instruction; `None` where no kernel ran (`scores` as they were).
+/// scores an instruction, DSP one at a time; `None` where no kernel ran (`scores` as they
+/// were).
 #[inline]
 pub fn exp_scores_i32(scores: &mut [i32], largest: i32, frac: u32, table: &[u32; 257]) -> Option<u64> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::exp_scores(scores, largest, frac, table));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return (frac <= 24).then(|| dsp_integer::exp_scores(scores, largest, frac, table));
     #[allow(unreachable_code)]
     {
         let _ = (scores, largest, frac, table);

@@ -462,6 +462,7 @@ fn head_scores(
     memory: &crate::memory::Memory,
     (layer, head, lo, nearest): (usize, usize, usize, usize),
     scores: &mut [i32],
+    [ces, poss, pes]: &mut Gathered,
     (positions, exponents, row): (&[i32], &[u8], usize),
     (ce, pe): (i32, i32),
     (inv_sqrt_d_head, frac, wide): (Rescale, u32, bool),
@@ -472,33 +473,29 @@ fn head_scores(
     }
     let far = positions.len() - 1;
     let exponents = &exponents[..=far * row];
-    // key `t`'s distance before the clamp, one less each key
-    let mut distance = nearest;
     let (ring, heads, mut at) = memory
         .exponent_ring(true, (layer, head), lo, scores.len())
         .unwrap_or((&[0.0], 0, 0));
-    // the next key's power of two (with the query's) and its position sum and power of two: the
-    // ring's exponents walked by index
-    let mut next_key = || {
-        let ke = ring[at].to_bits() as i32;
-        at += heads;
-        if at >= ring.len() {
-            at -= ring.len();
-        }
-        let d = distance.min(far);
-        distance = distance.wrapping_sub(1); // (past the last key unused)
-        (ce + ke, positions[d], pe + exponents[d * row] as i32)
-    };
     // with a kernel: the keys' powers of two and position sums gathered 64 at a time, then
-    // their scores four keys an instruction (the same values)
-    if kernels::INTEGER_PASSES && !wide {
+    // their scores by the kernel (the same values)
+    if kernels::INTEGER_SCORES && !wide && heads > 0 {
         // the rescale's shift for `e = 0`
         let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
-        let (mut ces, mut poss, mut pes) = ([0i32; 64], [0i32; 64], [0i32; 64]);
-        for chunk in scores.chunks_mut(64) {
+        // the ring's exponents walked by index, the distances one less each key
+        let (len, mut at, mut distance) = (ring.len(), at, nearest);
+        for chunk in scores.chunks_mut(GATHERED) {
             let n = chunk.len();
-            for ((c, p), e) in ces[..n].iter_mut().zip(&mut poss[..n]).zip(&mut pes[..n]) {
-                (*c, *p, *e) = next_key();
+            for c in ces[..n].iter_mut() {
+                *c = ce + ring[at].to_bits() as i32;
+                at += heads;
+                if at >= len {
+                    at -= len;
+                }
+            }
+            for (p, e) in poss[..n].iter_mut().zip(&mut pes[..n]) {
+                let d = distance.min(far);
+                distance = distance.wrapping_sub(1); // (past the last key unused)
+                (*p, *e) = (positions[d], pe + exponents[d * row] as i32);
             }
             let (ces, poss, pes) = (&ces[..n], &poss[..n], &pes[..n]);
             let slow = |i: usize, content: i32| {
@@ -511,6 +508,20 @@ fn head_scores(
         }
         return largest;
     }
+    // key `t`'s distance before the clamp, one less each key
+    let mut distance = nearest;
+    // the next key's power of two (with the query's) and its position sum and power of two: the
+    // ring's exponents walked by index
+    let mut next_key = || {
+        let ke = ring[at].to_bits() as i32;
+        at += heads;
+        if at >= ring.len() {
+            at -= ring.len();
+        }
+        let d = distance.min(far);
+        distance = distance.wrapping_sub(1); // (past the last key unused)
+        (ce + ke, positions[d], pe + exponents[d * row] as i32)
+    };
     for score in scores.iter_mut() {
         let (key, position, position_exponent) = next_key();
         let (content, position) = ((*score, key), (position, position_exponent));
@@ -523,6 +534,13 @@ fn head_scores(
     }
     largest
 }
+
+/// Keys a pass of [`head_scores`]' kernel takes: 64 where there is one, else none.
+const GATHERED: usize = if kernels::INTEGER_SCORES { 64 } else { 0 };
+
+/// The keys' powers of two, position sums and their powers of two that [`head_scores`] gathers
+/// for its kernel: made once for all the heads of a query.
+type Gathered = [[i32; GATHERED]; 3];
 
 /// `scores` (keys `lo..` of `layer`'s head `head`, `largest` the largest of them) as their
 /// probabilities ([`softmax_exp_in_place`](crate::integer::softmax_exp_in_place) and
@@ -788,6 +806,7 @@ impl Session<'_, '_> {
         let (second, words) = rest.split_at_mut(capacity);
         let query: &[i32] = bytemuck::cast_slice(&s.queries[i * width..(i + 1) * width]);
         let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
+        let mut gathered: Gathered = [[0; GATHERED]; 3];
         for head in 0..shape.n_head {
             let cols = head * d_head..(head + 1) * d_head;
             let q = &query[cols.clone()];
@@ -812,6 +831,7 @@ impl Session<'_, '_> {
                     &self.memory,
                     (layer, head, lo, shape.mlen + i - lo),
                     &mut sums[lo..=hi],
+                    &mut gathered,
                     (&second[..=far], &keys[width + head..], row),
                     (ce, pe),
                     (inv_sqrt_d_head, frac, top as u64 * 128 * d_head as u64 >= 1 << 27),

@@ -5,6 +5,8 @@
 //!   int8 rows four at a time.
 //! - `dsp.rs`: the DSP extension (Armv7E-M: Cortex-M4, M7; Armv8-M Mainline with DSP: M33,
 //!   M55): int8 and int4 rows and the int8 attention's sums with `SMLAD`.
+//! - `dsp_integer.rs`: the DSP extension without Helium: the integer arithmetic's per-value
+//!   passes, a rescale a `SMMULR`.
 //! - `fpu.rs`: the single-precision FPU (target ABI `eabihf`): f32 and f16 rows four at a time,
 //!   weighted rows, f16 widened by `VCVTB`/`VCVTT`.
 //! - `helium.rs`: Helium, the M-profile Vector Extension (Cortex-M55, M85; feature
@@ -15,6 +17,8 @@
 pub mod base;
 #[cfg(feature = "cortex-m-dsp")]
 pub mod dsp;
+#[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+pub mod dsp_integer;
 #[cfg(target_abi = "eabihf")]
 pub mod fpu;
 #[cfg(feature = "cortex-m-mve")]

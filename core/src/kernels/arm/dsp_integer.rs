@@ -1,0 +1,562 @@
+//! The integer arithmetic's per-value passes on cores with the DSP extension and no Helium
+//! (Cortex-M4, M7, M33), enabled by the `cortex-m-dsp` feature: one value a few instructions in
+//! place of the scalar definition's general code, the same bits.
+//!
+//! `SMMULR` is the rounded high word of a signed 32 × 32-bit product, `⌊(a b + 2^31) / 2^32⌋`:
+//! for a rescale `m · 2^-s` of a shift `s ≤ 32`, `SMMULR(x · 2^a, m · 2^(32 - s - a))` is
+//! `round(x m / 2^s)` with halves rounded up, the exact rounding of the scalar definitions,
+//! wherever both operands keep their bits.
+
+use core::arch::global_asm;
+
+/// `y[i] = apply(scales[i].to_bits(), y[i])` for each `i` (as many as the shorter of the two),
+/// `apply` being `fixed_point::ScaledByBits::apply` of a rescale of mantissa `sm` and `k` in
+/// `33..=254` (`ScaledByBits::row_parameters`): the usual row in the kernel, one `SMMULR`;
+/// `apply` for the others.
+pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: impl Fn(u32, i32) -> i32) {
+    let n = y.len().min(scales.len());
+    let (scales, y) = (&scales[..n], &mut y[..n]);
+    let mut i = 0;
+    while i < n {
+        // SAFETY: `i < n`, so `scales[i..]` and `y[i..]` hold `n - i ≥ 1` values; the kernel
+        // reads those of both and writes those of `y` before the one it returns at, and
+        // restores the registers it saves.
+        let done = unsafe {
+            txl_scaled_by_bits_dsp(
+                scales[i..].as_ptr().cast(),
+                y[i..].as_mut_ptr(),
+                n - i,
+                sm,
+                32 - k,
+            )
+        };
+        i += done;
+        if i < n {
+            y[i] = apply(scales[i].to_bits(), y[i]);
+            i += 1;
+        }
+    }
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`) in order: `y[i] = round(y[i] · m / 2^s)` for the rescale
+    /// `m · 2^-s` that `ScaledByBits::apply` makes of `bits[i]` and the scale of mantissa `sm`
+    /// (`c = 32 - k`), while `s` is in `1..=32` and the value keeps its bits once shifted;
+    /// returns the index of the first row it leaves (`n` for none), that row unchanged.
+    fn txl_scaled_by_bits_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32) -> usize;
+}
+
+// Per row, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa `((f + 2^23 + 2^7) >>
+// 8)` (`f` the 23 bits of its fraction, `UBFX`), its product `p` with `sm` (`[2^30, 2^32)`),
+// `lz` its leading zeros (0 or 1, `up = 1 - lz`), `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`, and
+// `v = 32 - s = biased + 32 - k - lz` (`biased` with the sign bit: a negative scale's `v` is
+// 33 or more, a zero or subnormal one's negative, an infinite or NaN one's 32 or more). For
+// `v` in `0..=15`: `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`); for `v` in `16..=31`, where `x`
+// keeps its bits shifted left by `a = v - 15`: `SMMULR(x · 2^a, m · 2^15)`. Either is
+// `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact rounding, below `2^30` in
+// magnitude. The usual row (`v` in `16..=31`): 26 instructions. Registers: r0 the bits, r1
+// the values, r2 the rows left, r3 `sm`, r4 the bits, then the shifted value, r5 the value,
+// r6 `p` then `m`, r7 `lz`, then `a`, r8 `2^23 + 2^7`, r9 `c`, r10 `n`, r12 a shift, then `v`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    // Module-level assembly does not see rustc's target features: name an Armv7E-M core, whose
+    // instructions Armv8-M Mainline cores with the DSP extension run as well
+    ".cpu cortex-m4",
+    ".section .text.txl_scaled_by_bits_dsp,\"ax\",%progbits",
+    ".globl txl_scaled_by_bits_dsp",
+    ".type txl_scaled_by_bits_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_by_bits_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, lr}}",
+    "ldr r9, [sp, #32]",
+    "mov.w r8, #0x00800080",
+    "mov r10, r2",
+    "1:",
+    "ldr r4, [r0], #4",
+    "ldr r5, [r1]",
+    "ubfx r6, r4, #0, #23",
+    "add r6, r6, r8",
+    "lsrs r6, r6, #8",
+    "mul r6, r6, r3", // p
+    "clz r7, r6",     // lz
+    "rsb r12, r7, #16",
+    "lsr r6, r6, r12",
+    "adds r6, r6, #1",
+    "lsrs r6, r6, #1", // m
+    "add r12, r9, r4, lsr #23",
+    "subs r12, r12, r7", // v
+    "subs r7, r12, #15", // a
+    "ble 4f",
+    // `v` in `16..=31`, a value that keeps its bits shifted by `a = v - 15`
+    "cmp r7, #16",
+    "bhi 9f",
+    "lsl r4, r5, r7",
+    "asr r12, r4, r7",
+    "cmp r12, r5",
+    "bne 9f",
+    "lsl r6, r6, #15",
+    "smmulr r5, r4, r6",
+    "2:",
+    "str r5, [r1], #4",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "mov r0, r10",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, pc}}",
+    // `v` below 16: in `0..=15`
+    "4:",
+    "cmp r12, #15",
+    "bhi 9f",
+    "lsl r6, r6, r12",
+    "smmulr r5, r5, r6",
+    "b 2b",
+    // the row is the caller's
+    "9:",
+    "sub r0, r10, r2",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, pc}}",
+    ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
+);
+
+/// `integer::attention_score_of_small` of each key in place (`scores[i]` its content sum,
+/// `ce[i]` its power of two, `position[i]` and `pe[i]` the position sum's), for the rescale
+/// `mantissa · 2^-(shift - e)`; returns the largest score. The usual key in the kernel, one
+/// `SMMULR`; `slow(i, content)` (the scalar definition) for the others. As many keys as the
+/// shortest slice; the same values.
+pub fn scores(
+    scores: &mut [i32],
+    (ce, position, pe): (&[i32], &[i32], &[i32]),
+    (mantissa, shift): (u32, i32),
+    slow: impl Fn(usize, i32) -> i32,
+) -> i32 {
+    let n = scores.len().min(ce.len()).min(position.len()).min(pe.len());
+    let scores = &mut scores[..n];
+    // `m`, `32 - C` and the largest score so far
+    let mut parameters = [mantissa as i32, 32i32.wrapping_sub(shift), i32::MIN];
+    let mut i = 0;
+    while i < n {
+        // SAFETY: `i < n`, so the four slices hold `n - i ≥ 1` values from `i` on; the kernel
+        // reads those of `ce`, `position` and `pe`, reads and writes those of `scores` before
+        // the one it returns at, reads and writes the three parameters, and restores the
+        // registers it saves.
+        let done = unsafe {
+            txl_scores_dsp(
+                scores[i..].as_mut_ptr(),
+                ce[i..].as_ptr(),
+                position[i..].as_ptr(),
+                pe[i..].as_ptr(),
+                n - i,
+                parameters.as_mut_ptr(),
+            )
+        };
+        i += done;
+        if i < n {
+            scores[i] = slow(i, scores[i]);
+            parameters[2] = parameters[2].max(scores[i]);
+            i += 1;
+        }
+    }
+    parameters[2]
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`) in order, with `e = min(ce[i], pe[i])`, `a = ce[i] - e`,
+    /// `b = pe[i] - e`: while `a, b ≤ 3`, the shift `s = C - e` is in `1..=32` (`parameters[1]`
+    /// is `32 - C`) and the sum `x = (scores[i] << a) + (position[i] << b)` keeps its bits
+    /// shifted left by `max(0, 17 - s)`, `scores[i] = round(x m / 2^s)` (halves up,
+    /// `m = parameters[0]`), `parameters[2]` the largest of them and itself; returns the index
+    /// of the first key it leaves (`n` for none), that key unchanged.
+    fn txl_scores_dsp(
+        scores: *mut i32,
+        ce: *const i32,
+        position: *const i32,
+        pe: *const i32,
+        n: usize,
+        parameters: *mut i32,
+    ) -> usize;
+}
+
+// `attention_score_of_small`'s usual path: `d = ce - pe`; for `d ≥ 0`, `e = pe` and the content
+// sum shifted left by `d`, else `e = ce` and the position sum by `-d` (at most 3: both sums
+// are below `2^27` in magnitude, so their sum fits); then [`txl_scaled_by_bits_dsp`]'s exact
+// rounding for `v = 32 - s = (32 - C) + e`. The usual key (`v` in `16..=31`): 26 instructions.
+// Registers: r0-r3 the slices, r4 `ce`, then `e`, r5 `pe`, r6 the content sum, then the sum and
+// the score, r7 the position sum, then the shifted sum, r8 `d`, then `a` and `m · 2^15`, r9
+// `32 - C`, r10 `m`, r11 the largest score, r12 `v`, lr the keys left; the count and the
+// parameters' address on the stack.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_scores_dsp,\"ax\",%progbits",
+    ".globl txl_scores_dsp",
+    ".type txl_scores_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scores_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "sub sp, #4",
+    "ldr lr, [sp, #40]",
+    "ldr r12, [sp, #44]",
+    "ldr r10, [r12]",
+    "ldr r9, [r12, #4]",
+    "ldr r11, [r12, #8]",
+    "str lr, [sp]",
+    "1:",
+    "ldr r4, [r1], #4",
+    "ldr r5, [r3], #4",
+    "ldr r6, [r0]",
+    "ldr r7, [r2], #4",
+    "subs r8, r4, r5",
+    "blt 4f",
+    // `ce ≥ pe`: `e = pe`, the content sum shifted
+    "cmp r8, #3",
+    "bhi 9f",
+    "lsl r6, r6, r8",
+    "add r6, r6, r7",
+    "add r12, r9, r5", // v
+    "5:",
+    "subs r8, r12, #15", // a
+    "ble 6f",
+    // `v` in `16..=31`, a sum that keeps its bits shifted by `a = v - 15`
+    "cmp r8, #16",
+    "bhi 9f",
+    "lsl r7, r6, r8",
+    "asr r12, r7, r8",
+    "cmp r12, r6",
+    "bne 9f",
+    "lsl r8, r10, #15",
+    "smmulr r6, r7, r8",
+    "7:",
+    "str r6, [r0], #4",
+    "cmp r6, r11",
+    "it gt",
+    "movgt r11, r6",
+    "subs lr, lr, #1",
+    "bne 1b",
+    "b 9f",
+    // `ce < pe`: `e = ce`, the position sum shifted
+    "4:",
+    "rsb r8, r8, #0",
+    "cmp r8, #3",
+    "bhi 9f",
+    "lsl r7, r7, r8",
+    "add r6, r6, r7",
+    "add r12, r9, r4", // v
+    "b 5b",
+    // `v` below 16: in `0..=15`
+    "6:",
+    "cmp r12, #15",
+    "bhi 9f",
+    "lsl r8, r10, r12",
+    "smmulr r6, r6, r8",
+    "b 7b",
+    // the key is the caller's (`lr` keys left), or none is left
+    "9:",
+    "ldr r0, [sp]",
+    "sub r0, r0, lr",
+    "ldr r12, [sp, #44]",
+    "str r11, [r12, #8]",
+    "add sp, #4",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
+    ".size txl_scores_dsp, . - txl_scores_dsp",
+);
+
+/// [`act_shift`](crate::integer::act_shift)`(x[i], act[i], biased_top)` in place for each `i`
+/// (as many as the shorter of the two); returns the largest magnitude after. The same values.
+pub fn act_shift(x: &mut [i32], act: &[f32], biased_top: u32) -> u32 {
+    let n = x.len().min(act.len());
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: `x` and `act` hold `n ≥ 1` values; the kernel reads those of both, writes those
+    // of `x`, and restores the registers it saves.
+    unsafe { txl_act_shift_dsp(x.as_mut_ptr(), act.as_ptr(), n, biased_top.wrapping_add(2)) }
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`): `x[i] = ((x[i] >> s) + 1) >> 1` (wrapping) for
+    /// `s = top2 - (act[i]'s biased exponent, its sign bit included)` below 31 taken as
+    /// unsigned, else 0; returns the largest `|x[i]|` after.
+    fn txl_act_shift_dsp(x: *mut i32, act: *const f32, n: usize, top2: u32) -> u32;
+}
+
+// `act_shift`'s steps, the shift `s = top2 - (bits >> 23)` in one `SUB` of a shifted register;
+// the magnitude `(y ^ (y >> 31)) - (y >> 31)` (at most `2^30`: no overflow) against the
+// largest, `IT HI`. 16 instructions a value. Registers: r0 the values, r1 the scales, r2 the
+// values left, r3 `top2`, r4 the bits then `s`, r5 the value, r6 its magnitude, r7 the
+// largest.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_act_shift_dsp,\"ax\",%progbits",
+    ".globl txl_act_shift_dsp",
+    ".type txl_act_shift_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_act_shift_dsp:",
+    "push {{r4, r5, r6, r7}}",
+    "movs r7, #0",
+    "1:",
+    "ldr r4, [r1], #4",
+    "ldr r5, [r0]",
+    "sub r4, r3, r4, lsr #23",
+    "cmp r4, #31",
+    "bhs 3f",
+    "asr r5, r5, r4",
+    "adds r5, r5, #1",
+    "asrs r5, r5, #1",
+    "2:",
+    "str r5, [r0], #4",
+    "eor r6, r5, r5, asr #31",
+    "sub r6, r6, r5, asr #31",
+    "cmp r6, r7",
+    "it hi",
+    "movhi r7, r6",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "mov r0, r7",
+    "pop {{r4, r5, r6, r7}}",
+    "bx lr",
+    // a shift of 31 or more: 0
+    "3:",
+    "movs r5, #0",
+    "b 2b",
+    ".size txl_act_shift_dsp, . - txl_act_shift_dsp",
+);
+
+/// `scores[i] = fixed_point::exp_neg(integer::to_exp_input(largest, scores[i], frac))` for each
+/// score, `frac` in `0..=24`, `table` being `fixed_point::EXP2_TABLE`; returns their sum. The
+/// same values.
+pub fn exp_scores(scores: &mut [i32], largest: i32, frac: u32, table: &[u32; 257]) -> u64 {
+    if scores.is_empty() {
+        return 0;
+    }
+    let left = 24 - frac.min(24);
+    let constants = [largest as u32, 1 << (29 - left), left + 1, table.as_ptr() as u32];
+    // SAFETY: `scores` holds `n ≥ 1` values; the kernel reads and writes those, reads the four
+    // constants and the table at indices below 257 (a fraction's top 8 bits, and one more),
+    // and restores the registers it saves.
+    unsafe { txl_exp_scores_dsp(scores.as_mut_ptr(), scores.len(), constants.as_ptr()) }
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`), `scores[i] = exp_neg(to_exp_input(largest, scores[i], 24 -
+    /// left))` in place; returns their sum (64 bits). `constants` is `[largest, 2^(29 - left),
+    /// left + 1, the table's address]`.
+    fn txl_exp_scores_dsp(scores: *mut i32, n: usize, constants: *const u32) -> u64;
+}
+
+// [`exp_neg`](crate::fixed_point::exp_neg) of each score, the same steps: the distance
+// `largest - score` (a score at or above the largest: `t = 0`, `2^30`); a distance of
+// `2^(29 - left)` or more (`t ≥ 2^29`, the saturated one too): 0; else
+// `y = ⌊2t log2(e) / 2^32⌋` (`UMULL` of the distance shifted by `left + 1`), the table's two
+// entries by one `LDRD`, the interpolation step `⌊(d b + 2^15) / 2^16⌋` (`d` the entries'
+// difference, below `2^22`, `b` the fraction's low 16 bits) as `SMMULR(2d, b · 2^15)`, and the
+// rounding shift by `n = y / 2^24` as `⌊(⌊2v / 2^n⌋ + 1) / 2⌋` (`2v ≤ 2^31`; `LSR` by 32 or
+// more gives 0, as `exp_neg`'s `n > 31` does). The usual score: 26 instructions. Registers:
+// r0 the scores, r1 the count, r3 `largest`, r4 `2^(29 - left)`, r5 `left + 1`, r6 the table,
+// r7 `log2(e)` in Q31, r8-r9 the sum, r10 the distance, then `y`, r11 a product's low word,
+// then `b · 2^15` and `n`, r12 and lr the entries, the step and the value.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_exp_scores_dsp,\"ax\",%progbits",
+    ".globl txl_exp_scores_dsp",
+    ".type txl_exp_scores_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_exp_scores_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "sub sp, #4",
+    "ldm r2, {{r3, r4, r5, r6}}",
+    "movw r7, #:lower16:3098164009",
+    "movt r7, #:upper16:3098164009",
+    "movs r8, #0",
+    "movs r9, #0",
+    "1:",
+    "ldr r10, [r0]",
+    "subs r10, r3, r10",
+    "ble 5f",
+    "cmp r10, r4",
+    "bhs 6f",
+    "lsl r10, r10, r5",
+    "umull r11, r10, r10, r7", // y
+    "ubfx r12, r10, #16, #8",  // the index
+    "add r12, r6, r12, lsl #2",
+    "ldrd r12, lr, [r12]",
+    "sub lr, r12, lr",
+    "lsl lr, lr, #1", // 2d
+    "lsl r11, r10, #16",
+    "lsr r11, r11, #1",   // b · 2^15
+    "smmulr lr, lr, r11", // the step
+    "sub r12, r12, lr",   // the value
+    "lsr r11, r10, #24",  // n
+    "lsl r12, r12, #1",
+    "lsr r12, r12, r11",
+    "adds r12, r12, #1",
+    "lsrs r12, r12, #1",
+    "2:",
+    "str r12, [r0], #4",
+    "adds r8, r8, r12",
+    "adc r9, r9, #0",
+    "subs r1, r1, #1",
+    "bne 1b",
+    "mov r0, r8",
+    "mov r1, r9",
+    "add sp, #4",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
+    // at or above the largest: `exp_neg(0) = 2^30`
+    "5:",
+    "mov.w r12, #1073741824",
+    "b 2b",
+    // `t ≥ 2^29`: 0
+    "6:",
+    "movs r12, #0",
+    "b 2b",
+    ".size txl_exp_scores_dsp, . - txl_exp_scores_dsp",
+);
+
+/// The integer LayerNorm's last step: `out[i] = finish(gains[i], apply(gains[i] & 0x7FFF_FFFF,
+/// (x[i] << shift) - mean), biases[i])` for each `i` (as many as the shortest slice), `apply`
+/// being `fixed_point::ScaledByBits::apply` of a rescale of mantissa `sm` and `k` in
+/// `33..=254`, `finish` the sign and the saturating bias; every `(x[i] << shift) - mean` within
+/// `i32`. The usual value in the kernel, one `SMMULR` and a `QADD`; the scalar steps for the
+/// others. The same values.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm(
+    x: &[i32],
+    gains: &[u32],
+    biases: &[i32],
+    out: &mut [i32],
+    (shift, mean): (u32, i32),
+    (sm, k): (u32, i32),
+    apply: impl Fn(u32, i32) -> i32,
+    finish: impl Fn(u32, i32, i32) -> i32,
+) {
+    let n = x.len().min(gains.len()).min(biases.len()).min(out.len());
+    let (x, gains, biases, out) = (&x[..n], &gains[..n], &biases[..n], &mut out[..n]);
+    // `sm`, `32 - k`, the shift and the mean
+    let parameters = [sm as i32, 32 - k, shift as i32, mean];
+    let mut i = 0;
+    while i < n {
+        // SAFETY: `i < n`, so the four slices hold `n - i ≥ 1` values from `i` on; the kernel
+        // reads those of `x`, `gains` and `biases`, writes those of `out` before the one it
+        // returns at, reads the four parameters, and restores the registers it saves.
+        let done = unsafe {
+            txl_layer_norm_dsp(
+                x[i..].as_ptr(),
+                gains[i..].as_ptr(),
+                biases[i..].as_ptr(),
+                out[i..].as_mut_ptr(),
+                n - i,
+                parameters.as_ptr(),
+            )
+        };
+        i += done;
+        if i < n {
+            let deviation = (x[i] << shift) - mean;
+            out[i] = finish(gains[i], apply(gains[i] & 0x7FFF_FFFF, deviation), biases[i]);
+            i += 1;
+        }
+    }
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`) in order: `out[i] = QADD(±round(d m / 2^s), biases[i])` for the
+    /// deviation `d = (x[i] << shift) - mean`, the rescale `m · 2^-s` that `ScaledByBits::apply`
+    /// makes of `gains[i]`'s magnitude and the scale of mantissa `sm`, and the gain's sign,
+    /// while `s` is in `1..=32` and the deviation keeps its bits once shifted; returns the
+    /// index of the first value it leaves (`n` for none). `parameters` is `[sm, 32 - k, shift,
+    /// mean]`.
+    fn txl_layer_norm_dsp(
+        x: *const i32,
+        gains: *const u32,
+        biases: *const i32,
+        out: *mut i32,
+        n: usize,
+        parameters: *const i32,
+    ) -> usize;
+}
+
+// [`txl_scaled_by_bits_dsp`]'s rescale of the deviation by the gain's magnitude (its biased
+// exponent by `UBFX`, without the sign), then the sign (`(y ^ s) - s` for `s` the gain's sign
+// spread, exact: `|y| < 2^30`) and the bias by `QADD`, the saturating sum `finish` makes. The
+// usual value (`v` in `16..=31`): 33 instructions. Registers: r0 the values, r1 the gains, r2
+// the biases, r3 the output, r4 the gain's bits, r5 the deviation, then the result, r6 `p`, then
+// `m`, r7 `lz`, then `a` and a check, r8 `32 - k`, r9 `sm`, r10 the shift, r11 the mean, r12 a
+// shift, then `v`, the shifted deviation and the bias, lr the values left; the count and the
+// parameters' address on the stack.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_layer_norm_dsp,\"ax\",%progbits",
+    ".globl txl_layer_norm_dsp",
+    ".type txl_layer_norm_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_layer_norm_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "sub sp, #4",
+    "ldr lr, [sp, #40]",
+    "ldr r12, [sp, #44]",
+    "ldm r12, {{r8, r9, r10, r11}}",
+    "mov r12, r8",
+    "mov r8, r9",
+    "mov r9, r12",
+    "str lr, [sp]",
+    "1:",
+    "ldr r4, [r1], #4",
+    "ldr r5, [r0], #4",
+    "lsl r5, r5, r10",
+    "sub r5, r5, r11", // the deviation
+    "ubfx r6, r4, #0, #23",
+    "add r6, r6, #0x00800080",
+    "lsrs r6, r6, #8",
+    "mul r6, r6, r9", // p
+    "clz r7, r6",     // lz
+    "rsb r12, r7, #16",
+    "lsr r6, r6, r12",
+    "adds r6, r6, #1",
+    "lsrs r6, r6, #1", // m
+    "ubfx r12, r4, #23, #8",
+    "add r12, r12, r8",
+    "sub r12, r12, r7",  // v
+    "subs r7, r12, #15", // a
+    "ble 4f",
+    // `v` in `16..=31`, a deviation that keeps its bits shifted by `a = v - 15`
+    "cmp r7, #16",
+    "bhi 9f",
+    "lsl r12, r5, r7",
+    "asr r7, r12, r7",
+    "cmp r7, r5",
+    "bne 9f",
+    "lsl r6, r6, #15",
+    "smmulr r5, r12, r6",
+    "5:",
+    "eor r5, r5, r4, asr #31",
+    "sub r5, r5, r4, asr #31",
+    "ldr r12, [r2], #4",
+    "qadd r5, r5, r12",
+    "str r5, [r3], #4",
+    "subs lr, lr, #1",
+    "bne 1b",
+    "b 9f",
+    // `v` below 16: in `0..=15`
+    "4:",
+    "cmp r12, #15",
+    "bhi 9f",
+    "lsl r6, r6, r12",
+    "smmulr r5, r5, r6",
+    "b 5b",
+    // the value is the caller's (`lr` values left), or none is left
+    "9:",
+    "ldr r0, [sp]",
+    "sub r0, r0, lr",
+    "add sp, #4",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
+    ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
+);
