@@ -651,8 +651,14 @@ fn head_probabilities(
     let mut every = 0;
     let n = scores.len().min(value_exponents.len());
     let (scores, value_exponents) = (&mut scores[..n], &mut value_exponents[..n]);
-    // one key: its `e_j` (in its score's place) and its value's power of two `ve`
-    let mut key = |score: &mut i32, exponent: &mut i32, ve: i32| {
+    // the values' powers of two first, by ring slot
+    match memory.exponent_ring(false, (layer, head), lo, n) {
+        Some((ring, heads, at)) if heads > 0 => {
+            gather_key_exponents(value_exponents, (ring, heads, at), 0);
+        }
+        _ => value_exponents.fill(0),
+    }
+    for (score, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
         let e = if exps.is_some() {
             *score as u32
         } else {
@@ -662,24 +668,12 @@ fn head_probabilities(
             *score = e as i32;
             e
         };
-        *exponent = ve;
         // a key of `e_j < 2^14` has no probability (`S ≥ 2^30`, so `e_j · 2^15 / S < 1/2`)
         if e >= 1 << 14 {
             every |= ve;
             let top = &mut e_top[(ve & 31) as usize];
             *top = (*top).max(e);
         }
-    };
-    let (ring, heads, mut at) = memory
-        .exponent_ring(false, (layer, head), lo, n)
-        .unwrap_or((&[0.0], 0, 0));
-    for (score, exponent) in scores.iter_mut().zip(value_exponents.iter_mut()) {
-        let ve = ring[at].to_bits() as i32;
-        at += heads;
-        if at >= ring.len() {
-            at -= ring.len();
-        }
-        key(score, exponent, ve);
     }
     let normalise = Normalise::of_sum(sum);
     // the largest power of two of the values among the keys with a probability (exponents
@@ -768,10 +762,15 @@ impl Session<'_, '_> {
         let shape = self.attention_shape(tokens.len());
         // whether the attention input holds the one position's `h` already (a copy saved)
         let mut held = self.embed_integer(tokens, frac);
+        // `1 / sqrt(d_head)`, once for every layer
+        let inv_sqrt_d_head = Scale16::of_multiplier(
+            inverse_sqrt_multiplier(self.model.config().d_head).unwrap_or(Multiplier::ZERO),
+        )
+        .rescale();
         for layer in 0..self.model.config().n_layer as usize {
             // the layer's weights, found in the image once for both sub-layers
             let w = self.model.layer(layer);
-            let branch_held = self.attention_integer((layer, &w), &shape, frac, held);
+            let branch_held = self.attention_integer((layer, &w), &shape, (frac, inv_sqrt_d_head), held);
             held = self.feed_forward_integer((layer, &w), shape.qlen, frac, branch_held);
         }
         self.output_integer(shape.qlen, first_output, targets, frac, on_row);
@@ -860,7 +859,7 @@ impl Session<'_, '_> {
         &mut self,
         (layer, w): (usize, &LayerWeights<'_>),
         shape: &AttentionShape,
-        frac: u32,
+        (frac, inv_sqrt_d_head): (u32, Rescale),
         held: bool,
     ) -> bool {
         let config = *self.model.config();
@@ -892,9 +891,6 @@ impl Session<'_, '_> {
             }
             _ => layer,
         };
-        let inv_sqrt_d_head =
-            Scale16::of_multiplier(inverse_sqrt_multiplier(config.d_head).unwrap_or(Multiplier::ZERO))
-                .rescale();
         for i in 0..shape.qlen {
             self.attend_integer(layer, shape, (table, inv_sqrt_d_head), i, frac);
         }
