@@ -287,11 +287,7 @@ impl<'s> Input<'s> {
                     for (v, &a) in x.iter_mut().zip(scales) {
                         let y = act_shift(*v, a, biased);
                         *v = y;
-                        if y > high {
-                            high = y;
-                        } else if y < low {
-                            low = y;
-                        }
+                        (low, high) = (low.min(y), high.max(y));
                     }
                     low.unsigned_abs().max(high.unsigned_abs())
                 });
