@@ -138,9 +138,12 @@ impl Multiplier {
             return None;
         }
         let mut quotient = quotient as i64;
-        while shift > MAX_SHIFT as i32 {
-            quotient >>= 1;
-            shift -= 1;
+        // the halvings past the largest shift as one shift (the same value)
+        if shift > MAX_SHIFT as i32 {
+            quotient = quotient
+                .checked_shr((shift - MAX_SHIFT as i32) as u32)
+                .unwrap_or(0);
+            shift = MAX_SHIFT as i32;
         }
         Some(Multiplier {
             mantissa: quotient as i32,
@@ -207,9 +210,12 @@ impl Multiplier {
         if shift < 0 {
             return None;
         }
-        while shift > MAX_SHIFT as i32 {
-            mantissa >>= 1;
-            shift -= 1;
+        // the halvings past the largest shift as one shift (the same value)
+        if shift > MAX_SHIFT as i32 {
+            mantissa = mantissa
+                .checked_shr((shift - MAX_SHIFT as i32) as u32)
+                .unwrap_or(0);
+            shift = MAX_SHIFT as i32;
         }
         Some(Multiplier {
             mantissa: mantissa as i32,

@@ -97,15 +97,12 @@ pub fn pow2_act_top(scales: &[f32]) -> Option<u32> {
 /// `biased_top`, as a rounding shift by `3 + biased_top - (p + 127)` (at least 3): the
 /// rescale's mantissa is `2^14`, its shift `17 + biased_top - (p + 127)`. The same value. The
 /// rounding shift by `s` as `⌊(⌊x / 2^(s-1)⌋ + 1) / 2⌋` (`round_shift_i32`'s value without its
-/// bit test; `⌊x / 2^(s-1)⌋ + 1` cannot overflow as `s ≥ 3`), 0 from `s = 32` on.
+/// bit test; `⌊x / 2^(s-1)⌋ + 1` cannot overflow as `s ≥ 3`), 0 from `s = 32` on: there
+/// `s - 1` taken as 31, which gives 0 too (`⌊x / 2^31⌋` is 0 or -1), without a branch.
 #[inline(always)]
 pub fn act_shift(x: i32, a: f32, biased_top: u32) -> i32 {
     let s1 = (biased_top + 2).wrapping_sub(a.to_bits() >> 23);
-    if s1 < 31 {
-        ((x >> s1) + 1) >> 1
-    } else {
-        0
-    }
+    ((x >> s1.min(31)) + 1) >> 1
 }
 
 #[cfg(test)]

@@ -85,7 +85,7 @@ impl Normalise {
     /// For a row whose `e_j` (each at most `2^30`) add up to `sum`: `2^15 / sum`.
     #[inline]
     pub fn of_sum(sum: u64) -> Normalise {
-        let normalise = Multiplier::from_ratio(PROBABILITY_ONE as u64, sum).unwrap_or(Multiplier::ZERO);
+        let normalise = ratio_of_sum(sum).unwrap_or(Multiplier::ZERO);
         let (m, shift) = (normalise.mantissa.max(0) as u64, normalise.shift as u32);
         Normalise {
             m,
@@ -118,6 +118,77 @@ impl Normalise {
     }
 }
 
+/// [`Multiplier::from_ratio`]`(2^15, sum)` (the same multiplier) with 32-bit divisions alone
+/// where `sum` is at least `2^30` (every row's: its largest term is `2^30`).
+///
+/// `from_ratio` keeps the divisor's 32 leading bits, rounded up, as `d` of `b` bits, and divides
+/// `2^(30 + b)` by it: the quotient in `(2^30, 2^31]`, halved where it is `2^31` (`d` a power of
+/// two). With `d` shifted to `D` in `[2^31, 2^32)`, that is `⌊2^62 / D⌋`, which two 32-bit
+/// divisions give (a 64 by 32-bit division's two 16-bit digits, each corrected by at most
+/// two: Knuth's algorithm D, as in Hacker's Delight's `divlu`).
+#[inline]
+fn ratio_of_sum(sum: u64) -> Option<Multiplier> {
+    let bits = 64 - sum.leading_zeros() as i32;
+    if bits < 31 {
+        return Multiplier::from_ratio(PROBABILITY_ONE as u64, sum);
+    }
+    let drop = (bits - 32).max(0);
+    let d = (sum >> drop) + u64::from(sum & ((1u64 << drop) - 1) != 0);
+    if d >> 32 != 0 {
+        // rounded up to 2^32
+        return Multiplier::from_ratio(PROBABILITY_ONE as u64, sum);
+    }
+    let d_bits = 64 - d.leading_zeros() as i32;
+    let v = (d as u32) << (32 - d_bits); // [2^31, 2^32)
+    let quotient = quotient_of_2_62(v);
+    // `k = 15 + d_bits`, one less where the quotient was halved
+    let (quotient, k) = if quotient >= 1 << 31 {
+        (quotient >> 1, 14 + d_bits)
+    } else {
+        (quotient, 15 + d_bits)
+    };
+    let mut shift = k + drop;
+    let mut quotient = quotient;
+    while shift > crate::fixed_point::MAX_SHIFT as i32 {
+        quotient >>= 1;
+        shift -= 1;
+    }
+    Some(Multiplier {
+        mantissa: quotient as i32,
+        shift: shift as u8,
+    })
+}
+
+/// `⌊2^62 / v⌋` for `v` in `[2^31, 2^32)` (in `(2^30, 2^31]`): the dividend's high word `2^30`
+/// is below `v`, so the quotient has two 16-bit digits, each estimated from `v`'s high half
+/// and corrected.
+#[inline]
+fn quotient_of_2_62(v: u32) -> u32 {
+    const B: u32 = 1 << 16;
+    let (v1, v0) = (v >> 16, v & 0xFFFF); // v1 in [2^15, 2^16)
+                                          // the first digit: (2^30 · 2^16) / v, from 2^30 / v1
+    let high = 1u32 << 30;
+    let (mut q1, mut r) = (high / v1, high % v1);
+    while q1 >= B || q1 * v0 > B * r {
+        q1 -= 1;
+        r += v1;
+        if r >= B {
+            break;
+        }
+    }
+    // the remainder `2^30 · 2^16 - q1 · v`, below `v` (modular arithmetic: the true value fits)
+    let rest = high.wrapping_mul(B).wrapping_sub(q1.wrapping_mul(v));
+    let (mut q0, mut r) = (rest / v1, rest % v1);
+    while q0 >= B || q0 * v0 > B * r {
+        q0 -= 1;
+        r += v1;
+        if r >= B {
+            break;
+        }
+    }
+    q1 * B + q0
+}
+
 /// `x = ln softmax(x)` in place for logits in `Q(frac)` nats (`frac ≤ 30`): `x_i - max - ln S`
 /// with `S = Σ exp_neg(max - x_j)` in `Q30` (`u64`), `ln S` from [`ln`] in `Q24` minus
 /// `30 · ln 2`, brought to `Q(frac)` (rounded to nearest), the differences saturated. Terms
@@ -144,6 +215,14 @@ pub fn log_softmax(x: &mut [i32], frac: u32) {
     if (0..=i32::MAX as i64).contains(&ln_sum) && kernels::subtract_twice_i32(x, largest, ln_sum as i32) {
         return;
     }
+    if (0..=i32::MAX as i64).contains(&ln_sum) {
+        // the same two saturating subtractions in 32 bits
+        let ln_sum = ln_sum as i32;
+        for v in x.iter_mut() {
+            *v = v.saturating_sub(largest).saturating_sub(ln_sum);
+        }
+        return;
+    }
     for v in x.iter_mut() {
         let log_p = *v as i64 - largest as i64 - ln_sum;
         *v = log_p.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
@@ -155,10 +234,15 @@ pub fn log_softmax(x: &mut [i32], frac: u32) {
 /// build has none, `frac` is above 24, or there are no values.
 #[inline]
 fn largest_and_sum_by_kernels(x: &[i32], frac: u32) -> Option<(i32, u64)> {
-    if !kernels::INTEGER_PASSES || frac > 24 {
+    // (the builds with the scores' kernels have the exponentials' one: Helium's, and the DSP
+    // extension's a value at a time, with the largest value found here)
+    if !(kernels::INTEGER_PASSES || kernels::INTEGER_SCORES) || frac > 24 {
         return None;
     }
-    let (_, _, largest) = kernels::sum_range_i32(x)?;
+    let largest = match kernels::sum_range_i32(x) {
+        Some((_, _, largest)) => largest,
+        None => *x.iter().max()?,
+    };
     let mut copy = [0i32; 64];
     let mut sum = 0u64;
     for chunk in x.chunks(64) {
@@ -184,6 +268,25 @@ mod tests {
 
     fn real(v: i32, frac: u32) -> f64 {
         v as f64 / libm::exp2(frac as f64)
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn sums_divide_in_32_bits_as_from_ratio_divides_them() {
+        let mut rng = Rng::new(23);
+        let edges = (0..64u32).flat_map(|b| {
+            let p = 1u64 << b;
+            [p - 1, p, p + 1, p | (p >> 1), p.wrapping_sub(1) << 1]
+        });
+        let random = (0..200_000).map(|i| rng.next_u64() >> (i % 40));
+        for sum in
+            edges
+                .chain(random)
+                .chain([0, u64::MAX, (1 << 32) - 1, (1 << 33) - 1, 0xFFFF_FFFF_8000_0000])
+        {
+            let want = Multiplier::from_ratio(PROBABILITY_ONE as u64, sum);
+            assert_eq!(ratio_of_sum(sum), want, "{sum}");
+        }
     }
 
     #[test]

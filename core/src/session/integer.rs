@@ -20,15 +20,15 @@ use crate::arena::integer_parameter_parts;
 use crate::attention::AttentionShape;
 use crate::config::{Config, MAX_CLUSTERS};
 use crate::fixed_point::{
-    cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
-    position_frequency, round_shift, round_shift_i32, saturate, sin_turns, sqrt_multiplier, to_f32,
-    Multiplier, Rescale, Scale16, ScaledByBits,
+    cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, mul_wide_u32,
+    multiplier_of_f32, position_frequency, round_shift, round_shift_i32, saturate, sin_turns,
+    sqrt_multiplier, to_f32, Multiplier, Rescale, Scale16, ScaledByBits,
 };
 use crate::image::Arithmetic;
 use crate::integer::{
     act_rescale, act_shift, act_top, attention_score, attention_score_of_small, layer_norm_of_bit_slices,
     log_softmax, pow2_act_top, pow2_exponent, pow2_exponent_of, rescale_wide, Int8Steps, Normalise,
-    ACT_SHIFT, SCORE_FRAC,
+    ACT_SHIFT, PROBABILITY_ONE, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -84,7 +84,19 @@ fn each_fixed(b: Vector<'_>, first: usize, n: usize, frac: u32, mut f: impl FnMu
 
 /// `y += b` (element `first + k` of `b` in `Q(frac)` to `y[k]`), saturating.
 fn add_bias(y: &mut [i32], b: Vector<'_>, first: usize, frac: u32) {
-    each_fixed(b, first, y.len(), frac, |k, v| y[k] = y[k].saturating_add(v));
+    let n = y.len();
+    match b {
+        Vector::F32(s) => {
+            for (y, &v) in y.iter_mut().zip(&s[first..first + n]) {
+                *y = y.saturating_add(fixed_of_f32(v, frac));
+            }
+        }
+        Vector::F16(s) => {
+            for (y, v) in y.iter_mut().zip(&s[first..first + n]) {
+                *y = y.saturating_add(fixed_of_f32(f32_of_f16(v.to_bits()), frac));
+            }
+        }
+    }
 }
 
 fn add(y: &mut [i32], x: &[i32]) {
@@ -231,6 +243,32 @@ impl<'s> Input<'s> {
     /// (the same int8 values and step).
     fn new_in_place(m: &Matrix<'_>, act: ActTop, x: &mut [i32], scratch: &'s mut [u32]) -> Input<'s> {
         let (xq, widened) = split_scratch(scratch, m.cols);
+        let step = Input::quantize_in_place(m, act, x, xq);
+        Input::widened_for(m, xq, widened, step)
+    }
+
+    /// [`Input::new`] by way of [`Input::new_in_place`] on a copy of `x` in `copy` (the same
+    /// int8 values and step, each activation scale applied once per value), where `copy` holds
+    /// the input; else [`Input::new`].
+    fn new_copied(
+        m: &Matrix<'_>,
+        x: &[i32],
+        extra: Scale16,
+        copy: &mut [i32],
+        scratch: &'s mut [u32],
+    ) -> Input<'s> {
+        let (Some(x), Some(copy)) = (x.get(..m.cols), copy.get_mut(..m.cols)) else {
+            return Input::new(m, x, extra, scratch);
+        };
+        copy.copy_from_slice(x);
+        let (xq, widened) = split_scratch(scratch, m.cols);
+        let step = Input::quantize_in_place(m, ActTop::of(m), copy, xq);
+        Input::widened_for(m, xq, widened, step.product(extra))
+    }
+
+    /// [`Input::new_in_place`]'s int8 values of `x` in `xq`, and their step.
+    #[inline(always)]
+    fn quantize_in_place(m: &Matrix<'_>, act: ActTop, x: &mut [i32], xq: &mut [i8]) -> Scale16 {
         let x = &mut x[..m.cols];
         let scales = match m.data {
             MatrixData::Int8 {
@@ -239,7 +277,7 @@ impl<'s> Input<'s> {
             } => &scales[..m.cols],
             _ => &[],
         };
-        let step = match act {
+        match act {
             // powers of two: a shift per value (the same values), the largest magnitude found
             // in the same pass
             ActTop::Pow2(biased) if scales.len() == x.len() => {
@@ -249,11 +287,7 @@ impl<'s> Input<'s> {
                     for (v, &a) in x.iter_mut().zip(scales) {
                         let y = act_shift(*v, a, biased);
                         *v = y;
-                        if y > high {
-                            high = y;
-                        } else if y < low {
-                            low = y;
-                        }
+                        (low, high) = (low.min(y), high.max(y));
                     }
                     low.unsigned_abs().max(high.unsigned_abs())
                 });
@@ -267,8 +301,7 @@ impl<'s> Input<'s> {
                 quantize_slice(x, xq).times_pow2(top + ACT_SHIFT)
             }
             _ => quantize_slice(x, xq),
-        };
-        Input::widened_for(m, xq, widened, step)
+        }
     }
 
     fn widened(xq: &'s mut [i8], widened: &'s mut [u32], step: Scale16) -> Input<'s> {
@@ -481,22 +514,17 @@ fn head_scores(
     if kernels::INTEGER_SCORES && !wide && heads > 0 {
         // the rescale's shift for `e = 0`
         let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
-        // the ring's exponents walked by index, the distances one less each key
-        let (len, mut at, mut distance) = (ring.len(), at, nearest);
+        // the ring's exponents walked by slot, the distances one less each key
+        let (mut at, mut distance) = (at, nearest);
         for chunk in scores.chunks_mut(GATHERED) {
             let n = chunk.len();
-            for c in ces[..n].iter_mut() {
-                *c = ce + ring[at].to_bits() as i32;
-                at += heads;
-                if at >= len {
-                    at -= len;
-                }
-            }
-            for (p, e) in poss[..n].iter_mut().zip(&mut pes[..n]) {
-                let d = distance.min(far);
-                distance = distance.wrapping_sub(1); // (past the last key unused)
-                (*p, *e) = (positions[d], pe + exponents[d * row] as i32);
-            }
+            at = gather_key_exponents(&mut ces[..n], (ring, heads, at), ce);
+            distance = gather_positions(
+                (&mut poss[..n], &mut pes[..n]),
+                (positions, exponents, row),
+                distance,
+                pe,
+            );
             let (ces, poss, pes) = (&ces[..n], &poss[..n], &pes[..n]);
             let slow = |i: usize, content: i32| {
                 attention_score_of_small(inv_sqrt_d_head, frac, (content, ces[i]), (poss[i], pes[i]))
@@ -535,6 +563,60 @@ fn head_scores(
     largest
 }
 
+/// `ces[k] = ce + e_k`, `e_k` the exponent of the `k`-th key from ring index `at` on
+/// ([`crate::memory::Memory::exponent_ring`]: `heads` apart, wrapping at the ring's end): the
+/// slots in at most two runs, no wrap per key. Returns the ring index of the key after them.
+/// (A function of its own: the loop keeps its values in registers.)
+#[inline(never)]
+fn gather_key_exponents(ces: &mut [i32], (ring, heads, at): (&[f32], usize, usize), ce: i32) -> usize {
+    let capacity = ring.len() / heads.max(1);
+    let (head, mut slot) = (at % heads.max(1), at / heads.max(1));
+    let mut done = 0;
+    while done < ces.len() && slot < capacity {
+        let run = (capacity - slot).min(ces.len() - done);
+        let slots = ring[slot * heads..].chunks_exact(heads);
+        for (c, exponents) in ces[done..done + run].iter_mut().zip(slots) {
+            *c = ce + exponents[head].to_bits() as i32;
+        }
+        done += run;
+        slot += run;
+        if slot >= capacity {
+            slot = 0;
+        }
+    }
+    slot * heads + head
+}
+
+/// `poss[k]` and `pes[k]`: the position sum of distance `d = min(distance - k, far)`
+/// (`positions[d]`, `far` the last) and its power of two, `pe` plus the table's
+/// (`exponents[d · row]`). Returns `distance` less the keys (wrapping). (A function of its
+/// own: the loop keeps its values in registers.)
+#[inline(never)]
+fn gather_positions(
+    (poss, pes): (&mut [i32], &mut [i32]),
+    (positions, exponents, row): (&[i32], &[u8], usize),
+    distance: usize,
+    pe: i32,
+) -> usize {
+    let n = poss.len().min(pes.len());
+    let Some(far) = positions.len().checked_sub(1) else {
+        return distance.wrapping_sub(n);
+    };
+    // the keys beyond the farthest distance, all at it
+    let clamped = distance.saturating_sub(far).min(n);
+    let (p, e) = (positions[far], pe + exponents[far * row] as i32);
+    poss[..clamped].fill(p);
+    pes[..clamped].fill(e);
+    // then one distance less each key, from at most `far` (none below 0 for a key: the
+    // caller's keys are at most `distance + 1`)
+    let mut d = distance - clamped;
+    for (p, e) in poss[clamped..n].iter_mut().zip(&mut pes[clamped..n]) {
+        (*p, *e) = (positions[d], pe + exponents[d * row] as i32);
+        d = d.wrapping_sub(1); // (past the last key unused)
+    }
+    distance.wrapping_sub(n)
+}
+
 /// Keys a pass of [`head_scores`]' kernel takes: 64 where there is one, else none.
 const GATHERED: usize = if kernels::INTEGER_SCORES { 64 } else { 0 };
 
@@ -563,15 +645,16 @@ fn head_probabilities(
     let mut sum = exps.unwrap_or(0);
     let mut e_top = [0u32; 32];
     let mut every = 0;
-    let (ring, heads, mut at) = memory
-        .exponent_ring(false, (layer, head), lo, scores.len())
-        .unwrap_or((&[0.0], 0, 0));
-    for (score, exponent) in scores.iter_mut().zip(value_exponents.iter_mut()) {
-        let ve = ring[at].to_bits() as i32;
-        at += heads;
-        if at >= ring.len() {
-            at -= ring.len();
+    let n = scores.len().min(value_exponents.len());
+    let (scores, value_exponents) = (&mut scores[..n], &mut value_exponents[..n]);
+    // the values' powers of two first, by ring slot
+    match memory.exponent_ring(false, (layer, head), lo, n) {
+        Some((ring, heads, at)) if heads > 0 => {
+            gather_key_exponents(value_exponents, (ring, heads, at), 0);
         }
+        _ => value_exponents.fill(0),
+    }
+    for (score, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
         let e = if exps.is_some() {
             *score as u32
         } else {
@@ -581,7 +664,6 @@ fn head_probabilities(
             *score = e as i32;
             e
         };
-        *exponent = ve;
         // a key of `e_j < 2^14` has no probability (`S ≥ 2^30`, so `e_j · 2^15 / S < 1/2`)
         if e >= 1 << 14 {
             every |= ve;
@@ -603,10 +685,22 @@ fn head_probabilities(
         with.map(|(_, &ve)| ve).max().unwrap_or(0).max(0)
     };
     // four keys an instruction where there is a kernel
-    if let Some(high) = normalise.high_word() {
-        if kernels::probabilities_i32(scores, value_exponents, high, e_max) {
+    if let Some((m, t)) = normalise.high_word() {
+        if kernels::probabilities_i32(scores, value_exponents, (m, t), e_max) {
             return e_max;
         }
+        // else [`Normalise::apply`]'s high-word form chosen once for the row (the same values)
+        let round = 1u32 << (t - 1);
+        for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
+            if *p < 1 << 14 {
+                *p = 0; // (no probability, as above)
+            } else {
+                let high = (mul_wide_u32(*p as u32, m) >> 32) as u32;
+                *p = ((high + round) >> t).min(PROBABILITY_ONE - 1) as i32;
+                shift_probability(p, e_max, ve);
+            }
+        }
+        return e_max;
     }
     for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
         if *p < 1 << 14 {
@@ -662,12 +756,18 @@ impl Session<'_, '_> {
         on_row: impl FnMut(usize, &[f32]),
     ) {
         let shape = self.attention_shape(tokens.len());
-        self.embed_integer(tokens, frac);
+        // whether the attention input holds the one position's `h` already (a copy saved)
+        let mut held = self.embed_integer(tokens, frac);
+        // `1 / sqrt(d_head)`, once for every layer
+        let inv_sqrt_d_head = Scale16::of_multiplier(
+            inverse_sqrt_multiplier(self.model.config().d_head).unwrap_or(Multiplier::ZERO),
+        )
+        .rescale();
         for layer in 0..self.model.config().n_layer as usize {
             // the layer's weights, found in the image once for both sub-layers
             let w = self.model.layer(layer);
-            self.attention_integer((layer, &w), &shape, frac);
-            self.feed_forward_integer((layer, &w), shape.qlen, frac);
+            let branch_held = self.attention_integer((layer, &w), &shape, (frac, inv_sqrt_d_head), held);
+            held = self.feed_forward_integer((layer, &w), shape.qlen, frac, branch_held);
         }
         self.output_integer(shape.qlen, first_output, targets, frac, on_row);
         self.memory.commit(shape.qlen);
@@ -675,12 +775,15 @@ impl Session<'_, '_> {
 
     /// `h_i = embedding(token_i) · sqrt(d_model)` in `Q(frac)`: the row's int8 values times its
     /// scale (and `sqrt(d_model)` and `2^frac`) as one multiplier, or through the projection.
-    fn embed_integer(&mut self, tokens: &[u32], frac: u32) {
+    /// Returns whether the attention input holds `h` too (one token, no projection; the
+    /// attention's post-LN copy of `h` is saved).
+    fn embed_integer(&mut self, tokens: &[u32], frac: u32) -> bool {
         let config = *self.model.config();
         let d_model = config.d_model as usize;
         let emb_scale = sqrt_multiplier(config.d_model).unwrap_or(SATURATED);
         let s = &mut self.state;
         let hidden: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[..tokens.len() * d_model]);
+        let mut held = false;
         for (&token, h) in tokens.iter().zip(hidden.chunks_exact_mut(d_model)) {
             let (table, index) = config.embedding_row(token);
             let m = self.model.emb_layer(table);
@@ -702,32 +805,59 @@ impl Session<'_, '_> {
                 .times(times)
                 .and_then(|m| m.times_pow2(frac as i32))
                 .unwrap_or(SATURATED);
-            let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.embed_row[..m.cols]);
+            // the row in the attention input where it is `h` itself (`d_model` wide)
+            let x: &mut [i32] = if config.has_emb_proj() {
+                bytemuck::cast_slice_mut(&mut s.embed_row[..m.cols])
+            } else {
+                bytemuck::cast_slice_mut(&mut s.attn_input[..m.cols])
+            };
             let row = &values[index * m.cols..(index + 1) * m.cols];
-            for (c, (x, &q)) in x.iter_mut().zip(row).enumerate() {
-                *x = match act_scales {
-                    Some(act) => product(scale, scale_of(act[c])).apply(q as i32),
-                    None => scale.apply(q as i32),
-                };
+            match act_scales {
+                Some(act) => {
+                    // each column's multiplier `scale · act[c]` from a small cache keyed by the
+                    // scale's bits (an image's activation scales take few values, often powers
+                    // of two): the same multiplier, made once per distinct scale in a slot
+                    // (each slot starts with bits that do not belong in it)
+                    let mut cache: [(u32, Multiplier); 16] =
+                        core::array::from_fn(|slot| (if slot == 0 { 1 << 19 } else { 0 }, Multiplier::ZERO));
+                    for (x, (&q, &a)) in x.iter_mut().zip(row.iter().zip(&act[..m.cols])) {
+                        let bits = a.to_bits();
+                        let slot = &mut cache[((bits >> 23) ^ (bits >> 19)) as usize & 15];
+                        if slot.0 != bits {
+                            *slot = (bits, product(scale, scale_of(a)));
+                        }
+                        *x = slot.1.apply(q as i32);
+                    }
+                }
+                None => {
+                    for (x, &q) in x.iter_mut().zip(row) {
+                        *x = scale.apply(q as i32);
+                    }
+                }
             }
             if config.has_emb_proj() {
                 let proj = self.model.emb_proj(table);
                 Input::new(&proj, x, Scale16::of_multiplier(emb_scale), s.quantized_input).rows(&proj, 0, h);
             } else {
                 h.copy_from_slice(x);
+                held = tokens.len() == 1;
             }
         }
+        held
     }
 
     /// The attention sub-layer of `layer` in integers: `q, k, v` of each position (the keys
     /// and values into the memory), each head's scores over the keys the mask lets it see,
     /// their 16-bit probabilities, the values' sum, `o_net`, the residual and the LayerNorm.
+    /// `held`: the attention input holds the one position's `h` already. Returns whether
+    /// `branch` holds the one position's new `h` (post-LN, one position).
     fn attention_integer(
         &mut self,
         (layer, w): (usize, &LayerWeights<'_>),
         shape: &AttentionShape,
-        frac: u32,
-    ) {
+        (frac, inv_sqrt_d_head): (u32, Rescale),
+        held: bool,
+    ) -> bool {
         let config = *self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
         let eps = config.layer_norm_epsilon;
@@ -738,7 +868,7 @@ impl Session<'_, '_> {
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
             if config.pre_lnorm {
                 layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
-            } else {
+            } else if !(held && shape.qlen == 1) {
                 x.copy_from_slice(h);
             }
             let input = Input::new_in_place(&w.qkv, p.acts[0], x, s.quantized_input);
@@ -757,9 +887,6 @@ impl Session<'_, '_> {
             }
             _ => layer,
         };
-        let inv_sqrt_d_head =
-            Scale16::of_multiplier(inverse_sqrt_multiplier(config.d_head).unwrap_or(Multiplier::ZERO))
-                .rescale();
         for i in 0..shape.qlen {
             self.attend_integer(layer, shape, (table, inv_sqrt_d_head), i, frac);
         }
@@ -776,6 +903,7 @@ impl Session<'_, '_> {
                 h.copy_from_slice(o);
             }
         }
+        !config.pre_lnorm && shape.qlen == 1
     }
 
     /// Query `i`'s attention output in `attn_vec`, head by head. The scratch row of scores
@@ -886,7 +1014,15 @@ impl Session<'_, '_> {
     }
 
     /// The feed-forward sub-layer of `layer` in integers, position by position.
-    fn feed_forward_integer(&mut self, (layer, w): (usize, &LayerWeights<'_>), qlen: usize, frac: u32) {
+    /// `held`: `branch` holds the one position's `h` already. Returns whether the attention
+    /// input holds the one position's new `h` (post-LN, one position).
+    fn feed_forward_integer(
+        &mut self,
+        (layer, w): (usize, &LayerWeights<'_>),
+        qlen: usize,
+        frac: u32,
+        held: bool,
+    ) -> bool {
         let config = *self.model.config();
         let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
         let eps = config.layer_norm_epsilon;
@@ -898,7 +1034,7 @@ impl Session<'_, '_> {
             let p = layer_parameters(s.parameters, &config, layer);
             if config.pre_lnorm {
                 layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
-            } else {
+            } else if !(held && qlen == 1) {
                 x.copy_from_slice(h);
             }
             let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
@@ -918,11 +1054,13 @@ impl Session<'_, '_> {
                 *h = h.saturating_add(o.saturating_add(b));
             }
             if !config.pre_lnorm {
-                let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
+                // in the attention input, which the next layer's attention takes as it is
+                let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
                 layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
                 h.copy_from_slice(normed);
             }
         }
+        !config.pre_lnorm && qlen == 1
     }
 
     /// `ln p` of each position from `first_output` on, in `Q(frac)`: the full or adaptive
@@ -947,16 +1085,18 @@ impl Session<'_, '_> {
             let projected: &mut [i32] = bytemuck::cast_slice_mut(&mut s.embed_row[..]);
             // cluster `c`'s logits (its rows of its table) into row[start..end], from `x`
             let model = &self.model;
-            let logits = |cluster: usize, x: &[i32], row: &mut [i32], scratch: &mut [u32]| {
-                let (start, end) = config.cluster_range(cluster);
-                let (start, end) = (start as usize, end as usize);
-                let table = config.emb_table_of_cluster(cluster);
-                let first = if config.div_val == 1 { start } else { 0 };
-                let weight = model.out_weight(table);
-                let y = &mut row[start..end];
-                Input::new(&weight, x, Scale16::ONE, scratch).rows(&weight, first, y);
-                add_bias(y, model.out_bias(table), first, frac);
-            };
+            let copy: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..]);
+            let logits =
+                |cluster: usize, x: &[i32], row: &mut [i32], copy: &mut [i32], scratch: &mut [u32]| {
+                    let (start, end) = config.cluster_range(cluster);
+                    let (start, end) = (start as usize, end as usize);
+                    let table = config.emb_table_of_cluster(cluster);
+                    let first = if config.div_val == 1 { start } else { 0 };
+                    let weight = model.out_weight(table);
+                    let y = &mut row[start..end];
+                    Input::new_copied(&weight, x, Scale16::ONE, copy, scratch).rows(&weight, first, y);
+                    add_bias(y, model.out_bias(table), first, frac);
+                };
             let project = |cluster: usize, projected: &mut [i32], scratch: &mut [u32]| -> usize {
                 let proj = model.out_proj(cluster);
                 vecmat(&proj, h, scratch, &mut projected[..proj.cols]);
@@ -968,13 +1108,13 @@ impl Session<'_, '_> {
             } else {
                 h
             };
-            logits(0, x, row, s.quantized_input);
+            logits(0, x, row, copy, s.quantized_input);
             let shortlist = config.cluster_range(0).1 as usize;
             let mut priors = [0i32; MAX_CLUSTERS];
             if n_clusters > 0 {
                 let weight = model.cluster_weight();
                 let tails = &mut row[shortlist..shortlist + n_clusters];
-                Input::new(&weight, x, Scale16::ONE, s.quantized_input).rows(&weight, 0, tails);
+                Input::new_copied(&weight, x, Scale16::ONE, copy, s.quantized_input).rows(&weight, 0, tails);
                 add_bias(tails, model.cluster_bias(), 0, frac);
             }
             log_softmax(&mut row[..shortlist + n_clusters], frac);
@@ -989,7 +1129,7 @@ impl Session<'_, '_> {
                 } else {
                     h
                 };
-                logits(cluster, x, row, s.quantized_input);
+                logits(cluster, x, row, copy, s.quantized_input);
                 let (start, end) = config.cluster_range(cluster);
                 let tail = &mut row[start as usize..end as usize];
                 log_softmax(tail, frac);
