@@ -2281,6 +2281,26 @@ pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: imp
     const CHUNK: usize = 64;
     let n = y.len().min(scales.len());
     let (scales, y) = (&scales[..n], &mut y[..n]);
+    if n == 0 {
+        return;
+    }
+    // every row on the fast path, as one pass over the bits and the values finds: no
+    // predicates, no lanes left to the scalar code
+    // SAFETY: `scales` and `y` hold the same `n >= 1` values; the kernel reads those of both
+    // (tail-predicated) and uses q0-q1 (caller-saved).
+    let RowsBounds { low, high, largest } =
+        unsafe { txl_rows_bounds_mve(scales.as_ptr().cast(), y.as_ptr(), n) };
+    // `v = biased + up + 31 - k` within `0..32` for `up` 0 or 1 (a negative scale's bits are
+    // negative as `i32`), and each value keeps its bits shifted left by the largest `a`
+    if low >= (k - 31) << 23 && high >> 23 < k {
+        let a = (high >> 23) + 17 - k; // the largest `v - 15`
+        if a <= 0 || (a <= 16 && largest < 1 << (31 - a)) {
+            // SAFETY: `scales` and `y` hold the same `n >= 1` values; the kernel reads those of
+            // both and writes those of `y` (tail-predicated), and uses q0-q3 (caller-saved).
+            unsafe { txl_scaled_by_bits_bounded_mve(scales.as_ptr().cast(), y.as_mut_ptr(), n, sm, 31 - k) };
+            return;
+        }
+    }
     let mut fast = [0u16; CHUNK / 4];
     for (scales, y) in scales.chunks(CHUNK).zip(y.chunks_mut(CHUNK)) {
         // SAFETY: `scales` and `y` hold the same `1..=64` values; the kernel reads those and
@@ -2299,6 +2319,89 @@ pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: imp
         each_lane_left(&fast, y.len(), |i| y[i] = apply(scales[i].to_bits(), y[i]));
     }
 }
+
+/// What [`txl_rows_bounds_mve`] finds: the smallest and the largest row scale's bits as `i32`,
+/// and the largest magnitude of the values.
+#[repr(C)]
+struct RowsBounds {
+    low: i32,
+    high: i32,
+    largest: u32,
+}
+
+extern "C" {
+    /// Helium: [`RowsBounds`] over `i < n` (`n >= 1`), four rows an instruction.
+    fn txl_rows_bounds_mve(bits: *const u32, y: *const i32, n: usize) -> RowsBounds;
+    /// Helium: [`txl_scaled_by_bits_mve`]'s fast path for every row `i < n` (`n >= 1`), which
+    /// the caller has found to hold for all of them: `v` in `0..32` and each value keeping its
+    /// bits shifted left by `a`.
+    fn txl_scaled_by_bits_bounded_mve(bits: *const u32, y: *mut i32, n: usize, mantissa: u32, offset: i32);
+}
+
+// The bounds: `VMINV`/`VMAXV` of the bits as signed values, `VMAXAV` of the values. The rescale
+// without checks: [`txl_scaled_by_bits_mve`]'s steps, 18 instructions a block of four rows (28
+// and the predicates' scan with the checks). Registers as there.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_rows_bounds_mve,\"ax\",%progbits",
+    ".globl txl_rows_bounds_mve",
+    ".type txl_rows_bounds_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_rows_bounds_mve:",
+    "push {{r4, r5, r6, lr}}",
+    "mvn r4, #0x80000000",
+    "mov.w r5, #0x80000000",
+    "movs r6, #0",
+    "dlstp.32 lr, r3",
+    "1:",
+    "vldrw.u32 q0, [r1], #16",
+    "vminv.s32 r4, q0",
+    "vmaxv.s32 r5, q0",
+    "vldrw.u32 q1, [r2], #16",
+    "vmaxav.s32 r6, q1",
+    "letp lr, 1b",
+    "stm r0, {{r4, r5, r6}}",
+    "pop {{r4, r5, r6, pc}}",
+    ".size txl_rows_bounds_mve, . - txl_rows_bounds_mve",
+    ".section .text.txl_scaled_by_bits_bounded_mve,\"ax\",%progbits",
+    ".globl txl_scaled_by_bits_bounded_mve",
+    ".type txl_scaled_by_bits_bounded_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_by_bits_bounded_mve:",
+    "push {{r4, r5, r6, r8, lr}}",
+    "ldr r8, [sp, #20]",
+    "mov.w r4, #32768",
+    "movs r5, #16",
+    "movs r6, #15",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vshl.i32 q1, q0, #9",
+    "vrshr.u32 q1, q1, #17",
+    "vadd.i32 q1, q1, r4",
+    "vmul.i32 q1, q1, r3",  // p
+    "vshr.s32 q2, q1, #31", // -up
+    "vsub.i32 q3, q2, r5",  // -(16 + up)
+    "vrshl.u32 q1, q1, q3", // m
+    "vshr.u32 q3, q0, #23",
+    "vsub.i32 q3, q3, q2",
+    "vadd.i32 q3, q3, r8",  // v
+    "vqsub.u32 q2, q3, r6", // a
+    "vsub.i32 q0, q3, q2",  // v - a
+    "vshl.u32 q1, q1, q0",  // m · 2^(v - a)
+    "vldrw.u32 q0, [r1]",
+    "vshl.s32 q3, q0, q2",
+    "vrmulh.s32 q3, q3, q1",
+    "vstrw.32 q3, [r1], #16",
+    "letp lr, 1b",
+    "pop {{r4, r5, r6, r8, pc}}",
+    ".size txl_scaled_by_bits_bounded_mve, . - txl_scaled_by_bits_bounded_mve",
+    ".cpu cortex-m4",
+);
 
 extern "C" {
     /// Helium: `x[i] = round(x[i] / 2^(s_i + 1))` with `s_i = top2 - (a[i]'s biased exponent,
