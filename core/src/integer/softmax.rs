@@ -165,8 +165,9 @@ fn ratio_of_sum(sum: u64) -> Option<Multiplier> {
 #[inline]
 fn quotient_of_2_62(v: u32) -> u32 {
     const B: u32 = 1 << 16;
-    let (v1, v0) = (v >> 16, v & 0xFFFF); // v1 in [2^15, 2^16)
-                                          // the first digit: (2^30 · 2^16) / v, from 2^30 / v1
+    // v1 in [2^15, 2^16)
+    let (v1, v0) = (v >> 16, v & 0xFFFF);
+    // the first digit: (2^30 · 2^16) / v, from 2^30 / v1
     let high = 1u32 << 30;
     let (mut q1, mut r) = (high / v1, high % v1);
     while q1 >= B || q1 * v0 > B * r {
