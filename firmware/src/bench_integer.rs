@@ -205,7 +205,9 @@ fn check_act_shift() -> Result<Option<usize>, Failure> {
 /// `ScaledByBits::apply_each` against `ScaledByBits::apply` for many steps (their mantissas at
 /// and near the edges, their exponents across the fast paths' shifts and past them), row
 /// counts of 0 to 137 (whole and partial blocks of four, more than one pass of the kernel's),
-/// values and scales from [`Numbers`]. Returns the number of values checked.
+/// values and scales from [`Numbers`], half the calls' values (at random) shifted right by 0 to
+/// 30 bits (calls whose values all keep their bits under larger shifts). Returns the number of
+/// values checked.
 fn check_scaled_by_bits() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x5ca1_ed00);
     let mut checked = 0;
@@ -216,7 +218,11 @@ fn check_scaled_by_bits() -> Result<usize, Failure> {
             let n = (numbers.next() % 138) as usize;
             let bits: Vec<u32> = (0..n).map(|_| numbers.scale()).collect();
             let scales: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
-            let values: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+            let narrow = match numbers.next() % 2 {
+                0 => 0,
+                _ => numbers.next() % 31,
+            };
+            let values: Vec<i32> = (0..n).map(|_| numbers.value() >> narrow).collect();
             let mut y = values.clone();
             scaled.apply_each(&scales, &mut y);
             for ((&b, &x), &got) in bits.iter().zip(&values).zip(&y) {

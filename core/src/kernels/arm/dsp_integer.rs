@@ -16,6 +16,15 @@ use core::arch::global_asm;
 pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: impl Fn(u32, i32) -> i32) {
     let n = y.len().min(scales.len());
     let (scales, y) = (&scales[..n], &mut y[..n]);
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `y` holds `n ≥ 1` values; the kernel reads those and restores the registers it
+    // saves.
+    let spread = unsafe { txl_magnitude_bits_dsp(y.as_ptr(), n) };
+    // the largest shift `a ≤ 16` that every value keeps its bits under (`spread < 2^31`: one
+    // leading zero at least)
+    let a = (spread.leading_zeros() - 1).min(16) as i32;
     let mut i = 0;
     while i < n {
         // SAFETY: `i < n`, so `scales[i..]` and `y[i..]` hold `n - i ≥ 1` values; the kernel
@@ -27,7 +36,8 @@ pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: imp
                 y[i..].as_mut_ptr(),
                 n - i,
                 sm,
-                32 - k,
+                32 - k - a,
+                a,
             )
         };
         i += done;
@@ -39,29 +49,91 @@ pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: imp
 }
 
 extern "C" {
+    /// The bitwise OR of `x[i] ^ (x[i] >> 31)` over `i < n` (`n ≥ 1`): `x[i] · 2^a` keeps its
+    /// bits for every `i` where the OR is below `2^(31 - a)`.
+    fn txl_magnitude_bits_dsp(x: *const i32, n: usize) -> u32;
     /// For `i < n` (`n ≥ 1`) in order: `y[i] = round(y[i] · m / 2^s)` for the rescale
     /// `m · 2^-s` that `ScaledByBits::apply` makes of `bits[i]` and the scale of mantissa `sm`
-    /// (`c = 32 - k`), while `s` is in `1..=32` and the value keeps its bits once shifted;
-    /// returns the index of the first row it leaves (`n` for none), that row unchanged.
-    fn txl_scaled_by_bits_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32) -> usize;
+    /// (`c = 32 - k - a`, every `y[i] · 2^a` keeping its bits, `a ≤ 16`), while `s` is in
+    /// `1..=32` and the value keeps its bits once shifted; returns the index of the first row
+    /// it leaves (`n` for none), that row unchanged.
+    fn txl_scaled_by_bits_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32, a: i32) -> usize;
 }
 
-// Per row, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa `((f + 2^23 + 2^7) >>
-// 8)` (`f` the 23 bits of its fraction, `UBFX`), its product `p` with `sm` (`[2^30, 2^32)`),
-// `lz` its leading zeros (0 or 1, `up = 1 - lz`), `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`, and
-// `v = 32 - s = biased + 32 - k - lz` (`biased` with the sign bit: a negative scale's `v` is
-// 33 or more, a zero or subnormal one's negative, an infinite or NaN one's 32 or more). For
-// `v` in `0..=15`: `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`); for `v` in `16..=31`, where `x`
-// keeps its bits shifted left by `a = v - 15`: `SMMULR(x · 2^a, m · 2^15)`. Either is
-// `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact rounding, below `2^30` in
-// magnitude. The usual row (`v` in `16..=31`): 26 instructions. Registers: r0 the bits, r1
-// the values, r2 the rows left, r3 `sm`, r4 the bits, then the shifted value, r5 the value,
-// r6 `p` then `m`, r7 `lz`, then `a`, r8 `2^23 + 2^7`, r9 `c`, r10 `n`, r12 a shift, then `v`.
+// The OR of `x ^ (x >> 31)`: eight values an `LDM`, two instructions a value.
 global_asm!(
     ".syntax unified",
     ".thumb",
     // Module-level assembly does not see rustc's target features: name an Armv7E-M core, whose
     // instructions Armv8-M Mainline cores with the DSP extension run as well
+    ".cpu cortex-m4",
+    ".section .text.txl_magnitude_bits_dsp,\"ax\",%progbits",
+    ".globl txl_magnitude_bits_dsp",
+    ".type txl_magnitude_bits_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_magnitude_bits_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9}}",
+    "movs r12, #0",
+    "subs r1, r1, #8",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r2, r3, r4, r5, r6, r7, r8, r9}}",
+    "eor r2, r2, r2, asr #31",
+    "orr r12, r12, r2",
+    "eor r3, r3, r3, asr #31",
+    "orr r12, r12, r3",
+    "eor r4, r4, r4, asr #31",
+    "orr r12, r12, r4",
+    "eor r5, r5, r5, asr #31",
+    "orr r12, r12, r5",
+    "eor r6, r6, r6, asr #31",
+    "orr r12, r12, r6",
+    "eor r7, r7, r7, asr #31",
+    "orr r12, r12, r7",
+    "eor r8, r8, r8, asr #31",
+    "orr r12, r12, r8",
+    "eor r9, r9, r9, asr #31",
+    "orr r12, r12, r9",
+    "subs r1, r1, #8",
+    "bhs 1b",
+    "2:",
+    "adds r1, r1, #8",
+    "beq 4f",
+    "3:",
+    "ldr r2, [r0], #4",
+    "eor r2, r2, r2, asr #31",
+    "orr r12, r12, r2",
+    "subs r1, r1, #1",
+    "bne 3b",
+    "4:",
+    "mov r0, r12",
+    "pop {{r4, r5, r6, r7, r8, r9}}",
+    "bx lr",
+    ".size txl_magnitude_bits_dsp, . - txl_magnitude_bits_dsp",
+);
+
+// Per row, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa `((f + 2^23 + 2^7) >>
+// 8)` (`f` the 23 bits of its fraction, `UBFX`), its product `p` with `sm` (`[2^30, 2^32)`),
+// `lz` its leading zeros (0 or 1, `up = 1 - lz`), `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`, and
+// `v = 32 - s = biased + 32 - k - lz` (`biased` with the sign bit: a negative scale's `v` is
+// 33 or more, a zero or subnormal one's negative, an infinite or NaN one's 32 or more).
+//
+// Two rows an iteration where both have `t = v - a` in `0..=15` (one `ORR` of the two and one
+// `CMP`): `SMMULR(x · 2^a, m · 2^t)` (`x · 2^a` keeps its bits for every row of the call,
+// `m · 2^t ≤ 2^30`) is `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact
+// rounding, below `2^30` in magnitude, as the checked path below gives it (`v ≤ a + 15`: the
+// shift by `v - 15` is at most `a`). 36 instructions the two rows (18 a row), the checks
+// once a pair and no check of the value. A pair with a row outside takes its first row the
+// long way, each check in turn: for `v` in `0..=15`, `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`);
+// for `v` in `16..=31`, where `x` keeps its bits shifted left by `b = v - 15`:
+// `SMMULR(x · 2^b, m · 2^15)`; else the row is the caller's. Registers: r0 the bits, r1 the
+// values, r2 the rows left (less 2 in the pairs' loop), r3 `sm`, r4-r5 the bits, then
+// `c + biased` and `t`, r6-r7 the values, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11 `lz`,
+// then `16 - lz` and a check, r12 `c = 32 - k - a`, lr `a`; `n` on the stack.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
     ".cpu cortex-m4",
     ".section .text.txl_scaled_by_bits_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_dsp",
@@ -69,52 +141,104 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_scaled_by_bits_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9, r10, lr}}",
-    "ldr r9, [sp, #32]",
-    "mov.w r8, #0x00800080",
-    "mov r10, r2",
+    "push {{r2, r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "ldr r12, [sp, #40]",
+    "ldr lr, [sp, #44]",
+    // two rows or more: a pair
     "1:",
+    "subs r2, r2, #2",
+    "blt 8f",
+    "2:",
+    "ldrd r4, r5, [r0], #8",
+    "ldrd r6, r7, [r1]",
+    "ubfx r8, r4, #0, #23",
+    "ubfx r9, r5, #0, #23",
+    "add r8, r8, #0x00800080",
+    "add r9, r9, #0x00800080",
+    "lsrs r8, r8, #8",
+    "lsrs r9, r9, #8",
+    "mul r8, r8, r3", // p
+    "mul r9, r9, r3",
+    "add r4, r12, r4, lsr #23",
+    "add r5, r12, r5, lsr #23",
+    "clz r10, r8", // lz
+    "clz r11, r9",
+    "sub r4, r4, r10", // t
+    "sub r5, r5, r11",
+    "rsb r10, r10, #16",
+    "rsb r11, r11, #16",
+    "lsr r8, r8, r10",
+    "lsr r9, r9, r11",
+    "orr r10, r4, r5",
+    "cmp r10, #15",
+    "bhi 7f",
+    "adds r8, r8, #1",
+    "adds r9, r9, #1",
+    "lsrs r8, r8, #1", // m
+    "lsrs r9, r9, #1",
+    "lsl r8, r8, r4",
+    "lsl r9, r9, r5",
+    "lsl r6, r6, lr",
+    "lsl r7, r7, lr",
+    "smmulr r6, r6, r8",
+    "smmulr r7, r7, r9",
+    "strd r6, r7, [r1], #8",
+    "subs r2, r2, #2",
+    "bge 2b",
+    // one row left, or none
+    "8:",
+    "adds r2, r2, #2",
+    "beq 9f",
+    "b 3f",
+    // a row of the pair outside: the first the long way
+    "7:",
+    "sub r0, r0, #8",
+    "adds r2, r2, #2",
+    // one row the long way: r4 the bits, then the shifted value, r5 the value, r6 `p`, then
+    // `m`, r7 `lz`, then `b`, r8 a shift, then `v` and a check
+    "3:",
     "ldr r4, [r0], #4",
     "ldr r5, [r1]",
     "ubfx r6, r4, #0, #23",
-    "add r6, r6, r8",
+    "add r6, r6, #0x00800080",
     "lsrs r6, r6, #8",
     "mul r6, r6, r3", // p
     "clz r7, r6",     // lz
-    "rsb r12, r7, #16",
-    "lsr r6, r6, r12",
+    "rsb r8, r7, #16",
+    "lsr r6, r6, r8",
     "adds r6, r6, #1",
     "lsrs r6, r6, #1", // m
-    "add r12, r9, r4, lsr #23",
-    "subs r12, r12, r7", // v
-    "subs r7, r12, #15", // a
+    "add r8, r12, lr",
+    "add r8, r8, r4, lsr #23",
+    "subs r8, r8, r7",  // v
+    "subs r7, r8, #15", // b
     "ble 4f",
-    // `v` in `16..=31`, a value that keeps its bits shifted by `a = v - 15`
+    // `v` in `16..=31`, a value that keeps its bits shifted by `b = v - 15`
     "cmp r7, #16",
     "bhi 9f",
     "lsl r4, r5, r7",
-    "asr r12, r4, r7",
-    "cmp r12, r5",
+    "asr r8, r4, r7",
+    "cmp r8, r5",
     "bne 9f",
     "lsl r6, r6, #15",
     "smmulr r5, r4, r6",
-    "2:",
+    "5:",
     "str r5, [r1], #4",
     "subs r2, r2, #1",
-    "bne 1b",
-    "mov r0, r10",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, pc}}",
+    "b 1b",
     // `v` below 16: in `0..=15`
     "4:",
-    "cmp r12, #15",
+    "cmp r8, #15",
     "bhi 9f",
-    "lsl r6, r6, r12",
+    "lsl r6, r6, r8",
     "smmulr r5, r5, r6",
-    "b 2b",
-    // the row is the caller's
+    "b 5b",
+    // the row is the caller's (`r2` rows left), or none is left
     "9:",
-    "sub r0, r10, r2",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, pc}}",
+    "ldr r0, [sp]",
+    "sub r0, r0, r2",
+    "add sp, #4",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
 );
 
