@@ -41,7 +41,7 @@
 //! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, scores, exp_scores}` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, scores, exp_scores}` | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
@@ -1434,11 +1434,13 @@ pub fn layer_norm_i32(
 }
 
 /// `(Σ x, min x, max x)` of some values `x`, the sum exact in 64 bits. Helium four values an
-/// instruction; `None` where no kernel ran, or for no values.
+/// instruction, DSP one at a time (`SMLAL`); `None` where no kernel ran, or for no values.
 #[inline]
 pub fn sum_range_i32(x: &[i32]) -> Option<(i64, i32, i32)> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::sum_range(x);
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return dsp_integer::sum_range(x);
     #[allow(unreachable_code)]
     {
         let _ = x;
@@ -1448,11 +1450,14 @@ pub fn sum_range_i32(x: &[i32]) -> Option<(i64, i32, i32)> {
 
 /// `Σ c²` of `c = round(((v << shift) - mean) / 2^s)` (halves up) over `v` in `x`, for `s` in
 /// `1..=31`, every `(v << shift) - mean` within `i32` and every `|c| ≤ 2^15`. Helium four
-/// values an instruction; `None` where no kernel ran.
+/// values an instruction, DSP one at a time for `s ≥ 2` (`SMMULR`, `SMLAL`); `None` where no
+/// kernel ran.
 #[inline]
 pub fn squares_i32(x: &[i32], shift: u32, mean: i32, s: u32) -> Option<u64> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::squares(x, shift, mean, s));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return (s >= 2).then(|| dsp_integer::squares(x, shift, mean, s));
     #[allow(unreachable_code)]
     {
         let _ = (x, shift, mean, s);

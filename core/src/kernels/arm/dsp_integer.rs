@@ -684,3 +684,168 @@ global_asm!(
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
 );
+
+/// `(Σ x, min x, max x)` of `x` (`None` for none), the sum exact in 64 bits.
+pub fn sum_range(x: &[i32]) -> Option<(i64, i32, i32)> {
+    if x.is_empty() {
+        return None;
+    }
+    let mut out = [0i32; 4];
+    // SAFETY: `x` holds `n ≥ 1` values; the kernel reads those, writes the four words of
+    // `out`, and restores the registers it saves.
+    unsafe { txl_sum_range_dsp(x.as_ptr(), x.len(), out.as_mut_ptr()) };
+    let sum = (out[1] as i64) << 32 | out[0] as u32 as i64;
+    Some((sum, out[2], out[3]))
+}
+
+/// `Σ c²` of `c = round(((v << shift) - mean) / 2^s)` (halves up) over `v` in `x`, for `s` in
+/// `2..=31`, every `(v << shift) - mean` within `i32` and every `|c| ≤ 2^15`.
+pub fn squares(x: &[i32], shift: u32, mean: i32, s: u32) -> u64 {
+    if x.is_empty() {
+        return 0;
+    }
+    let parameters = [shift as i32, mean, 1 << (32 - s.clamp(2, 31))];
+    // SAFETY: `x` holds `n ≥ 1` values; the kernel reads those and the three parameters, and
+    // restores the registers it saves.
+    unsafe { txl_squares_dsp(x.as_ptr(), x.len(), parameters.as_ptr()) }
+}
+
+extern "C" {
+    /// For `n ≥ 1` values at `x`: `out = [Σ's low word, Σ's high word, min, max]`.
+    fn txl_sum_range_dsp(x: *const i32, n: usize, out: *mut i32);
+    /// `Σ c²` (64 bits) over `n ≥ 1` values `v` at `x` of `c = SMMULR((v << shift) - mean, M)`,
+    /// `parameters` being `[shift, mean, M]`.
+    fn txl_squares_dsp(x: *const i32, n: usize, parameters: *const i32) -> u64;
+}
+
+// The sum: `SMLAL` of each value by 1 into the 64-bit sum. The range: `CMP` with the smallest
+// and the largest, each an `IT` and a `MOV`. 7 instructions a value, four values an `LDM`.
+// Registers: r0 the values, r1 the values left (less 4 in the loop of four), r2 the output, r3
+// 1, r4-r7 the values, r8-r9 the sum, r10 the smallest, r11 the largest.
+//
+// The squares: `c = SMMULR(d, 2^(32 - s)) = ⌊(d + 2^(s-1)) / 2^s⌋` (`2^(32 - s) ≤ 2^30`), the
+// exact rounding of the deviation `d = (v << shift) - mean` (`LSL`, `SUB`), and `SMLAL` of
+// `c · c` into the 64-bit sum. 4 instructions a value, four values an `LDM`. Registers: r0
+// the values, r1 the values left (less 4), r2 the shift, r3 the mean, r4-r7 the values, r8-r9
+// the sum, r12 `2^(32 - s)`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_sum_range_dsp,\"ax\",%progbits",
+    ".globl txl_sum_range_dsp",
+    ".type txl_sum_range_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sum_range_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "ldr r10, [r0]",
+    "mov r11, r10",
+    "movs r3, #1",
+    "movs r8, #0",
+    "movs r9, #0",
+    "subs r1, r1, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "smlal r8, r9, r4, r3",
+    "cmp r4, r10",
+    "it lt",
+    "movlt r10, r4",
+    "cmp r4, r11",
+    "it gt",
+    "movgt r11, r4",
+    "smlal r8, r9, r5, r3",
+    "cmp r5, r10",
+    "it lt",
+    "movlt r10, r5",
+    "cmp r5, r11",
+    "it gt",
+    "movgt r11, r5",
+    "smlal r8, r9, r6, r3",
+    "cmp r6, r10",
+    "it lt",
+    "movlt r10, r6",
+    "cmp r6, r11",
+    "it gt",
+    "movgt r11, r6",
+    "smlal r8, r9, r7, r3",
+    "cmp r7, r10",
+    "it lt",
+    "movlt r10, r7",
+    "cmp r7, r11",
+    "it gt",
+    "movgt r11, r7",
+    "subs r1, r1, #4",
+    "bhs 1b",
+    "2:",
+    "adds r1, r1, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0], #4",
+    "smlal r8, r9, r4, r3",
+    "cmp r4, r10",
+    "it lt",
+    "movlt r10, r4",
+    "cmp r4, r11",
+    "it gt",
+    "movgt r11, r4",
+    "subs r1, r1, #1",
+    "bne 3b",
+    "4:",
+    "stm r2, {{r8, r9, r10, r11}}",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_sum_range_dsp, . - txl_sum_range_dsp",
+    ".section .text.txl_squares_dsp,\"ax\",%progbits",
+    ".globl txl_squares_dsp",
+    ".type txl_squares_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_squares_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9}}",
+    "ldr r12, [r2, #8]",
+    "ldr r3, [r2, #4]",
+    "ldr r2, [r2]",
+    "movs r8, #0",
+    "movs r9, #0",
+    "subs r1, r1, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "lsl r4, r4, r2",
+    "sub r4, r4, r3",
+    "smmulr r4, r4, r12",
+    "smlal r8, r9, r4, r4",
+    "lsl r5, r5, r2",
+    "sub r5, r5, r3",
+    "smmulr r5, r5, r12",
+    "smlal r8, r9, r5, r5",
+    "lsl r6, r6, r2",
+    "sub r6, r6, r3",
+    "smmulr r6, r6, r12",
+    "smlal r8, r9, r6, r6",
+    "lsl r7, r7, r2",
+    "sub r7, r7, r3",
+    "smmulr r7, r7, r12",
+    "smlal r8, r9, r7, r7",
+    "subs r1, r1, #4",
+    "bhs 1b",
+    "2:",
+    "adds r1, r1, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0], #4",
+    "lsl r4, r4, r2",
+    "sub r4, r4, r3",
+    "smmulr r4, r4, r12",
+    "smlal r8, r9, r4, r4",
+    "subs r1, r1, #1",
+    "bne 3b",
+    "4:",
+    "mov r0, r8",
+    "mov r1, r9",
+    "pop {{r4, r5, r6, r7, r8, r9}}",
+    "bx lr",
+    ".size txl_squares_dsp, . - txl_squares_dsp",
+);
