@@ -41,7 +41,7 @@
 //! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, scores, exp_scores}` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores}` | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
@@ -1466,11 +1466,13 @@ pub fn squares_i32(x: &[i32], shift: u32, mean: i32, s: u32) -> Option<u64> {
 }
 
 /// `qb[i] = q[i].saturating_add(b[i])` for each `i`; the largest `|qb[i]|`. Helium four
-/// columns an instruction; `None` where no kernel ran.
+/// columns an instruction, DSP one at a time (`QADD`); `None` where no kernel ran.
 #[inline]
 pub fn query_sums_i32(q: &[i32], b: &[i32], qb: &mut [i32]) -> Option<u32> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::query_sums(q, b, qb));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return Some(dsp_integer::query_sums(q, b, qb));
     #[allow(unreachable_code)]
     {
         let _ = (q, b, qb);
@@ -1479,7 +1481,8 @@ pub fn query_sums_i32(q: &[i32], b: &[i32], qb: &mut [i32]) -> Option<u32> {
 }
 
 /// The query's 16-bit words ([`portable::query_words`]' layout) of `round(v / 2^e)` for the
-/// whole groups of eight values of `qb`: Helium eight columns an instruction. Returns how many
+/// whole groups of eight values of `qb`: Helium eight columns an instruction, DSP a column a
+/// `SMMULR` and two a `PKHBT`. Returns how many
 /// groups it packed (0 where no kernel ran): the rest are the caller's.
 #[inline]
 pub fn query_pack_i32(qb: &[i32], words: &mut [u32], e: u32) -> usize {
@@ -1487,6 +1490,12 @@ pub fn query_pack_i32(qb: &[i32], words: &mut [u32], e: u32) -> usize {
     {
         let octets = (qb.len() / 8).min(words.len() / 4);
         helium::query_pack(qb, words, octets, e);
+        return octets;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        let octets = (qb.len() / 8).min(words.len() / 4);
+        dsp_integer::query_pack(qb, words, octets, e);
         return octets;
     }
     #[allow(unreachable_code)]

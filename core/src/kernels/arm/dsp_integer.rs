@@ -849,3 +849,177 @@ global_asm!(
     "bx lr",
     ".size txl_squares_dsp, . - txl_squares_dsp",
 );
+
+/// `qb[i] = q[i].saturating_add(b[i])` for each `i` (as many as the shortest); returns the
+/// largest `|qb[i]|` (0 for none).
+pub fn query_sums(q: &[i32], b: &[i32], qb: &mut [i32]) -> u32 {
+    let n = q.len().min(b.len()).min(qb.len());
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: the three slices hold `n ≥ 1` values; the kernel reads those of `q` and `b`,
+    // writes those of `qb`, and restores the registers it saves.
+    unsafe { txl_query_sums_dsp(q.as_ptr(), b.as_ptr(), qb.as_mut_ptr(), n) }
+}
+
+/// The words of the first `8 · octets` values of `qb` (`octets ≤ qb.len() / 8`, `words` at
+/// least `4 · octets` long) as the query's layout keeps them: columns `4g` and `4g + 2` in word
+/// `2g`, `4g + 1` and `4g + 3` in word `2g + 1`, each the low half of `round(v / 2^e)`
+/// (halves up; `v` itself for `e = 0`), `e ≤ 31`.
+pub fn query_pack(qb: &[i32], words: &mut [u32], octets: usize, e: u32) {
+    let octets = octets.min(qb.len() / 8).min(words.len() / 4);
+    if octets == 0 {
+        return;
+    }
+    let e = e.min(31);
+    // SAFETY: `qb` holds `8 · octets` values and `words` `4 · octets`; the kernel reads those
+    // and writes these, and restores the registers it saves.
+    unsafe { txl_query_pack_dsp(qb.as_ptr(), words.as_mut_ptr(), octets, e) }
+}
+
+extern "C" {
+    /// `qb[i] = QADD(q[i], b[i])` for `i < n` (`n ≥ 1`); returns the largest `|qb[i]|`.
+    fn txl_query_sums_dsp(q: *const i32, b: *const i32, qb: *mut i32, n: usize) -> u32;
+    /// For each of `octets ≥ 1` groups of eight values `v` at `qb`, four words: the low halves
+    /// of `round(v / 2^e)` (halves up, `e ≤ 31`) of columns `4g, 4g + 2` in word `2g` and
+    /// `4g + 1, 4g + 3` in word `2g + 1` (low half first).
+    fn txl_query_pack_dsp(qb: *const i32, words: *mut u32, octets: usize, e: u32);
+}
+
+// The sums: `QADD`, and the magnitude `(y ^ (y >> 31)) - (y >> 31)` (`2^31` for `i32::MIN`, as
+// an unsigned value) against the largest, `IT HI`: four columns two `LDM`s, four `QADD`s, an
+// `STM` and five instructions a column for the largest, 29 with the loop's two. Registers: r0-r2 the slices, r3 the columns left (less 4 in
+// the loop of four), r4-r7 the sums, r8-r11 the biases, then the magnitudes, r12 the
+// largest.
+//
+// The words: for `e ≥ 2`, `round(v / 2^e) = SMMULR(v, 2^(32 - e))` (`2^(32 - e) ≤ 2^30`),
+// then `PKHBT` of columns `4g, 4g + 2` and `4g + 1, 4g + 3`: eight columns an `LDM`, eight
+// `SMMULR`s, four `PKHBT`s and an `STM`, 16 instructions with the loop's two. For `e` 0 or 1,
+// `(v + e) >> e`, whose low half is the rounded value's (the bits it takes, `e..e + 16`, are
+// below the sum's carry out): an `ADD` and an `ASR` in place of the `SMMULR`. Registers: r0
+// the values, r1 the words, r2 the groups left, r3 `e`, then `2^(32 - e)`, r4-r11 the columns.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_query_sums_dsp,\"ax\",%progbits",
+    ".globl txl_query_sums_dsp",
+    ".type txl_query_sums_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_sums_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "movs r12, #0",
+    "subs r3, r3, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "ldm r1!, {{r8, r9, r10, r11}}",
+    "qadd r4, r4, r8",
+    "qadd r5, r5, r9",
+    "qadd r6, r6, r10",
+    "qadd r7, r7, r11",
+    "stm r2!, {{r4, r5, r6, r7}}",
+    "eor r8, r4, r4, asr #31",
+    "sub r8, r8, r4, asr #31",
+    "cmp r8, r12",
+    "it hi",
+    "movhi r12, r8",
+    "eor r9, r5, r5, asr #31",
+    "sub r9, r9, r5, asr #31",
+    "cmp r9, r12",
+    "it hi",
+    "movhi r12, r9",
+    "eor r10, r6, r6, asr #31",
+    "sub r10, r10, r6, asr #31",
+    "cmp r10, r12",
+    "it hi",
+    "movhi r12, r10",
+    "eor r11, r7, r7, asr #31",
+    "sub r11, r11, r7, asr #31",
+    "cmp r11, r12",
+    "it hi",
+    "movhi r12, r11",
+    "subs r3, r3, #4",
+    "bhs 1b",
+    "2:",
+    "adds r3, r3, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0], #4",
+    "ldr r8, [r1], #4",
+    "qadd r4, r4, r8",
+    "str r4, [r2], #4",
+    "eor r8, r4, r4, asr #31",
+    "sub r8, r8, r4, asr #31",
+    "cmp r8, r12",
+    "it hi",
+    "movhi r12, r8",
+    "subs r3, r3, #1",
+    "bne 3b",
+    "4:",
+    "mov r0, r12",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_query_sums_dsp, . - txl_query_sums_dsp",
+    ".section .text.txl_query_pack_dsp,\"ax\",%progbits",
+    ".globl txl_query_pack_dsp",
+    ".type txl_query_pack_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_pack_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "cmp r3, #2",
+    "blo 5f",
+    "rsb r3, r3, #32",
+    "movs r12, #1",
+    "lsl r3, r12, r3",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "smmulr r4, r4, r3",
+    "smmulr r5, r5, r3",
+    "smmulr r6, r6, r3",
+    "smmulr r7, r7, r3",
+    "smmulr r8, r8, r3",
+    "smmulr r9, r9, r3",
+    "smmulr r10, r10, r3",
+    "smmulr r11, r11, r3",
+    "pkhbt r4, r4, r6, lsl #16",
+    "pkhbt r5, r5, r7, lsl #16",
+    "pkhbt r8, r8, r10, lsl #16",
+    "pkhbt r9, r9, r11, lsl #16",
+    "stm r1!, {{r4, r5, r8, r9}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "b 9f",
+    // `e` 0 or 1
+    "5:",
+    "ldm r0!, {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "add r4, r4, r3",
+    "asr r4, r4, r3",
+    "add r5, r5, r3",
+    "asr r5, r5, r3",
+    "add r6, r6, r3",
+    "asr r6, r6, r3",
+    "add r7, r7, r3",
+    "asr r7, r7, r3",
+    "add r8, r8, r3",
+    "asr r8, r8, r3",
+    "add r9, r9, r3",
+    "asr r9, r9, r3",
+    "add r10, r10, r3",
+    "asr r10, r10, r3",
+    "add r11, r11, r3",
+    "asr r11, r11, r3",
+    "pkhbt r4, r4, r6, lsl #16",
+    "pkhbt r5, r5, r7, lsl #16",
+    "pkhbt r8, r8, r10, lsl #16",
+    "pkhbt r9, r9, r11, lsl #16",
+    "stm r1!, {{r4, r5, r8, r9}}",
+    "subs r2, r2, #1",
+    "bne 5b",
+    "9:",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_query_pack_dsp, . - txl_query_pack_dsp",
+);
