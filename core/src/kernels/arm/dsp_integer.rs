@@ -607,12 +607,17 @@ extern "C" {
 
 // [`txl_scaled_by_bits_dsp`]'s rescale of the deviation by the gain's magnitude (its biased
 // exponent by `UBFX`, without the sign), then the sign (`(y ^ s) - s` for `s` the gain's sign
-// spread, exact: `|y| < 2^30`) and the bias by `QADD`, the saturating sum `finish` makes. The
-// usual value (`v` in `16..=31`): 33 instructions. Registers: r0 the values, r1 the gains, r2
-// the biases, r3 the output, r4 the gain's bits, r5 the deviation, then the result, r6 `p`, then
-// `m`, r7 `lz`, then `a` and a check, r8 `32 - k`, r9 `sm`, r10 the shift, r11 the mean, r12 a
-// shift, then `v`, the shifted deviation and the bias, lr the values left; the count and the
-// parameters' address on the stack.
+// spread, exact: `|y| < 2^30`) and the bias by `QADD`, the saturating sum `finish` makes. Two
+// values an iteration, each straight through where its `v` is in `0..=15` (the usual value:
+// LayerNorm's deviations are large and its outputs small), `SMMULR(d, m · 2^v)`
+// (`m · 2^v ≤ 2^30`, any deviation): 25 instructions a value, 52 the two with the loop's. A
+// value outside takes the long way, each check in turn: for `v` in `16..=31`, where the
+// deviation keeps its bits shifted left by `a = v - 15`, `SMMULR(d · 2^a, m · 2^15)`; else the
+// value is the caller's. Registers: r0 the values, r1 the gains, r2 the biases, r3 the output,
+// r4 the gain's bits, r5 the deviation, then the result, r6 `p`, then `m`, r7 `lz`, then `a`
+// and a check, r8 `32 - k`, r9 `sm`, r10 the shift, r11 the mean, r12 a shift, then `v`, the
+// shifted deviation and the bias, lr the values left (less 2 in the pairs' loop); the count
+// and the parameters' address on the stack.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -632,7 +637,81 @@ global_asm!(
     "mov r8, r9",
     "mov r9, r12",
     "str lr, [sp]",
+    // two values or more: a pair
+    "0:",
+    "subs lr, lr, #2",
+    "blt 8f",
     "1:",
+    "ldr r4, [r1], #4",
+    "ldr r5, [r0], #4",
+    "lsl r5, r5, r10",
+    "sub r5, r5, r11", // the deviation
+    "ubfx r6, r4, #0, #23",
+    "add r6, r6, #0x00800080",
+    "lsrs r6, r6, #8",
+    "mul r6, r6, r9", // p
+    "clz r7, r6",     // lz
+    "rsb r12, r7, #16",
+    "lsr r6, r6, r12",
+    "adds r6, r6, #1",
+    "lsrs r6, r6, #1", // m
+    "ubfx r12, r4, #23, #8",
+    "add r12, r12, r8",
+    "sub r12, r12, r7", // v
+    "cmp r12, #15",
+    "bhi 6f",
+    "lsl r6, r6, r12",
+    "smmulr r5, r5, r6",
+    "eor r5, r5, r4, asr #31",
+    "sub r5, r5, r4, asr #31",
+    "ldr r12, [r2], #4",
+    "qadd r5, r5, r12",
+    "str r5, [r3], #4",
+    "ldr r4, [r1], #4",
+    "ldr r5, [r0], #4",
+    "lsl r5, r5, r10",
+    "sub r5, r5, r11", // the deviation
+    "ubfx r6, r4, #0, #23",
+    "add r6, r6, #0x00800080",
+    "lsrs r6, r6, #8",
+    "mul r6, r6, r9", // p
+    "clz r7, r6",     // lz
+    "rsb r12, r7, #16",
+    "lsr r6, r6, r12",
+    "adds r6, r6, #1",
+    "lsrs r6, r6, #1", // m
+    "ubfx r12, r4, #23, #8",
+    "add r12, r12, r8",
+    "sub r12, r12, r7", // v
+    "cmp r12, #15",
+    "bhi 7f",
+    "lsl r6, r6, r12",
+    "smmulr r5, r5, r6",
+    "eor r5, r5, r4, asr #31",
+    "sub r5, r5, r4, asr #31",
+    "ldr r12, [r2], #4",
+    "qadd r5, r5, r12",
+    "str r5, [r3], #4",
+    "subs lr, lr, #2",
+    "bge 1b",
+    // one value left, or none
+    "8:",
+    "adds lr, lr, #2",
+    "bne 3f",
+    "b 9f",
+    // the first value of the pair outside its loads undone
+    "6:",
+    "sub r0, r0, #4",
+    "sub r1, r1, #4",
+    "adds lr, lr, #2",
+    "b 3f",
+    // the second
+    "7:",
+    "sub r0, r0, #4",
+    "sub r1, r1, #4",
+    "adds lr, lr, #1",
+    // one value the long way
+    "3:",
     "ldr r4, [r1], #4",
     "ldr r5, [r0], #4",
     "lsl r5, r5, r10",
@@ -667,8 +746,7 @@ global_asm!(
     "qadd r5, r5, r12",
     "str r5, [r3], #4",
     "subs lr, lr, #1",
-    "bne 1b",
-    "b 9f",
+    "b 0b",
     // `v` below 16: in `0..=15`
     "4:",
     "cmp r12, #15",
