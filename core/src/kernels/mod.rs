@@ -1328,8 +1328,10 @@ pub fn softmax_exps_f32(values: &mut [f32], max: f32) {
 // then runs its own scalar definition, which the kernel's bits equal. On the builds without
 // one the call folds away, so those cores run the scalar code as before.
 
-/// Whether this build has kernels for the integer arithmetic's per-value passes (Helium).
-pub const INTEGER_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
+/// Whether this build has kernels for the integer log-softmax's passes (the largest value,
+/// [`sum_range_i32`], and the exponentials, [`exp_scores_i32`]: Helium's, and the DSP
+/// extension's a value at a time).
+pub const INTEGER_PASSES: bool = cfg!(feature = "cortex-m-dsp");
 
 /// Whether this build has a kernel for the integer LayerNorm's last step ([`layer_norm_i32`]:
 /// Helium's, and the DSP extension's a value at a time).
