@@ -1139,3 +1139,63 @@ global_asm!(
     "bx lr",
     ".size txl_query_pack_dsp, . - txl_query_pack_dsp",
 );
+
+/// `x[i] = x[i].saturating_sub(a).saturating_sub(b)` for each value.
+pub fn sub_sub(x: &mut [i32], a: i32, b: i32) {
+    if x.is_empty() {
+        return;
+    }
+    // SAFETY: `x` holds `n ≥ 1` values; the kernel reads and writes those, and restores the
+    // registers it saves.
+    unsafe { txl_sub_sub_dsp(x.as_mut_ptr(), x.len(), a, b) }
+}
+
+extern "C" {
+    /// `x[i] = QSUB(QSUB(x[i], a), b)` for `i < n` (`n ≥ 1`).
+    fn txl_sub_sub_dsp(x: *mut i32, n: usize, a: i32, b: i32);
+}
+
+// Two `QSUB`s a value, four values an `LDM` and an `STM`: 12 instructions the four with the
+// loop's two. Registers: r0 the values, r1 the values left (less 4 in the loop of four), r2
+// `a`, r3 `b`, r4-r7 the values.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_sub_sub_dsp,\"ax\",%progbits",
+    ".globl txl_sub_sub_dsp",
+    ".type txl_sub_sub_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sub_sub_dsp:",
+    "push {{r4, r5, r6, r7}}",
+    "subs r1, r1, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0, {{r4, r5, r6, r7}}",
+    "qsub r4, r4, r2",
+    "qsub r5, r5, r2",
+    "qsub r6, r6, r2",
+    "qsub r7, r7, r2",
+    "qsub r4, r4, r3",
+    "qsub r5, r5, r3",
+    "qsub r6, r6, r3",
+    "qsub r7, r7, r3",
+    "stm r0!, {{r4, r5, r6, r7}}",
+    "subs r1, r1, #4",
+    "bhs 1b",
+    "2:",
+    "adds r1, r1, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0]",
+    "qsub r4, r4, r2",
+    "qsub r4, r4, r3",
+    "str r4, [r0], #4",
+    "subs r1, r1, #1",
+    "bne 3b",
+    "4:",
+    "pop {{r4, r5, r6, r7}}",
+    "bx lr",
+    ".size txl_sub_sub_dsp, . - txl_sub_sub_dsp",
+);
