@@ -303,10 +303,11 @@ extern "C" {
 // `attention_score_of_small`'s usual path: `d = ce - pe`; for `d ≥ 0`, `e = pe` and the content
 // sum shifted left by `d`, else `e = ce` and the position sum by `-d` (at most 3: both sums
 // are below `2^27` in magnitude, so their sum fits); then [`txl_scaled_by_bits_dsp`]'s exact
-// rounding for `v = 32 - s = (32 - C) + e`. The usual key (`v` in `16..=31`): 26 instructions.
+// rounding for `v = 32 - s = (32 - C) + e`, `m · 2^15` made once a call (and `m · 2^v` of it
+// by a right shift where `v` is below 16). The usual key (`v` in `16..=31`): 25 instructions.
 // Registers: r0-r3 the slices, r4 `ce`, then `e`, r5 `pe`, r6 the content sum, then the sum and
-// the score, r7 the position sum, then the shifted sum, r8 `d`, then `a` and `m · 2^15`, r9
-// `32 - C`, r10 `m`, r11 the largest score, r12 `v`, lr the keys left; the count and the
+// the score, r7 the position sum, then the shifted sum, r8 `d`, then `a` and `m · 2^v`, r9
+// `32 - C`, r10 `m · 2^15`, r11 the largest score, r12 `v`, lr the keys left; the count and the
 // parameters' address on the stack.
 global_asm!(
     ".syntax unified",
@@ -325,6 +326,7 @@ global_asm!(
     "ldr r10, [r12]",
     "ldr r9, [r12, #4]",
     "ldr r11, [r12, #8]",
+    "lsl r10, r10, #15", // m · 2^15
     "str lr, [sp]",
     "1:",
     "ldr r4, [r1], #4",
@@ -349,8 +351,7 @@ global_asm!(
     "asr r12, r7, r8",
     "cmp r12, r6",
     "bne 9f",
-    "lsl r8, r10, #15",
-    "smmulr r6, r7, r8",
+    "smmulr r6, r7, r10",
     "7:",
     "str r6, [r0], #4",
     "cmp r6, r11",
@@ -372,7 +373,8 @@ global_asm!(
     "6:",
     "cmp r12, #15",
     "bhi 9f",
-    "lsl r8, r10, r12",
+    "rsb r8, r12, #15",
+    "lsr r8, r10, r8", // m · 2^v
     "smmulr r6, r6, r8",
     "b 7b",
     // the key is the caller's (`lr` keys left), or none is left
