@@ -516,13 +516,16 @@ extern "C" {
 // `largest - score` (a score at or above the largest: `t = 0`, `2^30`); a distance of
 // `2^(29 - left)` or more (`t ≥ 2^29`, the saturated one too): 0; else
 // `y = ⌊2t log2(e) / 2^32⌋` (`UMULL` of the distance shifted by `left + 1`), the table's two
-// entries by one `LDRD`, the interpolation step `⌊(d b + 2^15) / 2^16⌋` (`d` the entries'
-// difference, below `2^22`, `b` the fraction's low 16 bits) as `SMMULR(2d, b · 2^15)`, and the
-// rounding shift by `n = y / 2^24` as `⌊(⌊2v / 2^n⌋ + 1) / 2⌋` (`2v ≤ 2^31`; `LSR` by 32 or
-// more gives 0, as `exp_neg`'s `n > 31` does). The usual score: 26 instructions. Registers:
-// r0 the scores, r1 the count, r3 `largest`, r4 `2^(29 - left)`, r5 `left + 1`, r6 the table,
-// r7 `log2(e)` in Q31, r8-r9 the sum, r10 the distance, then `y`, r11 a product's low word,
-// then `b · 2^15` and `n`, r12 and lr the entries, the step and the value.
+// entries by one `LDRD`, the interpolation step `⌊(d b + 2^15) / 2^16⌋` (`d ≥ 0` the entries'
+// difference, below `2^22`, `b` the fraction's low 16 bits) as the high word of
+// `UMULL(d, b · 2^16)` plus its low word's top bit, and the rounding shift by `n = y / 2^24`
+// as `⌊v / 2^n⌋` plus the last bit shifted out (`LSRS` leaves it in the carry, and a shift by
+// 0 leaves the carry the `CMP` against `2^(29 - left)` cleared: no instruction between sets
+// flags; `LSR` by 32 or more gives 0, as `exp_neg`'s `n > 31` does), the sum by `UMLAL` of
+// the value by 1. The usual score: 22 instructions. Registers: r0 the scores, r1 the count, r2
+// 1, r3 `largest`, r4 `2^(29 - left)`, r5 `left + 1`, r6 the table, r7 `log2(e)` in Q31, r8-r9
+// the sum, r10 the distance, then `y`, r11 a product's low word, then `b · 2^16` and `n`, r12
+// and lr the entries, the step and the value.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -538,6 +541,7 @@ global_asm!(
     "ldm r2, {{r3, r4, r5, r6}}",
     "movw r7, #:lower16:3098164009",
     "movt r7, #:upper16:3098164009",
+    "movs r2, #1",
     "movs r8, #0",
     "movs r9, #0",
     "1:",
@@ -551,21 +555,17 @@ global_asm!(
     "ubfx r12, r10, #16, #8",  // the index
     "add r12, r6, r12, lsl #2",
     "ldrd r12, lr, [r12]",
-    "sub lr, r12, lr",
-    "lsl lr, lr, #1", // 2d
-    "lsl r11, r10, #16",
-    "lsr r11, r11, #1",   // b · 2^15
-    "smmulr lr, lr, r11", // the step
-    "sub r12, r12, lr",   // the value
-    "lsr r11, r10, #24",  // n
-    "lsl r12, r12, #1",
-    "lsr r12, r12, r11",
-    "adds r12, r12, #1",
-    "lsrs r12, r12, #1",
+    "sub lr, r12, lr",   // d
+    "lsl r11, r10, #16", // b · 2^16
+    "umull r11, lr, lr, r11",
+    "add lr, lr, r11, lsr #31", // the step
+    "sub r12, r12, lr",         // the value
+    "lsr r11, r10, #24",        // n
+    "lsrs r12, r12, r11",
+    "adc r12, r12, #0",
     "2:",
     "str r12, [r0], #4",
-    "adds r8, r8, r12",
-    "adc r9, r9, #0",
+    "umlal r8, r9, r12, r2",
     "subs r1, r1, #1",
     "bne 1b",
     "mov r0, r8",
