@@ -409,10 +409,11 @@ extern "C" {
 
 // `act_shift`'s steps, the shift `s = top2 - (bits >> 23)` in one `SUB` of a shifted register;
 // the magnitude `(y ^ (y >> 31)) - (y >> 31)` (at most `2^30`: no overflow) against the
-// largest, `IT HI`. Two values an iteration (`LDRD`, `STRD`): 27 instructions the two, 13.5 a
-// value. Registers: r0 the values, r1 the scales, r2 the values left (less 2 in the pairs'
-// loop), r3 `top2`, r4 and r8 the bits then `s`, r5 and r9 the values, r6 a magnitude, r7 the
-// largest.
+// largest, `IT HI`. Two values an iteration (`LDRD`, `STRD`), both shifts checked by one
+// `CMP` of their OR (a pair with a shift of 31 or more takes the checks one by one): 26
+// instructions the two, 13 a value. Registers: r0 the values, r1 the scales, r2 the values
+// left (less 2 in the pairs' loop), r3 `top2`, r4 and r8 the bits then `s`, r5 and r9 the
+// values, r6 the shifts' OR, then a magnitude, r7 the largest.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -432,14 +433,12 @@ global_asm!(
     "ldrd r5, r9, [r0]",
     "sub r4, r3, r4, lsr #23",
     "sub r8, r3, r8, lsr #23",
-    "cmp r4, #31",
+    "orr r6, r4, r8",
+    "cmp r6, #31",
     "bhs 5f",
     "asr r5, r5, r4",
     "adds r5, r5, #1",
     "asrs r5, r5, #1",
-    "2:",
-    "cmp r8, #31",
-    "bhs 6f",
     "asr r9, r9, r8",
     "adds r9, r9, #1",
     "asrs r9, r9, #1",
@@ -480,12 +479,20 @@ global_asm!(
     "mov r0, r7",
     "pop {{r4, r5, r6, r7, r8, r9}}",
     "bx lr",
-    // a shift of 31 or more: 0
+    // a shift of 31 or more (0), or both below 31 and their OR 31: each its own check
     "5:",
-    "movs r5, #0",
-    "b 2b",
-    "6:",
-    "movs r9, #0",
+    "cmp r4, #31",
+    "ite lo",
+    "asrlo r5, r5, r4",
+    "movhs r5, #0",
+    "adds r5, r5, #1",
+    "asrs r5, r5, #1",
+    "cmp r8, #31",
+    "ite lo",
+    "asrlo r9, r9, r8",
+    "movhs r9, #0",
+    "adds r9, r9, #1",
+    "asrs r9, r9, #1",
     "b 3b",
     ".size txl_act_shift_dsp, . - txl_act_shift_dsp",
 );
