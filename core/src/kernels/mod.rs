@@ -1484,8 +1484,8 @@ pub fn query_sums_i32(q: &[i32], b: &[i32], qb: &mut [i32]) -> Option<u32> {
 
 /// The query's 16-bit words ([`portable::query_words`]' layout) of `round(v / 2^e)` for the
 /// whole groups of eight values of `qb`: Helium eight columns an instruction, DSP a column a
-/// `SMMULR` and two a `PKHBT`. Returns how many
-/// groups it packed (0 where no kernel ran): the rest are the caller's.
+/// `SMMULR` and two a `PKHBT`. Returns how many groups it packed (0 where no kernel ran): the
+/// rest are the caller's.
 #[inline]
 pub fn query_pack_i32(qb: &[i32], words: &mut [u32], e: u32) -> usize {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
