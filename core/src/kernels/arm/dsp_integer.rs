@@ -1206,3 +1206,72 @@ global_asm!(
     "bx lr",
     ".size txl_sub_sub_dsp, . - txl_sub_sub_dsp",
 );
+
+/// For each key (as many as the shorter slice): `p[i]` (its `e_j`, `0..=2^30`) becomes its
+/// probability `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` (`t ≥ 1`) shifted right by
+/// `min(max(e_max - ve[i], 0), 16)`, rounded, or 0 where `e_j < 2^14`. The same values.
+pub fn probabilities(p: &mut [i32], ve: &[i32], (m, t): (u32, u32), e_max: i32) {
+    let n = p.len().min(ve.len());
+    if n == 0 {
+        return;
+    }
+    let constants = [m as i32, t.clamp(1, 64) as i32, e_max];
+    // SAFETY: `p` and `ve` hold `n ≥ 1` values; the kernel reads those, writes those of `p`,
+    // reads the three constants, and restores the registers it saves.
+    unsafe { txl_probabilities_dsp(p.as_mut_ptr(), ve.as_ptr(), n, constants.as_ptr()) }
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`), the probability of `e = p[i]` in place: `min(round(⌊e m / 2^32⌋
+    /// / 2^t), 32767)` (halves up) divided by `2^min(max(e_max - ve[i], 0), 16)`, rounded
+    /// (halves up), or 0 where `e < 2^14`. `constants` is `[m, t, e_max]`.
+    fn txl_probabilities_dsp(p: *mut i32, ve: *const i32, n: usize, constants: *const i32);
+}
+
+// Per key: `⌊e m / 2^32⌋` (`UMULL`, below `2^29`), its rounding shift by `t ≥ 1` as `LSRS`
+// (the last bit shifted out in the carry) and `ADCS` of that bit (which clears the carry: no
+// carry out), `USAT` to 15 bits (the `min` with 32767); the shift `e_max - ve` clamped to
+// `0..=31` by `USAT` (a shift of 16 or more leaves 0 of a probability below `2^15`, as 16
+// does), the rounding shift by it as `LSRS` and `ADC` (a shift of 0 keeps the carry clear:
+// `USAT` and `SUB` set no carry). 15 instructions a key. Registers: r0 the probabilities, r1
+// the values' powers of two, r2 `m`, r3 `t`, r4 `e`, then the probability, r5 the power of
+// two, then the shift, r6 a product's low word, r12 `e_max`, lr the keys left.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_probabilities_dsp,\"ax\",%progbits",
+    ".globl txl_probabilities_dsp",
+    ".type txl_probabilities_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_probabilities_dsp:",
+    "push {{r4, r5, r6, lr}}",
+    "mov lr, r2",
+    "ldr r12, [r3, #8]",
+    "ldr r2, [r3]",
+    "ldr r3, [r3, #4]",
+    "1:",
+    "ldr r4, [r0]",
+    "ldr r5, [r1], #4",
+    "cmp r4, #16384",
+    "blt 5f",
+    "umull r6, r4, r4, r2",
+    "lsrs r4, r4, r3",
+    "adcs r4, r4, #0",
+    "usat r4, #15, r4",
+    "sub r5, r12, r5",
+    "usat r5, #5, r5",
+    "lsrs r4, r4, r5",
+    "adc r4, r4, #0",
+    "2:",
+    "str r4, [r0], #4",
+    "subs lr, lr, #1",
+    "bne 1b",
+    "pop {{r4, r5, r6, pc}}",
+    // `e < 2^14`: no probability
+    "5:",
+    "movs r4, #0",
+    "b 2b",
+    ".size txl_probabilities_dsp, . - txl_probabilities_dsp",
+);
