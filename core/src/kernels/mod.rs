@@ -41,7 +41,7 @@
 //! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, scores, exp_scores}` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}` | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
@@ -1328,8 +1328,10 @@ pub fn softmax_exps_f32(values: &mut [f32], max: f32) {
 // then runs its own scalar definition, which the kernel's bits equal. On the builds without
 // one the call folds away, so those cores run the scalar code as before.
 
-/// Whether this build has kernels for the integer arithmetic's per-value passes (Helium).
-pub const INTEGER_PASSES: bool = cfg!(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"));
+/// Whether this build has kernels for the integer log-softmax's passes (the largest value,
+/// [`sum_range_i32`], and the exponentials, [`exp_scores_i32`]: Helium's, and the DSP
+/// extension's a value at a time).
+pub const INTEGER_PASSES: bool = cfg!(feature = "cortex-m-dsp");
 
 /// Whether this build has a kernel for the integer LayerNorm's last step ([`layer_norm_i32`]:
 /// Helium's, and the DSP extension's a value at a time).
@@ -1434,11 +1436,13 @@ pub fn layer_norm_i32(
 }
 
 /// `(Σ x, min x, max x)` of some values `x`, the sum exact in 64 bits. Helium four values an
-/// instruction; `None` where no kernel ran, or for no values.
+/// instruction, DSP one at a time (`SMLAL`); `None` where no kernel ran, or for no values.
 #[inline]
 pub fn sum_range_i32(x: &[i32]) -> Option<(i64, i32, i32)> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium::sum_range(x);
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return dsp_integer::sum_range(x);
     #[allow(unreachable_code)]
     {
         let _ = x;
@@ -1448,11 +1452,14 @@ pub fn sum_range_i32(x: &[i32]) -> Option<(i64, i32, i32)> {
 
 /// `Σ c²` of `c = round(((v << shift) - mean) / 2^s)` (halves up) over `v` in `x`, for `s` in
 /// `1..=31`, every `(v << shift) - mean` within `i32` and every `|c| ≤ 2^15`. Helium four
-/// values an instruction; `None` where no kernel ran.
+/// values an instruction, DSP one at a time for `s ≥ 2` (`SMMULR`, `SMLAL`); `None` where no
+/// kernel ran.
 #[inline]
 pub fn squares_i32(x: &[i32], shift: u32, mean: i32, s: u32) -> Option<u64> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::squares(x, shift, mean, s));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return (s >= 2).then(|| dsp_integer::squares(x, shift, mean, s));
     #[allow(unreachable_code)]
     {
         let _ = (x, shift, mean, s);
@@ -1461,11 +1468,13 @@ pub fn squares_i32(x: &[i32], shift: u32, mean: i32, s: u32) -> Option<u64> {
 }
 
 /// `qb[i] = q[i].saturating_add(b[i])` for each `i`; the largest `|qb[i]|`. Helium four
-/// columns an instruction; `None` where no kernel ran.
+/// columns an instruction, DSP one at a time (`QADD`); `None` where no kernel ran.
 #[inline]
 pub fn query_sums_i32(q: &[i32], b: &[i32], qb: &mut [i32]) -> Option<u32> {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return Some(helium::query_sums(q, b, qb));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return Some(dsp_integer::query_sums(q, b, qb));
     #[allow(unreachable_code)]
     {
         let _ = (q, b, qb);
@@ -1474,14 +1483,21 @@ pub fn query_sums_i32(q: &[i32], b: &[i32], qb: &mut [i32]) -> Option<u32> {
 }
 
 /// The query's 16-bit words ([`portable::query_words`]' layout) of `round(v / 2^e)` for the
-/// whole groups of eight values of `qb`: Helium eight columns an instruction. Returns how many
-/// groups it packed (0 where no kernel ran): the rest are the caller's.
+/// whole groups of eight values of `qb`: Helium eight columns an instruction, DSP a column a
+/// `SMMULR` and two a `PKHBT`. Returns how many groups it packed (0 where no kernel ran): the
+/// rest are the caller's.
 #[inline]
 pub fn query_pack_i32(qb: &[i32], words: &mut [u32], e: u32) -> usize {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         let octets = (qb.len() / 8).min(words.len() / 4);
         helium::query_pack(qb, words, octets, e);
+        return octets;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        let octets = (qb.len() / 8).min(words.len() / 4);
+        dsp_integer::query_pack(qb, words, octets, e);
         return octets;
     }
     #[allow(unreachable_code)]
@@ -1533,13 +1549,18 @@ pub fn exp_scores_i32(scores: &mut [i32], largest: i32, frac: u32, table: &[u32;
 
 /// For each key: `p[i]` (its `e_j`, `0..=2^30`) becomes its probability
 /// `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` shifted right by `min(max(e_max - ve[i], 0), 16)`,
-/// rounded, or 0 where `e_j < 2^14`. Helium four keys an instruction; false where no kernel
-/// ran (`p` as it was).
+/// rounded, or 0 where `e_j < 2^14`. Helium four keys an instruction, DSP one at a time
+/// (`UMULL`, `USAT`); false where no kernel ran (`p` as it was).
 #[inline]
 pub fn probabilities_i32(p: &mut [i32], ve: &[i32], normalise: (u32, u32), e_max: i32) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         helium::probabilities(p, ve, normalise, e_max);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::probabilities(p, ve, normalise, e_max);
         return true;
     }
     #[allow(unreachable_code)]
@@ -1550,12 +1571,17 @@ pub fn probabilities_i32(p: &mut [i32], ve: &[i32], normalise: (u32, u32), e_max
 }
 
 /// `x[i] = x[i].saturating_sub(a).saturating_sub(b)` for each value. Helium four values an
-/// instruction; false where no kernel ran (`x` as it was).
+/// instruction, DSP one a `QSUB`; false where no kernel ran (`x` as it was).
 #[inline]
 pub fn subtract_twice_i32(x: &mut [i32], a: i32, b: i32) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         helium::sub_sub(x, a, b);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::sub_sub(x, a, b);
         return true;
     }
     #[allow(unreachable_code)]

@@ -16,6 +16,15 @@ use core::arch::global_asm;
 pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: impl Fn(u32, i32) -> i32) {
     let n = y.len().min(scales.len());
     let (scales, y) = (&scales[..n], &mut y[..n]);
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `y` holds `n ≥ 1` values; the kernel reads those and restores the registers it
+    // saves.
+    let spread = unsafe { txl_magnitude_bits_dsp(y.as_ptr(), n) };
+    // the largest shift `a ≤ 16` that every value keeps its bits under (`spread < 2^31`: one
+    // leading zero at least)
+    let a = (spread.leading_zeros() - 1).min(16) as i32;
     let mut i = 0;
     while i < n {
         // SAFETY: `i < n`, so `scales[i..]` and `y[i..]` hold `n - i ≥ 1` values; the kernel
@@ -27,7 +36,8 @@ pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: imp
                 y[i..].as_mut_ptr(),
                 n - i,
                 sm,
-                32 - k,
+                32 - k - a,
+                a,
             )
         };
         i += done;
@@ -39,29 +49,91 @@ pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: imp
 }
 
 extern "C" {
+    /// The bitwise OR of `x[i] ^ (x[i] >> 31)` over `i < n` (`n ≥ 1`): `x[i] · 2^a` keeps its
+    /// bits for every `i` where the OR is below `2^(31 - a)`.
+    fn txl_magnitude_bits_dsp(x: *const i32, n: usize) -> u32;
     /// For `i < n` (`n ≥ 1`) in order: `y[i] = round(y[i] · m / 2^s)` for the rescale
     /// `m · 2^-s` that `ScaledByBits::apply` makes of `bits[i]` and the scale of mantissa `sm`
-    /// (`c = 32 - k`), while `s` is in `1..=32` and the value keeps its bits once shifted;
-    /// returns the index of the first row it leaves (`n` for none), that row unchanged.
-    fn txl_scaled_by_bits_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32) -> usize;
+    /// (`c = 32 - k - a`, every `y[i] · 2^a` keeping its bits, `a ≤ 16`), while `s` is in
+    /// `1..=32` and the value keeps its bits once shifted; returns the index of the first row
+    /// it leaves (`n` for none), that row unchanged.
+    fn txl_scaled_by_bits_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32, a: i32) -> usize;
 }
 
-// Per row, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa `((f + 2^23 + 2^7) >>
-// 8)` (`f` the 23 bits of its fraction, `UBFX`), its product `p` with `sm` (`[2^30, 2^32)`),
-// `lz` its leading zeros (0 or 1, `up = 1 - lz`), `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`, and
-// `v = 32 - s = biased + 32 - k - lz` (`biased` with the sign bit: a negative scale's `v` is
-// 33 or more, a zero or subnormal one's negative, an infinite or NaN one's 32 or more). For
-// `v` in `0..=15`: `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`); for `v` in `16..=31`, where `x`
-// keeps its bits shifted left by `a = v - 15`: `SMMULR(x · 2^a, m · 2^15)`. Either is
-// `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact rounding, below `2^30` in
-// magnitude. The usual row (`v` in `16..=31`): 26 instructions. Registers: r0 the bits, r1
-// the values, r2 the rows left, r3 `sm`, r4 the bits, then the shifted value, r5 the value,
-// r6 `p` then `m`, r7 `lz`, then `a`, r8 `2^23 + 2^7`, r9 `c`, r10 `n`, r12 a shift, then `v`.
+// The OR of `x ^ (x >> 31)`: eight values an `LDM`, two instructions a value.
 global_asm!(
     ".syntax unified",
     ".thumb",
     // Module-level assembly does not see rustc's target features: name an Armv7E-M core, whose
     // instructions Armv8-M Mainline cores with the DSP extension run as well
+    ".cpu cortex-m4",
+    ".section .text.txl_magnitude_bits_dsp,\"ax\",%progbits",
+    ".globl txl_magnitude_bits_dsp",
+    ".type txl_magnitude_bits_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_magnitude_bits_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9}}",
+    "movs r12, #0",
+    "subs r1, r1, #8",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r2, r3, r4, r5, r6, r7, r8, r9}}",
+    "eor r2, r2, r2, asr #31",
+    "orr r12, r12, r2",
+    "eor r3, r3, r3, asr #31",
+    "orr r12, r12, r3",
+    "eor r4, r4, r4, asr #31",
+    "orr r12, r12, r4",
+    "eor r5, r5, r5, asr #31",
+    "orr r12, r12, r5",
+    "eor r6, r6, r6, asr #31",
+    "orr r12, r12, r6",
+    "eor r7, r7, r7, asr #31",
+    "orr r12, r12, r7",
+    "eor r8, r8, r8, asr #31",
+    "orr r12, r12, r8",
+    "eor r9, r9, r9, asr #31",
+    "orr r12, r12, r9",
+    "subs r1, r1, #8",
+    "bhs 1b",
+    "2:",
+    "adds r1, r1, #8",
+    "beq 4f",
+    "3:",
+    "ldr r2, [r0], #4",
+    "eor r2, r2, r2, asr #31",
+    "orr r12, r12, r2",
+    "subs r1, r1, #1",
+    "bne 3b",
+    "4:",
+    "mov r0, r12",
+    "pop {{r4, r5, r6, r7, r8, r9}}",
+    "bx lr",
+    ".size txl_magnitude_bits_dsp, . - txl_magnitude_bits_dsp",
+);
+
+// Per row, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa `((f + 2^23 + 2^7) >>
+// 8)` (`f` the 23 bits of its fraction, `UBFX`), its product `p` with `sm` (`[2^30, 2^32)`),
+// `lz` its leading zeros (0 or 1, `up = 1 - lz`), `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`, and
+// `v = 32 - s = biased + 32 - k - lz` (`biased` with the sign bit: a negative scale's `v` is
+// 33 or more, a zero or subnormal one's negative, an infinite or NaN one's 32 or more).
+//
+// Two rows an iteration where both have `t = v - a` in `0..=15` (one `ORR` of the two and one
+// `CMP`): `SMMULR(x · 2^a, m · 2^t)` (`x · 2^a` keeps its bits for every row of the call,
+// `m · 2^t ≤ 2^30`) is `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact
+// rounding, below `2^30` in magnitude, as the checked path below gives it (`v ≤ a + 15`: the
+// shift by `v - 15` is at most `a`). 36 instructions the two rows (18 a row), the checks
+// once a pair and no check of the value. A pair with a row outside takes its first row the
+// long way, each check in turn: for `v` in `0..=15`, `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`);
+// for `v` in `16..=31`, where `x` keeps its bits shifted left by `b = v - 15`:
+// `SMMULR(x · 2^b, m · 2^15)`; else the row is the caller's. Registers: r0 the bits, r1 the
+// values, r2 the rows left (less 2 in the pairs' loop), r3 `sm`, r4-r5 the bits, then
+// `c + biased` and `t`, r6-r7 the values, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11 `lz`,
+// then `16 - lz` and a check, r12 `c = 32 - k - a`, lr `a`; `n` on the stack.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
     ".cpu cortex-m4",
     ".section .text.txl_scaled_by_bits_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_dsp",
@@ -69,52 +141,104 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_scaled_by_bits_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9, r10, lr}}",
-    "ldr r9, [sp, #32]",
-    "mov.w r8, #0x00800080",
-    "mov r10, r2",
+    "push {{r2, r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "ldr r12, [sp, #40]",
+    "ldr lr, [sp, #44]",
+    // two rows or more: a pair
     "1:",
+    "subs r2, r2, #2",
+    "blt 8f",
+    "2:",
+    "ldrd r4, r5, [r0], #8",
+    "ldrd r6, r7, [r1]",
+    "ubfx r8, r4, #0, #23",
+    "ubfx r9, r5, #0, #23",
+    "add r8, r8, #0x00800080",
+    "add r9, r9, #0x00800080",
+    "lsrs r8, r8, #8",
+    "lsrs r9, r9, #8",
+    "mul r8, r8, r3", // p
+    "mul r9, r9, r3",
+    "add r4, r12, r4, lsr #23",
+    "add r5, r12, r5, lsr #23",
+    "clz r10, r8", // lz
+    "clz r11, r9",
+    "sub r4, r4, r10", // t
+    "sub r5, r5, r11",
+    "rsb r10, r10, #16",
+    "rsb r11, r11, #16",
+    "lsr r8, r8, r10",
+    "lsr r9, r9, r11",
+    "orr r10, r4, r5",
+    "cmp r10, #15",
+    "bhi 7f",
+    "adds r8, r8, #1",
+    "adds r9, r9, #1",
+    "lsrs r8, r8, #1", // m
+    "lsrs r9, r9, #1",
+    "lsl r8, r8, r4",
+    "lsl r9, r9, r5",
+    "lsl r6, r6, lr",
+    "lsl r7, r7, lr",
+    "smmulr r6, r6, r8",
+    "smmulr r7, r7, r9",
+    "strd r6, r7, [r1], #8",
+    "subs r2, r2, #2",
+    "bge 2b",
+    // one row left, or none
+    "8:",
+    "adds r2, r2, #2",
+    "beq 9f",
+    "b 3f",
+    // a row of the pair outside: the first the long way
+    "7:",
+    "sub r0, r0, #8",
+    "adds r2, r2, #2",
+    // one row the long way: r4 the bits, then the shifted value, r5 the value, r6 `p`, then
+    // `m`, r7 `lz`, then `b`, r8 a shift, then `v` and a check
+    "3:",
     "ldr r4, [r0], #4",
     "ldr r5, [r1]",
     "ubfx r6, r4, #0, #23",
-    "add r6, r6, r8",
+    "add r6, r6, #0x00800080",
     "lsrs r6, r6, #8",
     "mul r6, r6, r3", // p
     "clz r7, r6",     // lz
-    "rsb r12, r7, #16",
-    "lsr r6, r6, r12",
+    "rsb r8, r7, #16",
+    "lsr r6, r6, r8",
     "adds r6, r6, #1",
     "lsrs r6, r6, #1", // m
-    "add r12, r9, r4, lsr #23",
-    "subs r12, r12, r7", // v
-    "subs r7, r12, #15", // a
+    "add r8, r12, lr",
+    "add r8, r8, r4, lsr #23",
+    "subs r8, r8, r7",  // v
+    "subs r7, r8, #15", // b
     "ble 4f",
-    // `v` in `16..=31`, a value that keeps its bits shifted by `a = v - 15`
+    // `v` in `16..=31`, a value that keeps its bits shifted by `b = v - 15`
     "cmp r7, #16",
     "bhi 9f",
     "lsl r4, r5, r7",
-    "asr r12, r4, r7",
-    "cmp r12, r5",
+    "asr r8, r4, r7",
+    "cmp r8, r5",
     "bne 9f",
     "lsl r6, r6, #15",
     "smmulr r5, r4, r6",
-    "2:",
+    "5:",
     "str r5, [r1], #4",
     "subs r2, r2, #1",
-    "bne 1b",
-    "mov r0, r10",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, pc}}",
+    "b 1b",
     // `v` below 16: in `0..=15`
     "4:",
-    "cmp r12, #15",
+    "cmp r8, #15",
     "bhi 9f",
-    "lsl r6, r6, r12",
+    "lsl r6, r6, r8",
     "smmulr r5, r5, r6",
-    "b 2b",
-    // the row is the caller's
+    "b 5b",
+    // the row is the caller's (`r2` rows left), or none is left
     "9:",
-    "sub r0, r10, r2",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, pc}}",
+    "ldr r0, [sp]",
+    "sub r0, r0, r2",
+    "add sp, #4",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
 );
 
@@ -179,10 +303,11 @@ extern "C" {
 // `attention_score_of_small`'s usual path: `d = ce - pe`; for `d ≥ 0`, `e = pe` and the content
 // sum shifted left by `d`, else `e = ce` and the position sum by `-d` (at most 3: both sums
 // are below `2^27` in magnitude, so their sum fits); then [`txl_scaled_by_bits_dsp`]'s exact
-// rounding for `v = 32 - s = (32 - C) + e`. The usual key (`v` in `16..=31`): 26 instructions.
+// rounding for `v = 32 - s = (32 - C) + e`, `m · 2^15` made once a call (and `m · 2^v` of it
+// by a right shift where `v` is below 16). The usual key (`v` in `16..=31`): 25 instructions.
 // Registers: r0-r3 the slices, r4 `ce`, then `e`, r5 `pe`, r6 the content sum, then the sum and
-// the score, r7 the position sum, then the shifted sum, r8 `d`, then `a` and `m · 2^15`, r9
-// `32 - C`, r10 `m`, r11 the largest score, r12 `v`, lr the keys left; the count and the
+// the score, r7 the position sum, then the shifted sum, r8 `d`, then `a` and `m · 2^v`, r9
+// `32 - C`, r10 `m · 2^15`, r11 the largest score, r12 `v`, lr the keys left; the count and the
 // parameters' address on the stack.
 global_asm!(
     ".syntax unified",
@@ -201,6 +326,7 @@ global_asm!(
     "ldr r10, [r12]",
     "ldr r9, [r12, #4]",
     "ldr r11, [r12, #8]",
+    "lsl r10, r10, #15", // m · 2^15
     "str lr, [sp]",
     "1:",
     "ldr r4, [r1], #4",
@@ -225,8 +351,7 @@ global_asm!(
     "asr r12, r7, r8",
     "cmp r12, r6",
     "bne 9f",
-    "lsl r8, r10, #15",
-    "smmulr r6, r7, r8",
+    "smmulr r6, r7, r10",
     "7:",
     "str r6, [r0], #4",
     "cmp r6, r11",
@@ -248,7 +373,8 @@ global_asm!(
     "6:",
     "cmp r12, #15",
     "bhi 9f",
-    "lsl r8, r10, r12",
+    "rsb r8, r12, #15",
+    "lsr r8, r10, r8", // m · 2^v
     "smmulr r6, r6, r8",
     "b 7b",
     // the key is the caller's (`lr` keys left), or none is left
@@ -283,9 +409,11 @@ extern "C" {
 
 // `act_shift`'s steps, the shift `s = top2 - (bits >> 23)` in one `SUB` of a shifted register;
 // the magnitude `(y ^ (y >> 31)) - (y >> 31)` (at most `2^30`: no overflow) against the
-// largest, `IT HI`. 16 instructions a value. Registers: r0 the values, r1 the scales, r2 the
-// values left, r3 `top2`, r4 the bits then `s`, r5 the value, r6 its magnitude, r7 the
-// largest.
+// largest, `IT HI`. Two values an iteration (`LDRD`, `STRD`), both shifts checked by one
+// `CMP` of their OR (a pair with a shift of 31 or more takes the checks one by one): 26
+// instructions the two, 13 a value. Registers: r0 the values, r1 the scales, r2 the values
+// left (less 2 in the pairs' loop), r3 `top2`, r4 and r8 the bits then `s`, r5 and r9 the
+// values, r6 the shifts' OR, then a magnitude, r7 the largest.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -296,33 +424,76 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_act_shift_dsp:",
-    "push {{r4, r5, r6, r7}}",
+    "push {{r4, r5, r6, r7, r8, r9}}",
     "movs r7, #0",
+    "subs r2, r2, #2",
+    "blt 8f",
     "1:",
-    "ldr r4, [r1], #4",
-    "ldr r5, [r0]",
+    "ldrd r4, r8, [r1], #8",
+    "ldrd r5, r9, [r0]",
     "sub r4, r3, r4, lsr #23",
-    "cmp r4, #31",
-    "bhs 3f",
+    "sub r8, r3, r8, lsr #23",
+    "orr r6, r4, r8",
+    "cmp r6, #31",
+    "bhs 5f",
     "asr r5, r5, r4",
     "adds r5, r5, #1",
     "asrs r5, r5, #1",
-    "2:",
-    "str r5, [r0], #4",
+    "asr r9, r9, r8",
+    "adds r9, r9, #1",
+    "asrs r9, r9, #1",
+    "3:",
+    "strd r5, r9, [r0], #8",
     "eor r6, r5, r5, asr #31",
     "sub r6, r6, r5, asr #31",
     "cmp r6, r7",
     "it hi",
     "movhi r7, r6",
-    "subs r2, r2, #1",
-    "bne 1b",
+    "eor r6, r9, r9, asr #31",
+    "sub r6, r6, r9, asr #31",
+    "cmp r6, r7",
+    "it hi",
+    "movhi r7, r6",
+    "subs r2, r2, #2",
+    "bge 1b",
+    // one value left, or none
+    "8:",
+    "adds r2, r2, #2",
+    "beq 9f",
+    "ldr r4, [r1]",
+    "ldr r5, [r0]",
+    "sub r4, r3, r4, lsr #23",
+    "cmp r4, #31",
+    "ite lo",
+    "asrlo r5, r5, r4",
+    "movhs r5, #0",
+    "adds r5, r5, #1",
+    "asrs r5, r5, #1",
+    "str r5, [r0]",
+    "eor r6, r5, r5, asr #31",
+    "sub r6, r6, r5, asr #31",
+    "cmp r6, r7",
+    "it hi",
+    "movhi r7, r6",
+    "9:",
     "mov r0, r7",
-    "pop {{r4, r5, r6, r7}}",
+    "pop {{r4, r5, r6, r7, r8, r9}}",
     "bx lr",
-    // a shift of 31 or more: 0
-    "3:",
-    "movs r5, #0",
-    "b 2b",
+    // a shift of 31 or more (0), or both below 31 and their OR 31: each its own check
+    "5:",
+    "cmp r4, #31",
+    "ite lo",
+    "asrlo r5, r5, r4",
+    "movhs r5, #0",
+    "adds r5, r5, #1",
+    "asrs r5, r5, #1",
+    "cmp r8, #31",
+    "ite lo",
+    "asrlo r9, r9, r8",
+    "movhs r9, #0",
+    "adds r9, r9, #1",
+    "asrs r9, r9, #1",
+    "b 3b",
     ".size txl_act_shift_dsp, . - txl_act_shift_dsp",
 );
 
@@ -352,13 +523,16 @@ extern "C" {
 // `largest - score` (a score at or above the largest: `t = 0`, `2^30`); a distance of
 // `2^(29 - left)` or more (`t ≥ 2^29`, the saturated one too): 0; else
 // `y = ⌊2t log2(e) / 2^32⌋` (`UMULL` of the distance shifted by `left + 1`), the table's two
-// entries by one `LDRD`, the interpolation step `⌊(d b + 2^15) / 2^16⌋` (`d` the entries'
-// difference, below `2^22`, `b` the fraction's low 16 bits) as `SMMULR(2d, b · 2^15)`, and the
-// rounding shift by `n = y / 2^24` as `⌊(⌊2v / 2^n⌋ + 1) / 2⌋` (`2v ≤ 2^31`; `LSR` by 32 or
-// more gives 0, as `exp_neg`'s `n > 31` does). The usual score: 26 instructions. Registers:
-// r0 the scores, r1 the count, r3 `largest`, r4 `2^(29 - left)`, r5 `left + 1`, r6 the table,
-// r7 `log2(e)` in Q31, r8-r9 the sum, r10 the distance, then `y`, r11 a product's low word,
-// then `b · 2^15` and `n`, r12 and lr the entries, the step and the value.
+// entries by one `LDRD`, the interpolation step `⌊(d b + 2^15) / 2^16⌋` (`d ≥ 0` the entries'
+// difference, below `2^22`, `b` the fraction's low 16 bits) as the high word of
+// `UMULL(d, b · 2^16)` plus its low word's top bit, and the rounding shift by `n = y / 2^24`
+// as `⌊v / 2^n⌋` plus the last bit shifted out (`LSRS` leaves it in the carry, and a shift by
+// 0 leaves the carry the `CMP` against `2^(29 - left)` cleared: no instruction between sets
+// flags; `LSR` by 32 or more gives 0, as `exp_neg`'s `n > 31` does), the sum by `UMLAL` of
+// the value by 1. The usual score: 22 instructions. Registers: r0 the scores, r1 the count, r2
+// 1, r3 `largest`, r4 `2^(29 - left)`, r5 `left + 1`, r6 the table, r7 `log2(e)` in Q31, r8-r9
+// the sum, r10 the distance, then `y`, r11 a product's low word, then `b · 2^16` and `n`, r12
+// and lr the entries, the step and the value.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -374,6 +548,7 @@ global_asm!(
     "ldm r2, {{r3, r4, r5, r6}}",
     "movw r7, #:lower16:3098164009",
     "movt r7, #:upper16:3098164009",
+    "movs r2, #1",
     "movs r8, #0",
     "movs r9, #0",
     "1:",
@@ -387,21 +562,17 @@ global_asm!(
     "ubfx r12, r10, #16, #8",  // the index
     "add r12, r6, r12, lsl #2",
     "ldrd r12, lr, [r12]",
-    "sub lr, r12, lr",
-    "lsl lr, lr, #1", // 2d
-    "lsl r11, r10, #16",
-    "lsr r11, r11, #1",   // b · 2^15
-    "smmulr lr, lr, r11", // the step
-    "sub r12, r12, lr",   // the value
-    "lsr r11, r10, #24",  // n
-    "lsl r12, r12, #1",
-    "lsr r12, r12, r11",
-    "adds r12, r12, #1",
-    "lsrs r12, r12, #1",
+    "sub lr, r12, lr",   // d
+    "lsl r11, r10, #16", // b · 2^16
+    "umull r11, lr, lr, r11",
+    "add lr, lr, r11, lsr #31", // the step
+    "sub r12, r12, lr",         // the value
+    "lsr r11, r10, #24",        // n
+    "lsrs r12, r12, r11",
+    "adc r12, r12, #0",
     "2:",
     "str r12, [r0], #4",
-    "adds r8, r8, r12",
-    "adc r9, r9, #0",
+    "umlal r8, r9, r12, r2",
     "subs r1, r1, #1",
     "bne 1b",
     "mov r0, r8",
@@ -483,12 +654,17 @@ extern "C" {
 
 // [`txl_scaled_by_bits_dsp`]'s rescale of the deviation by the gain's magnitude (its biased
 // exponent by `UBFX`, without the sign), then the sign (`(y ^ s) - s` for `s` the gain's sign
-// spread, exact: `|y| < 2^30`) and the bias by `QADD`, the saturating sum `finish` makes. The
-// usual value (`v` in `16..=31`): 33 instructions. Registers: r0 the values, r1 the gains, r2
-// the biases, r3 the output, r4 the gain's bits, r5 the deviation, then the result, r6 `p`, then
-// `m`, r7 `lz`, then `a` and a check, r8 `32 - k`, r9 `sm`, r10 the shift, r11 the mean, r12 a
-// shift, then `v`, the shifted deviation and the bias, lr the values left; the count and the
-// parameters' address on the stack.
+// spread, exact: `|y| < 2^30`) and the bias by `QADD`, the saturating sum `finish` makes. Two
+// values an iteration, each straight through where its `v` is in `0..=15` (the usual value:
+// LayerNorm's deviations are large and its outputs small), `SMMULR(d, m · 2^v)`
+// (`m · 2^v ≤ 2^30`, any deviation): 25 instructions a value, 52 the two with the loop's. A
+// value outside takes the long way, each check in turn: for `v` in `16..=31`, where the
+// deviation keeps its bits shifted left by `a = v - 15`, `SMMULR(d · 2^a, m · 2^15)`; else the
+// value is the caller's. Registers: r0 the values, r1 the gains, r2 the biases, r3 the output,
+// r4 the gain's bits, r5 the deviation, then the result, r6 `p`, then `m`, r7 `lz`, then `a`
+// and a check, r8 `32 - k`, r9 `sm`, r10 the shift, r11 the mean, r12 a shift, then `v`, the
+// shifted deviation and the bias, lr the values left (less 2 in the pairs' loop); the count
+// and the parameters' address on the stack.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -508,7 +684,81 @@ global_asm!(
     "mov r8, r9",
     "mov r9, r12",
     "str lr, [sp]",
+    // two values or more: a pair
+    "0:",
+    "subs lr, lr, #2",
+    "blt 8f",
     "1:",
+    "ldr r4, [r1], #4",
+    "ldr r5, [r0], #4",
+    "lsl r5, r5, r10",
+    "sub r5, r5, r11", // the deviation
+    "ubfx r6, r4, #0, #23",
+    "add r6, r6, #0x00800080",
+    "lsrs r6, r6, #8",
+    "mul r6, r6, r9", // p
+    "clz r7, r6",     // lz
+    "rsb r12, r7, #16",
+    "lsr r6, r6, r12",
+    "adds r6, r6, #1",
+    "lsrs r6, r6, #1", // m
+    "ubfx r12, r4, #23, #8",
+    "add r12, r12, r8",
+    "sub r12, r12, r7", // v
+    "cmp r12, #15",
+    "bhi 6f",
+    "lsl r6, r6, r12",
+    "smmulr r5, r5, r6",
+    "eor r5, r5, r4, asr #31",
+    "sub r5, r5, r4, asr #31",
+    "ldr r12, [r2], #4",
+    "qadd r5, r5, r12",
+    "str r5, [r3], #4",
+    "ldr r4, [r1], #4",
+    "ldr r5, [r0], #4",
+    "lsl r5, r5, r10",
+    "sub r5, r5, r11", // the deviation
+    "ubfx r6, r4, #0, #23",
+    "add r6, r6, #0x00800080",
+    "lsrs r6, r6, #8",
+    "mul r6, r6, r9", // p
+    "clz r7, r6",     // lz
+    "rsb r12, r7, #16",
+    "lsr r6, r6, r12",
+    "adds r6, r6, #1",
+    "lsrs r6, r6, #1", // m
+    "ubfx r12, r4, #23, #8",
+    "add r12, r12, r8",
+    "sub r12, r12, r7", // v
+    "cmp r12, #15",
+    "bhi 7f",
+    "lsl r6, r6, r12",
+    "smmulr r5, r5, r6",
+    "eor r5, r5, r4, asr #31",
+    "sub r5, r5, r4, asr #31",
+    "ldr r12, [r2], #4",
+    "qadd r5, r5, r12",
+    "str r5, [r3], #4",
+    "subs lr, lr, #2",
+    "bge 1b",
+    // one value left, or none
+    "8:",
+    "adds lr, lr, #2",
+    "bne 3f",
+    "b 9f",
+    // the first value of the pair outside its loads undone
+    "6:",
+    "sub r0, r0, #4",
+    "sub r1, r1, #4",
+    "adds lr, lr, #2",
+    "b 3f",
+    // the second
+    "7:",
+    "sub r0, r0, #4",
+    "sub r1, r1, #4",
+    "adds lr, lr, #1",
+    // one value the long way
+    "3:",
     "ldr r4, [r1], #4",
     "ldr r5, [r0], #4",
     "lsl r5, r5, r10",
@@ -543,8 +793,7 @@ global_asm!(
     "qadd r5, r5, r12",
     "str r5, [r3], #4",
     "subs lr, lr, #1",
-    "bne 1b",
-    "b 9f",
+    "b 0b",
     // `v` below 16: in `0..=15`
     "4:",
     "cmp r12, #15",
@@ -559,4 +808,470 @@ global_asm!(
     "add sp, #4",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
+);
+
+/// `(Σ x, min x, max x)` of `x` (`None` for none), the sum exact in 64 bits.
+pub fn sum_range(x: &[i32]) -> Option<(i64, i32, i32)> {
+    if x.is_empty() {
+        return None;
+    }
+    let mut out = [0i32; 4];
+    // SAFETY: `x` holds `n ≥ 1` values; the kernel reads those, writes the four words of
+    // `out`, and restores the registers it saves.
+    unsafe { txl_sum_range_dsp(x.as_ptr(), x.len(), out.as_mut_ptr()) };
+    let sum = (out[1] as i64) << 32 | out[0] as u32 as i64;
+    Some((sum, out[2], out[3]))
+}
+
+/// `Σ c²` of `c = round(((v << shift) - mean) / 2^s)` (halves up) over `v` in `x`, for `s` in
+/// `2..=31`, every `(v << shift) - mean` within `i32` and every `|c| ≤ 2^15`.
+pub fn squares(x: &[i32], shift: u32, mean: i32, s: u32) -> u64 {
+    if x.is_empty() {
+        return 0;
+    }
+    let parameters = [shift as i32, mean, 1 << (32 - s.clamp(2, 31))];
+    // SAFETY: `x` holds `n ≥ 1` values; the kernel reads those and the three parameters, and
+    // restores the registers it saves.
+    unsafe { txl_squares_dsp(x.as_ptr(), x.len(), parameters.as_ptr()) }
+}
+
+extern "C" {
+    /// For `n ≥ 1` values at `x`: `out = [Σ's low word, Σ's high word, min, max]`.
+    fn txl_sum_range_dsp(x: *const i32, n: usize, out: *mut i32);
+    /// `Σ c²` (64 bits) over `n ≥ 1` values `v` at `x` of `c = SMMULR((v << shift) - mean, M)`,
+    /// `parameters` being `[shift, mean, M]`.
+    fn txl_squares_dsp(x: *const i32, n: usize, parameters: *const i32) -> u64;
+}
+
+// The sum: `SMLAL` of each value by 1 into the 64-bit sum. The range in one `ITEE` block: the
+// smallest `CMP`ed with the value takes it where it is above it (`GT`), else (`LE`) the largest
+// `CMP`ed with the value takes it where it is at or below it (where the first `MOV` ran, the
+// first `CMP`'s flags, `GT`, keep the last from running). 6 instructions a value, four values
+// an `LDM`.
+// Registers: r0 the values, r1 the values left (less 4 in the loop of four), r2 the output, r3
+// 1, r4-r7 the values, r8-r9 the sum, r10 the smallest, r11 the largest.
+//
+// The squares: `c = SMMULR(d, 2^(32 - s)) = ⌊(d + 2^(s-1)) / 2^s⌋` (`2^(32 - s) ≤ 2^30`), the
+// exact rounding of the deviation `d = (v << shift) - mean` (`LSL`, `SUB`), and `SMLAL` of
+// `c · c` into the 64-bit sum. 4 instructions a value, four values an `LDM`. Registers: r0
+// the values, r1 the values left (less 4), r2 the shift, r3 the mean, r4-r7 the values, r8-r9
+// the sum, r12 `2^(32 - s)`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_sum_range_dsp,\"ax\",%progbits",
+    ".globl txl_sum_range_dsp",
+    ".type txl_sum_range_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sum_range_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "ldr r10, [r0]",
+    "mov r11, r10",
+    "movs r3, #1",
+    "movs r8, #0",
+    "movs r9, #0",
+    "subs r1, r1, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "smlal r8, r9, r4, r3",
+    "cmp r10, r4",
+    "itee gt",
+    "movgt r10, r4",
+    "cmple r11, r4",
+    "movle r11, r4",
+    "smlal r8, r9, r5, r3",
+    "cmp r10, r5",
+    "itee gt",
+    "movgt r10, r5",
+    "cmple r11, r5",
+    "movle r11, r5",
+    "smlal r8, r9, r6, r3",
+    "cmp r10, r6",
+    "itee gt",
+    "movgt r10, r6",
+    "cmple r11, r6",
+    "movle r11, r6",
+    "smlal r8, r9, r7, r3",
+    "cmp r10, r7",
+    "itee gt",
+    "movgt r10, r7",
+    "cmple r11, r7",
+    "movle r11, r7",
+    "subs r1, r1, #4",
+    "bhs 1b",
+    "2:",
+    "adds r1, r1, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0], #4",
+    "smlal r8, r9, r4, r3",
+    "cmp r10, r4",
+    "itee gt",
+    "movgt r10, r4",
+    "cmple r11, r4",
+    "movle r11, r4",
+    "subs r1, r1, #1",
+    "bne 3b",
+    "4:",
+    "stm r2, {{r8, r9, r10, r11}}",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_sum_range_dsp, . - txl_sum_range_dsp",
+    ".section .text.txl_squares_dsp,\"ax\",%progbits",
+    ".globl txl_squares_dsp",
+    ".type txl_squares_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_squares_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9}}",
+    "ldr r12, [r2, #8]",
+    "ldr r3, [r2, #4]",
+    "ldr r2, [r2]",
+    "movs r8, #0",
+    "movs r9, #0",
+    "subs r1, r1, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "lsl r4, r4, r2",
+    "sub r4, r4, r3",
+    "smmulr r4, r4, r12",
+    "smlal r8, r9, r4, r4",
+    "lsl r5, r5, r2",
+    "sub r5, r5, r3",
+    "smmulr r5, r5, r12",
+    "smlal r8, r9, r5, r5",
+    "lsl r6, r6, r2",
+    "sub r6, r6, r3",
+    "smmulr r6, r6, r12",
+    "smlal r8, r9, r6, r6",
+    "lsl r7, r7, r2",
+    "sub r7, r7, r3",
+    "smmulr r7, r7, r12",
+    "smlal r8, r9, r7, r7",
+    "subs r1, r1, #4",
+    "bhs 1b",
+    "2:",
+    "adds r1, r1, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0], #4",
+    "lsl r4, r4, r2",
+    "sub r4, r4, r3",
+    "smmulr r4, r4, r12",
+    "smlal r8, r9, r4, r4",
+    "subs r1, r1, #1",
+    "bne 3b",
+    "4:",
+    "mov r0, r8",
+    "mov r1, r9",
+    "pop {{r4, r5, r6, r7, r8, r9}}",
+    "bx lr",
+    ".size txl_squares_dsp, . - txl_squares_dsp",
+);
+
+/// `qb[i] = q[i].saturating_add(b[i])` for each `i` (as many as the shortest); returns the
+/// largest `|qb[i]|` (0 for none).
+pub fn query_sums(q: &[i32], b: &[i32], qb: &mut [i32]) -> u32 {
+    let n = q.len().min(b.len()).min(qb.len());
+    if n == 0 {
+        return 0;
+    }
+    // SAFETY: the three slices hold `n ≥ 1` values; the kernel reads those of `q` and `b`,
+    // writes those of `qb`, and restores the registers it saves.
+    unsafe { txl_query_sums_dsp(q.as_ptr(), b.as_ptr(), qb.as_mut_ptr(), n) }
+}
+
+/// The words of the first `8 · octets` values of `qb` (`octets ≤ qb.len() / 8`, `words` at
+/// least `4 · octets` long) as the query's layout keeps them: columns `4g` and `4g + 2` in word
+/// `2g`, `4g + 1` and `4g + 3` in word `2g + 1`, each the low half of `round(v / 2^e)`
+/// (halves up; `v` itself for `e = 0`), `e ≤ 31`.
+pub fn query_pack(qb: &[i32], words: &mut [u32], octets: usize, e: u32) {
+    let octets = octets.min(qb.len() / 8).min(words.len() / 4);
+    if octets == 0 {
+        return;
+    }
+    let e = e.min(31);
+    // SAFETY: `qb` holds `8 · octets` values and `words` `4 · octets`; the kernel reads those
+    // and writes these, and restores the registers it saves.
+    unsafe { txl_query_pack_dsp(qb.as_ptr(), words.as_mut_ptr(), octets, e) }
+}
+
+extern "C" {
+    /// `qb[i] = QADD(q[i], b[i])` for `i < n` (`n ≥ 1`); returns the largest `|qb[i]|`.
+    fn txl_query_sums_dsp(q: *const i32, b: *const i32, qb: *mut i32, n: usize) -> u32;
+    /// For each of `octets ≥ 1` groups of eight values `v` at `qb`, four words: the low halves
+    /// of `round(v / 2^e)` (halves up, `e ≤ 31`) of columns `4g, 4g + 2` in word `2g` and
+    /// `4g + 1, 4g + 3` in word `2g + 1` (low half first).
+    fn txl_query_pack_dsp(qb: *const i32, words: *mut u32, octets: usize, e: u32);
+}
+
+// The sums: `QADD`, and the magnitude `(y ^ (y >> 31)) - (y >> 31)` (`2^31` for `i32::MIN`, as
+// an unsigned value) against the largest, `IT HI`: four columns two `LDM`s, four `QADD`s, an
+// `STM` and five instructions a column for the largest, 29 with the loop's two. Registers: r0-r2 the slices, r3 the columns left (less 4 in
+// the loop of four), r4-r7 the sums, r8-r11 the biases, then the magnitudes, r12 the
+// largest.
+//
+// The words: for `e ≥ 2`, `round(v / 2^e) = SMMULR(v, 2^(32 - e))` (`2^(32 - e) ≤ 2^30`),
+// then `PKHBT` of columns `4g, 4g + 2` and `4g + 1, 4g + 3`: eight columns an `LDM`, eight
+// `SMMULR`s, four `PKHBT`s and an `STM`, 16 instructions with the loop's two. For `e` 0 or 1,
+// `(v + e) >> e`, whose low half is the rounded value's (the bits it takes, `e..e + 16`, are
+// below the sum's carry out): an `ADD` and an `ASR` in place of the `SMMULR`. Registers: r0
+// the values, r1 the words, r2 the groups left, r3 `e`, then `2^(32 - e)`, r4-r11 the columns.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_query_sums_dsp,\"ax\",%progbits",
+    ".globl txl_query_sums_dsp",
+    ".type txl_query_sums_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_sums_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "movs r12, #0",
+    "subs r3, r3, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "ldm r1!, {{r8, r9, r10, r11}}",
+    "qadd r4, r4, r8",
+    "qadd r5, r5, r9",
+    "qadd r6, r6, r10",
+    "qadd r7, r7, r11",
+    "stm r2!, {{r4, r5, r6, r7}}",
+    "eor r8, r4, r4, asr #31",
+    "sub r8, r8, r4, asr #31",
+    "cmp r8, r12",
+    "it hi",
+    "movhi r12, r8",
+    "eor r9, r5, r5, asr #31",
+    "sub r9, r9, r5, asr #31",
+    "cmp r9, r12",
+    "it hi",
+    "movhi r12, r9",
+    "eor r10, r6, r6, asr #31",
+    "sub r10, r10, r6, asr #31",
+    "cmp r10, r12",
+    "it hi",
+    "movhi r12, r10",
+    "eor r11, r7, r7, asr #31",
+    "sub r11, r11, r7, asr #31",
+    "cmp r11, r12",
+    "it hi",
+    "movhi r12, r11",
+    "subs r3, r3, #4",
+    "bhs 1b",
+    "2:",
+    "adds r3, r3, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0], #4",
+    "ldr r8, [r1], #4",
+    "qadd r4, r4, r8",
+    "str r4, [r2], #4",
+    "eor r8, r4, r4, asr #31",
+    "sub r8, r8, r4, asr #31",
+    "cmp r8, r12",
+    "it hi",
+    "movhi r12, r8",
+    "subs r3, r3, #1",
+    "bne 3b",
+    "4:",
+    "mov r0, r12",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_query_sums_dsp, . - txl_query_sums_dsp",
+    ".section .text.txl_query_pack_dsp,\"ax\",%progbits",
+    ".globl txl_query_pack_dsp",
+    ".type txl_query_pack_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_pack_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "cmp r3, #2",
+    "blo 5f",
+    "rsb r3, r3, #32",
+    "movs r12, #1",
+    "lsl r3, r12, r3",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "smmulr r4, r4, r3",
+    "smmulr r5, r5, r3",
+    "smmulr r6, r6, r3",
+    "smmulr r7, r7, r3",
+    "smmulr r8, r8, r3",
+    "smmulr r9, r9, r3",
+    "smmulr r10, r10, r3",
+    "smmulr r11, r11, r3",
+    "pkhbt r4, r4, r6, lsl #16",
+    "pkhbt r5, r5, r7, lsl #16",
+    "pkhbt r8, r8, r10, lsl #16",
+    "pkhbt r9, r9, r11, lsl #16",
+    "stm r1!, {{r4, r5, r8, r9}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "b 9f",
+    // `e` 0 or 1
+    "5:",
+    "ldm r0!, {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "add r4, r4, r3",
+    "asr r4, r4, r3",
+    "add r5, r5, r3",
+    "asr r5, r5, r3",
+    "add r6, r6, r3",
+    "asr r6, r6, r3",
+    "add r7, r7, r3",
+    "asr r7, r7, r3",
+    "add r8, r8, r3",
+    "asr r8, r8, r3",
+    "add r9, r9, r3",
+    "asr r9, r9, r3",
+    "add r10, r10, r3",
+    "asr r10, r10, r3",
+    "add r11, r11, r3",
+    "asr r11, r11, r3",
+    "pkhbt r4, r4, r6, lsl #16",
+    "pkhbt r5, r5, r7, lsl #16",
+    "pkhbt r8, r8, r10, lsl #16",
+    "pkhbt r9, r9, r11, lsl #16",
+    "stm r1!, {{r4, r5, r8, r9}}",
+    "subs r2, r2, #1",
+    "bne 5b",
+    "9:",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_query_pack_dsp, . - txl_query_pack_dsp",
+);
+
+/// `x[i] = x[i].saturating_sub(a).saturating_sub(b)` for each value.
+pub fn sub_sub(x: &mut [i32], a: i32, b: i32) {
+    if x.is_empty() {
+        return;
+    }
+    // SAFETY: `x` holds `n ≥ 1` values; the kernel reads and writes those, and restores the
+    // registers it saves.
+    unsafe { txl_sub_sub_dsp(x.as_mut_ptr(), x.len(), a, b) }
+}
+
+extern "C" {
+    /// `x[i] = QSUB(QSUB(x[i], a), b)` for `i < n` (`n ≥ 1`).
+    fn txl_sub_sub_dsp(x: *mut i32, n: usize, a: i32, b: i32);
+}
+
+// Two `QSUB`s a value, four values an `LDM` and an `STM`: 12 instructions the four with the
+// loop's two. Registers: r0 the values, r1 the values left (less 4 in the loop of four), r2
+// `a`, r3 `b`, r4-r7 the values.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_sub_sub_dsp,\"ax\",%progbits",
+    ".globl txl_sub_sub_dsp",
+    ".type txl_sub_sub_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_sub_sub_dsp:",
+    "push {{r4, r5, r6, r7}}",
+    "subs r1, r1, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0, {{r4, r5, r6, r7}}",
+    "qsub r4, r4, r2",
+    "qsub r5, r5, r2",
+    "qsub r6, r6, r2",
+    "qsub r7, r7, r2",
+    "qsub r4, r4, r3",
+    "qsub r5, r5, r3",
+    "qsub r6, r6, r3",
+    "qsub r7, r7, r3",
+    "stm r0!, {{r4, r5, r6, r7}}",
+    "subs r1, r1, #4",
+    "bhs 1b",
+    "2:",
+    "adds r1, r1, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0]",
+    "qsub r4, r4, r2",
+    "qsub r4, r4, r3",
+    "str r4, [r0], #4",
+    "subs r1, r1, #1",
+    "bne 3b",
+    "4:",
+    "pop {{r4, r5, r6, r7}}",
+    "bx lr",
+    ".size txl_sub_sub_dsp, . - txl_sub_sub_dsp",
+);
+
+/// For each key (as many as the shorter slice): `p[i]` (its `e_j`, `0..=2^30`) becomes its
+/// probability `min(round(⌊e m / 2^32⌋ / 2^t), 32767)` (`t ≥ 1`) shifted right by
+/// `min(max(e_max - ve[i], 0), 16)`, rounded, or 0 where `e_j < 2^14`. The same values.
+pub fn probabilities(p: &mut [i32], ve: &[i32], (m, t): (u32, u32), e_max: i32) {
+    let n = p.len().min(ve.len());
+    if n == 0 {
+        return;
+    }
+    let constants = [m as i32, t.clamp(1, 64) as i32, e_max];
+    // SAFETY: `p` and `ve` hold `n ≥ 1` values; the kernel reads those, writes those of `p`,
+    // reads the three constants, and restores the registers it saves.
+    unsafe { txl_probabilities_dsp(p.as_mut_ptr(), ve.as_ptr(), n, constants.as_ptr()) }
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`), the probability of `e = p[i]` in place: `min(round(⌊e m / 2^32⌋
+    /// / 2^t), 32767)` (halves up) divided by `2^min(max(e_max - ve[i], 0), 16)`, rounded
+    /// (halves up), or 0 where `e < 2^14`. `constants` is `[m, t, e_max]`.
+    fn txl_probabilities_dsp(p: *mut i32, ve: *const i32, n: usize, constants: *const i32);
+}
+
+// Per key: `⌊e m / 2^32⌋` (`UMULL`, below `2^29`), its rounding shift by `t ≥ 1` as `LSRS`
+// (the last bit shifted out in the carry) and `ADCS` of that bit (which clears the carry: no
+// carry out), `USAT` to 15 bits (the `min` with 32767); the shift `e_max - ve` clamped to
+// `0..=31` by `USAT` (a shift of 16 or more leaves 0 of a probability below `2^15`, as 16
+// does), the rounding shift by it as `LSRS` and `ADC` (a shift of 0 keeps the carry clear:
+// `USAT` and `SUB` set no carry). 15 instructions a key. Registers: r0 the probabilities, r1
+// the values' powers of two, r2 `m`, r3 `t`, r4 `e`, then the probability, r5 the power of
+// two, then the shift, r6 a product's low word, r12 `e_max`, lr the keys left.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_probabilities_dsp,\"ax\",%progbits",
+    ".globl txl_probabilities_dsp",
+    ".type txl_probabilities_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_probabilities_dsp:",
+    "push {{r4, r5, r6, lr}}",
+    "mov lr, r2",
+    "ldr r12, [r3, #8]",
+    "ldr r2, [r3]",
+    "ldr r3, [r3, #4]",
+    "1:",
+    "ldr r4, [r0]",
+    "ldr r5, [r1], #4",
+    "cmp r4, #16384",
+    "blt 5f",
+    "umull r6, r4, r4, r2",
+    "lsrs r4, r4, r3",
+    "adcs r4, r4, #0",
+    "usat r4, #15, r4",
+    "sub r5, r12, r5",
+    "usat r5, #5, r5",
+    "lsrs r4, r4, r5",
+    "adc r4, r4, #0",
+    "2:",
+    "str r4, [r0], #4",
+    "subs lr, lr, #1",
+    "bne 1b",
+    "pop {{r4, r5, r6, pc}}",
+    // `e < 2^14`: no probability
+    "5:",
+    "movs r4, #0",
+    "b 2b",
+    ".size txl_probabilities_dsp, . - txl_probabilities_dsp",
 );
