@@ -207,7 +207,8 @@ fn check_act_shift() -> Result<Option<usize>, Failure> {
 /// `ScaledByBits::apply_each` against `ScaledByBits::apply` for many steps (their mantissas at
 /// and near the edges, their exponents across the fast paths' shifts and past them), row
 /// counts of 0 to 137 (whole and partial blocks of four, more than one pass of the kernel's),
-/// values and scales from [`Numbers`], half the calls' values (at random) shifted right by 0 to
+/// values and scales from [`Numbers`], half the calls' scales positive, normal and within a
+/// factor of 8 (one matrix's rows), half the calls' values (at random) shifted right by 0 to
 /// 30 bits (calls whose values all keep their bits under larger shifts). Returns the number of
 /// values checked.
 fn check_scaled_by_bits() -> Result<usize, Failure> {
@@ -218,7 +219,17 @@ fn check_scaled_by_bits() -> Result<usize, Failure> {
             let step = Scale16 { mantissa, exponent };
             let scaled = ScaledByBits::new(step);
             let n = (numbers.next() % 138) as usize;
-            let bits: Vec<u32> = (0..n).map(|_| numbers.scale()).collect();
+            // half the calls with positive normal scales within a factor of 8 (a matrix's rows,
+            // which the kernels may take without a check a row)
+            let bits: Vec<u32> = match numbers.next() % 2 {
+                0 => (0..n).map(|_| numbers.scale()).collect(),
+                _ => {
+                    let low = 90 + numbers.next() % 70;
+                    (0..n)
+                        .map(|_| (low + numbers.next() % 3) << 23 | numbers.next() & 0x7F_FFFF)
+                        .collect()
+                }
+            };
             let scales: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
             let narrow = match numbers.next() % 2 {
                 0 => 0,

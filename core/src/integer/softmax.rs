@@ -235,15 +235,10 @@ pub fn log_softmax(x: &mut [i32], frac: u32) {
 /// build has none, `frac` is above 24, or there are no values.
 #[inline]
 fn largest_and_sum_by_kernels(x: &[i32], frac: u32) -> Option<(i32, u64)> {
-    // (the builds with the scores' kernels have the exponentials' one: Helium's, and the DSP
-    // extension's a value at a time, with the largest value found here)
-    if !(kernels::INTEGER_PASSES || kernels::INTEGER_SCORES) || frac > 24 {
+    if !kernels::INTEGER_PASSES || frac > 24 {
         return None;
     }
-    let largest = match kernels::sum_range_i32(x) {
-        Some((_, _, largest)) => largest,
-        None => *x.iter().max()?,
-    };
+    let (_, _, largest) = kernels::sum_range_i32(x)?;
     let mut copy = [0i32; 64];
     let mut sum = 0u64;
     for chunk in x.chunks(64) {
