@@ -169,25 +169,27 @@ fn quotient_of_2_62(v: u32) -> u32 {
     let (v1, v0) = (v >> 16, v & 0xFFFF);
     // the first digit: (2^30 · 2^16) / v, from 2^30 / v1
     let high = 1u32 << 30;
-    let (mut q1, mut r) = (high / v1, high % v1);
-    while q1 >= B || q1 * v0 > B * r {
-        q1 -= 1;
-        r += v1;
-        if r >= B {
-            break;
-        }
-    }
+    let q1 = quotient_digit(high, (v1, v0));
     // the remainder `2^30 · 2^16 - q1 · v`, below `v` (modular arithmetic: the true value fits)
     let rest = high.wrapping_mul(B).wrapping_sub(q1.wrapping_mul(v));
-    let (mut q0, mut r) = (rest / v1, rest % v1);
-    while q0 >= B || q0 * v0 > B * r {
-        q0 -= 1;
+    let q0 = quotient_digit(rest, (v1, v0));
+    q1 * B + q0
+}
+
+/// One 16-bit digit of `⌊n · 2^16 / v⌋` for `n < v` (`v = v1 · 2^16 + v0`, `v1` in
+/// `[2^15, 2^16)`): `n / v1`, corrected down at most twice.
+#[inline(always)]
+fn quotient_digit(n: u32, (v1, v0): (u32, u32)) -> u32 {
+    const B: u32 = 1 << 16;
+    let (mut q, mut r) = (n / v1, n % v1);
+    while q >= B || q * v0 > B * r {
+        q -= 1;
         r += v1;
         if r >= B {
             break;
         }
     }
-    q1 * B + q0
+    q
 }
 
 /// `x = ln softmax(x)` in place for logits in `Q(frac)` nats (`frac ≤ 30`): `x_i - max - ln S`
