@@ -109,12 +109,18 @@ impl Normalise {
             // `⌊(P + 2^(s-1)) / 2^s⌋ = ⌊(⌊P / 2^32⌋ + 2^(s-33)) / 2^(s-32)⌋` for `s ≥ 33` (the
             // low word only adds a fraction below 1 to a whole numerator): the product's high
             // word alone, which is below 2^29
-            let high = (mul_wide_u32(e as u32, self.m as u32) >> 32) as u32;
-            let shift = self.shift - 32;
-            return ((high + (1 << (shift - 1))) >> shift).min(PROBABILITY_ONE - 1) as i32;
+            return Normalise::apply_high((self.m as u32, self.shift - 32), e);
         }
         let product = mul_wide_u32(e as u32, self.m as u32);
         ((product + self.half) >> self.shift).min(PROBABILITY_ONE as u64 - 1) as i32
+    }
+
+    /// [`Normalise::apply`] in [`Normalise::high_word`]'s form `(m, t)`: the product's high
+    /// word alone (below 2^29), rounded by `2^t`.
+    #[inline(always)]
+    pub fn apply_high((m, t): (u32, u32), e: i32) -> i32 {
+        let high = (mul_wide_u32(e as u32, m) >> 32) as u32;
+        ((high + (1 << (t - 1))) >> t).min(PROBABILITY_ONE - 1) as i32
     }
 }
 
@@ -212,17 +218,15 @@ pub fn log_softmax(x: &mut [i32], frac: u32) {
         }
     };
     let ln_sum = ln_sum(sum, frac);
-    // with a kernel, both subtractions four values an instruction (`x - largest` is at most 0
-    // and `ln_sum` at least 0: a difference saturated at the first step stays saturated at the
-    // second, as the clamp makes it)
-    if (0..=i32::MAX as i64).contains(&ln_sum) && kernels::subtract_twice_i32(x, largest, ln_sum as i32) {
-        return;
-    }
+    // two saturating subtractions in 32 bits, by a kernel where there is one (`x - largest` is
+    // at most 0 and `ln_sum` at least 0: a difference saturated at the first step stays
+    // saturated at the second, as the clamp makes it)
     if (0..=i32::MAX as i64).contains(&ln_sum) {
-        // the same two saturating subtractions in 32 bits
         let ln_sum = ln_sum as i32;
-        for v in x.iter_mut() {
-            *v = v.saturating_sub(largest).saturating_sub(ln_sum);
+        if !kernels::subtract_twice_i32(x, largest, ln_sum) {
+            for v in x.iter_mut() {
+                *v = v.saturating_sub(largest).saturating_sub(ln_sum);
+            }
         }
         return;
     }

@@ -20,15 +20,15 @@ use crate::arena::integer_parameter_parts;
 use crate::attention::AttentionShape;
 use crate::config::{Config, MAX_CLUSTERS};
 use crate::fixed_point::{
-    cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, mul_wide_u32,
-    multiplier_of_f32, position_frequency, round_shift, round_shift_i32, saturate, sin_turns,
-    sqrt_multiplier, to_f32, Multiplier, Rescale, Scale16, ScaledByBits,
+    cos_turns, f32_of_f16, fixed_of_f32, fixed_of_f32_wide, inverse_sqrt_multiplier, multiplier_of_f32,
+    position_frequency, round_shift, round_shift_i32, saturate, sin_turns, sqrt_multiplier, to_f32,
+    Multiplier, Rescale, Scale16, ScaledByBits,
 };
 use crate::image::Arithmetic;
 use crate::integer::{
     act_rescale, act_shift, act_top, attention_score, attention_score_of_small, layer_norm_of_bit_slices,
     log_softmax, pow2_act_top, pow2_exponent, pow2_exponent_of, rescale_wide, Int8Steps, Normalise,
-    ACT_SHIFT, PROBABILITY_ONE, SCORE_FRAC,
+    ACT_SHIFT, SCORE_FRAC,
 };
 use crate::kernels;
 use crate::matrix::split_scratch;
@@ -690,13 +690,11 @@ fn head_probabilities(
             return e_max;
         }
         // else [`Normalise::apply`]'s high-word form chosen once for the row (the same values)
-        let round = 1u32 << (t - 1);
         for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
             if *p < 1 << 14 {
                 *p = 0; // (no probability, as above)
             } else {
-                let high = (mul_wide_u32(*p as u32, m) >> 32) as u32;
-                *p = ((high + round) >> t).min(PROBABILITY_ONE - 1) as i32;
+                *p = Normalise::apply_high((m, t), *p);
                 shift_probability(p, e_max, ve);
             }
         }
