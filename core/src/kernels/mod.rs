@@ -1570,6 +1570,77 @@ pub fn probabilities_i32(p: &mut [i32], ve: &[i32], normalise: (u32, u32), e_max
     }
 }
 
+/// `out[k] = words[k · stride].to_bits() as i32 + add` for each `k < out.len()` (the exponents
+/// of a memory's ring: one a slot, `stride` apart): Helium four keys an instruction (a gather
+/// load); false where no kernel ran (`out` as it was).
+#[inline]
+pub fn exponents_strided_i32(out: &mut [i32], words: &[f32], stride: usize, add: i32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium::gather_strided(out, words, stride, add);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (out, words, stride, add);
+        false
+    }
+}
+
+/// For each `k < poss.len()` (and `pes.len()`, at most `distance + 1`), with
+/// `d = distance - k` (`distance < positions.len()`, `distance · row < exponents.len()`):
+/// `poss[k] = positions[d]` and `pes[k] = pe + exponents[d · row]` (the position sums and
+/// their powers of two by distance, key by key). Helium four keys an instruction (gather
+/// loads); false where no kernel ran (`poss`, `pes` as they were).
+#[inline]
+pub fn positions_i32(
+    outs: (&mut [i32], &mut [i32]),
+    table: (&[i32], &[u8], usize),
+    distance: usize,
+    pe: i32,
+) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium::gather_positions(outs, table, distance, pe);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (outs, table, distance, pe);
+        false
+    }
+}
+
+/// `max(0, max ve[i])` over the keys (as many as the shorter of the two) whose `e[i]` (each in
+/// `0..=2^30`) is at least `2^14` and has a probability, `has(e)` (true from some `e` on, and
+/// for every larger one): Helium's passes four keys an instruction, the largest `ve` among the
+/// keys from a threshold on, then the largest `e` among those of it, that one tried by `has`
+/// (the next pass from past it where it has none); `None` where no kernel ran.
+#[inline]
+pub fn top_exponent_i32(e: &[i32], ve: &[i32], has: impl Fn(u32) -> bool) -> Option<i32> {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        let mut threshold = 1u32 << 14;
+        loop {
+            let Some(top) = helium::largest_exponent(e, ve, threshold) else {
+                return Some(0);
+            };
+            // a key of exponent `top` at or above the threshold: the largest `e` is one
+            let largest = helium::top_of_exponent(e, ve, threshold, top);
+            if has(largest) {
+                return Some(top.max(0));
+            }
+            // none of `e ≤ largest` has a probability; `largest ≤ 2^30`
+            threshold = largest + 1;
+        }
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (e, ve, has);
+        None
+    }
+}
+
 /// `x[i] = x[i].saturating_sub(a).saturating_sub(b)` for each value. Helium four values an
 /// instruction, DSP one a `QSUB`; false where no kernel ran (`x` as it was).
 #[inline]
