@@ -13,9 +13,9 @@
 //! (`kernel=layer_norm_sums`: the sum, range and sum of squares against scalar loops) and the
 //! query's words (`kernel=query_words`: the biased sums, their largest magnitude and the packed
 //! halves against scalar loops), the attention's probabilities (`kernel=probabilities`, against
-//! `Normalise::apply` and the shift by the values' powers of two), with Helium the attention's
-//! gathers (`kernel=attention_gathers`: a ring's exponents and the position sums by distance
-//! against scalar loops) and the largest value exponent with a probability
+//! `Normalise::apply` and the shift by the values' powers of two), the attention's gathers
+//! (`kernel=attention_gathers`: a ring's exponents and the position sums by distance against
+//! scalar loops), with Helium the largest value exponent with a probability
 //! (`kernel=top_exponent`, against a scalar loop), and the integer log-softmax
 //! (`kernel=log_softmax`, against the scalar steps). A mismatch fails the run.
 
@@ -393,7 +393,7 @@ fn check_probabilities() -> Result<Option<usize>, Failure> {
     Ok(Some(checked))
 }
 
-/// The kernels' gathers of the attention (Helium's) against scalar loops: the exponents of a
+/// The kernels' gathers of the attention (Helium's, the DSP extension's) against scalar loops: the exponents of a
 /// ring (`exponents_strided`: one word of `stride` a key, plus a power of two) and the position
 /// sums with their exponents by distance, from a distance down (`positions`), for 1 to 90 keys,
 /// strides and rows of 1 to 40. `None` where the board has no kernel.

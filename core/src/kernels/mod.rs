@@ -1572,12 +1572,17 @@ pub fn probabilities_i32(p: &mut [i32], ve: &[i32], normalise: (u32, u32), e_max
 
 /// `out[k] = words[k · stride].to_bits() as i32 + add` for each `k < out.len()` (the exponents
 /// of a memory's ring: one a slot, `stride` apart): Helium four keys an instruction (a gather
-/// load); false where no kernel ran (`out` as it was).
+/// load), DSP four keys a pass; false where no kernel ran (`out` as it was).
 #[inline]
 pub fn exponents_strided_i32(out: &mut [i32], words: &[f32], stride: usize, add: i32) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         helium::gather_strided(out, words, stride, add);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::gather_strided(out, words, stride, add);
         return true;
     }
     #[allow(unreachable_code)]
@@ -1591,7 +1596,7 @@ pub fn exponents_strided_i32(out: &mut [i32], words: &[f32], stride: usize, add:
 /// `d = distance - k` (`distance < positions.len()`, `distance · row < exponents.len()`):
 /// `poss[k] = positions[d]` and `pes[k] = pe + exponents[d · row]` (the position sums and
 /// their powers of two by distance, key by key). Helium four keys an instruction (gather
-/// loads); false where no kernel ran (`poss`, `pes` as they were).
+/// loads), DSP two keys a pass; false where no kernel ran (`poss`, `pes` as they were).
 #[inline]
 pub fn positions_i32(
     outs: (&mut [i32], &mut [i32]),
@@ -1602,6 +1607,11 @@ pub fn positions_i32(
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         helium::gather_positions(outs, table, distance, pe);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::gather_positions(outs, table, distance, pe);
         return true;
     }
     #[allow(unreachable_code)]
