@@ -16,8 +16,9 @@
 //! `Normalise::apply` and the shift by the values' powers of two), the attention's gathers
 //! (`kernel=attention_gathers`: a ring's exponents and the position sums by distance against
 //! scalar loops), with Helium the largest value exponent with a probability
-//! (`kernel=top_exponent`, against a scalar loop), and the integer log-softmax
-//! (`kernel=log_softmax`, against the scalar steps). A mismatch fails the run.
+//! (`kernel=top_exponent`, against a scalar loop) and the attention output's shifts
+//! (`kernel=shift_sums`, against `round_shift_i32` and a saturated shift left), and the integer
+//! log-softmax (`kernel=log_softmax`, against the scalar steps). A mismatch fails the run.
 
 use alloc::vec::Vec;
 
@@ -97,6 +98,9 @@ pub fn run() -> Result<(), Failure> {
     }
     if let Some(values) = check_top_exponent()? {
         info!("bench check kernel=top_exponent values={=usize} ok", values);
+    }
+    if let Some(values) = check_shift_sums()? {
+        info!("bench check kernel=shift_sums values={=usize} ok", values);
     }
     if txl_core::kernels::INTEGER_PASSES {
         let values = check_log_softmax()?;
@@ -484,6 +488,42 @@ fn check_top_exponent() -> Result<Option<usize>, Failure> {
             .max(0);
         if got != want {
             return Err(Failure::KernelMismatch("top_exponent"));
+        }
+        checked += n;
+    }
+    Ok(Some(checked))
+}
+
+/// The kernels' `shift_sums` (Helium's) against the attention output's scalar shifts: rounded
+/// right by 0 to 31 (`round_shift_i32`), left by 1 to 31 saturated, of values of every bit
+/// length. `None` where the board has no kernel.
+fn check_shift_sums() -> Result<Option<usize>, Failure> {
+    use txl_core::fixed_point::round_shift_i32;
+    let mut numbers = Numbers(0x5b1f_7500);
+    let mut checked = 0;
+    for amount in -31..=31i32 {
+        let n = 1 + (numbers.next() % 40) as usize;
+        let sums: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let mut got = alloc::vec![0i32; n];
+        if !txl_core::kernels::shift_sums_i32(&sums, &mut got, amount) {
+            return Ok(None);
+        }
+        for (&sum, &got) in sums.iter().zip(&got) {
+            let want = if amount <= 0 {
+                round_shift_i32(sum, amount.unsigned_abs())
+            } else {
+                let y = sum << amount;
+                if y >> amount == sum {
+                    y
+                } else if sum < 0 {
+                    i32::MIN
+                } else {
+                    i32::MAX
+                }
+            };
+            if got != want {
+                return Err(Failure::KernelMismatch("shift_sums"));
+            }
         }
         checked += n;
     }

@@ -1651,6 +1651,24 @@ pub fn top_exponent_i32(e: &[i32], ve: &[i32], has: impl Fn(u32) -> bool) -> Opt
     }
 }
 
+/// `out[i] = round_shift_i32(sums[i], -amount)` for `amount` in `-31..=0`, `sums[i] << amount`
+/// saturated to the `i32` range for `amount` in `1..=31` (the attention output's shift by the
+/// values' powers of two), as many as the shorter of the two: Helium four values an instruction
+/// (`VQRSHL`); false where no kernel ran or `amount` is out of range (`out` as it was).
+#[inline]
+pub fn shift_sums_i32(sums: &[i32], out: &mut [i32], amount: i32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    if (-31..=31).contains(&amount) {
+        helium::shift_sums(sums, out, amount);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (sums, out, amount);
+        false
+    }
+}
+
 /// `x[i] = x[i].saturating_sub(a).saturating_sub(b)` for each value. Helium four values an
 /// instruction, DSP one a `QSUB`; false where no kernel ran (`x` as it was).
 #[inline]

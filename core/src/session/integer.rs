@@ -1019,6 +1019,10 @@ impl Session<'_, '_> {
             acc.fill(0);
             self.memory.value_sums_int8(layer, lo, head, &sums[lo..=hi], acc);
             let shift = 15 - e_max;
+            // four values an instruction where there is a kernel (the same values)
+            if kernels::shift_sums_i32(acc, &mut out[cols.clone()], -shift) {
+                continue;
+            }
             if shift >= 0 {
                 // a rounding shift right of an `i32` stays within it: no saturation
                 for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {

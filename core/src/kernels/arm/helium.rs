@@ -3446,3 +3446,45 @@ pub fn top_of_exponent(e: &[i32], ve: &[i32], threshold: u32, exponent: i32) -> 
     // the two bounds, and uses q0 and q1 (caller-saved).
     unsafe { txl_top_of_exponent_mve(e.as_ptr(), ve.as_ptr(), n, bounds.as_ptr()) }
 }
+
+extern "C" {
+    /// Helium: `out[i] = sums[i]` shifted left by `amount` with saturation, or right by
+    /// `-amount` rounded (halves up) where it is negative (`VQRSHL`), for `i < n` (`n >= 1`).
+    fn txl_shift_sums_mve(sums: *const i32, out: *mut i32, n: usize, amount: i32);
+}
+
+// Per four values `VLDRW`, `VQRSHL` by the amount, `VSTRW`: 4 instructions with the loop's end.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_shift_sums_mve,\"ax\",%progbits",
+    ".globl txl_shift_sums_mve",
+    ".type txl_shift_sums_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_shift_sums_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vqrshl.s32 q0, r3",
+    "vstrw.32 q0, [r1], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_shift_sums_mve, . - txl_shift_sums_mve",
+    ".cpu cortex-m4",
+);
+
+/// `out[i] = round_shift_i32(sums[i], -amount)` for `amount` in `-31..=0`, `sums[i] << amount`
+/// saturated to the `i32` range for `amount` in `1..=31` (as many as the shorter of the two).
+/// Four values an instruction.
+pub fn shift_sums(sums: &[i32], out: &mut [i32], amount: i32) {
+    let n = sums.len().min(out.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `sums` and `out` hold `n >= 1` values; the kernel reads those and writes these
+    // (tail-predicated), and uses q0 (caller-saved).
+    unsafe { txl_shift_sums_mve(sums.as_ptr(), out.as_mut_ptr(), n, amount.clamp(-31, 31)) }
+}
