@@ -469,7 +469,9 @@ extern "C" {
 
 // The keys: txl_rows4_mve's loop with 16-bit lanes. Per group of 8 columns one VLDRH of the query
 // (shared by the four keys), then per key one VLDRB.S16 of its bytes (widened) and one
-// VMLADAVA.S16: 10 instructions per 32 multiply-accumulates. The values: sixteen columns' sums
+// VMLADAVA.S16: 10 instructions per 32 multiply-accumulates (the first group's VMLADAV sets the
+// sums, outside the loop); per block of four keys 11 more (the query's start, the loop's, two
+// STRD, the four keys' step to the next block, the count). The values: sixteen columns' sums
 // in q0-q3 over all the keys; per two keys one LDRD of their weights, per key four VLDRB.S32
 // (four bytes widened each) and four VMLA by its weight, the steps to the next two keys (r0
 // and r7) and the loop's end: 20 instructions per 32 multiply-accumulates.
@@ -484,22 +486,33 @@ global_asm!(
     ".thumb_func",
     "txl_key_sums4_mve:",
     "push {{r4-r11, lr}}",
-    "ldr r11, [sp, #36]",
-    "ldr r12, [sp, #40]",
-    "mov r9, r3",
+    "sub sp, #4",
+    "ldr r11, [sp, #40]",
+    "ldr r12, [sp, #44]",
     "cmp r12, #0",
     "beq 5f",
+    // the groups after the first; the step from a key's last group to its next block
+    // (`4 · stride - 8 · groups`) on the stack
+    "sub r9, r3, #1",
+    "lsl r4, r1, #2",
+    "sub r4, r4, r3, lsl #3",
+    "str r4, [sp]",
     "add r3, r0, r1",
-    "4:",
-    "sub r1, r3, r0",
     "add r5, r3, r1",
     "add r7, r5, r1",
-    "mov r4, #0",
-    "mov r6, #0",
-    "mov r8, #0",
-    "mov r10, #0",
+    "4:",
     "mov r1, r2",
-    "dls lr, r9",
+    // the first group sets the sums (`VMLADAV`), the others add to them
+    "vldrh.u16 q0, [r1], #16",
+    "vldrb.s16 q1, [r0], #8",
+    "vmladav.s16 r4, q1, q0",
+    "vldrb.s16 q1, [r3], #8",
+    "vmladav.s16 r6, q1, q0",
+    "vldrb.s16 q1, [r5], #8",
+    "vmladav.s16 r8, q1, q0",
+    "vldrb.s16 q1, [r7], #8",
+    "vmladav.s16 r10, q1, q0",
+    "wls lr, r9, 2f",
     "1:",
     "vldrh.u16 q0, [r1], #16",
     "vldrb.s16 q1, [r0], #8",
@@ -511,16 +524,19 @@ global_asm!(
     "vldrb.s16 q1, [r7], #8",
     "vmladava.s16 r10, q1, q0",
     "le lr, 1b",
+    "2:",
     "strd r4, r6, [r11], #8",
     "strd r8, r10, [r11], #8",
-    // the next block: key 0 at key 3's start plus the stride (keys 0 and 1 advanced alike)
-    "sub r1, r3, r0",
-    "add r0, r7, r1",
-    "sub r0, r0, r9, lsl #3",
-    "add r3, r0, r1",
+    // the next block: each key four strides on from its start
+    "ldr r1, [sp]",
+    "add r0, r0, r1",
+    "add r3, r3, r1",
+    "add r5, r5, r1",
+    "add r7, r7, r1",
     "subs r12, r12, #1",
     "bne 4b",
     "5:",
+    "add sp, #4",
     "pop {{r4-r11, pc}}",
     ".size txl_key_sums4_mve, . - txl_key_sums4_mve",
     ".macro txl_value_sums16_key key, weight",
