@@ -1623,8 +1623,8 @@ pub fn positions_i32(
 
 /// `max(0, max ve[i])` over the keys (as many as the shorter of the two) whose `e[i]` (each in
 /// `0..=2^30`) is at least `2^14` and has a probability, `has(e)` (true from some `e` on, and
-/// for every larger one): Helium's passes four keys an instruction, the largest `ve` among the
-/// keys from a threshold on, then the largest `e` among those of it, that one tried by `has`
+/// for every larger one): Helium's pass four keys an instruction, the largest `ve` among the
+/// keys from a threshold on and the largest `e` among those of it, that one tried by `has`
 /// (the next pass from past it where it has none); `None` where no kernel ran.
 #[inline]
 pub fn top_exponent_i32(e: &[i32], ve: &[i32], has: impl Fn(u32) -> bool) -> Option<i32> {
@@ -1632,11 +1632,10 @@ pub fn top_exponent_i32(e: &[i32], ve: &[i32], has: impl Fn(u32) -> bool) -> Opt
     {
         let mut threshold = 1u32 << 14;
         loop {
-            let Some(top) = helium::largest_exponent(e, ve, threshold) else {
+            // (a key of exponent `top` at or above the threshold: `largest` is one)
+            let Some((top, largest)) = helium::top_exponent(e, ve, threshold) else {
                 return Some(0);
             };
-            // a key of exponent `top` at or above the threshold: the largest `e` is one
-            let largest = helium::top_of_exponent(e, ve, threshold, top);
             if has(largest) {
                 return Some(top.max(0));
             }

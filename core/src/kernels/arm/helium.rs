@@ -3379,88 +3379,70 @@ pub fn gather_positions(
 }
 
 extern "C" {
-    /// Helium: the largest `ve[i]` (signed) among `i < n` (`n >= 1`) of `e[i] >= threshold`
-    /// (unsigned); `i32::MIN` for none.
-    fn txl_largest_exponent_mve(e: *const i32, ve: *const i32, n: usize, threshold: u32) -> i32;
-    /// Helium: the largest `e[i]` (unsigned) among `i < n` (`n >= 1`) of `e[i] >= threshold`
-    /// (unsigned) and `ve[i] == exponent` (`bounds` is `[threshold, exponent]`); 0 for none.
-    fn txl_top_of_exponent_mve(e: *const i32, ve: *const i32, n: usize, bounds: *const i32) -> u32;
+    /// Helium: among `i < n` (`n >= 1`) of `e[i] >= threshold` (unsigned), the largest `ve[i]`
+    /// (signed; `i32::MIN` for none) in the low word and the largest `e[i]` (unsigned) of the
+    /// keys of that `ve` in the high word (0 for none).
+    fn txl_top_exponent_mve(e: *const i32, ve: *const i32, n: usize, threshold: u32) -> u64;
 }
 
-// Per four keys: two `VLDRW`, the comparison with the threshold into the predicate (`VPT`, and
-// for the second `VPST`, `VCMPT` of the exponent), and `VMAXV` under it: 5 (6 and 7)
-// instructions with the loop's end.
+// One pass, each lane keeping the largest `ve` it saw among the keys from the threshold on (q2)
+// and the largest `e` among its keys of that `ve` (q3). Per four keys: two `VLDRW`; the keys of a
+// larger `ve` (`VPT` of the threshold, `VCMPT`) take both lanes (`VPSEL` twice); then the keys of
+// the lane's `ve` (the same test for equality) raise its `e` (`VMAXT`): 11 instructions with the
+// loop's end. After the loop the largest `ve` of the lanes (`VMAXV`), then the largest `e` of the
+// lanes of that `ve` (`VMAXVT`).
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m55",
-    ".section .text.txl_largest_exponent_mve,\"ax\",%progbits",
-    ".globl txl_largest_exponent_mve",
-    ".type txl_largest_exponent_mve,%function",
+    ".section .text.txl_top_exponent_mve,\"ax\",%progbits",
+    ".globl txl_top_exponent_mve",
+    ".type txl_top_exponent_mve,%function",
     ".p2align 2",
     ".thumb_func",
-    "txl_largest_exponent_mve:",
+    "txl_top_exponent_mve:",
     "push {{r7, lr}}",
     "mov.w r12, #0x80000000",
+    "vdup.32 q2, r12",
+    "vmov.i32 q3, #0",
     "dlstp.32 lr, r2",
     "1:",
     "vldrw.u32 q0, [r0], #16",
     "vldrw.u32 q1, [r1], #16",
     "vpt.u32 cs, q0, r3",
-    "vmaxvt.s32 r12, q1",
+    "vcmpt.s32 gt, q1, q2",
+    "vpsel q2, q1, q2",
+    "vpsel q3, q0, q3",
+    "vpt.u32 cs, q0, r3",
+    "vcmpt.i32 eq, q1, q2",
+    "vpst",
+    "vmaxt.u32 q3, q3, q0",
     "letp lr, 1b",
+    "vmaxv.s32 r12, q2",
+    "movs r1, #0",
+    "vpt.i32 eq, q2, r12",
+    "vmaxvt.u32 r1, q3",
     "mov r0, r12",
     "pop {{r7, pc}}",
-    ".size txl_largest_exponent_mve, . - txl_largest_exponent_mve",
-    ".section .text.txl_top_of_exponent_mve,\"ax\",%progbits",
-    ".globl txl_top_of_exponent_mve",
-    ".type txl_top_of_exponent_mve,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_top_of_exponent_mve:",
-    "push {{r4, r5, r7, lr}}",
-    "ldm r3, {{r4, r5}}",
-    "movs r12, #0",
-    "dlstp.32 lr, r2",
-    "1:",
-    "vldrw.u32 q0, [r0], #16",
-    "vldrw.u32 q1, [r1], #16",
-    "vpt.u32 cs, q0, r4",
-    "vcmpt.i32 eq, q1, r5",
-    "vpst",
-    "vmaxvt.u32 r12, q0",
-    "letp lr, 1b",
-    "mov r0, r12",
-    "pop {{r4, r5, r7, pc}}",
-    ".size txl_top_of_exponent_mve, . - txl_top_of_exponent_mve",
+    ".size txl_top_exponent_mve, . - txl_top_exponent_mve",
     ".cpu cortex-m4",
 );
 
-/// The largest `ve[i]` among the keys of `e[i] >= threshold` (as many as the shorter of the
-/// two), `None` for none; `e` unsigned. Four keys an instruction.
-pub fn largest_exponent(e: &[i32], ve: &[i32], threshold: u32) -> Option<i32> {
+/// Among the keys of `e[i] >= threshold` (as many as the shorter of the two; `e` unsigned): the
+/// largest `ve[i]` and the largest `e[i]` of the keys of that `ve`; `None` for no key. Four keys
+/// an instruction, one pass.
+pub fn top_exponent(e: &[i32], ve: &[i32], threshold: u32) -> Option<(i32, u32)> {
     let n = e.len().min(ve.len());
     if n == 0 {
         return None;
     }
     // SAFETY: `e` and `ve` hold `n >= 1` values; the kernel reads those (tail-predicated) and
-    // uses q0 and q1 (caller-saved).
-    let top = unsafe { txl_largest_exponent_mve(e.as_ptr(), ve.as_ptr(), n, threshold) };
-    // (a largest of i32::MIN tells no key; a key of that exponent alone gives the same)
-    (top != i32::MIN).then_some(top)
-}
-
-/// The largest `e[i]` among the keys of `e[i] >= threshold` and `ve[i] == exponent` (as many as
-/// the shorter of the two), 0 for none; `e` unsigned. Four keys an instruction.
-pub fn top_of_exponent(e: &[i32], ve: &[i32], threshold: u32, exponent: i32) -> u32 {
-    let n = e.len().min(ve.len());
-    if n == 0 {
-        return 0;
-    }
-    let bounds = [threshold as i32, exponent];
-    // SAFETY: `e` and `ve` hold `n >= 1` values; the kernel reads those (tail-predicated) and
-    // the two bounds, and uses q0 and q1 (caller-saved).
-    unsafe { txl_top_of_exponent_mve(e.as_ptr(), ve.as_ptr(), n, bounds.as_ptr()) }
+    // uses q0-q3 (caller-saved).
+    let found = unsafe { txl_top_exponent_mve(e.as_ptr(), ve.as_ptr(), n, threshold) };
+    let (top, largest) = (found as i32, (found >> 32) as u32);
+    // (a largest `ve` of i32::MIN tells no key; a key of that exponent alone gives the same to
+    // the caller, whose result is at least 0)
+    (top != i32::MIN).then_some((top, largest))
 }
 
 extern "C" {
