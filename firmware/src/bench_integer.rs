@@ -15,8 +15,8 @@
 //! halves against scalar loops), the attention's probabilities (`kernel=probabilities`, against
 //! `Normalise::apply` and the shift by the values' powers of two), the attention's gathers
 //! (`kernel=attention_gathers`: a ring's exponents and the position sums by distance against
-//! scalar loops), with Helium the largest value exponent with a probability
-//! (`kernel=top_exponent`, against a scalar loop) and the attention output's shifts
+//! scalar loops), the largest value exponent with a probability (`kernel=top_exponent`, against
+//! a scalar loop), with Helium the attention output's shifts
 //! (`kernel=shift_sums`, against `round_shift_i32` and a saturated shift left), and the integer
 //! log-softmax (`kernel=log_softmax`, against the scalar steps). A mismatch fails the run.
 
@@ -448,7 +448,7 @@ fn check_attention_gathers() -> Result<Option<usize>, Failure> {
     Ok(Some(checked))
 }
 
-/// The kernels' `top_exponent` (Helium's) against a scalar loop: the largest value exponent
+/// The kernels' `top_exponent` (Helium's, the DSP extension's) against a scalar loop: the largest value exponent
 /// (at least 0) among the keys of `e_j ≥ 2^14` with a probability (`Normalise::apply` of sums
 /// from `2^30` to `2^45`), for `e_j` of every magnitude up to `2^30` and exponents of 0 to 23
 /// (now and then negative or 32 and more). `None` where the board has no kernel.

@@ -489,6 +489,72 @@ global_asm!(
     ".size txl_gather_positions_dsp, . - txl_gather_positions_dsp",
 );
 
+extern "C" {
+    /// Among `i < n` (`n ≥ 1`) of `e[i] >= threshold` (unsigned): the largest `ve[i]` (signed;
+    /// `i32::MIN` for none) in the low word and the largest `e[i]` (unsigned) of the keys of
+    /// that `ve` in the high word (0 for none).
+    fn txl_top_exponent_dsp(e: *const i32, ve: *const i32, n: usize, threshold: u32) -> u64;
+}
+
+// Key by key: a key below the threshold or of a smaller `ve` is passed over (8 instructions
+// with the loop's end), a larger `ve` takes both, the same `ve` raises the largest `e`
+// (`IT HI`). Registers: r0 and r1 the slices, r2 the keys left, r3 the threshold, r4 `e`, r5
+// `ve`, r6 the largest `ve`, r7 the largest `e` of it.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_top_exponent_dsp,\"ax\",%progbits",
+    ".globl txl_top_exponent_dsp",
+    ".type txl_top_exponent_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_top_exponent_dsp:",
+    "push {{r4, r5, r6, r7}}",
+    "mov.w r6, #0x80000000",
+    "movs r7, #0",
+    "1:",
+    "ldr r4, [r0], #4",
+    "ldr r5, [r1], #4",
+    "cmp r4, r3",
+    "blo 3f",
+    "cmp r5, r6",
+    "blt 3f",
+    "bgt 2f",
+    "cmp r4, r7",
+    "it hi",
+    "movhi r7, r4",
+    "b 3f",
+    "2:",
+    "mov r6, r5",
+    "mov r7, r4",
+    "3:",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "mov r0, r6",
+    "mov r1, r7",
+    "pop {{r4, r5, r6, r7}}",
+    "bx lr",
+    ".size txl_top_exponent_dsp, . - txl_top_exponent_dsp",
+);
+
+/// Among the keys of `e[i] >= threshold` (as many as the shorter of the two; `e` unsigned): the
+/// largest `ve[i]` and the largest `e[i]` of the keys of that `ve`; `None` for no key. A key at
+/// a time.
+pub fn top_exponent(e: &[i32], ve: &[i32], threshold: u32) -> Option<(i32, u32)> {
+    let n = e.len().min(ve.len());
+    if n == 0 {
+        return None;
+    }
+    // SAFETY: `e` and `ve` hold `n ≥ 1` values; the kernel reads those and restores the
+    // registers it saves.
+    let found = unsafe { txl_top_exponent_dsp(e.as_ptr(), ve.as_ptr(), n, threshold) };
+    let (top, largest) = (found as i32, (found >> 32) as u32);
+    // (a largest `ve` of i32::MIN tells no key; a key of that exponent alone gives the same to
+    // the caller, whose result is at least 0)
+    (top != i32::MIN).then_some((top, largest))
+}
+
 /// `out[k] = words[k · stride].to_bits() + add` for each `k < out.len()`; at least one word of
 /// `words` a key (the last at `(out.len() - 1) · stride`). Four keys a pass.
 pub fn gather_strided(out: &mut [i32], words: &[f32], stride: usize, add: i32) {
