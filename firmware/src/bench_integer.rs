@@ -13,8 +13,12 @@
 //! (`kernel=layer_norm_sums`: the sum, range and sum of squares against scalar loops) and the
 //! query's words (`kernel=query_words`: the biased sums, their largest magnitude and the packed
 //! halves against scalar loops), the attention's probabilities (`kernel=probabilities`, against
-//! `Normalise::apply` and the shift by the values' powers of two), and the integer log-softmax
-//! (`kernel=log_softmax`, against the scalar steps). A mismatch fails the run.
+//! `Normalise::apply` and the shift by the values' powers of two), the attention's gathers
+//! (`kernel=attention_gathers`: a ring's exponents and the position sums by distance against
+//! scalar loops), the largest value exponent with a probability (`kernel=top_exponent`, against
+//! a scalar loop), with Helium the attention output's shifts
+//! (`kernel=shift_sums`, against `round_shift_i32` and a saturated shift left), and the integer
+//! log-softmax (`kernel=log_softmax`, against the scalar steps). A mismatch fails the run.
 
 use alloc::vec::Vec;
 
@@ -88,6 +92,15 @@ pub fn run() -> Result<(), Failure> {
     }
     if let Some(values) = check_probabilities()? {
         info!("bench check kernel=probabilities values={=usize} ok", values);
+    }
+    if let Some(values) = check_attention_gathers()? {
+        info!("bench check kernel=attention_gathers values={=usize} ok", values);
+    }
+    if let Some(values) = check_top_exponent()? {
+        info!("bench check kernel=top_exponent values={=usize} ok", values);
+    }
+    if let Some(values) = check_shift_sums()? {
+        info!("bench check kernel=shift_sums values={=usize} ok", values);
     }
     if txl_core::kernels::INTEGER_PASSES {
         let values = check_log_softmax()?;
@@ -377,6 +390,139 @@ fn check_probabilities() -> Result<Option<usize>, Failure> {
             };
             if got != want {
                 return Err(Failure::KernelMismatch("probabilities"));
+            }
+        }
+        checked += n;
+    }
+    Ok(Some(checked))
+}
+
+/// The kernels' gathers of the attention (Helium's, the DSP extension's) against scalar loops: the exponents of a
+/// ring (`exponents_strided`: one word of `stride` a key, plus a power of two) and the position
+/// sums with their exponents by distance, from a distance down (`positions`), for 1 to 90 keys,
+/// strides and rows of 1 to 40. `None` where the board has no kernel.
+fn check_attention_gathers() -> Result<Option<usize>, Failure> {
+    let mut numbers = Numbers(0x6a74_e125);
+    let mut checked = 0;
+    for _ in 0..48 {
+        let n = 1 + (numbers.next() % 90) as usize;
+        let stride = 1 + (numbers.next() % 40) as usize;
+        let add = numbers.value() >> 8;
+        let words: Vec<f32> = (0..(n - 1) * stride + 1 + (numbers.next() % 3) as usize)
+            .map(|_| f32::from_bits(numbers.next()))
+            .collect();
+        let mut got = alloc::vec![0i32; n];
+        if !txl_core::kernels::exponents_strided_i32(&mut got, &words, stride, add) {
+            return Ok(None);
+        }
+        let want: Vec<i32> = (0..n)
+            .map(|k| (words[k * stride].to_bits() as i32).wrapping_add(add))
+            .collect();
+        if got != want {
+            return Err(Failure::KernelMismatch("attention_gathers"));
+        }
+        let row = 1 + (numbers.next() % 40) as usize;
+        let distance = n - 1 + (numbers.next() % 20) as usize;
+        let positions: Vec<i32> = (0..=distance + (numbers.next() % 3) as usize)
+            .map(|_| numbers.value())
+            .collect();
+        let exponents: Vec<u8> = (0..distance * row + 1).map(|_| numbers.next() as u8).collect();
+        let pe = (numbers.next() % 64) as i32 - 32;
+        let (mut poss, mut pes) = (alloc::vec![0i32; n], alloc::vec![0i32; n]);
+        if !txl_core::kernels::positions_i32(
+            (&mut poss, &mut pes),
+            (&positions, &exponents, row),
+            distance,
+            pe,
+        ) {
+            return Err(Failure::KernelMismatch("attention_gathers"));
+        }
+        for k in 0..n {
+            let d = distance - k;
+            if poss[k] != positions[d] || pes[k] != pe + exponents[d * row] as i32 {
+                return Err(Failure::KernelMismatch("attention_gathers"));
+            }
+        }
+        checked += 2 * n;
+    }
+    Ok(Some(checked))
+}
+
+/// The kernels' `top_exponent` (Helium's, the DSP extension's) against a scalar loop: the largest value exponent
+/// (at least 0) among the keys of `e_j ≥ 2^14` with a probability (`Normalise::apply` of sums
+/// from `2^30` to `2^45`), for `e_j` of every magnitude up to `2^30` and exponents of 0 to 23
+/// (now and then negative or 32 and more). `None` where the board has no kernel.
+fn check_top_exponent() -> Result<Option<usize>, Failure> {
+    use txl_core::integer::Normalise;
+    let mut numbers = Numbers(0x70be_c0de);
+    let mut checked = 0;
+    for round in 0..64u32 {
+        let sum = (1u64 << 30) + ((numbers.next() as u64) << (round % 16));
+        let normalise = Normalise::of_sum(sum);
+        let n = 1 + (numbers.next() % 90) as usize;
+        let e: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 8 {
+                0 => 1 << 30,
+                1 => (numbers.next() % (1 << 14)) as i32,
+                _ => (numbers.next() >> (2 + numbers.next() % 30)) as i32,
+            })
+            .collect();
+        let ve: Vec<i32> = (0..n)
+            .map(|_| match numbers.next() % 32 {
+                0 => -3,
+                1 => 40,
+                _ => (numbers.next() % 24) as i32,
+            })
+            .collect();
+        let has = |e: u32| normalise.apply(e as i32) > 0;
+        let Some(got) = txl_core::kernels::top_exponent_i32(&e, &ve, has) else {
+            return Ok(None);
+        };
+        let want = e
+            .iter()
+            .zip(&ve)
+            .filter(|&(&e, _)| e >= 1 << 14 && normalise.apply(e) > 0)
+            .map(|(_, &ve)| ve)
+            .max()
+            .unwrap_or(0)
+            .max(0);
+        if got != want {
+            return Err(Failure::KernelMismatch("top_exponent"));
+        }
+        checked += n;
+    }
+    Ok(Some(checked))
+}
+
+/// The kernels' `shift_sums` (Helium's) against the attention output's scalar shifts: rounded
+/// right by 0 to 31 (`round_shift_i32`), left by 1 to 31 saturated, of values of every bit
+/// length. `None` where the board has no kernel.
+fn check_shift_sums() -> Result<Option<usize>, Failure> {
+    use txl_core::fixed_point::round_shift_i32;
+    let mut numbers = Numbers(0x5b1f_7500);
+    let mut checked = 0;
+    for amount in -31..=31i32 {
+        let n = 1 + (numbers.next() % 40) as usize;
+        let sums: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let mut got = alloc::vec![0i32; n];
+        if !txl_core::kernels::shift_sums_i32(&sums, &mut got, amount) {
+            return Ok(None);
+        }
+        for (&sum, &got) in sums.iter().zip(&got) {
+            let want = if amount <= 0 {
+                round_shift_i32(sum, amount.unsigned_abs())
+            } else {
+                let y = sum << amount;
+                if y >> amount == sum {
+                    y
+                } else if sum < 0 {
+                    i32::MIN
+                } else {
+                    i32::MAX
+                }
+            };
+            if got != want {
+                return Err(Failure::KernelMismatch("shift_sums"));
             }
         }
         checked += n;

@@ -41,7 +41,7 @@
 //! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, sub_sub}` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, sub_sub}` | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
@@ -1566,6 +1566,109 @@ pub fn probabilities_i32(p: &mut [i32], ve: &[i32], normalise: (u32, u32), e_max
     #[allow(unreachable_code)]
     {
         let _ = (p, ve, normalise, e_max);
+        false
+    }
+}
+
+/// `out[k] = words[k · stride].to_bits() as i32 + add` for each `k < out.len()` (the exponents
+/// of a memory's ring: one a slot, `stride` apart): Helium four keys an instruction (a gather
+/// load), DSP four keys a pass; false where no kernel ran (`out` as it was).
+#[inline]
+pub fn exponents_strided_i32(out: &mut [i32], words: &[f32], stride: usize, add: i32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium::gather_strided(out, words, stride, add);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::gather_strided(out, words, stride, add);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (out, words, stride, add);
+        false
+    }
+}
+
+/// For each `k < poss.len()` (and `pes.len()`, at most `distance + 1`), with
+/// `d = distance - k` (`distance < positions.len()`, `distance · row < exponents.len()`):
+/// `poss[k] = positions[d]` and `pes[k] = pe + exponents[d · row]` (the position sums and
+/// their powers of two by distance, key by key). Helium four keys an instruction (gather
+/// loads), DSP two keys a pass; false where no kernel ran (`poss`, `pes` as they were).
+#[inline]
+pub fn positions_i32(
+    outs: (&mut [i32], &mut [i32]),
+    table: (&[i32], &[u8], usize),
+    distance: usize,
+    pe: i32,
+) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium::gather_positions(outs, table, distance, pe);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::gather_positions(outs, table, distance, pe);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (outs, table, distance, pe);
+        false
+    }
+}
+
+/// `max(0, max ve[i])` over the keys (as many as the shorter of the two) whose `e[i]` (each in
+/// `0..=2^30`) is at least `2^14` and has a probability, `has(e)` (true from some `e` on, and
+/// for every larger one): a pass over the keys (Helium four keys an instruction, DSP a key at a
+/// time), the largest `ve` among the keys from a threshold on and the largest `e` among those of
+/// it, that one tried by `has` (the next pass from past it where it has none); `None` where no
+/// kernel ran.
+#[inline]
+pub fn top_exponent_i32(e: &[i32], ve: &[i32], has: impl Fn(u32) -> bool) -> Option<i32> {
+    #[cfg(feature = "cortex-m-dsp")]
+    {
+        #[cfg(not(feature = "cortex-m-mve"))]
+        use dsp_integer::top_exponent;
+        #[cfg(feature = "cortex-m-mve")]
+        use helium::top_exponent;
+        let mut threshold = 1u32 << 14;
+        loop {
+            // (a key of exponent `top` at or above the threshold: `largest` is one)
+            let Some((top, largest)) = top_exponent(e, ve, threshold) else {
+                return Some(0);
+            };
+            if has(largest) {
+                return Some(top.max(0));
+            }
+            // none of `e ≤ largest` has a probability; `largest ≤ 2^30`
+            threshold = largest + 1;
+        }
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (e, ve, has);
+        None
+    }
+}
+
+/// `out[i] = round_shift_i32(sums[i], -amount)` for `amount` in `-31..=0`, `sums[i] << amount`
+/// saturated to the `i32` range for `amount` in `1..=31` (the attention output's shift by the
+/// values' powers of two), as many as the shorter of the two: Helium four values an instruction
+/// (`VQRSHL`); false where no kernel ran or `amount` is out of range (`out` as it was).
+#[inline]
+pub fn shift_sums_i32(sums: &[i32], out: &mut [i32], amount: i32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    if (-31..=31).contains(&amount) {
+        helium::shift_sums(sums, out, amount);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (sums, out, amount);
         false
     }
 }

@@ -574,9 +574,13 @@ fn gather_key_exponents(ces: &mut [i32], (ring, heads, at): (&[f32], usize, usiz
     let mut done = 0;
     while done < ces.len() && slot < capacity {
         let run = (capacity - slot).min(ces.len() - done);
-        let slots = ring[slot * heads..].chunks_exact(heads);
-        for (c, exponents) in ces[done..done + run].iter_mut().zip(slots) {
-            *c = ce + exponents[head].to_bits() as i32;
+        let out = &mut ces[done..done + run];
+        // four keys an instruction where there is a kernel
+        if !kernels::exponents_strided_i32(out, &ring[slot * heads + head..], heads, ce) {
+            let slots = ring[slot * heads..].chunks_exact(heads);
+            for (c, exponents) in out.iter_mut().zip(slots) {
+                *c = ce + exponents[head].to_bits() as i32;
+            }
         }
         done += run;
         slot += run;
@@ -610,7 +614,13 @@ fn gather_positions(
     // then one distance less each key, from at most `far` (none below 0 for a key: the
     // caller's keys are at most `distance + 1`)
     let mut d = distance - clamped;
-    for (p, e) in poss[clamped..n].iter_mut().zip(&mut pes[clamped..n]) {
+    let outs = (&mut poss[clamped..n], &mut pes[clamped..n]);
+    // four keys an instruction where there is a kernel
+    if clamped < n && kernels::positions_i32((&mut *outs.0, &mut *outs.1), (positions, exponents, row), d, pe)
+    {
+        return distance.wrapping_sub(n);
+    }
+    for (p, e) in outs.0.iter_mut().zip(outs.1) {
         (*p, *e) = (positions[d], pe + exponents[d * row] as i32);
         d = d.wrapping_sub(1); // (past the last key unused)
     }
@@ -642,9 +652,6 @@ fn head_probabilities(
     // grows with it
     // with a kernel, each score's `e_j` and their sum four scores an instruction, first
     let exps = kernels::exp_scores_i32(scores, largest, SCORE_FRAC, &crate::fixed_point::EXP2_TABLE);
-    let mut sum = exps.unwrap_or(0);
-    let mut e_top = [0u32; 32];
-    let mut every = 0;
     let n = scores.len().min(value_exponents.len());
     let (scores, value_exponents) = (&mut scores[..n], &mut value_exponents[..n]);
     // the values' powers of two first, by ring slot
@@ -654,6 +661,57 @@ fn head_probabilities(
         }
         _ => value_exponents.fill(0),
     }
+    // with kernels, the largest power of two among the keys with a probability by passes four
+    // keys an instruction (the same one: a key has a probability from some `e_j` on)
+    let fast = exps.and_then(|sum| {
+        let normalise = Normalise::of_sum(sum);
+        let has = |e: u32| normalise.apply(e as i32) > 0;
+        kernels::top_exponent_i32(scores, value_exponents, has).map(|e_max| (normalise, e_max))
+    });
+    let (normalise, e_max) = match fast {
+        Some(found) => found,
+        None => top_exponent(scores, value_exponents, exps, largest),
+    };
+    // four keys an instruction where there is a kernel
+    if let Some((m, t)) = normalise.high_word() {
+        if kernels::probabilities_i32(scores, value_exponents, (m, t), e_max) {
+            return e_max;
+        }
+        // else [`Normalise::apply`]'s high-word form chosen once for the row (the same values)
+        for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
+            if *p < 1 << 14 {
+                *p = 0; // (no probability, as above)
+            } else {
+                *p = Normalise::apply_high((m, t), *p);
+                shift_probability(p, e_max, ve);
+            }
+        }
+        return e_max;
+    }
+    for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
+        if *p < 1 << 14 {
+            *p = 0; // (no probability, as above)
+        } else {
+            *p = normalise.apply(*p);
+            shift_probability(p, e_max, ve);
+        }
+    }
+    e_max
+}
+
+/// [`head_probabilities`]' normalisation and the largest power of two of the values among the
+/// keys with a probability, by a loop over the keys: each score's `e_j` made here where `exps`
+/// (their sum) tells that no kernel made them.
+#[inline(always)]
+fn top_exponent(
+    scores: &mut [i32],
+    value_exponents: &[i32],
+    exps: Option<u64>,
+    largest: i32,
+) -> (Normalise, i32) {
+    let mut sum = exps.unwrap_or(0);
+    let mut e_top = [0u32; 32];
+    let mut every = 0;
     for (score, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
         let e = if exps.is_some() {
             *score as u32
@@ -684,31 +742,7 @@ fn head_probabilities(
         let with = probabilities.zip(value_exponents.iter()).filter(|&(p, _)| p > 0);
         with.map(|(_, &ve)| ve).max().unwrap_or(0).max(0)
     };
-    // four keys an instruction where there is a kernel
-    if let Some((m, t)) = normalise.high_word() {
-        if kernels::probabilities_i32(scores, value_exponents, (m, t), e_max) {
-            return e_max;
-        }
-        // else [`Normalise::apply`]'s high-word form chosen once for the row (the same values)
-        for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
-            if *p < 1 << 14 {
-                *p = 0; // (no probability, as above)
-            } else {
-                *p = Normalise::apply_high((m, t), *p);
-                shift_probability(p, e_max, ve);
-            }
-        }
-        return e_max;
-    }
-    for (p, &ve) in scores.iter_mut().zip(value_exponents.iter()) {
-        if *p < 1 << 14 {
-            *p = 0; // (no probability, as above)
-        } else {
-            *p = normalise.apply(*p);
-            shift_probability(p, e_max, ve);
-        }
-    }
-    e_max
+    (normalise, e_max)
 }
 
 /// A probability `p` of a value whose power of two is `ve`, against `e_max`, the largest among
@@ -985,6 +1019,10 @@ impl Session<'_, '_> {
             acc.fill(0);
             self.memory.value_sums_int8(layer, lo, head, &sums[lo..=hi], acc);
             let shift = 15 - e_max;
+            // four values an instruction where there is a kernel (the same values)
+            if kernels::shift_sums_i32(acc, &mut out[cols.clone()], -shift) {
+                continue;
+            }
             if shift >= 0 {
                 // a rounding shift right of an `i32` stays within it: no saturation
                 for (o, &sum) in out[cols].iter_mut().zip(acc.iter()) {

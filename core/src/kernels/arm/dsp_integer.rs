@@ -388,6 +388,220 @@ global_asm!(
     ".size txl_scores_dsp, . - txl_scores_dsp",
 );
 
+extern "C" {
+    /// `out[k] = words[k · stride_bytes / 4] + add` for `k < n`.
+    fn txl_gather_strided_dsp(out: *mut i32, words: *const u32, n: usize, stride_bytes: usize, add: i32);
+    /// For `k < n`: `poss[k] = *(last.positions - k)` and `pes[k] = pe + *(last.exponents -
+    /// k · row)` (`last` the first distance's, the position sums one word apart).
+    fn txl_gather_positions_dsp(poss: *mut i32, pes: *mut i32, n: usize, last: *const PositionParameters);
+}
+
+/// What [`txl_gather_positions_dsp`] takes besides its outputs: the word before the first
+/// distance's position sum, the first distance's exponent, `-row` and the power of two added to
+/// the exponents.
+#[repr(C)]
+struct PositionParameters {
+    positions: usize,
+    exponents: *const u8,
+    negative_row: isize,
+    pe: i32,
+}
+
+// The strided words: four keys a pass, each one `LDR` (two at the base and one stride on, the
+// base two strides on after them) and one `ADD` of the power of two, the two pairs stored by
+// `STRD`: 14 instructions per four keys, then a key at a time. The positions: two keys a pass,
+// their position sums by one `LDRD` (two distances, the pointer two words back), their
+// exponents by two `LDRB` (the second at `-row`, the pointer `2 · row` back), two `ADD` of `pe`
+// and two `STRD`: 10 instructions per two keys.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_gather_strided_dsp,\"ax\",%progbits",
+    ".globl txl_gather_strided_dsp",
+    ".type txl_gather_strided_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_gather_strided_dsp:",
+    "push {{r4, r5, r6, r7, r8, lr}}",
+    "ldr r4, [sp, #24]",
+    "subs r2, r2, #4",
+    "blt 2f",
+    "1:",
+    "ldr r5, [r1]",
+    "ldr r6, [r1, r3]",
+    "add r1, r1, r3, lsl #1",
+    "ldr r7, [r1]",
+    "ldr r8, [r1, r3]",
+    "add r1, r1, r3, lsl #1",
+    "add r5, r5, r4",
+    "add r6, r6, r4",
+    "add r7, r7, r4",
+    "add r8, r8, r4",
+    "strd r5, r6, [r0], #8",
+    "strd r7, r8, [r0], #8",
+    "subs r2, r2, #4",
+    "bge 1b",
+    "2:",
+    "adds r2, r2, #4",
+    "beq 4f",
+    "3:",
+    "ldr r5, [r1]",
+    "add r1, r1, r3",
+    "add r5, r5, r4",
+    "str r5, [r0], #4",
+    "subs r2, r2, #1",
+    "bne 3b",
+    "4:",
+    "pop {{r4, r5, r6, r7, r8, pc}}",
+    ".size txl_gather_strided_dsp, . - txl_gather_strided_dsp",
+    ".section .text.txl_gather_positions_dsp,\"ax\",%progbits",
+    ".globl txl_gather_positions_dsp",
+    ".type txl_gather_positions_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_gather_positions_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, lr}}",
+    "ldm r3, {{r3, r4, r5, r6}}",
+    "subs r2, r2, #2",
+    "blt 2f",
+    "1:",
+    "ldrd r8, r7, [r3], #-8",
+    "ldrb r9, [r4]",
+    "ldrb r12, [r4, r5]",
+    "add r4, r4, r5, lsl #1",
+    "add r9, r9, r6",
+    "add r12, r12, r6",
+    "strd r7, r8, [r0], #8",
+    "strd r9, r12, [r1], #8",
+    "subs r2, r2, #2",
+    "bge 1b",
+    "2:",
+    "adds r2, r2, #2",
+    "beq 3f",
+    "ldr r7, [r3, #4]",
+    "ldrb r9, [r4]",
+    "add r9, r9, r6",
+    "str r7, [r0]",
+    "str r9, [r1]",
+    "3:",
+    "pop {{r4, r5, r6, r7, r8, r9, pc}}",
+    ".size txl_gather_positions_dsp, . - txl_gather_positions_dsp",
+);
+
+extern "C" {
+    /// Among `i < n` (`n ≥ 1`) of `e[i] >= threshold` (unsigned): the largest `ve[i]` (signed;
+    /// `i32::MIN` for none) in the low word and the largest `e[i]` (unsigned) of the keys of
+    /// that `ve` in the high word (0 for none).
+    fn txl_top_exponent_dsp(e: *const i32, ve: *const i32, n: usize, threshold: u32) -> u64;
+}
+
+// Key by key: a key below the threshold or of a smaller `ve` is passed over (8 instructions
+// with the loop's end), a larger `ve` takes both, the same `ve` raises the largest `e`
+// (`IT HI`). Registers: r0 and r1 the slices, r2 the keys left, r3 the threshold, r4 `e`, r5
+// `ve`, r6 the largest `ve`, r7 the largest `e` of it.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_top_exponent_dsp,\"ax\",%progbits",
+    ".globl txl_top_exponent_dsp",
+    ".type txl_top_exponent_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_top_exponent_dsp:",
+    "push {{r4, r5, r6, r7}}",
+    "mov.w r6, #0x80000000",
+    "movs r7, #0",
+    "1:",
+    "ldr r4, [r0], #4",
+    "ldr r5, [r1], #4",
+    "cmp r4, r3",
+    "blo 3f",
+    "cmp r5, r6",
+    "blt 3f",
+    "bgt 2f",
+    "cmp r4, r7",
+    "it hi",
+    "movhi r7, r4",
+    "b 3f",
+    "2:",
+    "mov r6, r5",
+    "mov r7, r4",
+    "3:",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "mov r0, r6",
+    "mov r1, r7",
+    "pop {{r4, r5, r6, r7}}",
+    "bx lr",
+    ".size txl_top_exponent_dsp, . - txl_top_exponent_dsp",
+);
+
+/// Among the keys of `e[i] >= threshold` (as many as the shorter of the two; `e` unsigned): the
+/// largest `ve[i]` and the largest `e[i]` of the keys of that `ve`; `None` for no key. A key at
+/// a time.
+pub fn top_exponent(e: &[i32], ve: &[i32], threshold: u32) -> Option<(i32, u32)> {
+    let n = e.len().min(ve.len());
+    if n == 0 {
+        return None;
+    }
+    // SAFETY: `e` and `ve` hold `n ≥ 1` values; the kernel reads those and restores the
+    // registers it saves.
+    let found = unsafe { txl_top_exponent_dsp(e.as_ptr(), ve.as_ptr(), n, threshold) };
+    let (top, largest) = (found as i32, (found >> 32) as u32);
+    // (a largest `ve` of i32::MIN tells no key; a key of that exponent alone gives the same to
+    // the caller, whose result is at least 0)
+    (top != i32::MIN).then_some((top, largest))
+}
+
+/// `out[k] = words[k · stride].to_bits() + add` for each `k < out.len()`; at least one word of
+/// `words` a key (the last at `(out.len() - 1) · stride`). Four keys a pass.
+pub fn gather_strided(out: &mut [i32], words: &[f32], stride: usize, add: i32) {
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    assert!((n - 1) * stride < words.len(), "strided words out of bounds");
+    // SAFETY: the kernel reads the words at `k · stride < words.len()` for `k < n` (checked
+    // above) and writes the `n` values of `out` (word-aligned: `STRD`), and restores the
+    // registers it saves.
+    unsafe { txl_gather_strided_dsp(out.as_mut_ptr(), words.as_ptr().cast(), n, 4 * stride, add) }
+}
+
+/// For each `k < poss.len()` (and `pes.len()`, at most `distance + 1`), with
+/// `d = distance - k` (`distance < positions.len()`): `poss[k] = positions[d]` and
+/// `pes[k] = pe + exponents[d · row]` (`distance · row < exponents.len()`). Two keys a pass.
+pub fn gather_positions(
+    (poss, pes): (&mut [i32], &mut [i32]),
+    (positions, exponents, row): (&[i32], &[u8], usize),
+    distance: usize,
+    pe: i32,
+) {
+    let n = poss.len().min(pes.len());
+    if n == 0 {
+        return;
+    }
+    assert!(
+        n <= distance + 1 && distance < positions.len() && distance * row < exponents.len(),
+        "positions out of bounds"
+    );
+    let parameters = PositionParameters {
+        // (an address alone: the word before `positions[distance]`, before the slice for 0)
+        positions: (positions.as_ptr() as usize)
+            .wrapping_add(4 * distance)
+            .wrapping_sub(4),
+        exponents: exponents[distance * row..].as_ptr(),
+        negative_row: -(row as isize),
+        pe,
+    };
+    // SAFETY: the kernel reads `positions[d]` and `exponents[d · row]` for the `n` distances
+    // `d` from `distance` down to `distance + 1 - n >= 0` (all in bounds: checked above),
+    // writes the first `n` values of `poss` and `pes` (word-aligned: `STRD`), and restores the
+    // registers it saves.
+    unsafe { txl_gather_positions_dsp(poss.as_mut_ptr(), pes.as_mut_ptr(), n, &parameters) }
+}
+
 /// [`act_shift`](crate::integer::act_shift)`(x[i], act[i], biased_top)` in place for each `i`
 /// (as many as the shorter of the two); returns the largest magnitude after. The same values.
 pub fn act_shift(x: &mut [i32], act: &[f32], biased_top: u32) -> u32 {

@@ -469,7 +469,9 @@ extern "C" {
 
 // The keys: txl_rows4_mve's loop with 16-bit lanes. Per group of 8 columns one VLDRH of the query
 // (shared by the four keys), then per key one VLDRB.S16 of its bytes (widened) and one
-// VMLADAVA.S16: 10 instructions per 32 multiply-accumulates. The values: sixteen columns' sums
+// VMLADAVA.S16: 10 instructions per 32 multiply-accumulates (the first group's VMLADAV sets the
+// sums, outside the loop); per block of four keys 11 more (the query's start, the loop's, two
+// STRD, the four keys' step to the next block, the count). The values: sixteen columns' sums
 // in q0-q3 over all the keys; per two keys one LDRD of their weights, per key four VLDRB.S32
 // (four bytes widened each) and four VMLA by its weight, the steps to the next two keys (r0
 // and r7) and the loop's end: 20 instructions per 32 multiply-accumulates.
@@ -484,22 +486,33 @@ global_asm!(
     ".thumb_func",
     "txl_key_sums4_mve:",
     "push {{r4-r11, lr}}",
-    "ldr r11, [sp, #36]",
-    "ldr r12, [sp, #40]",
-    "mov r9, r3",
+    "sub sp, #4",
+    "ldr r11, [sp, #40]",
+    "ldr r12, [sp, #44]",
     "cmp r12, #0",
     "beq 5f",
+    // the groups after the first; the step from a key's last group to its next block
+    // (`4 · stride - 8 · groups`) on the stack
+    "sub r9, r3, #1",
+    "lsl r4, r1, #2",
+    "sub r4, r4, r3, lsl #3",
+    "str r4, [sp]",
     "add r3, r0, r1",
-    "4:",
-    "sub r1, r3, r0",
     "add r5, r3, r1",
     "add r7, r5, r1",
-    "mov r4, #0",
-    "mov r6, #0",
-    "mov r8, #0",
-    "mov r10, #0",
+    "4:",
     "mov r1, r2",
-    "dls lr, r9",
+    // the first group sets the sums (`VMLADAV`), the others add to them
+    "vldrh.u16 q0, [r1], #16",
+    "vldrb.s16 q1, [r0], #8",
+    "vmladav.s16 r4, q1, q0",
+    "vldrb.s16 q1, [r3], #8",
+    "vmladav.s16 r6, q1, q0",
+    "vldrb.s16 q1, [r5], #8",
+    "vmladav.s16 r8, q1, q0",
+    "vldrb.s16 q1, [r7], #8",
+    "vmladav.s16 r10, q1, q0",
+    "wls lr, r9, 2f",
     "1:",
     "vldrh.u16 q0, [r1], #16",
     "vldrb.s16 q1, [r0], #8",
@@ -511,16 +524,19 @@ global_asm!(
     "vldrb.s16 q1, [r7], #8",
     "vmladava.s16 r10, q1, q0",
     "le lr, 1b",
+    "2:",
     "strd r4, r6, [r11], #8",
     "strd r8, r10, [r11], #8",
-    // the next block: key 0 at key 3's start plus the stride (keys 0 and 1 advanced alike)
-    "sub r1, r3, r0",
-    "add r0, r7, r1",
-    "sub r0, r0, r9, lsl #3",
-    "add r3, r0, r1",
+    // the next block: each key four strides on from its start
+    "ldr r1, [sp]",
+    "add r0, r0, r1",
+    "add r3, r3, r1",
+    "add r5, r5, r1",
+    "add r7, r7, r1",
     "subs r12, r12, #1",
     "bne 4b",
     "5:",
+    "add sp, #4",
     "pop {{r4-r11, pc}}",
     ".size txl_key_sums4_mve, . - txl_key_sums4_mve",
     ".macro txl_value_sums16_key key, weight",
@@ -576,6 +592,41 @@ global_asm!(
     ".cpu cortex-m4",
 );
 
+extern "C" {
+    /// Helium: `out[8g + j] = words' halves[8g + order[j]]` for `g < groups` (`groups >= 1`),
+    /// `order` eight 16-bit indices: the query's words put back in column order.
+    fn txl_query_order_mve(words: *const u32, out: *mut i16, groups: usize, order: *const u16);
+}
+
+/// The halves [`txl_query_order_mve`] gathers for columns 0 to 7 of a group: word `2g` holds
+/// columns `4g` and `4g + 2`, word `2g + 1` columns `4g + 1` and `4g + 3`.
+static QUERY_ORDER: [u16; 8] = [0, 2, 1, 3, 4, 6, 5, 7];
+
+// Per eight columns one gather (`VLDRH` by the eight halves' indices), one `VSTRH` and the step
+// to the next words: 4 instructions with the loop's end.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_query_order_mve,\"ax\",%progbits",
+    ".globl txl_query_order_mve",
+    ".type txl_query_order_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_query_order_mve:",
+    "push {{r7, lr}}",
+    "vldrh.u16 q1, [r3]",
+    "dls lr, r2",
+    "1:",
+    "vldrh.u16 q0, [r0, q1, uxtw #1]",
+    "vstrh.16 q0, [r1], #16",
+    "adds r0, #16",
+    "le lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_query_order_mve, . - txl_query_order_mve",
+    ".cpu cortex-m4",
+);
+
 /// Widest query [`key_sums_i8`] takes with Helium (its column-order copy is on the stack).
 const KEY_COLUMNS: usize = 256;
 
@@ -599,12 +650,17 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
     // (only the `cols` the kernel reads are written: no clearing of the rest per call)
     let mut query = [core::mem::MaybeUninit::<i16>::uninit(); KEY_COLUMNS];
     assert!(words.len() >= cols / 2, "query words out of bounds");
-    for (q, w) in query[..cols].chunks_exact_mut(4).zip(words.chunks_exact(2)) {
-        q[0].write(w[0] as i16);
-        q[1].write(w[1] as i16);
-        q[2].write((w[0] >> 16) as i16);
-        q[3].write((w[1] >> 16) as i16);
-    }
+    // SAFETY: `words` holds the `cols / 2` words (`4 · groups`) the kernel reads (checked
+    // above), `query` the `cols = 8 · groups <= KEY_COLUMNS` halves it writes; it uses q0 and
+    // q1 (caller-saved).
+    unsafe {
+        txl_query_order_mve(
+            words.as_ptr(),
+            query.as_mut_ptr().cast::<i16>(),
+            groups,
+            QUERY_ORDER.as_ptr(),
+        )
+    };
     let query = query.as_ptr().cast::<i16>();
     assert!((n - 1) * stride + d_head <= keys.len(), "keys out of bounds");
     let blocks = n / 4;
@@ -620,9 +676,9 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
         let mut last = [0i32; 4];
         if n >= 4 {
             let first = keys[(n - 4) * stride..].as_ptr();
-            // SAFETY: as above, for the last four keys (from key `n - 4`) into `last`.
-            unsafe { txl_key_sums4_mve(first, stride, query, groups, last.as_mut_ptr(), 1) };
-            sums[done..].copy_from_slice(&last[4 - (n - done)..]);
+            // SAFETY: as above, for the last four keys (from key `n - 4`) into `sums[n - 4..]`
+            // (the one to three sums before `done` written again, with the same values).
+            unsafe { txl_key_sums4_mve(first, stride, query, groups, sums[n - 4..].as_mut_ptr(), 1) };
         } else {
             for (t, sum) in sums.iter_mut().enumerate() {
                 let key = keys[t * stride..].as_ptr();
@@ -3047,6 +3103,8 @@ extern "C" {
     /// `x = (scores[i] << a) + (position[i] << b)` keeps its bits shifted left by
     /// `max(0, 17 - s)`, `scores[i] = round(x m / 2^s)` (halves up); the lanes that take that
     /// path told by `fast`, one predicate a block of four (the others left as they were).
+    /// Returns the largest of those lanes' scores (`i32::MIN` for none) in the low word, and
+    /// the predicates ANDed together in the high word.
     fn txl_scores_mve(
         scores: *mut i32,
         ce: *const i32,
@@ -3054,15 +3112,16 @@ extern "C" {
         pe: *const i32,
         n: usize,
         parameters: *const ScoreParameters,
-    );
+    ) -> u64;
 }
 
 // `attention_score_of_small`'s usual path, four keys an instruction: the sums shifted by their
 // exponents' differences (`VSHL` by vector), then [`txl_scaled_by_bits_mve`]'s exact rounding
 // `VRMULH(x · 2^a', m · 2^(v - a'))` for `v = 32 - s`, `a' = max(0, v - 15)`. The predicate:
 // `a | b ≤ 3` (`VCMP`, `VPNOT`), then `v < 32` and the shifted sum's bits kept (`VCMPT` in
-// `VPST` blocks). Registers: r0-r3 the slices, r4 3, r6 `32 - C`, r7 15, r8 the count, r9 the predicates,
-// r10 a predicate; q0 `ce` then `a`, then `a'`, q1 `pe` then `b`, then `v - a'`, then
+// `VPST` blocks); the fast lanes' largest score by `VMAXV` under the same predicate as their
+// store. Registers: r0-r3 the slices, r4 3, r6 `32 - C`, r7 15, r8 the count, r9 the
+// predicates, r10 a predicate, r11 the largest score, r12 the predicates ANDed; q0 `ce` then `a`, then `a'`, q1 `pe` then `b`, then `v - a'`, then
 // `m · 2^(v - a')`, q2 `e` then `v`, q3 `a | b`, then the sum, q4 the position, the shifted
 // sum and the result, q5 the sum shifted with saturation, q6 32, q7 `m`.
 global_asm!(
@@ -3075,10 +3134,12 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_scores_mve:",
-    "push {{r4-r10, lr}}",
+    "push {{r4-r11, lr}}",
     "vpush {{d8-d15}}",
-    "ldr r4, [sp, #96]",
-    "ldr r5, [sp, #100]",
+    "ldr r4, [sp, #100]",
+    "ldr r5, [sp, #104]",
+    "mov.w r11, #0x80000000",
+    "movw r12, #0xffff",
     "ldm r5, {{r5, r6, r9}}",
     "vdup.32 q7, r5",
     "vmov.i32 q6, #32",
@@ -3111,14 +3172,18 @@ global_asm!(
     "vpst",
     "vcmpt.i32 eq, q4, q5",
     "vrmulh.s32 q4, q4, q1",
-    "vpst",
+    "vpstt",
     "vstrwt.32 q4, [r0]",
+    "vmaxvt.s32 r11, q4",
     "adds r0, #16",
     "vmrs r10, p0",
     "strh r10, [r9], #2",
+    "and r12, r12, r10",
     "letp lr, 1b",
+    "mov r0, r11",
+    "mov r1, r12",
     "vpop {{d8-d15}}",
-    "pop {{r4-r10, pc}}",
+    "pop {{r4-r11, pc}}",
     ".size txl_scores_mve, . - txl_scores_mve",
     ".cpu cortex-m4",
 );
@@ -3153,8 +3218,9 @@ pub fn scores(
     };
     // SAFETY: the four slices hold `1..=64` values; the kernel reads those of `ce`,
     // `position` and `pe`, reads and writes those of `scores` (tail-predicated), writes one
-    // predicate a block of four into `fast` (16 of them), and saves the q4-q7 it uses.
-    unsafe {
+    // predicate a block of four into `fast` (16 of them), and saves the q4-q7 and r4-r11 it
+    // uses.
+    let result = unsafe {
         txl_scores_mve(
             scores.as_mut_ptr(),
             ce.as_ptr(),
@@ -3164,6 +3230,259 @@ pub fn scores(
             &parameters,
         )
     };
-    each_lane_left(&fast, n, |i| scores[i] = slow(i, scores[i]));
-    scores.iter().copied().max().unwrap_or(i32::MIN)
+    let mut largest = result as i32;
+    // (every lane's predicate set, the tail's too: no lane left)
+    if (result >> 32) as u16 != 0xFFFF {
+        each_lane_left(&fast, n, |i| {
+            scores[i] = slow(i, scores[i]);
+            largest = largest.max(scores[i]);
+        });
+    }
+    largest
+}
+
+extern "C" {
+    /// Helium: `out[k] = words[k · stride_bytes / 4] + add` for `k < n` (`n >= 1`; byte
+    /// offsets `k · stride_bytes` below 2^32).
+    fn txl_gather_strided_mve(out: *mut i32, words: *const u32, n: usize, stride_bytes: usize, add: i32);
+}
+
+/// What [`txl_gather_positions_mve`] takes besides its outputs: the position sums and the
+/// position keys' exponents (a row of `row` bytes a distance), the first distance and the power
+/// of two added to the exponents.
+#[repr(C)]
+struct PositionParameters {
+    positions: *const i32,
+    exponents: *const u8,
+    row: usize,
+    distance: usize,
+    pe: i32,
+}
+
+extern "C" {
+    /// Helium: for `k < n` (`n >= 1`, `n <= distance + 1`), with `d = distance - k`:
+    /// `poss[k] = positions[d]`, `pes[k] = pe + exponents[d · row]`.
+    fn txl_gather_positions_mve(
+        poss: *mut i32,
+        pes: *mut i32,
+        n: usize,
+        parameters: *const PositionParameters,
+    );
+}
+
+// The strided words: per four keys one gather (`VLDRW` by byte offsets `k · stride`, the
+// offsets from `VIDUP` times the stride), `VADD` of the power of two, `VSTRW` and the offsets'
+// step: 5 instructions with the loop's end. The positions: per four keys one word gather (byte
+// offsets `4d`) and one byte gather (`d · row`), each offset vector one `VSUB` a step, `VADD` of
+// `pe` and two `VSTRW`: 8 instructions with the loop's end. Tail-predicated: the lanes past the
+// last key read nothing.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_gather_strided_mve,\"ax\",%progbits",
+    ".globl txl_gather_strided_mve",
+    ".type txl_gather_strided_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_gather_strided_mve:",
+    "push {{r4, lr}}",
+    "ldr r4, [sp, #8]",
+    "movs r12, #0",
+    "vidup.u32 q0, r12, #1",
+    "vmul.i32 q0, q0, r3",
+    "lsls r3, r3, #2",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q1, [r1, q0]",
+    "vadd.i32 q1, q1, r4",
+    "vstrw.32 q1, [r0], #16",
+    "vadd.i32 q0, q0, r3",
+    "letp lr, 1b",
+    "pop {{r4, pc}}",
+    ".size txl_gather_strided_mve, . - txl_gather_strided_mve",
+    ".section .text.txl_gather_positions_mve,\"ax\",%progbits",
+    ".globl txl_gather_positions_mve",
+    ".type txl_gather_positions_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_gather_positions_mve:",
+    "push {{r4, r5, r6, r7, lr}}",
+    "ldm r3, {{r3, r4, r5, r6, r7}}",
+    "movs r12, #0",
+    "vidup.u32 q0, r12, #1",
+    "vdup.32 q1, r6",
+    "vsub.i32 q1, q1, q0", // d
+    "vshl.i32 q2, q1, #2", // 4d
+    "vmul.i32 q3, q1, r5", // d · row
+    "lsls r5, r5, #2",
+    "movs r6, #16",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r3, q2]",
+    "vldrb.u32 q1, [r4, q3]",
+    "vstrw.32 q0, [r0], #16",
+    "vadd.i32 q1, q1, r7",
+    "vstrw.32 q1, [r1], #16",
+    "vsub.i32 q2, q2, r6",
+    "vsub.i32 q3, q3, r5",
+    "letp lr, 1b",
+    "pop {{r4, r5, r6, r7, pc}}",
+    ".size txl_gather_positions_mve, . - txl_gather_positions_mve",
+    ".cpu cortex-m4",
+);
+
+/// `out[k] = words[k · stride].to_bits() + add` for each `k < out.len()`; at least one word of
+/// `words` a key (the last at `(out.len() - 1) · stride`). Four keys an instruction.
+pub fn gather_strided(out: &mut [i32], words: &[f32], stride: usize, add: i32) {
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    assert!((n - 1) * stride < words.len(), "strided words out of bounds");
+    // SAFETY: the kernel reads the words at `k · stride < words.len()` for `k < n` (checked
+    // above; the byte offsets below 2^32, `words` being in memory) and writes the `n` values
+    // of `out` (tail-predicated), and uses q0 and q1 (caller-saved).
+    unsafe { txl_gather_strided_mve(out.as_mut_ptr(), words.as_ptr().cast(), n, 4 * stride, add) }
+}
+
+/// For each `k < poss.len()` (and `pes.len()`, at most `distance + 1`), with
+/// `d = distance - k` (`distance < positions.len()`): `poss[k] = positions[d]` and
+/// `pes[k] = pe + exponents[d · row]` (`distance · row < exponents.len()`). Four keys an
+/// instruction.
+pub fn gather_positions(
+    (poss, pes): (&mut [i32], &mut [i32]),
+    (positions, exponents, row): (&[i32], &[u8], usize),
+    distance: usize,
+    pe: i32,
+) {
+    let n = poss.len().min(pes.len());
+    if n == 0 {
+        return;
+    }
+    assert!(
+        n <= distance + 1 && distance < positions.len() && distance * row < exponents.len(),
+        "positions out of bounds"
+    );
+    let parameters = PositionParameters {
+        positions: positions.as_ptr(),
+        exponents: exponents.as_ptr(),
+        row,
+        distance,
+        pe,
+    };
+    // SAFETY: the kernel reads `positions[d]` and `exponents[d · row]` for the `n` distances
+    // `d` from `distance` down to `distance + 1 - n >= 0` (all in bounds: checked above), writes
+    // the first `n` values of `poss` and `pes` (tail-predicated), and uses q0-q3
+    // (caller-saved).
+    unsafe { txl_gather_positions_mve(poss.as_mut_ptr(), pes.as_mut_ptr(), n, &parameters) }
+}
+
+extern "C" {
+    /// Helium: among `i < n` (`n >= 1`) of `e[i] >= threshold` (unsigned), the largest `ve[i]`
+    /// (signed; `i32::MIN` for none) in the low word and the largest `e[i]` (unsigned) of the
+    /// keys of that `ve` in the high word (0 for none).
+    fn txl_top_exponent_mve(e: *const i32, ve: *const i32, n: usize, threshold: u32) -> u64;
+}
+
+// One pass, each lane keeping the largest `ve` it saw among the keys from the threshold on (q2)
+// and the largest `e` among its keys of that `ve` (q3). Per four keys: two `VLDRW`; the keys of a
+// larger `ve` (`VPT` of the threshold, `VCMPT`) take both lanes (`VPSEL` twice); then the keys of
+// the lane's `ve` (the same test for equality) raise its `e` (`VMAXT`): 11 instructions with the
+// loop's end. After the loop the largest `ve` of the lanes (`VMAXV`), then the largest `e` of the
+// lanes of that `ve` (`VMAXVT`).
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_top_exponent_mve,\"ax\",%progbits",
+    ".globl txl_top_exponent_mve",
+    ".type txl_top_exponent_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_top_exponent_mve:",
+    "push {{r7, lr}}",
+    "mov.w r12, #0x80000000",
+    "vdup.32 q2, r12",
+    "vmov.i32 q3, #0",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vldrw.u32 q1, [r1], #16",
+    "vpt.u32 cs, q0, r3",
+    "vcmpt.s32 gt, q1, q2",
+    "vpsel q2, q1, q2",
+    "vpsel q3, q0, q3",
+    "vpt.u32 cs, q0, r3",
+    "vcmpt.i32 eq, q1, q2",
+    "vpst",
+    "vmaxt.u32 q3, q3, q0",
+    "letp lr, 1b",
+    "vmaxv.s32 r12, q2",
+    "movs r1, #0",
+    "vpt.i32 eq, q2, r12",
+    "vmaxvt.u32 r1, q3",
+    "mov r0, r12",
+    "pop {{r7, pc}}",
+    ".size txl_top_exponent_mve, . - txl_top_exponent_mve",
+    ".cpu cortex-m4",
+);
+
+/// Among the keys of `e[i] >= threshold` (as many as the shorter of the two; `e` unsigned): the
+/// largest `ve[i]` and the largest `e[i]` of the keys of that `ve`; `None` for no key. Four keys
+/// an instruction, one pass.
+pub fn top_exponent(e: &[i32], ve: &[i32], threshold: u32) -> Option<(i32, u32)> {
+    let n = e.len().min(ve.len());
+    if n == 0 {
+        return None;
+    }
+    // SAFETY: `e` and `ve` hold `n >= 1` values; the kernel reads those (tail-predicated) and
+    // uses q0-q3 (caller-saved).
+    let found = unsafe { txl_top_exponent_mve(e.as_ptr(), ve.as_ptr(), n, threshold) };
+    let (top, largest) = (found as i32, (found >> 32) as u32);
+    // (a largest `ve` of i32::MIN tells no key; a key of that exponent alone gives the same to
+    // the caller, whose result is at least 0)
+    (top != i32::MIN).then_some((top, largest))
+}
+
+extern "C" {
+    /// Helium: `out[i] = sums[i]` shifted left by `amount` with saturation, or right by
+    /// `-amount` rounded (halves up) where it is negative (`VQRSHL`), for `i < n` (`n >= 1`).
+    fn txl_shift_sums_mve(sums: *const i32, out: *mut i32, n: usize, amount: i32);
+}
+
+// Per four values `VLDRW`, `VQRSHL` by the amount, `VSTRW`: 4 instructions with the loop's end.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_shift_sums_mve,\"ax\",%progbits",
+    ".globl txl_shift_sums_mve",
+    ".type txl_shift_sums_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_shift_sums_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vqrshl.s32 q0, r3",
+    "vstrw.32 q0, [r1], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_shift_sums_mve, . - txl_shift_sums_mve",
+    ".cpu cortex-m4",
+);
+
+/// `out[i] = round_shift_i32(sums[i], -amount)` for `amount` in `-31..=0`, `sums[i] << amount`
+/// saturated to the `i32` range for `amount` in `1..=31` (as many as the shorter of the two).
+/// Four values an instruction.
+pub fn shift_sums(sums: &[i32], out: &mut [i32], amount: i32) {
+    let n = sums.len().min(out.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `sums` and `out` hold `n >= 1` values; the kernel reads those and writes these
+    // (tail-predicated), and uses q0 (caller-saved).
+    unsafe { txl_shift_sums_mve(sums.as_ptr(), out.as_mut_ptr(), n, amount.clamp(-31, 31)) }
 }
