@@ -86,6 +86,11 @@ fn each_fixed(b: Vector<'_>, first: usize, n: usize, frac: u32, mut f: impl FnMu
 fn add_bias(y: &mut [i32], b: Vector<'_>, first: usize, frac: u32) {
     let n = y.len();
     match b {
+        // a kernel's, where there is one (`fixed_of_f32` of the bits it leaves)
+        Vector::F32(s)
+            if kernels::add_fixed_f32(y, &s[first..first + n], frac, |bits| {
+                fixed_of_f32(f32::from_bits(bits), frac)
+            }) => {}
         Vector::F32(s) => {
             for (y, &v) in y.iter_mut().zip(&s[first..first + n]) {
                 *y = y.saturating_add(fixed_of_f32(v, frac));
@@ -1037,9 +1042,11 @@ impl Session<'_, '_> {
             }
             let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
             Input::new_in_place(&w.ff1_weight, p.acts[2], x, s.quantized_input).rows(&w.ff1_weight, 0, inner);
-            // the bias and the ReLU in one pass
-            for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
-                *v = v.saturating_add(b).max(0);
+            // the bias and the ReLU in one pass (a kernel's, where there is one)
+            if !kernels::bias_relu_i32(inner, p.ff1_bias) {
+                for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
+                    *v = v.saturating_add(b).max(0);
+                }
             }
             let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
             Input::new_in_place(&w.ff2_weight, p.acts[3], inner, s.quantized_input).rows(
@@ -1047,9 +1054,12 @@ impl Session<'_, '_> {
                 0,
                 out,
             );
-            // the bias and the residual in one pass (the same saturating sums, in order)
-            for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
-                *h = h.saturating_add(o.saturating_add(b));
+            // the bias and the residual in one pass (the same saturating sums, in order; a
+            // kernel's, where there is one)
+            if !kernels::add_sums_i32(h, out, p.ff2_bias) {
+                for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
+                    *h = h.saturating_add(o.saturating_add(b));
+                }
             }
             if !config.pre_lnorm {
                 // in the attention input, which the next layer's attention takes as it is
