@@ -16,10 +16,10 @@
 //! `Normalise::apply` and the shift by the values' powers of two), and the integer log-softmax
 //! (`kernel=log_softmax`, against the scalar steps), and with Helium or the DSP extension the
 //! glue outside the attention: the int8 memory's power-of-two quantization (`kernel=pow2_int8`),
-//! the feed-forward's bias and ReLU and bias and residual (`kernel=bias_passes`), the
-//! quantization of an input by a rescale's wide multiplier (`kernel=quantize_wide`), and with
-//! Helium the output's biases in fixed point (`kernel=add_fixed`), each against its scalar
-//! definition. A mismatch fails the run.
+//! the feed-forward's bias and ReLU, bias and residual, and the attention's residual
+//! (`kernel=bias_passes`), the
+//! quantization of an input by a rescale's wide multiplier (`kernel=quantize_wide`) and the
+//! output's biases in fixed point (`kernel=add_fixed`), each against its scalar definition. A mismatch fails the run.
 
 use alloc::vec::Vec;
 
@@ -574,8 +574,8 @@ fn check_pow2_int8() -> Result<Option<usize>, Failure> {
     Ok(Some(checked))
 }
 
-/// The kernels' `bias_relu` and `add_sums` (Helium's, the DSP extension's) against the
-/// saturating sums and the `max` with 0, on 1 to 70 values of every bit length (extremes among
+/// The kernels' `bias_relu`, `add_sums` and `add_saturating` (Helium's, the DSP extension's)
+/// against the saturating sums and the `max` with 0, on 1 to 70 values of every bit length (extremes among
 /// them: the sums saturate). `None` where the board has no kernel.
 fn check_bias_passes() -> Result<Option<usize>, Failure> {
     let mut numbers = Numbers(0x0b1a_5ed5);
@@ -607,7 +607,12 @@ fn check_bias_passes() -> Result<Option<usize>, Failure> {
         if got != want {
             return Err(Failure::KernelMismatch("add_sums"));
         }
-        checked += 2 * n;
+        let mut got = v.clone();
+        let want: Vec<i32> = v.iter().zip(&o).map(|(&v, &o)| v.saturating_add(o)).collect();
+        if !txl_core::kernels::add_saturating_i32(&mut got, &o) || got != want {
+            return Err(Failure::KernelMismatch("add_saturating"));
+        }
+        checked += 3 * n;
     }
     Ok(Some(checked))
 }
@@ -648,7 +653,7 @@ fn check_quantize_wide() -> Result<Option<usize>, Failure> {
     Ok(Some(checked))
 }
 
-/// The kernels' `add_fixed_f32` (Helium's) against `fixed_of_f32` added saturating, for biases
+/// The kernels' `add_fixed_f32` (Helium's, the DSP extension's) against `fixed_of_f32` added saturating, for biases
 /// of every exponent (zeros, subnormals, infinities, NaNs and values past `2^31` among them),
 /// fractions 0 to 30. `None` where the board has no kernel.
 fn check_add_fixed() -> Result<Option<usize>, Failure> {

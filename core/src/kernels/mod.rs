@@ -1660,16 +1660,43 @@ pub fn add_sums_i32(h: &mut [i32], o: &[i32], b: &[i32]) -> bool {
     }
 }
 
+/// `y[i] = y[i].saturating_add(x[i])` for each `i` (as many as the shorter): a residual.
+/// Helium four values an instruction, DSP one a `QADD`; false where no kernel ran (`y` as it
+/// was).
+#[inline]
+pub fn add_saturating_i32(y: &mut [i32], x: &[i32]) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium_integer::add_saturating(y, x);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::add_saturating(y, x);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (y, x);
+        false
+    }
+}
+
 /// `y[i] = y[i].saturating_add(fixed(b[i]))` for each `i` (as many as the shorter), `fixed`
-/// being `fixed_point::fixed_of_f32(_, frac)`, `frac ≤ 100`: Helium four values an instruction
-/// where the mantissa is shifted right (`150 - exponent - frac ≥ 1`: zeros and subnormals too),
-/// `rare(bits)` (the fixed-point value of the bits) for the others. False where no kernel ran
+/// being `fixed_point::fixed_of_f32(_, frac)`, `frac ≤ 100`: Helium four values an instruction,
+/// DSP one at a time, where the mantissa is shifted right (`150 - exponent - frac ≥ 1`: zeros
+/// and subnormals too), `rare(bits)` (the fixed-point value of the bits) for the others. False where no kernel ran
 /// (`y` as it was).
 #[inline]
 pub fn add_fixed_f32(y: &mut [i32], b: &[f32], frac: u32, rare: impl Fn(u32) -> i32) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     if frac <= 100 {
         helium_integer::add_fixed(y, b, frac, rare);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    if frac <= 100 {
+        dsp_integer::add_fixed(y, b, frac, rare);
         return true;
     }
     #[allow(unreachable_code)]

@@ -1556,3 +1556,139 @@ global_asm!(
     "pop {{r4, r5, r6, r7, r8, pc}}",
     ".size txl_quantize_wide_dsp, . - txl_quantize_wide_dsp",
 );
+
+/// `y[i] = y[i].saturating_add(fixed(b[i]))` for each `i` (as many as the shorter), `fixed`
+/// being `fixed_point::fixed_of_f32(_, frac)` (`frac ≤ 100`): the usual values (a shift right of
+/// the mantissa, `150 - exponent - frac ≥ 1`: zeros and subnormals too) in the kernel, `rare` of
+/// the bits for the others.
+pub fn add_fixed(y: &mut [i32], b: &[f32], frac: u32, rare: impl Fn(u32) -> i32) {
+    let n = y.len().min(b.len());
+    if n == 0 {
+        return;
+    }
+    let c = 150 - frac.min(100) as i32;
+    // SAFETY: `y` and `b` hold `n ≥ 1` values; the kernel reads those, writes those of `y`, and
+    // restores the registers it saves.
+    let left = unsafe { txl_add_fixed_dsp(y.as_mut_ptr(), b.as_ptr().cast(), n, c + 7) };
+    if left != 0 {
+        for (y, b) in y[..n].iter_mut().zip(&b[..n]) {
+            let bits = b.to_bits();
+            if c - (((bits >> 23) & 0xFF) as i32) < 1 {
+                *y = y.saturating_add(rare(bits));
+            }
+        }
+    }
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`), `y[i] = QADD(y[i], f)`, `f` the fixed-point value of the `f32` of
+    /// bits `bits[i]` where its shift right `right = c - exponent` is at least 1 (`c7` being
+    /// `c + 7 = 157 - frac`); the others left as they were. Returns whether some were left.
+    fn txl_add_fixed_dsp(y: *mut i32, bits: *const u32, n: usize, c7: i32) -> u32;
+}
+
+// Per value: the exponent by `UBFX`, `right + 7` by `SUBS` from `c + 7` (below 8: a value left,
+// out of line), the mantissa with its leading one at bit 31 (`LSL` by 8, `ORR`), `LSR` by
+// `right + 7` (a shift of 32 or more gives 0, as the 24-bit mantissa's rounded quotient is for
+// `right ≥ 25`: zeros and subnormals), `ADDS` of 1 and `LSR` by 1 (the rounding: halves of the
+// magnitude up, away from zero), the sign by `EOR` and `SUB`, `QADD` to `y`: 16 instructions a
+// value with the loop's two. Registers: r0 `y`, r1 the bits, r2 the values left, r3 `c + 7`,
+// r4 the bits, r5 `right + 7`, r6 the magnitude, then the value, r7 `y[i]`, r12 whether some
+// value was left.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_add_fixed_dsp,\"ax\",%progbits",
+    ".globl txl_add_fixed_dsp",
+    ".type txl_add_fixed_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_add_fixed_dsp:",
+    "push {{r4, r5, r6, r7}}",
+    "movs r12, #0",
+    "1:",
+    "ldr r4, [r1], #4",
+    "ubfx r5, r4, #23, #8",
+    "subs r5, r3, r5",
+    "cmp r5, #8",
+    "blt 3f",
+    "lsl r6, r4, #8",
+    "orr r6, r6, #0x80000000",
+    "lsr r6, r6, r5",
+    "adds r6, r6, #1",
+    "lsr r6, r6, #1",
+    "eor r6, r6, r4, asr #31",
+    "sub r6, r6, r4, asr #31",
+    "ldr r7, [r0]",
+    "qadd r7, r7, r6",
+    "str r7, [r0]",
+    "2:",
+    "adds r0, r0, #4",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "mov r0, r12",
+    "pop {{r4, r5, r6, r7}}",
+    "bx lr",
+    "3:",
+    "movs r12, #1",
+    "b 2b",
+    ".size txl_add_fixed_dsp, . - txl_add_fixed_dsp",
+);
+
+/// `y[i] = y[i].saturating_add(x[i])` for each `i` (as many as the shorter).
+pub fn add_saturating(y: &mut [i32], x: &[i32]) {
+    let n = y.len().min(x.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `y` and `x` hold `n ≥ 1` values; the kernel reads those, writes those of `y`, and
+    // restores the registers it saves.
+    unsafe { txl_add_saturating_dsp(y.as_mut_ptr(), x.as_ptr(), n) }
+}
+
+extern "C" {
+    /// `y[i] = QADD(y[i], x[i])` for `i < n` (`n ≥ 1`).
+    fn txl_add_saturating_dsp(y: *mut i32, x: *const i32, n: usize);
+}
+
+// Per value a `QADD`; four values two `LDM`s and an `STM`: 9 instructions the four with the
+// loop's two. Registers: r0 `y`, r1 `x`, r2 the values left, r4-r7 `y`, r8-r11 `x`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_add_saturating_dsp,\"ax\",%progbits",
+    ".globl txl_add_saturating_dsp",
+    ".type txl_add_saturating_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_add_saturating_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "subs r2, r2, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0, {{r4, r5, r6, r7}}",
+    "ldm r1!, {{r8, r9, r10, r11}}",
+    "qadd r4, r4, r8",
+    "qadd r5, r5, r9",
+    "qadd r6, r6, r10",
+    "qadd r7, r7, r11",
+    "stm r0!, {{r4, r5, r6, r7}}",
+    "subs r2, r2, #4",
+    "bhs 1b",
+    "2:",
+    "adds r2, r2, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0]",
+    "ldr r8, [r1], #4",
+    "qadd r4, r4, r8",
+    "str r4, [r0], #4",
+    "subs r2, r2, #1",
+    "bne 3b",
+    "4:",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_add_saturating_dsp, . - txl_add_saturating_dsp",
+);

@@ -14,6 +14,8 @@ extern "C" {
     fn txl_pow2_shift_mve(x: *const i32, out: *mut i8, n: usize, negative_e: i32);
     /// Helium: `v[i] = max(QADD(v[i], b[i]), 0)` for `i < n` (`n >= 1`).
     fn txl_bias_relu_mve(v: *mut i32, b: *const i32, n: usize);
+    /// Helium: `y[i] = QADD(y[i], x[i])` for `i < n` (`n >= 1`).
+    fn txl_add_saturating_mve(y: *mut i32, x: *const i32, n: usize);
     /// Helium: `h[i] = QADD(h[i], QADD(o[i], b[i]))` for `i < n` (`n >= 1`).
     fn txl_add_sums_mve(h: *mut i32, o: *const i32, b: *const i32, n: usize);
     /// Helium: for `i < n` (`n >= 1`), `y[i] = QADD(y[i], f)`, `f` the fixed-point value of the
@@ -28,7 +30,7 @@ extern "C" {
 // `-e` (the rounding in the lane's wider precision: `⌊(x + 2^(e-1)) / 2^e⌋`, which is
 // `⌊(⌊x / 2^(e-1)⌋ + 1) / 2⌋`; `x` itself for `e = 0`) and `VSTRB.32` of the low bytes.
 // The feed-forward's passes: per four values two `VLDRW`, `VQADD`, `VMAX` with zero, `VSTRW`;
-// three `VLDRW`, two `VQADD`, `VSTRW`.
+// three `VLDRW`, two `VQADD`, `VSTRW`; the residual alone: two `VLDRW`, `VQADD`, `VSTRW`.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -100,6 +102,22 @@ global_asm!(
     "letp lr, 1b",
     "pop {{r7, pc}}",
     ".size txl_add_sums_mve, . - txl_add_sums_mve",
+    ".section .text.txl_add_saturating_mve,\"ax\",%progbits",
+    ".globl txl_add_saturating_mve",
+    ".type txl_add_saturating_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_add_saturating_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r0]",
+    "vldrw.u32 q1, [r1], #16",
+    "vqadd.s32 q0, q0, q1",
+    "vstrw.32 q0, [r0], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_add_saturating_mve, . - txl_add_saturating_mve",
     ".cpu cortex-m4",
 );
 
@@ -195,6 +213,17 @@ pub fn add_sums(h: &mut [i32], o: &[i32], b: &[i32]) {
     // SAFETY: the three slices hold `n >= 1` values; the kernel reads those, writes those of
     // `h` (tail-predicated), and uses q0 and q1 (caller-saved).
     unsafe { txl_add_sums_mve(h.as_mut_ptr(), o.as_ptr(), b.as_ptr(), n) }
+}
+
+/// `y[i] = y[i].saturating_add(x[i])` for each `i` (as many as the shorter).
+pub fn add_saturating(y: &mut [i32], x: &[i32]) {
+    let n = y.len().min(x.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `y` and `x` hold `n >= 1` values; the kernel reads those, writes those of `y`
+    // (tail-predicated), and uses q0 and q1 (caller-saved).
+    unsafe { txl_add_saturating_mve(y.as_mut_ptr(), x.as_ptr(), n) }
 }
 
 /// `y[i] = y[i].saturating_add(fixed(b[i]))` for each `i` (as many as the shorter), `fixed`
