@@ -103,6 +103,7 @@ mod embedding_tests {
             };
             let exponent = match (r >> 40) % 8 {
                 0 => (r >> 48) as u32 & 0xFF,
+                1 => 50 + (r >> 48) as u32 % 60,
                 _ => 80 + (r >> 48) as u32 % 90,
             };
             let sign = if (r >> 60) % 16 == 0 { 1 << 31 } else { 0 };
