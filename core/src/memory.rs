@@ -15,7 +15,7 @@ use half::f16;
 
 use crate::included::{left_out, MEMORY_F16, MEMORY_F32, MEMORY_INT8};
 use crate::int8_attention;
-use crate::integer::pow2_exponent;
+use crate::integer::{pow2_exponent, pow2_exponent_of};
 use crate::kernels;
 use crate::options::MemDtype;
 
@@ -294,8 +294,15 @@ impl<'a> Memory<'a> {
             };
             for (head, chunk) in row.chunks_exact(d_head).enumerate() {
                 let start = at + head * d_head;
-                let e = pow2_exponent(chunk, 127);
                 let values = &mut values[start..start + d_head];
+                // a kernel's, where there is one: the same exponent and bytes
+                if let Some(e) =
+                    crate::kernels::pow2_int8_i32(chunk, values, |m| pow2_exponent_of(m as u64, 127))
+                {
+                    scales[start / d_head] = f32::from_bits(e as u32);
+                    continue;
+                }
+                let e = pow2_exponent(chunk, 127);
                 if e == 0 {
                     for (q, &v) in values.iter_mut().zip(chunk) {
                         *q = v as i8;

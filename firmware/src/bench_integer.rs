@@ -16,9 +16,14 @@
 //! `Normalise::apply` and the shift by the values' powers of two), the attention's gathers
 //! (`kernel=attention_gathers`: a ring's exponents and the position sums by distance against
 //! scalar loops), the largest value exponent with a probability (`kernel=top_exponent`, against
-//! a scalar loop), with Helium the attention output's shifts
-//! (`kernel=shift_sums`, against `round_shift_i32` and a saturated shift left), and the integer
-//! log-softmax (`kernel=log_softmax`, against the scalar steps). A mismatch fails the run.
+//! a scalar loop), with Helium the attention output's shifts (`kernel=shift_sums`, against
+//! `round_shift_i32` and a saturated shift left), the integer log-softmax (`kernel=log_softmax`,
+//! against the scalar steps), and with Helium or the DSP extension the glue outside the
+//! attention: the int8 memory's power-of-two quantization (`kernel=pow2_int8`), the
+//! feed-forward's bias and ReLU, bias and residual, and the attention's residual
+//! (`kernel=bias_passes`), the quantization of an input by a rescale's wide multiplier
+//! (`kernel=quantize_wide`) and the output's biases in fixed point (`kernel=add_fixed`), each
+//! against its scalar definition. A mismatch fails the run.
 
 use alloc::vec::Vec;
 
@@ -106,7 +111,7 @@ pub fn run() -> Result<(), Failure> {
         let values = check_log_softmax()?;
         info!("bench check kernel=log_softmax values={=usize} ok", values);
     }
-    Ok(())
+    glue_checks()
 }
 
 /// `integer::layer_norm_of_bit_slices` against `integer::layer_norm_of_bits` (the general
@@ -652,6 +657,188 @@ fn check_attention_scores() -> Result<Option<usize>, Failure> {
         };
         if got != want || largest != *want.iter().max().unwrap_or(&i32::MIN) {
             return Err(Failure::KernelMismatch("attention_scores"));
+        }
+        checked += n;
+    }
+    Ok(Some(checked))
+}
+
+/// The checks of the glue's kernels, each logged as it passes (none where the board has no
+/// kernel).
+fn glue_checks() -> Result<(), Failure> {
+    if let Some(values) = check_pow2_int8()? {
+        info!("bench check kernel=pow2_int8 values={=usize} ok", values);
+    }
+    if let Some(values) = check_bias_passes()? {
+        info!("bench check kernel=bias_passes values={=usize} ok", values);
+    }
+    if let Some(values) = check_quantize_wide()? {
+        info!("bench check kernel=quantize_wide values={=usize} ok", values);
+    }
+    if let Some(values) = check_add_fixed()? {
+        info!("bench check kernel=add_fixed values={=usize} ok", values);
+    }
+    Ok(())
+}
+
+/// The kernels' `pow2_int8` (Helium's, the DSP extension's) against `integer::pow2_exponent`
+/// and `Memory::write_pow2`'s rounding shift, on rows of 1 to 70 values of every bit length
+/// (extremes among them), the bytes at every alignment. `None` where the board has no kernel.
+fn check_pow2_int8() -> Result<Option<usize>, Failure> {
+    use txl_core::integer::{pow2_exponent, pow2_exponent_of};
+    let mut numbers = Numbers(0x9047_2e11);
+    let mut checked = 0;
+    for round in 0..200usize {
+        let n = 1 + (numbers.next() % 70) as usize;
+        let bits = numbers.next() % 33;
+        let x: Vec<i32> = (0..n)
+            .map(|_| match bits {
+                32 => numbers.value(),
+                _ => (numbers.next() as i32) >> (32 - bits.max(1)),
+            })
+            .collect();
+        let e = pow2_exponent(&x, 127);
+        let want: Vec<i8> = x
+            .iter()
+            .map(|&v| match e {
+                0 => v as i8,
+                _ => (((v >> (e - 1)) + 1) >> 1) as i8,
+            })
+            .collect();
+        let offset = round % 4;
+        let mut bytes = alloc::vec![0x55u8 as i8; n + 4];
+        let got = &mut bytes[offset..offset + n];
+        let Some(got_e) = txl_core::kernels::pow2_int8_i32(&x, got, |m| pow2_exponent_of(m as u64, 127))
+        else {
+            return Ok(None);
+        };
+        if got_e != e || got[..] != want[..] || bytes[offset + n] != 0x55 {
+            return Err(Failure::KernelMismatch("pow2_int8"));
+        }
+        checked += n;
+    }
+    Ok(Some(checked))
+}
+
+/// The kernels' `bias_relu`, `add_sums` and `add_saturating` (Helium's, the DSP extension's)
+/// against the saturating sums and the `max` with 0, on 1 to 70 values of every bit length (extremes among
+/// them: the sums saturate). `None` where the board has no kernel.
+fn check_bias_passes() -> Result<Option<usize>, Failure> {
+    let mut numbers = Numbers(0x0b1a_5ed5);
+    let mut checked = 0;
+    for _ in 0..100 {
+        let n = 1 + (numbers.next() % 70) as usize;
+        let v: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let o: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let b: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let mut got = v.clone();
+        if !txl_core::kernels::bias_relu_i32(&mut got, &b) {
+            return Ok(None);
+        }
+        let want: Vec<i32> = v
+            .iter()
+            .zip(&b)
+            .map(|(&v, &b)| v.saturating_add(b).max(0))
+            .collect();
+        if got != want {
+            return Err(Failure::KernelMismatch("bias_relu"));
+        }
+        let mut got = v.clone();
+        if !txl_core::kernels::add_sums_i32(&mut got, &o, &b) {
+            return Err(Failure::KernelMismatch("add_sums"));
+        }
+        let want: Vec<i32> = (0..n)
+            .map(|i| v[i].saturating_add(o[i].saturating_add(b[i])))
+            .collect();
+        if got != want {
+            return Err(Failure::KernelMismatch("add_sums"));
+        }
+        let mut got = v.clone();
+        let want: Vec<i32> = v.iter().zip(&o).map(|(&v, &o)| v.saturating_add(o)).collect();
+        if !txl_core::kernels::add_saturating_i32(&mut got, &o) || got != want {
+            return Err(Failure::KernelMismatch("add_saturating"));
+        }
+        checked += 3 * n;
+    }
+    Ok(Some(checked))
+}
+
+/// The kernels' `quantize_wide_i32` (Helium's, the DSP extension's) against the rounded high
+/// word clamped to `±127`, for multipliers up to `2^30` (small, large, at the edges), values of
+/// every bit length (extremes among them), the bytes at every alignment. `None` where the board
+/// has no kernel.
+fn check_quantize_wide() -> Result<Option<usize>, Failure> {
+    let mut numbers = Numbers(0x7a1d_e0f1);
+    let mut checked = 0;
+    for round in 0..200usize {
+        let n = 1 + (numbers.next() % 70) as usize;
+        let wide = match round % 8 {
+            0 => 1 << 30,
+            1 => 1 + (numbers.next() % 64) as i32,
+            _ => (numbers.next() >> (2 + numbers.next() % 24)) as i32,
+        };
+        let x: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let want: Vec<i8> = x
+            .iter()
+            .map(|&v| {
+                let product = v as i64 * wide as i64;
+                ((product >> 32) as i32 + ((product as u32) >> 31) as i32).clamp(-127, 127) as i8
+            })
+            .collect();
+        let offset = round % 4;
+        let mut bytes = alloc::vec![0x55u8 as i8; n + 4];
+        let got = &mut bytes[offset..offset + n];
+        if !txl_core::kernels::quantize_wide_i32(&x, got, wide) {
+            return Ok(None);
+        }
+        if got[..] != want[..] || bytes[offset + n] != 0x55 {
+            return Err(Failure::KernelMismatch("quantize_wide"));
+        }
+        checked += n;
+    }
+    Ok(Some(checked))
+}
+
+/// The kernels' `add_fixed_f32` (Helium's, the DSP extension's) against `fixed_of_f32` added saturating, for biases
+/// of every exponent (zeros, subnormals, infinities, NaNs and values past `2^31` among them),
+/// fractions 0 to 30. `None` where the board has no kernel.
+fn check_add_fixed() -> Result<Option<usize>, Failure> {
+    use txl_core::fixed_point::fixed_of_f32;
+    let mut numbers = Numbers(0x0f1e_d0b5);
+    let mut checked = 0;
+    for round in 0..200u32 {
+        let frac = round % 31;
+        let n = 1 + (numbers.next() % 70) as usize;
+        let b: Vec<f32> = (0..n)
+            .map(|_| {
+                let r = numbers.next();
+                let sign = r & 0x8000_0000;
+                let fraction = numbers.next() & 0x7F_FFFF;
+                f32::from_bits(match r % 16 {
+                    0 => sign,
+                    1 => sign | fraction,
+                    2 => sign | (255 << 23) | fraction,
+                    3 => sign | (255 << 23),
+                    4 => sign | ((150 - frac + (r >> 4) % 12) << 23) | fraction,
+                    5 => sign | ((150 - frac - 25 + (r >> 4) % 3) << 23) | fraction,
+                    _ => sign | ((100 + (r >> 4) % 40) << 23) | fraction,
+                })
+            })
+            .collect();
+        let y: Vec<i32> = (0..n).map(|_| numbers.value()).collect();
+        let mut got = y.clone();
+        if !txl_core::kernels::add_fixed_f32(&mut got, &b, frac, |bits| {
+            fixed_of_f32(f32::from_bits(bits), frac)
+        }) {
+            return Ok(None);
+        }
+        let want: Vec<i32> = y
+            .iter()
+            .zip(&b)
+            .map(|(&y, &b)| y.saturating_add(fixed_of_f32(b, frac)))
+            .collect();
+        if got != want {
+            return Err(Failure::KernelMismatch("add_fixed"));
         }
         checked += n;
     }

@@ -1,6 +1,6 @@
 //! LayerNorm in integers: `y = (x - mean) / sqrt(var + eps) · gain + bias` on a `Q(frac)` row.
 
-use crate::fixed_point::{isqrt, round_shift, round_shift_i32, Scale16, ScaledByBits};
+use crate::fixed_point::{round_shift, round_shift_i32, Scale16, ScaledByBits};
 use crate::kernels;
 
 /// A gain as LayerNorm takes it: its magnitude to 16 significant bits and its sign.
@@ -268,13 +268,17 @@ impl Statistics {
             false => (squares << 16) / n as u64,
         };
         let variance = variance.saturating_add(epsilon);
-        let sigma = isqrt(variance); // below 2^31
-        if sigma == 0 {
+        // `σ' = isqrt(V)` (below 2^31) keeps its top 16 bits: `σ' >> drop` for `drop =
+        // bits(σ') - 16` (0 for fewer), `bits(σ')` being `⌈bits(V) / 2⌉`. That is
+        // `isqrt(V >> 2 drop)`, a root of 32 bits at most (the same value: `⌊√⌊V / 4^d⌋⌋ =
+        // ⌊⌊√V⌋ / 2^d⌋`), zero only for `V = 0`.
+        let drop = ((65 - variance.leading_zeros()) / 2).saturating_sub(16);
+        let top = isqrt_u32((variance >> (2 * drop)) as u32);
+        if top == 0 {
             return None;
         }
-        let drop = (32 - sigma.leading_zeros()).saturating_sub(16) as i32;
-        let exponent = frac as i32 + 8 - s as i32 - 31 - drop;
-        let inverse = Scale16::of_wide(((1u32 << 31) / (sigma >> drop)) as u64, exponent);
+        let exponent = frac as i32 + 8 - s as i32 - 31 - drop as i32;
+        let inverse = Scale16::of_wide(((1u32 << 31) / top) as u64, exponent);
         Some(Statistics { inverse, ..stats })
     }
 
@@ -283,6 +287,26 @@ impl Statistics {
     fn deviation(&self, v: i32) -> i32 {
         (v << self.k).saturating_sub(self.mean)
     }
+}
+
+/// `⌊√v⌋`: [`isqrt`](crate::fixed_point::isqrt) in 32-bit arithmetic, a bit of the root a
+/// step from `v`'s leading pair of bits on.
+fn isqrt_u32(v: u32) -> u32 {
+    if v == 0 {
+        return 0;
+    }
+    let (mut remainder, mut root) = (v, 0u32);
+    let mut bit = 1u32 << ((31 - v.leading_zeros()) & !1);
+    while bit != 0 {
+        if remainder >= root + bit {
+            remainder -= root + bit;
+            root = (root >> 1) + bit;
+        } else {
+            root >>= 1;
+        }
+        bit >>= 2;
+    }
+    root
 }
 
 /// A rescaled deviation given the sign of its gain (`bits`, the gain's `f32` bits) plus the
@@ -302,6 +326,32 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
     use alloc::vec::Vec;
+
+    /// The 32-bit root of the top bits is the 64-bit root's top 16 bits, for every bit length.
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn the_root_of_the_top_bits_is_the_roots_top_bits() {
+        use crate::fixed_point::isqrt;
+        let mut rng = Rng::new(5);
+        for _ in 0..20_000 {
+            let bits = rng.next_u64() % 63;
+            let v = (rng.next_u64() >> (63 - bits)) + rng.next_u64() % 3;
+            let small = v & 0xFFFF_FFFF;
+            assert_eq!(isqrt_u32(small as u32), isqrt(small), "{small}");
+            for v in [
+                v,
+                v.saturating_sub(1),
+                (v | 1).saturating_mul(v | 1),
+                (v % (1 << 31)).pow(2),
+            ] {
+                let sigma = isqrt(v);
+                let drop = (32 - sigma.leading_zeros()).saturating_sub(16);
+                let top_drop = ((65 - v.leading_zeros()) / 2).saturating_sub(16);
+                assert_eq!(drop, top_drop, "{v}");
+                assert_eq!(isqrt_u32((v >> (2 * drop)) as u32), sigma >> drop, "{v}");
+            }
+        }
+    }
 
     /// Fixed point of `value` in `Q(frac)`, rounded.
     fn fixed(value: f64, frac: u32) -> i32 {

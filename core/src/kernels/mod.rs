@@ -42,10 +42,12 @@
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, sub_sub}` | | |
+//! | the integer image's glue outside the attention: [`pow2_int8_i32`], [`bias_relu_i32`], [`add_sums_i32`], [`add_saturating_i32`], [`add_fixed_f32`] | | Helium `helium_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed}`, DSP without Helium `dsp_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed}` (and `dsp_integer::quantize_wide` for [`quantize_wide_i32`]) | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
-//! `x86_64/`, `arm/` (`dsp.rs`, `fpu.rs`, `helium.rs`), `aarch64/`, `riscv/` (`rv32.rs`);
+//! `x86_64/`, `arm/` (`base.rs`, `dsp.rs`, `dsp_integer.rs`, `fpu.rs`, `helium.rs`,
+//! `helium_integer.rs`), `aarch64/`, `riscv/` (`rv32.rs`);
 //! `docs/ARCHITECTURE.md` says how to add an instruction set.
 //!
 //! Each kernel states its shapes: `W (rows, cols) @ x (cols) -> y (rows)`. Slices are taken
@@ -83,6 +85,8 @@ use arm::dsp_integer;
 use arm::fpu;
 #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
 use arm::helium;
+#[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+use arm::helium_integer;
 
 #[cfg(target_arch = "aarch64")]
 use aarch64::neon;
@@ -1359,12 +1363,17 @@ pub fn act_shifts_i32(x: &mut [i32], act: &[f32], biased_top: u32) -> Option<u32
 
 /// `out[i] = round(x[i] · wide / 2^32).clamp(-127, 127)` (halves up) for each `i`: the
 /// quantization of `fixed_point::PreparedRescale` for a shift of at most 32. Helium four
-/// values an instruction (`VRMULH`); false where no kernel ran.
+/// values an instruction (`VRMULH`), DSP one a `SMMULR`; false where no kernel ran.
 #[inline]
 pub fn quantize_wide_i32(x: &[i32], out: &mut [i8], wide: i32) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
         helium::quantize_rmulh(x, out, wide);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::quantize_wide(x, out, wide);
         return true;
     }
     #[allow(unreachable_code)]
@@ -1690,6 +1699,114 @@ pub fn subtract_twice_i32(x: &mut [i32], a: i32, b: i32) -> bool {
     #[allow(unreachable_code)]
     {
         let _ = (x, a, b);
+        false
+    }
+}
+
+/// The power-of-two quantization of `x` into `out` (as many as the shorter): `e =
+/// exponent(largest |x[i]|)` (clamped to `0..=31`), then `out[i] = round(x[i] / 2^e)` (halves
+/// up; `x[i]` for `e = 0`) cut to its low byte, as the int8 memory stores a head's keys and
+/// values. Helium four values an instruction (`VMAXAV`, `VRSHL`), DSP four a word; `None`
+/// where no kernel ran (`out` as it was).
+#[inline]
+pub fn pow2_int8_i32(x: &[i32], out: &mut [i8], exponent: impl Fn(u32) -> i32) -> Option<i32> {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return Some(helium_integer::pow2_int8(x, out, exponent));
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return Some(dsp_integer::pow2_int8(x, out, exponent));
+    #[allow(unreachable_code)]
+    {
+        let _ = (x, out, exponent);
+        None
+    }
+}
+
+/// `v[i] = v[i].saturating_add(b[i]).max(0)` for each `i` (as many as the shorter): a bias and
+/// the ReLU. Helium four values an instruction, DSP one a `QADD` and a `USAT`; false where no
+/// kernel ran (`v` as it was).
+#[inline]
+pub fn bias_relu_i32(v: &mut [i32], b: &[i32]) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium_integer::bias_relu(v, b);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::bias_relu(v, b);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (v, b);
+        false
+    }
+}
+
+/// `h[i] = h[i].saturating_add(o[i].saturating_add(b[i]))` for each `i` (as many as the
+/// shortest): a bias and the residual. Helium four values an instruction, DSP one two `QADD`s;
+/// false where no kernel ran (`h` as it was).
+#[inline]
+pub fn add_sums_i32(h: &mut [i32], o: &[i32], b: &[i32]) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium_integer::add_sums(h, o, b);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::add_sums(h, o, b);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (h, o, b);
+        false
+    }
+}
+
+/// `y[i] = y[i].saturating_add(x[i])` for each `i` (as many as the shorter): a residual.
+/// Helium four values an instruction, DSP one a `QADD`; false where no kernel ran (`y` as it
+/// was).
+#[inline]
+pub fn add_saturating_i32(y: &mut [i32], x: &[i32]) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    {
+        helium_integer::add_saturating(y, x);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    {
+        dsp_integer::add_saturating(y, x);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (y, x);
+        false
+    }
+}
+
+/// `y[i] = y[i].saturating_add(fixed(b[i]))` for each `i` (as many as the shorter), `fixed`
+/// being `fixed_point::fixed_of_f32(_, frac)`, `frac ≤ 100`: Helium four values an instruction,
+/// DSP one at a time, where the mantissa is shifted right (`150 - exponent - frac ≥ 1`: zeros
+/// and subnormals too), `rare(bits)` (the fixed-point value of the bits) for the others. False where no kernel ran
+/// (`y` as it was).
+#[inline]
+pub fn add_fixed_f32(y: &mut [i32], b: &[f32], frac: u32, rare: impl Fn(u32) -> i32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    if frac <= 100 {
+        helium_integer::add_fixed(y, b, frac, rare);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    if frac <= 100 {
+        dsp_integer::add_fixed(y, b, frac, rare);
+        return true;
+    }
+    #[allow(unreachable_code)]
+    {
+        let _ = (y, b, frac, rare);
         false
     }
 }

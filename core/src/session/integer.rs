@@ -50,6 +50,82 @@ fn product(a: Multiplier, b: Multiplier) -> Multiplier {
     a.times(b).unwrap_or(SATURATED)
 }
 
+/// `product(scale, scale_of(f32::from_bits(bits))).apply(q)` for an int8 `q`: an embedding
+/// column's value, its activation scale of bits `bits`. The usual column (`scale` normalised, a
+/// positive normal scale of `multiplier_of_f32`'s first path, the product's shift `s` in
+/// `8..=47`) in 32-bit arithmetic: the product's mantissa `m` in two halves, `q · m_hi` and
+/// `q · m_lo` exact, `|q m / 2^s| < 2^31`; the same value.
+#[inline(always)]
+fn embedding_value(scale: Multiplier, bits: u32, q: i32) -> i32 {
+    let exponent = (bits >> 23) & 0xFF;
+    if scale.mantissa >= 1 << 30 && bits >> 31 == 0 && (95..=156).contains(&exponent) {
+        // `Multiplier::times` of two normalised mantissas (the scale's `(2^23 + fraction) · 2^7`,
+        // shift `157 - exponent`): the top 31 bits of the product
+        let product = scale.mantissa as u64 * ((((1u32 << 23) | (bits & 0x7F_FFFF)) << 7) as u64);
+        let drop = 30 + (product >> 61) as i32;
+        let s = scale.shift as i32 + 157 - exponent as i32 - drop;
+        if (8..=47).contains(&s) {
+            let m = (product >> drop) as i32;
+            let (high, low) = (q * (m >> 16), q * (m & 0xFFFF)); // below 2^22 and 2^23
+                                                                 // `⌊(q m + 2^(s-1)) / 2^s⌋`: `q m_hi 2^16` a multiple of `2^s` (`s ≤ 16`), or the
+                                                                 // low product's bits below 2^16 carrying nothing past them (`s > 16`)
+            return if s <= 16 {
+                (high << (16 - s)) + ((low + (1 << (s - 1))) >> s)
+            } else {
+                (high + (low >> 16) + (1 << (s - 17))) >> (s - 16)
+            };
+        }
+    }
+    product(scale, scale_of(f32::from_bits(bits))).apply(q)
+}
+
+#[cfg(test)]
+mod embedding_tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// [`embedding_value`] against the product of multipliers applied, for scales and
+    /// activation scales of every exponent (zeros, subnormals, negatives, infinities among
+    /// them) and every int8 value.
+    #[test]
+    #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
+    fn embedding_values_are_the_products_applied() {
+        let mut rng = Rng::new(17);
+        for round in 0..20_000u32 {
+            let r = rng.next_u64();
+            let scale = Multiplier {
+                mantissa: match round % 8 {
+                    0 => (r as u32 >> 1) as i32,
+                    1 => i32::MAX,
+                    _ => (1 << 30) | (r as i32 & 0x3FFF_FFFF),
+                },
+                shift: ((r >> 32) % 63) as u8,
+            };
+            let exponent = match (r >> 40) % 8 {
+                0 => (r >> 48) as u32 & 0xFF,
+                1 => 50 + (r >> 48) as u32 % 60,
+                _ => 80 + (r >> 48) as u32 % 90,
+            };
+            let sign = if r >> 60 == 0 { 1 << 31 } else { 0 };
+            let bits = sign | exponent << 23 | (rng.next_u64() as u32 & 0x7F_FFFF);
+            for q in [
+                -128,
+                -127,
+                -1,
+                0,
+                1,
+                2,
+                63,
+                127,
+                (rng.next_u64() % 256) as i32 - 128,
+            ] {
+                let want = product(scale, scale_of(f32::from_bits(bits))).apply(q);
+                assert_eq!(embedding_value(scale, bits, q), want, "{scale:?} {bits:#x} {q}");
+            }
+        }
+    }
+}
+
 /// The multiplier an image's scale is ([`Image::parse`](crate::Image::parse) checked that
 /// every scale of an integer image is one).
 fn scale_of(value: f32) -> Multiplier {
@@ -86,6 +162,11 @@ fn each_fixed(b: Vector<'_>, first: usize, n: usize, frac: u32, mut f: impl FnMu
 fn add_bias(y: &mut [i32], b: Vector<'_>, first: usize, frac: u32) {
     let n = y.len();
     match b {
+        // a kernel's, where there is one (`fixed_of_f32` of the bits it leaves)
+        Vector::F32(s)
+            if kernels::add_fixed_f32(y, &s[first..first + n], frac, |bits| {
+                fixed_of_f32(f32::from_bits(bits), frac)
+            }) => {}
         Vector::F32(s) => {
             for (y, &v) in y.iter_mut().zip(&s[first..first + n]) {
                 *y = y.saturating_add(fixed_of_f32(v, frac));
@@ -100,6 +181,10 @@ fn add_bias(y: &mut [i32], b: Vector<'_>, first: usize, frac: u32) {
 }
 
 fn add(y: &mut [i32], x: &[i32]) {
+    // a kernel's, where there is one
+    if kernels::add_saturating_i32(y, x) {
+        return;
+    }
     for (a, &b) in y.iter_mut().zip(x) {
         *a = a.saturating_add(b);
     }
@@ -846,19 +931,10 @@ impl Session<'_, '_> {
             let row = &values[index * m.cols..(index + 1) * m.cols];
             match act_scales {
                 Some(act) => {
-                    // each column's multiplier `scale · act[c]` from a small cache keyed by the
-                    // scale's bits (an image's activation scales take few values, often powers
-                    // of two): the same multiplier, made once per distinct scale in a slot
-                    // (each slot starts with bits that do not belong in it)
-                    let mut cache: [(u32, Multiplier); 16] =
-                        core::array::from_fn(|slot| (if slot == 0 { 1 << 19 } else { 0 }, Multiplier::ZERO));
+                    // each column's multiplier `scale · act[c]` applied to its value, the usual
+                    // column in 32-bit arithmetic (the same value)
                     for (x, (&q, &a)) in x.iter_mut().zip(row.iter().zip(&act[..m.cols])) {
-                        let bits = a.to_bits();
-                        let slot = &mut cache[((bits >> 23) ^ (bits >> 19)) as usize & 15];
-                        if slot.0 != bits {
-                            *slot = (bits, product(scale, scale_of(a)));
-                        }
-                        *x = slot.1.apply(q as i32);
+                        *x = embedding_value(scale, a.to_bits(), q as i32);
                     }
                 }
                 None => {
@@ -1075,9 +1151,11 @@ impl Session<'_, '_> {
             }
             let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
             Input::new_in_place(&w.ff1_weight, p.acts[2], x, s.quantized_input).rows(&w.ff1_weight, 0, inner);
-            // the bias and the ReLU in one pass
-            for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
-                *v = v.saturating_add(b).max(0);
+            // the bias and the ReLU in one pass (a kernel's, where there is one)
+            if !kernels::bias_relu_i32(inner, p.ff1_bias) {
+                for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
+                    *v = v.saturating_add(b).max(0);
+                }
             }
             let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
             Input::new_in_place(&w.ff2_weight, p.acts[3], inner, s.quantized_input).rows(
@@ -1085,9 +1163,12 @@ impl Session<'_, '_> {
                 0,
                 out,
             );
-            // the bias and the residual in one pass (the same saturating sums, in order)
-            for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
-                *h = h.saturating_add(o.saturating_add(b));
+            // the bias and the residual in one pass (the same saturating sums, in order; a
+            // kernel's, where there is one)
+            if !kernels::add_sums_i32(h, out, p.ff2_bias) {
+                for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
+                    *h = h.saturating_add(o.saturating_add(b));
+                }
             }
             if !config.pre_lnorm {
                 // in the attention input, which the next layer's attention takes as it is

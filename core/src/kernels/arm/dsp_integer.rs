@@ -1438,3 +1438,471 @@ global_asm!(
     "b 2b",
     ".size txl_probabilities_dsp, . - txl_probabilities_dsp",
 );
+
+/// The power-of-two quantization of `x` into `out` (as many as the shorter): `e =
+/// exponent(largest |x[i]|)` (clamped to `0..=31`), then `out[i] = round(x[i] / 2^e)` (halves
+/// up, as `⌊(⌊x / 2^(e-1)⌋ + 1) / 2⌋`; `x[i]` for `e = 0`) cut to its low byte. Returns `e`.
+pub fn pow2_int8(x: &[i32], out: &mut [i8], exponent: impl Fn(u32) -> i32) -> i32 {
+    let n = x.len().min(out.len());
+    if n == 0 {
+        return exponent(0).clamp(0, 31);
+    }
+    // SAFETY: `x` holds `n ≥ 1` values; the kernel reads those and restores the registers it
+    // saves.
+    let largest = unsafe { txl_pow2_largest_dsp(x.as_ptr(), n) };
+    let e = exponent(largest).clamp(0, 31);
+    // SAFETY: `x` and `out` hold `n ≥ 1` values; the kernel reads those of `x`, writes those of
+    // `out`, and restores the registers it saves.
+    unsafe { txl_pow2_shift_dsp(x.as_ptr(), out.as_mut_ptr(), n, e) };
+    e
+}
+
+/// `v[i] = v[i].saturating_add(b[i]).max(0)` for each `i` (as many as the shorter).
+pub fn bias_relu(v: &mut [i32], b: &[i32]) {
+    let n = v.len().min(b.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `v` and `b` hold `n ≥ 1` values; the kernel reads those, writes those of `v`,
+    // and restores the registers it saves.
+    unsafe { txl_bias_relu_dsp(v.as_mut_ptr(), b.as_ptr(), n) }
+}
+
+/// `h[i] = h[i].saturating_add(o[i].saturating_add(b[i]))` for each `i` (as many as the
+/// shortest).
+pub fn add_sums(h: &mut [i32], o: &[i32], b: &[i32]) {
+    let n = h.len().min(o.len()).min(b.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: the three slices hold `n ≥ 1` values; the kernel reads those, writes those of
+    // `h`, and restores the registers it saves.
+    unsafe { txl_add_sums_dsp(h.as_mut_ptr(), o.as_ptr(), b.as_ptr(), n) }
+}
+
+/// `out[i] = round(x[i] · wide / 2^32).clamp(-127, 127)` for each `i` (as many as the shorter
+/// of the two), rounded halves up: `fixed_point::PreparedRescale`'s quantization for a shift of
+/// at most 32, a `SMMULR` a value.
+pub fn quantize_wide(x: &[i32], out: &mut [i8], wide: i32) {
+    let n = x.len().min(out.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `x` and `out` hold `n ≥ 1` values; the kernel reads those of `x`, writes those
+    // of `out` (a word four bytes, at any alignment), and restores the registers it saves.
+    unsafe { txl_quantize_wide_dsp(x.as_ptr(), out.as_mut_ptr(), n, wide) }
+}
+
+extern "C" {
+    /// The largest `|x[i]|` for `i < n` (`n ≥ 1`) as `u32`.
+    fn txl_pow2_largest_dsp(x: *const i32, n: usize) -> u32;
+    /// `out[i] = ⌊(⌊x[i] / 2^(e-1)⌋ + 1) / 2⌋` (`x[i]` for `e = 0`), `e ≤ 31`, cut to its low
+    /// byte, for `i < n` (`n ≥ 1`).
+    fn txl_pow2_shift_dsp(x: *const i32, out: *mut i8, n: usize, e: i32);
+    /// `v[i] = USAT(QADD(v[i], b[i]), 31)` (the `max` with 0) for `i < n` (`n ≥ 1`).
+    fn txl_bias_relu_dsp(v: *mut i32, b: *const i32, n: usize);
+    /// `h[i] = QADD(h[i], QADD(o[i], b[i]))` for `i < n` (`n ≥ 1`).
+    fn txl_add_sums_dsp(h: *mut i32, o: *const i32, b: *const i32, n: usize);
+    /// `out[i] = max(SSAT(SMMULR(x[i], wide), 8), -127)` for `i < n` (`n ≥ 1`).
+    fn txl_quantize_wide_dsp(x: *const i32, out: *mut i8, n: usize, wide: i32);
+}
+
+// The largest magnitude: per value `EOR` and `SUB` of the sign (`|i32::MIN|` being `2^31` as
+// `u32`), `CMP`, `IT`, `MOVHI`; four values an `LDM`: 23 instructions the four with the loop's
+// two. Registers: r0 the values, r1 the values left (less 4 in the loop of four), r2 the
+// largest, r3 a magnitude, r4-r7 the values.
+//
+// The quantization: per value `ASR` by `max(e - 1, 0)`, `ADD` and `ASR` of `e > 0`, and the
+// bytes of four values into a word by three `BFI`s: 19 instructions the four with the `LDM`, the
+// `STR` and the loop's two (one `STRB` a value for the last ones). Registers: r0 the values, r1
+// the bytes, r2 the values left, r3 `e > 0`, r12 `max(e - 1, 0)`, r4-r7 the values.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_pow2_largest_dsp,\"ax\",%progbits",
+    ".globl txl_pow2_largest_dsp",
+    ".type txl_pow2_largest_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_pow2_largest_dsp:",
+    "push {{r4, r5, r6, r7}}",
+    "movs r2, #0",
+    "subs r1, r1, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "eor r3, r4, r4, asr #31",
+    "sub r3, r3, r4, asr #31",
+    "cmp r3, r2",
+    "it hi",
+    "movhi r2, r3",
+    "eor r3, r5, r5, asr #31",
+    "sub r3, r3, r5, asr #31",
+    "cmp r3, r2",
+    "it hi",
+    "movhi r2, r3",
+    "eor r3, r6, r6, asr #31",
+    "sub r3, r3, r6, asr #31",
+    "cmp r3, r2",
+    "it hi",
+    "movhi r2, r3",
+    "eor r3, r7, r7, asr #31",
+    "sub r3, r3, r7, asr #31",
+    "cmp r3, r2",
+    "it hi",
+    "movhi r2, r3",
+    "subs r1, r1, #4",
+    "bhs 1b",
+    "2:",
+    "adds r1, r1, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0], #4",
+    "eor r3, r4, r4, asr #31",
+    "sub r3, r3, r4, asr #31",
+    "cmp r3, r2",
+    "it hi",
+    "movhi r2, r3",
+    "subs r1, r1, #1",
+    "bne 3b",
+    "4:",
+    "mov r0, r2",
+    "pop {{r4, r5, r6, r7}}",
+    "bx lr",
+    ".size txl_pow2_largest_dsp, . - txl_pow2_largest_dsp",
+    ".section .text.txl_pow2_shift_dsp,\"ax\",%progbits",
+    ".globl txl_pow2_shift_dsp",
+    ".type txl_pow2_shift_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_pow2_shift_dsp:",
+    "push {{r4, r5, r6, r7}}",
+    "subs r12, r3, #1",
+    "it lo",
+    "movlo r12, #0",
+    "cmp r3, #0",
+    "it ne",
+    "movne r3, #1",
+    "subs r2, r2, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "asr r4, r4, r12",
+    "add r4, r4, r3",
+    "asr r4, r4, r3",
+    "asr r5, r5, r12",
+    "add r5, r5, r3",
+    "asr r5, r5, r3",
+    "asr r6, r6, r12",
+    "add r6, r6, r3",
+    "asr r6, r6, r3",
+    "asr r7, r7, r12",
+    "add r7, r7, r3",
+    "asr r7, r7, r3",
+    "bfi r4, r5, #8, #8",
+    "bfi r4, r6, #16, #8",
+    "bfi r4, r7, #24, #8",
+    "str r4, [r1], #4",
+    "subs r2, r2, #4",
+    "bhs 1b",
+    "2:",
+    "adds r2, r2, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0], #4",
+    "asr r4, r4, r12",
+    "add r4, r4, r3",
+    "asr r4, r4, r3",
+    "strb r4, [r1], #1",
+    "subs r2, r2, #1",
+    "bne 3b",
+    "4:",
+    "pop {{r4, r5, r6, r7}}",
+    "bx lr",
+    ".size txl_pow2_shift_dsp, . - txl_pow2_shift_dsp",
+);
+
+// The bias and the ReLU: per value `QADD` and `USAT` to 31 bits (0 for a negative sum, the sum
+// itself otherwise); four values two `LDM`s and an `STM`: 13 instructions the four with the
+// loop's two. Registers: r0 the values, r1 the biases, r2 the values left, r4-r7 the values,
+// r8-r11 the biases.
+//
+// The bias and the residual: per value two `QADD`s; four values three `LDM`s and an `STM`: 14
+// instructions the four with the loop's two. Registers: r0 `h`, r1 `o`, r2 the biases, r3 the
+// values left, r4-r7 `o` then its sums, r8-r11 the biases then `h`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_bias_relu_dsp,\"ax\",%progbits",
+    ".globl txl_bias_relu_dsp",
+    ".type txl_bias_relu_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_bias_relu_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "subs r2, r2, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0, {{r4, r5, r6, r7}}",
+    "ldm r1!, {{r8, r9, r10, r11}}",
+    "qadd r4, r4, r8",
+    "qadd r5, r5, r9",
+    "qadd r6, r6, r10",
+    "qadd r7, r7, r11",
+    "usat r4, #31, r4",
+    "usat r5, #31, r5",
+    "usat r6, #31, r6",
+    "usat r7, #31, r7",
+    "stm r0!, {{r4, r5, r6, r7}}",
+    "subs r2, r2, #4",
+    "bhs 1b",
+    "2:",
+    "adds r2, r2, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0]",
+    "ldr r8, [r1], #4",
+    "qadd r4, r4, r8",
+    "usat r4, #31, r4",
+    "str r4, [r0], #4",
+    "subs r2, r2, #1",
+    "bne 3b",
+    "4:",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_bias_relu_dsp, . - txl_bias_relu_dsp",
+    ".section .text.txl_add_sums_dsp,\"ax\",%progbits",
+    ".globl txl_add_sums_dsp",
+    ".type txl_add_sums_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_add_sums_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "subs r3, r3, #4",
+    "blo 2f",
+    "1:",
+    "ldm r1!, {{r4, r5, r6, r7}}",
+    "ldm r2!, {{r8, r9, r10, r11}}",
+    "qadd r4, r4, r8",
+    "qadd r5, r5, r9",
+    "qadd r6, r6, r10",
+    "qadd r7, r7, r11",
+    "ldm r0, {{r8, r9, r10, r11}}",
+    "qadd r8, r8, r4",
+    "qadd r9, r9, r5",
+    "qadd r10, r10, r6",
+    "qadd r11, r11, r7",
+    "stm r0!, {{r8, r9, r10, r11}}",
+    "subs r3, r3, #4",
+    "bhs 1b",
+    "2:",
+    "adds r3, r3, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r1], #4",
+    "ldr r8, [r2], #4",
+    "qadd r4, r4, r8",
+    "ldr r8, [r0]",
+    "qadd r8, r8, r4",
+    "str r8, [r0], #4",
+    "subs r3, r3, #1",
+    "bne 3b",
+    "4:",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_add_sums_dsp, . - txl_add_sums_dsp",
+);
+
+// Per value `SMMULR` (the rounded high word, halves up: `⌊(x w + 2^31) / 2^32⌋`) and `SSAT` to
+// 8 bits (`-128..=127`); four values' bytes into a word by three `BFI`s, then the clamp of the
+// bytes at -127 by `SSUB8` against `0x81818181` (its GE flags: the bytes at least -127) and
+// `SEL`: 17 instructions the four with the `LDM`, the `STR` and the loop's two (for the last
+// ones `CMN`, `IT`, `MVNLT` and a `STRB` a value). Registers: r0 the values, r1 the bytes, r2 the
+// values left, r3 `wide`, r4-r7 the values, r8 `0x81818181`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_quantize_wide_dsp,\"ax\",%progbits",
+    ".globl txl_quantize_wide_dsp",
+    ".type txl_quantize_wide_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_quantize_wide_dsp:",
+    "push {{r4, r5, r6, r7, r8, lr}}",
+    "mov r8, #0x81818181",
+    "subs r2, r2, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "smmulr r4, r4, r3",
+    "smmulr r5, r5, r3",
+    "smmulr r6, r6, r3",
+    "smmulr r7, r7, r3",
+    "ssat r4, #8, r4",
+    "ssat r5, #8, r5",
+    "ssat r6, #8, r6",
+    "ssat r7, #8, r7",
+    "bfi r4, r5, #8, #8",
+    "bfi r4, r6, #16, #8",
+    "bfi r4, r7, #24, #8",
+    "ssub8 r5, r4, r8",
+    "sel r4, r4, r8",
+    "str r4, [r1], #4",
+    "subs r2, r2, #4",
+    "bhs 1b",
+    "2:",
+    "adds r2, r2, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0], #4",
+    "smmulr r4, r4, r3",
+    "ssat r4, #8, r4",
+    "cmn r4, #127",
+    "it lt",
+    "mvnlt r4, #126",
+    "strb r4, [r1], #1",
+    "subs r2, r2, #1",
+    "bne 3b",
+    "4:",
+    "pop {{r4, r5, r6, r7, r8, pc}}",
+    ".size txl_quantize_wide_dsp, . - txl_quantize_wide_dsp",
+);
+
+/// `y[i] = y[i].saturating_add(fixed(b[i]))` for each `i` (as many as the shorter), `fixed`
+/// being `fixed_point::fixed_of_f32(_, frac)` (`frac ≤ 100`): the usual values (a shift right of
+/// the mantissa, `150 - exponent - frac ≥ 1`: zeros and subnormals too) in the kernel, `rare` of
+/// the bits for the others.
+pub fn add_fixed(y: &mut [i32], b: &[f32], frac: u32, rare: impl Fn(u32) -> i32) {
+    let n = y.len().min(b.len());
+    if n == 0 {
+        return;
+    }
+    let c = 150 - frac.min(100) as i32;
+    // SAFETY: `y` and `b` hold `n ≥ 1` values; the kernel reads those, writes those of `y`, and
+    // restores the registers it saves.
+    let left = unsafe { txl_add_fixed_dsp(y.as_mut_ptr(), b.as_ptr().cast(), n, c + 7) };
+    if left != 0 {
+        for (y, b) in y[..n].iter_mut().zip(&b[..n]) {
+            let bits = b.to_bits();
+            if c - (((bits >> 23) & 0xFF) as i32) < 1 {
+                *y = y.saturating_add(rare(bits));
+            }
+        }
+    }
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`), `y[i] = QADD(y[i], f)`, `f` the fixed-point value of the `f32` of
+    /// bits `bits[i]` where its shift right `right = c - exponent` is at least 1 (`c7` being
+    /// `c + 7 = 157 - frac`); the others left as they were. Returns whether some were left.
+    fn txl_add_fixed_dsp(y: *mut i32, bits: *const u32, n: usize, c7: i32) -> u32;
+}
+
+// Per value: the exponent by `UBFX`, `right + 7` by `SUBS` from `c + 7` (below 8: a value left,
+// out of line), the mantissa with its leading one at bit 31 (`LSL` by 8, `ORR`), `LSR` by
+// `right + 7` (a shift of 32 or more gives 0, as the 24-bit mantissa's rounded quotient is for
+// `right ≥ 25`: zeros and subnormals), `ADDS` of 1 and `LSR` by 1 (the rounding: halves of the
+// magnitude up, away from zero), the sign by `EOR` and `SUB`, `QADD` to `y`: 16 instructions a
+// value with the loop's two. Registers: r0 `y`, r1 the bits, r2 the values left, r3 `c + 7`,
+// r4 the bits, r5 `right + 7`, r6 the magnitude, then the value, r7 `y[i]`, r12 whether some
+// value was left.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_add_fixed_dsp,\"ax\",%progbits",
+    ".globl txl_add_fixed_dsp",
+    ".type txl_add_fixed_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_add_fixed_dsp:",
+    "push {{r4, r5, r6, r7}}",
+    "movs r12, #0",
+    "1:",
+    "ldr r4, [r1], #4",
+    "ubfx r5, r4, #23, #8",
+    "subs r5, r3, r5",
+    "cmp r5, #8",
+    "blt 3f",
+    "lsl r6, r4, #8",
+    "orr r6, r6, #0x80000000",
+    "lsr r6, r6, r5",
+    "adds r6, r6, #1",
+    "lsr r6, r6, #1",
+    "eor r6, r6, r4, asr #31",
+    "sub r6, r6, r4, asr #31",
+    "ldr r7, [r0]",
+    "qadd r7, r7, r6",
+    "str r7, [r0]",
+    "2:",
+    "adds r0, r0, #4",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "mov r0, r12",
+    "pop {{r4, r5, r6, r7}}",
+    "bx lr",
+    "3:",
+    "movs r12, #1",
+    "b 2b",
+    ".size txl_add_fixed_dsp, . - txl_add_fixed_dsp",
+);
+
+/// `y[i] = y[i].saturating_add(x[i])` for each `i` (as many as the shorter).
+pub fn add_saturating(y: &mut [i32], x: &[i32]) {
+    let n = y.len().min(x.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `y` and `x` hold `n ≥ 1` values; the kernel reads those, writes those of `y`, and
+    // restores the registers it saves.
+    unsafe { txl_add_saturating_dsp(y.as_mut_ptr(), x.as_ptr(), n) }
+}
+
+extern "C" {
+    /// `y[i] = QADD(y[i], x[i])` for `i < n` (`n ≥ 1`).
+    fn txl_add_saturating_dsp(y: *mut i32, x: *const i32, n: usize);
+}
+
+// Per value a `QADD`; four values two `LDM`s and an `STM`: 9 instructions the four with the
+// loop's two. Registers: r0 `y`, r1 `x`, r2 the values left, r4-r7 `y`, r8-r11 `x`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_add_saturating_dsp,\"ax\",%progbits",
+    ".globl txl_add_saturating_dsp",
+    ".type txl_add_saturating_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_add_saturating_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "subs r2, r2, #4",
+    "blo 2f",
+    "1:",
+    "ldm r0, {{r4, r5, r6, r7}}",
+    "ldm r1!, {{r8, r9, r10, r11}}",
+    "qadd r4, r4, r8",
+    "qadd r5, r5, r9",
+    "qadd r6, r6, r10",
+    "qadd r7, r7, r11",
+    "stm r0!, {{r4, r5, r6, r7}}",
+    "subs r2, r2, #4",
+    "bhs 1b",
+    "2:",
+    "adds r2, r2, #4",
+    "beq 4f",
+    "3:",
+    "ldr r4, [r0]",
+    "ldr r8, [r1], #4",
+    "qadd r4, r4, r8",
+    "str r4, [r0], #4",
+    "subs r2, r2, #1",
+    "bne 3b",
+    "4:",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
+    ".size txl_add_saturating_dsp, . - txl_add_saturating_dsp",
+);

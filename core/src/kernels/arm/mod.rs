@@ -12,6 +12,8 @@
 //! - `helium.rs`: Helium, the M-profile Vector Extension (Cortex-M55, M85; feature
 //!   `cortex-m-mve`): int8 and int4 rows sixteen columns an instruction, the int8 quantization
 //!   and scaling four values an instruction, the attention's int8 sums.
+//! - `helium_integer.rs`: Helium for the integer image's glue outside the attention: the int8
+//!   memory's power-of-two quantization, the feed-forward's bias passes, the output's biases.
 
 #[cfg(any(all(target_arch = "arm", not(feature = "cortex-m-dsp")), test))]
 pub mod base;
@@ -23,3 +25,5 @@ pub mod dsp_integer;
 pub mod fpu;
 #[cfg(feature = "cortex-m-mve")]
 pub mod helium;
+#[cfg(feature = "cortex-m-mve")]
+pub mod helium_integer;
