@@ -678,7 +678,91 @@ fn glue_checks() -> Result<(), Failure> {
     if let Some(values) = check_add_fixed()? {
         info!("bench check kernel=add_fixed values={=usize} ok", values);
     }
+    if let Some(values) = check_embedding_columns()? {
+        info!("bench check kernel=embedding_columns values={=usize} ok", values);
+    }
     Ok(())
+}
+
+/// The kernels' `embedding_columns_i32` (Helium's) against `Multiplier::times` of the row's
+/// multiplier and the column's (`multiplier_of_f32`) applied to the int8 value, for row
+/// multipliers of every shift and columns of every exponent; a row the kernel refuses (some
+/// column outside its usual path) must hold one such column. `None` where the board has no
+/// kernel.
+fn check_embedding_columns() -> Result<Option<usize>, Failure> {
+    use txl_core::fixed_point::{multiplier_of_f32, Multiplier};
+    let mut numbers = Numbers(0x3b0e_77a1);
+    let mut checked = 0;
+    let mut refused = 0;
+    for round in 0..300u32 {
+        let n = 1 + (numbers.next() % 70) as usize;
+        let scale = Multiplier {
+            mantissa: ((1 << 30) | (numbers.next() & 0x3FFF_FFFF)) as i32,
+            shift: (numbers.next() % 63) as u8,
+        };
+        let act: Vec<f32> = (0..n)
+            .map(|_| {
+                let r = numbers.next();
+                // a usual column: its exponent in `95..=156` and `s` in `9..=47`
+                let (low, high) = (
+                    (scale.shift as u32).max(38) - 29,
+                    (scale.shift as u32 + 32).min(47),
+                );
+                let usual = 127 + scale.shift as u32 - (low + (r >> 8) % (high + 1 - low));
+                let exponent = match (round % 4, r % 64) {
+                    // a row of usual columns, or one with a rare column among them
+                    (0, 0) => r >> 8 & 0xFF,
+                    (0, _) | (1, _) => usual,
+                    _ => 60 + (r >> 8) % 130,
+                };
+                let sign = if round % 4 == 0 && r % 64 == 1 { 1 << 31 } else { 0 };
+                f32::from_bits(sign | exponent << 23 | (numbers.next() & 0x7F_FFFF))
+            })
+            .collect();
+        let q: Vec<i8> = (0..n)
+            .map(|i| match i % 5 {
+                0 => -128,
+                1 => 127,
+                _ => numbers.next() as i8,
+            })
+            .collect();
+        let want: Vec<i32> = act
+            .iter()
+            .zip(&q)
+            .map(|(&a, &q)| {
+                let column = multiplier_of_f32(a).and_then(|m| scale.times(m));
+                column.map_or(i32::MIN, |m| m.apply(q as i32))
+            })
+            .collect();
+        let mut got = alloc::vec![0x5555_5555; n + 1];
+        let multiplier = (scale.mantissa as u32, scale.shift as u32);
+        if txl_core::kernels::embedding_columns_i32(&act, &q, &mut got[..n], multiplier) {
+            if got[..n] != want[..] || got[n] != 0x5555_5555 {
+                return Err(Failure::KernelMismatch("embedding_columns"));
+            }
+            checked += n;
+        } else if cfg!(feature = "mve") {
+            // a refused row holds a column off the usual path: not every exponent usual and
+            // positive, or a shift that may leave `8..=47` (`s` is one less where the mantissas'
+            // product reaches `2^61`)
+            let usual = act.iter().all(|a| {
+                let bits = a.to_bits();
+                let e = (bits >> 23) as i32;
+                let s = scale.shift as i32 + 127 - e;
+                (95..=156).contains(&e) && (9..=47).contains(&s)
+            });
+            if usual {
+                return Err(Failure::KernelMismatch("embedding_columns"));
+            }
+            refused += 1;
+        } else {
+            return Ok(None);
+        }
+    }
+    if refused == 0 {
+        return Err(Failure::KernelMismatch("embedding_columns"));
+    }
+    Ok(Some(checked))
 }
 
 /// The kernels' `pow2_int8` (Helium's, the DSP extension's) against `integer::pow2_exponent`

@@ -931,10 +931,15 @@ impl Session<'_, '_> {
             let row = &values[index * m.cols..(index + 1) * m.cols];
             match act_scales {
                 Some(act) => {
-                    // each column's multiplier `scale · act[c]` applied to its value, the usual
-                    // column in 32-bit arithmetic (the same value)
-                    for (x, (&q, &a)) in x.iter_mut().zip(row.iter().zip(&act[..m.cols])) {
-                        *x = embedding_value(scale, a.to_bits(), q as i32);
+                    // each column's multiplier `scale · act[c]` applied to its value: a kernel's
+                    // where there is one and every column is the usual one, else the usual
+                    // column in 32-bit arithmetic (the same values)
+                    let act = &act[..m.cols];
+                    let multiplier = (scale.mantissa as u32, scale.shift as u32);
+                    if !kernels::embedding_columns_i32(act, row, x, multiplier) {
+                        for (x, (&q, &a)) in x.iter_mut().zip(row.iter().zip(act)) {
+                            *x = embedding_value(scale, a.to_bits(), q as i32);
+                        }
                     }
                 }
                 None => {

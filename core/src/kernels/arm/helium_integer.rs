@@ -23,6 +23,19 @@ extern "C" {
     /// being `150 - frac`); the others left as they were. Returns the largest `-right` (at least
     /// 0 where some value was left).
     fn txl_add_fixed_mve(y: *mut i32, bits: *const u32, n: usize, c: i32) -> i32;
+    /// Helium: an embedding row's columns, `out[i] = round(q[i] · m_i / 2^s_i)` for `i < n`
+    /// (`n >= 1`), `m_i · 2^-s_i` the product of the row's multiplier (mantissa `mantissa` in
+    /// `[2^30, 2^31)`, shift `shift`) and the column's activation scale of bits `bits[i]`, as
+    /// [`embedding_columns`] defines them; `c` is `shift + 95`. Returns 0 where every column's
+    /// scale and shift are the usual ones (else another value, the row's values unspecified).
+    fn txl_embedding_mve(
+        bits: *const u32,
+        q: *const i8,
+        out: *mut i32,
+        n: usize,
+        mantissa: u32,
+        c: i32,
+    ) -> u32;
 }
 
 // The largest magnitude: per four values `VLDRW` and `VMAXAV` (the magnitude of `i32::MIN`
@@ -173,6 +186,109 @@ global_asm!(
     ".size txl_add_fixed_mve, . - txl_add_fixed_mve",
     ".cpu cortex-m4",
 );
+
+// An embedding row's columns, per four: the activation scales' biased exponents `e` (`VSHR` by
+// 23, the sign bit kept: a negative scale's is 256 or more), their mantissas `(2^23 + f) · 2^7`
+// (`VSHL` by 9, `VSHR` by 2, `VORR` of `2^30`), the product with the row's mantissa `M` as its
+// two words (`VMULH.U32`, `VMUL.I32`; below `2^62`), its top bit `top` as `-top` (the high word
+// shifted left by 2, `VSHR.S32` by 31), `m = ⌊product / 2^(30 + top)⌋` (`VSRI` of the low
+// word's top two bits, `VSHL` by `-top`), and `t = 32 - s = e + top - c` (`c = shift + 95`).
+// For `t ≥ 0`: `VRMULH(q · 2^t, m) = ⌊(q m 2^t + 2^31) / 2^32⌋ = ⌊(q m + 2^(s-1)) / 2^s⌋`
+// (`|q · 2^t| ≤ 2^31` for `t ≤ 24`); for `t < 0`: `VMULH(q, m) = ⌊q m / 2^32⌋` then `VRSHL` by
+// `t`, the same rounding (`2^(s-1)` is a multiple of `2^32`); `VPSEL` of the two by `t < 0`.
+// The usual column: `e - 95` within `0..=61` and `t + 15` within `0..=39` (`s` in `8..=47`),
+// each outside as a nonzero `VQSUB.U32`, whose `VMAXV` the kernel returns. 31 instructions the
+// four. Registers: r0 the bits, r1 the int8 values, r2 `out`, r3 0, r4 95, r5 `c`, r6 the
+// largest of the checks, r7 61, r8 15, r12 39; q0 the bits, then `⌊q m / 2^32⌋`, q1 `q`, q2
+// `e`, then a check, q3 the mantissas, the low word, then `q · 2^t`, q4 `M`, q5 the high
+// word, then `m`, q6 `t`, q7 `-top`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_embedding_mve,\"ax\",%progbits",
+    ".globl txl_embedding_mve",
+    ".type txl_embedding_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_embedding_mve:",
+    "push {{r4, r5, r6, r7, r8, lr}}",
+    "vpush {{d8-d15}}",
+    "ldr r4, [sp, #88]",
+    "ldr r5, [sp, #92]",
+    "vdup.32 q4, r4",
+    "movs r4, #95",
+    "movs r6, #0",
+    "movs r7, #61",
+    "mov r8, #15",
+    "movs r12, #39",
+    "dlstp.32 lr, r3",
+    "movs r3, #0",
+    "1:",
+    "vldrw.u32 q0, [r0], #16",
+    "vldrb.s32 q1, [r1], #4",
+    "vshr.u32 q2, q0, #23",
+    "vshl.i32 q3, q0, #9",
+    "vshr.u32 q3, q3, #2",
+    "vorr.i32 q3, #0x40000000",
+    "vmulh.u32 q5, q3, q4",
+    "vmul.i32 q3, q3, q4",
+    "vshl.i32 q5, q5, #2",
+    "vshr.s32 q7, q5, #31", // -top
+    "vsri.32 q5, q3, #30",
+    "vshl.u32 q5, q5, q7", // m
+    "vsub.i32 q6, q2, r5",
+    "vsub.i32 q6, q6, q7", // t
+    "vshl.s32 q3, q1, q6",
+    "vrmulh.s32 q3, q3, q5",
+    "vmulh.s32 q0, q1, q5",
+    "vrshl.s32 q0, q0, q6",
+    "vcmp.s32 lt, q6, r3",
+    "vpsel q3, q0, q3",
+    "vstrw.32 q3, [r2], #16",
+    "vsub.i32 q2, q2, r4",
+    "vqsub.u32 q2, q2, r7",
+    "vadd.i32 q6, q6, r8",
+    "vqsub.u32 q6, q6, r12",
+    "vorr q2, q2, q6",
+    "vmaxv.u32 r6, q2",
+    "letp lr, 1b",
+    "mov r0, r6",
+    "vpop {{d8-d15}}",
+    "pop {{r4, r5, r6, r7, r8, pc}}",
+    ".size txl_embedding_mve, . - txl_embedding_mve",
+    ".cpu cortex-m4",
+);
+
+/// An embedding row's columns into `out` (as many as the shortest of the three):
+/// `out[i] = round(q[i] · m / 2^s)` (halves up), `m · 2^-s` the product
+/// `Multiplier::times` makes of the row's multiplier (`mantissa` in `[2^30, 2^31)`, `shift`) and
+/// the multiplier of the column's activation scale `act[i]` (its 24-bit mantissa `· 2^7`, shift
+/// `157 - exponent`): `m` the top 31 bits of the 62-bit product of the mantissas. True where every
+/// column takes the usual path (a positive scale of exponent `95..=156`, `s` in `8..=47`);
+/// false where some column does not (`out` unspecified: the caller's scalar code makes the row).
+pub fn embedding_columns(act: &[f32], q: &[i8], out: &mut [i32], (mantissa, shift): (u32, u32)) -> bool {
+    let n = act.len().min(q.len()).min(out.len());
+    if n == 0 {
+        return true;
+    }
+    if !(1 << 30..1 << 31).contains(&mantissa) || shift > 64 {
+        return false;
+    }
+    // SAFETY: the three slices hold `n >= 1` values; the kernel reads those of `act` and `q`,
+    // writes those of `out` (tail-predicated), uses q0-q3 (caller-saved) and restores q4-q7.
+    let checks = unsafe {
+        txl_embedding_mve(
+            act.as_ptr().cast(),
+            q.as_ptr(),
+            out.as_mut_ptr(),
+            n,
+            mantissa,
+            shift as i32 + 95,
+        )
+    };
+    checks == 0
+}
 
 /// The power-of-two quantization of `x` into `out` (as many as the shorter): `e =
 /// exponent(largest |x[i]|)` (clamped to `0..=31`), then `out[i] = round(x[i] / 2^e)` (halves
