@@ -591,6 +591,14 @@ impl ScaledByBits {
     /// [`ScaledByBits::apply`].
     #[inline]
     pub fn apply_each(self, scales: &[f32], y: &mut [i32]) {
+        self.apply_each_bounded(scales, y, None)
+    }
+
+    /// [`ScaledByBits::apply_each`] where `exponents`, if given, holds the smallest and the
+    /// largest biased exponent (the sign bit included: `(bits as i32) >> 23`) among the scales,
+    /// or bounds around them: a kernel then needs no pass over the scales to find them. The
+    /// same bits.
+    pub fn apply_each_bounded(self, scales: &[f32], y: &mut [i32], exponents: Option<(i32, i32)>) {
         // the exponents of the shifts in 1..=32 (`up` 0 or 1) all those of positive normal
         // `f32`s: a negative, subnormal, infinite or NaN scale gives `shift - 1` outside
         // `0..32` (a negative one's `biased` has the sign bit: 256 or more, and `k ≤ 254`)
@@ -601,7 +609,8 @@ impl ScaledByBits {
             return;
         };
         // a kernel's where there is one: the same bits
-        if crate::kernels::scaled_by_bits_i32(scales, y, (sm, k), |bits, x| self.apply_out_of_line(bits, x)) {
+        let apply = |bits, x| self.apply_out_of_line(bits, x);
+        if crate::kernels::scaled_by_bits_i32(scales, y, (sm, k), exponents, apply) {
             return;
         }
         for (y, &s) in y.iter_mut().zip(scales) {

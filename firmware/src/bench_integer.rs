@@ -227,8 +227,9 @@ fn check_act_shift() -> Result<Option<usize>, Failure> {
 /// counts of 0 to 137 (whole and partial blocks of four, more than one pass of the kernel's),
 /// values and scales from [`Numbers`], half the calls' scales positive, normal and within a
 /// factor of 8 (one matrix's rows), half the calls' values (at random) shifted right by 0 to
-/// 30 bits (calls whose values all keep their bits under larger shifts). Returns the number of
-/// values checked.
+/// 30 bits (calls whose values all keep their bits under larger shifts), a third of the calls
+/// with the scales' exponents bounded (`apply_each_bounded`: the exact bounds, or one wider).
+/// Returns the number of values checked.
 fn check_scaled_by_bits() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x5ca1_ed00);
     let mut checked = 0;
@@ -255,7 +256,20 @@ fn check_scaled_by_bits() -> Result<usize, Failure> {
             };
             let values: Vec<i32> = (0..n).map(|_| numbers.value() >> narrow).collect();
             let mut y = values.clone();
-            scaled.apply_each(&scales, &mut y);
+            // a third of the calls with bounds on the scales' exponents (as a layer's matrix
+            // keeps them: the smallest and largest, or bounds one wider around them)
+            let exponent_of = |b: &u32| (*b as i32) >> 23;
+            let (low, high) = (
+                bits.iter().map(exponent_of).min(),
+                bits.iter().map(exponent_of).max(),
+            );
+            match (numbers.next() % 3, low, high) {
+                (0, Some(low), Some(high)) => scaled.apply_each_bounded(&scales, &mut y, Some((low, high))),
+                (1, Some(low), Some(high)) => {
+                    scaled.apply_each_bounded(&scales, &mut y, Some((low - 1, high + 1)))
+                }
+                _ => scaled.apply_each(&scales, &mut y),
+            }
             for ((&b, &x), &got) in bits.iter().zip(&values).zip(&y) {
                 if got != scaled.apply(b, x) {
                     return Err(Failure::KernelMismatch("scaled_by_bits"));

@@ -1386,27 +1386,31 @@ pub fn quantize_wide_i32(x: &[i32], out: &mut [i8], wide: i32) -> bool {
 /// `y[i] = apply(scales[i].to_bits(), y[i])` for each `i`, `apply` being
 /// `fixed_point::ScaledByBits::apply` of a rescale of mantissa `sm` and `k` in `33..=254`:
 /// Helium four rows an instruction where one `VRMULH` gives the exact rounding, DSP a row a
-/// `SMMULR`, `apply` for the others. False where no kernel ran (`y` as it was).
+/// `SMMULR`, `apply` for the others. `exponents`: bounds on the scales' biased exponents (the
+/// sign bit included), which spare Helium a pass over the scales. False where no kernel ran
+/// (`y` as it was).
 #[inline]
 pub fn scaled_by_bits_i32(
     scales: &[f32],
     y: &mut [i32],
     (sm, k): (u32, i32),
+    exponents: Option<(i32, i32)>,
     apply: impl Fn(u32, i32) -> i32,
 ) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
-        helium::scaled_by_bits(scales, y, sm, k, apply);
+        helium::scaled_by_bits(scales, y, (sm, k), exponents, apply);
         return true;
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     {
+        let _ = exponents;
         dsp_integer::scaled_by_bits(scales, y, sm, k, apply);
         return true;
     }
     #[allow(unreachable_code)]
     {
-        let _ = (scales, y, sm, k, apply);
+        let _ = (scales, y, sm, k, exponents, apply);
         false
     }
 }

@@ -286,11 +286,58 @@ impl ActTop {
     }
 }
 
-/// The input of a linear layer quantized to int8, with what one step of it is worth.
+/// What [`LayerParameters`] keeps of one of a layer's matrices: how its input meets its
+/// activation scales, and the smallest and largest biased exponent (the sign bit included) of
+/// its rows' scales where its rows have scales of their own (int8), which spare the rows'
+/// rescale a pass over them ([`ScaledByBits::apply_each_bounded`]).
+#[derive(Clone, Copy)]
+struct MatrixParameters {
+    act: ActTop,
+    exponents: Option<(i32, i32)>,
+}
+
+impl MatrixParameters {
+    fn of(m: &Matrix<'_>) -> MatrixParameters {
+        let exponents = match m.data {
+            MatrixData::Int8 { row_scales, .. } => row_scales.get(..m.rows).and_then(|rows| {
+                let exponent = |s: &f32| (s.to_bits() as i32) >> 23;
+                Some((rows.iter().map(exponent).min()?, rows.iter().map(exponent).max()?))
+            }),
+            _ => None,
+        };
+        MatrixParameters {
+            act: ActTop::of(m),
+            exponents,
+        }
+    }
+
+    /// As two words of [`LayerParameters`]: [`ActTop::words`], the first with a flag for the
+    /// exponents (bit 2) and the two exponents (`-256..=255`) in bits 3 to 12 and 13 to 22.
+    fn words(self) -> [i32; 2] {
+        let [kind, value] = self.act.words();
+        let exponents = match self.exponents {
+            Some((low, high)) => 1 << 2 | (low & 0x3FF) << 3 | (high & 0x3FF) << 13,
+            None => 0,
+        };
+        [kind | exponents, value]
+    }
+
+    fn of_words([word, value]: [i32; 2]) -> MatrixParameters {
+        MatrixParameters {
+            act: ActTop::of_words([word & 3, value]),
+            exponents: (word & 1 << 2 != 0).then_some(((word << 19) >> 22, (word << 9) >> 22)),
+        }
+    }
+}
+
+/// The input of a linear layer quantized to int8, with what one step of it is worth, and
+/// bounds on the exponents of the rows' scales of the matrix it was made for where they are
+/// known ([`MatrixParameters`]).
 struct Input<'s> {
     xq: &'s [i8],
     widened: &'s [u32],
     step: Scale16,
+    exponents: Option<(i32, i32)>,
 }
 
 impl<'s> Input<'s> {
@@ -326,10 +373,18 @@ impl<'s> Input<'s> {
     /// [`Input::new`] of an `x` the caller no longer needs: a matrix's activation scales
     /// (`act`, their [`ActTop`] made once per session) multiply it in place, once per value
     /// (the same int8 values and step).
-    fn new_in_place(m: &Matrix<'_>, act: ActTop, x: &mut [i32], scratch: &'s mut [u32]) -> Input<'s> {
+    fn new_in_place(
+        m: &Matrix<'_>,
+        parameters: MatrixParameters,
+        x: &mut [i32],
+        scratch: &'s mut [u32],
+    ) -> Input<'s> {
         let (xq, widened) = split_scratch(scratch, m.cols);
-        let step = Input::quantize_in_place(m, act, x, xq);
-        Input::widened_for(m, xq, widened, step)
+        let step = Input::quantize_in_place(m, parameters.act, x, xq);
+        Input {
+            exponents: parameters.exponents,
+            ..Input::widened_for(m, xq, widened, step)
+        }
     }
 
     /// [`Input::new`] by way of [`Input::new_in_place`] on a copy of `x` in `copy` (the same
@@ -391,14 +446,24 @@ impl<'s> Input<'s> {
 
     fn widened(xq: &'s mut [i8], widened: &'s mut [u32], step: Scale16) -> Input<'s> {
         kernels::widen_input_i8(xq, widened);
-        Input { xq, widened, step }
+        Input {
+            xq,
+            widened,
+            step,
+            exponents: None,
+        }
     }
 
     /// [`Input::widened`] for `m`: on RV32 only an int4 matrix reads the widened input (the
     /// int8 kernels read `xq`).
     fn widened_for(m: &Matrix<'_>, xq: &'s mut [i8], widened: &'s mut [u32], step: Scale16) -> Input<'s> {
         if cfg!(target_arch = "riscv32") && !matches!(m.data, MatrixData::Int4 { .. }) {
-            return Input { xq, widened, step };
+            return Input {
+                xq,
+                widened,
+                step,
+                exponents: None,
+            };
         }
         Input::widened(xq, widened, step)
     }
@@ -413,7 +478,7 @@ impl<'s> Input<'s> {
             } => {
                 kernels::row_sums_i8(values, m.cols, self.xq, self.widened, y);
                 // an int8 row's sum has 31 bits at most: no cut
-                ScaledByBits::new(self.step).apply_each(row_scales, y);
+                ScaledByBits::new(self.step).apply_each_bounded(row_scales, y, self.exponents);
             }
             MatrixData::Int4 {
                 values,
@@ -491,8 +556,9 @@ struct LayerParameters<'p> {
     r_w_bias: &'p [i32],
     /// The position bias `v`.
     r_r_bias: &'p [i32],
-    /// The activation scales of `qkv_net`, `o_net` and the feed-forward's two matrices.
-    acts: [ActTop; 4],
+    /// The activation scales and row scales' exponents of `qkv_net`, `o_net` and the
+    /// feed-forward's two matrices.
+    acts: [MatrixParameters; 4],
 }
 
 /// Layer `layer`'s parameters among `all`.
@@ -516,7 +582,7 @@ fn layer_parameters<'p>(all: &'p [i32], config: &Config, layer: usize) -> LayerP
         r_r_bias: next(parts[7]),
         acts: {
             let w = next(parts[8]);
-            core::array::from_fn(|k| ActTop::of_words([w[2 * k], w[2 * k + 1]]))
+            core::array::from_fn(|k| MatrixParameters::of_words([w[2 * k], w[2 * k + 1]]))
         },
     }
 }
@@ -1328,7 +1394,7 @@ impl Session<'_, '_> {
                 .into_iter()
                 .enumerate()
             {
-                acts[2 * k..2 * k + 2].copy_from_slice(&ActTop::of(m).words());
+                acts[2 * k..2 * k + 2].copy_from_slice(&MatrixParameters::of(m).words());
             }
             let mut rest = all;
             for ((v, fixed), n) in vectors.into_iter().zip(parts) {

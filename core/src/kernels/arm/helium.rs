@@ -2361,23 +2361,37 @@ fn each_lane_left(fast: &[u16], n: usize, mut f: impl FnMut(usize)) {
 /// instruction where the exact rounding `round(x m / 2^s)` comes from one `VRMULH` (every
 /// row of a shift `s` in `17..=32`, and those of a smaller shift whose value is below
 /// `2^(14 + s)` in magnitude), `apply` (the scalar definition) for the others. The same bits.
-pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: impl Fn(u32, i32) -> i32) {
+pub fn scaled_by_bits(
+    scales: &[f32],
+    y: &mut [i32],
+    (sm, k): (u32, i32),
+    exponents: Option<(i32, i32)>,
+    apply: impl Fn(u32, i32) -> i32,
+) {
     const CHUNK: usize = 64;
     let n = y.len().min(scales.len());
     let (scales, y) = (&scales[..n], &mut y[..n]);
     if n == 0 {
         return;
     }
-    // every row on the fast path, as one pass over the bits and the values finds: no
-    // predicates, no lanes left to the scalar code
-    // SAFETY: `scales` and `y` hold the same `n >= 1` values; the kernel reads those of both
-    // (tail-predicated) and uses q0-q1 (caller-saved).
-    let RowsBounds { low, high, largest } =
-        unsafe { txl_rows_bounds_mve(scales.as_ptr().cast(), y.as_ptr(), n) };
+    // every row on the fast path, as one pass over the bits and the values finds (the values
+    // alone where the caller knows the bits' exponents): no predicates, no lanes left to the
+    // scalar code
+    let (low, high, largest) = match exponents {
+        Some((low, high)) => (low, high, super::helium_integer::largest_magnitude(y)),
+        None => {
+            // SAFETY: `scales` and `y` hold the same `n >= 1` values; the kernel reads those
+            // of both (tail-predicated) and uses q0-q1 (caller-saved).
+            let RowsBounds { low, high, largest } =
+                unsafe { txl_rows_bounds_mve(scales.as_ptr().cast(), y.as_ptr(), n) };
+            (low >> 23, high >> 23, largest)
+        }
+    };
     // `v = biased + up + 31 - k` within `0..32` for `up` 0 or 1 (a negative scale's bits are
-    // negative as `i32`), and each value keeps its bits shifted left by the largest `a`
-    if low >= (k - 31) << 23 && high >> 23 < k {
-        let a = (high >> 23) + 17 - k; // the largest `v - 15`
+    // negative as `i32`, and so is its exponent), and each value keeps its bits shifted left
+    // by the largest `a`
+    if low >= k - 31 && high < k {
+        let a = high + 17 - k; // the largest `v - 15`
         if a <= 0 || (a <= 16 && largest < 1 << (31 - a)) {
             // SAFETY: `scales` and `y` hold the same `n >= 1` values; the kernel reads those of
             // both and writes those of `y` (tail-predicated), and uses q0-q3 (caller-saved).

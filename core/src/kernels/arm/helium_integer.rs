@@ -290,6 +290,16 @@ pub fn embedding_columns(act: &[f32], q: &[i8], out: &mut [i32], (mantissa, shif
     checks == 0
 }
 
+/// The largest `|x[i]|` (`i32::MIN`'s being `2^31`), four values an instruction; 0 for none.
+pub fn largest_magnitude(x: &[i32]) -> u32 {
+    if x.is_empty() {
+        return 0;
+    }
+    // SAFETY: `x` holds `len >= 1` values; the kernel reads those (tail-predicated) and uses q0
+    // (caller-saved).
+    unsafe { txl_pow2_largest_mve(x.as_ptr(), x.len()) }
+}
+
 /// The power-of-two quantization of `x` into `out` (as many as the shorter): `e =
 /// exponent(largest |x[i]|)` (clamped to `0..=31`), then `out[i] = round(x[i] / 2^e)` (halves
 /// up; `x[i]` for `e = 0`) cut to its low byte. Returns `e`.
