@@ -85,13 +85,14 @@ pub fn integer_key_row_bytes(config: &Config) -> Option<usize> {
 
 /// The lengths in i32 words of one layer's parameters as an integer session keeps them, in
 /// their order in the arena: the two LayerNorms' gains (their `f32` bits) and biases, the
-/// feed-forward's two biases, the attention's two query biases (in `Q(frac)`), and two words
-/// for each of the four matrices with activation scales.
+/// feed-forward's two biases, the attention's two query biases (in `Q(frac)`), two words for
+/// each of the four matrices with activation scales, and two for each LayerNorm's gains (the
+/// smallest and largest exponent of their magnitudes).
 pub(crate) fn integer_parameter_parts(config: &Config) -> [usize; 9] {
     let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
     let width = config.qkv_width() as usize;
     [
-        d_model, d_model, d_model, d_model, d_inner, d_model, width, width, 8,
+        d_model, d_model, d_model, d_model, d_inner, d_model, width, width, 12,
     ]
 }
 

@@ -116,7 +116,9 @@ pub fn run() -> Result<(), Failure> {
 
 /// `integer::layer_norm_of_bit_slices` against `integer::layer_norm_of_bits` (the general
 /// loop) on rows of 1 to 300 values of several magnitudes (fraction bits 8 to 20), gains of
-/// both signs (some zero, subnormal or huge), biases near the saturation now and then.
+/// both signs (some zero, subnormal or huge), biases near the saturation now and then; half the
+/// rows with gains within a factor of 16 (a layer's), given to
+/// `integer::layer_norm_of_bounded_slices` with their exponents' bounds (exact, or wider).
 fn check_layer_norm_bits() -> Result<usize, Failure> {
     let mut numbers = Numbers(0x1a7e_4011);
     let mut checked = 0;
@@ -125,11 +127,13 @@ fn check_layer_norm_bits() -> Result<usize, Failure> {
         let frac = 8 + row % 13;
         let bits = 4 + numbers.next() % 26;
         let x: Vec<i32> = (0..n).map(|_| (numbers.next() as i32) >> (31 - bits)).collect();
+        let narrow = row % 2 == 0;
         let gains: Vec<u32> = (0..n)
             .map(|_| {
                 let r = numbers.next();
                 let sign = r & 0x8000_0000;
                 match r % 16 {
+                    _ if narrow => sign | ((120 + (r >> 4) % 4) << 23) | (numbers.next() & 0x7F_FFFF),
                     0 => sign,
                     1 => sign | (r >> 9) & 0x7F_FFFF,
                     2 => sign | (200 << 23) | (r >> 9) & 0x7F_FFFF,
@@ -146,7 +150,16 @@ fn check_layer_norm_bits() -> Result<usize, Failure> {
             .collect();
         let epsilon = [0u64, 1, 1 << 20][row as usize % 3];
         let (mut got, mut want) = (alloc::vec![0i32; n], alloc::vec![0i32; n]);
-        txl_core::integer::layer_norm_of_bit_slices(&x, &gains, &biases, epsilon, frac, &mut got);
+        if narrow {
+            let exponent = |b: &u32| ((b & 0x7FFF_FFFF) >> 23) as i32;
+            let low = gains.iter().map(exponent).min().unwrap_or(0);
+            let high = gains.iter().map(exponent).max().unwrap_or(0);
+            let wider = (row % 4 == 2) as i32;
+            let gains = (&gains[..], Some((low - wider, high + wider)));
+            txl_core::integer::layer_norm_of_bounded_slices(&x, gains, &biases, epsilon, frac, &mut got);
+        } else {
+            txl_core::integer::layer_norm_of_bit_slices(&x, &gains, &biases, epsilon, frac, &mut got);
+        }
         txl_core::integer::layer_norm_of_bits(&x, |i| gains[i], |i| biases[i], epsilon, frac, &mut want);
         if got != want {
             return Err(Failure::KernelMismatch("layer_norm_bits"));

@@ -128,6 +128,20 @@ pub fn layer_norm_of_bit_slices(
     frac: u32,
     out: &mut [i32],
 ) {
+    layer_norm_of_bounded_slices(x, (gains, None), biases, epsilon, frac, out)
+}
+
+/// [`layer_norm_of_bit_slices`] where `exponents`, if given, holds the smallest and largest
+/// biased exponent of the gains' magnitudes (`(bits & 0x7FFF_FFFF) >> 23`), or bounds around
+/// them: a kernel may then take the row without a check a value. The same values.
+pub fn layer_norm_of_bounded_slices(
+    x: &[i32],
+    (gains, exponents): (&[u32], Option<(i32, i32)>),
+    biases: &[i32],
+    epsilon: u64,
+    frac: u32,
+    out: &mut [i32],
+) {
     let n = x.len().min(gains.len()).min(biases.len()).min(out.len());
     let (x, gains, biases, out) = (&x[..n], &gains[..n], &biases[..n], &mut out[..n]);
     let stats = match Statistics::of(x, epsilon, frac) {
@@ -145,7 +159,8 @@ pub fn layer_norm_of_bit_slices(
         let apply = |bits: u32, v: i32| inverse.apply_out_of_line(bits, v);
         let finish = signed_plus_bias;
         let deviations = (k, mean);
-        if kernels::layer_norm_i32(x, gains, biases, out, deviations, rows, apply, finish) {
+        let bounds = exponents.map(|e| (e, stats.largest));
+        if kernels::layer_norm_i32(x, gains, biases, out, deviations, rows, bounds, apply, finish) {
             return;
         }
     }
@@ -179,6 +194,8 @@ struct Statistics {
     /// Whether every `x · 2^k` is below `2^30` in magnitude (as the mean then is): no
     /// deviation saturates.
     narrow: bool,
+    /// The largest deviation's magnitude.
+    largest: u32,
 }
 
 impl Statistics {
@@ -234,6 +251,7 @@ impl Statistics {
             mean,
             inverse: Scale16::ZERO,
             narrow,
+            largest: 0,
         };
         // the deviation grows with the value (`x · 2^k` is exact), so its largest magnitude is
         // the smallest value's or the largest's
@@ -279,7 +297,11 @@ impl Statistics {
         }
         let exponent = frac as i32 + 8 - s as i32 - 31 - drop as i32;
         let inverse = Scale16::of_wide(((1u32 << 31) / top) as u64, exponent);
-        Some(Statistics { inverse, ..stats })
+        Some(Statistics {
+            inverse,
+            largest,
+            ..stats
+        })
     }
 
     /// `x · 2^k - mean`, saturated.

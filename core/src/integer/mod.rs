@@ -19,8 +19,8 @@ mod linear;
 mod softmax;
 
 pub use layer_norm::{
-    layer_norm, layer_norm_of_bit_slices, layer_norm_of_bits, layer_norm_with, signed_scale, LayerNormParams,
-    SignedScale,
+    layer_norm, layer_norm_of_bit_slices, layer_norm_of_bits, layer_norm_of_bounded_slices, layer_norm_with,
+    signed_scale, LayerNormParams, SignedScale,
 };
 pub use linear::{act_rescale, act_shift, act_top, pow2_act_top, rescale_wide, Int8Steps, ACT_SHIFT};
 pub use softmax::{

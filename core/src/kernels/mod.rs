@@ -1418,7 +1418,8 @@ pub fn scaled_by_bits_i32(
 /// The integer LayerNorm's last step: `out[i] = finish(gains[i], apply(gains[i] & 0x7FFF_FFFF,
 /// (x[i] << shift) - mean), biases[i])` for each `i`, `apply` as in [`scaled_by_bits_i32`].
 /// Helium four values an instruction, DSP one at a time; false where no kernel ran (`out` as it
-/// was).
+/// was). `bounds`: the gains' smallest and largest biased exponent (of their magnitudes) and
+/// the largest deviation's magnitude, which let Helium take a row without checks.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn layer_norm_i32(
@@ -1428,22 +1429,24 @@ pub fn layer_norm_i32(
     out: &mut [i32],
     deviations: (u32, i32),
     rescale: (u32, i32),
+    bounds: Option<((i32, i32), u32)>,
     apply: impl Fn(u32, i32) -> i32,
     finish: impl Fn(u32, i32, i32) -> i32,
 ) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     {
-        helium::layer_norm(x, gains, biases, out, deviations, rescale, apply, finish);
+        helium::layer_norm(x, gains, biases, out, deviations, rescale, bounds, apply, finish);
         return true;
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     {
+        let _ = bounds;
         dsp_integer::layer_norm(x, gains, biases, out, deviations, rescale, apply, finish);
         return true;
     }
     #[allow(unreachable_code)]
     {
-        let _ = (x, gains, biases, out, deviations, rescale, apply, finish);
+        let _ = (x, gains, biases, out, deviations, rescale, bounds, apply, finish);
         false
     }
 }

@@ -26,7 +26,7 @@ use crate::fixed_point::{
 };
 use crate::image::Arithmetic;
 use crate::integer::{
-    act_rescale, act_shift, act_top, attention_score, attention_score_of_small, layer_norm_of_bit_slices,
+    act_rescale, act_shift, act_top, attention_score, attention_score_of_small, layer_norm_of_bounded_slices,
     log_softmax, pow2_act_top, pow2_exponent, pow2_exponent_of, rescale_wide, Int8Steps, Normalise,
     ACT_SHIFT, SCORE_FRAC,
 };
@@ -534,21 +534,39 @@ fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
     }
 }
 
-/// `out = LayerNorm(x)` with a layer's gains (their `f32` bits) and biases (`Q(frac)`) as
-/// [`LayerParameters`] keeps them: each gain's magnitude to 16 bits and its sign.
-fn layer_norm(gains: &[i32], biases: &[i32], eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
+/// `out = LayerNorm(x)` with a layer's gains (their `f32` bits, and their magnitudes' smallest
+/// and largest exponent) and biases (`Q(frac)`) as [`LayerParameters`] keeps them: each gain's
+/// magnitude to 16 bits and its sign.
+fn layer_norm(gains: Gains<'_>, biases: &[i32], eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
     let epsilon = fixed_of_f32_wide(eps, 2 * frac).max(0) as u64;
-    let gains: &[u32] = bytemuck::cast_slice(gains);
-    layer_norm_of_bit_slices(x, gains, biases, epsilon, frac, out);
+    let bits: &[u32] = bytemuck::cast_slice(gains.bits);
+    layer_norm_of_bounded_slices(x, (bits, Some(gains.exponents)), biases, epsilon, frac, out);
+}
+
+/// A LayerNorm's gains as [`LayerParameters`] keeps them: their `f32` bits, and the smallest
+/// and largest biased exponent of their magnitudes.
+#[derive(Clone, Copy)]
+struct Gains<'p> {
+    bits: &'p [i32],
+    exponents: (i32, i32),
+}
+
+impl Gains<'_> {
+    /// The smallest and largest biased exponent of the magnitudes of `bits` (`(0, 0)` for none).
+    fn exponents_of(bits: &[i32]) -> (i32, i32) {
+        let exponent = |&b: &i32| ((b as u32 & 0x7FFF_FFFF) >> 23) as i32;
+        let low = bits.iter().map(exponent).min().unwrap_or(0);
+        (low, bits.iter().map(exponent).max().unwrap_or(0))
+    }
 }
 
 /// One layer's parameters in the session's arena, made ready once from the image's values
 /// ([`Session::prepare_integer_parameters`]): the LayerNorms' gains as `f32` bits, every bias
 /// in `Q(frac)` ([`crate::arena::integer_parameter_words`]).
 struct LayerParameters<'p> {
-    attn_norm_gain: &'p [i32],
+    attn_norm_gain: Gains<'p>,
     attn_norm_bias: &'p [i32],
-    ff_norm_gain: &'p [i32],
+    ff_norm_gain: Gains<'p>,
     ff_norm_bias: &'p [i32],
     ff1_bias: &'p [i32],
     ff2_bias: &'p [i32],
@@ -566,24 +584,29 @@ fn layer_parameters<'p>(all: &'p [i32], config: &Config, layer: usize) -> LayerP
     let parts = integer_parameter_parts(config);
     let per_layer: usize = parts.iter().sum();
     let mut rest = &all[layer * per_layer..(layer + 1) * per_layer];
-    let mut next = |n: usize| {
-        let (part, tail) = rest.split_at(n);
+    let part: [&[i32]; 9] = core::array::from_fn(|k| {
+        let (part, tail) = rest.split_at(parts[k]);
         rest = tail;
         part
-    };
+    });
+    // the four matrices' two words each, then the two LayerNorms' gains' exponents
+    let w = part[8];
     LayerParameters {
-        attn_norm_gain: next(parts[0]),
-        attn_norm_bias: next(parts[1]),
-        ff_norm_gain: next(parts[2]),
-        ff_norm_bias: next(parts[3]),
-        ff1_bias: next(parts[4]),
-        ff2_bias: next(parts[5]),
-        r_w_bias: next(parts[6]),
-        r_r_bias: next(parts[7]),
-        acts: {
-            let w = next(parts[8]);
-            core::array::from_fn(|k| MatrixParameters::of_words([w[2 * k], w[2 * k + 1]]))
+        attn_norm_gain: Gains {
+            bits: part[0],
+            exponents: (w[8], w[9]),
         },
+        attn_norm_bias: part[1],
+        ff_norm_gain: Gains {
+            bits: part[2],
+            exponents: (w[10], w[11]),
+        },
+        ff_norm_bias: part[3],
+        ff1_bias: part[4],
+        ff2_bias: part[5],
+        r_w_bias: part[6],
+        r_r_bias: part[7],
+        acts: core::array::from_fn(|k| MatrixParameters::of_words([w[2 * k], w[2 * k + 1]])),
     }
 }
 
@@ -1396,7 +1419,7 @@ impl Session<'_, '_> {
             {
                 acts[2 * k..2 * k + 2].copy_from_slice(&MatrixParameters::of(m).words());
             }
-            let mut rest = all;
+            let mut rest = &mut *all;
             for ((v, fixed), n) in vectors.into_iter().zip(parts) {
                 let (part, tail) = core::mem::take(&mut rest).split_at_mut(n);
                 rest = tail;
@@ -1407,6 +1430,12 @@ impl Session<'_, '_> {
                         .enumerate()
                         .for_each(|(k, x)| *x = element(v, k).to_bits() as i32),
                 }
+            }
+            // the LayerNorms' gains' exponents after the matrices' words
+            let (attn, ff) = (&all[..parts[0]], &all[parts[0] + parts[1]..][..parts[2]]);
+            for (k, gains) in [attn, ff].into_iter().enumerate() {
+                let (low, high) = Gains::exponents_of(gains);
+                acts[8 + 2 * k..10 + 2 * k].copy_from_slice(&[low, high]);
             }
         }
     }
