@@ -1404,8 +1404,7 @@ pub fn scaled_by_bits_i32(
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     {
-        let _ = exponents;
-        dsp_integer::scaled_by_bits(scales, y, sm, k, apply);
+        dsp_integer::scaled_by_bits(scales, y, (sm, k), exponents, apply);
         return true;
     }
     #[allow(unreachable_code)]

@@ -13,7 +13,13 @@ use core::arch::global_asm;
 /// `apply` being `fixed_point::ScaledByBits::apply` of a rescale of mantissa `sm` and `k` in
 /// `33..=254` (`ScaledByBits::row_parameters`): the usual row in the kernel, one `SMMULR`;
 /// `apply` for the others.
-pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: impl Fn(u32, i32) -> i32) {
+pub fn scaled_by_bits(
+    scales: &[f32],
+    y: &mut [i32],
+    (sm, k): (u32, i32),
+    exponents: Option<(i32, i32)>,
+    apply: impl Fn(u32, i32) -> i32,
+) {
     let n = y.len().min(scales.len());
     let (scales, y) = (&scales[..n], &mut y[..n]);
     if n == 0 {
@@ -25,20 +31,27 @@ pub fn scaled_by_bits(scales: &[f32], y: &mut [i32], sm: u32, k: i32, apply: imp
     // the largest shift `a ≤ 16` that every value keeps its bits under (`spread < 2^31`: one
     // leading zero at least)
     let a = (spread.leading_zeros() - 1).min(16) as i32;
+    let c = 32 - k - a;
     let mut i = 0;
+    // every row's `t = c + exponent - lz` (`lz` 0 or 1; a negative scale's exponent is
+    // negative) in `0..=15`, as the exponents' bounds show: the pairs without a check
+    if let Some((low, high)) = exponents {
+        let pairs = n / 2;
+        if pairs > 0 && c + low > 0 && c + high <= 15 {
+            // SAFETY: `scales` and `y` hold `n ≥ 2 · pairs` values; the kernel reads the first
+            // `2 · pairs` of both, writes those of `y`, and restores the registers it saves.
+            unsafe {
+                txl_scaled_by_bits_bounded_dsp(scales.as_ptr().cast(), y.as_mut_ptr(), pairs, sm, c, a)
+            };
+            i = 2 * pairs;
+        }
+    }
     while i < n {
         // SAFETY: `i < n`, so `scales[i..]` and `y[i..]` hold `n - i ≥ 1` values; the kernel
         // reads those of both and writes those of `y` before the one it returns at, and
         // restores the registers it saves.
         let done = unsafe {
-            txl_scaled_by_bits_dsp(
-                scales[i..].as_ptr().cast(),
-                y[i..].as_mut_ptr(),
-                n - i,
-                sm,
-                32 - k - a,
-                a,
-            )
+            txl_scaled_by_bits_dsp(scales[i..].as_ptr().cast(), y[i..].as_mut_ptr(), n - i, sm, c, a)
         };
         i += done;
         if i < n {
@@ -58,6 +71,9 @@ extern "C" {
     /// `1..=32` and the value keeps its bits once shifted; returns the index of the first row
     /// it leaves (`n` for none), that row unchanged.
     fn txl_scaled_by_bits_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32, a: i32) -> usize;
+    /// [`txl_scaled_by_bits_dsp`] for `2 · pairs` rows (`pairs ≥ 1`) whose `t` the caller has
+    /// found all in `0..=15`, without a check.
+    fn txl_scaled_by_bits_bounded_dsp(bits: *const u32, y: *mut i32, pairs: usize, sm: u32, c: i32, a: i32);
 }
 
 // The OR of `x ^ (x >> 31)`: eight values an `LDM`, two instructions a value.
@@ -130,25 +146,15 @@ global_asm!(
 // `SMMULR(x · 2^b, m · 2^15)`; else the row is the caller's. Registers: r0 the bits, r1 the
 // values, r2 the rows left (less 2 in the pairs' loop), r3 `sm`, r4-r5 the bits, then
 // `c + biased` and `t`, r6-r7 the values, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11 `lz`,
-// then `16 - lz` and a check, r12 `c = 32 - k - a`, lr `a`; `n` on the stack.
+// then `16 - lz` and a check, r12 `c = 32 - k - a`, lr `a`; `n` on the stack. Where the
+// caller knows the scales' exponents to keep every row's `t` in `0..=15`
+// (`txl_scaled_by_bits_bounded_dsp`), the pairs take no check: 33 instructions the two rows.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    ".section .text.txl_scaled_by_bits_dsp,\"ax\",%progbits",
-    ".globl txl_scaled_by_bits_dsp",
-    ".type txl_scaled_by_bits_dsp,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_scaled_by_bits_dsp:",
-    "push {{r2, r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
-    "ldr r12, [sp, #40]",
-    "ldr lr, [sp, #44]",
-    // two rows or more: a pair
-    "1:",
-    "subs r2, r2, #2",
-    "blt 8f",
-    "2:",
+    // a pair's loads, `p`, `t` (r4, r5) and `⌊p / 2^(16 - lz)⌋` (r8, r9)
+    ".macro txl_rescale_pair_start",
     "ldrd r4, r5, [r0], #8",
     "ldrd r6, r7, [r1]",
     "ubfx r8, r4, #0, #23",
@@ -169,9 +175,9 @@ global_asm!(
     "rsb r11, r11, #16",
     "lsr r8, r8, r10",
     "lsr r9, r9, r11",
-    "orr r10, r4, r5",
-    "cmp r10, #15",
-    "bhi 7f",
+    ".endm",
+    // the pair's `m`, its products and stores, for `t` in `0..=15`
+    ".macro txl_rescale_pair_finish",
     "adds r8, r8, #1",
     "adds r9, r9, #1",
     "lsrs r8, r8, #1", // m
@@ -183,6 +189,26 @@ global_asm!(
     "smmulr r6, r6, r8",
     "smmulr r7, r7, r9",
     "strd r6, r7, [r1], #8",
+    ".endm",
+    ".section .text.txl_scaled_by_bits_dsp,\"ax\",%progbits",
+    ".globl txl_scaled_by_bits_dsp",
+    ".type txl_scaled_by_bits_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_by_bits_dsp:",
+    "push {{r2, r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "ldr r12, [sp, #40]",
+    "ldr lr, [sp, #44]",
+    // two rows or more: a pair
+    "1:",
+    "subs r2, r2, #2",
+    "blt 8f",
+    "2:",
+    "txl_rescale_pair_start",
+    "orr r10, r4, r5",
+    "cmp r10, #15",
+    "bhi 7f",
+    "txl_rescale_pair_finish",
     "subs r2, r2, #2",
     "bge 2b",
     // one row left, or none
@@ -240,6 +266,24 @@ global_asm!(
     "add sp, #4",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
+    // `pairs ≥ 1` pairs of rows whose `t` the caller has found all in `0..=15`: without the
+    // check, 33 instructions the two rows
+    ".section .text.txl_scaled_by_bits_bounded_dsp,\"ax\",%progbits",
+    ".globl txl_scaled_by_bits_bounded_dsp",
+    ".type txl_scaled_by_bits_bounded_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_scaled_by_bits_bounded_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "ldr r12, [sp, #36]",
+    "ldr lr, [sp, #40]",
+    "1:",
+    "txl_rescale_pair_start",
+    "txl_rescale_pair_finish",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
+    ".size txl_scaled_by_bits_bounded_dsp, . - txl_scaled_by_bits_bounded_dsp",
 );
 
 /// `integer::attention_score_of_small` of each key in place (`scores[i]` its content sum,
