@@ -1439,8 +1439,10 @@ pub fn layer_norm_i32(
     }
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
     {
-        let _ = bounds;
-        dsp_integer::layer_norm(x, gains, biases, out, deviations, rescale, apply, finish);
+        let exponents = bounds.map(|(exponents, _)| exponents);
+        dsp_integer::layer_norm(
+            x, gains, biases, out, deviations, rescale, exponents, apply, finish,
+        );
         return true;
     }
     #[allow(unreachable_code)]

@@ -862,6 +862,7 @@ pub fn layer_norm(
     out: &mut [i32],
     (shift, mean): (u32, i32),
     (sm, k): (u32, i32),
+    exponents: Option<(i32, i32)>,
     apply: impl Fn(u32, i32) -> i32,
     finish: impl Fn(u32, i32, i32) -> i32,
 ) {
@@ -870,6 +871,27 @@ pub fn layer_norm(
     // `sm`, `32 - k`, the shift and the mean
     let parameters = [sm as i32, 32 - k, shift as i32, mean];
     let mut i = 0;
+    // every value's `v = exponent + 32 - k - lz` (`lz` 0 or 1) in `0..=15`, as the gains'
+    // exponents show: the pairs without a check
+    if let Some((low, high)) = exponents {
+        let pairs = n / 2;
+        if pairs > 0 && low + 31 - k >= 0 && high + 32 - k <= 15 {
+            // SAFETY: the four slices hold `n ≥ 2 · pairs` values; the kernel reads the first
+            // `2 · pairs` of `x`, `gains` and `biases`, writes those of `out`, reads the four
+            // parameters, and restores the registers it saves.
+            unsafe {
+                txl_layer_norm_bounded_dsp(
+                    x.as_ptr(),
+                    gains.as_ptr(),
+                    biases.as_ptr(),
+                    out.as_mut_ptr(),
+                    pairs,
+                    parameters.as_ptr(),
+                )
+            };
+            i = 2 * pairs;
+        }
+    }
     while i < n {
         // SAFETY: `i < n`, so the four slices hold `n - i ≥ 1` values from `i` on; the kernel
         // reads those of `x`, `gains` and `biases`, writes those of `out` before the one it
@@ -908,6 +930,16 @@ extern "C" {
         n: usize,
         parameters: *const i32,
     ) -> usize;
+    /// [`txl_layer_norm_dsp`] for `2 · pairs` values (`pairs ≥ 1`) whose `v` the caller has
+    /// found all in `0..=15`, without a check.
+    fn txl_layer_norm_bounded_dsp(
+        x: *const i32,
+        gains: *const u32,
+        biases: *const i32,
+        out: *mut i32,
+        pairs: usize,
+        parameters: *const i32,
+    );
 }
 
 // [`txl_scaled_by_bits_dsp`]'s rescale of the deviation by the gain's magnitude (its biased
@@ -1036,6 +1068,33 @@ global_asm!(
     "add sp, #4",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
+    // pairs of values whose `v` the caller has found all in `0..=15`: 23 instructions a value
+    ".section .text.txl_layer_norm_bounded_dsp,\"ax\",%progbits",
+    ".globl txl_layer_norm_bounded_dsp",
+    ".type txl_layer_norm_bounded_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_layer_norm_bounded_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    "ldr lr, [sp, #36]",
+    "ldr r12, [sp, #40]",
+    "ldm r12, {{r8, r9, r10, r11}}",
+    "mov r12, r8",
+    "mov r8, r9",
+    "mov r9, r12",
+    "1:",
+    "txl_layer_norm_value",
+    "lsl r6, r6, r12",
+    "smmulr r5, r5, r6",
+    "txl_layer_norm_finish",
+    "txl_layer_norm_value",
+    "lsl r6, r6, r12",
+    "smmulr r5, r5, r6",
+    "txl_layer_norm_finish",
+    "subs lr, lr, #1",
+    "bne 1b",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
+    ".size txl_layer_norm_bounded_dsp, . - txl_layer_norm_bounded_dsp",
 );
 
 /// `(Σ x, min x, max x)` of `x` (`None` for none), the sum exact in 64 bits.
