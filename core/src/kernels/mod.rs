@@ -1091,13 +1091,16 @@ pub fn round_weights(w: &mut [i32], inverse: f32) -> usize {
     }
 }
 
-/// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`: the DSP cores
-/// (not Helium's) start the eight-column kernels' sums from zeros instead of clearing `acc`
-/// first. The same sums.
+/// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`: the `cortex-m-dsp`
+/// cores start the kernels' sums from zeros (Helium sixteen columns a pass, the DSP kernels
+/// eight) instead of clearing `acc` first. The same sums.
 #[inline]
 pub fn value_sums_from_zero_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
-    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    #[cfg(feature = "cortex-m-dsp")]
     {
+        #[cfg(feature = "cortex-m-mve")]
+        let done = helium::value_sums_from_zero_i8(values, stride, weights, acc);
+        #[cfg(not(feature = "cortex-m-mve"))]
         let done = dsp::value_sums_from_zero_i8(values, stride, weights, acc);
         if done < acc.len() {
             acc[done..].fill(0);

@@ -1015,8 +1015,8 @@ impl Session<'_, '_> {
                 }
                 e_max
             };
+            // (the sums from zeros: no clearing pass)
             let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
-            acc.fill(0);
             self.memory.value_sums_int8(layer, lo, head, &sums[lo..=hi], acc);
             let shift = 15 - e_max;
             // four values an instruction where there is a kernel (the same values)

@@ -465,6 +465,15 @@ extern "C" {
         count: usize,
         acc: *mut i32,
     );
+    /// [`txl_value_sums16_mve`] into zeros: `acc[c] = sum over t < count of weights[t] *
+    /// value_t[c]` (the sixteen sums of `acc` written, none read).
+    fn txl_value_sums16_zero_mve(
+        values: *const i8,
+        stride: usize,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+    );
 }
 
 // The keys: txl_rows4_mve's loop with 16-bit lanes. Per group of 8 columns one VLDRH of the query
@@ -550,6 +559,21 @@ global_asm!(
     "vmla.s32 q3, q4, \\weight",
     ".endm",
     ".section .text.txl_value_sums16_mve,\"ax\",%progbits",
+    ".globl txl_value_sums16_zero_mve",
+    ".type txl_value_sums16_zero_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    // the sums from zeros (four VMOV instead of four VLDRW), then as below
+    "txl_value_sums16_zero_mve:",
+    "push {{r4-r8, lr}}",
+    "vpush {{d8, d9}}",
+    "ldr r4, [sp, #40]",
+    "vmov.i32 q0, #0",
+    "vmov.i32 q1, #0",
+    "vmov.i32 q2, #0",
+    "vmov.i32 q3, #0",
+    "b 6f",
+    ".size txl_value_sums16_zero_mve, . - txl_value_sums16_zero_mve",
     ".globl txl_value_sums16_mve",
     ".type txl_value_sums16_mve,%function",
     ".p2align 2",
@@ -562,6 +586,7 @@ global_asm!(
     "vldrw.u32 q1, [r4, #16]",
     "vldrw.u32 q2, [r4, #32]",
     "vldrw.u32 q3, [r4, #48]",
+    "6:",
     "add r7, r0, r1",
     "lsl r8, r1, #1",
     "tst r3, #1",
@@ -700,6 +725,26 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
 /// `VMLA` by the key's weight); the columns after whole groups of sixteen take the portable
 /// code. Integer sums (wrapping, as the portable code): the same sums.
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    value_sums16(values, stride, weights, acc, false);
+}
+
+/// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`, for the whole groups
+/// of sixteen columns (at least one key): the columns it set (the caller sets the rest), else
+/// 0 with nothing written. The sums start from zeros in the kernel instead of a clearing pass
+/// over `acc`.
+pub fn value_sums_from_zero_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) -> usize {
+    if weights.is_empty() {
+        return 0;
+    }
+    let body = acc.len() / 16 * 16;
+    value_sums16(values, stride, weights, &mut acc[..body], true);
+    body
+}
+
+/// [`value_sums_i8`]'s passes, the kernel's sums from zeros where `zero` is set (from `acc`'s
+/// sums otherwise).
+#[inline(always)]
+fn value_sums16(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32], zero: bool) {
     let count = weights.len();
     let body = if count > 0 { acc.len() / 16 * 16 } else { 0 };
     for (block, acc) in acc[..body].chunks_exact_mut(16).enumerate() {
@@ -708,12 +753,17 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
             (count - 1) * stride + first + 16 <= values.len(),
             "value rows out of bounds"
         );
+        let kernel = if zero {
+            txl_value_sums16_zero_mve
+        } else {
+            txl_value_sums16_mve
+        };
         // SAFETY: the kernel reads sixteen bytes at `first + t * stride` for `t < count`, all
-        // inside `values` (checked above), `count` weights and the sixteen sums of `acc`, and
-        // writes those sums; it saves q4 (d8, d9) and the callee-saved core registers it uses
-        // (AAPCS).
+        // inside `values` (checked above), `count` weights and the sixteen sums of `acc` (the
+        // zero variant none of them), and writes those sums; it saves q4 (d8, d9) and the
+        // callee-saved core registers it uses (AAPCS).
         unsafe {
-            txl_value_sums16_mve(
+            kernel(
                 values.as_ptr().add(first),
                 stride,
                 weights.as_ptr(),
