@@ -932,7 +932,8 @@ impl Session<'_, '_> {
             add(h, o);
             if !config.pre_lnorm {
                 layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
-                h.copy_from_slice(o);
+                // by a kernel where there is one (the same values)
+                kernels::copy_i32(h, o);
             }
         }
         !config.pre_lnorm && shape.qlen == 1
