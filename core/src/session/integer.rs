@@ -495,7 +495,7 @@ fn head_scores(
     memory: &crate::memory::Memory,
     (layer, head, lo, nearest): (usize, usize, usize, usize),
     scores: &mut [i32],
-    [ces, poss, pes]: &mut Gathered,
+    [ces, poss, pes]: &mut Gathered<'_>,
     (positions, exponents, row): (&[i32], &[u8], usize),
     (ce, pe): (i32, i32),
     (inv_sqrt_d_head, frac, wide): (Rescale, u32, bool),
@@ -509,14 +509,15 @@ fn head_scores(
     let (ring, heads, mut at) = memory
         .exponent_ring(true, (layer, head), lo, scores.len())
         .unwrap_or((&[0.0], 0, 0));
-    // with a kernel: the keys' powers of two and position sums gathered 64 at a time, then
-    // their scores by the kernel (the same values)
-    if kernels::INTEGER_SCORES && !wide && heads > 0 {
+    // with a kernel: the keys' powers of two and position sums gathered up to 64 at a time,
+    // then their scores by the kernel (the same values)
+    let pass = ces.len().min(poss.len()).min(pes.len());
+    if kernels::INTEGER_SCORES && !wide && heads > 0 && pass > 0 {
         // the rescale's shift for `e = 0`
         let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
         // the ring's exponents walked by slot, the distances one less each key
         let (mut at, mut distance) = (at, nearest);
-        for chunk in scores.chunks_mut(GATHERED) {
+        for chunk in scores.chunks_mut(pass) {
             let n = chunk.len();
             at = gather_key_exponents(&mut ces[..n], (ring, heads, at), ce);
             distance = gather_positions(
@@ -627,12 +628,21 @@ fn gather_positions(
     distance.wrapping_sub(n)
 }
 
-/// Keys a pass of [`head_scores`]' kernel takes: 64 where there is one, else none.
+/// Most keys a pass of [`head_scores`]' kernel takes: 64 where there is one, else none.
 const GATHERED: usize = if kernels::INTEGER_SCORES { 64 } else { 0 };
 
 /// The keys' powers of two, position sums and their powers of two that [`head_scores`] gathers
-/// for its kernel: made once for all the heads of a query.
-type Gathered = [[i32; GATHERED]; 3];
+/// for its kernel, as many keys each as a pass takes (none: no pass of the kernel).
+type Gathered<'g> = [&'g mut [i32]; 3];
+
+/// [`Gathered`] in `scratch` (the query's scratch for all its heads): up to [`GATHERED`] keys
+/// each. Every value is written before it is read: no clearing.
+fn gather_scratch(scratch: &mut [i32]) -> Gathered<'_> {
+    let n = (scratch.len() / 3).min(GATHERED);
+    let (ces, rest) = scratch.split_at_mut(n);
+    let (poss, rest) = rest.split_at_mut(n);
+    [ces, poss, &mut rest[..n]]
+}
 
 /// `scores` (keys `lo..` of `layer`'s head `head`, `largest` the largest of them) as their
 /// probabilities ([`softmax_exp_in_place`](crate::integer::softmax_exp_in_place) and
@@ -967,7 +977,9 @@ impl Session<'_, '_> {
         let (second, words) = rest.split_at_mut(capacity);
         let query: &[i32] = bytemuck::cast_slice(&s.queries[i * width..(i + 1) * width]);
         let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
-        let mut gathered: Gathered = [[0; GATHERED]; 3];
+        // the key and value rows of the projections are in the memory by now: their buffer
+        // holds what the scores gather
+        let mut gathered = gather_scratch(bytemuck::cast_slice_mut(&mut s.key_value[..]));
         for head in 0..shape.n_head {
             let cols = head * d_head..(head + 1) * d_head;
             let q = &query[cols.clone()];
