@@ -456,6 +456,9 @@ extern "C" {
         sums: *mut i32,
         blocks: usize,
     );
+    /// Helium: `sum over c < 8 * groups of key[c] * query[c]` for one key, the query as for
+    /// [`txl_key_sums4_mve`].
+    fn txl_key_sum1_mve(key: *const i8, query: *const i16, groups: usize) -> i32;
     /// Helium: `acc[c] += sum over t < count of weights[t] * value_t[c]` for `c < 16`, value `t`
     /// at `values + t * stride`, `count >= 1`.
     fn txl_value_sums16_mve(
@@ -548,6 +551,29 @@ global_asm!(
     "add sp, #4",
     "pop {{r4-r11, pc}}",
     ".size txl_key_sums4_mve, . - txl_key_sums4_mve",
+    // one key: the first group's VMLADAV, the others' VLDRH, VLDRB.S16 and VMLADAVA (4 with
+    // the loop's end; 22 instructions for four groups, a block of four keys' pass 51)
+    ".section .text.txl_key_sum1_mve,\"ax\",%progbits",
+    ".globl txl_key_sum1_mve",
+    ".type txl_key_sum1_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_key_sum1_mve:",
+    "push {{r7, lr}}",
+    "vldrh.u16 q0, [r1], #16",
+    "vldrb.s16 q1, [r0], #8",
+    "vmladav.s16 r12, q1, q0",
+    "subs r2, r2, #1",
+    "wls lr, r2, 2f",
+    "1:",
+    "vldrh.u16 q0, [r1], #16",
+    "vldrb.s16 q1, [r0], #8",
+    "vmladava.s16 r12, q1, q0",
+    "le lr, 1b",
+    "2:",
+    "mov r0, r12",
+    "pop {{r7, pc}}",
+    ".size txl_key_sum1_mve, . - txl_key_sum1_mve",
     ".macro txl_value_sums16_key key, weight",
     "vldrb.s32 q4, [\\key]",
     "vmla.s32 q0, q4, \\weight",
@@ -657,9 +683,9 @@ const KEY_COLUMNS: usize = 256;
 
 /// [`portable::key_sums_i8`](crate::kernels::portable::key_sums_i8) with Helium: four keys per
 /// pass, eight columns an instruction (`VMLADAVA.S16` of the 16-bit query, put back in column
-/// order once per call, against the key's bytes widened by `VLDRB.S16`). The one to three keys
-/// after the whole blocks of four take one more pass of the kernel (over the last four keys, or
-/// over one key read four times where there are fewer than four); the columns after whole
+/// order once per call, against the key's bytes widened by `VLDRB.S16`). Three keys after the
+/// whole blocks of four take one more pass of the kernel over the last four keys, one or two
+/// (or fewer than four keys in all) the one-key kernel each; the columns after whole
 /// groups of eight, and queries wider than [`KEY_COLUMNS`], take the portable code. Integer
 /// sums (wrapping, as the portable code): the same sums.
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
@@ -697,20 +723,18 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
         // registers it uses only q0 and q1).
         unsafe { txl_key_sums4_mve(keys.as_ptr(), stride, query, groups, sums.as_mut_ptr(), blocks) };
     }
-    if done < n {
-        let mut last = [0i32; 4];
-        if n >= 4 {
-            let first = keys[(n - 4) * stride..].as_ptr();
-            // SAFETY: as above, for the last four keys (from key `n - 4`) into `sums[n - 4..]`
-            // (the one to three sums before `done` written again, with the same values).
-            unsafe { txl_key_sums4_mve(first, stride, query, groups, sums[n - 4..].as_mut_ptr(), 1) };
-        } else {
-            for (t, sum) in sums.iter_mut().enumerate() {
-                let key = keys[t * stride..].as_ptr();
-                // SAFETY: as above, for key `t` read four times (a stride of 0) into `last`.
-                unsafe { txl_key_sums4_mve(key, 0, query, groups, last.as_mut_ptr(), 1) };
-                *sum = last[0];
-            }
+    // three keys after the blocks (and at least four keys): one more pass over the last four;
+    // one or two (or fewer than four keys): a pass of the one-key kernel each
+    if n - done == 3 && n >= 4 {
+        let first = keys[(n - 4) * stride..].as_ptr();
+        // SAFETY: as above, for the last four keys (from key `n - 4`) into `sums[n - 4..]`
+        // (the sum before `done` written again, with the same value).
+        unsafe { txl_key_sums4_mve(first, stride, query, groups, sums[n - 4..].as_mut_ptr(), 1) };
+    } else {
+        for (t, sum) in sums.iter_mut().enumerate().skip(done) {
+            let key = keys[t * stride..].as_ptr();
+            // SAFETY: as above, for key `t` (its `cols` bytes inside `keys`: checked above).
+            *sum = unsafe { txl_key_sum1_mve(key, query, groups) };
         }
     }
     if cols < d_head {
