@@ -1093,8 +1093,9 @@ pub fn round_weights(w: &mut [i32], inverse: f32) -> usize {
 
 /// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`: the `cortex-m-dsp`
 /// cores start the kernels' sums from zeros (Helium sixteen columns a pass, the DSP kernels
-/// eight) instead of clearing `acc` first. The same sums.
-#[inline]
+/// eight) instead of clearing `acc` first. The same sums. (Inlined into each caller: the float
+/// and the integer attention's.)
+#[inline(always)]
 pub fn value_sums_from_zero_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
     #[cfg(feature = "cortex-m-dsp")]
     {
