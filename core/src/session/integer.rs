@@ -628,17 +628,22 @@ fn gather_positions(
     distance.wrapping_sub(n)
 }
 
-/// Most keys a pass of [`head_scores`]' kernel takes: 64 where there is one, else none.
-const GATHERED: usize = if kernels::INTEGER_SCORES { 64 } else { 0 };
+/// Most keys a pass of [`head_scores`]' kernel takes (where there is one).
+const GATHERED: usize = 64;
 
 /// The keys' powers of two, position sums and their powers of two that [`head_scores`] gathers
 /// for its kernel, as many keys each as a pass takes (none: no pass of the kernel).
 type Gathered<'g> = [&'g mut [i32]; 3];
 
 /// [`Gathered`] in `scratch` (the query's scratch for all its heads): up to [`GATHERED`] keys
-/// each. Every value is written before it is read: no clearing.
+/// each where there is a kernel, else none. Every value is written before it is read: no
+/// clearing.
 fn gather_scratch(scratch: &mut [i32]) -> Gathered<'_> {
-    let n = (scratch.len() / 3).min(GATHERED);
+    let n = if kernels::INTEGER_SCORES {
+        (scratch.len() / 3).min(GATHERED)
+    } else {
+        0
+    };
     let (ces, rest) = scratch.split_at_mut(n);
     let (poss, rest) = rest.split_at_mut(n);
     [ces, poss, &mut rest[..n]]
