@@ -905,15 +905,16 @@ impl Session<'_, '_> {
         (frac, inv_sqrt_d_head): (u32, Rescale),
         held: bool,
     ) -> bool {
-        let config = *self.model.config();
+        // (the model's own, not a copy: borrowed again after the calls that take the session)
+        let config = self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
-        let eps = config.layer_norm_epsilon;
+        let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
         for i in 0..shape.qlen {
             let s = &mut self.state;
-            let p = layer_parameters(s.parameters, &config, layer);
+            let p = layer_parameters(s.parameters, config, layer);
             let h: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + 1) * d_model]);
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-            if config.pre_lnorm {
+            if pre_lnorm {
                 layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
             } else if !(held && shape.qlen == 1) {
                 x.copy_from_slice(h);
@@ -937,21 +938,22 @@ impl Session<'_, '_> {
         for i in 0..shape.qlen {
             self.attend_integer(layer, shape, (table, inv_sqrt_d_head), i, frac);
         }
+        let config = self.model.config();
         for i in 0..shape.qlen {
             let s = &mut self.state;
-            let p = layer_parameters(s.parameters, &config, layer);
+            let p = layer_parameters(s.parameters, config, layer);
             let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
             let o: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
             Input::new_in_place(&w.o_net, p.acts[1], a, s.quantized_input).rows(&w.o_net, 0, o);
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
             add(h, o);
-            if !config.pre_lnorm {
+            if !pre_lnorm {
                 layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
                 // by a kernel where there is one (the same values)
                 kernels::copy_i32(h, o);
             }
         }
-        !config.pre_lnorm && shape.qlen == 1
+        !pre_lnorm && shape.qlen == 1
     }
 
     /// Query `i`'s attention output in `attn_vec`, head by head. The scratch row of scores
@@ -966,15 +968,16 @@ impl Session<'_, '_> {
         i: usize,
         frac: u32,
     ) {
-        let config = *self.model.config();
+        // (the model's own, not a copy)
+        let config = self.model.config();
         let (width, d_head) = (config.qkv_width() as usize, shape.d_head);
-        let row = key_row_bytes(&config);
+        let row = key_row_bytes(config);
         let capacity = self.memory.capacity();
         let distances = self.options.distances();
         let top = (32767i64).min(i32::MAX as i64 / 127 / d_head.max(1) as i64);
         let klen = shape.mlen + shape.qlen;
         let s = &mut self.state;
-        let p = layer_parameters(s.parameters, &config, layer);
+        let p = layer_parameters(s.parameters, config, layer);
         let keys: &[u8] = bytemuck::cast_slice(&s.position_keys[..]);
         let keys = &keys[table * distances * row..];
         let scratch: &mut [i32] = bytemuck::cast_slice_mut(&mut s.scores[..]);
