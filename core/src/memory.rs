@@ -407,8 +407,10 @@ impl<'a> Memory<'a> {
         }
     }
 
-    /// `acc[c] += Σ_t weights[t] · value[layer][lo + t][head][c]` in integers over int8
-    /// values ([`crate::kernels::value_sums_i8`]).
+    /// `acc[c] = Σ_t weights[t] · value[layer][lo + t][head][c]` in integers over int8
+    /// values: the first run's sums from zeros ([`crate::kernels::value_sums_from_zero_i8`]:
+    /// no clearing pass where a kernel starts from zeros), the other's added
+    /// ([`crate::kernels::value_sums_i8`]); zeros for no keys (or a store other than int8).
     pub(crate) fn value_sums_int8(
         &self,
         layer: usize,
@@ -418,15 +420,23 @@ impl<'a> Memory<'a> {
         acc: &mut [i32],
     ) {
         let Store::Int8 { values, .. } = &self.values else {
-            return;
+            return acc.fill(0);
         };
         let d_head = self.d_head;
         let mut done = 0;
         for (at, run) in self.runs(layer, lo, weights.len()) {
             let at = at + head * d_head;
             let rows = &values[at..at + (run - 1) * self.width + d_head];
-            kernels::value_sums_i8(rows, self.width, &weights[done..done + run], acc);
+            let weights = &weights[done..done + run];
+            if done == 0 {
+                kernels::value_sums_from_zero_i8(rows, self.width, weights, acc);
+            } else {
+                kernels::value_sums_i8(rows, self.width, weights, acc);
+            }
             done += run;
+        }
+        if done == 0 {
+            acc.fill(0);
         }
     }
 

@@ -29,7 +29,7 @@
 //! | [`row_sums_tiles_i8`] | AMX `amx::row_sums_tiles_i8` | | | |
 //! | [`row_sums_i4`] | VNNI `vnni::{evex,vex}::row_sums_i4`, AVX2 `avx::row_sums_i4` | Helium `helium::row_sums_i4` (groups of a multiple of 32 columns; else `dsp::row_sums_i4_widening`), DSP `dsp::row_sums_i4` | | RV32IM `rv32::row_sums_i4` |
 //! | [`vecmat_sums_i8`], [`vecmat_sums_each_i8`] | AVX-512BW, AVX2 (the portable code compiled for them) | | | |
-//! | [`key_sums_i8`], [`value_sums_i8`] | AVX2 `avx::{key,value}_sums_i8` | Helium `helium::{key,value}_sums_i8`, DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
+//! | [`key_sums_i8`], [`value_sums_i8`], [`value_sums_from_zero_i8`] | AVX2 `avx::{key,value}_sums_i8` | Helium `helium::{key,value}_sums_i8`, `helium::value_sums_from_zero_i8`, DSP `dsp::{key,value}_sums_i8`, without DSP `base::{key,value}_sums_i8` | | RV32IM `rv32::{key,value}_sums_i8` |
 //! | [`magnitude_bits`], [`query_halves`] | | Helium `helium::{magnitude_bits, query_halves}`, FPU `fpu::{magnitude_bits, query_halves}` | | |
 //! | [`key_scores_i8`], [`value_weights`], [`round_weights`] | | Helium `helium::{key_scores_i8, value_weights, round_weights}`, FPU `fpu::{key_scores_i8, value_weights, round_weights}` | | |
 //! | [`scaled_sums_i32`] | | Helium `helium::scaled_sums_i32`, FPU `fpu::scaled_sums_i32` | | |
@@ -41,7 +41,7 @@
 //! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, sub_sub}` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`], [`copy_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub, copy}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, sub_sub, copy}` | | |
 //! | the integer image's glue outside the attention: [`pow2_int8_i32`], [`bias_relu_i32`], [`add_sums_i32`], [`add_saturating_i32`], [`add_fixed_f32`], [`embedding_columns_i32`] | | Helium `helium_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}`, DSP without Helium `dsp_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed}` (and `dsp_integer::quantize_wide` for [`quantize_wide_i32`]) | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
@@ -1095,13 +1095,17 @@ pub fn round_weights(w: &mut [i32], inverse: f32) -> usize {
     }
 }
 
-/// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`: the DSP cores
-/// (not Helium's) start the eight-column kernels' sums from zeros instead of clearing `acc`
-/// first. The same sums.
-#[inline]
+/// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`: the `cortex-m-dsp`
+/// cores start the kernels' sums from zeros (Helium sixteen columns a pass, the DSP kernels
+/// eight) instead of clearing `acc` first. The same sums. (Inlined into each caller: the float
+/// and the integer attention's.)
+#[inline(always)]
 pub fn value_sums_from_zero_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
-    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    #[cfg(feature = "cortex-m-dsp")]
     {
+        #[cfg(feature = "cortex-m-mve")]
+        let done = helium::value_sums_from_zero_i8(values, stride, weights, acc);
+        #[cfg(not(feature = "cortex-m-mve"))]
         let done = dsp::value_sums_from_zero_i8(values, stride, weights, acc);
         if done < acc.len() {
             acc[done..].fill(0);
@@ -1687,6 +1691,22 @@ pub fn shift_sums_i32(sums: &[i32], out: &mut [i32], amount: i32) -> bool {
     {
         let _ = (sums, out, amount);
         false
+    }
+}
+
+/// `dst[i] = src[i]`, as many as the shorter of the two (the attention's new `h` kept as the
+/// residual): Helium four values an instruction, DSP eight an `LDM` and an `STM`, elsewhere
+/// `copy_from_slice`. The same values.
+#[inline]
+pub fn copy_i32(dst: &mut [i32], src: &[i32]) {
+    #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
+    return helium::copy(dst, src);
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return dsp_integer::copy(dst, src);
+    #[allow(unreachable_code)]
+    {
+        let n = dst.len().min(src.len());
+        dst[..n].copy_from_slice(&src[..n]);
     }
 }
 

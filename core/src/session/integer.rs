@@ -669,7 +669,7 @@ fn head_scores(
     memory: &crate::memory::Memory,
     (layer, head, lo, nearest): (usize, usize, usize, usize),
     scores: &mut [i32],
-    [ces, poss, pes]: &mut Gathered,
+    [ces, poss, pes]: &mut Gathered<'_>,
     (positions, exponents, row): (&[i32], &[u8], usize),
     (ce, pe): (i32, i32),
     (inv_sqrt_d_head, frac, wide): (Rescale, u32, bool),
@@ -683,14 +683,15 @@ fn head_scores(
     let (ring, heads, mut at) = memory
         .exponent_ring(true, (layer, head), lo, scores.len())
         .unwrap_or((&[0.0], 0, 0));
-    // with a kernel: the keys' powers of two and position sums gathered 64 at a time, then
-    // their scores by the kernel (the same values)
-    if kernels::INTEGER_SCORES && !wide && heads > 0 {
+    // with a kernel: the keys' powers of two and position sums gathered up to 64 at a time,
+    // then their scores by the kernel (the same values)
+    let pass = ces.len().min(poss.len()).min(pes.len());
+    if kernels::INTEGER_SCORES && !wide && heads > 0 && pass > 0 {
         // the rescale's shift for `e = 0`
         let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
         // the ring's exponents walked by slot, the distances one less each key
         let (mut at, mut distance) = (at, nearest);
-        for chunk in scores.chunks_mut(GATHERED) {
+        for chunk in scores.chunks_mut(pass) {
             let n = chunk.len();
             at = gather_key_exponents(&mut ces[..n], (ring, heads, at), ce);
             distance = gather_positions(
@@ -801,12 +802,26 @@ fn gather_positions(
     distance.wrapping_sub(n)
 }
 
-/// Keys a pass of [`head_scores`]' kernel takes: 64 where there is one, else none.
-const GATHERED: usize = if kernels::INTEGER_SCORES { 64 } else { 0 };
+/// Most keys a pass of [`head_scores`]' kernel takes (where there is one).
+const GATHERED: usize = 64;
 
 /// The keys' powers of two, position sums and their powers of two that [`head_scores`] gathers
-/// for its kernel: made once for all the heads of a query.
-type Gathered = [[i32; GATHERED]; 3];
+/// for its kernel, as many keys each as a pass takes (none: no pass of the kernel).
+type Gathered<'g> = [&'g mut [i32]; 3];
+
+/// [`Gathered`] in `scratch` (the query's scratch for all its heads): up to [`GATHERED`] keys
+/// each where there is a kernel, else none. Every value is written before it is read: no
+/// clearing.
+fn gather_scratch(scratch: &mut [i32]) -> Gathered<'_> {
+    let n = if kernels::INTEGER_SCORES {
+        (scratch.len() / 3).min(GATHERED)
+    } else {
+        0
+    };
+    let (ces, rest) = scratch.split_at_mut(n);
+    let (poss, rest) = rest.split_at_mut(n);
+    [ces, poss, &mut rest[..n]]
+}
 
 /// `scores` (keys `lo..` of `layer`'s head `head`, `largest` the largest of them) as their
 /// probabilities ([`softmax_exp_in_place`](crate::integer::softmax_exp_in_place) and
@@ -1060,15 +1075,16 @@ impl Session<'_, '_> {
         (frac, inv_sqrt_d_head): (u32, Rescale),
         held: bool,
     ) -> bool {
-        let config = *self.model.config();
+        // (the model's own, not a copy: borrowed again after the calls that take the session)
+        let config = self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
-        let eps = config.layer_norm_epsilon;
+        let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
         for i in 0..shape.qlen {
             let s = &mut self.state;
-            let p = layer_parameters(s.parameters, &config, layer);
+            let p = layer_parameters(s.parameters, config, layer);
             let h: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + 1) * d_model]);
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-            if config.pre_lnorm {
+            if pre_lnorm {
                 layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
             } else if !(held && shape.qlen == 1) {
                 x.copy_from_slice(h);
@@ -1092,20 +1108,22 @@ impl Session<'_, '_> {
         for i in 0..shape.qlen {
             self.attend_integer(layer, shape, (table, inv_sqrt_d_head), i, frac);
         }
+        let config = self.model.config();
         for i in 0..shape.qlen {
             let s = &mut self.state;
-            let p = layer_parameters(s.parameters, &config, layer);
+            let p = layer_parameters(s.parameters, config, layer);
             let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
             let o: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
             Input::new_in_place(&w.o_net, p.acts[1], a, s.quantized_input).rows(&w.o_net, 0, o);
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
             add(h, o);
-            if !config.pre_lnorm {
+            if !pre_lnorm {
                 layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
-                h.copy_from_slice(o);
+                // by a kernel where there is one (the same values)
+                kernels::copy_i32(h, o);
             }
         }
-        !config.pre_lnorm && shape.qlen == 1
+        !pre_lnorm && shape.qlen == 1
     }
 
     /// Query `i`'s attention output in `attn_vec`, head by head. The scratch row of scores
@@ -1120,15 +1138,16 @@ impl Session<'_, '_> {
         i: usize,
         frac: u32,
     ) {
-        let config = *self.model.config();
+        // (the model's own, not a copy)
+        let config = self.model.config();
         let (width, d_head) = (config.qkv_width() as usize, shape.d_head);
-        let row = key_row_bytes(&config);
+        let row = key_row_bytes(config);
         let capacity = self.memory.capacity();
         let distances = self.options.distances();
         let top = (32767i64).min(i32::MAX as i64 / 127 / d_head.max(1) as i64);
         let klen = shape.mlen + shape.qlen;
         let s = &mut self.state;
-        let p = layer_parameters(s.parameters, &config, layer);
+        let p = layer_parameters(s.parameters, config, layer);
         let keys: &[u8] = bytemuck::cast_slice(&s.position_keys[..]);
         let keys = &keys[table * distances * row..];
         let scratch: &mut [i32] = bytemuck::cast_slice_mut(&mut s.scores[..]);
@@ -1136,7 +1155,9 @@ impl Session<'_, '_> {
         let (second, words) = rest.split_at_mut(capacity);
         let query: &[i32] = bytemuck::cast_slice(&s.queries[i * width..(i + 1) * width]);
         let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
-        let mut gathered: Gathered = [[0; GATHERED]; 3];
+        // the key and value rows of the projections are in the memory by now: their buffer
+        // holds what the scores gather
+        let mut gathered = gather_scratch(bytemuck::cast_slice_mut(&mut s.key_value[..]));
         for head in 0..shape.n_head {
             let cols = head * d_head..(head + 1) * d_head;
             let q = &query[cols.clone()];
@@ -1185,8 +1206,8 @@ impl Session<'_, '_> {
                 }
                 e_max
             };
+            // (the sums from zeros: no clearing pass)
             let acc: &mut [i32] = bytemuck::cast_slice_mut(&mut words[..d_head]);
-            acc.fill(0);
             self.memory.value_sums_int8(layer, lo, head, &sums[lo..=hi], acc);
             let shift = 15 - e_max;
             // four values an instruction where there is a kernel (the same values)

@@ -456,9 +456,21 @@ extern "C" {
         sums: *mut i32,
         blocks: usize,
     );
+    /// Helium: `sum over c < 8 * groups of key[c] * query[c]` for one key, the query as for
+    /// [`txl_key_sums4_mve`].
+    fn txl_key_sum1_mve(key: *const i8, query: *const i16, groups: usize) -> i32;
     /// Helium: `acc[c] += sum over t < count of weights[t] * value_t[c]` for `c < 16`, value `t`
     /// at `values + t * stride`, `count >= 1`.
     fn txl_value_sums16_mve(
+        values: *const i8,
+        stride: usize,
+        weights: *const i32,
+        count: usize,
+        acc: *mut i32,
+    );
+    /// [`txl_value_sums16_mve`] into zeros: `acc[c] = sum over t < count of weights[t] *
+    /// value_t[c]` (the sixteen sums of `acc` written, none read).
+    fn txl_value_sums16_zero_mve(
         values: *const i8,
         stride: usize,
         weights: *const i32,
@@ -539,6 +551,29 @@ global_asm!(
     "add sp, #4",
     "pop {{r4-r11, pc}}",
     ".size txl_key_sums4_mve, . - txl_key_sums4_mve",
+    // one key: the first group's VMLADAV, the others' VLDRH, VLDRB.S16 and VMLADAVA (4 with
+    // the loop's end; 22 instructions for four groups, a block of four keys' pass 51)
+    ".section .text.txl_key_sum1_mve,\"ax\",%progbits",
+    ".globl txl_key_sum1_mve",
+    ".type txl_key_sum1_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_key_sum1_mve:",
+    "push {{r7, lr}}",
+    "vldrh.u16 q0, [r1], #16",
+    "vldrb.s16 q1, [r0], #8",
+    "vmladav.s16 r12, q1, q0",
+    "subs r2, r2, #1",
+    "wls lr, r2, 2f",
+    "1:",
+    "vldrh.u16 q0, [r1], #16",
+    "vldrb.s16 q1, [r0], #8",
+    "vmladava.s16 r12, q1, q0",
+    "le lr, 1b",
+    "2:",
+    "mov r0, r12",
+    "pop {{r7, pc}}",
+    ".size txl_key_sum1_mve, . - txl_key_sum1_mve",
     ".macro txl_value_sums16_key key, weight",
     "vldrb.s32 q4, [\\key]",
     "vmla.s32 q0, q4, \\weight",
@@ -550,6 +585,21 @@ global_asm!(
     "vmla.s32 q3, q4, \\weight",
     ".endm",
     ".section .text.txl_value_sums16_mve,\"ax\",%progbits",
+    ".globl txl_value_sums16_zero_mve",
+    ".type txl_value_sums16_zero_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    // the sums from zeros (four VMOV instead of four VLDRW), then as below
+    "txl_value_sums16_zero_mve:",
+    "push {{r4-r8, lr}}",
+    "vpush {{d8, d9}}",
+    "ldr r4, [sp, #40]",
+    "vmov.i32 q0, #0",
+    "vmov.i32 q1, #0",
+    "vmov.i32 q2, #0",
+    "vmov.i32 q3, #0",
+    "b 6f",
+    ".size txl_value_sums16_zero_mve, . - txl_value_sums16_zero_mve",
     ".globl txl_value_sums16_mve",
     ".type txl_value_sums16_mve,%function",
     ".p2align 2",
@@ -562,6 +612,7 @@ global_asm!(
     "vldrw.u32 q1, [r4, #16]",
     "vldrw.u32 q2, [r4, #32]",
     "vldrw.u32 q3, [r4, #48]",
+    "6:",
     "add r7, r0, r1",
     "lsl r8, r1, #1",
     "tst r3, #1",
@@ -632,9 +683,9 @@ const KEY_COLUMNS: usize = 256;
 
 /// [`portable::key_sums_i8`](crate::kernels::portable::key_sums_i8) with Helium: four keys per
 /// pass, eight columns an instruction (`VMLADAVA.S16` of the 16-bit query, put back in column
-/// order once per call, against the key's bytes widened by `VLDRB.S16`). The one to three keys
-/// after the whole blocks of four take one more pass of the kernel (over the last four keys, or
-/// over one key read four times where there are fewer than four); the columns after whole
+/// order once per call, against the key's bytes widened by `VLDRB.S16`). Three keys after the
+/// whole blocks of four take one more pass of the kernel over the last four keys, one or two
+/// (or fewer than four keys in all) the one-key kernel each; the columns after whole
 /// groups of eight, and queries wider than [`KEY_COLUMNS`], take the portable code. Integer
 /// sums (wrapping, as the portable code): the same sums.
 pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sums: &mut [i32]) {
@@ -672,20 +723,18 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
         // registers it uses only q0 and q1).
         unsafe { txl_key_sums4_mve(keys.as_ptr(), stride, query, groups, sums.as_mut_ptr(), blocks) };
     }
-    if done < n {
-        let mut last = [0i32; 4];
-        if n >= 4 {
-            let first = keys[(n - 4) * stride..].as_ptr();
-            // SAFETY: as above, for the last four keys (from key `n - 4`) into `sums[n - 4..]`
-            // (the one to three sums before `done` written again, with the same values).
-            unsafe { txl_key_sums4_mve(first, stride, query, groups, sums[n - 4..].as_mut_ptr(), 1) };
-        } else {
-            for (t, sum) in sums.iter_mut().enumerate() {
-                let key = keys[t * stride..].as_ptr();
-                // SAFETY: as above, for key `t` read four times (a stride of 0) into `last`.
-                unsafe { txl_key_sums4_mve(key, 0, query, groups, last.as_mut_ptr(), 1) };
-                *sum = last[0];
-            }
+    // three keys after the blocks (and at least four keys): one more pass over the last four;
+    // one or two (or fewer than four keys): a pass of the one-key kernel each
+    if n - done == 3 && n >= 4 {
+        let first = keys[(n - 4) * stride..].as_ptr();
+        // SAFETY: as above, for the last four keys (from key `n - 4`) into `sums[n - 4..]`
+        // (the sum before `done` written again, with the same value).
+        unsafe { txl_key_sums4_mve(first, stride, query, groups, sums[n - 4..].as_mut_ptr(), 1) };
+    } else {
+        for (t, sum) in sums.iter_mut().enumerate().skip(done) {
+            let key = keys[t * stride..].as_ptr();
+            // SAFETY: as above, for key `t` (its `cols` bytes inside `keys`: checked above).
+            *sum = unsafe { txl_key_sum1_mve(key, query, groups) };
         }
     }
     if cols < d_head {
@@ -700,6 +749,26 @@ pub fn key_sums_i8(keys: &[i8], stride: usize, d_head: usize, words: &[u32], sum
 /// `VMLA` by the key's weight); the columns after whole groups of sixteen take the portable
 /// code. Integer sums (wrapping, as the portable code): the same sums.
 pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) {
+    value_sums16(values, stride, weights, acc, false);
+}
+
+/// [`value_sums_i8`] into zeros, `acc[c] = Σ_t weights[t] · value_t[c]`, for the whole groups
+/// of sixteen columns (at least one key): the columns it set (the caller sets the rest), else
+/// 0 with nothing written. The sums start from zeros in the kernel instead of a clearing pass
+/// over `acc`.
+pub fn value_sums_from_zero_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32]) -> usize {
+    if weights.is_empty() {
+        return 0;
+    }
+    let body = acc.len() / 16 * 16;
+    value_sums16(values, stride, weights, &mut acc[..body], true);
+    body
+}
+
+/// [`value_sums_i8`]'s passes, the kernel's sums from zeros where `zero` is set (from `acc`'s
+/// sums otherwise).
+#[inline(always)]
+fn value_sums16(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i32], zero: bool) {
     let count = weights.len();
     let body = if count > 0 { acc.len() / 16 * 16 } else { 0 };
     for (block, acc) in acc[..body].chunks_exact_mut(16).enumerate() {
@@ -708,12 +777,17 @@ pub fn value_sums_i8(values: &[i8], stride: usize, weights: &[i32], acc: &mut [i
             (count - 1) * stride + first + 16 <= values.len(),
             "value rows out of bounds"
         );
+        let kernel = if zero {
+            txl_value_sums16_zero_mve
+        } else {
+            txl_value_sums16_mve
+        };
         // SAFETY: the kernel reads sixteen bytes at `first + t * stride` for `t < count`, all
-        // inside `values` (checked above), `count` weights and the sixteen sums of `acc`, and
-        // writes those sums; it saves q4 (d8, d9) and the callee-saved core registers it uses
-        // (AAPCS).
+        // inside `values` (checked above), `count` weights and the sixteen sums of `acc` (the
+        // zero variant none of them), and writes those sums; it saves q4 (d8, d9) and the
+        // callee-saved core registers it uses (AAPCS).
         unsafe {
-            txl_value_sums16_mve(
+            kernel(
                 values.as_ptr().add(first),
                 stride,
                 weights.as_ptr(),
@@ -3589,4 +3663,43 @@ pub fn shift_sums(sums: &[i32], out: &mut [i32], amount: i32) {
     // SAFETY: `sums` and `out` hold `n >= 1` values; the kernel reads those and writes these
     // (tail-predicated), and uses q0 (caller-saved).
     unsafe { txl_shift_sums_mve(sums.as_ptr(), out.as_mut_ptr(), n, amount.clamp(-31, 31)) }
+}
+
+extern "C" {
+    /// Helium: `dst[i] = src[i]` for `i < n` (`n >= 1`).
+    fn txl_copy_mve(dst: *mut i32, src: *const i32, n: usize);
+}
+
+// Per four values one `VLDRW` and one `VSTRW`: 3 instructions with the loop's end (the
+// compiler's `memcpy` takes 13 for four words).
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m55",
+    ".section .text.txl_copy_mve,\"ax\",%progbits",
+    ".globl txl_copy_mve",
+    ".type txl_copy_mve,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_copy_mve:",
+    "push {{r7, lr}}",
+    "dlstp.32 lr, r2",
+    "1:",
+    "vldrw.u32 q0, [r1], #16",
+    "vstrw.32 q0, [r0], #16",
+    "letp lr, 1b",
+    "pop {{r7, pc}}",
+    ".size txl_copy_mve, . - txl_copy_mve",
+    ".cpu cortex-m4",
+);
+
+/// `dst[i] = src[i]`, as many as the shorter of the two: four values an instruction.
+pub fn copy(dst: &mut [i32], src: &[i32]) {
+    let n = dst.len().min(src.len());
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `dst` and `src` hold `n >= 1` values (two slices: no overlap); the kernel reads
+    // those and writes these (tail-predicated), and uses q0 (caller-saved).
+    unsafe { txl_copy_mve(dst.as_mut_ptr(), src.as_ptr(), n) }
 }
