@@ -1250,7 +1250,7 @@ impl Session<'_, '_> {
         frac: u32,
         held: bool,
     ) -> bool {
-        let config = *self.model.config();
+        let config = self.model.config();
         let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
         let eps = config.layer_norm_epsilon;
         let s = &mut self.state;
@@ -1258,7 +1258,7 @@ impl Session<'_, '_> {
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
             // the input in `branch` (the residual `h` stays as it is)
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            let p = layer_parameters(s.parameters, &config, layer);
+            let p = layer_parameters(s.parameters, config, layer);
             if config.pre_lnorm {
                 layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
             } else if !(held && qlen == 1) {
@@ -1289,7 +1289,7 @@ impl Session<'_, '_> {
                 // in the attention input, which the next layer's attention takes as it is
                 let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
                 layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
-                h.copy_from_slice(normed);
+                kernels::copy_i32(h, normed);
             }
         }
         !config.pre_lnorm && qlen == 1
