@@ -2709,8 +2709,8 @@ global_asm!(
     "vqsub.u32 q2, q3, r11", // a
     ".endm",
     ".macro txl_layer_norm_deviations_mve",
-    "vsub.i32 q3, q3, q2",   // v - a
-    "vshl.u32 q1, q1, q3",   // m · 2^(v - a)
+    "vsub.i32 q3, q3, q2", // v - a
+    "vshl.u32 q1, q1, q3", // m · 2^(v - a)
     "vldrw.u32 q3, [r0], #16",
     "vshl.s32 q3, r7",
     "vsub.i32 q3, q3, r8", // the deviations
@@ -2735,7 +2735,7 @@ global_asm!(
     "dlstp.32 lr, r4",
     "1:",
     "txl_layer_norm_gains_mve",
-    "vcmp.u32 cs, q3, q7",   // v ≥ 32: the slow path
+    "vcmp.u32 cs, q3, q7", // v ≥ 32: the slow path
     "txl_layer_norm_deviations_mve",
     "vqshl.s32 q5, q3, q2",
     "vpnot",
