@@ -129,42 +129,51 @@ global_asm!(
     ".size txl_magnitude_bits_dsp, . - txl_magnitude_bits_dsp",
 );
 
-// Per row, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa `((f + 2^23 + 2^7) >>
-// 8)` (`f` the 23 bits of its fraction, `UBFX`), its product `p` with `sm` (`[2^30, 2^32)`),
-// `lz` its leading zeros (0 or 1, `up = 1 - lz`), `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`, and
+// Per row, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa `g = (f + 2^23 + 2^7)
+// >> 8` (`f` the 23 bits of its fraction), its product `p = g · sm` (`[2^30, 2^32)`), `lz` its
+// leading zeros (0 or 1, `up = 1 - lz`), `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`, and
 // `v = 32 - s = biased + 32 - k - lz` (`biased` with the sign bit: a negative scale's `v` is
 // 33 or more, a zero or subnormal one's negative, an infinite or NaN one's 32 or more).
+//
+// The mantissa in three instructions (`ADD`, `UBFX`, `MLA`) for four: `b = bits + 2^7`, its 15
+// bits `q` from bit 8, `p' = q · sm + sm · 2^15` (`sm · 2^15` made once a call). Where `f + 2^7`
+// stays below `2^23`, `q = (f + 2^7) >> 8` and `g = 2^15 + q`: `p' = p`, and `b`'s exponent
+// field is the f32's. Where it carries (`f ≥ 2^23 - 2^7`), `g = 2^16` (the bits left below 2^23,
+// under `2^7`, fall off the shift) while `q = 0` and the carry raises `b >> 23` by one: `p' =
+// 2^15 · sm = p / 2` in `[2^30, 2^31)`, one leading zero more (`p` has none: `sm ≥ 2^15`), so
+// `⌊p' / 2^(16 - lz - 1)⌋ = ⌊p / 2^(16 - lz)⌋` (the same `m`) and `biased + 1 - (lz + 1)` (the
+// same `v`). `p'` stays in `[2^30, 2^32)` (`g ≤ 2^16 - 1` now). The carry out of the exponent
+// field: an exponent of 255 (infinite, NaN) into the sign bit, `biased + 1 = 256`, the same `v`,
+// 32 or more; a negative NaN of `f ≥ 2^23 - 2^7` wraps to `b < 2^7`, `biased = 0`, `v ≤ 32 -
+// k - 1 < 0` where its own `v` was 33 or more: the row is the caller's either way.
 //
 // Two rows an iteration where both have `t = v - a` in `0..=15` (one `ORR` of the two and one
 // `CMP`): `SMMULR(x · 2^a, m · 2^t)` (`x · 2^a` keeps its bits for every row of the call,
 // `m · 2^t ≤ 2^30`) is `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact
 // rounding, below `2^30` in magnitude, as the checked path below gives it (`v ≤ a + 15`: the
-// shift by `v - 15` is at most `a`). 36 instructions the two rows (18 a row), the checks
+// shift by `v - 15` is at most `a`). 34 instructions the two rows (17 a row), the checks
 // once a pair and no check of the value. A pair with a row outside takes its first row the
 // long way, each check in turn: for `v` in `0..=15`, `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`);
 // for `v` in `16..=31`, where `x` keeps its bits shifted left by `b = v - 15`:
 // `SMMULR(x · 2^b, m · 2^15)`; else the row is the caller's. Registers: r0 the bits, r1 the
 // values, r2 the rows left (less 2 in the pairs' loop), r3 `sm`, r4-r5 the bits, then
-// `c + biased` and `t`, r6-r7 the values, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11 `lz`,
-// then `16 - lz` and a check, r12 `c = 32 - k - a`, lr `a`; `n` on the stack. Where the
-// caller knows the scales' exponents to keep every row's `t` in `0..=15`
-// (`txl_scaled_by_bits_bounded_dsp`), the pairs take no check: 33 instructions the two rows.
+// `c + biased` and `t`, r6 a check, r7 `sm · 2^15`, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11
+// `lz`, then `16 - lz`, then the values, r12 `c = 32 - k - a`, lr `a`; `n` on the stack. Where
+// the caller knows the scales' exponents to keep every row's `t` in `0..=15`
+// (`txl_scaled_by_bits_bounded_dsp`), the pairs take no check: 31 instructions the two rows.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    // a pair's loads, `p`, `t` (r4, r5) and `⌊p / 2^(16 - lz)⌋` (r8, r9)
+    // a pair's loads, `p`, `t` (r4, r5), `⌊p / 2^(16 - lz)⌋` (r8, r9) and the values (r10, r11)
     ".macro txl_rescale_pair_start",
     "ldrd r4, r5, [r0], #8",
-    "ldrd r6, r7, [r1]",
-    "ubfx r8, r4, #0, #23",
-    "ubfx r9, r5, #0, #23",
-    "add r8, r8, #0x00800080",
-    "add r9, r9, #0x00800080",
-    "lsrs r8, r8, #8",
-    "lsrs r9, r9, #8",
-    "mul r8, r8, r3", // p
-    "mul r9, r9, r3",
+    "add r4, r4, #128",
+    "add r5, r5, #128",
+    "ubfx r8, r4, #8, #15",
+    "ubfx r9, r5, #8, #15",
+    "mla r8, r8, r3, r7", // p
+    "mla r9, r9, r3, r7",
     "add r4, r12, r4, lsr #23",
     "add r5, r12, r5, lsr #23",
     "clz r10, r8", // lz
@@ -175,6 +184,7 @@ global_asm!(
     "rsb r11, r11, #16",
     "lsr r8, r8, r10",
     "lsr r9, r9, r11",
+    "ldrd r10, r11, [r1]",
     ".endm",
     // the pair's `m`, its products and stores, for `t` in `0..=15`
     ".macro txl_rescale_pair_finish",
@@ -184,11 +194,11 @@ global_asm!(
     "lsrs r9, r9, #1",
     "lsl r8, r8, r4",
     "lsl r9, r9, r5",
-    "lsl r6, r6, lr",
-    "lsl r7, r7, lr",
-    "smmulr r6, r6, r8",
-    "smmulr r7, r7, r9",
-    "strd r6, r7, [r1], #8",
+    "lsl r10, r10, lr",
+    "lsl r11, r11, lr",
+    "smmulr r10, r10, r8",
+    "smmulr r11, r11, r9",
+    "strd r10, r11, [r1], #8",
     ".endm",
     ".section .text.txl_scaled_by_bits_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_dsp",
@@ -199,14 +209,15 @@ global_asm!(
     "push {{r2, r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
     "ldr r12, [sp, #40]",
     "ldr lr, [sp, #44]",
+    "lsl r7, r3, #15",
     // two rows or more: a pair
     "1:",
     "subs r2, r2, #2",
     "blt 8f",
     "2:",
     "txl_rescale_pair_start",
-    "orr r10, r4, r5",
-    "cmp r10, #15",
+    "orr r6, r4, r5",
+    "cmp r6, #15",
     "bhi 7f",
     "txl_rescale_pair_finish",
     "subs r2, r2, #2",
@@ -220,30 +231,29 @@ global_asm!(
     "7:",
     "sub r0, r0, #8",
     "adds r2, r2, #2",
-    // one row the long way: r4 the bits, then the shifted value, r5 the value, r6 `p`, then
-    // `m`, r7 `lz`, then `b`, r8 a shift, then `v` and a check
+    // one row the long way: r4 the bits (plus `2^7`), then the shifted value, r5 the value, r6
+    // `p`, then `m`, r9 `lz`, then `b`, r8 a shift, then `v` and a check
     "3:",
     "ldr r4, [r0], #4",
     "ldr r5, [r1]",
-    "ubfx r6, r4, #0, #23",
-    "add r6, r6, #0x00800080",
-    "lsrs r6, r6, #8",
-    "mul r6, r6, r3", // p
-    "clz r7, r6",     // lz
-    "rsb r8, r7, #16",
+    "add r4, r4, #128",
+    "ubfx r6, r4, #8, #15",
+    "mla r6, r6, r3, r7", // p
+    "clz r9, r6",         // lz
+    "rsb r8, r9, #16",
     "lsr r6, r6, r8",
     "adds r6, r6, #1",
     "lsrs r6, r6, #1", // m
     "add r8, r12, lr",
     "add r8, r8, r4, lsr #23",
-    "subs r8, r8, r7",  // v
-    "subs r7, r8, #15", // b
+    "subs r8, r8, r9",  // v
+    "subs r9, r8, #15", // b
     "ble 4f",
     // `v` in `16..=31`, a value that keeps its bits shifted by `b = v - 15`
-    "cmp r7, #16",
+    "cmp r9, #16",
     "bhi 9f",
-    "lsl r4, r5, r7",
-    "asr r8, r4, r7",
+    "lsl r4, r5, r9",
+    "asr r8, r4, r9",
     "cmp r8, r5",
     "bne 9f",
     "lsl r6, r6, #15",
@@ -267,7 +277,7 @@ global_asm!(
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
     // `pairs ≥ 1` pairs of rows whose `t` the caller has found all in `0..=15`: without the
-    // check, 33 instructions the two rows
+    // check, 31 instructions the two rows
     ".section .text.txl_scaled_by_bits_bounded_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_bounded_dsp",
     ".type txl_scaled_by_bits_bounded_dsp,%function",
@@ -277,6 +287,7 @@ global_asm!(
     "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
     "ldr r12, [sp, #36]",
     "ldr lr, [sp, #40]",
+    "lsl r7, r3, #15",
     "1:",
     "txl_rescale_pair_start",
     "txl_rescale_pair_finish",
