@@ -666,35 +666,70 @@ pub fn act_shift(x: &mut [i32], act: &[f32], biased_top: u32) -> u32 {
     }
     // SAFETY: `x` and `act` hold `n ≥ 1` values; the kernel reads those of both, writes those
     // of `x`, and restores the registers it saves.
-    unsafe { txl_act_shift_dsp(x.as_mut_ptr(), act.as_ptr(), n, biased_top.wrapping_add(2)) }
+    unsafe { txl_act_shift_dsp(x.as_mut_ptr(), act.as_ptr(), n, biased_top.wrapping_add(1)) }
 }
 
 extern "C" {
     /// For `i < n` (`n ≥ 1`): `x[i] = ((x[i] >> s) + 1) >> 1` (wrapping) for
-    /// `s = top2 - (act[i]'s biased exponent, its sign bit included)` below 31 taken as
+    /// `s = top1 + 1 - (act[i]'s biased exponent, its sign bit included)` below 31 taken as
     /// unsigned, else 0; returns the largest `|x[i]|` after.
-    fn txl_act_shift_dsp(x: *mut i32, act: *const f32, n: usize, top2: u32) -> u32;
+    fn txl_act_shift_dsp(x: *mut i32, act: *const f32, n: usize, top1: u32) -> u32;
 }
 
-// `act_shift`'s steps, the shift `s = top2 - (bits >> 23)` in one `SUB` of a shifted register;
-// the magnitude `(y ^ (y >> 31)) - (y >> 31)` (at most `2^30`: no overflow) against the
-// largest, `IT HI`. Two values an iteration (`LDRD`, `STRD`), both shifts checked by one
-// `CMP` of their OR (a pair with a shift of 31 or more takes the checks one by one): 26
-// instructions the two, 13 a value. Registers: r0 the values, r1 the scales, r2 the values
-// left (less 2 in the pairs' loop), r3 `top2`, r4 and r8 the bits then `s`, r5 and r9 the
-// values, r6 the shifts' OR, then a magnitude, r7 the largest.
+// `act_shift`'s value for `s` in `1..=256` as one `SMMULR` by `M = 2^30 >> (s - 1)` (`LSR` of a
+// register: `2^(31 - s)` for `s ≤ 31`, 0 beyond, the shift `s - 1 ≤ 255` read whole from the
+// low byte): `SMMULR(x, 2^(31 - s)) = ⌊(x 2^(31 - s) + 2^31) / 2^32⌋ = ⌊(x + 2^s) / 2^(s+1)⌋`,
+// which is `⌊(⌊x / 2^s⌋ + 1) / 2⌋` (no wrapping for `s ≥ 1`), and `⌊(x + 2^31) / 2^32⌋ = 0`
+// for `s = 31` (`M = 1`), 0 for `M = 0`: the definition's 0 from `s = 31` on. `s - 1 = top1 -
+// (bits >> 23)` in one `SUB` of a shifted register. Another `s` (0, or 257 and more as
+// unsigned) takes the definition's steps.
+//
+// The largest magnitude from the smallest and the largest value (both from 0 on: `|y|` of
+// each is at most the larger of `-min` and `max`, which are two of them or 0): a value within
+// them passes by `SUB` of the smallest, `CMP` with the range `max - min` (unsigned: `y - min ≤
+// max - min` is `min ≤ y ≤ max`) and `BHI`; one outside widens them out of line.
+//
+// Two values an iteration (`LDRD`, `STRD`), both shifts checked by one `CMP` of their OR with
+// 256 (a pair with a shift outside `1..=256` takes the steps one by one): 20 instructions the
+// two, 10 a value. Registers: r0 the values, r1 the scales, r2 the values left (less 2 in the
+// pairs' loop), r3 `top1`, r4 and r8 the bits then `s - 1` and `M`, r5 and r9 the values, r6
+// the shifts' OR, then a value less the smallest, r7 the largest value, r10 the smallest,
+// r11 the range, r12 `2^30`.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
+    // the value in `reg` into the smallest (r10) and the range (r11), the largest in r7
+    ".macro txl_act_shift_widen reg",
+    "add r7, r10, r11",
+    "cmp \\reg, r10",
+    "it lt",
+    "movlt r10, \\reg",
+    "cmp \\reg, r7",
+    "it gt",
+    "movgt r7, \\reg",
+    "sub r11, r7, r10",
+    ".endm",
+    // the definition's steps for the value in `v`, `s - 1` in `s`
+    ".macro txl_act_shift_steps v, s",
+    "adds \\s, \\s, #1",
+    "cmp \\s, #31",
+    "ite lo",
+    "asrlo \\v, \\v, \\s",
+    "movhs \\v, #0",
+    "adds \\v, \\v, #1",
+    "asrs \\v, \\v, #1",
+    ".endm",
     ".section .text.txl_act_shift_dsp,\"ax\",%progbits",
     ".globl txl_act_shift_dsp",
     ".type txl_act_shift_dsp,%function",
     ".p2align 2",
     ".thumb_func",
     "txl_act_shift_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9}}",
-    "movs r7, #0",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "movs r10, #0",
+    "movs r11, #0",
+    "mov r12, #0x40000000",
     "subs r2, r2, #2",
     "blt 8f",
     "1:",
@@ -703,26 +738,22 @@ global_asm!(
     "sub r4, r3, r4, lsr #23",
     "sub r8, r3, r8, lsr #23",
     "orr r6, r4, r8",
-    "cmp r6, #31",
+    "cmp r6, #256",
     "bhs 5f",
-    "asr r5, r5, r4",
-    "adds r5, r5, #1",
-    "asrs r5, r5, #1",
-    "asr r9, r9, r8",
-    "adds r9, r9, #1",
-    "asrs r9, r9, #1",
+    "lsr r4, r12, r4",
+    "lsr r8, r12, r8",
+    "smmulr r5, r5, r4",
+    "smmulr r9, r9, r8",
     "3:",
     "strd r5, r9, [r0], #8",
-    "eor r6, r5, r5, asr #31",
-    "sub r6, r6, r5, asr #31",
-    "cmp r6, r7",
-    "it hi",
-    "movhi r7, r6",
-    "eor r6, r9, r9, asr #31",
-    "sub r6, r6, r9, asr #31",
-    "cmp r6, r7",
-    "it hi",
-    "movhi r7, r6",
+    "sub r6, r5, r10",
+    "cmp r6, r11",
+    "bhi 6f",
+    "4:",
+    "sub r6, r9, r10",
+    "cmp r6, r11",
+    "bhi 7f",
+    "2:",
     "subs r2, r2, #2",
     "bge 1b",
     // one value left, or none
@@ -732,37 +763,39 @@ global_asm!(
     "ldr r4, [r1]",
     "ldr r5, [r0]",
     "sub r4, r3, r4, lsr #23",
-    "cmp r4, #31",
-    "ite lo",
-    "asrlo r5, r5, r4",
-    "movhs r5, #0",
-    "adds r5, r5, #1",
-    "asrs r5, r5, #1",
+    "cmp r4, #256",
+    "bhs 10f",
+    "lsr r4, r12, r4",
+    "smmulr r5, r5, r4",
+    "11:",
     "str r5, [r0]",
-    "eor r6, r5, r5, asr #31",
-    "sub r6, r6, r5, asr #31",
+    "txl_act_shift_widen r5",
+    // the largest magnitude: `-min` (as unsigned) or `max`
+    "9:",
+    "add r7, r10, r11",
+    "rsb r6, r10, #0",
     "cmp r6, r7",
     "it hi",
     "movhi r7, r6",
-    "9:",
     "mov r0, r7",
-    "pop {{r4, r5, r6, r7, r8, r9}}",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
     "bx lr",
-    // a shift of 31 or more (0), or both below 31 and their OR 31: each its own check
+    // a shift outside `1..=256` in the pair: each value the definition's steps
     "5:",
-    "cmp r4, #31",
-    "ite lo",
-    "asrlo r5, r5, r4",
-    "movhs r5, #0",
-    "adds r5, r5, #1",
-    "asrs r5, r5, #1",
-    "cmp r8, #31",
-    "ite lo",
-    "asrlo r9, r9, r8",
-    "movhs r9, #0",
-    "adds r9, r9, #1",
-    "asrs r9, r9, #1",
+    "txl_act_shift_steps r5, r4",
+    "txl_act_shift_steps r9, r8",
     "b 3b",
+    // the first value, the second, outside the range
+    "6:",
+    "txl_act_shift_widen r5",
+    "b 4b",
+    "7:",
+    "txl_act_shift_widen r9",
+    "b 2b",
+    // the last value's shift outside `1..=256`
+    "10:",
+    "txl_act_shift_steps r5, r4",
+    "b 11b",
     ".size txl_act_shift_dsp, . - txl_act_shift_dsp",
 );
 
