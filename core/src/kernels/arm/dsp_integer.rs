@@ -1174,13 +1174,13 @@ extern "C" {
     fn txl_squares_dsp(x: *const i32, n: usize, parameters: *const i32) -> u64;
 }
 
-// The sum: `SMLAL` of each value by 1 into the 64-bit sum. The range in one `ITEE` block: the
-// smallest `CMP`ed with the value takes it where it is above it (`GT`), else (`LE`) the largest
-// `CMP`ed with the value takes it where it is at or below it (where the first `MOV` ran, the
-// first `CMP`'s flags, `GT`, keep the last from running). 6 instructions a value, four values
-// an `LDM`.
-// Registers: r0 the values, r1 the values left (less 4 in the loop of four), r2 the output, r3
-// 1, r4-r7 the values, r8-r9 the sum, r10 the smallest, r11 the largest.
+// The sum: `SMLAL` of each value by 1 into the 64-bit sum. The range: a value within the
+// smallest and the largest so far passes by `SUB` of the smallest, `CMP` with the range `max -
+// min` (unsigned: `v - min ≤ max - min` is `min ≤ v ≤ max`) and `BLS` over the widening, which
+// (a value outside) takes the value as the smallest where it is below it and as the largest
+// where it is above it: 4 instructions a value, four values an `LDM`. Registers: r0 the values,
+// r1 the values left (less 4 in the loop of four), r2 the output, r3 1, r4-r7 the values, r8-r9
+// the sum, r10 the smallest, r11 the range, r12 a value less the smallest, lr the largest.
 //
 // The squares: `c = SMMULR(d, 2^(32 - s)) = ⌊(d + 2^(s-1)) / 2^s⌋` (`2^(32 - s) ≤ 2^30`), the
 // exact rounding of the deviation `d = (v << shift) - mean` (`LSL`, `SUB`), and `SMLAL` of
@@ -1192,15 +1192,21 @@ global_asm!(
     ".thumb",
     ".cpu cortex-m4",
     // a value in `reg`: its sum into r9:r8 (`SMLAL` by r3 = 1), the smallest into r10 and
-    // the largest into r11 (the range's `ITEE`: a value below the smallest is the smallest,
-    // else one at least the largest is the largest)
+    // the range into r11 where it is outside them
     ".macro txl_sum_range_value reg",
     "smlal r8, r9, \\reg, r3",
-    "cmp r10, \\reg",
-    "itee gt",
-    "movgt r10, \\reg",
-    "cmple r11, \\reg",
-    "movle r11, \\reg",
+    "sub r12, \\reg, r10",
+    "cmp r12, r11",
+    "bls .Ltxl_sum_range_within\\@",
+    "add lr, r10, r11",
+    "cmp \\reg, r10",
+    "it lt",
+    "movlt r10, \\reg",
+    "cmp \\reg, lr",
+    "it gt",
+    "movgt lr, \\reg",
+    "sub r11, lr, r10",
+    ".Ltxl_sum_range_within\\@:",
     ".endm",
     // a value in `reg`: its deviation `(v << r2) - r3` rounded by `SMMULR` with r12, its
     // square into r9:r8
@@ -1216,9 +1222,9 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_sum_range_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
     "ldr r10, [r0]",
-    "mov r11, r10",
+    "movs r11, #0",
     "movs r3, #1",
     "movs r8, #0",
     "movs r9, #0",
@@ -1241,9 +1247,9 @@ global_asm!(
     "subs r1, r1, #1",
     "bne 3b",
     "4:",
+    "add r11, r10, r11",
     "stm r2, {{r8, r9, r10, r11}}",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
-    "bx lr",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_sum_range_dsp, . - txl_sum_range_dsp",
     ".section .text.txl_squares_dsp,\"ax\",%progbits",
     ".globl txl_squares_dsp",
