@@ -1325,11 +1325,14 @@ extern "C" {
     fn txl_query_pack_dsp(qb: *const i32, words: *mut u32, octets: usize, e: u32);
 }
 
-// The sums: `QADD`, and the magnitude `(y ^ (y >> 31)) - (y >> 31)` (`2^31` for `i32::MIN`, as
-// an unsigned value) against the largest, `IT HI`: four columns two `LDM`s, four `QADD`s, an
-// `STM` and five instructions a column for the largest, 29 with the loop's two. Registers: r0-r2 the slices, r3 the columns left (less 4 in
-// the loop of four), r4-r7 the sums, r8-r11 the biases, then the magnitudes, r12 the
-// largest.
+// The sums: `QADD`, and the largest magnitude as the larger of `-min` (as `u32`: `2^31` for
+// `i32::MIN`) and `max`, the smallest and the largest sum from 0 on: a sum within them passes
+// by `SUB` of the smallest, `CMP` with the range `max - min` (unsigned) and `BLS` over the
+// widening, which takes it as the smallest or the largest. Four columns two `LDM`s, four
+// `QADD`s, an `STM` and three instructions a column, 21 with the loop's two. Registers: r0-r2
+// the slices, r3 the columns left (less 4 in the loop of four), r4-r7 the sums, r8-r11 the
+// biases, then r8 a sum less the smallest and r9 the largest sum, r12 the smallest, lr the
+// range.
 //
 // The words: for `e ≥ 2`, `round(v / 2^e) = SMMULR(v, 2^(32 - e))` (`2^(32 - e) ≤ 2^30`),
 // then `PKHBT` of columns `4g, 4g + 2` and `4g + 1, 4g + 3`: eight columns an `LDM`, eight
@@ -1341,14 +1344,31 @@ global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
+    // a sum in `reg` against the smallest (r12) and the range (lr), both widened where it is
+    // outside them (the largest in r9)
+    ".macro txl_query_value reg",
+    "sub r8, \\reg, r12",
+    "cmp r8, lr",
+    "bls .Ltxl_query_within\\@",
+    "add r9, r12, lr",
+    "cmp \\reg, r12",
+    "it lt",
+    "movlt r12, \\reg",
+    "cmp \\reg, r9",
+    "it gt",
+    "movgt r9, \\reg",
+    "sub lr, r9, r12",
+    ".Ltxl_query_within\\@:",
+    ".endm",
     ".section .text.txl_query_sums_dsp,\"ax\",%progbits",
     ".globl txl_query_sums_dsp",
     ".type txl_query_sums_dsp,%function",
     ".p2align 2",
     ".thumb_func",
     "txl_query_sums_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
     "movs r12, #0",
+    "mov lr, #0",
     "subs r3, r3, #4",
     "blo 2f",
     "1:",
@@ -1359,26 +1379,10 @@ global_asm!(
     "qadd r6, r6, r10",
     "qadd r7, r7, r11",
     "stm r2!, {{r4, r5, r6, r7}}",
-    "eor r8, r4, r4, asr #31",
-    "sub r8, r8, r4, asr #31",
-    "cmp r8, r12",
-    "it hi",
-    "movhi r12, r8",
-    "eor r9, r5, r5, asr #31",
-    "sub r9, r9, r5, asr #31",
-    "cmp r9, r12",
-    "it hi",
-    "movhi r12, r9",
-    "eor r10, r6, r6, asr #31",
-    "sub r10, r10, r6, asr #31",
-    "cmp r10, r12",
-    "it hi",
-    "movhi r12, r10",
-    "eor r11, r7, r7, asr #31",
-    "sub r11, r11, r7, asr #31",
-    "cmp r11, r12",
-    "it hi",
-    "movhi r12, r11",
+    "txl_query_value r4",
+    "txl_query_value r5",
+    "txl_query_value r6",
+    "txl_query_value r7",
     "subs r3, r3, #4",
     "bhs 1b",
     "2:",
@@ -1389,17 +1393,18 @@ global_asm!(
     "ldr r8, [r1], #4",
     "qadd r4, r4, r8",
     "str r4, [r2], #4",
-    "eor r8, r4, r4, asr #31",
-    "sub r8, r8, r4, asr #31",
-    "cmp r8, r12",
-    "it hi",
-    "movhi r12, r8",
+    "txl_query_value r4",
     "subs r3, r3, #1",
     "bne 3b",
+    // the largest magnitude: `-min` (as unsigned) or `max`
     "4:",
-    "mov r0, r12",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
-    "bx lr",
+    "add r9, r12, lr",
+    "rsb r12, r12, #0",
+    "cmp r12, r9",
+    "it hi",
+    "movhi r9, r12",
+    "mov r0, r9",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_query_sums_dsp, . - txl_query_sums_dsp",
     ".section .text.txl_query_pack_dsp,\"ax\",%progbits",
     ".globl txl_query_pack_dsp",
@@ -1711,10 +1716,14 @@ extern "C" {
     fn txl_quantize_wide_dsp(x: *const i32, out: *mut i8, n: usize, wide: i32);
 }
 
-// The largest magnitude: per value `EOR` and `SUB` of the sign (`|i32::MIN|` being `2^31` as
-// `u32`), `CMP`, `IT`, `MOVHI`; four values an `LDM`: 23 instructions the four with the loop's
-// two. Registers: r0 the values, r1 the values left (less 4 in the loop of four), r2 the
-// largest, r3 a magnitude, r4-r7 the values.
+// The largest magnitude: the larger of `-min` (as `u32`: `|i32::MIN|` is `2^31`) and `max`,
+// the smallest and the largest value from 0 on (every `|x|` is at most the larger of the two,
+// which are values or 0). A value within them passes by `SUB` of the smallest, `CMP` with the
+// range `max - min` (unsigned: `x - min ≤ max - min` is `min ≤ x ≤ max`) and `BLS` over the
+// widening, which takes it as the smallest or the largest; four values an `LDM`: 15
+// instructions the four with the loop's two. Registers: r0 the values, r1 the values left
+// (less 4 in the loop of four), r2 the smallest, r3 a value less the smallest, then the
+// largest magnitude, r4-r7 the values, r12 the range, lr the largest value.
 //
 // The quantization: per value `ASR` by `max(e - 1, 0)`, `ADD` and `ASR` of `e > 0`, and the
 // bytes of four values into a word by three `BFI`s: 19 instructions the four with the `LDM`, the
@@ -1724,38 +1733,39 @@ global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
+    // a value in `reg` against the smallest (r2) and the range (r12), both widened where it is
+    // outside them (the largest in lr)
+    ".macro txl_largest_value reg",
+    "sub r3, \\reg, r2",
+    "cmp r3, r12",
+    "bls .Ltxl_largest_within\\@",
+    "add lr, r2, r12",
+    "cmp \\reg, r2",
+    "it lt",
+    "movlt r2, \\reg",
+    "cmp \\reg, lr",
+    "it gt",
+    "movgt lr, \\reg",
+    "sub r12, lr, r2",
+    ".Ltxl_largest_within\\@:",
+    ".endm",
     ".section .text.txl_pow2_largest_dsp,\"ax\",%progbits",
     ".globl txl_pow2_largest_dsp",
     ".type txl_pow2_largest_dsp,%function",
     ".p2align 2",
     ".thumb_func",
     "txl_pow2_largest_dsp:",
-    "push {{r4, r5, r6, r7}}",
+    "push {{r4, r5, r6, r7, lr}}",
     "movs r2, #0",
+    "movs r12, #0",
     "subs r1, r1, #4",
     "blo 2f",
     "1:",
     "ldm r0!, {{r4, r5, r6, r7}}",
-    "eor r3, r4, r4, asr #31",
-    "sub r3, r3, r4, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
-    "eor r3, r5, r5, asr #31",
-    "sub r3, r3, r5, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
-    "eor r3, r6, r6, asr #31",
-    "sub r3, r3, r6, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
-    "eor r3, r7, r7, asr #31",
-    "sub r3, r3, r7, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
+    "txl_largest_value r4",
+    "txl_largest_value r5",
+    "txl_largest_value r6",
+    "txl_largest_value r7",
     "subs r1, r1, #4",
     "bhs 1b",
     "2:",
@@ -1763,17 +1773,18 @@ global_asm!(
     "beq 4f",
     "3:",
     "ldr r4, [r0], #4",
-    "eor r3, r4, r4, asr #31",
-    "sub r3, r3, r4, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
+    "txl_largest_value r4",
     "subs r1, r1, #1",
     "bne 3b",
+    // the largest magnitude: `-min` (as unsigned) or `max`
     "4:",
-    "mov r0, r2",
-    "pop {{r4, r5, r6, r7}}",
-    "bx lr",
+    "add r3, r2, r12",
+    "rsb r2, r2, #0",
+    "cmp r2, r3",
+    "it hi",
+    "movhi r3, r2",
+    "mov r0, r3",
+    "pop {{r4, r5, r6, r7, pc}}",
     ".size txl_pow2_largest_dsp, . - txl_pow2_largest_dsp",
     ".section .text.txl_pow2_shift_dsp,\"ax\",%progbits",
     ".globl txl_pow2_shift_dsp",
