@@ -912,8 +912,8 @@ pub fn layer_norm(
 ) {
     let n = x.len().min(gains.len()).min(biases.len()).min(out.len());
     let (x, gains, biases, out) = (&x[..n], &gains[..n], &biases[..n], &mut out[..n]);
-    // `sm`, `32 - k`, the shift and the mean
-    let parameters = [sm as i32, 32 - k, shift as i32, mean];
+    // `sm`, `32 - k`, `2^shift` (`x << shift` as a product, the same low word) and `-mean`
+    let parameters = [sm as i32, 32 - k, 1i32.wrapping_shl(shift), mean.wrapping_neg()];
     let mut i = 0;
     // every value's `v = exponent + 32 - k - lz` (`lz` 0 or 1) in `0..=15`, as the gains'
     // exponents show: the pairs without a check
@@ -964,8 +964,8 @@ extern "C" {
     /// deviation `d = (x[i] << shift) - mean`, the rescale `m · 2^-s` that `ScaledByBits::apply`
     /// makes of `gains[i]`'s magnitude and the scale of mantissa `sm`, and the gain's sign,
     /// while `s` is in `1..=32` and the deviation keeps its bits once shifted; returns the
-    /// index of the first value it leaves (`n` for none). `parameters` is `[sm, 32 - k, shift,
-    /// mean]`.
+    /// index of the first value it leaves (`n` for none). `parameters` is `[sm, 32 - k,
+    /// 2^shift, -mean]` (wrapping).
     fn txl_layer_norm_dsp(
         x: *const i32,
         gains: *const u32,
@@ -987,47 +987,50 @@ extern "C" {
 }
 
 // [`txl_scaled_by_bits_dsp`]'s rescale of the deviation by the gain's magnitude (its biased
-// exponent by `UBFX`, without the sign), then the sign (`(y ^ s) - s` for `s` the gain's sign
-// spread, exact: `|y| < 2^30`) and the bias by `QADD`, the saturating sum `finish` makes. Two
-// values an iteration, each straight through where its `v` is in `0..=15` (the usual value:
-// LayerNorm's deviations are large and its outputs small), `SMMULR(d, m · 2^v)`
-// (`m · 2^v ≤ 2^30`, any deviation): 25 instructions a value, 52 the two with the loop's. A
-// value outside takes the long way, each check in turn: for `v` in `16..=31`, where the
-// deviation keeps its bits shifted left by `a = v - 15`, `SMMULR(d · 2^a, m · 2^15)`; else the
-// value is the caller's. Registers: r0 the values, r1 the gains, r2 the biases, r3 the output,
-// r4 the gain's bits, r5 the deviation, then the result, r6 `p`, then `m`, r7 `lz`, then `a`
-// and a check, r8 `32 - k`, r9 `sm`, r10 the shift, r11 the mean, r12 a shift, then `v`, the
-// shifted deviation and the bias, lr the values left (less 2 in the pairs' loop); the count
-// and the parameters' address on the stack.
+// exponent by `UBFX`, without the sign; the mantissa's product by `ADD` of `2^7`, `UBFX` and
+// `MLA` with `sm · 2^15`, as there: a carry out of the fraction raises the exponent field by
+// one and halves `p`, the same `m` and `v`, and an exponent field of 255, infinite or NaN,
+// wraps to 0, a negative `v` where its own was 32 or more: the caller's either way), then the
+// sign (`(y ^ s) - s` for `s` the gain's sign spread, exact: `|y| < 2^30`) and the bias by
+// `QADD`, the saturating sum `finish` makes. The deviation `(x << shift) - mean` is one `MLA`
+// of `x` by `2^shift` and `-mean` (the same low word). Two values an iteration, each straight
+// through where its `v` is in `0..=15` (the usual value: LayerNorm's deviations are large and
+// its outputs small), `SMMULR(d, m · 2^v)` (`m · 2^v ≤ 2^30`, any deviation): 23 instructions
+// a value, 48 the two with the loop's. A value outside takes the long way, each check in
+// turn: for `v` in `16..=31`, where the deviation keeps its bits shifted left by
+// `a = v - 15`, `SMMULR(d · 2^a, m · 2^15)`; else the value is the caller's. Registers: r0
+// the values, r1 the gains, r2 the biases, r3 the output, r4 the gain's bits, r5 `lz`, then
+// the deviation and the result, r6 the bits plus `2^7`, then `v`, then `a`, r7 `p`, then `m`,
+// r8 `32 - k`, r9 `sm`, r10 `2^shift`, r11 `-mean`, r12 `sm · 2^15` (in the long way the
+// shifted deviation, then made again), lr the values left (less 2 in the pairs' loop); the
+// count and the parameters' address on the stack.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    // a value's gain and deviation: `m` in r6 and `v` in r12
+    // a value's gain and deviation: `m` in r7, `v` in r6 and the deviation in r5
     ".macro txl_layer_norm_value",
     "ldr r4, [r1], #4",
+    "add r6, r4, #128",
+    "ubfx r7, r6, #8, #15",
+    "mla r7, r7, r9, r12", // p
+    "ubfx r6, r6, #23, #8",
+    "add r6, r6, r8",
+    "clz r5, r7",     // lz
+    "sub r6, r6, r5", // v
+    "rsb r5, r5, #16",
+    "lsr r7, r7, r5",
+    "adds r7, r7, #1",
+    "lsrs r7, r7, #1", // m
     "ldr r5, [r0], #4",
-    "lsl r5, r5, r10",
-    "sub r5, r5, r11", // the deviation
-    "ubfx r6, r4, #0, #23",
-    "add r6, r6, #0x00800080",
-    "lsrs r6, r6, #8",
-    "mul r6, r6, r9", // p
-    "clz r7, r6",     // lz
-    "rsb r12, r7, #16",
-    "lsr r6, r6, r12",
-    "adds r6, r6, #1",
-    "lsrs r6, r6, #1", // m
-    "ubfx r12, r4, #23, #8",
-    "add r12, r12, r8",
-    "sub r12, r12, r7", // v
+    "mla r5, r5, r10, r11", // the deviation
     ".endm",
     // the rescaled deviation in r5: its gain's sign, the bias, stored
     ".macro txl_layer_norm_finish",
     "eor r5, r5, r4, asr #31",
     "sub r5, r5, r4, asr #31",
-    "ldr r12, [r2], #4",
-    "qadd r5, r5, r12",
+    "ldr r6, [r2], #4",
+    "qadd r5, r5, r6",
     "str r5, [r3], #4",
     ".endm",
     ".section .text.txl_layer_norm_dsp,\"ax\",%progbits",
@@ -1044,6 +1047,7 @@ global_asm!(
     "mov r12, r8",
     "mov r8, r9",
     "mov r9, r12",
+    "lsl r12, r9, #15",
     "str lr, [sp]",
     // two values or more: a pair
     "0:",
@@ -1051,16 +1055,16 @@ global_asm!(
     "blt 8f",
     "1:",
     "txl_layer_norm_value",
-    "cmp r12, #15",
+    "cmp r6, #15",
     "bhi 6f",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "lsl r7, r7, r6",
+    "smmulr r5, r5, r7",
     "txl_layer_norm_finish",
     "txl_layer_norm_value",
-    "cmp r12, #15",
+    "cmp r6, #15",
     "bhi 7f",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "lsl r7, r7, r6",
+    "smmulr r5, r5, r7",
     "txl_layer_norm_finish",
     "subs lr, lr, #2",
     "bge 1b",
@@ -1083,27 +1087,28 @@ global_asm!(
     // one value the long way
     "3:",
     "txl_layer_norm_value",
-    "subs r7, r12, #15", // a
+    "subs r6, r6, #15", // a
     "ble 4f",
     // `v` in `16..=31`, a deviation that keeps its bits shifted by `a = v - 15`
-    "cmp r7, #16",
+    "cmp r6, #16",
     "bhi 9f",
-    "lsl r12, r5, r7",
-    "asr r7, r12, r7",
-    "cmp r7, r5",
+    "lsl r12, r5, r6",
+    "asr r6, r12, r6",
+    "cmp r6, r5",
     "bne 9f",
-    "lsl r6, r6, #15",
-    "smmulr r5, r12, r6",
+    "lsl r7, r7, #15",
+    "smmulr r5, r12, r7",
+    "lsl r12, r9, #15",
     "5:",
     "txl_layer_norm_finish",
     "subs lr, lr, #1",
     "b 0b",
-    // `v` below 16: in `0..=15`
+    // `v` below 16: in `0..=15` (`a` in `-15..=0`)
     "4:",
-    "cmp r12, #15",
-    "bhi 9f",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "adds r6, r6, #15",
+    "bmi 9f",
+    "lsl r7, r7, r6",
+    "smmulr r5, r5, r7",
     "b 5b",
     // the value is the caller's (`lr` values left), or none is left
     "9:",
@@ -1112,7 +1117,7 @@ global_asm!(
     "add sp, #4",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
-    // pairs of values whose `v` the caller has found all in `0..=15`: 23 instructions a value
+    // pairs of values whose `v` the caller has found all in `0..=15`: 21 instructions a value
     ".section .text.txl_layer_norm_bounded_dsp,\"ax\",%progbits",
     ".globl txl_layer_norm_bounded_dsp",
     ".type txl_layer_norm_bounded_dsp,%function",
@@ -1126,14 +1131,15 @@ global_asm!(
     "mov r12, r8",
     "mov r8, r9",
     "mov r9, r12",
+    "lsl r12, r9, #15",
     "1:",
     "txl_layer_norm_value",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "lsl r7, r7, r6",
+    "smmulr r5, r5, r7",
     "txl_layer_norm_finish",
     "txl_layer_norm_value",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "lsl r7, r7, r6",
+    "smmulr r5, r5, r7",
     "txl_layer_norm_finish",
     "subs lr, lr, #1",
     "bne 1b",
