@@ -1166,7 +1166,12 @@ pub fn squares(x: &[i32], shift: u32, mean: i32, s: u32) -> u64 {
     if x.is_empty() {
         return 0;
     }
-    let parameters = [shift as i32, mean, 1 << (32 - s.clamp(2, 31))];
+    // `2^shift` (`v << shift` as a product, the same low word), `-mean` and `2^(32 - s)`
+    let parameters = [
+        1i32.wrapping_shl(shift),
+        mean.wrapping_neg(),
+        1 << (32 - s.clamp(2, 31)),
+    ];
     // SAFETY: `x` holds `n ≥ 1` values; the kernel reads those and the three parameters, and
     // restores the registers it saves.
     unsafe { txl_squares_dsp(x.as_ptr(), x.len(), parameters.as_ptr()) }
@@ -1176,7 +1181,7 @@ extern "C" {
     /// For `n ≥ 1` values at `x`: `out = [Σ's low word, Σ's high word, min, max]`.
     fn txl_sum_range_dsp(x: *const i32, n: usize, out: *mut i32);
     /// `Σ c²` (64 bits) over `n ≥ 1` values `v` at `x` of `c = SMMULR((v << shift) - mean, M)`,
-    /// `parameters` being `[shift, mean, M]`.
+    /// `parameters` being `[2^shift, -mean, M]` (wrapping).
     fn txl_squares_dsp(x: *const i32, n: usize, parameters: *const i32) -> u64;
 }
 
@@ -1189,10 +1194,10 @@ extern "C" {
 // the sum, r10 the smallest, r11 the range, r12 a value less the smallest, lr the largest.
 //
 // The squares: `c = SMMULR(d, 2^(32 - s)) = ⌊(d + 2^(s-1)) / 2^s⌋` (`2^(32 - s) ≤ 2^30`), the
-// exact rounding of the deviation `d = (v << shift) - mean` (`LSL`, `SUB`), and `SMLAL` of
-// `c · c` into the 64-bit sum. 4 instructions a value, four values an `LDM`. Registers: r0
-// the values, r1 the values left (less 4), r2 the shift, r3 the mean, r4-r7 the values, r8-r9
-// the sum, r12 `2^(32 - s)`.
+// exact rounding of the deviation `d = (v << shift) - mean` (one `MLA` of `v` by `2^shift`
+// and `-mean`: the same low word), and `SMLAL` of `c · c` into the 64-bit sum. 3 instructions
+// a value, four values an `LDM`. Registers: r0 the values, r1 the values left (less 4), r2
+// `2^shift`, r3 `-mean`, r4-r7 the values, r8-r9 the sum, r12 `2^(32 - s)`.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1214,11 +1219,10 @@ global_asm!(
     "sub r11, lr, r10",
     ".Ltxl_sum_range_within\\@:",
     ".endm",
-    // a value in `reg`: its deviation `(v << r2) - r3` rounded by `SMMULR` with r12, its
-    // square into r9:r8
+    // a value in `reg`: its deviation `v · r2 + r3` rounded by `SMMULR` with r12, its square
+    // into r9:r8
     ".macro txl_square_value reg",
-    "lsl \\reg, \\reg, r2",
-    "sub \\reg, \\reg, r3",
+    "mla \\reg, \\reg, r2, r3",
     "smmulr \\reg, \\reg, r12",
     "smlal r8, r9, \\reg, \\reg",
     ".endm",
