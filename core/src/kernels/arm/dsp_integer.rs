@@ -158,9 +158,18 @@ global_asm!(
 // `SMMULR(x · 2^b, m · 2^15)`; else the row is the caller's. Registers: r0 the bits, r1 the
 // values, r2 the rows left (less 2 in the pairs' loop), r3 `sm`, r4-r5 the bits, then
 // `c + biased` and `t`, r6 a check, r7 `sm · 2^15`, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11
-// `lz`, then `16 - lz`, then the values, r12 `c = 32 - k - a`, lr `a`; `n` on the stack. Where
-// the caller knows the scales' exponents to keep every row's `t` in `0..=15`
-// (`txl_scaled_by_bits_bounded_dsp`), the pairs take no check: 31 instructions the two rows.
+// `lz`, then `16 - lz`, then the values, r12 `c = 32 - k - a`, lr `a`; `n` on the stack.
+//
+// Where the caller knows the scales' exponents to keep every row's `t` in `0..=15`
+// (`txl_scaled_by_bits_bounded_dsp`: `c + low ≥ 1`, `c + high ≤ 15`), the pairs take no
+// check, and `m · 2^t` comes without `lz`: `p2 = p + 2^15` (the `MLA`'s addend `sm · 2^15 +
+// 2^15`; below `2^32`, as `p ≤ (2^16 - 1) sm`), `u` its top bit, `m0 = ⌊(p2 + u · 2^15) /
+// 2^16⌋` and `M = (m0 with bit 0 cleared where u = 1) · 2^t0` for `t0 = c - 1 + biased`. For
+// `u = 0`, `p < 2^31` (`lz = 1`): `m0 = ⌊(p + 2^15) / 2^16⌋ = m` and `t0 = t`. For `u = 1`:
+// `m0` less its bit 0 is `2 ⌊(p + 2^16) / 2^17⌋`; where `p ≥ 2^31` (`lz = 0`) that is `2m`
+// and `t0 = t - 1`; where `p` is in `[2^31 - 2^15, 2^31)` (`lz = 1`, `m = 2^15`, `t0 = t`) it
+// is `2 · 2^14 = m`: `M = m · 2^t` every time. `t0` is in `0..=15` (`t0 ≥ c + low - 1 ≥ 0`),
+// `M ≤ 2^30`. 27 instructions the two rows.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -277,7 +286,7 @@ global_asm!(
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
     // `pairs ≥ 1` pairs of rows whose `t` the caller has found all in `0..=15`: without the
-    // check, 31 instructions the two rows
+    // check, and `m · 2^t` without `lz` (above), 27 instructions the two rows
     ".section .text.txl_scaled_by_bits_bounded_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_bounded_dsp",
     ".type txl_scaled_by_bits_bounded_dsp,%function",
@@ -288,9 +297,34 @@ global_asm!(
     "ldr r12, [sp, #36]",
     "ldr lr, [sp, #40]",
     "lsl r7, r3, #15",
+    "add r7, r7, #32768", // sm · 2^15 + 2^15
+    "sub r12, r12, #1",   // c - 1
     "1:",
-    "txl_rescale_pair_start",
-    "txl_rescale_pair_finish",
+    "ldrd r4, r5, [r0], #8",
+    "add r4, r4, #128",
+    "add r5, r5, #128",
+    "ubfx r8, r4, #8, #15",
+    "ubfx r9, r5, #8, #15",
+    "mla r8, r8, r3, r7", // p + 2^15
+    "mla r9, r9, r3, r7",
+    "lsr r10, r8, #31", // u
+    "lsr r11, r9, #31",
+    "add r8, r8, r10, lsl #15",
+    "add r9, r9, r11, lsl #15",
+    "lsr r8, r8, #16",
+    "lsr r9, r9, #16",
+    "bic r8, r8, r10",
+    "bic r9, r9, r11",
+    "add r4, r12, r4, lsr #23", // t0
+    "add r5, r12, r5, lsr #23",
+    "lsl r8, r8, r4", // m · 2^t
+    "lsl r9, r9, r5",
+    "ldrd r10, r11, [r1]",
+    "lsl r10, r10, lr",
+    "lsl r11, r11, lr",
+    "smmulr r10, r10, r8",
+    "smmulr r11, r11, r9",
+    "strd r10, r11, [r1], #8",
     "subs r2, r2, #1",
     "bne 1b",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
