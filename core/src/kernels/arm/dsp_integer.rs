@@ -1037,7 +1037,8 @@ extern "C" {
 // the deviation and the result, r6 the bits plus `2^7`, then `v`, then `a`, r7 `p`, then `m`,
 // r8 `32 - k`, r9 `sm`, r10 `2^shift`, r11 `-mean`, r12 `sm · 2^15` (in the long way the
 // shifted deviation, then made again), lr the values left (less 2 in the pairs' loop); the
-// count and the parameters' address on the stack.
+// count and the parameters' address on the stack. The bounded kernel: r5 `u`, then the
+// deviation, r6 `v0`, r7 `p + 2^15`, then `m · 2^v`, r8 `31 - k`, r12 `sm · 2^15 + 2^15`.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1151,7 +1152,25 @@ global_asm!(
     "add sp, #4",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
-    // pairs of values whose `v` the caller has found all in `0..=15`: 21 instructions a value
+    // pairs of values whose `v` the caller has found all in `0..=15`, `m · 2^v` without `lz` as
+    // in `txl_scaled_by_bits_bounded_dsp` (`v0 = biased + 31 - k` in `0..=15`: `low + 31 - k ≥
+    // 0`, `high + 32 - k ≤ 15`): 19 instructions a value
+    ".macro txl_layer_norm_bounded_value",
+    "ldr r4, [r1], #4",
+    "add r6, r4, #128",
+    "ubfx r7, r6, #8, #15",
+    "mla r7, r7, r9, r12", // p + 2^15
+    "ubfx r6, r6, #23, #8",
+    "add r6, r6, r8",  // v0
+    "lsr r5, r7, #31", // u
+    "add r7, r7, r5, lsl #15",
+    "lsr r7, r7, #16",
+    "bic r7, r7, r5",
+    "lsl r7, r7, r6", // m · 2^v
+    "ldr r5, [r0], #4",
+    "mla r5, r5, r10, r11", // the deviation
+    "smmulr r5, r5, r7",
+    ".endm",
     ".section .text.txl_layer_norm_bounded_dsp,\"ax\",%progbits",
     ".globl txl_layer_norm_bounded_dsp",
     ".type txl_layer_norm_bounded_dsp,%function",
@@ -1163,17 +1182,14 @@ global_asm!(
     "ldr r12, [sp, #40]",
     "ldm r12, {{r8, r9, r10, r11}}",
     "mov r12, r8",
-    "mov r8, r9",
+    "sub r8, r9, #1", // 31 - k
     "mov r9, r12",
     "lsl r12, r9, #15",
+    "add r12, r12, #32768", // sm · 2^15 + 2^15
     "1:",
-    "txl_layer_norm_value",
-    "lsl r7, r7, r6",
-    "smmulr r5, r5, r7",
+    "txl_layer_norm_bounded_value",
     "txl_layer_norm_finish",
-    "txl_layer_norm_value",
-    "lsl r7, r7, r6",
-    "smmulr r5, r5, r7",
+    "txl_layer_norm_bounded_value",
     "txl_layer_norm_finish",
     "subs lr, lr, #1",
     "bne 1b",
