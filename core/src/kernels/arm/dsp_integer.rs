@@ -129,42 +129,60 @@ global_asm!(
     ".size txl_magnitude_bits_dsp, . - txl_magnitude_bits_dsp",
 );
 
-// Per row, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa `((f + 2^23 + 2^7) >>
-// 8)` (`f` the 23 bits of its fraction, `UBFX`), its product `p` with `sm` (`[2^30, 2^32)`),
-// `lz` its leading zeros (0 or 1, `up = 1 - lz`), `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`, and
+// Per row, as `ScaledByBits::apply` makes it: the f32's 16-bit mantissa `g = (f + 2^23 + 2^7)
+// >> 8` (`f` the 23 bits of its fraction), its product `p = g · sm` (`[2^30, 2^32)`), `lz` its
+// leading zeros (0 or 1, `up = 1 - lz`), `m = ⌊(⌊p / 2^(16 - lz)⌋ + 1) / 2⌋`, and
 // `v = 32 - s = biased + 32 - k - lz` (`biased` with the sign bit: a negative scale's `v` is
 // 33 or more, a zero or subnormal one's negative, an infinite or NaN one's 32 or more).
+//
+// The mantissa in three instructions (`ADD`, `UBFX`, `MLA`) for four: `b = bits + 2^7`, its 15
+// bits `q` from bit 8, `p' = q · sm + sm · 2^15` (`sm · 2^15` made once a call). Where `f + 2^7`
+// stays below `2^23`, `q = (f + 2^7) >> 8` and `g = 2^15 + q`: `p' = p`, and `b`'s exponent
+// field is the f32's. Where it carries (`f ≥ 2^23 - 2^7`), `g = 2^16` (the bits left below 2^23,
+// under `2^7`, fall off the shift) while `q = 0` and the carry raises `b >> 23` by one: `p' =
+// 2^15 · sm = p / 2` in `[2^30, 2^31)`, one leading zero more (`p` has none: `sm ≥ 2^15`), so
+// `⌊p' / 2^(16 - lz - 1)⌋ = ⌊p / 2^(16 - lz)⌋` (the same `m`) and `biased + 1 - (lz + 1)` (the
+// same `v`). `p'` stays in `[2^30, 2^32)` (`g ≤ 2^16 - 1` now). The carry out of the exponent
+// field: an exponent of 255 (infinite, NaN) into the sign bit, `biased + 1 = 256`, the same `v`,
+// 32 or more; a negative NaN of `f ≥ 2^23 - 2^7` wraps to `b < 2^7`, `biased = 0`, `v ≤ 32 -
+// k - 1 < 0` where its own `v` was 33 or more: the row is the caller's either way.
 //
 // Two rows an iteration where both have `t = v - a` in `0..=15` (one `ORR` of the two and one
 // `CMP`): `SMMULR(x · 2^a, m · 2^t)` (`x · 2^a` keeps its bits for every row of the call,
 // `m · 2^t ≤ 2^30`) is `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact
 // rounding, below `2^30` in magnitude, as the checked path below gives it (`v ≤ a + 15`: the
-// shift by `v - 15` is at most `a`). 36 instructions the two rows (18 a row), the checks
+// shift by `v - 15` is at most `a`). 34 instructions the two rows (17 a row), the checks
 // once a pair and no check of the value. A pair with a row outside takes its first row the
 // long way, each check in turn: for `v` in `0..=15`, `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`);
 // for `v` in `16..=31`, where `x` keeps its bits shifted left by `b = v - 15`:
 // `SMMULR(x · 2^b, m · 2^15)`; else the row is the caller's. Registers: r0 the bits, r1 the
 // values, r2 the rows left (less 2 in the pairs' loop), r3 `sm`, r4-r5 the bits, then
-// `c + biased` and `t`, r6-r7 the values, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11 `lz`,
-// then `16 - lz` and a check, r12 `c = 32 - k - a`, lr `a`; `n` on the stack. Where the
-// caller knows the scales' exponents to keep every row's `t` in `0..=15`
-// (`txl_scaled_by_bits_bounded_dsp`), the pairs take no check: 33 instructions the two rows.
+// `c + biased` and `t`, r6 a check, r7 `sm · 2^15`, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11
+// `lz`, then `16 - lz`, then the values, r12 `c = 32 - k - a`, lr `a`; `n` on the stack.
+//
+// Where the caller knows the scales' exponents to keep every row's `t` in `0..=15`
+// (`txl_scaled_by_bits_bounded_dsp`: `c + low ≥ 1`, `c + high ≤ 15`), the pairs take no
+// check, and `m · 2^t` comes without `lz`: `p2 = p + 2^15` (the `MLA`'s addend `sm · 2^15 +
+// 2^15`; below `2^32`, as `p ≤ (2^16 - 1) sm`), `u` its top bit, `m0 = ⌊(p2 + u · 2^15) /
+// 2^16⌋` and `M = (m0 with bit 0 cleared where u = 1) · 2^t0` for `t0 = c - 1 + biased`. For
+// `u = 0`, `p < 2^31` (`lz = 1`): `m0 = ⌊(p + 2^15) / 2^16⌋ = m` and `t0 = t`. For `u = 1`:
+// `m0` less its bit 0 is `2 ⌊(p + 2^16) / 2^17⌋`; where `p ≥ 2^31` (`lz = 0`) that is `2m`
+// and `t0 = t - 1`; where `p` is in `[2^31 - 2^15, 2^31)` (`lz = 1`, `m = 2^15`, `t0 = t`) it
+// is `2 · 2^14 = m`: `M = m · 2^t` every time. `t0` is in `0..=15` (`t0 ≥ c + low - 1 ≥ 0`),
+// `M ≤ 2^30`. 27 instructions the two rows.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    // a pair's loads, `p`, `t` (r4, r5) and `⌊p / 2^(16 - lz)⌋` (r8, r9)
+    // a pair's loads, `p`, `t` (r4, r5), `⌊p / 2^(16 - lz)⌋` (r8, r9) and the values (r10, r11)
     ".macro txl_rescale_pair_start",
     "ldrd r4, r5, [r0], #8",
-    "ldrd r6, r7, [r1]",
-    "ubfx r8, r4, #0, #23",
-    "ubfx r9, r5, #0, #23",
-    "add r8, r8, #0x00800080",
-    "add r9, r9, #0x00800080",
-    "lsrs r8, r8, #8",
-    "lsrs r9, r9, #8",
-    "mul r8, r8, r3", // p
-    "mul r9, r9, r3",
+    "add r4, r4, #128",
+    "add r5, r5, #128",
+    "ubfx r8, r4, #8, #15",
+    "ubfx r9, r5, #8, #15",
+    "mla r8, r8, r3, r7", // p
+    "mla r9, r9, r3, r7",
     "add r4, r12, r4, lsr #23",
     "add r5, r12, r5, lsr #23",
     "clz r10, r8", // lz
@@ -175,6 +193,7 @@ global_asm!(
     "rsb r11, r11, #16",
     "lsr r8, r8, r10",
     "lsr r9, r9, r11",
+    "ldrd r10, r11, [r1]",
     ".endm",
     // the pair's `m`, its products and stores, for `t` in `0..=15`
     ".macro txl_rescale_pair_finish",
@@ -184,11 +203,11 @@ global_asm!(
     "lsrs r9, r9, #1",
     "lsl r8, r8, r4",
     "lsl r9, r9, r5",
-    "lsl r6, r6, lr",
-    "lsl r7, r7, lr",
-    "smmulr r6, r6, r8",
-    "smmulr r7, r7, r9",
-    "strd r6, r7, [r1], #8",
+    "lsl r10, r10, lr",
+    "lsl r11, r11, lr",
+    "smmulr r10, r10, r8",
+    "smmulr r11, r11, r9",
+    "strd r10, r11, [r1], #8",
     ".endm",
     ".section .text.txl_scaled_by_bits_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_dsp",
@@ -199,14 +218,15 @@ global_asm!(
     "push {{r2, r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
     "ldr r12, [sp, #40]",
     "ldr lr, [sp, #44]",
+    "lsl r7, r3, #15",
     // two rows or more: a pair
     "1:",
     "subs r2, r2, #2",
     "blt 8f",
     "2:",
     "txl_rescale_pair_start",
-    "orr r10, r4, r5",
-    "cmp r10, #15",
+    "orr r6, r4, r5",
+    "cmp r6, #15",
     "bhi 7f",
     "txl_rescale_pair_finish",
     "subs r2, r2, #2",
@@ -220,30 +240,29 @@ global_asm!(
     "7:",
     "sub r0, r0, #8",
     "adds r2, r2, #2",
-    // one row the long way: r4 the bits, then the shifted value, r5 the value, r6 `p`, then
-    // `m`, r7 `lz`, then `b`, r8 a shift, then `v` and a check
+    // one row the long way: r4 the bits (plus `2^7`), then the shifted value, r5 the value, r6
+    // `p`, then `m`, r9 `lz`, then `b`, r8 a shift, then `v` and a check
     "3:",
     "ldr r4, [r0], #4",
     "ldr r5, [r1]",
-    "ubfx r6, r4, #0, #23",
-    "add r6, r6, #0x00800080",
-    "lsrs r6, r6, #8",
-    "mul r6, r6, r3", // p
-    "clz r7, r6",     // lz
-    "rsb r8, r7, #16",
+    "add r4, r4, #128",
+    "ubfx r6, r4, #8, #15",
+    "mla r6, r6, r3, r7", // p
+    "clz r9, r6",         // lz
+    "rsb r8, r9, #16",
     "lsr r6, r6, r8",
     "adds r6, r6, #1",
     "lsrs r6, r6, #1", // m
     "add r8, r12, lr",
     "add r8, r8, r4, lsr #23",
-    "subs r8, r8, r7",  // v
-    "subs r7, r8, #15", // b
+    "subs r8, r8, r9",  // v
+    "subs r9, r8, #15", // b
     "ble 4f",
     // `v` in `16..=31`, a value that keeps its bits shifted by `b = v - 15`
-    "cmp r7, #16",
+    "cmp r9, #16",
     "bhi 9f",
-    "lsl r4, r5, r7",
-    "asr r8, r4, r7",
+    "lsl r4, r5, r9",
+    "asr r8, r4, r9",
     "cmp r8, r5",
     "bne 9f",
     "lsl r6, r6, #15",
@@ -267,7 +286,7 @@ global_asm!(
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
     // `pairs ≥ 1` pairs of rows whose `t` the caller has found all in `0..=15`: without the
-    // check, 33 instructions the two rows
+    // check, and `m · 2^t` without `lz` (above), 27 instructions the two rows
     ".section .text.txl_scaled_by_bits_bounded_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_bounded_dsp",
     ".type txl_scaled_by_bits_bounded_dsp,%function",
@@ -277,9 +296,35 @@ global_asm!(
     "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
     "ldr r12, [sp, #36]",
     "ldr lr, [sp, #40]",
+    "lsl r7, r3, #15",
+    "add r7, r7, #32768", // sm · 2^15 + 2^15
+    "sub r12, r12, #1",   // c - 1
     "1:",
-    "txl_rescale_pair_start",
-    "txl_rescale_pair_finish",
+    "ldrd r4, r5, [r0], #8",
+    "add r4, r4, #128",
+    "add r5, r5, #128",
+    "ubfx r8, r4, #8, #15",
+    "ubfx r9, r5, #8, #15",
+    "mla r8, r8, r3, r7", // p + 2^15
+    "mla r9, r9, r3, r7",
+    "lsr r10, r8, #31", // u
+    "lsr r11, r9, #31",
+    "add r8, r8, r10, lsl #15",
+    "add r9, r9, r11, lsl #15",
+    "lsr r8, r8, #16",
+    "lsr r9, r9, #16",
+    "bic r8, r8, r10",
+    "bic r9, r9, r11",
+    "add r4, r12, r4, lsr #23", // t0
+    "add r5, r12, r5, lsr #23",
+    "lsl r8, r8, r4", // m · 2^t
+    "lsl r9, r9, r5",
+    "ldrd r10, r11, [r1]",
+    "lsl r10, r10, lr",
+    "lsl r11, r11, lr",
+    "smmulr r10, r10, r8",
+    "smmulr r11, r11, r9",
+    "strd r10, r11, [r1], #8",
     "subs r2, r2, #1",
     "bne 1b",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
@@ -655,35 +700,70 @@ pub fn act_shift(x: &mut [i32], act: &[f32], biased_top: u32) -> u32 {
     }
     // SAFETY: `x` and `act` hold `n ≥ 1` values; the kernel reads those of both, writes those
     // of `x`, and restores the registers it saves.
-    unsafe { txl_act_shift_dsp(x.as_mut_ptr(), act.as_ptr(), n, biased_top.wrapping_add(2)) }
+    unsafe { txl_act_shift_dsp(x.as_mut_ptr(), act.as_ptr(), n, biased_top.wrapping_add(1)) }
 }
 
 extern "C" {
     /// For `i < n` (`n ≥ 1`): `x[i] = ((x[i] >> s) + 1) >> 1` (wrapping) for
-    /// `s = top2 - (act[i]'s biased exponent, its sign bit included)` below 31 taken as
+    /// `s = top1 + 1 - (act[i]'s biased exponent, its sign bit included)` below 31 taken as
     /// unsigned, else 0; returns the largest `|x[i]|` after.
-    fn txl_act_shift_dsp(x: *mut i32, act: *const f32, n: usize, top2: u32) -> u32;
+    fn txl_act_shift_dsp(x: *mut i32, act: *const f32, n: usize, top1: u32) -> u32;
 }
 
-// `act_shift`'s steps, the shift `s = top2 - (bits >> 23)` in one `SUB` of a shifted register;
-// the magnitude `(y ^ (y >> 31)) - (y >> 31)` (at most `2^30`: no overflow) against the
-// largest, `IT HI`. Two values an iteration (`LDRD`, `STRD`), both shifts checked by one
-// `CMP` of their OR (a pair with a shift of 31 or more takes the checks one by one): 26
-// instructions the two, 13 a value. Registers: r0 the values, r1 the scales, r2 the values
-// left (less 2 in the pairs' loop), r3 `top2`, r4 and r8 the bits then `s`, r5 and r9 the
-// values, r6 the shifts' OR, then a magnitude, r7 the largest.
+// `act_shift`'s value for `s` in `1..=256` as one `SMMULR` by `M = 2^30 >> (s - 1)` (`LSR` of a
+// register: `2^(31 - s)` for `s ≤ 31`, 0 beyond, the shift `s - 1 ≤ 255` read whole from the
+// low byte): `SMMULR(x, 2^(31 - s)) = ⌊(x 2^(31 - s) + 2^31) / 2^32⌋ = ⌊(x + 2^s) / 2^(s+1)⌋`,
+// which is `⌊(⌊x / 2^s⌋ + 1) / 2⌋` (no wrapping for `s ≥ 1`), and `⌊(x + 2^31) / 2^32⌋ = 0`
+// for `s = 31` (`M = 1`), 0 for `M = 0`: the definition's 0 from `s = 31` on. `s - 1 = top1 -
+// (bits >> 23)` in one `SUB` of a shifted register. Another `s` (0, or 257 and more as
+// unsigned) takes the definition's steps.
+//
+// The largest magnitude from the smallest and the largest value (both from 0 on: `|y|` of
+// each is at most the larger of `-min` and `max`, which are two of them or 0): a value within
+// them passes by `SUB` of the smallest, `CMP` with the range `max - min` (unsigned: `y - min ≤
+// max - min` is `min ≤ y ≤ max`) and `BHI`; one outside widens them out of line.
+//
+// Two values an iteration (`LDRD`, `STRD`), both shifts checked by one `CMP` of their OR with
+// 256 (a pair with a shift outside `1..=256` takes the steps one by one): 20 instructions the
+// two, 10 a value. Registers: r0 the values, r1 the scales, r2 the values left (less 2 in the
+// pairs' loop), r3 `top1`, r4 and r8 the bits then `s - 1` and `M`, r5 and r9 the values, r6
+// the shifts' OR, then a value less the smallest, r7 the largest value, r10 the smallest,
+// r11 the range, r12 `2^30`.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
+    // the value in `reg` into the smallest (r10) and the range (r11), the largest in r7
+    ".macro txl_act_shift_widen reg",
+    "add r7, r10, r11",
+    "cmp \\reg, r10",
+    "it lt",
+    "movlt r10, \\reg",
+    "cmp \\reg, r7",
+    "it gt",
+    "movgt r7, \\reg",
+    "sub r11, r7, r10",
+    ".endm",
+    // the definition's steps for the value in `v`, `s - 1` in `s`
+    ".macro txl_act_shift_steps v, s",
+    "adds \\s, \\s, #1",
+    "cmp \\s, #31",
+    "ite lo",
+    "asrlo \\v, \\v, \\s",
+    "movhs \\v, #0",
+    "adds \\v, \\v, #1",
+    "asrs \\v, \\v, #1",
+    ".endm",
     ".section .text.txl_act_shift_dsp,\"ax\",%progbits",
     ".globl txl_act_shift_dsp",
     ".type txl_act_shift_dsp,%function",
     ".p2align 2",
     ".thumb_func",
     "txl_act_shift_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9}}",
-    "movs r7, #0",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "movs r10, #0",
+    "movs r11, #0",
+    "mov r12, #0x40000000",
     "subs r2, r2, #2",
     "blt 8f",
     "1:",
@@ -692,26 +772,22 @@ global_asm!(
     "sub r4, r3, r4, lsr #23",
     "sub r8, r3, r8, lsr #23",
     "orr r6, r4, r8",
-    "cmp r6, #31",
+    "cmp r6, #256",
     "bhs 5f",
-    "asr r5, r5, r4",
-    "adds r5, r5, #1",
-    "asrs r5, r5, #1",
-    "asr r9, r9, r8",
-    "adds r9, r9, #1",
-    "asrs r9, r9, #1",
+    "lsr r4, r12, r4",
+    "lsr r8, r12, r8",
+    "smmulr r5, r5, r4",
+    "smmulr r9, r9, r8",
     "3:",
     "strd r5, r9, [r0], #8",
-    "eor r6, r5, r5, asr #31",
-    "sub r6, r6, r5, asr #31",
-    "cmp r6, r7",
-    "it hi",
-    "movhi r7, r6",
-    "eor r6, r9, r9, asr #31",
-    "sub r6, r6, r9, asr #31",
-    "cmp r6, r7",
-    "it hi",
-    "movhi r7, r6",
+    "sub r6, r5, r10",
+    "cmp r6, r11",
+    "bhi 6f",
+    "4:",
+    "sub r6, r9, r10",
+    "cmp r6, r11",
+    "bhi 7f",
+    "2:",
     "subs r2, r2, #2",
     "bge 1b",
     // one value left, or none
@@ -721,37 +797,39 @@ global_asm!(
     "ldr r4, [r1]",
     "ldr r5, [r0]",
     "sub r4, r3, r4, lsr #23",
-    "cmp r4, #31",
-    "ite lo",
-    "asrlo r5, r5, r4",
-    "movhs r5, #0",
-    "adds r5, r5, #1",
-    "asrs r5, r5, #1",
+    "cmp r4, #256",
+    "bhs 10f",
+    "lsr r4, r12, r4",
+    "smmulr r5, r5, r4",
+    "11:",
     "str r5, [r0]",
-    "eor r6, r5, r5, asr #31",
-    "sub r6, r6, r5, asr #31",
+    "txl_act_shift_widen r5",
+    // the largest magnitude: `-min` (as unsigned) or `max`
+    "9:",
+    "add r7, r10, r11",
+    "rsb r6, r10, #0",
     "cmp r6, r7",
     "it hi",
     "movhi r7, r6",
-    "9:",
     "mov r0, r7",
-    "pop {{r4, r5, r6, r7, r8, r9}}",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
     "bx lr",
-    // a shift of 31 or more (0), or both below 31 and their OR 31: each its own check
+    // a shift outside `1..=256` in the pair: each value the definition's steps
     "5:",
-    "cmp r4, #31",
-    "ite lo",
-    "asrlo r5, r5, r4",
-    "movhs r5, #0",
-    "adds r5, r5, #1",
-    "asrs r5, r5, #1",
-    "cmp r8, #31",
-    "ite lo",
-    "asrlo r9, r9, r8",
-    "movhs r9, #0",
-    "adds r9, r9, #1",
-    "asrs r9, r9, #1",
+    "txl_act_shift_steps r5, r4",
+    "txl_act_shift_steps r9, r8",
     "b 3b",
+    // the first value, the second, outside the range
+    "6:",
+    "txl_act_shift_widen r5",
+    "b 4b",
+    "7:",
+    "txl_act_shift_widen r9",
+    "b 2b",
+    // the last value's shift outside `1..=256`
+    "10:",
+    "txl_act_shift_steps r5, r4",
+    "b 11b",
     ".size txl_act_shift_dsp, . - txl_act_shift_dsp",
 );
 
@@ -868,8 +946,8 @@ pub fn layer_norm(
 ) {
     let n = x.len().min(gains.len()).min(biases.len()).min(out.len());
     let (x, gains, biases, out) = (&x[..n], &gains[..n], &biases[..n], &mut out[..n]);
-    // `sm`, `32 - k`, the shift and the mean
-    let parameters = [sm as i32, 32 - k, shift as i32, mean];
+    // `sm`, `32 - k`, `2^shift` (`x << shift` as a product, the same low word) and `-mean`
+    let parameters = [sm as i32, 32 - k, 1i32.wrapping_shl(shift), mean.wrapping_neg()];
     let mut i = 0;
     // every value's `v = exponent + 32 - k - lz` (`lz` 0 or 1) in `0..=15`, as the gains'
     // exponents show: the pairs without a check
@@ -920,8 +998,8 @@ extern "C" {
     /// deviation `d = (x[i] << shift) - mean`, the rescale `m · 2^-s` that `ScaledByBits::apply`
     /// makes of `gains[i]`'s magnitude and the scale of mantissa `sm`, and the gain's sign,
     /// while `s` is in `1..=32` and the deviation keeps its bits once shifted; returns the
-    /// index of the first value it leaves (`n` for none). `parameters` is `[sm, 32 - k, shift,
-    /// mean]`.
+    /// index of the first value it leaves (`n` for none). `parameters` is `[sm, 32 - k,
+    /// 2^shift, -mean]` (wrapping).
     fn txl_layer_norm_dsp(
         x: *const i32,
         gains: *const u32,
@@ -943,47 +1021,51 @@ extern "C" {
 }
 
 // [`txl_scaled_by_bits_dsp`]'s rescale of the deviation by the gain's magnitude (its biased
-// exponent by `UBFX`, without the sign), then the sign (`(y ^ s) - s` for `s` the gain's sign
-// spread, exact: `|y| < 2^30`) and the bias by `QADD`, the saturating sum `finish` makes. Two
-// values an iteration, each straight through where its `v` is in `0..=15` (the usual value:
-// LayerNorm's deviations are large and its outputs small), `SMMULR(d, m · 2^v)`
-// (`m · 2^v ≤ 2^30`, any deviation): 25 instructions a value, 52 the two with the loop's. A
-// value outside takes the long way, each check in turn: for `v` in `16..=31`, where the
-// deviation keeps its bits shifted left by `a = v - 15`, `SMMULR(d · 2^a, m · 2^15)`; else the
-// value is the caller's. Registers: r0 the values, r1 the gains, r2 the biases, r3 the output,
-// r4 the gain's bits, r5 the deviation, then the result, r6 `p`, then `m`, r7 `lz`, then `a`
-// and a check, r8 `32 - k`, r9 `sm`, r10 the shift, r11 the mean, r12 a shift, then `v`, the
-// shifted deviation and the bias, lr the values left (less 2 in the pairs' loop); the count
-// and the parameters' address on the stack.
+// exponent by `UBFX`, without the sign; the mantissa's product by `ADD` of `2^7`, `UBFX` and
+// `MLA` with `sm · 2^15`, as there: a carry out of the fraction raises the exponent field by
+// one and halves `p`, the same `m` and `v`, and an exponent field of 255, infinite or NaN,
+// wraps to 0, a negative `v` where its own was 32 or more: the caller's either way), then the
+// sign (`(y ^ s) - s` for `s` the gain's sign spread, exact: `|y| < 2^30`) and the bias by
+// `QADD`, the saturating sum `finish` makes. The deviation `(x << shift) - mean` is one `MLA`
+// of `x` by `2^shift` and `-mean` (the same low word). Two values an iteration, each straight
+// through where its `v` is in `0..=15` (the usual value: LayerNorm's deviations are large and
+// its outputs small), `SMMULR(d, m · 2^v)` (`m · 2^v ≤ 2^30`, any deviation): 23 instructions
+// a value, 48 the two with the loop's. A value outside takes the long way, each check in
+// turn: for `v` in `16..=31`, where the deviation keeps its bits shifted left by
+// `a = v - 15`, `SMMULR(d · 2^a, m · 2^15)`; else the value is the caller's. Registers: r0
+// the values, r1 the gains, r2 the biases, r3 the output, r4 the gain's bits, r5 `lz`, then
+// the deviation and the result, r6 the bits plus `2^7`, then `v`, then `a`, r7 `p`, then `m`,
+// r8 `32 - k`, r9 `sm`, r10 `2^shift`, r11 `-mean`, r12 `sm · 2^15` (in the long way the
+// shifted deviation, then made again), lr the values left (less 2 in the pairs' loop); the
+// count and the parameters' address on the stack. The bounded kernel: r5 `u`, then the
+// deviation, r6 `v0`, r7 `p + 2^15`, then `m · 2^v`, r8 `31 - k`, r12 `sm · 2^15 + 2^15`.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    // a value's gain and deviation: `m` in r6 and `v` in r12
+    // a value's gain and deviation: `m` in r7, `v` in r6 and the deviation in r5
     ".macro txl_layer_norm_value",
     "ldr r4, [r1], #4",
+    "add r6, r4, #128",
+    "ubfx r7, r6, #8, #15",
+    "mla r7, r7, r9, r12", // p
+    "ubfx r6, r6, #23, #8",
+    "add r6, r6, r8",
+    "clz r5, r7",     // lz
+    "sub r6, r6, r5", // v
+    "rsb r5, r5, #16",
+    "lsr r7, r7, r5",
+    "adds r7, r7, #1",
+    "lsrs r7, r7, #1", // m
     "ldr r5, [r0], #4",
-    "lsl r5, r5, r10",
-    "sub r5, r5, r11", // the deviation
-    "ubfx r6, r4, #0, #23",
-    "add r6, r6, #0x00800080",
-    "lsrs r6, r6, #8",
-    "mul r6, r6, r9", // p
-    "clz r7, r6",     // lz
-    "rsb r12, r7, #16",
-    "lsr r6, r6, r12",
-    "adds r6, r6, #1",
-    "lsrs r6, r6, #1", // m
-    "ubfx r12, r4, #23, #8",
-    "add r12, r12, r8",
-    "sub r12, r12, r7", // v
+    "mla r5, r5, r10, r11", // the deviation
     ".endm",
     // the rescaled deviation in r5: its gain's sign, the bias, stored
     ".macro txl_layer_norm_finish",
     "eor r5, r5, r4, asr #31",
     "sub r5, r5, r4, asr #31",
-    "ldr r12, [r2], #4",
-    "qadd r5, r5, r12",
+    "ldr r6, [r2], #4",
+    "qadd r5, r5, r6",
     "str r5, [r3], #4",
     ".endm",
     ".section .text.txl_layer_norm_dsp,\"ax\",%progbits",
@@ -1000,6 +1082,7 @@ global_asm!(
     "mov r12, r8",
     "mov r8, r9",
     "mov r9, r12",
+    "lsl r12, r9, #15",
     "str lr, [sp]",
     // two values or more: a pair
     "0:",
@@ -1007,16 +1090,16 @@ global_asm!(
     "blt 8f",
     "1:",
     "txl_layer_norm_value",
-    "cmp r12, #15",
+    "cmp r6, #15",
     "bhi 6f",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "lsl r7, r7, r6",
+    "smmulr r5, r5, r7",
     "txl_layer_norm_finish",
     "txl_layer_norm_value",
-    "cmp r12, #15",
+    "cmp r6, #15",
     "bhi 7f",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "lsl r7, r7, r6",
+    "smmulr r5, r5, r7",
     "txl_layer_norm_finish",
     "subs lr, lr, #2",
     "bge 1b",
@@ -1039,27 +1122,28 @@ global_asm!(
     // one value the long way
     "3:",
     "txl_layer_norm_value",
-    "subs r7, r12, #15", // a
+    "subs r6, r6, #15", // a
     "ble 4f",
     // `v` in `16..=31`, a deviation that keeps its bits shifted by `a = v - 15`
-    "cmp r7, #16",
+    "cmp r6, #16",
     "bhi 9f",
-    "lsl r12, r5, r7",
-    "asr r7, r12, r7",
-    "cmp r7, r5",
+    "lsl r12, r5, r6",
+    "asr r6, r12, r6",
+    "cmp r6, r5",
     "bne 9f",
-    "lsl r6, r6, #15",
-    "smmulr r5, r12, r6",
+    "lsl r7, r7, #15",
+    "smmulr r5, r12, r7",
+    "lsl r12, r9, #15",
     "5:",
     "txl_layer_norm_finish",
     "subs lr, lr, #1",
     "b 0b",
-    // `v` below 16: in `0..=15`
+    // `v` below 16: in `0..=15` (`a` in `-15..=0`)
     "4:",
-    "cmp r12, #15",
-    "bhi 9f",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "adds r6, r6, #15",
+    "bmi 9f",
+    "lsl r7, r7, r6",
+    "smmulr r5, r5, r7",
     "b 5b",
     // the value is the caller's (`lr` values left), or none is left
     "9:",
@@ -1068,7 +1152,25 @@ global_asm!(
     "add sp, #4",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
-    // pairs of values whose `v` the caller has found all in `0..=15`: 23 instructions a value
+    // pairs of values whose `v` the caller has found all in `0..=15`, `m · 2^v` without `lz` as
+    // in `txl_scaled_by_bits_bounded_dsp` (`v0 = biased + 31 - k` in `0..=15`: `low + 31 - k ≥
+    // 0`, `high + 32 - k ≤ 15`): 19 instructions a value
+    ".macro txl_layer_norm_bounded_value",
+    "ldr r4, [r1], #4",
+    "add r6, r4, #128",
+    "ubfx r7, r6, #8, #15",
+    "mla r7, r7, r9, r12", // p + 2^15
+    "ubfx r6, r6, #23, #8",
+    "add r6, r6, r8",  // v0
+    "lsr r5, r7, #31", // u
+    "add r7, r7, r5, lsl #15",
+    "lsr r7, r7, #16",
+    "bic r7, r7, r5",
+    "lsl r7, r7, r6", // m · 2^v
+    "ldr r5, [r0], #4",
+    "mla r5, r5, r10, r11", // the deviation
+    "smmulr r5, r5, r7",
+    ".endm",
     ".section .text.txl_layer_norm_bounded_dsp,\"ax\",%progbits",
     ".globl txl_layer_norm_bounded_dsp",
     ".type txl_layer_norm_bounded_dsp,%function",
@@ -1080,16 +1182,14 @@ global_asm!(
     "ldr r12, [sp, #40]",
     "ldm r12, {{r8, r9, r10, r11}}",
     "mov r12, r8",
-    "mov r8, r9",
+    "sub r8, r9, #1", // 31 - k
     "mov r9, r12",
+    "lsl r12, r9, #15",
+    "add r12, r12, #32768", // sm · 2^15 + 2^15
     "1:",
-    "txl_layer_norm_value",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "txl_layer_norm_bounded_value",
     "txl_layer_norm_finish",
-    "txl_layer_norm_value",
-    "lsl r6, r6, r12",
-    "smmulr r5, r5, r6",
+    "txl_layer_norm_bounded_value",
     "txl_layer_norm_finish",
     "subs lr, lr, #1",
     "bne 1b",
@@ -1116,7 +1216,12 @@ pub fn squares(x: &[i32], shift: u32, mean: i32, s: u32) -> u64 {
     if x.is_empty() {
         return 0;
     }
-    let parameters = [shift as i32, mean, 1 << (32 - s.clamp(2, 31))];
+    // `2^shift` (`v << shift` as a product, the same low word), `-mean` and `2^(32 - s)`
+    let parameters = [
+        1i32.wrapping_shl(shift),
+        mean.wrapping_neg(),
+        1 << (32 - s.clamp(2, 31)),
+    ];
     // SAFETY: `x` holds `n ≥ 1` values; the kernel reads those and the three parameters, and
     // restores the registers it saves.
     unsafe { txl_squares_dsp(x.as_ptr(), x.len(), parameters.as_ptr()) }
@@ -1126,43 +1231,48 @@ extern "C" {
     /// For `n ≥ 1` values at `x`: `out = [Σ's low word, Σ's high word, min, max]`.
     fn txl_sum_range_dsp(x: *const i32, n: usize, out: *mut i32);
     /// `Σ c²` (64 bits) over `n ≥ 1` values `v` at `x` of `c = SMMULR((v << shift) - mean, M)`,
-    /// `parameters` being `[shift, mean, M]`.
+    /// `parameters` being `[2^shift, -mean, M]` (wrapping).
     fn txl_squares_dsp(x: *const i32, n: usize, parameters: *const i32) -> u64;
 }
 
-// The sum: `SMLAL` of each value by 1 into the 64-bit sum. The range in one `ITEE` block: the
-// smallest `CMP`ed with the value takes it where it is above it (`GT`), else (`LE`) the largest
-// `CMP`ed with the value takes it where it is at or below it (where the first `MOV` ran, the
-// first `CMP`'s flags, `GT`, keep the last from running). 6 instructions a value, four values
-// an `LDM`.
-// Registers: r0 the values, r1 the values left (less 4 in the loop of four), r2 the output, r3
-// 1, r4-r7 the values, r8-r9 the sum, r10 the smallest, r11 the largest.
+// The sum: `SMLAL` of each value by 1 into the 64-bit sum. The range: a value within the
+// smallest and the largest so far passes by `SUB` of the smallest, `CMP` with the range `max -
+// min` (unsigned: `v - min ≤ max - min` is `min ≤ v ≤ max`) and `BLS` over the widening, which
+// (a value outside) takes the value as the smallest where it is below it and as the largest
+// where it is above it: 4 instructions a value, four values an `LDM`. Registers: r0 the values,
+// r1 the values left (less 4 in the loop of four), r2 the output, r3 1, r4-r7 the values, r8-r9
+// the sum, r10 the smallest, r11 the range, r12 a value less the smallest, lr the largest.
 //
 // The squares: `c = SMMULR(d, 2^(32 - s)) = ⌊(d + 2^(s-1)) / 2^s⌋` (`2^(32 - s) ≤ 2^30`), the
-// exact rounding of the deviation `d = (v << shift) - mean` (`LSL`, `SUB`), and `SMLAL` of
-// `c · c` into the 64-bit sum. 4 instructions a value, four values an `LDM`. Registers: r0
-// the values, r1 the values left (less 4), r2 the shift, r3 the mean, r4-r7 the values, r8-r9
-// the sum, r12 `2^(32 - s)`.
+// exact rounding of the deviation `d = (v << shift) - mean` (one `MLA` of `v` by `2^shift`
+// and `-mean`: the same low word), and `SMLAL` of `c · c` into the 64-bit sum. 3 instructions
+// a value, four values an `LDM`. Registers: r0 the values, r1 the values left (less 4), r2
+// `2^shift`, r3 `-mean`, r4-r7 the values, r8-r9 the sum, r12 `2^(32 - s)`.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
     // a value in `reg`: its sum into r9:r8 (`SMLAL` by r3 = 1), the smallest into r10 and
-    // the largest into r11 (the range's `ITEE`: a value below the smallest is the smallest,
-    // else one at least the largest is the largest)
+    // the range into r11 where it is outside them
     ".macro txl_sum_range_value reg",
     "smlal r8, r9, \\reg, r3",
-    "cmp r10, \\reg",
-    "itee gt",
-    "movgt r10, \\reg",
-    "cmple r11, \\reg",
-    "movle r11, \\reg",
+    "sub r12, \\reg, r10",
+    "cmp r12, r11",
+    "bls .Ltxl_sum_range_within\\@",
+    "add lr, r10, r11",
+    "cmp \\reg, r10",
+    "it lt",
+    "movlt r10, \\reg",
+    "cmp \\reg, lr",
+    "it gt",
+    "movgt lr, \\reg",
+    "sub r11, lr, r10",
+    ".Ltxl_sum_range_within\\@:",
     ".endm",
-    // a value in `reg`: its deviation `(v << r2) - r3` rounded by `SMMULR` with r12, its
-    // square into r9:r8
+    // a value in `reg`: its deviation `v · r2 + r3` rounded by `SMMULR` with r12, its square
+    // into r9:r8
     ".macro txl_square_value reg",
-    "lsl \\reg, \\reg, r2",
-    "sub \\reg, \\reg, r3",
+    "mla \\reg, \\reg, r2, r3",
     "smmulr \\reg, \\reg, r12",
     "smlal r8, r9, \\reg, \\reg",
     ".endm",
@@ -1172,9 +1282,9 @@ global_asm!(
     ".p2align 2",
     ".thumb_func",
     "txl_sum_range_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
     "ldr r10, [r0]",
-    "mov r11, r10",
+    "movs r11, #0",
     "movs r3, #1",
     "movs r8, #0",
     "movs r9, #0",
@@ -1197,9 +1307,9 @@ global_asm!(
     "subs r1, r1, #1",
     "bne 3b",
     "4:",
+    "add r11, r10, r11",
     "stm r2, {{r8, r9, r10, r11}}",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
-    "bx lr",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_sum_range_dsp, . - txl_sum_range_dsp",
     ".section .text.txl_squares_dsp,\"ax\",%progbits",
     ".globl txl_squares_dsp",
@@ -1275,11 +1385,14 @@ extern "C" {
     fn txl_query_pack_dsp(qb: *const i32, words: *mut u32, octets: usize, e: u32);
 }
 
-// The sums: `QADD`, and the magnitude `(y ^ (y >> 31)) - (y >> 31)` (`2^31` for `i32::MIN`, as
-// an unsigned value) against the largest, `IT HI`: four columns two `LDM`s, four `QADD`s, an
-// `STM` and five instructions a column for the largest, 29 with the loop's two. Registers: r0-r2 the slices, r3 the columns left (less 4 in
-// the loop of four), r4-r7 the sums, r8-r11 the biases, then the magnitudes, r12 the
-// largest.
+// The sums: `QADD`, and the largest magnitude as the larger of `-min` (as `u32`: `2^31` for
+// `i32::MIN`) and `max`, the smallest and the largest sum from 0 on: a sum within them passes
+// by `SUB` of the smallest, `CMP` with the range `max - min` (unsigned) and `BLS` over the
+// widening, which takes it as the smallest or the largest. Four columns two `LDM`s, four
+// `QADD`s, an `STM` and three instructions a column, 21 with the loop's two. Registers: r0-r2
+// the slices, r3 the columns left (less 4 in the loop of four), r4-r7 the sums, r8-r11 the
+// biases, then r8 a sum less the smallest and r9 the largest sum, r12 the smallest, lr the
+// range.
 //
 // The words: for `e ≥ 2`, `round(v / 2^e) = SMMULR(v, 2^(32 - e))` (`2^(32 - e) ≤ 2^30`),
 // then `PKHBT` of columns `4g, 4g + 2` and `4g + 1, 4g + 3`: eight columns an `LDM`, eight
@@ -1291,14 +1404,31 @@ global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
+    // a sum in `reg` against the smallest (r12) and the range (lr), both widened where it is
+    // outside them (the largest in r9)
+    ".macro txl_query_value reg",
+    "sub r8, \\reg, r12",
+    "cmp r8, lr",
+    "bls .Ltxl_query_within\\@",
+    "add r9, r12, lr",
+    "cmp \\reg, r12",
+    "it lt",
+    "movlt r12, \\reg",
+    "cmp \\reg, r9",
+    "it gt",
+    "movgt r9, \\reg",
+    "sub lr, r9, r12",
+    ".Ltxl_query_within\\@:",
+    ".endm",
     ".section .text.txl_query_sums_dsp,\"ax\",%progbits",
     ".globl txl_query_sums_dsp",
     ".type txl_query_sums_dsp,%function",
     ".p2align 2",
     ".thumb_func",
     "txl_query_sums_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
     "movs r12, #0",
+    "mov lr, #0",
     "subs r3, r3, #4",
     "blo 2f",
     "1:",
@@ -1309,26 +1439,10 @@ global_asm!(
     "qadd r6, r6, r10",
     "qadd r7, r7, r11",
     "stm r2!, {{r4, r5, r6, r7}}",
-    "eor r8, r4, r4, asr #31",
-    "sub r8, r8, r4, asr #31",
-    "cmp r8, r12",
-    "it hi",
-    "movhi r12, r8",
-    "eor r9, r5, r5, asr #31",
-    "sub r9, r9, r5, asr #31",
-    "cmp r9, r12",
-    "it hi",
-    "movhi r12, r9",
-    "eor r10, r6, r6, asr #31",
-    "sub r10, r10, r6, asr #31",
-    "cmp r10, r12",
-    "it hi",
-    "movhi r12, r10",
-    "eor r11, r7, r7, asr #31",
-    "sub r11, r11, r7, asr #31",
-    "cmp r11, r12",
-    "it hi",
-    "movhi r12, r11",
+    "txl_query_value r4",
+    "txl_query_value r5",
+    "txl_query_value r6",
+    "txl_query_value r7",
     "subs r3, r3, #4",
     "bhs 1b",
     "2:",
@@ -1339,17 +1453,18 @@ global_asm!(
     "ldr r8, [r1], #4",
     "qadd r4, r4, r8",
     "str r4, [r2], #4",
-    "eor r8, r4, r4, asr #31",
-    "sub r8, r8, r4, asr #31",
-    "cmp r8, r12",
-    "it hi",
-    "movhi r12, r8",
+    "txl_query_value r4",
     "subs r3, r3, #1",
     "bne 3b",
+    // the largest magnitude: `-min` (as unsigned) or `max`
     "4:",
-    "mov r0, r12",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
-    "bx lr",
+    "add r9, r12, lr",
+    "rsb r12, r12, #0",
+    "cmp r12, r9",
+    "it hi",
+    "movhi r9, r12",
+    "mov r0, r9",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_query_sums_dsp, . - txl_query_sums_dsp",
     ".section .text.txl_query_pack_dsp,\"ax\",%progbits",
     ".globl txl_query_pack_dsp",
@@ -1661,10 +1776,14 @@ extern "C" {
     fn txl_quantize_wide_dsp(x: *const i32, out: *mut i8, n: usize, wide: i32);
 }
 
-// The largest magnitude: per value `EOR` and `SUB` of the sign (`|i32::MIN|` being `2^31` as
-// `u32`), `CMP`, `IT`, `MOVHI`; four values an `LDM`: 23 instructions the four with the loop's
-// two. Registers: r0 the values, r1 the values left (less 4 in the loop of four), r2 the
-// largest, r3 a magnitude, r4-r7 the values.
+// The largest magnitude: the larger of `-min` (as `u32`: `|i32::MIN|` is `2^31`) and `max`,
+// the smallest and the largest value from 0 on (every `|x|` is at most the larger of the two,
+// which are values or 0). A value within them passes by `SUB` of the smallest, `CMP` with the
+// range `max - min` (unsigned: `x - min ≤ max - min` is `min ≤ x ≤ max`) and `BLS` over the
+// widening, which takes it as the smallest or the largest; four values an `LDM`: 15
+// instructions the four with the loop's two. Registers: r0 the values, r1 the values left
+// (less 4 in the loop of four), r2 the smallest, r3 a value less the smallest, then the
+// largest magnitude, r4-r7 the values, r12 the range, lr the largest value.
 //
 // The quantization: per value `ASR` by `max(e - 1, 0)`, `ADD` and `ASR` of `e > 0`, and the
 // bytes of four values into a word by three `BFI`s: 19 instructions the four with the `LDM`, the
@@ -1674,38 +1793,39 @@ global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
+    // a value in `reg` against the smallest (r2) and the range (r12), both widened where it is
+    // outside them (the largest in lr)
+    ".macro txl_largest_value reg",
+    "sub r3, \\reg, r2",
+    "cmp r3, r12",
+    "bls .Ltxl_largest_within\\@",
+    "add lr, r2, r12",
+    "cmp \\reg, r2",
+    "it lt",
+    "movlt r2, \\reg",
+    "cmp \\reg, lr",
+    "it gt",
+    "movgt lr, \\reg",
+    "sub r12, lr, r2",
+    ".Ltxl_largest_within\\@:",
+    ".endm",
     ".section .text.txl_pow2_largest_dsp,\"ax\",%progbits",
     ".globl txl_pow2_largest_dsp",
     ".type txl_pow2_largest_dsp,%function",
     ".p2align 2",
     ".thumb_func",
     "txl_pow2_largest_dsp:",
-    "push {{r4, r5, r6, r7}}",
+    "push {{r4, r5, r6, r7, lr}}",
     "movs r2, #0",
+    "movs r12, #0",
     "subs r1, r1, #4",
     "blo 2f",
     "1:",
     "ldm r0!, {{r4, r5, r6, r7}}",
-    "eor r3, r4, r4, asr #31",
-    "sub r3, r3, r4, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
-    "eor r3, r5, r5, asr #31",
-    "sub r3, r3, r5, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
-    "eor r3, r6, r6, asr #31",
-    "sub r3, r3, r6, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
-    "eor r3, r7, r7, asr #31",
-    "sub r3, r3, r7, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
+    "txl_largest_value r4",
+    "txl_largest_value r5",
+    "txl_largest_value r6",
+    "txl_largest_value r7",
     "subs r1, r1, #4",
     "bhs 1b",
     "2:",
@@ -1713,17 +1833,18 @@ global_asm!(
     "beq 4f",
     "3:",
     "ldr r4, [r0], #4",
-    "eor r3, r4, r4, asr #31",
-    "sub r3, r3, r4, asr #31",
-    "cmp r3, r2",
-    "it hi",
-    "movhi r2, r3",
+    "txl_largest_value r4",
     "subs r1, r1, #1",
     "bne 3b",
+    // the largest magnitude: `-min` (as unsigned) or `max`
     "4:",
-    "mov r0, r2",
-    "pop {{r4, r5, r6, r7}}",
-    "bx lr",
+    "add r3, r2, r12",
+    "rsb r2, r2, #0",
+    "cmp r2, r3",
+    "it hi",
+    "movhi r3, r2",
+    "mov r0, r3",
+    "pop {{r4, r5, r6, r7, pc}}",
     ".size txl_pow2_largest_dsp, . - txl_pow2_largest_dsp",
     ".section .text.txl_pow2_shift_dsp,\"ax\",%progbits",
     ".globl txl_pow2_shift_dsp",
