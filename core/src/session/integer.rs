@@ -505,6 +505,55 @@ impl<'s> Input<'s> {
     }
 }
 
+impl Input<'_> {
+    /// [`Input::rows`] of two inputs made for `m`, into `y0` and `y1` (as long): for an int8
+    /// matrix the pair's exact sums, each weight read once for both
+    /// ([`kernels::row_sums_pair_i8`]: the same sums), each rescaled by its own input's step as
+    /// [`Input::rows`] does; else each input on its own.
+    fn rows_pair(inputs: &[Input<'_>; 2], m: &Matrix<'_>, first: usize, [y0, y1]: [&mut [i32]; 2]) {
+        let n = y0.len();
+        let pair = m.row_range(first, first + n);
+        match pair.data {
+            MatrixData::Int8 {
+                values, row_scales, ..
+            } => {
+                let [a, b] = inputs;
+                let y1 = &mut y1[..n];
+                kernels::row_sums_pair_i8(
+                    values,
+                    pair.cols,
+                    [a.xq, b.xq],
+                    [a.widened, b.widened],
+                    [&mut *y0, &mut *y1],
+                );
+                for (input, y) in [(a, y0), (b, y1)] {
+                    ScaledByBits::new(input.step).apply_each_bounded(row_scales, y, input.exponents);
+                }
+            }
+            _ => {
+                inputs[0].rows(m, first, y0);
+                inputs[1].rows(m, first, y1);
+            }
+        }
+    }
+}
+
+/// Two inputs of one matrix, each quantized with its own step ([`Input::new_in_place`]), the
+/// rows of `xs` (two, `m.cols` long) with the halves of `scratch`.
+fn input_pair<'s>(
+    m: &Matrix<'_>,
+    parameters: MatrixParameters,
+    xs: &mut [i32],
+    scratch: &'s mut [u32],
+) -> [Input<'s>; 2] {
+    let (x0, x1) = xs.split_at_mut(xs.len() / 2);
+    let (scratch0, scratch1) = scratch.split_at_mut(scratch.len() / 2);
+    [
+        Input::new_in_place(m, parameters, x0, scratch0),
+        Input::new_in_place(m, parameters, x1, scratch1),
+    ]
+}
+
 /// `y = xᵀ W` for the int8 `m` (an output projection): each input times its row's scale (and
 /// `2^8`, for precision), quantized to int8, the sums down the columns.
 fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
@@ -1079,7 +1128,14 @@ impl Session<'_, '_> {
         let config = self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
         let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
-        for i in 0..shape.qlen {
+        let mut i = 0;
+        while i < shape.qlen {
+            if self.per_pass >= 2 && shape.qlen - i >= 2 {
+                self.qkv_pair((layer, w), shape.mlen, frac, i);
+                i += 2;
+                continue;
+            }
+            let config = self.model.config();
             let s = &mut self.state;
             let p = layer_parameters(s.parameters, config, layer);
             let h: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + 1) * d_model]);
@@ -1096,6 +1152,7 @@ impl Session<'_, '_> {
             input.rows(&w.qkv, width, key_value);
             let (key, value) = key_value.split_at(width);
             self.memory.write_pow2(layer, shape.mlen + i, key, value);
+            i += 1;
         }
         let table = match self.options.position_keys {
             PositionKeys::PerSegment => {
@@ -1108,8 +1165,14 @@ impl Session<'_, '_> {
         for i in 0..shape.qlen {
             self.attend_integer(layer, shape, (table, inv_sqrt_d_head), i, frac);
         }
-        let config = self.model.config();
-        for i in 0..shape.qlen {
+        let mut i = 0;
+        while i < shape.qlen {
+            if self.per_pass >= 2 && shape.qlen - i >= 2 {
+                self.o_net_pair((layer, w), frac, i);
+                i += 2;
+                continue;
+            }
+            let config = self.model.config();
             let s = &mut self.state;
             let p = layer_parameters(s.parameters, config, layer);
             let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
@@ -1122,6 +1185,7 @@ impl Session<'_, '_> {
                 // by a kernel where there is one (the same values)
                 kernels::copy_i32(h, o);
             }
+            i += 1;
         }
         !pre_lnorm && shape.qlen == 1
     }
@@ -1252,9 +1316,16 @@ impl Session<'_, '_> {
     ) -> bool {
         let config = self.model.config();
         let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
-        let eps = config.layer_norm_epsilon;
-        let s = &mut self.state;
-        for i in 0..qlen {
+        let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
+        let mut i = 0;
+        while i < qlen {
+            if self.per_pass >= 2 && qlen - i >= 2 {
+                self.feed_forward_pair((layer, w), frac, i);
+                i += 2;
+                continue;
+            }
+            let config = self.model.config();
+            let s = &mut self.state;
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
             // the input in `branch` (the residual `h` stays as it is)
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
@@ -1291,8 +1362,126 @@ impl Session<'_, '_> {
                 layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
                 kernels::copy_i32(h, normed);
             }
+            i += 1;
         }
-        !config.pre_lnorm && qlen == 1
+        !pre_lnorm && qlen == 1
+    }
+
+    /// The attention's `q, k, v` of positions `i` and `i + 1` (each input quantized with its
+    /// own step, each weight read once for both): the queries into `queries`, the keys and
+    /// values into the memory after the `mlen` remembered positions, in order.
+    #[inline(never)]
+    fn qkv_pair(&mut self, (layer, w): (usize, &LayerWeights<'_>), mlen: usize, frac: u32, i: usize) {
+        let config = self.model.config();
+        let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
+        let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
+        let words = self.state.quantized_input.len() / self.per_pass;
+        let s = &mut self.state;
+        let p = layer_parameters(s.parameters, config, layer);
+        let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..2 * d_model]);
+        for (k, x) in xs.chunks_exact_mut(d_model).enumerate() {
+            let h: &[i32] = bytemuck::cast_slice(&s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
+            if pre_lnorm {
+                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
+            } else {
+                x.copy_from_slice(h);
+            }
+        }
+        let inputs = input_pair(&w.qkv, p.acts[0], xs, &mut s.quantized_input[..2 * words]);
+        let queries: &mut [i32] = bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + 2) * width]);
+        let (q0, q1) = queries.split_at_mut(width);
+        Input::rows_pair(&inputs, &w.qkv, 0, [q0, q1]);
+        let key_values: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..4 * width]);
+        let (kv0, kv1) = key_values.split_at_mut(2 * width);
+        Input::rows_pair(&inputs, &w.qkv, width, [kv0, kv1]);
+        // into the memory in order
+        for (k, key_value) in key_values.chunks_exact(2 * width).enumerate() {
+            let (key, value) = key_value.split_at(width);
+            self.memory.write_pow2(layer, mlen + i + k, key, value);
+        }
+    }
+
+    /// `o_net` of positions `i` and `i + 1` (each weight read once for both), the residual
+    /// and the post-LN LayerNorm of each.
+    #[inline(never)]
+    fn o_net_pair(&mut self, (layer, w): (usize, &LayerWeights<'_>), frac: u32, i: usize) {
+        let config = self.model.config();
+        let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
+        let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
+        let words = self.state.quantized_input.len() / self.per_pass;
+        let s = &mut self.state;
+        let p = layer_parameters(s.parameters, config, layer);
+        let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 2) * width]);
+        let inputs = input_pair(&w.o_net, p.acts[1], a, &mut s.quantized_input[..2 * words]);
+        let os: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..2 * d_model]);
+        let (o0, o1) = os.split_at_mut(d_model);
+        Input::rows_pair(&inputs, &w.o_net, 0, [o0, o1]);
+        for (k, o) in os.chunks_exact_mut(d_model).enumerate() {
+            let h: &mut [i32] =
+                bytemuck::cast_slice_mut(&mut s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
+            add(h, o);
+            if !pre_lnorm {
+                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
+                kernels::copy_i32(h, o);
+            }
+        }
+    }
+
+    /// The feed-forward of positions `i` and `i + 1` (each weight read once for both), the
+    /// residual and the post-LN LayerNorm of each.
+    #[inline(never)]
+    fn feed_forward_pair(&mut self, (layer, w): (usize, &LayerWeights<'_>), frac: u32, i: usize) {
+        let config = self.model.config();
+        let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
+        let eps = config.layer_norm_epsilon;
+        let words = self.state.quantized_input.len() / self.per_pass;
+        let s = &mut self.state;
+        let p = layer_parameters(s.parameters, config, layer);
+        let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..2 * d_model]);
+        for (k, x) in xs.chunks_exact_mut(d_model).enumerate() {
+            let h: &[i32] = bytemuck::cast_slice(&s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
+            if config.pre_lnorm {
+                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
+            } else {
+                x.copy_from_slice(h);
+            }
+        }
+        let inputs = input_pair(&w.ff1_weight, p.acts[2], xs, &mut s.quantized_input[..2 * words]);
+        let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..2 * d_inner]);
+        let (inner0, inner1) = inner.split_at_mut(d_inner);
+        Input::rows_pair(&inputs, &w.ff1_weight, 0, [inner0, inner1]);
+        for inner in inner.chunks_exact_mut(d_inner) {
+            if !kernels::bias_relu_i32(inner, p.ff1_bias) {
+                for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
+                    *v = v.saturating_add(b).max(0);
+                }
+            }
+        }
+        let inputs = input_pair(
+            &w.ff2_weight,
+            p.acts[3],
+            inner,
+            &mut s.quantized_input[..2 * words],
+        );
+        let outs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..2 * d_model]);
+        let (out0, out1) = outs.split_at_mut(d_model);
+        Input::rows_pair(&inputs, &w.ff2_weight, 0, [out0, out1]);
+        for k in 0..2 {
+            let h: &mut [i32] =
+                bytemuck::cast_slice_mut(&mut s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
+            let out: &[i32] = bytemuck::cast_slice(&s.attn_input[k * d_model..(k + 1) * d_model]);
+            if !kernels::add_sums_i32(h, out, p.ff2_bias) {
+                for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
+                    *h = h.saturating_add(o.saturating_add(b));
+                }
+            }
+            if !config.pre_lnorm {
+                // the first row of the attention input (its output spent)
+                let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
+                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
+                kernels::copy_i32(h, normed);
+            }
+        }
     }
 
     /// `ln p` of each position from `first_output` on, in `Q(frac)`: the full or adaptive
