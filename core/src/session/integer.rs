@@ -1036,8 +1036,13 @@ impl Session<'_, '_> {
         for layer in 0..self.model.config().n_layer as usize {
             // the layer's weights, found in the image once for both sub-layers
             let w = self.model.layer(layer);
-            let branch_held = self.attention_integer((layer, &w), &shape, (frac, inv_sqrt_d_head), held);
-            held = self.feed_forward_integer((layer, &w), shape.qlen, frac, branch_held);
+            // the layer's parameters, found once for both sub-layers: their slice taken out of
+            // the state while the sub-layers write its other buffers, and put back after
+            let parameters = core::mem::take(&mut self.state.parameters);
+            let p = layer_parameters(parameters, self.model.config(), layer);
+            let branch_held = self.attention_integer((&w, &p), &shape, (frac, inv_sqrt_d_head), layer, held);
+            held = self.feed_forward_integer((&w, &p), shape.qlen, frac, branch_held);
+            self.state.parameters = parameters;
         }
         self.output_integer(shape.qlen, first_output, targets, frac, on_row);
         self.memory.commit(shape.qlen);
@@ -1119,9 +1124,10 @@ impl Session<'_, '_> {
     /// `branch` holds the one position's new `h` (post-LN, one position).
     fn attention_integer(
         &mut self,
-        (layer, w): (usize, &LayerWeights<'_>),
+        (w, p): (&LayerWeights<'_>, &LayerParameters<'_>),
         shape: &AttentionShape,
         (frac, inv_sqrt_d_head): (u32, Rescale),
+        layer: usize,
         held: bool,
     ) -> bool {
         // (the model's own, not a copy: borrowed again after the calls that take the session)
@@ -1131,13 +1137,11 @@ impl Session<'_, '_> {
         let mut i = 0;
         while i < shape.qlen {
             if self.per_pass >= 2 && shape.qlen - i >= 2 {
-                self.qkv_pair((layer, w), shape.mlen, frac, i);
+                self.qkv_pair((layer, w, p), shape.mlen, frac, i);
                 i += 2;
                 continue;
             }
-            let config = self.model.config();
             let s = &mut self.state;
-            let p = layer_parameters(s.parameters, config, layer);
             let h: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + 1) * d_model]);
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
             if pre_lnorm {
@@ -1163,18 +1167,16 @@ impl Session<'_, '_> {
             _ => layer,
         };
         for i in 0..shape.qlen {
-            self.attend_integer(layer, shape, (table, inv_sqrt_d_head), i, frac);
+            self.attend_integer((layer, p), shape, (table, inv_sqrt_d_head), i, frac);
         }
         let mut i = 0;
         while i < shape.qlen {
             if self.per_pass >= 2 && shape.qlen - i >= 2 {
-                self.o_net_pair((layer, w), frac, i);
+                self.o_net_pair((w, p), frac, i);
                 i += 2;
                 continue;
             }
-            let config = self.model.config();
             let s = &mut self.state;
-            let p = layer_parameters(s.parameters, config, layer);
             let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
             let o: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
             Input::new_in_place(&w.o_net, p.acts[1], a, s.quantized_input).rows(&w.o_net, 0, o);
@@ -1196,7 +1198,7 @@ impl Session<'_, '_> {
     /// head's columns of the output keep `q + u` and `q + v` until its output is written.
     fn attend_integer(
         &mut self,
-        layer: usize,
+        (layer, p): (usize, &LayerParameters<'_>),
         shape: &AttentionShape,
         (table, inv_sqrt_d_head): (usize, Rescale),
         i: usize,
@@ -1211,7 +1213,6 @@ impl Session<'_, '_> {
         let top = (32767i64).min(i32::MAX as i64 / 127 / d_head.max(1) as i64);
         let klen = shape.mlen + shape.qlen;
         let s = &mut self.state;
-        let p = layer_parameters(s.parameters, config, layer);
         let keys: &[u8] = bytemuck::cast_slice(&s.position_keys[..]);
         let keys = &keys[table * distances * row..];
         let scratch: &mut [i32] = bytemuck::cast_slice_mut(&mut s.scores[..]);
@@ -1309,7 +1310,7 @@ impl Session<'_, '_> {
     /// input holds the one position's new `h` (post-LN, one position).
     fn feed_forward_integer(
         &mut self,
-        (layer, w): (usize, &LayerWeights<'_>),
+        (w, p): (&LayerWeights<'_>, &LayerParameters<'_>),
         qlen: usize,
         frac: u32,
         held: bool,
@@ -1320,17 +1321,15 @@ impl Session<'_, '_> {
         let mut i = 0;
         while i < qlen {
             if self.per_pass >= 2 && qlen - i >= 2 {
-                self.feed_forward_pair((layer, w), frac, i);
+                self.feed_forward_pair((w, p), frac, i);
                 i += 2;
                 continue;
             }
-            let config = self.model.config();
             let s = &mut self.state;
             let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
             // the input in `branch` (the residual `h` stays as it is)
             let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            let p = layer_parameters(s.parameters, config, layer);
-            if config.pre_lnorm {
+            if pre_lnorm {
                 layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
             } else if !(held && qlen == 1) {
                 x.copy_from_slice(h);
@@ -1356,7 +1355,7 @@ impl Session<'_, '_> {
                     *h = h.saturating_add(o.saturating_add(b));
                 }
             }
-            if !config.pre_lnorm {
+            if !pre_lnorm {
                 // in the attention input, which the next layer's attention takes as it is
                 let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
                 layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
@@ -1371,13 +1370,18 @@ impl Session<'_, '_> {
     /// own step, each weight read once for both): the queries into `queries`, the keys and
     /// values into the memory after the `mlen` remembered positions, in order.
     #[inline(never)]
-    fn qkv_pair(&mut self, (layer, w): (usize, &LayerWeights<'_>), mlen: usize, frac: u32, i: usize) {
+    fn qkv_pair(
+        &mut self,
+        (layer, w, p): (usize, &LayerWeights<'_>, &LayerParameters<'_>),
+        mlen: usize,
+        frac: u32,
+        i: usize,
+    ) {
         let config = self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
         let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
         let words = self.state.quantized_input.len() / self.per_pass;
         let s = &mut self.state;
-        let p = layer_parameters(s.parameters, config, layer);
         let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..2 * d_model]);
         for (k, x) in xs.chunks_exact_mut(d_model).enumerate() {
             let h: &[i32] = bytemuck::cast_slice(&s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
@@ -1404,13 +1408,12 @@ impl Session<'_, '_> {
     /// `o_net` of positions `i` and `i + 1` (each weight read once for both), the residual
     /// and the post-LN LayerNorm of each.
     #[inline(never)]
-    fn o_net_pair(&mut self, (layer, w): (usize, &LayerWeights<'_>), frac: u32, i: usize) {
+    fn o_net_pair(&mut self, (w, p): (&LayerWeights<'_>, &LayerParameters<'_>), frac: u32, i: usize) {
         let config = self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
         let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
         let words = self.state.quantized_input.len() / self.per_pass;
         let s = &mut self.state;
-        let p = layer_parameters(s.parameters, config, layer);
         let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 2) * width]);
         let inputs = input_pair(&w.o_net, p.acts[1], a, &mut s.quantized_input[..2 * words]);
         let os: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..2 * d_model]);
@@ -1430,13 +1433,12 @@ impl Session<'_, '_> {
     /// The feed-forward of positions `i` and `i + 1` (each weight read once for both), the
     /// residual and the post-LN LayerNorm of each.
     #[inline(never)]
-    fn feed_forward_pair(&mut self, (layer, w): (usize, &LayerWeights<'_>), frac: u32, i: usize) {
+    fn feed_forward_pair(&mut self, (w, p): (&LayerWeights<'_>, &LayerParameters<'_>), frac: u32, i: usize) {
         let config = self.model.config();
         let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
         let eps = config.layer_norm_epsilon;
         let words = self.state.quantized_input.len() / self.per_pass;
         let s = &mut self.state;
-        let p = layer_parameters(s.parameters, config, layer);
         let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..2 * d_model]);
         for (k, x) in xs.chunks_exact_mut(d_model).enumerate() {
             let h: &[i32] = bytemuck::cast_slice(&s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
