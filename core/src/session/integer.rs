@@ -10,8 +10,9 @@
 //!
 //! The buffers are the float session's, seen as `i32` (the same size and alignment): `hidden`
 //! holds `h` in `Q(frac)`, the memory's int8 stores keep each head's exponent in its scale
-//! slot, and a row of the position keys' table holds `n_head · d_head` int8 values and then
-//! one exponent byte per head ([`crate::arena::integer_key_row_bytes`]). One buffer is the
+//! slot, and a table of the position keys holds each distance's `n_head · d_head` int8
+//! values (at the memory's stride for its keys) and then each distance's exponent byte per
+//! head ([`crate::arena::integer_key_row_bytes`] bytes a distance). One buffer is the
 //! integer session's own: each layer's [`LayerParameters`], converted from the image when the
 //! session starts.
 
@@ -995,17 +996,24 @@ fn shift_probability(p: &mut i32, e_max: i32, ve: i32) {
     *p = (((*p << 1) >> shift) + 1) >> 1;
 }
 
-/// Bytes of a distance's row of the position keys ([`crate::arena::integer_key_row_bytes`];
+/// Bytes of a distance in the position keys' tables ([`crate::arena::integer_key_row_bytes`];
 /// `Config::validate` keeps it in range).
 fn key_row_bytes(config: &Config) -> usize {
     crate::arena::integer_key_row_bytes(config).unwrap_or(usize::MAX)
 }
 
-/// `row` (one position key, `n_head · d_head` in `Q(frac)`) as its table row: int8 values per
-/// head with a power of two, then one exponent byte per head.
-fn store_position_key(row: &[i32], d_head: usize, out: &mut [u8]) {
-    let width = row.len();
-    let (values, exponents) = out.split_at_mut(width);
+/// Where table `table` of the position keys (tables of `distances` distances) starts in the
+/// buffer's bytes, and where its exponents do: its values come first, distance `d`'s
+/// `n_head · d_head` int8 values at `d · n_head · d_head` (the memory's stride for its keys),
+/// then its exponents, distance `d`'s byte per head at `d · n_head`.
+fn position_key_table(config: &Config, distances: usize, table: usize) -> (usize, usize) {
+    let start = table * distances * key_row_bytes(config);
+    (start, start + distances * config.qkv_width() as usize)
+}
+
+/// `row` (one position key, `n_head · d_head` in `Q(frac)`) as int8 `values` per head with a
+/// power of two, and the heads' `exponents` (a byte each).
+fn store_position_key(row: &[i32], d_head: usize, (values, exponents): (&mut [u8], &mut [u8])) {
     for (head, chunk) in row.chunks_exact(d_head).enumerate() {
         let e = pow2_exponent(chunk, 127);
         for (q, &v) in values[head * d_head..].iter_mut().zip(chunk) {
@@ -1166,6 +1174,8 @@ impl Session<'_, '_> {
             }
             _ => layer,
         };
+        // where its values and exponents are, found once for every query
+        let table = position_key_table(self.model.config(), self.options.distances(), table);
         for i in 0..shape.qlen {
             self.attend_integer((layer, p), shape, (table, inv_sqrt_d_head), i, frac);
         }
@@ -1192,7 +1202,8 @@ impl Session<'_, '_> {
         !pre_lnorm && shape.qlen == 1
     }
 
-    /// Query `i`'s attention output in `attn_vec`, head by head. The scratch row of scores
+    /// Query `i`'s attention output in `attn_vec`, head by head, the position keys those of the
+    /// table at `table` ([`position_key_table`]). The scratch row of scores
     /// holds the content sums, then the scores, then the probabilities by key; the second row
     /// the position sums by distance; then the query's words and then the values' sums. The
     /// head's columns of the output keep `q + u` and `q + v` until its output is written.
@@ -1200,21 +1211,20 @@ impl Session<'_, '_> {
         &mut self,
         (layer, p): (usize, &LayerParameters<'_>),
         shape: &AttentionShape,
-        (table, inv_sqrt_d_head): (usize, Rescale),
+        (table, inv_sqrt_d_head): ((usize, usize), Rescale),
         i: usize,
         frac: u32,
     ) {
         // (the model's own, not a copy)
         let config = self.model.config();
         let (width, d_head) = (config.qkv_width() as usize, shape.d_head);
-        let row = key_row_bytes(config);
+        let n_head = shape.n_head;
         let capacity = self.memory.capacity();
-        let distances = self.options.distances();
         let top = (32767i64).min(i32::MAX as i64 / 127 / d_head.max(1) as i64);
         let klen = shape.mlen + shape.qlen;
         let s = &mut self.state;
         let keys: &[u8] = bytemuck::cast_slice(&s.position_keys[..]);
-        let keys = &keys[table * distances * row..];
+        let (keys, exponents) = (&keys[table.0..], &keys[table.1..]);
         let scratch: &mut [i32] = bytemuck::cast_slice_mut(&mut s.scores[..]);
         let (sums, rest) = scratch.split_at_mut(capacity);
         let (second, words) = rest.split_at_mut(capacity);
@@ -1239,16 +1249,16 @@ impl Session<'_, '_> {
                     .key_sums_int8(layer, lo, head, words, &mut sums[lo..=hi]);
                 let pe = query_words((q, qb), &p.r_r_bias[cols.clone()], top, words);
                 let far = (shape.mlen + i - lo).min(shape.max_distance);
-                let rows = &keys[head * d_head..far * row + head * d_head + d_head];
+                let rows = &keys[head * d_head..far * width + head * d_head + d_head];
                 let rows: &[i8] = bytemuck::cast_slice(rows);
-                kernels::key_sums_i8(rows, row, d_head, words, &mut second[..=far]);
+                kernels::key_sums_i8(rows, width, d_head, words, &mut second[..=far]);
                 // the scores and the largest of them
                 let largest = head_scores(
                     &self.memory,
                     (layer, head, lo, shape.mlen + i - lo),
                     &mut sums[lo..=hi],
                     &mut gathered,
-                    (&second[..=far], &keys[width + head..], row),
+                    (&second[..=far], &exponents[head..], n_head),
                     (ce, pe),
                     (inv_sqrt_d_head, frac, top as u64 * 128 * d_head as u64 >= 1 << 27),
                 );
@@ -1577,8 +1587,7 @@ impl Session<'_, '_> {
         let config = *self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
         let r_net = self.model.layer(layer).r_net;
-        let row = key_row_bytes(&config);
-        let stride = self.options.distances() * row;
+        let all_distances = self.options.distances();
         let s = &mut self.state;
         let half = d_model / 2;
         // the frequencies in turns per position, in the spent attention input
@@ -1588,6 +1597,9 @@ impl Session<'_, '_> {
         }
         let shift = 30 - frac as i32;
         let keys: &mut [u8] = bytemuck::cast_slice_mut(&mut s.position_keys[..]);
+        let (start, at) = position_key_table(&config, all_distances, table);
+        let (values, exponents) = keys[start..].split_at_mut(at - start);
+        let (d_head, n_head) = (config.d_head as usize, config.n_head as usize);
         for d in 0..distances {
             let pos: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
             pos.fill(0);
@@ -1598,8 +1610,8 @@ impl Session<'_, '_> {
             }
             let r: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..width]);
             Input::new(&r_net, pos, Scale16::ONE, s.quantized_input).rows(&r_net, 0, r);
-            let at = table * stride + d * row;
-            store_position_key(r, config.d_head as usize, &mut keys[at..at + row]);
+            let values = &mut values[d * width..(d + 1) * width];
+            store_position_key(r, d_head, (values, &mut exponents[d * n_head..(d + 1) * n_head]));
         }
     }
 
