@@ -231,16 +231,14 @@ fn quantize_slice(x: &[i32], out: &mut [i8]) -> Scale16 {
 /// magnitude.
 fn quantize_slice_of(largest: u32, x: &[i32], out: &mut [i8]) -> Scale16 {
     let x = &x[..out.len()];
-    match Int8Steps::new(largest as u64) {
-        Some(steps) if steps.cut == 0 => match steps.to_int8.prepared() {
-            Some(to_int8) => {
-                to_int8.quantize_each(x, out, largest);
-                steps.step
-            }
-            None => quantize_int8_of(largest, |c| x[c], out),
-        },
-        _ => quantize_int8_of(largest, |c| x[c], out),
+    if let Some(steps) = Int8Steps::new(largest as u64).filter(|steps| steps.cut == 0) {
+        if let Some(to_int8) = steps.to_int8.prepared() {
+            to_int8.quantize_each(x, out, largest);
+            return steps.step;
+        }
     }
+    // (one call of the general form: the firmware's flash)
+    quantize_int8_of(largest, |c| x[c], out)
 }
 
 /// How a linear layer's input meets its activation scales: none, powers of two (the largest's
@@ -366,7 +364,8 @@ impl<'s> Input<'s> {
                     }
                 }
             }
-            _ => quantize_int8(|c| x[c], xq),
+            // (the slice's form: the same values)
+            _ => quantize_slice(x, xq),
         };
         Input::widened_for(m, xq, widened, step.product(extra))
     }
@@ -510,8 +509,10 @@ impl Input<'_> {
     /// [`Input::rows`] of two inputs made for `m`, into `y0` and `y1` (as long): for an int8
     /// matrix the pair's exact sums, each weight read once for both
     /// ([`kernels::row_sums_pair_i8`]: the same sums), each rescaled by its own input's step as
-    /// [`Input::rows`] does; else each input on its own.
-    fn rows_pair(inputs: &[Input<'_>; 2], m: &Matrix<'_>, first: usize, [y0, y1]: [&mut [i32]; 2]) {
+    /// [`Input::rows`] does; else each input on its own. (One copy for every caller: the
+    /// firmware's flash.)
+    #[inline(never)]
+    fn rows_pair(inputs: [&Input<'_>; 2], m: &Matrix<'_>, first: usize, [y0, y1]: [&mut [i32]; 2]) {
         let n = y0.len();
         let pair = m.row_range(first, first + n);
         match pair.data {
@@ -539,20 +540,44 @@ impl Input<'_> {
     }
 }
 
-/// Two inputs of one matrix, each quantized with its own step ([`Input::new_in_place`]), the
-/// rows of `xs` (two, `m.cols` long) with the halves of `scratch`.
-fn input_pair<'s>(
-    m: &Matrix<'_>,
-    parameters: MatrixParameters,
-    xs: &mut [i32],
-    scratch: &'s mut [u32],
-) -> [Input<'s>; 2] {
-    let (x0, x1) = xs.split_at_mut(xs.len() / 2);
-    let (scratch0, scratch1) = scratch.split_at_mut(scratch.len() / 2);
-    [
-        Input::new_in_place(m, parameters, x0, scratch0),
-        Input::new_in_place(m, parameters, x1, scratch1),
-    ]
+/// The inputs of one pass of a linear layer: one position's, or two positions' (each quantized
+/// with its own step, [`Input::new_in_place`]), whose int8 sums read each weight once for both
+/// ([`Input::rows_pair`]).
+struct Pass<'s>(Input<'s>, Option<Input<'s>>);
+
+impl<'s> Pass<'s> {
+    /// The `count` (1 or 2) rows of `xs` (`m.cols` long each) quantized for `m`, two in the
+    /// halves of `scratch` ([`crate::matrix::scratch_words`] of the widest input for each).
+    #[inline(never)]
+    fn new(
+        m: &Matrix<'_>,
+        parameters: MatrixParameters,
+        xs: &mut [i32],
+        scratch: &'s mut [u32],
+        count: usize,
+    ) -> Pass<'s> {
+        if count < 2 {
+            return Pass(Input::new_in_place(m, parameters, xs, scratch), None);
+        }
+        let (x0, x1) = xs.split_at_mut(xs.len() / 2);
+        let (scratch0, scratch1) = scratch.split_at_mut(scratch.len() / 2);
+        Pass(
+            Input::new_in_place(m, parameters, x0, scratch0),
+            Some(Input::new_in_place(m, parameters, x1, scratch1)),
+        )
+    }
+
+    /// [`Input::rows`] of each input, `n` rows of `m` from `first` into its row of `y` (`n`
+    /// long each, one after the other).
+    fn rows(&self, m: &Matrix<'_>, first: usize, y: &mut [i32], n: usize) {
+        match &self.1 {
+            None => self.0.rows(m, first, &mut y[..n]),
+            Some(second) => {
+                let (y0, y1) = y.split_at_mut(n);
+                Input::rows_pair([&self.0, second], m, first, [y0, y1]);
+            }
+        }
+    }
 }
 
 /// `y = xᵀ W` for the int8 `m` (an output projection): each input times its row's scale (and
@@ -586,7 +611,8 @@ fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
 
 /// `out = LayerNorm(x)` with a layer's gains (their `f32` bits, and their magnitudes' smallest
 /// and largest exponent) and biases (`Q(frac)`) as [`LayerParameters`] keeps them: each gain's
-/// magnitude to 16 bits and its sign.
+/// magnitude to 16 bits and its sign. (One copy for every caller: the firmware's flash.)
+#[inline(never)]
 fn layer_norm(gains: Gains<'_>, biases: &[i32], eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
     let epsilon = fixed_of_f32_wide(eps, 2 * frac).max(0) as u64;
     let bits: &[u32] = bytemuck::cast_slice(gains.bits);
@@ -1024,6 +1050,17 @@ fn store_position_key(row: &[i32], d_head: usize, (values, exponents): (&mut [u8
 }
 
 impl Session<'_, '_> {
+    /// Positions the next pass of a linear layer takes of the `left` positions of a segment:
+    /// two where the session's passes take pairs ([`Pass`]: each weight read once for both),
+    /// else one.
+    fn pass_positions(&self, left: usize) -> usize {
+        if self.per_pass >= 2 && left >= 2 {
+            2
+        } else {
+            1
+        }
+    }
+
     /// [`Session::forward_from`] in integers, activations in `Q(frac)`.
     pub(super) fn forward_integer(
         &mut self,
@@ -1144,27 +1181,29 @@ impl Session<'_, '_> {
         let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
         let mut i = 0;
         while i < shape.qlen {
-            if self.per_pass >= 2 && shape.qlen - i >= 2 {
-                self.qkv_pair((layer, w, p), shape.mlen, frac, i);
-                i += 2;
-                continue;
-            }
+            let count = self.pass_positions(shape.qlen - i);
             let s = &mut self.state;
-            let h: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + 1) * d_model]);
-            let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-            if pre_lnorm {
-                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
-            } else if !(held && shape.qlen == 1) {
-                x.copy_from_slice(h);
+            let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..count * d_model]);
+            let hs: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + count) * d_model]);
+            for (x, h) in xs.chunks_exact_mut(d_model).zip(hs.chunks_exact(d_model)) {
+                if pre_lnorm {
+                    layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
+                } else if !(held && shape.qlen == 1) {
+                    x.copy_from_slice(h);
+                }
             }
-            let input = Input::new_in_place(&w.qkv, p.acts[0], x, s.quantized_input);
-            let query: &mut [i32] = bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + 1) * width]);
-            input.rows(&w.qkv, 0, query);
-            let key_value: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..2 * width]);
-            input.rows(&w.qkv, width, key_value);
-            let (key, value) = key_value.split_at(width);
-            self.memory.write_pow2(layer, shape.mlen + i, key, value);
-            i += 1;
+            let inputs = Pass::new(&w.qkv, p.acts[0], xs, s.quantized_input, count);
+            let queries: &mut [i32] =
+                bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + count) * width]);
+            inputs.rows(&w.qkv, 0, queries, width);
+            let key_values: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..count * 2 * width]);
+            inputs.rows(&w.qkv, width, key_values, 2 * width);
+            // into the memory position by position, in order
+            for (k, key_value) in key_values.chunks_exact(2 * width).enumerate() {
+                let (key, value) = key_value.split_at(width);
+                self.memory.write_pow2(layer, shape.mlen + i + k, key, value);
+            }
+            i += count;
         }
         let table = match self.options.position_keys {
             PositionKeys::PerSegment => {
@@ -1181,23 +1220,21 @@ impl Session<'_, '_> {
         }
         let mut i = 0;
         while i < shape.qlen {
-            if self.per_pass >= 2 && shape.qlen - i >= 2 {
-                self.o_net_pair((w, p), frac, i);
-                i += 2;
-                continue;
-            }
+            let count = self.pass_positions(shape.qlen - i);
             let s = &mut self.state;
-            let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
-            let o: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            Input::new_in_place(&w.o_net, p.acts[1], a, s.quantized_input).rows(&w.o_net, 0, o);
-            let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
-            add(h, o);
-            if !pre_lnorm {
-                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
-                // by a kernel where there is one (the same values)
-                kernels::copy_i32(h, o);
+            let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + count) * width]);
+            let os: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..count * d_model]);
+            Pass::new(&w.o_net, p.acts[1], a, s.quantized_input, count).rows(&w.o_net, 0, os, d_model);
+            let hs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + count) * d_model]);
+            for (o, h) in os.chunks_exact_mut(d_model).zip(hs.chunks_exact_mut(d_model)) {
+                add(h, o);
+                if !pre_lnorm {
+                    layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
+                    // by a kernel where there is one (the same values)
+                    kernels::copy_i32(h, o);
+                }
             }
-            i += 1;
+            i += count;
         }
         !pre_lnorm && shape.qlen == 1
     }
@@ -1330,170 +1367,57 @@ impl Session<'_, '_> {
         let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
         let mut i = 0;
         while i < qlen {
-            if self.per_pass >= 2 && qlen - i >= 2 {
-                self.feed_forward_pair((w, p), frac, i);
-                i += 2;
-                continue;
-            }
+            let count = self.pass_positions(qlen - i);
             let s = &mut self.state;
-            let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
-            // the input in `branch` (the residual `h` stays as it is)
-            let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            if pre_lnorm {
-                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
-            } else if !(held && qlen == 1) {
-                x.copy_from_slice(h);
-            }
-            let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
-            Input::new_in_place(&w.ff1_weight, p.acts[2], x, s.quantized_input).rows(&w.ff1_weight, 0, inner);
-            // the bias and the ReLU in one pass (a kernel's, where there is one)
-            if !kernels::bias_relu_i32(inner, p.ff1_bias) {
-                for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
-                    *v = v.saturating_add(b).max(0);
+            // the inputs in `branch` (the residual `h` stays as it is)
+            let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..count * d_model]);
+            let hs: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + count) * d_model]);
+            for (x, h) in xs.chunks_exact_mut(d_model).zip(hs.chunks_exact(d_model)) {
+                if pre_lnorm {
+                    layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
+                } else if !(held && qlen == 1) {
+                    x.copy_from_slice(h);
                 }
             }
-            let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-            Input::new_in_place(&w.ff2_weight, p.acts[3], inner, s.quantized_input).rows(
+            let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..count * d_inner]);
+            let inputs = Pass::new(&w.ff1_weight, p.acts[2], xs, s.quantized_input, count);
+            inputs.rows(&w.ff1_weight, 0, inner, d_inner);
+            // the bias and the ReLU in one pass (a kernel's, where there is one)
+            for inner in inner.chunks_exact_mut(d_inner) {
+                if !kernels::bias_relu_i32(inner, p.ff1_bias) {
+                    for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
+                        *v = v.saturating_add(b).max(0);
+                    }
+                }
+            }
+            let outs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..count * d_model]);
+            Pass::new(&w.ff2_weight, p.acts[3], inner, s.quantized_input, count).rows(
                 &w.ff2_weight,
                 0,
-                out,
+                outs,
+                d_model,
             );
-            // the bias and the residual in one pass (the same saturating sums, in order; a
-            // kernel's, where there is one)
-            if !kernels::add_sums_i32(h, out, p.ff2_bias) {
-                for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
-                    *h = h.saturating_add(o.saturating_add(b));
+            let hs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + count) * d_model]);
+            for (k, h) in hs.chunks_exact_mut(d_model).enumerate() {
+                let out: &[i32] = bytemuck::cast_slice(&s.attn_input[k * d_model..(k + 1) * d_model]);
+                // the bias and the residual in one pass (the same saturating sums, in order; a
+                // kernel's, where there is one)
+                if !kernels::add_sums_i32(h, out, p.ff2_bias) {
+                    for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
+                        *h = h.saturating_add(o.saturating_add(b));
+                    }
+                }
+                if !pre_lnorm {
+                    // in the attention input (its first row: the position's output is spent),
+                    // which the next layer's attention takes as it is
+                    let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
+                    layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
+                    kernels::copy_i32(h, normed);
                 }
             }
-            if !pre_lnorm {
-                // in the attention input, which the next layer's attention takes as it is
-                let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
-                kernels::copy_i32(h, normed);
-            }
-            i += 1;
+            i += count;
         }
         !pre_lnorm && qlen == 1
-    }
-
-    /// The attention's `q, k, v` of positions `i` and `i + 1` (each input quantized with its
-    /// own step, each weight read once for both): the queries into `queries`, the keys and
-    /// values into the memory after the `mlen` remembered positions, in order.
-    #[inline(never)]
-    fn qkv_pair(
-        &mut self,
-        (layer, w, p): (usize, &LayerWeights<'_>, &LayerParameters<'_>),
-        mlen: usize,
-        frac: u32,
-        i: usize,
-    ) {
-        let config = self.model.config();
-        let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
-        let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
-        let words = self.state.quantized_input.len() / self.per_pass;
-        let s = &mut self.state;
-        let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..2 * d_model]);
-        for (k, x) in xs.chunks_exact_mut(d_model).enumerate() {
-            let h: &[i32] = bytemuck::cast_slice(&s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
-            if pre_lnorm {
-                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
-            } else {
-                x.copy_from_slice(h);
-            }
-        }
-        let inputs = input_pair(&w.qkv, p.acts[0], xs, &mut s.quantized_input[..2 * words]);
-        let queries: &mut [i32] = bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + 2) * width]);
-        let (q0, q1) = queries.split_at_mut(width);
-        Input::rows_pair(&inputs, &w.qkv, 0, [q0, q1]);
-        let key_values: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..4 * width]);
-        let (kv0, kv1) = key_values.split_at_mut(2 * width);
-        Input::rows_pair(&inputs, &w.qkv, width, [kv0, kv1]);
-        // into the memory in order
-        for (k, key_value) in key_values.chunks_exact(2 * width).enumerate() {
-            let (key, value) = key_value.split_at(width);
-            self.memory.write_pow2(layer, mlen + i + k, key, value);
-        }
-    }
-
-    /// `o_net` of positions `i` and `i + 1` (each weight read once for both), the residual
-    /// and the post-LN LayerNorm of each.
-    #[inline(never)]
-    fn o_net_pair(&mut self, (w, p): (&LayerWeights<'_>, &LayerParameters<'_>), frac: u32, i: usize) {
-        let config = self.model.config();
-        let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
-        let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
-        let words = self.state.quantized_input.len() / self.per_pass;
-        let s = &mut self.state;
-        let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 2) * width]);
-        let inputs = input_pair(&w.o_net, p.acts[1], a, &mut s.quantized_input[..2 * words]);
-        let os: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..2 * d_model]);
-        let (o0, o1) = os.split_at_mut(d_model);
-        Input::rows_pair(&inputs, &w.o_net, 0, [o0, o1]);
-        for (k, o) in os.chunks_exact_mut(d_model).enumerate() {
-            let h: &mut [i32] =
-                bytemuck::cast_slice_mut(&mut s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
-            add(h, o);
-            if !pre_lnorm {
-                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
-                kernels::copy_i32(h, o);
-            }
-        }
-    }
-
-    /// The feed-forward of positions `i` and `i + 1` (each weight read once for both), the
-    /// residual and the post-LN LayerNorm of each.
-    #[inline(never)]
-    fn feed_forward_pair(&mut self, (w, p): (&LayerWeights<'_>, &LayerParameters<'_>), frac: u32, i: usize) {
-        let config = self.model.config();
-        let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
-        let eps = config.layer_norm_epsilon;
-        let words = self.state.quantized_input.len() / self.per_pass;
-        let s = &mut self.state;
-        let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..2 * d_model]);
-        for (k, x) in xs.chunks_exact_mut(d_model).enumerate() {
-            let h: &[i32] = bytemuck::cast_slice(&s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
-            if config.pre_lnorm {
-                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
-            } else {
-                x.copy_from_slice(h);
-            }
-        }
-        let inputs = input_pair(&w.ff1_weight, p.acts[2], xs, &mut s.quantized_input[..2 * words]);
-        let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..2 * d_inner]);
-        let (inner0, inner1) = inner.split_at_mut(d_inner);
-        Input::rows_pair(&inputs, &w.ff1_weight, 0, [inner0, inner1]);
-        for inner in inner.chunks_exact_mut(d_inner) {
-            if !kernels::bias_relu_i32(inner, p.ff1_bias) {
-                for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
-                    *v = v.saturating_add(b).max(0);
-                }
-            }
-        }
-        let inputs = input_pair(
-            &w.ff2_weight,
-            p.acts[3],
-            inner,
-            &mut s.quantized_input[..2 * words],
-        );
-        let outs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..2 * d_model]);
-        let (out0, out1) = outs.split_at_mut(d_model);
-        Input::rows_pair(&inputs, &w.ff2_weight, 0, [out0, out1]);
-        for k in 0..2 {
-            let h: &mut [i32] =
-                bytemuck::cast_slice_mut(&mut s.hidden[(i + k) * d_model..(i + k + 1) * d_model]);
-            let out: &[i32] = bytemuck::cast_slice(&s.attn_input[k * d_model..(k + 1) * d_model]);
-            if !kernels::add_sums_i32(h, out, p.ff2_bias) {
-                for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
-                    *h = h.saturating_add(o.saturating_add(b));
-                }
-            }
-            if !config.pre_lnorm {
-                // the first row of the attention input (its output spent)
-                let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
-                kernels::copy_i32(h, normed);
-            }
-        }
     }
 
     /// `ln p` of each position from `first_output` on, in `Q(frac)`: the full or adaptive
