@@ -25,9 +25,9 @@ pub struct ArenaLayout {
     pub values: usize,
     /// f32 `(n_layer, distances, n_head * d_head)` position keys `W_r · pos_emb(d)`, computed
     /// once; `(1, distances, n_head * d_head)` when recomputed per segment; none (0) when `W_r`
-    /// is folded into the queries. In integer arithmetic a distance's row is
-    /// [`integer_key_row_bytes`] bytes (int8 values and an exponent per head), counted here in
-    /// 4-byte units.
+    /// is folded into the queries. In integer arithmetic a distance takes
+    /// [`integer_key_row_bytes`] bytes of its table (int8 values and an exponent per head),
+    /// counted here in 4-byte units.
     pub position_keys: usize,
     /// f32 `(distances, d_model)` sinusoid position embeddings, kept when the position keys are
     /// recomputed per segment or folded into the queries (else 0).
@@ -74,8 +74,9 @@ pub struct ArenaLayout {
     pub parameters: usize,
 }
 
-/// Bytes of one distance's row of an integer session's position keys: `n_head · d_head` int8
-/// values, then an exponent byte per head, padded to whole words.
+/// Bytes of one distance of an integer session's position keys: `n_head · d_head` int8 values
+/// and an exponent byte per head, padded to whole words (a table holds every distance's values,
+/// then every distance's exponents, in `distances` times these bytes).
 pub fn integer_key_row_bytes(config: &Config) -> Option<usize> {
     let width = config.qkv_width() as usize;
     width

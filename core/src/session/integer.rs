@@ -10,8 +10,9 @@
 //!
 //! The buffers are the float session's, seen as `i32` (the same size and alignment): `hidden`
 //! holds `h` in `Q(frac)`, the memory's int8 stores keep each head's exponent in its scale
-//! slot, and a row of the position keys' table holds `n_head · d_head` int8 values and then
-//! one exponent byte per head ([`crate::arena::integer_key_row_bytes`]). One buffer is the
+//! slot, and a table of the position keys holds each distance's `n_head · d_head` int8
+//! values (at the memory's stride for its keys) and then each distance's exponent byte per
+//! head ([`crate::arena::integer_key_row_bytes`] bytes a distance). One buffer is the
 //! integer session's own: each layer's [`LayerParameters`], converted from the image when the
 //! session starts.
 
@@ -230,16 +231,14 @@ fn quantize_slice(x: &[i32], out: &mut [i8]) -> Scale16 {
 /// magnitude.
 fn quantize_slice_of(largest: u32, x: &[i32], out: &mut [i8]) -> Scale16 {
     let x = &x[..out.len()];
-    match Int8Steps::new(largest as u64) {
-        Some(steps) if steps.cut == 0 => match steps.to_int8.prepared() {
-            Some(to_int8) => {
-                to_int8.quantize_each(x, out, largest);
-                steps.step
-            }
-            None => quantize_int8_of(largest, |c| x[c], out),
-        },
-        _ => quantize_int8_of(largest, |c| x[c], out),
+    if let Some(steps) = Int8Steps::new(largest as u64).filter(|steps| steps.cut == 0) {
+        if let Some(to_int8) = steps.to_int8.prepared() {
+            to_int8.quantize_each(x, out, largest);
+            return steps.step;
+        }
     }
+    // (one call of the general form: the firmware's flash)
+    quantize_int8_of(largest, |c| x[c], out)
 }
 
 /// How a linear layer's input meets its activation scales: none, powers of two (the largest's
@@ -365,7 +364,8 @@ impl<'s> Input<'s> {
                     }
                 }
             }
-            _ => quantize_int8(|c| x[c], xq),
+            // (the slice's form: the same values)
+            _ => quantize_slice(x, xq),
         };
         Input::widened_for(m, xq, widened, step.product(extra))
     }
@@ -505,6 +505,81 @@ impl<'s> Input<'s> {
     }
 }
 
+impl Input<'_> {
+    /// [`Input::rows`] of two inputs made for `m`, into `y0` and `y1` (as long): for an int8
+    /// matrix the pair's exact sums, each weight read once for both
+    /// ([`kernels::row_sums_pair_i8`]: the same sums), each rescaled by its own input's step as
+    /// [`Input::rows`] does; else each input on its own. (One copy for every caller: the
+    /// firmware's flash.)
+    #[inline(never)]
+    fn rows_pair(inputs: [&Input<'_>; 2], m: &Matrix<'_>, first: usize, [y0, y1]: [&mut [i32]; 2]) {
+        let n = y0.len();
+        let pair = m.row_range(first, first + n);
+        match pair.data {
+            MatrixData::Int8 {
+                values, row_scales, ..
+            } => {
+                let [a, b] = inputs;
+                let y1 = &mut y1[..n];
+                kernels::row_sums_pair_i8(
+                    values,
+                    pair.cols,
+                    [a.xq, b.xq],
+                    [a.widened, b.widened],
+                    [&mut *y0, &mut *y1],
+                );
+                for (input, y) in [(a, y0), (b, y1)] {
+                    ScaledByBits::new(input.step).apply_each_bounded(row_scales, y, input.exponents);
+                }
+            }
+            _ => {
+                inputs[0].rows(m, first, y0);
+                inputs[1].rows(m, first, y1);
+            }
+        }
+    }
+}
+
+/// The inputs of one pass of a linear layer: one position's, or two positions' (each quantized
+/// with its own step, [`Input::new_in_place`]), whose int8 sums read each weight once for both
+/// ([`Input::rows_pair`]).
+struct Pass<'s>(Input<'s>, Option<Input<'s>>);
+
+impl<'s> Pass<'s> {
+    /// The `count` (1 or 2) rows of `xs` (`m.cols` long each) quantized for `m`, two in the
+    /// halves of `scratch` ([`crate::matrix::scratch_words`] of the widest input for each).
+    #[inline(never)]
+    fn new(
+        m: &Matrix<'_>,
+        parameters: MatrixParameters,
+        xs: &mut [i32],
+        scratch: &'s mut [u32],
+        count: usize,
+    ) -> Pass<'s> {
+        if count < 2 {
+            return Pass(Input::new_in_place(m, parameters, xs, scratch), None);
+        }
+        let (x0, x1) = xs.split_at_mut(xs.len() / 2);
+        let (scratch0, scratch1) = scratch.split_at_mut(scratch.len() / 2);
+        Pass(
+            Input::new_in_place(m, parameters, x0, scratch0),
+            Some(Input::new_in_place(m, parameters, x1, scratch1)),
+        )
+    }
+
+    /// [`Input::rows`] of each input, `n` rows of `m` from `first` into its row of `y` (`n`
+    /// long each, one after the other).
+    fn rows(&self, m: &Matrix<'_>, first: usize, y: &mut [i32], n: usize) {
+        match &self.1 {
+            None => self.0.rows(m, first, &mut y[..n]),
+            Some(second) => {
+                let (y0, y1) = y.split_at_mut(n);
+                Input::rows_pair([&self.0, second], m, first, [y0, y1]);
+            }
+        }
+    }
+}
+
 /// `y = xᵀ W` for the int8 `m` (an output projection): each input times its row's scale (and
 /// `2^8`, for precision), quantized to int8, the sums down the columns.
 fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
@@ -536,7 +611,8 @@ fn vecmat(m: &Matrix<'_>, x: &[i32], scratch: &mut [u32], y: &mut [i32]) {
 
 /// `out = LayerNorm(x)` with a layer's gains (their `f32` bits, and their magnitudes' smallest
 /// and largest exponent) and biases (`Q(frac)`) as [`LayerParameters`] keeps them: each gain's
-/// magnitude to 16 bits and its sign.
+/// magnitude to 16 bits and its sign. (One copy for every caller: the firmware's flash.)
+#[inline(never)]
 fn layer_norm(gains: Gains<'_>, biases: &[i32], eps: f32, frac: u32, x: &[i32], out: &mut [i32]) {
     let epsilon = fixed_of_f32_wide(eps, 2 * frac).max(0) as u64;
     let bits: &[u32] = bytemuck::cast_slice(gains.bits);
@@ -946,17 +1022,24 @@ fn shift_probability(p: &mut i32, e_max: i32, ve: i32) {
     *p = (((*p << 1) >> shift) + 1) >> 1;
 }
 
-/// Bytes of a distance's row of the position keys ([`crate::arena::integer_key_row_bytes`];
+/// Bytes of a distance in the position keys' tables ([`crate::arena::integer_key_row_bytes`];
 /// `Config::validate` keeps it in range).
 fn key_row_bytes(config: &Config) -> usize {
     crate::arena::integer_key_row_bytes(config).unwrap_or(usize::MAX)
 }
 
-/// `row` (one position key, `n_head · d_head` in `Q(frac)`) as its table row: int8 values per
-/// head with a power of two, then one exponent byte per head.
-fn store_position_key(row: &[i32], d_head: usize, out: &mut [u8]) {
-    let width = row.len();
-    let (values, exponents) = out.split_at_mut(width);
+/// Where table `table` of the position keys (tables of `distances` distances) starts in the
+/// buffer's bytes, and where its exponents do: its values come first, distance `d`'s
+/// `n_head · d_head` int8 values at `d · n_head · d_head` (the memory's stride for its keys),
+/// then its exponents, distance `d`'s byte per head at `d · n_head`.
+fn position_key_table(config: &Config, distances: usize, table: usize) -> (usize, usize) {
+    let start = table * distances * key_row_bytes(config);
+    (start, start + distances * config.qkv_width() as usize)
+}
+
+/// `row` (one position key, `n_head · d_head` in `Q(frac)`) as int8 `values` per head with a
+/// power of two, and the heads' `exponents` (a byte each).
+fn store_position_key(row: &[i32], d_head: usize, (values, exponents): (&mut [u8], &mut [u8])) {
     for (head, chunk) in row.chunks_exact(d_head).enumerate() {
         let e = pow2_exponent(chunk, 127);
         for (q, &v) in values[head * d_head..].iter_mut().zip(chunk) {
@@ -967,6 +1050,17 @@ fn store_position_key(row: &[i32], d_head: usize, out: &mut [u8]) {
 }
 
 impl Session<'_, '_> {
+    /// Positions the next pass of a linear layer takes of the `left` positions of a segment:
+    /// two where the session's passes take pairs ([`Pass`]: each weight read once for both),
+    /// else one.
+    fn pass_positions(&self, left: usize) -> usize {
+        if self.per_pass >= 2 && left >= 2 {
+            2
+        } else {
+            1
+        }
+    }
+
     /// [`Session::forward_from`] in integers, activations in `Q(frac)`.
     pub(super) fn forward_integer(
         &mut self,
@@ -987,8 +1081,13 @@ impl Session<'_, '_> {
         for layer in 0..self.model.config().n_layer as usize {
             // the layer's weights, found in the image once for both sub-layers
             let w = self.model.layer(layer);
-            let branch_held = self.attention_integer((layer, &w), &shape, (frac, inv_sqrt_d_head), held);
-            held = self.feed_forward_integer((layer, &w), shape.qlen, frac, branch_held);
+            // the layer's parameters, found once for both sub-layers: their slice taken out of
+            // the state while the sub-layers write its other buffers, and put back after
+            let parameters = core::mem::take(&mut self.state.parameters);
+            let p = layer_parameters(parameters, self.model.config(), layer);
+            let branch_held = self.attention_integer((&w, &p), &shape, (frac, inv_sqrt_d_head), layer, held);
+            held = self.feed_forward_integer((&w, &p), shape.qlen, frac, branch_held);
+            self.state.parameters = parameters;
         }
         self.output_integer(shape.qlen, first_output, targets, frac, on_row);
         self.memory.commit(shape.qlen);
@@ -1070,32 +1169,41 @@ impl Session<'_, '_> {
     /// `branch` holds the one position's new `h` (post-LN, one position).
     fn attention_integer(
         &mut self,
-        (layer, w): (usize, &LayerWeights<'_>),
+        (w, p): (&LayerWeights<'_>, &LayerParameters<'_>),
         shape: &AttentionShape,
         (frac, inv_sqrt_d_head): (u32, Rescale),
+        layer: usize,
         held: bool,
     ) -> bool {
         // (the model's own, not a copy: borrowed again after the calls that take the session)
         let config = self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
         let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
-        for i in 0..shape.qlen {
+        let mut i = 0;
+        while i < shape.qlen {
+            let count = self.pass_positions(shape.qlen - i);
             let s = &mut self.state;
-            let p = layer_parameters(s.parameters, config, layer);
-            let h: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + 1) * d_model]);
-            let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-            if pre_lnorm {
-                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
-            } else if !(held && shape.qlen == 1) {
-                x.copy_from_slice(h);
+            let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..count * d_model]);
+            let hs: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + count) * d_model]);
+            for (x, h) in xs.chunks_exact_mut(d_model).zip(hs.chunks_exact(d_model)) {
+                if pre_lnorm {
+                    layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, x);
+                } else if !(held && shape.qlen == 1) {
+                    x.copy_from_slice(h);
+                }
             }
-            let input = Input::new_in_place(&w.qkv, p.acts[0], x, s.quantized_input);
-            let query: &mut [i32] = bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + 1) * width]);
-            input.rows(&w.qkv, 0, query);
-            let key_value: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..2 * width]);
-            input.rows(&w.qkv, width, key_value);
-            let (key, value) = key_value.split_at(width);
-            self.memory.write_pow2(layer, shape.mlen + i, key, value);
+            let inputs = Pass::new(&w.qkv, p.acts[0], xs, s.quantized_input, count);
+            let queries: &mut [i32] =
+                bytemuck::cast_slice_mut(&mut s.queries[i * width..(i + count) * width]);
+            inputs.rows(&w.qkv, 0, queries, width);
+            let key_values: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..count * 2 * width]);
+            inputs.rows(&w.qkv, width, key_values, 2 * width);
+            // into the memory position by position, in order
+            for (k, key_value) in key_values.chunks_exact(2 * width).enumerate() {
+                let (key, value) = key_value.split_at(width);
+                self.memory.write_pow2(layer, shape.mlen + i + k, key, value);
+            }
+            i += count;
         }
         let table = match self.options.position_keys {
             PositionKeys::PerSegment => {
@@ -1105,51 +1213,55 @@ impl Session<'_, '_> {
             }
             _ => layer,
         };
+        // where its values and exponents are, found once for every query
+        let table = position_key_table(self.model.config(), self.options.distances(), table);
         for i in 0..shape.qlen {
-            self.attend_integer(layer, shape, (table, inv_sqrt_d_head), i, frac);
+            self.attend_integer((layer, p), shape, (table, inv_sqrt_d_head), i, frac);
         }
-        let config = self.model.config();
-        for i in 0..shape.qlen {
+        let mut i = 0;
+        while i < shape.qlen {
+            let count = self.pass_positions(shape.qlen - i);
             let s = &mut self.state;
-            let p = layer_parameters(s.parameters, config, layer);
-            let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + 1) * width]);
-            let o: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            Input::new_in_place(&w.o_net, p.acts[1], a, s.quantized_input).rows(&w.o_net, 0, o);
-            let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
-            add(h, o);
-            if !pre_lnorm {
-                layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
-                // by a kernel where there is one (the same values)
-                kernels::copy_i32(h, o);
+            let a: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_vec[i * width..(i + count) * width]);
+            let os: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..count * d_model]);
+            Pass::new(&w.o_net, p.acts[1], a, s.quantized_input, count).rows(&w.o_net, 0, os, d_model);
+            let hs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + count) * d_model]);
+            for (o, h) in os.chunks_exact_mut(d_model).zip(hs.chunks_exact_mut(d_model)) {
+                add(h, o);
+                if !pre_lnorm {
+                    layer_norm(p.attn_norm_gain, p.attn_norm_bias, eps, frac, h, o);
+                    // by a kernel where there is one (the same values)
+                    kernels::copy_i32(h, o);
+                }
             }
+            i += count;
         }
         !pre_lnorm && shape.qlen == 1
     }
 
-    /// Query `i`'s attention output in `attn_vec`, head by head. The scratch row of scores
+    /// Query `i`'s attention output in `attn_vec`, head by head, the position keys those of the
+    /// table at `table` ([`position_key_table`]). The scratch row of scores
     /// holds the content sums, then the scores, then the probabilities by key; the second row
     /// the position sums by distance; then the query's words and then the values' sums. The
     /// head's columns of the output keep `q + u` and `q + v` until its output is written.
     fn attend_integer(
         &mut self,
-        layer: usize,
+        (layer, p): (usize, &LayerParameters<'_>),
         shape: &AttentionShape,
-        (table, inv_sqrt_d_head): (usize, Rescale),
+        (table, inv_sqrt_d_head): ((usize, usize), Rescale),
         i: usize,
         frac: u32,
     ) {
         // (the model's own, not a copy)
         let config = self.model.config();
         let (width, d_head) = (config.qkv_width() as usize, shape.d_head);
-        let row = key_row_bytes(config);
+        let n_head = shape.n_head;
         let capacity = self.memory.capacity();
-        let distances = self.options.distances();
         let top = (32767i64).min(i32::MAX as i64 / 127 / d_head.max(1) as i64);
         let klen = shape.mlen + shape.qlen;
         let s = &mut self.state;
-        let p = layer_parameters(s.parameters, config, layer);
         let keys: &[u8] = bytemuck::cast_slice(&s.position_keys[..]);
-        let keys = &keys[table * distances * row..];
+        let (keys, exponents) = (&keys[table.0..], &keys[table.1..]);
         let scratch: &mut [i32] = bytemuck::cast_slice_mut(&mut s.scores[..]);
         let (sums, rest) = scratch.split_at_mut(capacity);
         let (second, words) = rest.split_at_mut(capacity);
@@ -1174,16 +1286,16 @@ impl Session<'_, '_> {
                     .key_sums_int8(layer, lo, head, words, &mut sums[lo..=hi]);
                 let pe = query_words((q, qb), &p.r_r_bias[cols.clone()], top, words);
                 let far = (shape.mlen + i - lo).min(shape.max_distance);
-                let rows = &keys[head * d_head..far * row + head * d_head + d_head];
+                let rows = &keys[head * d_head..far * width + head * d_head + d_head];
                 let rows: &[i8] = bytemuck::cast_slice(rows);
-                kernels::key_sums_i8(rows, row, d_head, words, &mut second[..=far]);
+                kernels::key_sums_i8(rows, width, d_head, words, &mut second[..=far]);
                 // the scores and the largest of them
                 let largest = head_scores(
                     &self.memory,
                     (layer, head, lo, shape.mlen + i - lo),
                     &mut sums[lo..=hi],
                     &mut gathered,
-                    (&second[..=far], &keys[width + head..], row),
+                    (&second[..=far], &exponents[head..], n_head),
                     (ce, pe),
                     (inv_sqrt_d_head, frac, top as u64 * 128 * d_head as u64 >= 1 << 27),
                 );
@@ -1245,54 +1357,67 @@ impl Session<'_, '_> {
     /// input holds the one position's new `h` (post-LN, one position).
     fn feed_forward_integer(
         &mut self,
-        (layer, w): (usize, &LayerWeights<'_>),
+        (w, p): (&LayerWeights<'_>, &LayerParameters<'_>),
         qlen: usize,
         frac: u32,
         held: bool,
     ) -> bool {
         let config = self.model.config();
         let (d_model, d_inner) = (config.d_model as usize, config.d_inner as usize);
-        let eps = config.layer_norm_epsilon;
-        let s = &mut self.state;
-        for i in 0..qlen {
-            let h: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + 1) * d_model]);
-            // the input in `branch` (the residual `h` stays as it is)
-            let x: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
-            let p = layer_parameters(s.parameters, config, layer);
-            if config.pre_lnorm {
-                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
-            } else if !(held && qlen == 1) {
-                x.copy_from_slice(h);
-            }
-            let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..d_inner]);
-            Input::new_in_place(&w.ff1_weight, p.acts[2], x, s.quantized_input).rows(&w.ff1_weight, 0, inner);
-            // the bias and the ReLU in one pass (a kernel's, where there is one)
-            if !kernels::bias_relu_i32(inner, p.ff1_bias) {
-                for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
-                    *v = v.saturating_add(b).max(0);
+        let (eps, pre_lnorm) = (config.layer_norm_epsilon, config.pre_lnorm);
+        let mut i = 0;
+        while i < qlen {
+            let count = self.pass_positions(qlen - i);
+            let s = &mut self.state;
+            // the inputs in `branch` (the residual `h` stays as it is)
+            let xs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..count * d_model]);
+            let hs: &[i32] = bytemuck::cast_slice(&s.hidden[i * d_model..(i + count) * d_model]);
+            for (x, h) in xs.chunks_exact_mut(d_model).zip(hs.chunks_exact(d_model)) {
+                if pre_lnorm {
+                    layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, x);
+                } else if !(held && qlen == 1) {
+                    x.copy_from_slice(h);
                 }
             }
-            let out: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-            Input::new_in_place(&w.ff2_weight, p.acts[3], inner, s.quantized_input).rows(
+            let inner: &mut [i32] = bytemuck::cast_slice_mut(&mut s.ff_inner[..count * d_inner]);
+            let inputs = Pass::new(&w.ff1_weight, p.acts[2], xs, s.quantized_input, count);
+            inputs.rows(&w.ff1_weight, 0, inner, d_inner);
+            // the bias and the ReLU in one pass (a kernel's, where there is one)
+            for inner in inner.chunks_exact_mut(d_inner) {
+                if !kernels::bias_relu_i32(inner, p.ff1_bias) {
+                    for (v, &b) in inner.iter_mut().zip(p.ff1_bias) {
+                        *v = v.saturating_add(b).max(0);
+                    }
+                }
+            }
+            let outs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..count * d_model]);
+            Pass::new(&w.ff2_weight, p.acts[3], inner, s.quantized_input, count).rows(
                 &w.ff2_weight,
                 0,
-                out,
+                outs,
+                d_model,
             );
-            // the bias and the residual in one pass (the same saturating sums, in order; a
-            // kernel's, where there is one)
-            if !kernels::add_sums_i32(h, out, p.ff2_bias) {
-                for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
-                    *h = h.saturating_add(o.saturating_add(b));
+            let hs: &mut [i32] = bytemuck::cast_slice_mut(&mut s.hidden[i * d_model..(i + count) * d_model]);
+            for (k, h) in hs.chunks_exact_mut(d_model).enumerate() {
+                let out: &[i32] = bytemuck::cast_slice(&s.attn_input[k * d_model..(k + 1) * d_model]);
+                // the bias and the residual in one pass (the same saturating sums, in order; a
+                // kernel's, where there is one)
+                if !kernels::add_sums_i32(h, out, p.ff2_bias) {
+                    for ((h, &o), &b) in h.iter_mut().zip(out.iter()).zip(p.ff2_bias) {
+                        *h = h.saturating_add(o.saturating_add(b));
+                    }
+                }
+                if !pre_lnorm {
+                    // in the attention input (its first row: the position's output is spent),
+                    // which the next layer's attention takes as it is
+                    let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
+                    layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
+                    kernels::copy_i32(h, normed);
                 }
             }
-            if !config.pre_lnorm {
-                // in the attention input, which the next layer's attention takes as it is
-                let normed: &mut [i32] = bytemuck::cast_slice_mut(&mut s.attn_input[..d_model]);
-                layer_norm(p.ff_norm_gain, p.ff_norm_bias, eps, frac, h, normed);
-                kernels::copy_i32(h, normed);
-            }
+            i += count;
         }
-        !config.pre_lnorm && qlen == 1
+        !pre_lnorm && qlen == 1
     }
 
     /// `ln p` of each position from `first_output` on, in `Q(frac)`: the full or adaptive
@@ -1386,8 +1511,7 @@ impl Session<'_, '_> {
         let config = *self.model.config();
         let (d_model, width) = (config.d_model as usize, config.qkv_width() as usize);
         let r_net = self.model.layer(layer).r_net;
-        let row = key_row_bytes(&config);
-        let stride = self.options.distances() * row;
+        let all_distances = self.options.distances();
         let s = &mut self.state;
         let half = d_model / 2;
         // the frequencies in turns per position, in the spent attention input
@@ -1397,6 +1521,9 @@ impl Session<'_, '_> {
         }
         let shift = 30 - frac as i32;
         let keys: &mut [u8] = bytemuck::cast_slice_mut(&mut s.position_keys[..]);
+        let (start, at) = position_key_table(&config, all_distances, table);
+        let (values, exponents) = keys[start..].split_at_mut(at - start);
+        let (d_head, n_head) = (config.d_head as usize, config.n_head as usize);
         for d in 0..distances {
             let pos: &mut [i32] = bytemuck::cast_slice_mut(&mut s.branch[..d_model]);
             pos.fill(0);
@@ -1407,8 +1534,8 @@ impl Session<'_, '_> {
             }
             let r: &mut [i32] = bytemuck::cast_slice_mut(&mut s.key_value[..width]);
             Input::new(&r_net, pos, Scale16::ONE, s.quantized_input).rows(&r_net, 0, r);
-            let at = table * stride + d * row;
-            store_position_key(r, config.d_head as usize, &mut keys[at..at + row]);
+            let values = &mut values[d * width..(d + 1) * width];
+            store_position_key(r, d_head, (values, &mut exponents[d * n_head..(d + 1) * n_head]));
         }
     }
 
