@@ -394,11 +394,11 @@ pub fn board_named(name: &str) -> Option<Board> {
 /// Bytes kept for the stack at the top of RAM; the heap ends below it.
 pub const STACK_BYTES: usize = 64 << 10;
 /// Flash kept for the code and constants besides the model image and the tokens: the firmware
-/// measures up to 342 412 bytes (`txl_firmware_host::code_bytes`, `txl-qemu --code-bytes ELF`;
+/// measures up to 393 220 bytes (`txl_firmware_host::code_bytes`, `txl-qemu --code-bytes ELF`;
 /// the Cortex-M4F's build of the integer image is the largest; every build's figure is in
 /// `tools/src/cli/fit/cores.tsv`), and the firmware tests check every build they make against
 /// this.
-pub const CODE_BYTES: usize = 384 << 10;
+pub const CODE_BYTES: usize = 448 << 10;
 /// RAM kept for statics besides the arena (defmt, the allocator, buffers: a few KiB).
 pub const STATIC_BYTES: usize = 16 << 10;
 /// The `-icount shift` the runner gives QEMU: one instruction is `2^6 = 64` ns.
