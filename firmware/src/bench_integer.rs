@@ -711,7 +711,7 @@ fn glue_checks() -> Result<(), Failure> {
     Ok(())
 }
 
-/// The kernels' `embedding_columns_i32` (Helium's) against `Multiplier::times` of the row's
+/// The kernels' `embedding_columns_i32` (Helium's, the DSP extension's) against `Multiplier::times` of the row's
 /// multiplier and the column's (`multiplier_of_f32`) applied to the int8 value, for row
 /// multipliers of every shift and columns of every exponent; a row the kernel refuses (some
 /// column outside its usual path) must hold one such column. `None` where the board has no
@@ -768,7 +768,7 @@ fn check_embedding_columns() -> Result<Option<usize>, Failure> {
                 return Err(Failure::KernelMismatch("embedding_columns"));
             }
             checked += n;
-        } else if cfg!(feature = "mve") {
+        } else if txl_core::kernels::INTEGER_PASSES {
             // a refused row holds a column off the usual path: not every exponent usual and
             // positive, or a shift that may leave `8..=47` (`s` is one less where the mantissas'
             // product reaches `2^61`)

@@ -42,7 +42,7 @@
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`], [`copy_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub, copy}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, sub_sub, copy}` | | |
-//! | the integer image's glue outside the attention: [`pow2_int8_i32`], [`bias_relu_i32`], [`add_sums_i32`], [`add_saturating_i32`], [`add_fixed_f32`], [`embedding_columns_i32`] | | Helium `helium_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}`, DSP without Helium `dsp_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed}` (and `dsp_integer::quantize_wide` for [`quantize_wide_i32`]) | | |
+//! | the integer image's glue outside the attention: [`pow2_int8_i32`], [`bias_relu_i32`], [`add_sums_i32`], [`add_saturating_i32`], [`add_fixed_f32`], [`embedding_columns_i32`] | | Helium `helium_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}`, DSP without Helium `dsp_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}` (and `dsp_integer::quantize_wide` for [`quantize_wide_i32`]) | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
@@ -1841,13 +1841,16 @@ pub fn add_fixed_f32(y: &mut [i32], b: &[f32], frac: u32, rare: impl Fn(u32) -> 
 
 /// An embedding row's columns, `out[i] = round(q[i] · m_i / 2^s_i)` for each `i` (as many as
 /// the shortest), `m_i · 2^-s_i` the product of the row's multiplier (`mantissa`, `shift`) and
-/// column `i`'s activation scale: Helium four columns an instruction. True where the kernel
+/// column `i`'s activation scale: Helium four columns an instruction, DSP one at a time (a
+/// `UMULL` and a `SMMULR`). True where the kernel
 /// made every column (their usual scales and shifts); false where no kernel ran or some column
 /// is not the usual one (`out` unspecified: the caller's scalar code makes the row).
 #[inline]
 pub fn embedding_columns_i32(act: &[f32], q: &[i8], out: &mut [i32], multiplier: (u32, u32)) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     return helium_integer::embedding_columns(act, q, out, multiplier);
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return dsp_integer::embedding_columns(act, q, out, multiplier);
     #[allow(unreachable_code)]
     {
         let _ = (act, q, out, multiplier);

@@ -2181,3 +2181,117 @@ global_asm!(
     "bx lr",
     ".size txl_add_saturating_dsp, . - txl_add_saturating_dsp",
 );
+
+/// An embedding row's columns into `out` (as many as the shortest of the three):
+/// `out[i] = round(q[i] · m / 2^s)` (halves up), `m · 2^-s` the product
+/// `Multiplier::times` makes of the row's multiplier (`mantissa` in `[2^30, 2^31)`, `shift`) and
+/// the multiplier of the column's activation scale `act[i]` (its 24-bit mantissa `· 2^7`, shift
+/// `157 - exponent`): `m` the top 31 bits of the 62-bit product of the mantissas. True where every
+/// column takes the usual path (a positive scale of exponent `95..=156`, `s` in `8..=47`);
+/// false where some column does not (`out` unspecified: the caller's scalar code makes the row).
+pub fn embedding_columns(act: &[f32], q: &[i8], out: &mut [i32], (mantissa, shift): (u32, u32)) -> bool {
+    let n = act.len().min(q.len()).min(out.len());
+    if n == 0 {
+        return true;
+    }
+    if !(1 << 30..1 << 31).contains(&mantissa) || shift > 64 {
+        return false;
+    }
+    // SAFETY: the three slices hold `n ≥ 1` values; the kernel reads those of `act` and `q`,
+    // writes those of `out` (up to the first column it refuses), and restores the registers it
+    // saves.
+    let refused = unsafe {
+        txl_embedding_dsp(
+            act.as_ptr().cast(),
+            q.as_ptr(),
+            out.as_mut_ptr(),
+            n,
+            mantissa << 1,
+            shift as i32 + 95,
+        )
+    };
+    refused == 0
+}
+
+extern "C" {
+    /// For `i < n` (`n ≥ 1`): `out[i]` of `bits[i]` and `q[i]` as [`embedding_columns`] makes
+    /// it, `mantissa2` being the row's mantissa times 2 and `c` its shift plus 95; returns 0
+    /// where every column took the usual path, else nonzero at the first column that does not.
+    fn txl_embedding_dsp(
+        bits: *const u32,
+        q: *const i8,
+        out: *mut i32,
+        n: usize,
+        mantissa2: u32,
+        c: i32,
+    ) -> u32;
+}
+
+// A column: its exponent's check by `SUB` of `95 · 2^23` from the bits and an unsigned `CMP`
+// with `62 · 2^23` (a positive scale of biased exponent `95..=156`; a negative one's bits are
+// `2^31` or more), the mantissas' product as `UMULL` of `2A = (2^23 + f) · 2^8` and `2M`
+// (both below `2^32`): the high word `h = ⌊4P / 2^32⌋ = ⌊P / 2^30⌋` of `P = A M` in `[2^60,
+// 2^62)`, `top = h >> 31` (`P`'s bit 61) and `m = ⌊P / 2^(30 + top)⌋ = h >> top` (`LSR` by a
+// register), `t = 32 - s = e + top - c` (`c = shift + 95`). For `t` in `0..=24` (`s` in
+// `8..=32`): `SMMULR(q · 2^t, m) = ⌊(q m 2^t + 2^31) / 2^32⌋ = ⌊(q m + 2^(s-1)) / 2^s⌋`, the
+// exact rounding (`|q · 2^t| ≤ 2^31`: `q · 2^t` keeps its bits, `m < 2^31`); for `t` in
+// `-15..=-1` (`s` in `33..=47`): `⌊(⌊q m / 2^32⌋ + 2^(s-33)) / 2^(s-32)⌋` (`SMMUL`, then `ASR`
+// by `s - 33`, `ADD` of 1, `ASR` by 1: `2^(s-1)` is a multiple of `2^32`), the same value. A
+// column of another exponent or `t` ends the kernel (nonzero returned). The usual column: 20
+// instructions with the loop's two. Registers: r0 the bits, r1 the int8 values, r2 `out`, r3
+// `2M`, r4 the bits, r5 `q`, then the value, r6 a check, then `2A`, r7 the low word, then
+// `top` and `t`, r8 `h`, then `m`, r12 `c`, lr the columns left.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_embedding_dsp,\"ax\",%progbits",
+    ".globl txl_embedding_dsp",
+    ".type txl_embedding_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_embedding_dsp:",
+    "push {{r4, r5, r6, r7, r8, lr}}",
+    "mov lr, r3",
+    "ldr r3, [sp, #24]",
+    "ldr r12, [sp, #28]",
+    "1:",
+    "ldr r4, [r0], #4",
+    "ldrsb r5, [r1], #1",
+    "sub r6, r4, #0x2F800000", // the bits less 95 · 2^23
+    "cmp r6, #0x1F000000",     // 62 · 2^23
+    "bhs 9f",
+    "lsl r6, r4, #8",
+    "orr r6, r6, #0x80000000", // 2A
+    "umull r7, r8, r6, r3",
+    "lsr r7, r8, #31", // top
+    "lsr r8, r8, r7",  // m
+    "add r7, r7, r4, lsr #23",
+    "subs r7, r7, r12", // t
+    "blt 4f",
+    "cmp r7, #24",
+    "bhi 9f",
+    "lsl r5, r5, r7",
+    "smmulr r5, r5, r8",
+    "2:",
+    "str r5, [r2], #4",
+    "subs lr, lr, #1",
+    "bne 1b",
+    "movs r0, #0",
+    "pop {{r4, r5, r6, r7, r8, pc}}",
+    // `t` below 0: `s - 33 = -t - 1` in `0..=14`
+    "4:",
+    "cmn r7, #15",
+    "blt 9f",
+    "smmul r5, r5, r8",
+    "mvn r7, r7", // -t - 1
+    "asr r5, r5, r7",
+    "adds r5, r5, #1",
+    "asrs r5, r5, #1",
+    "b 2b",
+    // a column off the usual path
+    "9:",
+    "movs r0, #1",
+    "pop {{r4, r5, r6, r7, r8, pc}}",
+    ".size txl_embedding_dsp, . - txl_embedding_dsp",
+);
