@@ -1839,12 +1839,15 @@ pub fn add_fixed_f32(y: &mut [i32], b: &[f32], frac: u32, rare: impl Fn(u32) -> 
     }
 }
 
-/// An embedding row's columns, `out[i] = round(q[i] · m_i / 2^s_i)` for each `i` (as many as
-/// the shortest), `m_i · 2^-s_i` the product of the row's multiplier (`mantissa`, `shift`) and
-/// column `i`'s activation scale: Helium four columns an instruction, DSP one at a time (a
-/// `UMULL` and a `SMMULR`). True where the kernel
-/// made every column (their usual scales and shifts); false where no kernel ran or some column
-/// is not the usual one (`out` unspecified: the caller's scalar code makes the row).
+/// An embedding row's columns into `out` (as many as the shortest of the three):
+/// `out[i] = round(q[i] · m / 2^s)` (halves up), `m · 2^-s` the product `Multiplier::times`
+/// makes of the row's multiplier (`mantissa` in `[2^30, 2^31)`, `shift`) and the multiplier of
+/// the column's activation scale `act[i]` (its 24-bit mantissa `· 2^7`, shift `157 -
+/// exponent`): `m` the top 31 bits of the 62-bit product of the mantissas. Helium four columns
+/// an instruction, DSP one at a time (a `UMULL` and a `SMMULR`). True where the kernel made
+/// every column (a positive scale of exponent `95..=156`, `s` in `8..=47`); false where no
+/// kernel ran or some column is not the usual one (`out` unspecified: the caller's scalar code
+/// makes the row).
 #[inline]
 pub fn embedding_columns_i32(act: &[f32], q: &[i8], out: &mut [i32], multiplier: (u32, u32)) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]

@@ -2182,13 +2182,8 @@ global_asm!(
     ".size txl_add_saturating_dsp, . - txl_add_saturating_dsp",
 );
 
-/// An embedding row's columns into `out` (as many as the shortest of the three):
-/// `out[i] = round(q[i] · m / 2^s)` (halves up), `m · 2^-s` the product
-/// `Multiplier::times` makes of the row's multiplier (`mantissa` in `[2^30, 2^31)`, `shift`) and
-/// the multiplier of the column's activation scale `act[i]` (its 24-bit mantissa `· 2^7`, shift
-/// `157 - exponent`): `m` the top 31 bits of the 62-bit product of the mantissas. True where every
-/// column takes the usual path (a positive scale of exponent `95..=156`, `s` in `8..=47`);
-/// false where some column does not (`out` unspecified: the caller's scalar code makes the row).
+/// [`embedding_columns_i32`](crate::kernels::embedding_columns_i32) one column at a time, as
+/// that function defines it.
 pub fn embedding_columns(act: &[f32], q: &[i8], out: &mut [i32], (mantissa, shift): (u32, u32)) -> bool {
     let n = act.len().min(q.len()).min(out.len());
     if n == 0 {
