@@ -700,7 +700,8 @@ fn check_attention_scores() -> Result<Option<usize>, Failure> {
 /// The DSP extension's scores of a row's keys where they lie (`attention_scores_row_i32`)
 /// against `integer::attention_score_of_small` key by key and the largest score: a ring of key
 /// exponents (a word a slot, `heads` apart) entered anywhere, so that most rows wrap around its
-/// end, position sums and their exponent bytes (`row` apart) by distance, the farthest one
+/// end, position sums and their exponent bytes (`row` apart; four heads, four bytes, a third of
+/// the rows) by distance, the farthest one
 /// standing for every distance beyond it (a third of the rows, up to 40 keys), sums below
 /// `2^27` in magnitude, powers of two a few apart (and now and then far apart: the slow keys),
 /// fractions 8 to 24 and rescales across the shifts of the fast path and past them. `None`
@@ -724,7 +725,11 @@ fn check_attention_score_rows() -> Result<Option<usize>, Failure> {
         };
         let ce = (numbers.next() % 40) as i32 - 20;
         let pe = ce + (numbers.next() % 5) as i32 - 2;
-        let (heads, row) = (1 + (numbers.next() % 6) as usize, (numbers.next() % 9) as usize);
+        // (four heads a third of the rows: their own kernel)
+        let (heads, row) = match round % 3 {
+            0 => (4, 4),
+            _ => (1 + (numbers.next() % 6) as usize, (numbers.next() % 9) as usize),
+        };
         let capacity = 1 + (numbers.next() % 70) as usize;
         let ring: Vec<f32> = (0..capacity * heads)
             .map(|_| f32::from_bits(exponent(&mut numbers)))

@@ -70,20 +70,24 @@ pub fn scores(
         };
         // SAFETY: `k < n` and `run ≤ n - k`, so `scores[k..]` holds the run's keys; the ring's
         // words at `at + i · heads` for `i < run` are below its end (`run` keys reach it at
-        // most; `at` stays below it: `heads` is at most its length); beyond `far`, `copies[run - 1 - i]` and `exponents[far · row]`, else
-        // `positions[distance - i]` and `exponents[(distance - i) · row]` for `i < run`, all in
-        // bounds (`distance + 1 = nearest + 1 - k ≥ n - k ≥ run`, `distance ≤ far`). The kernel
-        // reads those, reads and writes the values of `scores` before the one it returns at,
-        // reads and writes the parameters, and restores the registers it saves.
+        // most; `at` stays below it: `heads` is at most its length); beyond `far`,
+        // `copies[run - 1 - i]` and `exponents[far · row]`, else `positions[distance - i]` and
+        // `exponents[(distance - i) · row]` for `i < run`, all in bounds
+        // (`distance + 1 = nearest + 1 - k ≥ n - k ≥ run`, `distance ≤ far`). The kernel (for
+        // four heads and four bytes a distance, the same words and bytes addressed from the
+        // scores' and position sums' addresses) reads those, reads and writes the values of
+        // `scores` before the one it returns at, reads and writes the parameters, and restores
+        // the registers it saves.
         let done = unsafe {
-            txl_scores_run_dsp(
-                scores.as_mut_ptr().add(k),
-                ring.as_ptr().add(at).cast(),
-                sums,
-                bytes,
-                run,
-                parameters.as_mut_ptr(),
-            )
+            let (scores, words) = (scores.as_mut_ptr().add(k), ring.as_ptr().add(at));
+            if heads == 4 && parameters[1] == 4 {
+                // (addresses alone, as the kernel takes them)
+                let words = (words as usize).wrapping_sub((scores as usize).wrapping_mul(4));
+                let bytes = (bytes as *const u8 as usize).wrapping_sub(sums as *const i32 as usize);
+                txl_scores_run4_dsp(scores, words, sums, bytes, run, parameters.as_mut_ptr())
+            } else {
+                txl_scores_run_dsp(scores, words.cast(), sums, bytes, run, parameters.as_mut_ptr())
+            }
         };
         // the key the kernel left (its scalar definition), or none
         let next = (done + 1).min(run);
@@ -120,6 +124,109 @@ extern "C" {
         n: usize,
         parameters: *mut i32,
     ) -> usize;
+
+    /// [`txl_scores_run_dsp`] for four heads (`S` 16 bytes, `R` 4), the ring's word and the
+    /// exponent byte of key `i` addressed from its score's and position sum's addresses: the
+    /// ring's at `ring + 4 · scores` (`scores` the key's address; `ring` as an address alone:
+    /// the first key's word less four times the first score's address, wrapping) and the byte
+    /// at `exponents + positions` (the first key's byte less the first position sum's address).
+    /// `parameters[0]` and `[1]` unread.
+    fn txl_scores_run4_dsp(
+        scores: *mut i32,
+        ring: usize,
+        positions: *const i32,
+        exponents: usize,
+        n: usize,
+        parameters: *mut i32,
+    ) -> usize;
+}
+
+/// `txl_scores_run_dsp`'s code under the name `$name`, the key's exponent (r4) and its position
+/// sum's exponent byte (r5) loaded by `$load` (the ring's and the bytes' pointers stepped
+/// there where they are pointers).
+macro_rules! scores_run_kernel {
+    ($name:literal, $($load:literal),+) => {
+        global_asm!(
+            ".syntax unified",
+            ".thumb",
+            ".cpu cortex-m4",
+            concat!(".section .text.", $name, ",\"ax\",%progbits"),
+            concat!(".globl ", $name),
+            concat!(".type ", $name, ",%function"),
+            ".p2align 2",
+            ".thumb_func",
+            concat!($name, ":"),
+            "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+            "ldr lr, [sp, #36]",
+            "ldr r12, [sp, #40]",
+            "ldr r7, [r12]",
+            "ldr r8, [r12, #4]",
+            "ldr r9, [r12, #12]",
+            "ldr r10, [r12, #16]",
+            "ldr r11, [r12, #20]",
+            "ldr r12, [r12, #8]",
+            "lsl r10, r10, #15", // m · 2^15
+            "1:",
+            $($load,)+
+            "add r4, r4, r12",
+            "subs r4, r4, r5", // d
+            "add r5, r5, r9",  // v for `d ≥ 0`
+            "blt 4f",
+            // `d ≥ 0`: `e = pe + b`, the content sum shifted
+            "cmp r4, #3",
+            "bhi 9f",
+            "ldr r6, [r0]",
+            "lsl r6, r6, r4",
+            "ldr r4, [r2], #-4",
+            "add r6, r6, r4",
+            "5:",
+            "subs r4, r5, #15", // a
+            "ble 6f",
+            // `v` in `16..=31`, a sum that keeps its bits shifted by `a = v - 15`
+            "cmp r4, #16",
+            "bhi 9f",
+            "lsl r5, r6, r4",
+            "asr r4, r5, r4",
+            "cmp r4, r6",
+            "bne 9f",
+            "smmulr r6, r5, r10",
+            "7:",
+            "str r6, [r0], #4",
+            "cmp r6, r11",
+            "it gt",
+            "movgt r11, r6",
+            "subs lr, lr, #1",
+            "bne 1b",
+            "b 9f",
+            // `d < 0`: `e = ce + k`, the position sum shifted
+            "4:",
+            "add r5, r5, r4", // v
+            "rsb r4, r4, #0",
+            "cmp r4, #3",
+            "bhi 9f",
+            "ldr r6, [r2], #-4",
+            "lsl r6, r6, r4",
+            "ldr r4, [r0]",
+            "add r6, r6, r4",
+            "b 5b",
+            // `v` below 16: in `0..=15`
+            "6:",
+            "cmp r5, #15",
+            "bhi 9f",
+            "rsb r4, r5, #15",
+            "lsr r4, r10, r4", // m · 2^v
+            "smmulr r6, r6, r4",
+            "b 7b",
+            // the key is the caller's (`lr` keys left), or none is left
+            "9:",
+            "ldr r0, [sp, #36]",
+            "sub r0, r0, lr",
+            "ldr r12, [sp, #40]",
+            "str r11, [r12, #20]",
+            "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
+            concat!(".size ", $name, ", . - ", $name),
+        );
+    };
 }
 
 // `attention_score_of_small`'s usual path as `dsp_integer`'s `txl_scores_dsp` takes it, the
@@ -133,86 +240,19 @@ extern "C" {
 // shifted sum, r6 the content sum, then the sum and the score, r7 the stride, r8 the row, r9
 // `32 - C + pe`, r10 `m · 2^15`, r11 the largest score, r12 `ce - pe`, lr the keys left; the
 // count and the parameters' address on the stack.
-global_asm!(
-    ".syntax unified",
-    ".thumb",
-    ".cpu cortex-m4",
-    ".section .text.txl_scores_run_dsp,\"ax\",%progbits",
-    ".globl txl_scores_run_dsp",
-    ".type txl_scores_run_dsp,%function",
-    ".p2align 2",
-    ".thumb_func",
-    "txl_scores_run_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
-    "ldr lr, [sp, #36]",
-    "ldr r12, [sp, #40]",
-    "ldr r7, [r12]",
-    "ldr r8, [r12, #4]",
-    "ldr r9, [r12, #12]",
-    "ldr r10, [r12, #16]",
-    "ldr r11, [r12, #20]",
-    "ldr r12, [r12, #8]",
-    "lsl r10, r10, #15", // m · 2^15
-    "1:",
+scores_run_kernel!(
+    "txl_scores_run_dsp",
     "ldr r4, [r1]",
     "ldrb r5, [r3]",
     "add r1, r1, r7",
-    "sub r3, r3, r8",
-    "add r4, r4, r12",
-    "subs r4, r4, r5", // d
-    "add r5, r5, r9",  // v for `d ≥ 0`
-    "blt 4f",
-    // `d ≥ 0`: `e = pe + b`, the content sum shifted
-    "cmp r4, #3",
-    "bhi 9f",
-    "ldr r6, [r0]",
-    "lsl r6, r6, r4",
-    "ldr r4, [r2], #-4",
-    "add r6, r6, r4",
-    "5:",
-    "subs r4, r5, #15", // a
-    "ble 6f",
-    // `v` in `16..=31`, a sum that keeps its bits shifted by `a = v - 15`
-    "cmp r4, #16",
-    "bhi 9f",
-    "lsl r5, r6, r4",
-    "asr r4, r5, r4",
-    "cmp r4, r6",
-    "bne 9f",
-    "smmulr r6, r5, r10",
-    "7:",
-    "str r6, [r0], #4",
-    "cmp r6, r11",
-    "it gt",
-    "movgt r11, r6",
-    "subs lr, lr, #1",
-    "bne 1b",
-    "b 9f",
-    // `d < 0`: `e = ce + k`, the position sum shifted
-    "4:",
-    "add r5, r5, r4", // v
-    "rsb r4, r4, #0",
-    "cmp r4, #3",
-    "bhi 9f",
-    "ldr r6, [r2], #-4",
-    "lsl r6, r6, r4",
-    "ldr r4, [r0]",
-    "add r6, r6, r4",
-    "b 5b",
-    // `v` below 16: in `0..=15`
-    "6:",
-    "cmp r5, #15",
-    "bhi 9f",
-    "rsb r4, r5, #15",
-    "lsr r4, r10, r4", // m · 2^v
-    "smmulr r6, r6, r4",
-    "b 7b",
-    // the key is the caller's (`lr` keys left), or none is left
-    "9:",
-    "ldr r0, [sp, #36]",
-    "sub r0, r0, lr",
-    "ldr r12, [sp, #40]",
-    "str r11, [r12, #20]",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
-    ".size txl_scores_run_dsp, . - txl_scores_run_dsp",
+    "sub r3, r3, r8"
+);
+
+// Four heads: the ring's word at `r1 + 4 · r0` (16 bytes a key as the scores' 4) and the byte
+// at `r3 + r2` (4 bytes a key down as the position sums'), no pointer of their own to step:
+// the usual key in 26 instructions.
+scores_run_kernel!(
+    "txl_scores_run4_dsp",
+    "ldr r4, [r1, r0, lsl #2]",
+    "ldrb r5, [r3, r2]"
 );
