@@ -759,12 +759,12 @@ fn head_scores(
     let (ring, heads, mut at) = memory
         .exponent_ring(true, (layer, head), lo, scores.len())
         .unwrap_or((&[0.0], 0, 0));
-    // the rescale's shift for `e = 0`
-    let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
-    let rescale = (inv_sqrt_d_head.mantissa, shift);
     // with a kernel that reads the keys where they lie (the ring, the position tables by
     // distance), their scores by the kernel (the same values)
     if kernels::INTEGER_SCORES_ROWS && !wide && heads > 0 {
+        // the rescale's shift for `e = 0`
+        let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
+        let rescale = (inv_sqrt_d_head.mantissa, shift);
         let slow = |k: usize, content: i32| {
             let key = ce + ring[(at + k * heads) % ring.len()].to_bits() as i32;
             let d = (nearest - k).min(far);
@@ -781,6 +781,8 @@ fn head_scores(
     // then their scores by the kernel (the same values)
     let pass = ces.len().min(poss.len()).min(pes.len());
     if kernels::INTEGER_SCORES && !wide && heads > 0 && pass > 0 {
+        // the rescale's shift for `e = 0`
+        let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
         // the ring's exponents walked by slot, the distances one less each key
         let (mut at, mut distance) = (at, nearest);
         for chunk in scores.chunks_mut(pass) {
@@ -796,6 +798,7 @@ fn head_scores(
             let slow = |i: usize, content: i32| {
                 attention_score_of_small(inv_sqrt_d_head, frac, (content, ces[i]), (poss[i], pes[i]))
             };
+            let rescale = (inv_sqrt_d_head.mantissa, shift);
             if let Some(top) = kernels::attention_scores_i32(chunk, (ces, poss, pes), rescale, slow) {
                 largest = largest.max(top);
             }
