@@ -234,12 +234,12 @@ macro_rules! scores_run_kernel {
 // the position sum a `LDR` walking down, its exponent a `LDRB` and a `SUB` of the row, and
 // `d = (k + (ce - pe)) - b` (`e = pe + b` for `d ≥ 0`, else `ce + k`, so
 // `v = (32 - C + pe) + b`, plus `d` for `d < 0`). The usual key (`0 ≤ d ≤ 3`, `v` in
-// `16..=31`): 28 instructions, the gathers' copies and their loads gone. Registers: r0 the
-// scores, r1 the ring, r2 the position sums, r3 their exponents, r4 the key's exponent, then
-// `d`, the shift and the shifted sum shifted back, r5 the exponent byte, then `v` and the
-// shifted sum, r6 the content sum, then the sum and the score, r7 the stride, r8 the row, r9
-// `32 - C + pe`, r10 `m · 2^15`, r11 the largest score, r12 `ce - pe`, lr the keys left; the
-// count and the parameters' address on the stack.
+// `16..=31`): 28 instructions (29 with the `IT`), the gathers' copies and their loads gone.
+// Registers: r0 the scores, r1 the ring, r2 the position sums, r3 their exponents, r4 the
+// key's exponent, then `d`, the shift and the shifted sum shifted back, r5 the exponent byte,
+// then `v` and the shifted sum, r6 the content sum, then the sum and the score, r7 the stride,
+// r8 the row, r9 `32 - C + pe`, r10 `m · 2^15`, r11 the largest score, r12 `ce - pe`, lr the
+// keys left; the count and the parameters' address on the stack.
 scores_run_kernel!(
     "txl_scores_run_dsp",
     "ldr r4, [r1]",
@@ -250,7 +250,7 @@ scores_run_kernel!(
 
 // Four heads: the ring's word at `r1 + 4 · r0` (16 bytes a key as the scores' 4) and the byte
 // at `r3 + r2` (4 bytes a key down as the position sums'), no pointer of their own to step:
-// the usual key in 26 instructions.
+// the usual key in 26 instructions (27 with the `IT`).
 scores_run_kernel!(
     "txl_scores_run4_dsp",
     "ldr r4, [r1, r0, lsl #2]",
