@@ -7,7 +7,8 @@
 //! (`kernel=act_shift`, against `integer::act_shift` and the largest magnitude), the scores'
 //! exponentials (`kernel=exp_scores`, against `exp_neg(to_exp_input(..))` and their sum), and
 //! with Helium the attention scores (`kernel=attention_scores`, against
-//! `integer::attention_score_of_small`), and LayerNorm of gains as slices
+//! `integer::attention_score_of_small`; with the DSP extension also of a row's keys read where
+//! they lie, `kernel=attention_score_rows`), and LayerNorm of gains as slices
 //! (`kernel=layer_norm_bits`, `integer::layer_norm_of_bit_slices` against
 //! `integer::layer_norm_of_bits`), and with Helium or the DSP extension LayerNorm's sums
 //! (`kernel=layer_norm_sums`: the sum, range and sum of squares against scalar loops) and the
@@ -85,6 +86,12 @@ pub fn run() -> Result<(), Failure> {
     }
     if let Some(values) = check_attention_scores()? {
         info!("bench check kernel=attention_scores values={=usize} ok", values);
+    }
+    if let Some(values) = check_attention_score_rows()? {
+        info!(
+            "bench check kernel=attention_score_rows values={=usize} ok",
+            values
+        );
     }
     if let Some(values) = check_exp_scores()? {
         info!("bench check kernel=exp_scores values={=usize} ok", values);
@@ -684,6 +691,83 @@ fn check_attention_scores() -> Result<Option<usize>, Failure> {
         };
         if got != want || largest != *want.iter().max().unwrap_or(&i32::MIN) {
             return Err(Failure::KernelMismatch("attention_scores"));
+        }
+        checked += n;
+    }
+    Ok(Some(checked))
+}
+
+/// The DSP extension's scores of a row's keys where they lie (`attention_scores_row_i32`)
+/// against `integer::attention_score_of_small` key by key and the largest score: a ring of key
+/// exponents (a word a slot, `heads` apart) entered anywhere, so that most rows wrap around its
+/// end, position sums and their exponent bytes (`row` apart; four heads, four bytes, a third of
+/// the rows) by distance, the farthest one
+/// standing for every distance beyond it (a third of the rows, up to 40 keys), sums below
+/// `2^27` in magnitude, powers of two a few apart (and now and then far apart: the slow keys),
+/// fractions 8 to 24 and rescales across the shifts of the fast path and past them. `None`
+/// where the board has no kernel.
+fn check_attention_score_rows() -> Result<Option<usize>, Failure> {
+    use txl_core::fixed_point::Rescale;
+    use txl_core::integer::{attention_score_of_small, SCORE_FRAC};
+    let mut numbers = Numbers(0x2a71_5c0e);
+    let mut checked = 0;
+    for round in 0..60u32 {
+        let frac = 8 + round % 17;
+        let inv = Rescale {
+            mantissa: (1 << 14) + numbers.next() % (1 << 14),
+            shift: 10 + (numbers.next() % 40) as i32,
+        };
+        let shift = inv.shift - SCORE_FRAC as i32 + 2 * frac as i32;
+        let small = |numbers: &mut Numbers| (numbers.next() as i32) >> (5 + numbers.next() % 26);
+        let exponent = |numbers: &mut Numbers| match numbers.next() % 16 {
+            0 => 9,
+            _ => numbers.next() % 5,
+        };
+        let ce = (numbers.next() % 40) as i32 - 20;
+        let pe = ce + (numbers.next() % 5) as i32 - 2;
+        // (four heads a third of the rows: their own kernel)
+        let (heads, row) = match round % 3 {
+            0 => (4, 4),
+            _ => (1 + (numbers.next() % 6) as usize, (numbers.next() % 9) as usize),
+        };
+        let capacity = 1 + (numbers.next() % 70) as usize;
+        let ring: Vec<f32> = (0..capacity * heads)
+            .map(|_| f32::from_bits(exponent(&mut numbers)))
+            .collect();
+        let at = (numbers.next() as usize) % ring.len();
+        let n = 1 + (numbers.next() as usize) % capacity;
+        let nearest = n - 1 + (numbers.next() % 8) as usize;
+        let far = match numbers.next() % 3 {
+            0 => (numbers.next() as usize) % (nearest + 1),
+            _ => nearest + (numbers.next() % 3) as usize,
+        };
+        let positions: Vec<i32> = (0..=far).map(|_| small(&mut numbers)).collect();
+        let exponents: Vec<u8> = (0..far * row + 1).map(|_| exponent(&mut numbers) as u8).collect();
+        let content: Vec<i32> = (0..n).map(|_| small(&mut numbers)).collect();
+        let score = |k: usize, c: i32| {
+            let key = ce + ring[(at + k * heads) % ring.len()].to_bits() as i32;
+            let d = (nearest - k).min(far);
+            attention_score_of_small(
+                inv,
+                frac,
+                (c, key),
+                (positions[d], pe + exponents[d * row] as i32),
+            )
+        };
+        let want: Vec<i32> = (0..n).map(|k| score(k, content[k])).collect();
+        let mut got = content.clone();
+        let Some(largest) = txl_core::kernels::attention_scores_row_i32(
+            &mut got,
+            (&ring, heads, at, ce),
+            (&positions, &exponents, row, pe),
+            nearest,
+            (inv.mantissa, shift),
+            score,
+        ) else {
+            return Ok(None);
+        };
+        if got != want || largest != *want.iter().max().unwrap_or(&i32::MIN) {
+            return Err(Failure::KernelMismatch("attention_score_rows"));
         }
         checked += n;
     }

@@ -41,7 +41,7 @@
 //! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`], [`copy_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub, copy}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, sub_sub, copy}` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`attention_scores_row_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`], [`copy_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub, copy}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, sub_sub, copy}`, `dsp_scores::scores` | | |
 //! | the integer image's glue outside the attention: [`pow2_int8_i32`], [`bias_relu_i32`], [`add_sums_i32`], [`add_saturating_i32`], [`add_fixed_f32`], [`embedding_columns_i32`] | | Helium `helium_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}`, DSP without Helium `dsp_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}` (and `dsp_integer::quantize_wide` for [`quantize_wide_i32`]) | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
@@ -1349,6 +1349,11 @@ pub const INTEGER_LAYER_NORM: bool = cfg!(feature = "cortex-m-dsp");
 /// and the DSP extension's a key at a time).
 pub const INTEGER_SCORES: bool = cfg!(feature = "cortex-m-dsp");
 
+/// Whether this build's attention scores take a row's keys where they lie
+/// ([`attention_scores_row_i32`]: the DSP extension's without Helium) rather than gathered
+/// ([`attention_scores_i32`]).
+pub const INTEGER_SCORES_ROWS: bool = cfg!(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")));
+
 /// `x[i] = integer::act_shift(x[i], act[i], biased_top)` in place for each `i` (as many as
 /// the shorter); the largest magnitude after. Helium four values an instruction, DSP one at a
 /// time.
@@ -1547,6 +1552,35 @@ pub fn attention_scores_i32(
     #[allow(unreachable_code)]
     {
         let _ = (scores, exponents, rescale, slow);
+        None
+    }
+}
+
+/// `integer::attention_score_of_small` of each key `k` of a row in place (`scores[k]` its
+/// content sum), read where they lie: its power of two `ce + ring[a_k]` (the bits of the
+/// memory's ring: `a_k` is `at` plus `k` times `heads`, wrapping at the ring's end), its
+/// position sum `positions[d_k]` and that sum's power of two `pe + exponents[d_k · row]`,
+/// `d_k = min(nearest - k, far)` (`far` the last distance of `positions`; `nearest + 1` keys at
+/// least), for the rescale of `mantissa` and `shift` at `e = 0`; the largest score. The DSP
+/// extension without Helium in runs of keys that neither wrap nor pass `far`, a key a `SMMULR`
+/// ([`INTEGER_SCORES_ROWS`]), `slow(k, score)` (the scalar definition) for the others. `None`
+/// where no kernel ran.
+#[inline]
+pub fn attention_scores_row_i32(
+    scores: &mut [i32],
+    keys: (&[f32], usize, usize, i32),
+    positions: (&[i32], &[u8], usize, i32),
+    nearest: usize,
+    rescale: (u32, i32),
+    slow: impl Fn(usize, i32) -> i32,
+) -> Option<i32> {
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return Some(arm::dsp_scores::scores(
+        scores, keys, positions, nearest, rescale, slow,
+    ));
+    #[allow(unreachable_code)]
+    {
+        let _ = (scores, keys, positions, nearest, rescale, slow);
         None
     }
 }

@@ -759,6 +759,24 @@ fn head_scores(
     let (ring, heads, mut at) = memory
         .exponent_ring(true, (layer, head), lo, scores.len())
         .unwrap_or((&[0.0], 0, 0));
+    // with a kernel that reads the keys where they lie (the ring, the position tables by
+    // distance), their scores by the kernel (the same values)
+    if kernels::INTEGER_SCORES_ROWS && !wide && heads > 0 {
+        // the rescale's shift for `e = 0`
+        let shift = inv_sqrt_d_head.shift - SCORE_FRAC as i32 + 2 * frac as i32;
+        let rescale = (inv_sqrt_d_head.mantissa, shift);
+        let slow = |k: usize, content: i32| {
+            let key = ce + ring[(at + k * heads) % ring.len()].to_bits() as i32;
+            let d = (nearest - k).min(far);
+            let position = (positions[d], pe + exponents[d * row] as i32);
+            attention_score_of_small(inv_sqrt_d_head, frac, (content, key), position)
+        };
+        let keys = (ring, heads, at, ce);
+        let table = (positions, exponents, row, pe);
+        if let Some(top) = kernels::attention_scores_row_i32(scores, keys, table, nearest, rescale, slow) {
+            return top;
+        }
+    }
     // with a kernel: the keys' powers of two and position sums gathered up to 64 at a time,
     // then their scores by the kernel (the same values)
     let pass = ces.len().min(poss.len()).min(pes.len());

@@ -7,6 +7,8 @@
 //!   M55): int8 and int4 rows and the int8 attention's sums with `SMLAD`.
 //! - `dsp_integer.rs`: the DSP extension without Helium: the integer arithmetic's per-value
 //!   passes, a rescale a `SMMULR`.
+//! - `dsp_scores.rs`: the DSP extension without Helium: the integer attention's scores, a run
+//!   of keys read where they lie (the memory's ring, the position tables by distance).
 //! - `fpu.rs`: the single-precision FPU (target ABI `eabihf`): f32 and f16 rows four at a time,
 //!   weighted rows, f16 widened by `VCVTB`/`VCVTT`.
 //! - `helium.rs`: Helium, the M-profile Vector Extension (Cortex-M55, M85; feature
@@ -21,6 +23,8 @@ pub mod base;
 pub mod dsp;
 #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
 pub mod dsp_integer;
+#[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+pub mod dsp_scores;
 #[cfg(target_abi = "eabihf")]
 pub mod fpu;
 #[cfg(feature = "cortex-m-mve")]
