@@ -17,7 +17,7 @@
 //! `Normalise::apply` and the shift by the values' powers of two), the attention's gathers
 //! (`kernel=attention_gathers`: a ring's exponents and the position sums by distance against
 //! scalar loops), the largest value exponent with a probability (`kernel=top_exponent`, against
-//! a scalar loop), with Helium the attention output's shifts (`kernel=shift_sums`, against
+//! a scalar loop), the attention output's shifts (`kernel=shift_sums`, against
 //! `round_shift_i32` and a saturated shift left), the integer log-softmax (`kernel=log_softmax`,
 //! against the scalar steps), and with Helium or the DSP extension the glue outside the
 //! attention: the int8 memory's power-of-two quantization (`kernel=pow2_int8`), the
@@ -533,7 +533,7 @@ fn check_top_exponent() -> Result<Option<usize>, Failure> {
     Ok(Some(checked))
 }
 
-/// The kernels' `shift_sums` (Helium's) against the attention output's scalar shifts: rounded
+/// The kernels' `shift_sums` (Helium's, the DSP extension's) against the attention output's scalar shifts: rounded
 /// right by 0 to 31 (`round_shift_i32`), left by 1 to 31 saturated, of values of every bit
 /// length. `None` where the board has no kernel.
 fn check_shift_sums() -> Result<Option<usize>, Failure> {

@@ -41,7 +41,7 @@
 //! | [`add_assign`], [`add_f32`], [`relu`] | | FPU builds `fpu::{add_assign, add_f32, relu}` | | |
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
-//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`attention_scores_row_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`], [`copy_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub, copy}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, sub_sub, copy}`, `dsp_scores::scores` | | |
+//! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`attention_scores_row_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`], [`copy_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub, copy}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub, copy}`, `dsp_scores::scores` | | |
 //! | the integer image's glue outside the attention: [`pow2_int8_i32`], [`bias_relu_i32`], [`add_sums_i32`], [`add_saturating_i32`], [`add_fixed_f32`], [`embedding_columns_i32`] | | Helium `helium_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}`, DSP without Helium `dsp_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}` (and `dsp_integer::quantize_wide` for [`quantize_wide_i32`]) | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
@@ -1713,12 +1713,18 @@ pub fn top_exponent_i32(e: &[i32], ve: &[i32], has: impl Fn(u32) -> bool) -> Opt
 /// `out[i] = round_shift_i32(sums[i], -amount)` for `amount` in `-31..=0`, `sums[i] << amount`
 /// saturated to the `i32` range for `amount` in `1..=31` (the attention output's shift by the
 /// values' powers of two), as many as the shorter of the two: Helium four values an instruction
-/// (`VQRSHL`); false where no kernel ran or `amount` is out of range (`out` as it was).
+/// (`VQRSHL`), DSP four an `LDM` and an `STM`; false where no kernel ran or `amount` is out of
+/// range (`out` as it was).
 #[inline]
 pub fn shift_sums_i32(sums: &[i32], out: &mut [i32], amount: i32) -> bool {
     #[cfg(all(feature = "cortex-m-dsp", feature = "cortex-m-mve"))]
     if (-31..=31).contains(&amount) {
         helium::shift_sums(sums, out, amount);
+        return true;
+    }
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    if (-31..=31).contains(&amount) {
+        dsp_integer::shift_sums(sums, out, amount);
         return true;
     }
     #[allow(unreachable_code)]

@@ -2290,3 +2290,148 @@ global_asm!(
     "pop {{r4, r5, r6, r7, r8, pc}}",
     ".size txl_embedding_dsp, . - txl_embedding_dsp",
 );
+
+/// The attention output's shift by the values' powers of two: `out[i] = sums[i] << amount`
+/// saturated to the `i32` range for `amount` in `1..=31`, `round_shift_i32(sums[i], -amount)`
+/// for `amount` in `-31..=0`, as many as the shorter slice. Four values an `LDM` and an `STM`;
+/// a group of four with a value the shift left saturates, and the last 1 to 3 values, by the
+/// scalar definition. The same values.
+pub fn shift_sums(sums: &[i32], out: &mut [i32], amount: i32) {
+    let n = sums.len().min(out.len());
+    let (sums, out) = (&sums[..n], &mut out[..n]);
+    let shift = amount.unsigned_abs().min(31);
+    let groups = n / 4;
+    let mut i = 0;
+    if amount > 0 {
+        while i / 4 < groups {
+            // SAFETY: `i / 4 < groups`, so both slices hold `4 · (groups - i / 4)` values from
+            // `i` on; the kernel reads and writes at most those, and restores the registers it
+            // saves.
+            let left = unsafe {
+                txl_shift_left_dsp(sums[i..].as_ptr(), out[i..].as_mut_ptr(), groups - i / 4, shift)
+            };
+            i = 4 * (groups - left);
+            if left > 0 {
+                // the group with a saturated value
+                for k in i..i + 4 {
+                    out[k] = shift_left_saturated(sums[k], shift);
+                }
+                i += 4;
+            }
+        }
+        for k in i..n {
+            out[k] = shift_left_saturated(sums[k], shift);
+        }
+        return;
+    }
+    if groups > 0 {
+        if shift == 0 {
+            out[..4 * groups].copy_from_slice(&sums[..4 * groups]);
+        } else {
+            // SAFETY: both slices hold `4 · groups ≥ 4` values; the kernel reads and writes
+            // those, and restores the registers it saves.
+            unsafe { txl_shift_right_dsp(sums.as_ptr(), out.as_mut_ptr(), groups, shift - 1) };
+        }
+        i = 4 * groups;
+    }
+    for k in i..n {
+        out[k] = crate::fixed_point::round_shift_i32(sums[k], shift);
+    }
+}
+
+/// `x << shift` saturated to the `i32` range.
+fn shift_left_saturated(x: i32, shift: u32) -> i32 {
+    let y = x << shift;
+    if y >> shift == x {
+        y
+    } else if x < 0 {
+        i32::MIN
+    } else {
+        i32::MAX
+    }
+}
+
+extern "C" {
+    /// For groups of four values (`groups ≥ 1`) in order, while each value of the group keeps
+    /// its bits shifted left by `shift` (`1..=31`): `out[i] = sums[i] << shift`. Returns the
+    /// groups it leaves (0 for none), the first of them unread.
+    fn txl_shift_left_dsp(sums: *const i32, out: *mut i32, groups: usize, shift: u32) -> usize;
+    /// `out[i] = (sums[i] >> (s1 + 1)) + ((sums[i] >> s1) & 1)` (`round_shift_i32` by
+    /// `s1 + 1`, `s1` in `0..=30`) for `i < 4 · groups` (`groups ≥ 1`).
+    fn txl_shift_right_dsp(sums: *const i32, out: *mut i32, groups: usize, s1: u32);
+}
+
+// Left: a value keeps its bits shifted by `s` where `x ^ (x >> 31)` (`x`, or `-x - 1` for a
+// negative one) is below `2^(31 - s)`; the four's bitwise OR is below that power of two where
+// each is, one `CMP` for the group: one `LDM`, seven `EOR`/`ORR`, the check, four `LSL`, one
+// `STM` and the loop's two, 17 instructions the four (the scalar loop takes 31). Right: the
+// rounding shift as `ASR` by `s - 1`, then bit 0 plus the value shifted one more (`AND`, `ADD`
+// with `ASR #1`; no sum that can overflow), 16 instructions the four. Registers: r0 the sums,
+// r1 the output, r2 the groups left, r3 the shift (`s - 1` right), r4-r7 the values, r8 and r9
+// the magnitudes, then a value's bit, r12 `2^(31 - s)`.
+global_asm!(
+    ".syntax unified",
+    ".thumb",
+    ".cpu cortex-m4",
+    ".section .text.txl_shift_left_dsp,\"ax\",%progbits",
+    ".globl txl_shift_left_dsp",
+    ".type txl_shift_left_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_shift_left_dsp:",
+    "push {{r4, r5, r6, r7, r8, r9}}",
+    "rsb r12, r3, #31",
+    "movs r4, #1",
+    "lsl r12, r4, r12", // 2^(31 - s)
+    "1:",
+    "ldm r0, {{r4, r5, r6, r7}}",
+    "eor r8, r4, r4, asr #31",
+    "eor r9, r5, r5, asr #31",
+    "orr r8, r8, r9",
+    "eor r9, r6, r6, asr #31",
+    "orr r8, r8, r9",
+    "eor r9, r7, r7, asr #31",
+    "orr r8, r8, r9",
+    "cmp r8, r12",
+    "bhs 2f",
+    "lsl r4, r4, r3",
+    "lsl r5, r5, r3",
+    "lsl r6, r6, r3",
+    "lsl r7, r7, r3",
+    "stm r1!, {{r4, r5, r6, r7}}",
+    "adds r0, r0, #16",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "2:",
+    "mov r0, r2",
+    "pop {{r4, r5, r6, r7, r8, r9}}",
+    "bx lr",
+    ".size txl_shift_left_dsp, . - txl_shift_left_dsp",
+    ".section .text.txl_shift_right_dsp,\"ax\",%progbits",
+    ".globl txl_shift_right_dsp",
+    ".type txl_shift_right_dsp,%function",
+    ".p2align 2",
+    ".thumb_func",
+    "txl_shift_right_dsp:",
+    "push {{r4, r5, r6, r7, r8}}",
+    "1:",
+    "ldm r0!, {{r4, r5, r6, r7}}",
+    "asr r4, r4, r3",
+    "and r8, r4, #1",
+    "add r4, r8, r4, asr #1",
+    "asr r5, r5, r3",
+    "and r8, r5, #1",
+    "add r5, r8, r5, asr #1",
+    "asr r6, r6, r3",
+    "and r8, r6, #1",
+    "add r6, r8, r6, asr #1",
+    "asr r7, r7, r3",
+    "and r8, r7, #1",
+    "add r7, r8, r7, asr #1",
+    "stm r1!, {{r4, r5, r6, r7}}",
+    "subs r2, r2, #1",
+    "bne 1b",
+    "pop {{r4, r5, r6, r7, r8}}",
+    "bx lr",
+    ".size txl_shift_right_dsp, . - txl_shift_right_dsp",
+);
