@@ -1564,7 +1564,8 @@ pub fn attention_scores_i32(
 /// least), for the rescale of `mantissa` and `shift` at `e = 0`; the largest score. The DSP
 /// extension without Helium in runs of keys that neither wrap nor pass `far`, a key a `SMMULR`
 /// ([`INTEGER_SCORES_ROWS`]), `slow(k, score)` (the scalar definition) for the others. `None`
-/// where no kernel ran.
+/// where no kernel ran (none, or the tables do not hold what the row reads: `scores` as they
+/// were).
 #[inline]
 pub fn attention_scores_row_i32(
     scores: &mut [i32],
@@ -1575,9 +1576,7 @@ pub fn attention_scores_row_i32(
     slow: impl Fn(usize, i32) -> i32,
 ) -> Option<i32> {
     #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
-    return Some(arm::dsp_scores::scores(
-        scores, keys, positions, nearest, rescale, slow,
-    ));
+    return arm::dsp_scores::scores(scores, keys, positions, nearest, rescale, slow);
     #[allow(unreachable_code)]
     {
         let _ = (scores, keys, positions, nearest, rescale, slow);

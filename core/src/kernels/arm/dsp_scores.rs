@@ -19,7 +19,7 @@ const CLAMPED: usize = 16;
 /// across `far` (the keys beyond it by [`CLAMPED`], their one position sum copied); the usual
 /// key in the kernel, one `SMMULR`, `slow(k, content)` (the scalar definition) for the others.
 /// The powers of two are those of sums (below `2^24` in magnitude, as every one the session
-/// makes is).
+/// makes is). `None`, no score made, where the tables do not hold what the row reads.
 pub fn scores(
     scores: &mut [i32],
     (ring, heads, at, ce): (&[f32], usize, usize, i32),
@@ -27,22 +27,16 @@ pub fn scores(
     nearest: usize,
     (mantissa, shift): (u32, i32),
     slow: impl Fn(usize, i32) -> i32,
-) -> i32 {
+) -> Option<i32> {
     let n = scores.len();
-    let Some(far) = positions.len().checked_sub(1) else {
-        return i32::MIN;
-    };
+    let far = positions.len().checked_sub(1)?;
     if n == 0 {
-        return i32::MIN;
+        return Some(i32::MIN);
     }
-    assert!(
-        heads > 0
-            && heads <= ring.len()
-            && at < ring.len()
-            && nearest + 1 >= n
-            && far * row < exponents.len(),
-        "scores' tables out of bounds"
-    );
+    let held = heads > 0 && heads <= ring.len() && at < ring.len() && nearest + 1 >= n;
+    if !held || far.saturating_mul(row) >= exponents.len() {
+        return None;
+    }
     // the ring's stride and the exponents' row in bytes, `ce - pe`, `(32 - C) + pe`, `m` and
     // the largest score so far
     let mut parameters = [
@@ -102,7 +96,7 @@ pub fn scores(
         }
         distance = distance.wrapping_sub(next); // (past the last key unused)
     }
-    parameters[5]
+    Some(parameters[5])
 }
 
 extern "C" {
