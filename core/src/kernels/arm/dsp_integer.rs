@@ -34,16 +34,13 @@ pub fn scaled_by_bits(
     let c = 32 - k - a;
     let mut i = 0;
     // every row's `t = c + exponent - lz` (`lz` 0 or 1; a negative scale's exponent is
-    // negative) in `0..=15`, as the exponents' bounds show: the pairs without a check
+    // negative) in `0..=15`, as the exponents' bounds show: the rows without a check
     if let Some((low, high)) = exponents {
-        let pairs = n / 2;
-        if pairs > 0 && c + low > 0 && c + high <= 15 {
-            // SAFETY: `scales` and `y` hold `n ≥ 2 · pairs` values; the kernel reads the first
-            // `2 · pairs` of both, writes those of `y`, and restores the registers it saves.
-            unsafe {
-                txl_scaled_by_bits_bounded_dsp(scales.as_ptr().cast(), y.as_mut_ptr(), pairs, sm, c, a)
-            };
-            i = 2 * pairs;
+        if c + low > 0 && c + high <= 15 {
+            // SAFETY: `scales` and `y` hold `n ≥ 1` values; the kernel reads those of both,
+            // writes those of `y`, and restores the registers it saves.
+            unsafe { txl_scaled_by_bits_bounded_dsp(scales.as_ptr().cast(), y.as_mut_ptr(), n, sm, c, a) };
+            i = n;
         }
     }
     while i < n {
@@ -71,9 +68,9 @@ extern "C" {
     /// `1..=32` and the value keeps its bits once shifted; returns the index of the first row
     /// it leaves (`n` for none), that row unchanged.
     fn txl_scaled_by_bits_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32, a: i32) -> usize;
-    /// [`txl_scaled_by_bits_dsp`] for `2 · pairs` rows (`pairs ≥ 1`) whose `t` the caller has
-    /// found all in `0..=15`, without a check.
-    fn txl_scaled_by_bits_bounded_dsp(bits: *const u32, y: *mut i32, pairs: usize, sm: u32, c: i32, a: i32);
+    /// [`txl_scaled_by_bits_dsp`] for `n` rows (`n ≥ 1`) whose `t` the caller has found all
+    /// in `0..=15`, without a check.
+    fn txl_scaled_by_bits_bounded_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32, a: i32);
 }
 
 // The OR of `x ^ (x >> 31)`: eight values an `LDM`, two instructions a value.
@@ -161,7 +158,7 @@ global_asm!(
 // `lz`, then `16 - lz`, then the values, r12 `c = 32 - k - a`, lr `a`; `n` on the stack.
 //
 // Where the caller knows the scales' exponents to keep every row's `t` in `0..=15`
-// (`txl_scaled_by_bits_bounded_dsp`: `c + low ≥ 1`, `c + high ≤ 15`), the pairs take no
+// (`txl_scaled_by_bits_bounded_dsp`: `c + low ≥ 1`, `c + high ≤ 15`), the rows take no
 // check, and `m · 2^t` comes without `lz`: `p2 = p + 2^15` (the `MLA`'s addend `sm · 2^15 +
 // 2^15`; below `2^32`, as `p ≤ (2^16 - 1) sm`), `u` its top bit, `m0 = ⌊(p2 + u · 2^15) /
 // 2^16⌋` and `M = (m0 with bit 0 cleared where u = 1) · 2^t0` for `t0 = c - 1 + biased`. For
@@ -169,7 +166,15 @@ global_asm!(
 // `m0` less its bit 0 is `2 ⌊(p + 2^16) / 2^17⌋`; where `p ≥ 2^31` (`lz = 0`) that is `2m`
 // and `t0 = t - 1`; where `p` is in `[2^31 - 2^15, 2^31)` (`lz = 1`, `m = 2^15`, `t0 = t`) it
 // is `2 · 2^14 = m`: `M = m · 2^t` every time. `t0` is in `0..=15` (`t0 ≥ c + low - 1 ≥ 0`),
-// `M ≤ 2^30`. 27 instructions the two rows.
+// `M ≤ 2^30`. `t0` comes with the rounding's `2^7` in one `ADD` of `2^7 + (c - 1) · 2^23` (made
+// once a call) to the bits: the fraction's bits, which `UBFX` takes, are those of `bits + 2^7`,
+// and `(bits + 2^7 + (c - 1) · 2^23) >> 23` is `biased + c - 1` modulo `2^9`, whose low byte
+// (all that `LSL` of a register reads) is `t0`'s. 9 instructions a row's `m · 2^t`; four rows
+// an iteration, the bits by one `LDM`, the values by two `LDRD`s (the registers hold four
+// `m · 2^t` and two values at most) and one `STM`: 50 instructions the four, 12.5 a row
+// (13.5 two at a time). Registers: r0 the bits, r1 the values, r2 the rows left (less 4 in the
+// loop), r3 `sm`, r7 `sm · 2^15 + 2^15`, r12 `2^7 + (c - 1) · 2^23`, lr `a`, r4-r6 and
+// r8-r11 the bits, `m · 2^t`, `u` and the values.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -285,8 +290,20 @@ global_asm!(
     "add sp, #4",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
-    // `pairs ≥ 1` pairs of rows whose `t` the caller has found all in `0..=15`: without the
-    // check, and `m · 2^t` without `lz` (above), 27 instructions the two rows
+    // `n ≥ 1` rows whose `t` the caller has found all in `0..=15`: without the check, and
+    // `m · 2^t` without `lz` (above), 9 instructions a row's `m · 2^t`; four rows an iteration,
+    // 50 instructions the four (12.5 a row), one at a time for the last 1 to 3 (16 a row)
+    ".macro txl_rescale_bounded_row b, m, u",
+    "add \\b, \\b, r12", // the bits + 2^7 + (c - 1) · 2^23
+    "ubfx \\m, \\b, #8, #15",
+    "mla \\m, \\m, r3, r7", // p + 2^15
+    "lsr \\u, \\m, #31",    // u
+    "add \\m, \\m, \\u, lsl #15",
+    "lsr \\m, \\m, #16",
+    "bic \\m, \\m, \\u",
+    "lsr \\b, \\b, #23", // t0 in the low byte
+    "lsl \\m, \\m, \\b", // m · 2^t
+    ".endm",
     ".section .text.txl_scaled_by_bits_bounded_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_bounded_dsp",
     ".type txl_scaled_by_bits_bounded_dsp,%function",
@@ -298,35 +315,44 @@ global_asm!(
     "ldr lr, [sp, #40]",
     "lsl r7, r3, #15",
     "add r7, r7, #32768", // sm · 2^15 + 2^15
-    "sub r12, r12, #1",   // c - 1
+    "sub r12, r12, #1",
+    "lsl r12, r12, #23",
+    "add r12, r12, #128", // 2^7 + (c - 1) · 2^23
+    "subs r2, r2, #4",
+    "blo 2f",
     "1:",
-    "ldrd r4, r5, [r0], #8",
-    "add r4, r4, #128",
-    "add r5, r5, #128",
-    "ubfx r8, r4, #8, #15",
-    "ubfx r9, r5, #8, #15",
-    "mla r8, r8, r3, r7", // p + 2^15
-    "mla r9, r9, r3, r7",
-    "lsr r10, r8, #31", // u
-    "lsr r11, r9, #31",
-    "add r8, r8, r10, lsl #15",
-    "add r9, r9, r11, lsl #15",
-    "lsr r8, r8, #16",
-    "lsr r9, r9, #16",
-    "bic r8, r8, r10",
-    "bic r9, r9, r11",
-    "add r4, r12, r4, lsr #23", // t0
-    "add r5, r12, r5, lsr #23",
-    "lsl r8, r8, r4", // m · 2^t
-    "lsl r9, r9, r5",
-    "ldrd r10, r11, [r1]",
+    "ldm r0!, {{r6, r8, r9, r10}}",
+    "txl_rescale_bounded_row r6, r4, r11",
+    "txl_rescale_bounded_row r8, r5, r11",
+    "ldrd r6, r8, [r1]",
+    "lsl r6, r6, lr",
+    "lsl r8, r8, lr",
+    "smmulr r4, r6, r4",
+    "smmulr r5, r8, r5",
+    "txl_rescale_bounded_row r9, r6, r11",
+    "txl_rescale_bounded_row r10, r8, r11",
+    "ldrd r9, r10, [r1, #8]",
+    "lsl r9, r9, lr",
     "lsl r10, r10, lr",
-    "lsl r11, r11, lr",
-    "smmulr r10, r10, r8",
-    "smmulr r11, r11, r9",
-    "strd r10, r11, [r1], #8",
+    "smmulr r6, r9, r6",
+    "smmulr r8, r10, r8",
+    "stm r1!, {{r4, r5, r6, r8}}",
+    "subs r2, r2, #4",
+    "bhs 1b",
+    // the last rows, one at a time
+    "2:",
+    "adds r2, r2, #4",
+    "beq 4f",
+    "3:",
+    "ldr r6, [r0], #4",
+    "txl_rescale_bounded_row r6, r4, r11",
+    "ldr r5, [r1]",
+    "lsl r5, r5, lr",
+    "smmulr r5, r5, r4",
+    "str r5, [r1], #4",
     "subs r2, r2, #1",
-    "bne 1b",
+    "bne 3b",
+    "4:",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_bounded_dsp, . - txl_scaled_by_bits_bounded_dsp",
 );
