@@ -1099,7 +1099,8 @@ extern "C" {
 // r8 `32 - k`, r9 `sm`, r10 `2^shift`, r11 `-mean`, r12 `sm · 2^15` (in the long way the
 // shifted deviation, then made again), lr the values left (less 2 in the pairs' loop); the
 // count and the parameters' address on the stack. The bounded kernel: r5 `u`, then the
-// deviation, r6 `v0`, r7 `p + 2^15`, then `m · 2^v`, r8 `31 - k`, r12 `sm · 2^15 + 2^15`.
+// deviation, r6 `v0`, r7 `p + 2^15`, then `m · 2^v`, r8 `2^7 + (31 - k) · 2^23`, r12
+// `sm · 2^15 + 2^15`.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1215,15 +1216,16 @@ global_asm!(
     ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
     // pairs of values whose `v` the caller has found all in `0..=15`, `m · 2^v` without `lz` as
     // in `txl_scaled_by_bits_bounded_dsp` (`v0 = biased + 31 - k` in `0..=15`: `low + 31 - k ≥
-    // 0`, `high + 32 - k ≤ 15`): 19 instructions a value
+    // 0`, `high + 32 - k ≤ 15`), `v0` with the rounding's `2^7` in one `ADD` of `2^7 + (31 -
+    // k) · 2^23` to the bits, as there (bits 23 to 30 of the sum, which `UBFX` takes, are
+    // `biased + 31 - k` modulo `2^8`, `v0` itself): 18 instructions a value
     ".macro txl_layer_norm_bounded_value",
     "ldr r4, [r1], #4",
-    "add r6, r4, #128",
+    "add r6, r4, r8",
     "ubfx r7, r6, #8, #15",
-    "mla r7, r7, r9, r12", // p + 2^15
-    "ubfx r6, r6, #23, #8",
-    "add r6, r6, r8",  // v0
-    "lsr r5, r7, #31", // u
+    "mla r7, r7, r9, r12",  // p + 2^15
+    "ubfx r6, r6, #23, #8", // v0
+    "lsr r5, r7, #31",      // u
     "add r7, r7, r5, lsl #15",
     "lsr r7, r7, #16",
     "bic r7, r7, r5",
@@ -1244,6 +1246,8 @@ global_asm!(
     "ldm r12, {{r8, r9, r10, r11}}",
     "mov r12, r8",
     "sub r8, r9, #1", // 31 - k
+    "lsl r8, r8, #23",
+    "add r8, r8, #128", // 2^7 + (31 - k) · 2^23
     "mov r9, r12",
     "lsl r12, r9, #15",
     "add r12, r12, #32768", // sm · 2^15 + 2^15
