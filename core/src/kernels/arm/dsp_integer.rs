@@ -144,18 +144,22 @@ global_asm!(
 // 32 or more; a negative NaN of `f ≥ 2^23 - 2^7` wraps to `b < 2^7`, `biased = 0`, `v ≤ 32 -
 // k - 1 < 0` where its own `v` was 33 or more: the row is the caller's either way.
 //
-// Two rows an iteration where both have `t = v - a` in `0..=15` (one `ORR` of the two and one
-// `CMP`): `SMMULR(x · 2^a, m · 2^t)` (`x · 2^a` keeps its bits for every row of the call,
-// `m · 2^t ≤ 2^30`) is `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact
-// rounding, below `2^30` in magnitude, as the checked path below gives it (`v ≤ a + 15`: the
-// shift by `v - 15` is at most `a`). 34 instructions the two rows (17 a row), the checks
-// once a pair and no check of the value. A pair with a row outside takes its first row the
-// long way, each check in turn: for `v` in `0..=15`, `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`);
-// for `v` in `16..=31`, where `x` keeps its bits shifted left by `b = v - 15`:
-// `SMMULR(x · 2^b, m · 2^15)`; else the row is the caller's. Registers: r0 the bits, r1 the
-// values, r2 the rows left (less 2 in the pairs' loop), r3 `sm`, r4-r5 the bits, then
-// `c + biased` and `t`, r6 a check, r7 `sm · 2^15`, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11
-// `lz`, then `16 - lz`, then the values, r12 `c = 32 - k - a`, lr `a`; `n` on the stack.
+// Two rows an iteration where both have `t0 = c - 1 + biased` in `0..=15` (one `ORR` of the two
+// and one `CMP`), with `m · 2^t` as the bounded kernel below makes it, without `lz` (`t = t0 +
+// 1 - lz` in `0..=16`): `SMMULR(x · 2^a, m · 2^t)` (`x · 2^a` keeps its bits for every row of
+// the call; `m · 2^t ≤ 2^30`, or for `t = 16` (`lz = 0`, `p ≤ (2^16 - 1)^2`) `m ≤ 2^15 - 1` and
+// `m · 2^16 < 2^31`) is `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact
+// rounding, below `2^30` in magnitude, the value `apply` gives. 30 instructions the two rows
+// (15 a row; 17 with `lz`), the checks once a pair and no check of the value. A pair with a
+// row outside takes its first row the long way, each check in turn, `v = t + a` from `lz`: for
+// `v` in `0..=15`, `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`); for `v` in `16..=31`, where `x`
+// keeps its bits shifted left by `b = v - 15`: `SMMULR(x · 2^b, m · 2^15)`; else the row is
+// the caller's. Registers: r0 the bits, r1 the values, r2 the rows left (less 2 in the pairs'
+// loop), r3 `sm`, r4-r5 the bits, then `t0`, r6 the check, r7 `sm · 2^15 + 2^15`, r8-r9
+// `p + 2^15`, then `m · 2^t`, r10-r11 `u`, then the values, r12 `2^7 + (c - 1) · 2^23` (as
+// below), lr `a`; `n` and `c = 32 - k - a` on the stack. The long way: r4 the bits (plus
+// `2^7`), then the shifted value, r5 the value, r6 `p`, then `m`, r9 `lz`, then `b`, r8 a
+// shift, then `v` and a check.
 //
 // Where the caller knows the scales' exponents to keep every row's `t` in `0..=15`
 // (`txl_scaled_by_bits_bounded_dsp`: `c + low ≥ 1`, `c + high ≤ 15`), the rows take no
@@ -179,41 +183,6 @@ global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    // a pair's loads, `p`, `t` (r4, r5), `⌊p / 2^(16 - lz)⌋` (r8, r9) and the values (r10, r11)
-    ".macro txl_rescale_pair_start",
-    "ldrd r4, r5, [r0], #8",
-    "add r4, r4, #128",
-    "add r5, r5, #128",
-    "ubfx r8, r4, #8, #15",
-    "ubfx r9, r5, #8, #15",
-    "mla r8, r8, r3, r7", // p
-    "mla r9, r9, r3, r7",
-    "add r4, r12, r4, lsr #23",
-    "add r5, r12, r5, lsr #23",
-    "clz r10, r8", // lz
-    "clz r11, r9",
-    "sub r4, r4, r10", // t
-    "sub r5, r5, r11",
-    "rsb r10, r10, #16",
-    "rsb r11, r11, #16",
-    "lsr r8, r8, r10",
-    "lsr r9, r9, r11",
-    "ldrd r10, r11, [r1]",
-    ".endm",
-    // the pair's `m`, its products and stores, for `t` in `0..=15`
-    ".macro txl_rescale_pair_finish",
-    "adds r8, r8, #1",
-    "adds r9, r9, #1",
-    "lsrs r8, r8, #1", // m
-    "lsrs r9, r9, #1",
-    "lsl r8, r8, r4",
-    "lsl r9, r9, r5",
-    "lsl r10, r10, lr",
-    "lsl r11, r11, lr",
-    "smmulr r10, r10, r8",
-    "smmulr r11, r11, r9",
-    "strd r10, r11, [r1], #8",
-    ".endm",
     ".section .text.txl_scaled_by_bits_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_dsp",
     ".type txl_scaled_by_bits_dsp,%function",
@@ -224,16 +193,43 @@ global_asm!(
     "ldr r12, [sp, #40]",
     "ldr lr, [sp, #44]",
     "lsl r7, r3, #15",
+    "add r7, r7, #32768", // sm · 2^15 + 2^15
+    "sub r12, r12, #1",
+    "lsl r12, r12, #23",
+    "add r12, r12, #128", // 2^7 + (c - 1) · 2^23
     // two rows or more: a pair
     "1:",
     "subs r2, r2, #2",
     "blt 8f",
     "2:",
-    "txl_rescale_pair_start",
+    "ldrd r4, r5, [r0], #8",
+    "add r4, r4, r12",
+    "add r5, r5, r12",
+    "ubfx r8, r4, #8, #15",
+    "ubfx r9, r5, #8, #15",
+    "mla r8, r8, r3, r7", // p + 2^15
+    "mla r9, r9, r3, r7",
+    "lsr r4, r4, #23", // t0
+    "lsr r5, r5, #23",
     "orr r6, r4, r5",
     "cmp r6, #15",
     "bhi 7f",
-    "txl_rescale_pair_finish",
+    "lsr r10, r8, #31", // u
+    "lsr r11, r9, #31",
+    "add r8, r8, r10, lsl #15",
+    "add r9, r9, r11, lsl #15",
+    "lsr r8, r8, #16",
+    "lsr r9, r9, #16",
+    "bic r8, r8, r10",
+    "bic r9, r9, r11",
+    "lsl r8, r8, r4", // m · 2^t
+    "lsl r9, r9, r5",
+    "ldrd r10, r11, [r1]",
+    "lsl r10, r10, lr",
+    "lsl r11, r11, lr",
+    "smmulr r10, r10, r8",
+    "smmulr r11, r11, r9",
+    "strd r10, r11, [r1], #8",
     "subs r2, r2, #2",
     "bge 2b",
     // one row left, or none
@@ -245,20 +241,21 @@ global_asm!(
     "7:",
     "sub r0, r0, #8",
     "adds r2, r2, #2",
-    // one row the long way: r4 the bits (plus `2^7`), then the shifted value, r5 the value, r6
-    // `p`, then `m`, r9 `lz`, then `b`, r8 a shift, then `v` and a check
+    // one row the long way
     "3:",
     "ldr r4, [r0], #4",
     "ldr r5, [r1]",
     "add r4, r4, #128",
     "ubfx r6, r4, #8, #15",
-    "mla r6, r6, r3, r7", // p
+    "mla r6, r6, r3, r7",
+    "sub r6, r6, #32768", // p
     "clz r9, r6",         // lz
     "rsb r8, r9, #16",
     "lsr r6, r6, r8",
     "adds r6, r6, #1",
-    "lsrs r6, r6, #1", // m
-    "add r8, r12, lr",
+    "lsrs r6, r6, #1",   // m
+    "ldr r8, [sp, #40]", // c
+    "add r8, r8, lr",
     "add r8, r8, r4, lsr #23",
     "subs r8, r8, r9",  // v
     "subs r9, r8, #15", // b
