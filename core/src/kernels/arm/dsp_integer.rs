@@ -1961,9 +1961,10 @@ global_asm!(
 );
 
 // The bias and the ReLU: per value `QADD` and `USAT` to 31 bits (0 for a negative sum, the sum
-// itself otherwise); four values two `LDM`s and an `STM`: 13 instructions the four with the
-// loop's two. Registers: r0 the values, r1 the biases, r2 the values left, r4-r7 the values,
-// r8-r11 the biases.
+// itself otherwise); five values two `LDM`s and an `STM` (as many as the registers hold): 15
+// instructions the five with the loop's two, 3 a value (3.25 four at a time); the last 1 to 4
+// one at a time. Registers: r0 the values, r1 the biases, r2 the values left (less 5 in the
+// loop), r3-r7 the values, r8-r12 the biases.
 //
 // The bias and the residual: per value two `QADD`s; four values three `LDM`s and an `STM`: 14
 // instructions the four with the loop's two. Registers: r0 `h`, r1 `o`, r2 the biases, r3 the
@@ -1979,24 +1980,26 @@ global_asm!(
     ".thumb_func",
     "txl_bias_relu_dsp:",
     "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
-    "subs r2, r2, #4",
+    "subs r2, r2, #5",
     "blo 2f",
     "1:",
-    "ldm r0, {{r4, r5, r6, r7}}",
-    "ldm r1!, {{r8, r9, r10, r11}}",
-    "qadd r4, r4, r8",
-    "qadd r5, r5, r9",
-    "qadd r6, r6, r10",
-    "qadd r7, r7, r11",
+    "ldm r0, {{r3, r4, r5, r6, r7}}",
+    "ldm r1!, {{r8, r9, r10, r11, r12}}",
+    "qadd r3, r3, r8",
+    "qadd r4, r4, r9",
+    "qadd r5, r5, r10",
+    "qadd r6, r6, r11",
+    "qadd r7, r7, r12",
+    "usat r3, #31, r3",
     "usat r4, #31, r4",
     "usat r5, #31, r5",
     "usat r6, #31, r6",
     "usat r7, #31, r7",
-    "stm r0!, {{r4, r5, r6, r7}}",
-    "subs r2, r2, #4",
+    "stm r0!, {{r3, r4, r5, r6, r7}}",
+    "subs r2, r2, #5",
     "bhs 1b",
     "2:",
-    "adds r2, r2, #4",
+    "adds r2, r2, #5",
     "beq 4f",
     "3:",
     "ldr r4, [r0]",
@@ -2259,8 +2262,10 @@ extern "C" {
     fn txl_add_saturating_dsp(y: *mut i32, x: *const i32, n: usize);
 }
 
-// Per value a `QADD`; four values two `LDM`s and an `STM`: 9 instructions the four with the
-// loop's two. Registers: r0 `y`, r1 `x`, r2 the values left, r4-r7 `y`, r8-r11 `x`.
+// Per value a `QADD`; five values two `LDM`s and an `STM` (as many as the registers hold): 10
+// instructions the five with the loop's two, 2 a value (2.25 four at a time); the last 1 to 4
+// one at a time. Registers: r0 `y`, r1 `x`, r2 the values left (less 5 in the loop), r3-r7
+// `y`, r8-r12 `x`.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -2272,20 +2277,21 @@ global_asm!(
     ".thumb_func",
     "txl_add_saturating_dsp:",
     "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
-    "subs r2, r2, #4",
+    "subs r2, r2, #5",
     "blo 2f",
     "1:",
-    "ldm r0, {{r4, r5, r6, r7}}",
-    "ldm r1!, {{r8, r9, r10, r11}}",
-    "qadd r4, r4, r8",
-    "qadd r5, r5, r9",
-    "qadd r6, r6, r10",
-    "qadd r7, r7, r11",
-    "stm r0!, {{r4, r5, r6, r7}}",
-    "subs r2, r2, #4",
+    "ldm r0, {{r3, r4, r5, r6, r7}}",
+    "ldm r1!, {{r8, r9, r10, r11, r12}}",
+    "qadd r3, r3, r8",
+    "qadd r4, r4, r9",
+    "qadd r5, r5, r10",
+    "qadd r6, r6, r11",
+    "qadd r7, r7, r12",
+    "stm r0!, {{r3, r4, r5, r6, r7}}",
+    "subs r2, r2, #5",
     "bhs 1b",
     "2:",
-    "adds r2, r2, #4",
+    "adds r2, r2, #5",
     "beq 4f",
     "3:",
     "ldr r4, [r0]",
