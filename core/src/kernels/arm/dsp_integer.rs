@@ -34,16 +34,13 @@ pub fn scaled_by_bits(
     let c = 32 - k - a;
     let mut i = 0;
     // every row's `t = c + exponent - lz` (`lz` 0 or 1; a negative scale's exponent is
-    // negative) in `0..=15`, as the exponents' bounds show: the pairs without a check
+    // negative) in `0..=15`, as the exponents' bounds show: the rows without a check
     if let Some((low, high)) = exponents {
-        let pairs = n / 2;
-        if pairs > 0 && c + low > 0 && c + high <= 15 {
-            // SAFETY: `scales` and `y` hold `n ≥ 2 · pairs` values; the kernel reads the first
-            // `2 · pairs` of both, writes those of `y`, and restores the registers it saves.
-            unsafe {
-                txl_scaled_by_bits_bounded_dsp(scales.as_ptr().cast(), y.as_mut_ptr(), pairs, sm, c, a)
-            };
-            i = 2 * pairs;
+        if c + low > 0 && c + high <= 15 {
+            // SAFETY: `scales` and `y` hold `n ≥ 1` values; the kernel reads those of both,
+            // writes those of `y`, and restores the registers it saves.
+            unsafe { txl_scaled_by_bits_bounded_dsp(scales.as_ptr().cast(), y.as_mut_ptr(), n, sm, c, a) };
+            i = n;
         }
     }
     while i < n {
@@ -71,9 +68,9 @@ extern "C" {
     /// `1..=32` and the value keeps its bits once shifted; returns the index of the first row
     /// it leaves (`n` for none), that row unchanged.
     fn txl_scaled_by_bits_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32, a: i32) -> usize;
-    /// [`txl_scaled_by_bits_dsp`] for `2 · pairs` rows (`pairs ≥ 1`) whose `t` the caller has
-    /// found all in `0..=15`, without a check.
-    fn txl_scaled_by_bits_bounded_dsp(bits: *const u32, y: *mut i32, pairs: usize, sm: u32, c: i32, a: i32);
+    /// [`txl_scaled_by_bits_dsp`] for `n` rows (`n ≥ 1`) whose `t` the caller has found all
+    /// in `0..=15`, without a check.
+    fn txl_scaled_by_bits_bounded_dsp(bits: *const u32, y: *mut i32, n: usize, sm: u32, c: i32, a: i32);
 }
 
 // The OR of `x ^ (x >> 31)`: eight values an `LDM`, two instructions a value.
@@ -147,21 +144,25 @@ global_asm!(
 // 32 or more; a negative NaN of `f ≥ 2^23 - 2^7` wraps to `b < 2^7`, `biased = 0`, `v ≤ 32 -
 // k - 1 < 0` where its own `v` was 33 or more: the row is the caller's either way.
 //
-// Two rows an iteration where both have `t = v - a` in `0..=15` (one `ORR` of the two and one
-// `CMP`): `SMMULR(x · 2^a, m · 2^t)` (`x · 2^a` keeps its bits for every row of the call,
-// `m · 2^t ≤ 2^30`) is `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact
-// rounding, below `2^30` in magnitude, as the checked path below gives it (`v ≤ a + 15`: the
-// shift by `v - 15` is at most `a`). 34 instructions the two rows (17 a row), the checks
-// once a pair and no check of the value. A pair with a row outside takes its first row the
-// long way, each check in turn: for `v` in `0..=15`, `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`);
-// for `v` in `16..=31`, where `x` keeps its bits shifted left by `b = v - 15`:
-// `SMMULR(x · 2^b, m · 2^15)`; else the row is the caller's. Registers: r0 the bits, r1 the
-// values, r2 the rows left (less 2 in the pairs' loop), r3 `sm`, r4-r5 the bits, then
-// `c + biased` and `t`, r6 a check, r7 `sm · 2^15`, r8-r9 `p`, then `m` and `m · 2^t`, r10-r11
-// `lz`, then `16 - lz`, then the values, r12 `c = 32 - k - a`, lr `a`; `n` on the stack.
+// Two rows an iteration where both have `t0 = c - 1 + biased` in `0..=15` (one `ORR` of the two
+// and one `CMP`), with `m · 2^t` as the bounded kernel below makes it, without `lz` (`t = t0 +
+// 1 - lz` in `0..=16`): `SMMULR(x · 2^a, m · 2^t)` (`x · 2^a` keeps its bits for every row of
+// the call; `m · 2^t ≤ 2^30`, or for `t = 16` (`lz = 0`, `p ≤ (2^16 - 1)^2`) `m ≤ 2^15 - 1` and
+// `m · 2^16 < 2^31`) is `⌊(x m 2^v + 2^31) / 2^32⌋ = ⌊(x m + 2^(s-1)) / 2^s⌋`, the exact
+// rounding, below `2^30` in magnitude, the value `apply` gives. 30 instructions the two rows
+// (15 a row; 17 with `lz`), the checks once a pair and no check of the value. A pair with a
+// row outside takes its first row the long way, each check in turn, `v = t + a` from `lz`: for
+// `v` in `0..=15`, `SMMULR(x, m · 2^v)` (`m · 2^v ≤ 2^30`); for `v` in `16..=31`, where `x`
+// keeps its bits shifted left by `b = v - 15`: `SMMULR(x · 2^b, m · 2^15)`; else the row is
+// the caller's. Registers: r0 the bits, r1 the values, r2 the rows left (less 2 in the pairs'
+// loop), r3 `sm`, r4-r5 the bits, then `t0`, r6 the check, r7 `sm · 2^15 + 2^15`, r8-r9
+// `p + 2^15`, then `m · 2^t`, r10-r11 `u`, then the values, r12 `2^7 + (c - 1) · 2^23` (as
+// below), lr `a`; `n` and `c = 32 - k - a` on the stack. The long way: r4 the bits (plus
+// `2^7`), then the shifted value, r5 the value, r6 `p`, then `m`, r9 `lz`, then `b`, r8 a
+// shift, then `v` and a check.
 //
 // Where the caller knows the scales' exponents to keep every row's `t` in `0..=15`
-// (`txl_scaled_by_bits_bounded_dsp`: `c + low ≥ 1`, `c + high ≤ 15`), the pairs take no
+// (`txl_scaled_by_bits_bounded_dsp`: `c + low ≥ 1`, `c + high ≤ 15`), the rows take no
 // check, and `m · 2^t` comes without `lz`: `p2 = p + 2^15` (the `MLA`'s addend `sm · 2^15 +
 // 2^15`; below `2^32`, as `p ≤ (2^16 - 1) sm`), `u` its top bit, `m0 = ⌊(p2 + u · 2^15) /
 // 2^16⌋` and `M = (m0 with bit 0 cleared where u = 1) · 2^t0` for `t0 = c - 1 + biased`. For
@@ -169,46 +170,19 @@ global_asm!(
 // `m0` less its bit 0 is `2 ⌊(p + 2^16) / 2^17⌋`; where `p ≥ 2^31` (`lz = 0`) that is `2m`
 // and `t0 = t - 1`; where `p` is in `[2^31 - 2^15, 2^31)` (`lz = 1`, `m = 2^15`, `t0 = t`) it
 // is `2 · 2^14 = m`: `M = m · 2^t` every time. `t0` is in `0..=15` (`t0 ≥ c + low - 1 ≥ 0`),
-// `M ≤ 2^30`. 27 instructions the two rows.
+// `M ≤ 2^30`. `t0` comes with the rounding's `2^7` in one `ADD` of `2^7 + (c - 1) · 2^23` (made
+// once a call) to the bits: the fraction's bits, which `UBFX` takes, are those of `bits + 2^7`,
+// and `(bits + 2^7 + (c - 1) · 2^23) >> 23` is `biased + c - 1` modulo `2^9`, whose low byte
+// (all that `LSL` of a register reads) is `t0`'s. 9 instructions a row's `m · 2^t`; four rows
+// an iteration, the bits by one `LDM`, the values by two `LDRD`s (the registers hold four
+// `m · 2^t` and two values at most) and one `STM`: 50 instructions the four, 12.5 a row
+// (13.5 two at a time). Registers: r0 the bits, r1 the values, r2 the rows left (less 4 in the
+// loop), r3 `sm`, r7 `sm · 2^15 + 2^15`, r12 `2^7 + (c - 1) · 2^23`, lr `a`, r4-r6 and
+// r8-r11 the bits, `m · 2^t`, `u` and the values.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    // a pair's loads, `p`, `t` (r4, r5), `⌊p / 2^(16 - lz)⌋` (r8, r9) and the values (r10, r11)
-    ".macro txl_rescale_pair_start",
-    "ldrd r4, r5, [r0], #8",
-    "add r4, r4, #128",
-    "add r5, r5, #128",
-    "ubfx r8, r4, #8, #15",
-    "ubfx r9, r5, #8, #15",
-    "mla r8, r8, r3, r7", // p
-    "mla r9, r9, r3, r7",
-    "add r4, r12, r4, lsr #23",
-    "add r5, r12, r5, lsr #23",
-    "clz r10, r8", // lz
-    "clz r11, r9",
-    "sub r4, r4, r10", // t
-    "sub r5, r5, r11",
-    "rsb r10, r10, #16",
-    "rsb r11, r11, #16",
-    "lsr r8, r8, r10",
-    "lsr r9, r9, r11",
-    "ldrd r10, r11, [r1]",
-    ".endm",
-    // the pair's `m`, its products and stores, for `t` in `0..=15`
-    ".macro txl_rescale_pair_finish",
-    "adds r8, r8, #1",
-    "adds r9, r9, #1",
-    "lsrs r8, r8, #1", // m
-    "lsrs r9, r9, #1",
-    "lsl r8, r8, r4",
-    "lsl r9, r9, r5",
-    "lsl r10, r10, lr",
-    "lsl r11, r11, lr",
-    "smmulr r10, r10, r8",
-    "smmulr r11, r11, r9",
-    "strd r10, r11, [r1], #8",
-    ".endm",
     ".section .text.txl_scaled_by_bits_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_dsp",
     ".type txl_scaled_by_bits_dsp,%function",
@@ -219,16 +193,43 @@ global_asm!(
     "ldr r12, [sp, #40]",
     "ldr lr, [sp, #44]",
     "lsl r7, r3, #15",
+    "add r7, r7, #32768", // sm · 2^15 + 2^15
+    "sub r12, r12, #1",
+    "lsl r12, r12, #23",
+    "add r12, r12, #128", // 2^7 + (c - 1) · 2^23
     // two rows or more: a pair
     "1:",
     "subs r2, r2, #2",
     "blt 8f",
     "2:",
-    "txl_rescale_pair_start",
+    "ldrd r4, r5, [r0], #8",
+    "add r4, r4, r12",
+    "add r5, r5, r12",
+    "ubfx r8, r4, #8, #15",
+    "ubfx r9, r5, #8, #15",
+    "mla r8, r8, r3, r7", // p + 2^15
+    "mla r9, r9, r3, r7",
+    "lsr r4, r4, #23", // t0
+    "lsr r5, r5, #23",
     "orr r6, r4, r5",
     "cmp r6, #15",
     "bhi 7f",
-    "txl_rescale_pair_finish",
+    "lsr r10, r8, #31", // u
+    "lsr r11, r9, #31",
+    "add r8, r8, r10, lsl #15",
+    "add r9, r9, r11, lsl #15",
+    "lsr r8, r8, #16",
+    "lsr r9, r9, #16",
+    "bic r8, r8, r10",
+    "bic r9, r9, r11",
+    "lsl r8, r8, r4", // m · 2^t
+    "lsl r9, r9, r5",
+    "ldrd r10, r11, [r1]",
+    "lsl r10, r10, lr",
+    "lsl r11, r11, lr",
+    "smmulr r10, r10, r8",
+    "smmulr r11, r11, r9",
+    "strd r10, r11, [r1], #8",
     "subs r2, r2, #2",
     "bge 2b",
     // one row left, or none
@@ -240,20 +241,21 @@ global_asm!(
     "7:",
     "sub r0, r0, #8",
     "adds r2, r2, #2",
-    // one row the long way: r4 the bits (plus `2^7`), then the shifted value, r5 the value, r6
-    // `p`, then `m`, r9 `lz`, then `b`, r8 a shift, then `v` and a check
+    // one row the long way
     "3:",
     "ldr r4, [r0], #4",
     "ldr r5, [r1]",
     "add r4, r4, #128",
     "ubfx r6, r4, #8, #15",
-    "mla r6, r6, r3, r7", // p
+    "mla r6, r6, r3, r7",
+    "sub r6, r6, #32768", // p
     "clz r9, r6",         // lz
     "rsb r8, r9, #16",
     "lsr r6, r6, r8",
     "adds r6, r6, #1",
-    "lsrs r6, r6, #1", // m
-    "add r8, r12, lr",
+    "lsrs r6, r6, #1",   // m
+    "ldr r8, [sp, #40]", // c
+    "add r8, r8, lr",
     "add r8, r8, r4, lsr #23",
     "subs r8, r8, r9",  // v
     "subs r9, r8, #15", // b
@@ -285,8 +287,20 @@ global_asm!(
     "add sp, #4",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_dsp, . - txl_scaled_by_bits_dsp",
-    // `pairs ≥ 1` pairs of rows whose `t` the caller has found all in `0..=15`: without the
-    // check, and `m · 2^t` without `lz` (above), 27 instructions the two rows
+    // `n ≥ 1` rows whose `t` the caller has found all in `0..=15`: without the check, and
+    // `m · 2^t` without `lz` (above), 9 instructions a row's `m · 2^t`; four rows an iteration,
+    // 50 instructions the four (12.5 a row), one at a time for the last 1 to 3 (16 a row)
+    ".macro txl_rescale_bounded_row b, m, u",
+    "add \\b, \\b, r12", // the bits + 2^7 + (c - 1) · 2^23
+    "ubfx \\m, \\b, #8, #15",
+    "mla \\m, \\m, r3, r7", // p + 2^15
+    "lsr \\u, \\m, #31",    // u
+    "add \\m, \\m, \\u, lsl #15",
+    "lsr \\m, \\m, #16",
+    "bic \\m, \\m, \\u",
+    "lsr \\b, \\b, #23", // t0 in the low byte
+    "lsl \\m, \\m, \\b", // m · 2^t
+    ".endm",
     ".section .text.txl_scaled_by_bits_bounded_dsp,\"ax\",%progbits",
     ".globl txl_scaled_by_bits_bounded_dsp",
     ".type txl_scaled_by_bits_bounded_dsp,%function",
@@ -298,35 +312,44 @@ global_asm!(
     "ldr lr, [sp, #40]",
     "lsl r7, r3, #15",
     "add r7, r7, #32768", // sm · 2^15 + 2^15
-    "sub r12, r12, #1",   // c - 1
+    "sub r12, r12, #1",
+    "lsl r12, r12, #23",
+    "add r12, r12, #128", // 2^7 + (c - 1) · 2^23
+    "subs r2, r2, #4",
+    "blo 2f",
     "1:",
-    "ldrd r4, r5, [r0], #8",
-    "add r4, r4, #128",
-    "add r5, r5, #128",
-    "ubfx r8, r4, #8, #15",
-    "ubfx r9, r5, #8, #15",
-    "mla r8, r8, r3, r7", // p + 2^15
-    "mla r9, r9, r3, r7",
-    "lsr r10, r8, #31", // u
-    "lsr r11, r9, #31",
-    "add r8, r8, r10, lsl #15",
-    "add r9, r9, r11, lsl #15",
-    "lsr r8, r8, #16",
-    "lsr r9, r9, #16",
-    "bic r8, r8, r10",
-    "bic r9, r9, r11",
-    "add r4, r12, r4, lsr #23", // t0
-    "add r5, r12, r5, lsr #23",
-    "lsl r8, r8, r4", // m · 2^t
-    "lsl r9, r9, r5",
-    "ldrd r10, r11, [r1]",
+    "ldm r0!, {{r6, r8, r9, r10}}",
+    "txl_rescale_bounded_row r6, r4, r11",
+    "txl_rescale_bounded_row r8, r5, r11",
+    "ldrd r6, r8, [r1]",
+    "lsl r6, r6, lr",
+    "lsl r8, r8, lr",
+    "smmulr r4, r6, r4",
+    "smmulr r5, r8, r5",
+    "txl_rescale_bounded_row r9, r6, r11",
+    "txl_rescale_bounded_row r10, r8, r11",
+    "ldrd r9, r10, [r1, #8]",
+    "lsl r9, r9, lr",
     "lsl r10, r10, lr",
-    "lsl r11, r11, lr",
-    "smmulr r10, r10, r8",
-    "smmulr r11, r11, r9",
-    "strd r10, r11, [r1], #8",
+    "smmulr r6, r9, r6",
+    "smmulr r8, r10, r8",
+    "stm r1!, {{r4, r5, r6, r8}}",
+    "subs r2, r2, #4",
+    "bhs 1b",
+    // the last rows, one at a time
+    "2:",
+    "adds r2, r2, #4",
+    "beq 4f",
+    "3:",
+    "ldr r6, [r0], #4",
+    "txl_rescale_bounded_row r6, r4, r11",
+    "ldr r5, [r1]",
+    "lsl r5, r5, lr",
+    "smmulr r5, r5, r4",
+    "str r5, [r1], #4",
     "subs r2, r2, #1",
-    "bne 1b",
+    "bne 3b",
+    "4:",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
     ".size txl_scaled_by_bits_bounded_dsp, . - txl_scaled_by_bits_bounded_dsp",
 );
@@ -723,26 +746,36 @@ extern "C" {
 // them passes by `SUB` of the smallest, `CMP` with the range `max - min` (unsigned: `y - min ≤
 // max - min` is `min ≤ y ≤ max`) and `BHI`; one outside widens them out of line.
 //
-// Two values an iteration (`LDRD`, `STRD`), both shifts checked by one `CMP` of their OR with
-// 256 (a pair with a shift outside `1..=256` takes the steps one by one): 20 instructions the
-// two, 10 a value. Registers: r0 the values, r1 the scales, r2 the values left (less 2 in the
-// pairs' loop), r3 `top1`, r4 and r8 the bits then `s - 1` and `M`, r5 and r9 the values, r6
-// the shifts' OR, then a value less the smallest, r7 the largest value, r10 the smallest,
-// r11 the range, r12 `2^30`.
+// Four values an iteration: the scales by one `LDM`, the values by two `LDRD`s (the registers
+// hold the four `M` and two values at most) and the results by one `STM`, the four shifts
+// checked by one `CMP` of their OR with 256 (a group with a shift outside `1..=256` takes the
+// steps one by one): 35 instructions the four, 8.75 a value (10 two at a time); the last 1 to
+// 3 values one at a time. Registers: r0 the values, r1 the scales, r2 the values left (less 4
+// in the loop), r3 `top1`, r4-r7 the bits, then `s - 1`, `M` and the results, r8 and r9 the
+// values, then the shifts' OR, a value less the smallest and the largest value, r10 the
+// smallest, r11 the range, r12 `2^30`.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
-    // the value in `reg` into the smallest (r10) and the range (r11), the largest in r7
+    // the value in `reg` into the smallest (r10) and the range (r11), the largest in r8
     ".macro txl_act_shift_widen reg",
-    "add r7, r10, r11",
+    "add r8, r10, r11",
     "cmp \\reg, r10",
     "it lt",
     "movlt r10, \\reg",
-    "cmp \\reg, r7",
+    "cmp \\reg, r8",
     "it gt",
-    "movgt r7, \\reg",
-    "sub r11, r7, r10",
+    "movgt r8, \\reg",
+    "sub r11, r8, r10",
+    ".endm",
+    // the value in `reg` against the smallest and the range, widened out of line (`out`, which
+    // comes back to `back`)
+    ".macro txl_act_shift_within reg, out, back",
+    "sub r8, \\reg, r10",
+    "cmp r8, r11",
+    "bhi \\out",
+    "\\back:",
     ".endm",
     // the definition's steps for the value in `v`, `s - 1` in `s`
     ".macro txl_act_shift_steps v, s",
@@ -764,37 +797,43 @@ global_asm!(
     "movs r10, #0",
     "movs r11, #0",
     "mov r12, #0x40000000",
-    "subs r2, r2, #2",
+    "subs r2, r2, #4",
     "blt 8f",
     "1:",
-    "ldrd r4, r8, [r1], #8",
-    "ldrd r5, r9, [r0]",
+    "ldm r1!, {{r4, r5, r6, r7}}",
     "sub r4, r3, r4, lsr #23",
-    "sub r8, r3, r8, lsr #23",
-    "orr r6, r4, r8",
-    "cmp r6, #256",
+    "sub r5, r3, r5, lsr #23",
+    "sub r6, r3, r6, lsr #23",
+    "sub r7, r3, r7, lsr #23",
+    "orr r8, r4, r5",
+    "orr r8, r8, r6",
+    "orr r8, r8, r7",
+    "cmp r8, #256",
     "bhs 5f",
     "lsr r4, r12, r4",
-    "lsr r8, r12, r8",
-    "smmulr r5, r5, r4",
-    "smmulr r9, r9, r8",
+    "lsr r5, r12, r5",
+    "lsr r6, r12, r6",
+    "lsr r7, r12, r7",
+    "ldrd r8, r9, [r0]",
+    "smmulr r4, r8, r4",
+    "smmulr r5, r9, r5",
+    "ldrd r8, r9, [r0, #8]",
+    "smmulr r6, r8, r6",
+    "smmulr r7, r9, r7",
     "3:",
-    "strd r5, r9, [r0], #8",
-    "sub r6, r5, r10",
-    "cmp r6, r11",
-    "bhi 6f",
-    "4:",
-    "sub r6, r9, r10",
-    "cmp r6, r11",
-    "bhi 7f",
-    "2:",
-    "subs r2, r2, #2",
+    "stm r0!, {{r4, r5, r6, r7}}",
+    "txl_act_shift_within r4, 20f, 30",
+    "txl_act_shift_within r5, 21f, 31",
+    "txl_act_shift_within r6, 22f, 32",
+    "txl_act_shift_within r7, 23f, 33",
+    "subs r2, r2, #4",
     "bge 1b",
-    // one value left, or none
+    // the last 1 to 3 values one at a time, or none
     "8:",
-    "adds r2, r2, #2",
+    "adds r2, r2, #4",
     "beq 9f",
-    "ldr r4, [r1]",
+    "2:",
+    "ldr r4, [r1], #4",
     "ldr r5, [r0]",
     "sub r4, r3, r4, lsr #23",
     "cmp r4, #256",
@@ -802,31 +841,50 @@ global_asm!(
     "lsr r4, r12, r4",
     "smmulr r5, r5, r4",
     "11:",
-    "str r5, [r0]",
-    "txl_act_shift_widen r5",
+    "str r5, [r0], #4",
+    "txl_act_shift_within r5, 24f, 34",
+    "subs r2, r2, #1",
+    "bne 2b",
     // the largest magnitude: `-min` (as unsigned) or `max`
     "9:",
-    "add r7, r10, r11",
-    "rsb r6, r10, #0",
-    "cmp r6, r7",
+    "add r8, r10, r11",
+    "rsb r9, r10, #0",
+    "cmp r9, r8",
     "it hi",
-    "movhi r7, r6",
-    "mov r0, r7",
+    "movhi r8, r9",
+    "mov r0, r8",
     "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
     "bx lr",
-    // a shift outside `1..=256` in the pair: each value the definition's steps
+    // a shift outside `1..=256` in the four: each value the definition's steps
     "5:",
-    "txl_act_shift_steps r5, r4",
-    "txl_act_shift_steps r9, r8",
+    "ldrd r8, r9, [r0]",
+    "txl_act_shift_steps r8, r4",
+    "txl_act_shift_steps r9, r5",
+    "mov r4, r8",
+    "mov r5, r9",
+    "ldrd r8, r9, [r0, #8]",
+    "txl_act_shift_steps r8, r6",
+    "txl_act_shift_steps r9, r7",
+    "mov r6, r8",
+    "mov r7, r9",
     "b 3b",
-    // the first value, the second, outside the range
-    "6:",
+    // a value outside the range
+    "20:",
+    "txl_act_shift_widen r4",
+    "b 30b",
+    "21:",
     "txl_act_shift_widen r5",
-    "b 4b",
-    "7:",
-    "txl_act_shift_widen r9",
-    "b 2b",
-    // the last value's shift outside `1..=256`
+    "b 31b",
+    "22:",
+    "txl_act_shift_widen r6",
+    "b 32b",
+    "23:",
+    "txl_act_shift_widen r7",
+    "b 33b",
+    "24:",
+    "txl_act_shift_widen r5",
+    "b 34b",
+    // the last values' shift outside `1..=256`
     "10:",
     "txl_act_shift_steps r5, r4",
     "b 11b",
@@ -1038,7 +1096,8 @@ extern "C" {
 // r8 `32 - k`, r9 `sm`, r10 `2^shift`, r11 `-mean`, r12 `sm · 2^15` (in the long way the
 // shifted deviation, then made again), lr the values left (less 2 in the pairs' loop); the
 // count and the parameters' address on the stack. The bounded kernel: r5 `u`, then the
-// deviation, r6 `v0`, r7 `p + 2^15`, then `m · 2^v`, r8 `31 - k`, r12 `sm · 2^15 + 2^15`.
+// deviation, r6 `v0`, r7 `p + 2^15`, then `m · 2^v`, r8 `2^7 + (31 - k) · 2^23`, r12
+// `sm · 2^15 + 2^15`.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -1154,15 +1213,16 @@ global_asm!(
     ".size txl_layer_norm_dsp, . - txl_layer_norm_dsp",
     // pairs of values whose `v` the caller has found all in `0..=15`, `m · 2^v` without `lz` as
     // in `txl_scaled_by_bits_bounded_dsp` (`v0 = biased + 31 - k` in `0..=15`: `low + 31 - k ≥
-    // 0`, `high + 32 - k ≤ 15`): 19 instructions a value
+    // 0`, `high + 32 - k ≤ 15`), `v0` with the rounding's `2^7` in one `ADD` of `2^7 + (31 -
+    // k) · 2^23` to the bits, as there (bits 23 to 30 of the sum, which `UBFX` takes, are
+    // `biased + 31 - k` modulo `2^8`, `v0` itself): 18 instructions a value
     ".macro txl_layer_norm_bounded_value",
     "ldr r4, [r1], #4",
-    "add r6, r4, #128",
+    "add r6, r4, r8",
     "ubfx r7, r6, #8, #15",
-    "mla r7, r7, r9, r12", // p + 2^15
-    "ubfx r6, r6, #23, #8",
-    "add r6, r6, r8",  // v0
-    "lsr r5, r7, #31", // u
+    "mla r7, r7, r9, r12",  // p + 2^15
+    "ubfx r6, r6, #23, #8", // v0
+    "lsr r5, r7, #31",      // u
     "add r7, r7, r5, lsl #15",
     "lsr r7, r7, #16",
     "bic r7, r7, r5",
@@ -1183,6 +1243,8 @@ global_asm!(
     "ldm r12, {{r8, r9, r10, r11}}",
     "mov r12, r8",
     "sub r8, r9, #1", // 31 - k
+    "lsl r8, r8, #23",
+    "add r8, r8, #128", // 2^7 + (31 - k) · 2^23
     "mov r9, r12",
     "lsl r12, r9, #15",
     "add r12, r12, #32768", // sm · 2^15 + 2^15
@@ -1899,9 +1961,10 @@ global_asm!(
 );
 
 // The bias and the ReLU: per value `QADD` and `USAT` to 31 bits (0 for a negative sum, the sum
-// itself otherwise); four values two `LDM`s and an `STM`: 13 instructions the four with the
-// loop's two. Registers: r0 the values, r1 the biases, r2 the values left, r4-r7 the values,
-// r8-r11 the biases.
+// itself otherwise); five values two `LDM`s and an `STM` (as many as the registers hold): 15
+// instructions the five with the loop's two, 3 a value (3.25 four at a time); the last 1 to 4
+// one at a time. Registers: r0 the values, r1 the biases, r2 the values left (less 5 in the
+// loop), r3-r7 the values, r8-r12 the biases.
 //
 // The bias and the residual: per value two `QADD`s; four values three `LDM`s and an `STM`: 14
 // instructions the four with the loop's two. Registers: r0 `h`, r1 `o`, r2 the biases, r3 the
@@ -1917,24 +1980,26 @@ global_asm!(
     ".thumb_func",
     "txl_bias_relu_dsp:",
     "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
-    "subs r2, r2, #4",
+    "subs r2, r2, #5",
     "blo 2f",
     "1:",
-    "ldm r0, {{r4, r5, r6, r7}}",
-    "ldm r1!, {{r8, r9, r10, r11}}",
-    "qadd r4, r4, r8",
-    "qadd r5, r5, r9",
-    "qadd r6, r6, r10",
-    "qadd r7, r7, r11",
+    "ldm r0, {{r3, r4, r5, r6, r7}}",
+    "ldm r1!, {{r8, r9, r10, r11, r12}}",
+    "qadd r3, r3, r8",
+    "qadd r4, r4, r9",
+    "qadd r5, r5, r10",
+    "qadd r6, r6, r11",
+    "qadd r7, r7, r12",
+    "usat r3, #31, r3",
     "usat r4, #31, r4",
     "usat r5, #31, r5",
     "usat r6, #31, r6",
     "usat r7, #31, r7",
-    "stm r0!, {{r4, r5, r6, r7}}",
-    "subs r2, r2, #4",
+    "stm r0!, {{r3, r4, r5, r6, r7}}",
+    "subs r2, r2, #5",
     "bhs 1b",
     "2:",
-    "adds r2, r2, #4",
+    "adds r2, r2, #5",
     "beq 4f",
     "3:",
     "ldr r4, [r0]",
@@ -1993,43 +2058,68 @@ global_asm!(
 // Per value `SMMULR` (the rounded high word, halves up: `⌊(x w + 2^31) / 2^32⌋`) and `SSAT` to
 // 8 bits (`-128..=127`); four values' bytes into a word by three `BFI`s, then the clamp of the
 // bytes at -127 by `SSUB8` against `0x81818181` (its GE flags: the bytes at least -127) and
-// `SEL`: 17 instructions the four with the `LDM`, the `STR` and the loop's two (for the last
-// ones `CMN`, `IT`, `MVNLT` and a `STRB` a value). Registers: r0 the values, r1 the bytes, r2 the
-// values left, r3 `wide`, r4-r7 the values, r8 `0x81818181`.
+// `SEL`. Eight values an iteration, one `LDM` and two `STR`s (a word at any alignment; `STRD`
+// and `STM` want it aligned): 31 instructions the eight with the loop's two, 3.875 a value
+// (17 the four, 4.25 a value, four at a time); four more once where 4 to 7 are left, and for
+// the last ones `CMN`, `IT`, `MVNLT` and a `STRB` a value. Registers: r0 the values, r1 the
+// bytes, r2 the values left (less 8 in the loop), r3 `wide`, r4-r11 the values, r12
+// `0x81818181`.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
+    // the bytes of the four values in `a`, `b`, `c`, `d` into `a`, `b` a scratch register
+    ".macro txl_quantize_wide_word a, b, c, d",
+    "ssat \\a, #8, \\a",
+    "ssat \\b, #8, \\b",
+    "ssat \\c, #8, \\c",
+    "ssat \\d, #8, \\d",
+    "bfi \\a, \\b, #8, #8",
+    "bfi \\a, \\c, #16, #8",
+    "bfi \\a, \\d, #24, #8",
+    "ssub8 \\b, \\a, r12",
+    "sel \\a, \\a, r12",
+    ".endm",
     ".section .text.txl_quantize_wide_dsp,\"ax\",%progbits",
     ".globl txl_quantize_wide_dsp",
     ".type txl_quantize_wide_dsp,%function",
     ".p2align 2",
     ".thumb_func",
     "txl_quantize_wide_dsp:",
-    "push {{r4, r5, r6, r7, r8, lr}}",
-    "mov r8, #0x81818181",
-    "subs r2, r2, #4",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "mov r12, #0x81818181",
+    "subs r2, r2, #8",
     "blo 2f",
     "1:",
+    "ldm r0!, {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "smmulr r4, r4, r3",
+    "smmulr r5, r5, r3",
+    "smmulr r6, r6, r3",
+    "smmulr r7, r7, r3",
+    "smmulr r8, r8, r3",
+    "smmulr r9, r9, r3",
+    "smmulr r10, r10, r3",
+    "smmulr r11, r11, r3",
+    "txl_quantize_wide_word r4, r5, r6, r7",
+    "txl_quantize_wide_word r8, r9, r10, r11",
+    "str r4, [r1], #4",
+    "str r8, [r1], #4",
+    "subs r2, r2, #8",
+    "bhs 1b",
+    // four more where 4 to 7 are left
+    "2:",
+    "adds r2, r2, #8",
+    "beq 4f",
+    "cmp r2, #4",
+    "blo 3f",
     "ldm r0!, {{r4, r5, r6, r7}}",
     "smmulr r4, r4, r3",
     "smmulr r5, r5, r3",
     "smmulr r6, r6, r3",
     "smmulr r7, r7, r3",
-    "ssat r4, #8, r4",
-    "ssat r5, #8, r5",
-    "ssat r6, #8, r6",
-    "ssat r7, #8, r7",
-    "bfi r4, r5, #8, #8",
-    "bfi r4, r6, #16, #8",
-    "bfi r4, r7, #24, #8",
-    "ssub8 r5, r4, r8",
-    "sel r4, r4, r8",
+    "txl_quantize_wide_word r4, r5, r6, r7",
     "str r4, [r1], #4",
     "subs r2, r2, #4",
-    "bhs 1b",
-    "2:",
-    "adds r2, r2, #4",
     "beq 4f",
     "3:",
     "ldr r4, [r0], #4",
@@ -2042,7 +2132,8 @@ global_asm!(
     "subs r2, r2, #1",
     "bne 3b",
     "4:",
-    "pop {{r4, r5, r6, r7, r8, pc}}",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "bx lr",
     ".size txl_quantize_wide_dsp, . - txl_quantize_wide_dsp",
 );
 
@@ -2058,7 +2149,7 @@ pub fn add_fixed(y: &mut [i32], b: &[f32], frac: u32, rare: impl Fn(u32) -> i32)
     let c = 150 - frac.min(100) as i32;
     // SAFETY: `y` and `b` hold `n ≥ 1` values; the kernel reads those, writes those of `y`, and
     // restores the registers it saves.
-    let left = unsafe { txl_add_fixed_dsp(y.as_mut_ptr(), b.as_ptr().cast(), n, c + 7) };
+    let left = unsafe { txl_add_fixed_dsp(y.as_mut_ptr(), b.as_ptr().cast(), n, c - 1) };
     if left != 0 {
         for (y, b) in y[..n].iter_mut().zip(&b[..n]) {
             let bits = b.to_bits();
@@ -2071,57 +2162,87 @@ pub fn add_fixed(y: &mut [i32], b: &[f32], frac: u32, rare: impl Fn(u32) -> i32)
 
 extern "C" {
     /// For `i < n` (`n ≥ 1`), `y[i] = QADD(y[i], f)`, `f` the fixed-point value of the `f32` of
-    /// bits `bits[i]` where its shift right `right = c - exponent` is at least 1 (`c7` being
-    /// `c + 7 = 157 - frac`); the others left as they were. Returns whether some were left.
-    fn txl_add_fixed_dsp(y: *mut i32, bits: *const u32, n: usize, c7: i32) -> u32;
+    /// bits `bits[i]` where its shift right `right = c - exponent` is at least 1 (`c1` being
+    /// `c - 1 = 149 - frac`); the others left as they were. Returns whether some were left.
+    fn txl_add_fixed_dsp(y: *mut i32, bits: *const u32, n: usize, c1: i32) -> u32;
 }
 
-// Per value: the exponent by `UBFX`, `right + 7` by `SUBS` from `c + 7` (below 8: a value left,
-// out of line), the mantissa with its leading one at bit 31 (`LSL` by 8, `ORR`), `LSR` by
-// `right + 7` (a shift of 32 or more gives 0, as the 24-bit mantissa's rounded quotient is for
-// `right ≥ 25`: zeros and subnormals), `ADDS` of 1 and `LSR` by 1 (the rounding: halves of the
-// magnitude up, away from zero), the sign by `EOR` and `SUB`, `QADD` to `y`: 16 instructions a
-// value with the loop's two. Registers: r0 `y`, r1 the bits, r2 the values left, r3 `c + 7`,
-// r4 the bits, r5 `right + 7`, r6 the magnitude, then the value, r7 `y[i]`, r12 whether some
+// Per value: the exponent by `UBFX`, `right - 1` by `SUBS` from `c - 1` (negative: a value
+// left, out of line, its addend 0), the 24-bit mantissa (`UBFX` of the fraction, `ORR` of its
+// leading one), `LSR` by `right - 1` (`⌊mantissa / 2^(right - 1)⌋`; 0 for `right ≥ 25`, as the
+// rounded quotient is: zeros and subnormals), `ADDS` of 1 and `LSR` by 1 (the rounding: halves
+// of the magnitude up, away from zero), the sign by `EOR` and `SUB`, `QADD` to `y`: 11
+// instructions a value. Two values an iteration (`LDRD` of the bits and of `y`, `STRD`): 27
+// instructions the two with the loop's, 13.5 a value (18 one at a time, with a `CMP` of
+// `right + 7` with 8 and the mantissa from bit 31); the last one alone. Registers: r0 `y`, r1
+// the bits, r2 the values left (less 2 in the loop), r3 `c - 1`, r4 and r8 the bits, r5 and r9
+// `right - 1`, r6 and r10 the magnitudes, then the values, r7 and r11 `y`, r12 whether some
 // value was left.
 global_asm!(
     ".syntax unified",
     ".thumb",
     ".cpu cortex-m4",
+    // the value of the bits in `b` into `v` (`r` a scratch register), or to `out` where it is
+    // left (which comes back to `back`, the value 0)
+    ".macro txl_add_fixed_value b, r, v, out, back",
+    "ubfx \\r, \\b, #23, #8",
+    "subs \\r, r3, \\r", // right - 1
+    "blt \\out",
+    "ubfx \\v, \\b, #0, #23",
+    "orr \\v, \\v, #0x800000",
+    "lsr \\v, \\v, \\r",
+    "adds \\v, \\v, #1",
+    "lsr \\v, \\v, #1",
+    "eor \\v, \\v, \\b, asr #31",
+    "sub \\v, \\v, \\b, asr #31",
+    "\\back:",
+    ".endm",
     ".section .text.txl_add_fixed_dsp,\"ax\",%progbits",
     ".globl txl_add_fixed_dsp",
     ".type txl_add_fixed_dsp,%function",
     ".p2align 2",
     ".thumb_func",
     "txl_add_fixed_dsp:",
-    "push {{r4, r5, r6, r7}}",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
     "movs r12, #0",
+    "subs r2, r2, #2",
+    "blt 8f",
     "1:",
-    "ldr r4, [r1], #4",
-    "ubfx r5, r4, #23, #8",
-    "subs r5, r3, r5",
-    "cmp r5, #8",
-    "blt 3f",
-    "lsl r6, r4, #8",
-    "orr r6, r6, #0x80000000",
-    "lsr r6, r6, r5",
-    "adds r6, r6, #1",
-    "lsr r6, r6, #1",
-    "eor r6, r6, r4, asr #31",
-    "sub r6, r6, r4, asr #31",
+    "ldrd r4, r8, [r1], #8",
+    "txl_add_fixed_value r4, r5, r6, 20f, 30",
+    "txl_add_fixed_value r8, r9, r10, 21f, 31",
+    "ldrd r7, r11, [r0]",
+    "qadd r7, r7, r6",
+    "qadd r11, r11, r10",
+    "strd r7, r11, [r0], #8",
+    "subs r2, r2, #2",
+    "bge 1b",
+    // the last value, or none
+    "8:",
+    "adds r2, r2, #2",
+    "beq 9f",
+    "ldr r4, [r1]",
+    "txl_add_fixed_value r4, r5, r6, 22f, 32",
     "ldr r7, [r0]",
     "qadd r7, r7, r6",
     "str r7, [r0]",
-    "2:",
-    "adds r0, r0, #4",
-    "subs r2, r2, #1",
-    "bne 1b",
+    "9:",
     "mov r0, r12",
-    "pop {{r4, r5, r6, r7}}",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
     "bx lr",
-    "3:",
+    // a value left: 0 added
+    "20:",
     "movs r12, #1",
-    "b 2b",
+    "movs r6, #0",
+    "b 30b",
+    "21:",
+    "movs r12, #1",
+    "movs r10, #0",
+    "b 31b",
+    "22:",
+    "movs r12, #1",
+    "movs r6, #0",
+    "b 32b",
     ".size txl_add_fixed_dsp, . - txl_add_fixed_dsp",
 );
 
@@ -2141,8 +2262,10 @@ extern "C" {
     fn txl_add_saturating_dsp(y: *mut i32, x: *const i32, n: usize);
 }
 
-// Per value a `QADD`; four values two `LDM`s and an `STM`: 9 instructions the four with the
-// loop's two. Registers: r0 `y`, r1 `x`, r2 the values left, r4-r7 `y`, r8-r11 `x`.
+// Per value a `QADD`; five values two `LDM`s and an `STM` (as many as the registers hold): 10
+// instructions the five with the loop's two, 2 a value (2.25 four at a time); the last 1 to 4
+// one at a time. Registers: r0 `y`, r1 `x`, r2 the values left (less 5 in the loop), r3-r7
+// `y`, r8-r12 `x`.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -2154,20 +2277,21 @@ global_asm!(
     ".thumb_func",
     "txl_add_saturating_dsp:",
     "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
-    "subs r2, r2, #4",
+    "subs r2, r2, #5",
     "blo 2f",
     "1:",
-    "ldm r0, {{r4, r5, r6, r7}}",
-    "ldm r1!, {{r8, r9, r10, r11}}",
-    "qadd r4, r4, r8",
-    "qadd r5, r5, r9",
-    "qadd r6, r6, r10",
-    "qadd r7, r7, r11",
-    "stm r0!, {{r4, r5, r6, r7}}",
-    "subs r2, r2, #4",
+    "ldm r0, {{r3, r4, r5, r6, r7}}",
+    "ldm r1!, {{r8, r9, r10, r11, r12}}",
+    "qadd r3, r3, r8",
+    "qadd r4, r4, r9",
+    "qadd r5, r5, r10",
+    "qadd r6, r6, r11",
+    "qadd r7, r7, r12",
+    "stm r0!, {{r3, r4, r5, r6, r7}}",
+    "subs r2, r2, #5",
     "bhs 1b",
     "2:",
-    "adds r2, r2, #4",
+    "adds r2, r2, #5",
     "beq 4f",
     "3:",
     "ldr r4, [r0]",
