@@ -421,6 +421,10 @@ impl PreparedRescale {
 /// Armv6-M, where it is a library call.
 const WIDE_MULTIPLY: bool = !cfg!(all(target_arch = "arm", not(target_has_atomic = "ptr")));
 
+/// Whether the target divides 32-bit integers in one instruction (`UDIV` on Armv7-M and
+/// Armv8-M, RV32M's `DIVU`, 64-bit cores): not on Armv6-M, where it is a library call.
+pub(crate) const HARDWARE_DIVIDE: bool = !cfg!(all(target_arch = "arm", not(target_has_atomic = "ptr")));
+
 /// `a · b` as `u64`. Where the core has no 32 × 32 → 64-bit product (Armv6-M: a call to the
 /// general 64 × 64-bit `__aeabi_lmul`), four 16 × 16-bit products added in line; the same value.
 #[inline(always)]

@@ -311,13 +311,24 @@ impl Statistics {
     }
 }
 
-/// `⌊√v⌋`: [`isqrt`](crate::fixed_point::isqrt) in 32-bit arithmetic by Newton's steps from
-/// `2^⌈bits(v) / 2⌉` (at least the root, as `v < 2^bits(v)`): `x' = ⌊(x + ⌊v / x⌋) / 2⌋` falls
-/// while `x` is above `⌊√v⌋` and stops there (`x' ≥ ⌊√v⌋` for every `x ≥ 1`, the mean of `x`
-/// and `v / x` being at least `√v`, and `x' < x` exactly while `x > ⌊√v⌋`, as `⌊v / x⌋ < x`
-/// then), the same root as the digit-by-digit method in five steps or so (a division each)
-/// for its sixteen. Every sum stays below `2^17`.
+/// `⌊√v⌋`: [`isqrt`](crate::fixed_point::isqrt) in 32-bit arithmetic, by Newton's steps where
+/// the core divides in one instruction ([`crate::fixed_point::HARDWARE_DIVIDE`]), else a digit
+/// at a time (Armv6-M, whose division is a library call). The same root.
+#[inline]
 fn isqrt_u32(v: u32) -> u32 {
+    if crate::fixed_point::HARDWARE_DIVIDE {
+        isqrt_u32_newton(v)
+    } else {
+        isqrt_u32_by_digits(v)
+    }
+}
+
+/// [`isqrt_u32`] by Newton's steps from `2^⌈bits(v) / 2⌉` (at least the root, as
+/// `v < 2^bits(v)`): `x' = ⌊(x + ⌊v / x⌋) / 2⌋` falls while `x` is above `⌊√v⌋` and stops
+/// there (`x' ≥ ⌊√v⌋` for every `x ≥ 1`, the mean of `x` and `v / x` being at least `√v`, and
+/// `x' < x` exactly while `x > ⌊√v⌋`, as `⌊v / x⌋ < x` then): five steps or so (a division
+/// each) for the digit-by-digit method's sixteen. Every sum stays below `2^17`.
+fn isqrt_u32_newton(v: u32) -> u32 {
     if v == 0 {
         return 0;
     }
@@ -329,6 +340,25 @@ fn isqrt_u32(v: u32) -> u32 {
         }
         x = next;
     }
+}
+
+/// [`isqrt_u32`] a bit of the root a step, from `v`'s leading pair of bits on.
+fn isqrt_u32_by_digits(v: u32) -> u32 {
+    if v == 0 {
+        return 0;
+    }
+    let (mut remainder, mut root) = (v, 0u32);
+    let mut bit = 1u32 << ((31 - v.leading_zeros()) & !1);
+    while bit != 0 {
+        if remainder >= root + bit {
+            remainder -= root + bit;
+            root = (root >> 1) + bit;
+        } else {
+            root >>= 1;
+        }
+        bit >>= 2;
+    }
+    root
 }
 
 /// A rescaled deviation given the sign of its gain (`bits`, the gain's `f32` bits) plus the
@@ -349,37 +379,18 @@ mod tests {
     use crate::rng::Rng;
     use alloc::vec::Vec;
 
-    /// `isqrt_u32` as it was: a bit of the root a step from `v`'s leading pair of bits on.
-    fn isqrt_u32_by_bits(v: u32) -> u32 {
-        if v == 0 {
-            return 0;
-        }
-        let (mut remainder, mut root) = (v, 0u32);
-        let mut bit = 1u32 << ((31 - v.leading_zeros()) & !1);
-        while bit != 0 {
-            if remainder >= root + bit {
-                remainder -= root + bit;
-                root = (root >> 1) + bit;
-            } else {
-                root >>= 1;
-            }
-            bit >>= 2;
-        }
-        root
-    }
-
     /// Newton's root is the digit-by-digit one: for every value below 2^20, around every
     /// square and power of two, at the ends, and for many random values.
     #[test]
     #[cfg_attr(miri, ignore = "safe code; Miri checks the kernels")]
     fn the_newton_root_is_the_digit_by_digit_root() {
         for v in 0..1u32 << 20 {
-            assert_eq!(isqrt_u32(v), isqrt_u32_by_bits(v), "{v}");
+            assert_eq!(isqrt_u32_newton(v), isqrt_u32_by_digits(v), "{v}");
         }
         for r in 0..=1u32 << 16 {
             let square = (r as u64 * r as u64).min(u32::MAX as u64) as u32;
             for v in [square.saturating_sub(1), square, square.saturating_add(1)] {
-                assert_eq!(isqrt_u32(v), isqrt_u32_by_bits(v), "{v}");
+                assert_eq!(isqrt_u32_newton(v), isqrt_u32_by_digits(v), "{v}");
             }
         }
         for b in 0..32 {
@@ -390,13 +401,13 @@ mod tests {
                 u32::MAX >> b,
                 u32::MAX - b,
             ] {
-                assert_eq!(isqrt_u32(v), isqrt_u32_by_bits(v), "{v}");
+                assert_eq!(isqrt_u32_newton(v), isqrt_u32_by_digits(v), "{v}");
             }
         }
         let mut rng = Rng::new(17);
         for _ in 0..1_000_000 {
             let v = (rng.next_u64() as u32) >> (rng.next_u64() % 32);
-            assert_eq!(isqrt_u32(v), isqrt_u32_by_bits(v), "{v}");
+            assert_eq!(isqrt_u32_newton(v), isqrt_u32_by_digits(v), "{v}");
         }
     }
 
