@@ -395,6 +395,14 @@ impl PreparedRescale {
         self.quantize_each_with(x, out, |y| y.clamp(-127, 127) as i8);
     }
 
+    /// [`PreparedRescale::quantize_each`] by a kernel that also writes `widened` as
+    /// [`crate::kernels::widen_input_i8`] makes it of `out`, in one pass: whether it ran (else
+    /// nothing written).
+    #[inline]
+    pub fn quantize_widened(self, x: &[i32], out: &mut [i8], widened: &mut [u32]) -> bool {
+        self.wide_shift == 0 && crate::kernels::quantize_widen_i32(x, out, widened, self.wide)
+    }
+
     #[inline(always)]
     fn quantize_each_with(self, x: &[i32], out: &mut [i8], clamp: impl Fn(i32) -> i8) {
         if WIDE_MULTIPLY && self.wide_shift == 0 {

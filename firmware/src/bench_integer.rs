@@ -960,8 +960,9 @@ fn check_bias_passes() -> Result<Option<usize>, Failure> {
 
 /// The kernels' `quantize_wide_i32` (Helium's, the DSP extension's) against the rounded high
 /// word clamped to `±127`, for multipliers up to `2^30` (small, large, at the edges), values of
-/// every bit length (extremes among them), the bytes at every alignment. `None` where the board
-/// has no kernel.
+/// every bit length (extremes among them), the bytes at every alignment; and the DSP
+/// extension's `quantize_widen_i32`, the same bytes and the words `widen_input_i8` makes of them.
+/// `None` where the board has no kernel.
 fn check_quantize_wide() -> Result<Option<usize>, Failure> {
     let mut numbers = Numbers(0x7a1d_e0f1);
     let mut checked = 0;
@@ -988,6 +989,20 @@ fn check_quantize_wide() -> Result<Option<usize>, Failure> {
         }
         if got[..] != want[..] || bytes[offset + n] != 0x55 {
             return Err(Failure::KernelMismatch("quantize_wide"));
+        }
+        // and, where a kernel widens them in the same pass, the words `widen_input_i8` makes
+        // of them, none written past them
+        let words = 2 * (n / 4);
+        let mut widened = alloc::vec![0x5555_5555u32; words + 1];
+        let mut want_widened = alloc::vec![0u32; words];
+        txl_core::kernels::widen_input_i8(&want, &mut want_widened);
+        let mut bytes = alloc::vec![0x55u8 as i8; n + 4];
+        let got = &mut bytes[offset..offset + n];
+        if txl_core::kernels::quantize_widen_i32(&x, got, &mut widened[..words], wide) {
+            let widen_differs = widened[..words] != want_widened[..] || widened[words] != 0x5555_5555;
+            if got[..] != want[..] || bytes[offset + n] != 0x55 || widen_differs {
+                return Err(Failure::KernelMismatch("quantize_widen"));
+            }
         }
         checked += n;
     }

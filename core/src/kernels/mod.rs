@@ -42,7 +42,7 @@
 //! | [`relu_magnitude_bits`], [`scale_sums_bias_i8`], [`scale_sums_add_i8`] | | FPU `fpu::{relu_magnitude_bits, scale_sums_bias_i8, scale_sums_add_i8}` (not Helium) | | |
 //! | [`widen_f16`] | | FPU `fpu::widen_f16` | | |
 //! | the integer arithmetic's per-value passes: [`act_shifts_i32`], [`quantize_wide_i32`], [`scaled_by_bits_i32`], [`layer_norm_i32`], [`sum_range_i32`], [`squares_i32`], [`query_sums_i32`], [`query_pack_i32`], [`attention_scores_i32`], [`attention_scores_row_i32`], [`exp_scores_i32`], [`probabilities_i32`], [`exponents_strided_i32`], [`positions_i32`], [`top_exponent_i32`], [`shift_sums_i32`], [`subtract_twice_i32`], [`copy_i32`] | | Helium `helium::{act_shift, quantize_rmulh, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub, copy}`, DSP without Helium `dsp_integer::{act_shift, scaled_by_bits, layer_norm, sum_range, squares, query_sums, query_pack, scores, exp_scores, probabilities, gather_strided, gather_positions, top_exponent, shift_sums, sub_sub, copy}`, `dsp_scores::scores` | | |
-//! | the integer image's glue outside the attention: [`pow2_int8_i32`], [`bias_relu_i32`], [`add_sums_i32`], [`add_saturating_i32`], [`add_fixed_f32`], [`embedding_columns_i32`] | | Helium `helium_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}`, DSP without Helium `dsp_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}` (and `dsp_integer::quantize_wide` for [`quantize_wide_i32`]) | | |
+//! | the integer image's glue outside the attention: [`pow2_int8_i32`], [`bias_relu_i32`], [`add_sums_i32`], [`add_saturating_i32`], [`add_fixed_f32`], [`embedding_columns_i32`] | | Helium `helium_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}`, DSP without Helium `dsp_integer::{pow2_int8, bias_relu, add_sums, add_saturating, add_fixed, embedding_columns}` (and `dsp_integer::{quantize_wide, quantize_widen}` for [`quantize_wide_i32`], [`quantize_widen_i32`]) | | |
 //!
 //! An empty cell runs the portable kernel (for the integer passes: the caller's own scalar
 //! definition, [`INTEGER_PASSES`]). The folders: [`portable`] (the reference),
@@ -1388,6 +1388,20 @@ pub fn quantize_wide_i32(x: &[i32], out: &mut [i8], wide: i32) -> bool {
     #[allow(unreachable_code)]
     {
         let _ = (x, out, wide);
+        false
+    }
+}
+
+/// [`quantize_wide_i32`] that also writes `widened` as [`widen_input_i8`] makes it of `out`
+/// (the same words), in one pass: DSP without Helium (where the row sums read `widened`); false
+/// where no kernel ran or `widened` is too short (nothing written).
+#[inline]
+pub fn quantize_widen_i32(x: &[i32], out: &mut [i8], widened: &mut [u32], wide: i32) -> bool {
+    #[cfg(all(feature = "cortex-m-dsp", not(feature = "cortex-m-mve")))]
+    return dsp_integer::quantize_widen(x, out, widened, wide);
+    #[allow(unreachable_code)]
+    {
+        let _ = (x, out, widened, wide);
         false
     }
 }

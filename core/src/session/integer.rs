@@ -230,15 +230,27 @@ fn quantize_slice(x: &[i32], out: &mut [i8]) -> Scale16 {
 /// [`quantize_int8_of`] of the values of `x` (as long as `out`), `largest` their largest
 /// magnitude.
 fn quantize_slice_of(largest: u32, x: &[i32], out: &mut [i8]) -> Scale16 {
+    quantize_slice_widened(largest, x, out, &mut []).0
+}
+
+/// [`quantize_slice_of`], and `widened` written as [`kernels::widen_input_i8`] makes it of
+/// `out` where a kernel does both in one pass ([`PreparedRescale::quantize_widened`]): the step
+/// and whether `widened` was written.
+///
+/// [`PreparedRescale::quantize_widened`]: crate::fixed_point::PreparedRescale::quantize_widened
+fn quantize_slice_widened(largest: u32, x: &[i32], out: &mut [i8], widened: &mut [u32]) -> (Scale16, bool) {
     let x = &x[..out.len()];
     if let Some(steps) = Int8Steps::new(largest as u64).filter(|steps| steps.cut == 0) {
         if let Some(to_int8) = steps.to_int8.prepared() {
+            if to_int8.quantize_widened(x, out, widened) {
+                return (steps.step, true);
+            }
             to_int8.quantize_each(x, out, largest);
-            return steps.step;
+            return (steps.step, false);
         }
     }
     // (one call of the general form: the firmware's flash)
-    quantize_int8_of(largest, |c| x[c], out)
+    (quantize_int8_of(largest, |c| x[c], out), false)
 }
 
 /// How a linear layer's input meets its activation scales: none, powers of two (the largest's
@@ -380,10 +392,20 @@ impl<'s> Input<'s> {
         scratch: &'s mut [u32],
     ) -> Input<'s> {
         let (xq, widened) = split_scratch(scratch, m.cols);
-        let step = Input::quantize_in_place(m, parameters.act, x, xq);
+        let (step, done) = Input::quantize_in_place(m, parameters.act, x, xq, widened);
+        let input = if done {
+            Input {
+                xq,
+                widened,
+                step,
+                exponents: None,
+            }
+        } else {
+            Input::widened_for(m, xq, widened, step)
+        };
         Input {
             exponents: parameters.exponents,
-            ..Input::widened_for(m, xq, widened, step)
+            ..input
         }
     }
 
@@ -402,13 +424,21 @@ impl<'s> Input<'s> {
         };
         copy.copy_from_slice(x);
         let (xq, widened) = split_scratch(scratch, m.cols);
-        let step = Input::quantize_in_place(m, ActTop::of(m), copy, xq);
+        let (step, _) = Input::quantize_in_place(m, ActTop::of(m), copy, xq, &mut []);
         Input::widened_for(m, xq, widened, step.product(extra))
     }
 
-    /// [`Input::new_in_place`]'s int8 values of `x` in `xq`, and their step.
+    /// [`Input::new_in_place`]'s int8 values of `x` in `xq`, and their step; with activation
+    /// scales that are powers of two, `widened` written too where a kernel widens them in the
+    /// same pass ([`quantize_slice_widened`]), and whether it did.
     #[inline(always)]
-    fn quantize_in_place(m: &Matrix<'_>, act: ActTop, x: &mut [i32], xq: &mut [i8]) -> Scale16 {
+    fn quantize_in_place(
+        m: &Matrix<'_>,
+        act: ActTop,
+        x: &mut [i32],
+        xq: &mut [i8],
+        widened: &mut [u32],
+    ) -> (Scale16, bool) {
         let x = &mut x[..m.cols];
         let scales = match m.data {
             MatrixData::Int8 {
@@ -432,15 +462,16 @@ impl<'s> Input<'s> {
                     low.unsigned_abs().max(high.unsigned_abs())
                 });
                 let top = biased as i32 - 142;
-                quantize_slice_of(largest, x, xq).times_pow2(top + ACT_SHIFT)
+                let (step, done) = quantize_slice_widened(largest, x, xq, widened);
+                (step.times_pow2(top + ACT_SHIFT), done)
             }
             ActTop::Scaled(top) if scales.len() == x.len() => {
                 for (v, &a) in x.iter_mut().zip(scales) {
                     *v = act_rescale(Scale16::of_f32(a), top).apply(*v);
                 }
-                quantize_slice(x, xq).times_pow2(top + ACT_SHIFT)
+                (quantize_slice(x, xq).times_pow2(top + ACT_SHIFT), false)
             }
-            _ => quantize_slice(x, xq),
+            _ => (quantize_slice(x, xq), false),
         }
     }
 

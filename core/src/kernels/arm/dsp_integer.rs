@@ -1824,6 +1824,24 @@ pub fn quantize_wide(x: &[i32], out: &mut [i8], wide: i32) {
     unsafe { txl_quantize_wide_dsp(x.as_ptr(), out.as_mut_ptr(), n, wide) }
 }
 
+/// [`quantize_wide`] that also writes `widened` as [`dsp::widen_input_i8`](super::dsp::widen_input_i8)
+/// makes it of the bytes (whole groups of four; the same words), for the row sums: false, nothing
+/// written, where `widened` is too short for them.
+pub fn quantize_widen(x: &[i32], out: &mut [i8], widened: &mut [u32], wide: i32) -> bool {
+    let n = x.len().min(out.len());
+    if widened.len() < 2 * (n / 4) {
+        return false;
+    }
+    if n == 0 {
+        return true;
+    }
+    // SAFETY: `x` and `out` hold `n ≥ 1` values and `widened` `2 · ⌊n / 4⌋` words at least
+    // (aligned); the kernel reads those of `x`, writes those of `out` (a word four bytes, at
+    // any alignment) and those words, and restores the registers it saves.
+    unsafe { txl_quantize_widen_dsp(x.as_ptr(), out.as_mut_ptr(), n, wide, widened.as_mut_ptr()) };
+    true
+}
+
 extern "C" {
     /// The largest `|x[i]|` for `i < n` (`n ≥ 1`) as `u32`.
     fn txl_pow2_largest_dsp(x: *const i32, n: usize) -> u32;
@@ -1836,6 +1854,10 @@ extern "C" {
     fn txl_add_sums_dsp(h: *mut i32, o: *const i32, b: *const i32, n: usize);
     /// `out[i] = max(SSAT(SMMULR(x[i], wide), 8), -127)` for `i < n` (`n ≥ 1`).
     fn txl_quantize_wide_dsp(x: *const i32, out: *mut i8, n: usize, wide: i32);
+    /// [`txl_quantize_wide_dsp`], and for each whole group of four values `g`: `widened[2g]`
+    /// the bytes `4g` and `4g + 2`, `widened[2g + 1]` the bytes `4g + 1` and `4g + 3`, as
+    /// signed 16-bit halves.
+    fn txl_quantize_widen_dsp(x: *const i32, out: *mut i8, n: usize, wide: i32, widened: *mut u32);
 }
 
 // The largest magnitude: the larger of `-min` (as `u32`: `|i32::MIN|` is `2^31`) and `max`,
@@ -2061,9 +2083,11 @@ global_asm!(
 // `SEL`. Eight values an iteration, one `LDM` and two `STR`s (a word at any alignment; `STRD`
 // and `STM` want it aligned): 31 instructions the eight with the loop's two, 3.875 a value
 // (17 the four, 4.25 a value, four at a time); four more once where 4 to 7 are left, and for
-// the last ones `CMN`, `IT`, `MVNLT` and a `STRB` a value. Registers: r0 the values, r1 the
-// bytes, r2 the values left (less 8 in the loop), r3 `wide`, r4-r11 the values, r12
-// `0x81818181`.
+// the last ones `CMN`, `IT`, `MVNLT` and a `STRB` a value. `txl_quantize_widen_dsp` also
+// writes each word of four bytes widened for the row sums, two `SXTB16` and one `STRD` (37
+// instructions the eight, 4.625 a value, where widening them apart takes 1.75 a value more).
+// Registers: r0 the values, r1 the bytes, r2 the values left (less 8 in the loop), r3 `wide`,
+// r4-r11 the values, r12 `0x81818181`, lr the widened words.
 global_asm!(
     ".syntax unified",
     ".thumb",
@@ -2080,13 +2104,26 @@ global_asm!(
     "ssub8 \\b, \\a, r12",
     "sel \\a, \\a, r12",
     ".endm",
-    ".section .text.txl_quantize_wide_dsp,\"ax\",%progbits",
-    ".globl txl_quantize_wide_dsp",
-    ".type txl_quantize_wide_dsp,%function",
+    // the four values' word in `a` also widened, as `dsp::widen_input_i8` makes it: its bytes 0
+    // and 2, then 1 and 3, as 16-bit halves (`SXTB16`), two words to `lr`
+    ".macro txl_quantize_widen_pair widen, a, b, c",
+    ".if \\widen",
+    "sxtb16 \\b, \\a",
+    "sxtb16 \\c, \\a, ror #8",
+    "strd \\b, \\c, [lr], #8",
+    ".endif",
+    ".endm",
+    ".macro txl_quantize_wide_fn name, widen",
+    ".section .text.\\name,\"ax\",%progbits",
+    ".globl \\name",
+    ".type \\name,%function",
     ".p2align 2",
     ".thumb_func",
-    "txl_quantize_wide_dsp:",
-    "push {{r4, r5, r6, r7, r8, r9, r10, r11}}",
+    "\\name:",
+    "push {{r4, r5, r6, r7, r8, r9, r10, r11, lr}}",
+    ".if \\widen",
+    "ldr lr, [sp, #36]",
+    ".endif",
     "mov r12, #0x81818181",
     "subs r2, r2, #8",
     "blo 2f",
@@ -2102,6 +2139,8 @@ global_asm!(
     "smmulr r11, r11, r3",
     "txl_quantize_wide_word r4, r5, r6, r7",
     "txl_quantize_wide_word r8, r9, r10, r11",
+    "txl_quantize_widen_pair \\widen, r4, r5, r6",
+    "txl_quantize_widen_pair \\widen, r8, r9, r10",
     "str r4, [r1], #4",
     "str r8, [r1], #4",
     "subs r2, r2, #8",
@@ -2118,6 +2157,7 @@ global_asm!(
     "smmulr r6, r6, r3",
     "smmulr r7, r7, r3",
     "txl_quantize_wide_word r4, r5, r6, r7",
+    "txl_quantize_widen_pair \\widen, r4, r5, r6",
     "str r4, [r1], #4",
     "subs r2, r2, #4",
     "beq 4f",
@@ -2132,9 +2172,11 @@ global_asm!(
     "subs r2, r2, #1",
     "bne 3b",
     "4:",
-    "pop {{r4, r5, r6, r7, r8, r9, r10, r11}}",
-    "bx lr",
-    ".size txl_quantize_wide_dsp, . - txl_quantize_wide_dsp",
+    "pop {{r4, r5, r6, r7, r8, r9, r10, r11, pc}}",
+    ".size \\name, . - \\name",
+    ".endm",
+    "txl_quantize_wide_fn txl_quantize_wide_dsp, 0",
+    "txl_quantize_wide_fn txl_quantize_widen_dsp, 1",
 );
 
 /// `y[i] = y[i].saturating_add(fixed(b[i]))` for each `i` (as many as the shorter), `fixed`
