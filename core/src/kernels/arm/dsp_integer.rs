@@ -2501,7 +2501,11 @@ pub fn shift_sums(sums: &[i32], out: &mut [i32], amount: i32) {
         i = 4 * groups;
     }
     for k in i..n {
-        out[k] = crate::fixed_point::round_shift_i32(sums[k], shift);
+        // `round_shift_i32`: the value shifted, plus the last bit shifted out
+        out[k] = match shift {
+            0 => sums[k],
+            s => (sums[k] >> s) + ((sums[k] >> (s - 1)) & 1),
+        };
     }
 }
 
